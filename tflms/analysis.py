@@ -1,0 +1,322 @@
+"""Pure questions about an indexed graph: which ops LMS may touch, and how.
+
+All functions take a `GraphIndex` (plain data) and return plain data; none
+of them reads or edits the `tf.Graph`.
+"""
+
+import dataclasses
+
+import tensorflow as tf
+
+from tflms import graph_index as gi
+from tflms import topo
+
+__all__ = [
+    "NEVER_SWAPPED_TYPES",
+    "OpRoles",
+    "classify_ops",
+    "device_matches",
+    "inactive_ops",
+    "ops_matching",
+    "relevel",
+    "ancestors_within",
+    "learning_parameter_bytes",
+    "largest_device_op",
+    "op_bytes",
+]
+
+# Ops whose outputs are never swapped and that never read a swap-in: inputs,
+# constants, variables and their reads, and cheap data fillers. Their
+# tensors are resident anyway or are recreated every step.
+NEVER_SWAPPED_TYPES = frozenset({
+    "Const", "Identity", "Placeholder", "PlaceholderWithDefault",
+    "VarHandleOp", "VarIsInitializedOp", "VariableShape", "ReadVariableOp",
+    "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
+    "ResourceGather", "ResourceScatterAdd", "ResourceScatterSub",
+    "ResourceScatterMul", "ResourceScatterDiv", "ResourceScatterMin",
+    "ResourceScatterMax", "ResourceScatterUpdate", "ResourceScatterNdUpdate",
+    "ResourceScatterNdAdd", "Range", "RandomUniform",
+    "Assign", "AssignAdd", "AssignSub", "Queue", "ScatterAdd", "ScatterSub",
+    "ScatterUpdate", "TruncatedNormal", "Variable", "VariableV2",
+    "NoOp",
+})
+
+# Ops that must never be the trigger of a swap-in: they either do not run
+# every step in the right phase, or run at a time unrelated to the graph's
+# dataflow.
+_NEVER_TRIGGER_TYPES = (NEVER_SWAPPED_TYPES - {"Identity"}) | gi.CONTROL_FLOW_V1_TYPES
+
+# Ops without inputs that cannot make an op active on their own: an op fed
+# only by these and by inactive ops is inactive too.
+_SOURCELESS_TYPES = frozenset({
+    "Const", "VarHandleOp", "VariableV2", "Variable", "Placeholder",
+    "PlaceholderWithDefault",
+})
+
+
+@dataclasses.dataclass(frozen=True)
+class OpRoles:
+    """What LMS may do with each op, as frozensets of op ids.
+
+    Attributes:
+      device_ops: ops on the device LMS manages (not on a CPU).
+      inactive: ops that do not run in the chosen learning mode.
+      sources: ops whose outputs may be swapped out.
+      sinks: ops that may read a swapped-in tensor.
+      triggers: ops that may start a swap-in through a control edge.
+      waiters: ops that may wait on a transfer (sync modes).
+      has_loops: True if the graph has v1 or v2 loops.
+    """
+
+    device_ops: frozenset
+    inactive: frozenset
+    sources: frozenset
+    sinks: frozenset
+    triggers: frozenset
+    waiters: frozenset
+    has_loops: bool
+
+
+def device_matches(device, gpu_device):
+    """True if `device` is a device op's placement for `gpu_device`.
+
+    With `gpu_device` None every non-CPU placement matches, including the
+    empty (unplaced) device string, which TensorFlow places on the GPU when
+    one exists.
+    """
+    if gi.is_cpu_device(device):
+        return False
+    if gpu_device is None:
+        return True
+    if not device:
+        return False
+    have = tf.DeviceSpec.from_string(device)
+    want = tf.DeviceSpec.from_string(gpu_device)
+    for field in ("job", "replica", "task"):
+        a, b = getattr(have, field), getattr(want, field)
+        if a is not None and b is not None and a != b:
+            return False
+    return ((have.device_type or "").upper() == (want.device_type or "").upper()
+            and (have.device_index or 0) == (want.device_index or 0))
+
+
+def _learning_phase_switches(index):
+    """Switch ops whose predicate is Keras' learning-phase placeholder."""
+    switches = []
+    seen = set()
+    stack = [i for i, (name, t) in enumerate(zip(index.names, index.types))
+             if t == "PlaceholderWithDefault"
+             and name.endswith("keras_learning_phase")]
+    while stack:
+        op = stack.pop()
+        for c in index.fanouts[op]:
+            if c in seen:
+                continue
+            seen.add(c)
+            if index.types[c] == "Identity":
+                stack.append(c)
+            elif index.types[c] in ("Switch", "RefSwitch"):
+                switches.append(c)
+    return sorted(switches)
+
+
+def inactive_ops(index, is_training=True):
+    """Ops that do not run in the given learning mode.
+
+    Fused batch-norm ops whose ``is_training`` attribute differs from the
+    mode are inactive, and so are the ops of the branch of each Keras
+    learning-phase ``cond`` (v1 Switch/Merge) that the mode does not take.
+    Inactivity then flows forward: an op is inactive when it has an inactive
+    input and all its other inputs are constants, variables or inactive.
+    Merge and Switch ops stop the flow (a Merge has a live input from the
+    taken branch).
+    """
+    inactive = set()
+    for i, flag in enumerate(index.bn_is_training):
+        if flag is not None and flag != is_training:
+            inactive.add(i)
+    untaken = 0 if is_training else 1  # Switch output 0 is the false branch
+    for s in _learning_phase_switches(index):
+        for consumer, _ in index.consumers[s][untaken]:
+            inactive.add(consumer)
+    if not inactive:
+        return frozenset()
+    for level in index.ops_by_level:
+        for op in level:
+            if op in inactive or index.types[op] in ("Merge", "Switch"):
+                continue
+            preds = index.predecessors(op)
+            if not any(p in inactive for p in preds):
+                continue
+            if all(p in inactive or index.types[p] in _SOURCELESS_TYPES
+                   for p in preds):
+                inactive.add(op)
+    return frozenset(inactive)
+
+
+def ops_matching(index, scopes, types, what):
+    """Ops whose name starts with one of `scopes` or whose type is in `types`.
+
+    Args:
+      index: a `GraphIndex`.
+      scopes: iterable of name prefixes given by the user.
+      types: iterable of op types given by the user.
+      what: the name of the user's setting, for error messages.
+
+    Returns:
+      A frozenset of op ids.
+
+    Raises:
+      ValueError: if a scope or a type matches no op in the graph.
+    """
+    matched = set()
+    for scope in sorted(scopes):
+        hits = [i for i, name in enumerate(index.names)
+                if name.startswith(scope)]
+        if not hits:
+            raise ValueError(
+                "%s: no operation in the graph is in scope %r; check the "
+                "spelling against the op names (e.g. %r)"
+                % (what, scope, index.names[-1] if index.names else ""))
+        matched.update(hits)
+    types = set(types)
+    found = set()
+    for i, t in enumerate(index.types):
+        if t in types:
+            matched.add(i)
+            found.add(t)
+    missing = sorted(types - found)
+    if missing:
+        raise ValueError(
+            "%s: no operation in the graph has type %s; op types are "
+            "case-sensitive names such as 'Conv2D' or 'MatMul'"
+            % (what, ", ".join(repr(m) for m in missing)))
+    return frozenset(matched)
+
+
+def classify_ops(index, gpu_device=None, is_training=True, filters=None):
+    """Decide which ops LMS may use as sources, sinks, triggers and waiters.
+
+    Args:
+      index: a `GraphIndex`.
+      gpu_device: device LMS manages, or None for every non-CPU device.
+      is_training: learning mode whose ops run.
+      filters: dict with optional frozensets of op ids under the keys
+        'incl_sources', 'excl_sources', 'incl_sinks', 'excl_sinks' (from
+        `ops_matching`).
+
+    Returns:
+      An `OpRoles`.
+    """
+    filters = filters or {}
+    inactive = inactive_ops(index, is_training)
+    n = index.num_ops
+    device_ops = frozenset(i for i in range(n)
+                           if device_matches(index.devices[i], gpu_device))
+    has_loops = any(index.in_v1_loop) or any(
+        t in ("While", "StatelessWhile") for t in index.types)
+
+    def usable(i):
+        return i in device_ops and i not in inactive
+
+    sources, sinks, triggers, waiters = set(), set(), set(), set()
+    for i in range(n):
+        if not usable(i):
+            continue
+        t = index.types[i]
+        in_loop = index.in_v1_loop[i]
+        if not in_loop:
+            waiters.add(i)
+        if (t not in NEVER_SWAPPED_TYPES and t not in gi.CONTROL_FLOW_V1_TYPES
+                and not in_loop):
+            sources.add(i)
+        # A loop's Enter reads its input in the enclosing frame, so it may
+        # read a swap-in like any op outside the loop.
+        if t not in NEVER_SWAPPED_TYPES and (not in_loop or t == "Enter"):
+            sinks.add(i)
+        if (t not in _NEVER_TRIGGER_TYPES and not in_loop
+                and not index.in_v1_cond[i]):
+            triggers.add(i)
+
+    if filters.get("incl_sources"):
+        sources &= filters["incl_sources"]
+    sources -= filters.get("excl_sources", frozenset())
+    if filters.get("incl_sinks"):
+        sinks &= filters["incl_sinks"]
+    sinks -= filters.get("excl_sinks", frozenset())
+    return OpRoles(device_ops=device_ops, inactive=inactive,
+                   sources=frozenset(sources), sinks=frozenset(sinks),
+                   triggers=frozenset(triggers), waiters=frozenset(waiters),
+                   has_loops=has_loops)
+
+
+def relevel(index, extra_control_edges):
+    """The index with levels recomputed as if `extra_control_edges` existed.
+
+    Raises:
+      topo.GraphCycleError: if the extra edges close a cycle.
+    """
+    if not extra_control_edges:
+        return index
+    extra = [[] for _ in range(index.num_ops)]
+    for a, b in extra_control_edges:
+        extra[a].append(b)
+    successors = [list(index.fanouts[i]) + list(index.control_outputs[i])
+                  + extra[i] for i in range(index.num_ops)]
+    levels = topo.kahn_levels(index.num_ops, successors)
+    return dataclasses.replace(
+        index, levels=tuple(levels),
+        ops_by_level=tuple(tuple(g) for g in topo.group_by_level(levels)))
+
+
+def ancestors_within(index, op_id, min_level, extra_preds=None):
+    """Ancestors of `op_id` whose level is at least `min_level`.
+
+    Walks data and control inputs backwards and stops at `min_level`, so the
+    cost is bounded by the ops in that window of levels.
+    """
+    levels = index.levels
+    seen = set()
+    stack = [op_id]
+    while stack:
+        v = stack.pop()
+        preds = index.predecessors(v)
+        if extra_preds and v in extra_preds:
+            preds = tuple(preds) + tuple(extra_preds[v])
+        for p in preds:
+            if p not in seen and levels[p] >= min_level:
+                seen.add(p)
+                stack.append(p)
+    return seen
+
+
+def learning_parameter_bytes(graph, batch_size=None):
+    """Bytes of the graph's trainable variables (static shapes)."""
+    total = 0
+    with graph.as_default():
+        variables = tf.compat.v1.trainable_variables()
+    for v in variables:
+        shape = v.shape
+        if shape.is_fully_defined():
+            total += shape.num_elements() * v.dtype.base_dtype.size
+    return total
+
+
+def op_bytes(index, op_id, batch_size=None):
+    """Bytes of an op's inputs and outputs; unknown sizes count as 0."""
+    total = 0
+    for producer, out in index.inputs[op_id]:
+        total += gi.tensor_bytes(index, producer, out, batch_size) or 0
+    for out in range(len(index.output_shapes[op_id])):
+        total += gi.tensor_bytes(index, op_id, out, batch_size) or 0
+    return total
+
+
+def largest_device_op(index, device_ops, batch_size=None):
+    """(op id, bytes) of the device op with the most input+output bytes."""
+    best, best_bytes = None, -1
+    for i in sorted(device_ops):
+        b = op_bytes(index, i, batch_size)
+        if b > best_bytes:
+            best, best_bytes = i, b
+    return best, max(best_bytes, 0)

@@ -1,0 +1,149 @@
+"""Validation of LMS settings; every message names the setting, the value
+and what is allowed."""
+
+import numbers
+
+import tensorflow as tf
+
+from tflms import graph_index as gi
+
+__all__ = [
+    "AUTO",
+    "check_threshold",
+    "check_ahead",
+    "check_groupby",
+    "check_sync_mode",
+    "check_bool",
+    "check_debug_level",
+    "check_serialization_by_size",
+    "check_cpu_device",
+    "check_gpu_device",
+    "check_batch_size",
+    "check_gpu_mem",
+    "check_name_set",
+]
+
+AUTO = -1
+
+
+def _is_int(value):
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def check_threshold(value):
+    if not _is_int(value) or (value < 1 and value != AUTO):
+        raise ValueError(
+            "swapout_threshold must be a positive int or -1 (auto); got %r"
+            % (value,))
+    return int(value)
+
+
+def check_ahead(value):
+    if not _is_int(value) or (value < 1 and value != AUTO):
+        raise ValueError(
+            "swapin_ahead must be a positive int or -1 (auto); got %r. "
+            "(1 starts a swap-in as late as possible, right before its "
+            "consumer's level)" % (value,))
+    return int(value)
+
+
+def check_groupby(value):
+    if not _is_int(value) or (value < 0 and value != AUTO):
+        raise ValueError(
+            "swapin_groupby must be an int >= 0 or -1 (auto); got %r"
+            % (value,))
+    return int(value)
+
+
+def check_sync_mode(value):
+    if not _is_int(value) or value not in (0, 1, 2, 3):
+        raise ValueError(
+            "sync_mode must be 0 (async), 1 (sync swap-outs), 2 (sync "
+            "swap-ins) or 3 (both); got %r" % (value,))
+    return int(value)
+
+
+def check_bool(name, value):
+    if not isinstance(value, (bool, type(None))) and value not in (0, 1):
+        raise ValueError("%s must be True or False; got %r" % (name, value))
+    return bool(value)
+
+
+def check_debug_level(value):
+    if not _is_int(value) or value not in (1, 2):
+        raise ValueError("debug_level must be 1 or 2; got %r" % (value,))
+    return int(value)
+
+
+def check_serialization_by_size(value):
+    if (not isinstance(value, numbers.Real) or isinstance(value, bool)
+            or value < 0):
+        raise ValueError(
+            "serialization_by_size must be a number of GiB >= 0 (0 turns it "
+            "off); got %r" % (value,))
+    return float(value)
+
+
+def _parse_device(name, value):
+    if not isinstance(value, str) or not value:
+        raise ValueError("%s must be a device string such as '/cpu:0'; got %r"
+                         % (name, value))
+    try:
+        return tf.DeviceSpec.from_string(value)
+    except (ValueError, TypeError) as e:
+        raise ValueError("%s=%r is not a device string (%s); use e.g. "
+                         "'/cpu:0' or '/device:GPU:1'" % (name, value, e))
+
+
+def check_cpu_device(value):
+    spec = _parse_device("cpu_device", value)
+    if (spec.device_type or "").upper() != "CPU":
+        raise ValueError("cpu_device must name a CPU device such as '/cpu:0';"
+                         " got %r" % (value,))
+    return value
+
+
+def check_gpu_device(value):
+    if value is None:
+        return None
+    _parse_device("gpu_device", value)
+    if gi.is_cpu_device(value):
+        raise ValueError(
+            "gpu_device must name an accelerator such as '/device:GPU:0' "
+            "(or be None for every non-CPU device); got %r" % (value,))
+    return value
+
+
+def check_batch_size(value):
+    if value is None:
+        return None
+    if not _is_int(value) or value < 1:
+        raise ValueError("batch_size must be a positive int or None; got %r"
+                         % (value,))
+    return int(value)
+
+
+def check_gpu_mem(value):
+    if value is None:
+        return None
+    if (not isinstance(value, numbers.Real) or isinstance(value, bool)
+            or value <= 0):
+        raise ValueError(
+            "autotune_gpu_mem must be a positive number of GiB or None (use "
+            "the GPU's own memory); got %r" % (value,))
+    return float(value)
+
+
+def check_name_set(name, value):
+    """Filters take a set (or list/tuple) of strings; a bare string is
+    refused because it would be read as a set of characters."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise ValueError(
+            "%s must be a set of strings, e.g. {'conv1'}; got %r"
+            % (name, value))
+    items = set(value)
+    bad = sorted(repr(v) for v in items if not isinstance(v, str) or not v)
+    if bad:
+        raise ValueError("%s must hold non-empty strings; got %s"
+                         % (name, ", ".join(bad)))
+    return items

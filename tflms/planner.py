@@ -1,0 +1,366 @@
+"""Plan a swapping rewrite from an indexed graph, without touching it.
+
+The planner answers, from a `GraphIndex` and `OpRoles`: which tensors to
+swap out, which consumers read each swap-in, which op triggers each
+swap-in, which ops wait for a transfer (sync modes), and which control
+edges serialize levels. The result is a `Plan`, plain data that the
+rewriter applies in one pass and the simulator can replay.
+
+Picture of one swap with two swap-in groups::
+
+    before:  (src) --t--> (near) ...... (far1) (far2) ......... (far3)
+
+    after:   (src) --t--> (near)
+               |
+               +--t--> [swapout] --+--> [swapin A] --> (far1) (far2)
+                        (cpu)      |        ^ ctrl
+                                   |     (trigger A)
+                                   +--> [swapin B] --> (far3)
+                                            ^ ctrl
+                                         (trigger B)
+
+Every new edge goes from a lower level to a higher one of the planning
+levels (a swap-out sits just after its source, a swap-in just before its
+earliest consumer, a trigger at least `swapin_ahead` levels before that),
+so a plan can never create a cycle.
+"""
+
+import dataclasses
+
+from tflms import analysis
+from tflms import graph_index as gi
+
+__all__ = [
+    "SwapParams",
+    "SwapInPlan",
+    "SwapPlan",
+    "Plan",
+    "TRIGGER_SEARCH_LEVELS",
+    "candidate_edges",
+    "make_plan",
+    "parse_serialization",
+    "serialization_edges",
+    "levels_over_size",
+]
+
+# How far back from the latest allowed level the trigger search looks.
+TRIGGER_SEARCH_LEVELS = 10
+
+
+@dataclasses.dataclass(frozen=True)
+class SwapParams:
+    """Resolved (non-negative) swapping parameters."""
+
+    swapout_threshold: int
+    swapin_ahead: int
+    swapin_groupby: int
+    sync_mode: int
+
+    @property
+    def sync_swapout(self):
+        return self.sync_mode in (1, 3)
+
+    @property
+    def sync_swapin(self):
+        return self.sync_mode in (2, 3)
+
+
+@dataclasses.dataclass(frozen=True)
+class SwapInPlan:
+    """One swap-in of a swapped tensor.
+
+    Attributes:
+      consumers: ``(op_id, input_slot)`` pairs rerouted to the swap-in.
+      triggers: op ids the swap-in waits on through control edges.
+      synchronous: True when the triggers are the first consumer's other
+        inputs (sync_mode 2/3, or no trigger op was found in time).
+    """
+
+    consumers: tuple
+    triggers: tuple
+    synchronous: bool
+
+    @property
+    def first_consumer(self):
+        return self.consumers[0][0]
+
+
+@dataclasses.dataclass(frozen=True)
+class SwapPlan:
+    """Swap-out of one tensor and its swap-ins.
+
+    Attributes:
+      producer, output: the swapped tensor.
+      nbytes: its static size (None if unknown).
+      swap_ins: tuple of `SwapInPlan`, earliest first.
+      waiters: device ops that wait for the swap-out (sync_mode 1/3).
+    """
+
+    producer: int
+    output: int
+    nbytes: object
+    swap_ins: tuple
+    waiters: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """Everything the rewriter will do, in a deterministic order."""
+
+    params: SwapParams
+    swaps: tuple
+    serialization_edges: tuple
+    num_levels: int
+    unplanned_groups: int = 0
+
+    @property
+    def num_swap_ins(self):
+        return sum(len(s.swap_ins) for s in self.swaps)
+
+    def swapout_bytes(self):
+        return sum(s.nbytes or 0 for s in self.swaps)
+
+    def swapin_bytes(self):
+        return sum((s.nbytes or 0) * len(s.swap_ins) for s in self.swaps)
+
+
+def candidate_edges(index, roles):
+    """All (producer, output, consumer, slot, distance) that could be swapped.
+
+    A candidate is a data edge from a source op's output of known rank >= 2
+    to a sink op at a strictly higher level. Sorted by producer, output,
+    consumer level, consumer id, slot, so plans built from it are
+    deterministic.
+    """
+    levels = index.levels
+    edges = []
+    for p in sorted(roles.sources):
+        for out, (shape, itemsize) in enumerate(
+                zip(index.output_shapes[p], index.output_itemsizes[p])):
+            if shape is None or len(shape) < 2 or itemsize == 0:
+                continue
+            for consumer, slot in index.consumers[p][out]:
+                if consumer not in roles.sinks:
+                    continue
+                distance = levels[consumer] - levels[p]
+                if distance > 0:
+                    edges.append((p, out, consumer, slot, distance))
+    edges.sort(key=lambda e: (e[0], e[1], levels[e[2]], e[2], e[3]))
+    return edges
+
+
+def _group_consumers(index, consumers, groupby):
+    """Split consumers (sorted by level) into runs whose gaps are <= groupby."""
+    levels = index.levels
+    groups = []
+    last_level = None
+    for c in consumers:
+        lvl = levels[c[0]]
+        if groups and lvl - last_level <= groupby:
+            groups[-1].append(c)
+        else:
+            groups.append([c])
+        last_level = lvl
+    return groups
+
+
+def _find_trigger(index, roles, src, first_consumer, ahead):
+    """The op that starts a swap-in: an ancestor of the consumer, on the
+    managed device, active, outside conditionals and loops, at a level in
+    ``(level(src), level(consumer) - ahead)``, as late as possible; ties go
+    to the lowest id.
+    """
+    levels = index.levels
+    upper = levels[first_consumer] - ahead  # exclusive
+    lower = max(levels[src] + 1, upper - TRIGGER_SEARCH_LEVELS)
+    if upper <= lower:
+        return None
+    ancestors = analysis.ancestors_within(index, first_consumer, lower)
+    best = None
+    for a in ancestors:
+        if levels[a] >= upper or a not in roles.triggers:
+            continue
+        if best is None or (levels[a], -a) > (levels[best], -best):
+            best = a
+    return best
+
+
+def _sync_inputs(index, roles, consumer):
+    """Device inputs of a consumer, which a synchronous swap-in waits on."""
+    return tuple(p for p in index.predecessors(consumer)
+                 if p in roles.waiters)
+
+
+def make_plan(index, roles, params, batch_size=None, edges=None,
+              only_tensors=None):
+    """Plan swaps for the given parameters.
+
+    Args:
+      index: a `GraphIndex` whose levels are the planning levels (after
+        serialization, if any).
+      roles: `OpRoles` for the same index.
+      params: `SwapParams`.
+      batch_size: used for the size of each swapped tensor.
+      edges: precomputed `candidate_edges(index, roles)` (optional).
+      only_tensors: optional set of ``(producer, output)``; when given, only
+        these tensors are swapped.
+
+    Returns:
+      A `Plan`.
+    """
+    if edges is None:
+        edges = candidate_edges(index, roles)
+    threshold = params.swapout_threshold
+    groupby = 0 if params.sync_swapin else params.swapin_groupby
+
+    by_tensor = {}
+    for p, out, consumer, slot, distance in edges:
+        if distance <= threshold:
+            continue
+        if only_tensors is not None and (p, out) not in only_tensors:
+            continue
+        by_tensor.setdefault((p, out), []).append((consumer, slot))
+
+    swaps = []
+    unplanned = 0
+    for (p, out), consumers in by_tensor.items():
+        swap_ins = []
+        for group in _group_consumers(index, consumers, groupby):
+            first = group[0][0]
+            trigger = None
+            if not params.sync_swapin:
+                trigger = _find_trigger(index, roles, p, first,
+                                        params.swapin_ahead)
+            if trigger is not None:
+                swap_ins.append(SwapInPlan(tuple(group), (trigger,), False))
+                continue
+            inputs = _sync_inputs(index, roles, first)
+            inputs = tuple(i for i in inputs if index.levels[i] > index.levels[p])
+            if inputs:
+                swap_ins.append(SwapInPlan(tuple(group), inputs, True))
+            else:
+                # Nothing can hold the swap-in back: it would run right after
+                # the swap-out and keep the tensor on the device, so moving
+                # it would only cost transfers.
+                unplanned += 1
+        if not swap_ins:
+            continue
+        rerouted = {c for s in swap_ins for c, _ in s.consumers}
+        waiters = ()
+        if params.sync_swapout:
+            remaining = set(index.fanouts[p]) | set(index.control_outputs[p])
+            waiters = tuple(sorted(c for c in remaining - rerouted
+                                   if c in roles.waiters))
+        swaps.append(SwapPlan(
+            producer=p, output=out,
+            nbytes=gi.tensor_bytes(index, p, out, batch_size),
+            swap_ins=tuple(swap_ins), waiters=waiters))
+    return Plan(params=params, swaps=tuple(swaps), serialization_edges=(),
+                num_levels=index.num_levels, unplanned_groups=unplanned)
+
+
+def parse_serialization(spec):
+    """Validate a `serialization` setting and normalise it to slices.
+
+    Args:
+      spec: list of level indices (int) and Python-slice strings such as
+        ``'3:5'`` (levels 3 and 4), ``'10:'`` or ``':4'``, or ``'2:20:2'``.
+
+    Returns:
+      A tuple of `slice` objects.
+
+    Raises:
+      ValueError: naming the entry that cannot be parsed.
+    """
+    if isinstance(spec, (str, bytes)) or not hasattr(spec, "__iter__"):
+        raise ValueError(
+            "serialization must be a list of level indices or 'a:b' slice "
+            "strings, e.g. [1, '3:5']; got %r" % (spec,))
+    slices = []
+    for item in spec:
+        if isinstance(item, bool):
+            raise ValueError("serialization entries must be ints or 'a:b' "
+                             "strings; got %r" % (item,))
+        if isinstance(item, int):
+            if item < 0:
+                raise ValueError("serialization level must be >= 0; got %d"
+                                 % item)
+            slices.append(slice(item, item + 1))
+            continue
+        if isinstance(item, str):
+            text = item.strip()
+            try:
+                if ":" in text:
+                    parts = [int(x) if x.strip() else None
+                             for x in text.split(":")]
+                    if len(parts) > 3:
+                        raise ValueError(text)
+                    slices.append(slice(*parts))
+                else:
+                    value = int(text)
+                    if value < 0:
+                        raise ValueError(text)
+                    slices.append(slice(value, value + 1))
+                continue
+            except ValueError:
+                pass
+        raise ValueError(
+            "serialization entry %r cannot be parsed; use a level index such "
+            "as 7 or a Python slice string such as '3:5' (levels 3 and 4)"
+            % (item,))
+    return tuple(slices)
+
+
+def levels_over_size(index, roles, gib, batch_size=None):
+    """Levels whose active device ops' outputs together exceed `gib` GiB."""
+    limit = gib * (1 << 30)
+    chosen = []
+    for lvl, ops in enumerate(index.ops_by_level):
+        total = 0
+        for op in ops:
+            if op in roles.device_ops and op not in roles.inactive:
+                for out in range(len(index.output_shapes[op])):
+                    total += gi.tensor_bytes(index, op, out, batch_size) or 0
+        if total > limit:
+            chosen.append(lvl)
+    return chosen
+
+
+def serialization_edges(index, roles, slices, extra_levels=(),
+                        excluded=frozenset()):
+    """Control edges that make the ops of the chosen levels run one by one.
+
+    The eligible ops of all chosen levels form one chain in (level, id)
+    order. Ops in one level never depend on each other and every edge goes
+    forward in that order, so the chain cannot close a cycle.
+
+    Args:
+      index: a `GraphIndex` (original levels).
+      roles: `OpRoles`.
+      slices: slices from `parse_serialization`.
+      extra_levels: more level indices (e.g. from `levels_over_size`).
+      excluded: op ids that must not be chained (e.g. variable
+        initializers, which must stay runnable without the training inputs).
+
+    Returns:
+      A tuple of ``(from_id, to_id)`` edges, and the sorted chosen levels.
+    """
+    all_levels = list(range(index.num_levels))
+    chosen = set(extra_levels)
+    for s in slices:
+        chosen.update(all_levels[s])
+    chain = []
+    for lvl in sorted(chosen):
+        for op in index.ops_by_level[lvl]:
+            if (op in roles.device_ops and op not in roles.inactive
+                    and op not in excluded
+                    and not index.in_v1_cond[op] and not index.in_v1_loop[op]
+                    and index.types[op] not in analysis.NEVER_SWAPPED_TYPES
+                    and index.types[op] not in gi.CONTROL_FLOW_V1_TYPES):
+                chain.append(op)
+    edges = tuple(zip(chain, chain[1:]))
+    existing = set()
+    for a, b in edges:
+        if a in index.control_inputs[b]:
+            existing.add((a, b))
+    return tuple(e for e in edges if e not in existing), sorted(chosen)

@@ -1,0 +1,179 @@
+"""Apply a `Plan` to a `tf.Graph`: the only module that edits a graph.
+
+Functions here directly manipulate the internals of the `tf.Graph`
+(`Operation._update_input`, `Operation._add_control_inputs`). They check
+everything they can before the first edit, so an error leaves the graph as
+it was.
+
+A swap-out and its swap-ins are `Identity` ops pinned to the CPU device,
+named ``lms/swapout_<tensor>`` / ``lms/swapin_<tensor>``, and carry the
+``_grappler_do_not_remove`` attribute so that Grappler's dependency and
+arithmetic optimizers keep them (without it, on a machine where everything
+runs on the CPU, an Identity between two CPU ops would be folded away).
+They also carry ``_tflms`` so a later run recognises the graph::
+
+    before:  (src) --t--> (consumer)
+    after:   (src) --t--> [lms/swapout_t] --> [lms/swapin_t] --> (consumer)
+                                                   ^ ctrl
+                                               (trigger)
+"""
+
+import dataclasses
+
+import tensorflow as tf
+from tensorflow.core.framework import attr_value_pb2
+
+__all__ = ["SWAP_MARKER_ATTR", "RewriteResult", "apply_plan",
+           "is_rewritten", "swap_op_name"]
+
+# Attribute set on every op LMS adds; its presence means "already rewritten".
+SWAP_MARKER_ATTR = "_tflms"
+
+_PROTECT_ATTRS = {
+    "_grappler_do_not_remove": attr_value_pb2.AttrValue(b=True),
+    SWAP_MARKER_ATTR: attr_value_pb2.AttrValue(b=True),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class RewriteResult:
+    """What `apply_plan` added.
+
+    Attributes:
+      swapout_ops / swapin_ops: names of the added ops, in plan order.
+      control_edges: number of control edges added (triggers, sync waits,
+        serialization).
+      rerouted_inputs: number of consumer inputs now reading a swap-in.
+    """
+
+    swapout_ops: tuple
+    swapin_ops: tuple
+    control_edges: int
+    rerouted_inputs: int
+
+
+def swap_op_name(kind, tensor_name):
+    """``lms/swapout_conv1_Relu_0`` style names, one per tensor."""
+    return "lms/%s_%s" % (kind, tensor_name.replace("/", "_").replace(":", "_"))
+
+
+def is_rewritten(graph, gpu_device_filter=None):
+    """True if the graph has swap ops added by LMS.
+
+    Args:
+      graph: a `tf.Graph`.
+      gpu_device_filter: optional callable(device string) -> bool; when given
+        only swap-outs of tensors produced on a matching device count, so one
+        LMS per device can run on a multi-tower graph.
+    """
+    for op in graph.get_operations():
+        if not op.name.startswith("lms/swapout") and not _has_marker(op):
+            continue
+        if op.type != "Identity" or not op.name.split("/")[-1].startswith(
+                "swapout"):
+            continue
+        if gpu_device_filter is None or gpu_device_filter(
+                op.inputs[0].op.device):
+            return True
+    return False
+
+
+def _has_marker(op):
+    try:
+        return bool(op.get_attr(SWAP_MARKER_ATTR))
+    except ValueError:
+        return False
+
+
+def _new_identity(graph, tensor, name, device):
+    # Build outside any user context: no control dependencies, no name
+    # scope, no control-flow context inherited from where run() was called.
+    saved_ctx = graph._get_control_flow_context()  # pylint: disable=protected-access
+    graph._set_control_flow_context(None)  # pylint: disable=protected-access
+    try:
+        with graph.as_default(), tf.control_dependencies(None), \
+                graph.name_scope(None), tf.device(device), \
+                graph._attr_scope(_PROTECT_ATTRS):  # pylint: disable=protected-access
+            return tf.identity(tensor, name=name)
+    finally:
+        graph._set_control_flow_context(saved_ctx)  # pylint: disable=protected-access
+
+
+def apply_plan(graph, index, plan, cpu_device):
+    """Edit `graph` so that it performs `plan`.
+
+    This function directly manipulates the internals of the `tf.Graph`.
+
+    Args:
+      graph: the `tf.Graph` that `index` was built from.
+      index: the `GraphIndex` of `graph` (ids of `plan` refer to it).
+      plan: a `planner.Plan`.
+      cpu_device: device string for the swap ops.
+
+    Returns:
+      A `RewriteResult`.
+
+    Raises:
+      ValueError: if the graph changed since it was indexed (nothing is
+        edited then).
+    """
+    ops = index.ops
+    # Validate and snapshot before the first edit.
+    if graph.finalized:
+        raise ValueError("the graph is finalized and cannot be edited")
+    if len(graph.get_operations()) != index.num_ops:
+        raise ValueError(
+            "the graph has %d ops but was indexed with %d; index it again "
+            "before applying a plan" % (len(graph.get_operations()),
+                                        index.num_ops))
+    for swap in plan.swaps:
+        tensor = ops[swap.producer].outputs[swap.output]
+        for sin in swap.swap_ins:
+            for consumer, slot in sin.consumers:
+                if ops[consumer].inputs[slot] is not tensor:
+                    raise ValueError(
+                        "input %d of %s is not %s any more; index the graph "
+                        "again" % (slot, ops[consumer].name, tensor.name))
+
+    swapouts, swapins = [], []
+    control_edges = 0
+    rerouted = 0
+    pending_controls = {}  # op -> list of control inputs, applied in one call
+
+    def add_controls(op, controls):
+        current = set(op.control_inputs)
+        pending = pending_controls.setdefault(op, [])
+        for c in controls:
+            if c not in current and c not in pending:
+                pending.append(c)
+
+    for a, b in plan.serialization_edges:
+        add_controls(ops[b], [ops[a]])
+
+    for swap in plan.swaps:
+        tensor = ops[swap.producer].outputs[swap.output]
+        swapout = _new_identity(graph, tensor,
+                                swap_op_name("swapout", tensor.name),
+                                cpu_device)
+        swapouts.append(swapout.op.name)
+        for sin in swap.swap_ins:
+            swapin = _new_identity(graph, swapout,
+                                   swap_op_name("swapin", tensor.name),
+                                   cpu_device)
+            swapins.append(swapin.op.name)
+            for consumer, slot in sin.consumers:
+                ops[consumer]._update_input(slot, swapin)  # pylint: disable=protected-access
+                rerouted += 1
+            add_controls(swapin.op, [ops[t] for t in sin.triggers])
+        for w in swap.waiters:
+            add_controls(ops[w], [swapout.op])
+
+    for op, controls in pending_controls.items():
+        if controls:
+            op._add_control_inputs(controls)  # pylint: disable=protected-access
+            control_edges += len(controls)
+
+    return RewriteResult(swapout_ops=tuple(swapouts),
+                         swapin_ops=tuple(swapins),
+                         control_edges=control_edges,
+                         rerouted_inputs=rerouted)
