@@ -9,6 +9,7 @@ import time
 
 import tensorflow as tf
 
+from tflms import _keras
 from tflms import analysis
 from tflms import graph_index as gi
 from tflms import params as P
@@ -460,12 +461,9 @@ class LMS(tf.keras.callbacks.Callback, tf.compat.v1.train.SessionRunHook):
             self._log.info("Making the Keras train function before editing",
                            1)
             model._make_train_function()  # pylint: disable=protected-access
-        graph = getattr(model, "_graph", None) or _keras_graph()
-        self.run(graph, keras=True)
-
-
-def _keras_graph():
-    return tf.compat.v1.keras.backend.get_session().graph
+        graph = tf.compat.v1.get_default_graph()
+        if self.run(graph, keras=True) is not None:
+            _keras.renew_keras_session(graph, self._log)
 
 
 def _with_serialization(plan, edges):
