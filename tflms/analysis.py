@@ -17,6 +17,7 @@ __all__ = [
     "classify_ops",
     "device_matches",
     "inactive_ops",
+    "maybe_dead_ops",
     "ops_matching",
     "relevel",
     "ancestors_within",
@@ -64,7 +65,8 @@ class OpRoles:
       sources: ops whose outputs may be swapped out.
       sinks: ops that may read a swapped-in tensor.
       triggers: ops that may start a swap-in through a control edge.
-      waiters: ops that may wait on a transfer (sync modes).
+      waiters: ops that may wait on a transfer, or hold back a synchronous
+        swap-in (sync modes): never dead, never a control-flow primitive.
       has_loops: True if the graph has v1 or v2 loops.
     """
 
@@ -154,6 +156,29 @@ def inactive_ops(index, is_training=True):
     return frozenset(inactive)
 
 
+def maybe_dead_ops(index):
+    """Ops that may receive a dead tensor: downstream of a v1 Switch.
+
+    In v1 control flow the untaken output of a Switch is *dead*, and
+    deadness flows through every op except Merge. Gradients of ops in a
+    ``tf.cond`` branch are built outside the cond's context, so only this
+    dataflow view finds them. A dead op used as a swap-in trigger would make
+    the swapped tensor dead too, and a Merge fed by it would pick the wrong
+    input, so these ops never start or hold back a swap-in. A Merge ends the
+    flow: one of its inputs is live whenever its cond's predicate is.
+    """
+    dead = set()
+    for level in index.ops_by_level:
+        for op in level:
+            t = index.types[op]
+            if t in ("Merge", "RefMerge"):
+                continue
+            if any(index.types[p] in ("Switch", "RefSwitch") or p in dead
+                   for p in index.predecessors(op)):
+                dead.add(op)
+    return frozenset(dead)
+
+
 def ops_matching(index, scopes, types, what):
     """Ops whose name starts with one of `scopes` or whose type is in `types`.
 
@@ -210,6 +235,7 @@ def classify_ops(index, gpu_device=None, is_training=True, filters=None):
     """
     filters = filters or {}
     inactive = inactive_ops(index, is_training)
+    maybe_dead = maybe_dead_ops(index)
     n = index.num_ops
     device_ops = frozenset(i for i in range(n)
                            if device_matches(index.devices[i], gpu_device))
@@ -225,7 +251,8 @@ def classify_ops(index, gpu_device=None, is_training=True, filters=None):
             continue
         t = index.types[i]
         in_loop = index.in_v1_loop[i]
-        if not in_loop:
+        if not in_loop and i not in maybe_dead and t not in (
+                gi.CONTROL_FLOW_V1_TYPES):
             waiters.add(i)
         if (t not in NEVER_SWAPPED_TYPES and t not in gi.CONTROL_FLOW_V1_TYPES
                 and not in_loop):
@@ -235,7 +262,7 @@ def classify_ops(index, gpu_device=None, is_training=True, filters=None):
         if t not in NEVER_SWAPPED_TYPES and (not in_loop or t == "Enter"):
             sinks.add(i)
         if (t not in _NEVER_TRIGGER_TYPES and not in_loop
-                and not index.in_v1_cond[i]):
+                and not index.in_v1_cond[i] and i not in maybe_dead):
             triggers.add(i)
 
     if filters.get("incl_sources"):
@@ -261,8 +288,8 @@ def relevel(index, extra_control_edges):
     extra = [[] for _ in range(index.num_ops)]
     for a, b in extra_control_edges:
         extra[a].append(b)
-    successors = [list(index.fanouts[i]) + list(index.control_outputs[i])
-                  + extra[i] for i in range(index.num_ops)]
+    successors = [list(index.level_successors(i)) + extra[i]
+                  for i in range(index.num_ops)]
     levels = topo.kahn_levels(index.num_ops, successors)
     return dataclasses.replace(
         index, levels=tuple(levels),

@@ -26,6 +26,7 @@ __all__ = [
     "tensor_bytes",
     "is_cpu_device",
     "CONTROL_FLOW_V1_TYPES",
+    "BACK_EDGE_TYPES",
 ]
 
 # v1 control-flow primitives: never triggers, never swap sources or sinks.
@@ -37,6 +38,11 @@ CONTROL_FLOW_V1_TYPES = frozenset({
 _VARIABLE_HOLDER_TYPES = frozenset({
     "VarHandleOp", "VariableV2", "Variable", "VarHandleOpV2",
 })
+
+# A NextIteration op feeds its loop's Merge from the previous iteration: the
+# only back edge of a v1 loop. Levels ignore it, as TensorFlow's own
+# topological orders do.
+BACK_EDGE_TYPES = frozenset({"NextIteration", "RefNextIteration"})
 
 # Element sizes of dtypes whose tensors are not plain buffers of numbers.
 _OPAQUE_DTYPES = frozenset({tf.resource, tf.variant, tf.string})
@@ -117,6 +123,12 @@ class GraphIndex:
     def successors(self, op_id):
         """Distinct data consumers and control outputs of an op."""
         return _merge_sorted(self.fanouts[op_id], self.control_outputs[op_id])
+
+    def level_successors(self, op_id):
+        """Successors that count for levels: all but loop back edges."""
+        if self.types[op_id] in BACK_EDGE_TYPES:
+            return ()
+        return self.successors(op_id)
 
     def predecessors(self, op_id):
         """Distinct data producers and control inputs of an op."""
@@ -235,7 +247,9 @@ def build_index(graph, extra_control_edges=()):
     for a, b in extra_control_edges:
         extra_out[a].append(b)
     successors = [
-        list(fanouts[i]) + control_outputs[i] + extra_out[i] for i in range(n)
+        [] if types[i] in BACK_EDGE_TYPES
+        else list(fanouts[i]) + control_outputs[i] + extra_out[i]
+        for i in range(n)
     ]
     levels = topo.kahn_levels(n, successors)
 
