@@ -1,0 +1,567 @@
+"""An independent GPU memory oracle built on Grappler's virtual cluster.
+
+LMS makes claims such as "this rewritten graph peaks at N bytes of GPU
+memory". Those claims must be checked by something that does not share code
+with the rewriter. This module asks TensorFlow itself: it hands the graph to a
+Grappler *virtual* cluster (one simulated GPU and one simulated CPU, no real
+hardware needed), which places every op, schedules it with an analytical cost
+model and reports when each tensor is allocated and freed.
+
+Three numbers come out of one call to `peak_memory`:
+
+``raw_gpu_peak_bytes``
+    What ``Cluster.DeterminePeakMemoryUsage(item)`` reports for the GPU. It is
+    computed by ``GraphMemory::InferFromTrace`` from the virtual scheduler's
+    step stats: every output of every executed node is live from the
+    (microsecond-truncated) start of its producer to one nanosecond after the
+    end of the latest of its consumers, where "consumers" are the data inputs
+    recorded in the *original* graph.
+
+``gpu_peak_bytes`` (the corrected peak)
+    ``InferFromTrace`` has a blind spot that matters exactly for LMS. When a
+    GPU op reads a tensor produced on the CPU (a swapped-in tensor), the
+    scheduler inserts a ``_Send`` (on a pseudo "Channel" device) and a
+    ``_Recv`` on the GPU; the ``_Recv``'s output is the GPU-resident copy.
+    ``InferFromTrace`` only extends a tensor's life through consumers that
+    exist in the original graph, and the GPU consumer's original input names
+    the *CPU* node, not the ``_Recv``. So the GPU copy is freed one nanosecond
+    after the (essentially instantaneous) transfer, and the CPU tensor is kept
+    alive instead. In reality the GPU copy stays allocated until its last GPU
+    consumer has run. The oracle therefore replays the trace itself, with the
+    same rules as ``InferFromTrace`` (same microsecond timestamps, same
+    "+1 ns" deallocation, same rule that the peak is sampled after all
+    events of one timestamp), and one change: the output of every
+    ``Recv_<src>_<port>_on_<gpu>`` node is kept live until one nanosecond
+    after the end of the last op on that GPU that reads ``<src>:<port>``.
+    Because the rules are otherwise identical, the replay *without* the
+    change reproduces ``raw_gpu_peak_bytes`` exactly (recorded in
+    ``replayed_raw_gpu_peak_bytes`` as a self-check), and on a graph with no
+    CPU-to-GPU transfers the corrected peak equals the raw one. The
+    correction can only add live intervals, so ``gpu_peak_bytes >=
+    raw_gpu_peak_bytes`` always.
+
+``scheduler_gpu_peak_bytes`` (optional, ``scheduler_check=True``)
+    The virtual scheduler also keeps its own running memory count, which
+    frees an input when its last consumer in the *scheduled* graph (including
+    ``_Recv`` nodes) has executed, so it does not have the blind spot. It is
+    not exported to Python, but ``VirtualCluster::Run`` returns
+    ``RESOURCE_EXHAUSTED: Graph requires <N> bytes of memory on device <d>``
+    when ``N >= memory_size``; running once more with a one-byte GPU yields
+    ``N``. It excludes persistent tensors (constants, variables) and counts
+    an output from the end of its producer, so it is a differently-defined
+    cross-check, not the same number.
+
+Things the virtual cluster does that a reader should know:
+
+* Transfers are modelled as (almost) free: ``_Send``/``_Recv`` take about
+  1 ns. The oracle measures memory, not PCIe time.
+* ``Identity`` allocates a fresh output in the memory model (real TensorFlow
+  forwards the buffer), so swap ops on the GPU side would be over-counted;
+  LMS's swap ops live on the CPU, which is accounted separately.
+* Timestamps are truncated to microseconds before the interval replay, so
+  ops shorter than 1 us collapse onto one timestamp; a chain of element-wise
+  ops peaks at three live outputs (the input of the previous op is freed
+  1 ns after the next op starts).
+* Unplaced ops default to the GPU, and the Item path does not run the
+  Grappler meta optimizer (``ItemConfig.apply_optimizations`` is false and
+  no pruning is done), so the measured graph is the graph given.
+
+Placeholders must have fully defined shapes; tensors of unknown size count
+as zero bytes.
+"""
+
+import dataclasses
+import re
+from typing import Iterable, Optional, Sequence, Union
+
+import tensorflow as tf
+from tensorflow.core.framework import graph_pb2
+from tensorflow.core.protobuf import device_properties_pb2
+from tensorflow.core.protobuf import meta_graph_pb2
+from tensorflow.python.grappler import cluster as gcluster
+from tensorflow.python.grappler import item as gitem
+
+__all__ = [
+    "GPU_DEVICE",
+    "CPU_DEVICE",
+    "LiveTensor",
+    "Transfer",
+    "OracleResult",
+    "gpu_properties",
+    "cpu_properties",
+    "place_on_gpu",
+    "peak_memory",
+]
+
+GPU_DEVICE = "/job:localhost/replica:0/task:0/device:GPU:0"
+CPU_DEVICE = "/job:localhost/replica:0/task:0/device:CPU:0"
+
+# Large enough that no realistic graph trips the virtual cluster's
+# RESOURCE_EXHAUSTED check during measurement; capacity is judged afterwards.
+_UNLIMITED = 1 << 50
+
+_GraphLike = Union[tf.Graph, graph_pb2.GraphDef]
+
+
+@dataclasses.dataclass(frozen=True)
+class LiveTensor:
+    """One tensor live at a device's memory peak.
+
+    Attributes:
+      name: ``"node:port"`` of the tensor. For a GPU copy of a CPU tensor this
+        is the scheduler's ``Recv_...`` node.
+      nbytes: bytes allocated for it.
+      alloc_ns: allocation time in the replay, nanoseconds.
+      dealloc_ns: deallocation time in the replay, nanoseconds.
+      transferred: True for a GPU copy of a tensor produced on another device.
+    """
+
+    name: str
+    nbytes: int
+    alloc_ns: int
+    dealloc_ns: int
+    transferred: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Transfer:
+    """A copy of a tensor onto the GPU inserted by the virtual scheduler.
+
+    Attributes:
+      source: ``"node:port"`` of the tensor on the producing device.
+      recv_node: name of the scheduler's ``_Recv`` node on the GPU.
+      nbytes: size of the copy.
+      start_ns: when the copy is allocated on the GPU.
+      raw_end_ns: when ``DeterminePeakMemoryUsage`` frees it.
+      corrected_end_ns: when the corrected replay frees it (after its last
+        GPU consumer).
+      consumers: GPU nodes that read the copy.
+    """
+
+    source: str
+    recv_node: str
+    nbytes: int
+    start_ns: int
+    raw_end_ns: int
+    corrected_end_ns: int
+    consumers: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class OracleResult:
+    """What the oracle measured for one graph.
+
+    Attributes:
+      gpu_peak_bytes: corrected GPU peak (see the module docstring).
+      raw_gpu_peak_bytes: GPU peak from ``Cluster.DeterminePeakMemoryUsage``.
+      replayed_raw_gpu_peak_bytes: the oracle's own replay without the
+        correction; equal to ``raw_gpu_peak_bytes`` unless TensorFlow's
+        accounting changed.
+      host_peak_bytes: CPU peak from ``DeterminePeakMemoryUsage``. It keeps a
+        CPU tensor alive until its GPU readers finish, so it is an upper
+        bound for the host memory LMS needs.
+      scheduler_gpu_peak_bytes: the virtual scheduler's own GPU count
+        (non-persistent tensors only), or None if not requested.
+      live_at_peak: tensors live at the corrected GPU peak, largest first.
+      raw_live_at_peak: tensors live at the raw GPU peak, largest first.
+      transfers: copies onto the GPU, in order of their start time.
+      run_time_s: the cost model's estimate of the step time.
+      gpu_memory_bytes: the capacity the graph is judged against, or None.
+      gpu_device: the full name of the simulated GPU.
+    """
+
+    gpu_peak_bytes: int
+    raw_gpu_peak_bytes: int
+    replayed_raw_gpu_peak_bytes: int
+    host_peak_bytes: int
+    scheduler_gpu_peak_bytes: Optional[int]
+    live_at_peak: tuple
+    raw_live_at_peak: tuple
+    transfers: tuple
+    run_time_s: float
+    gpu_memory_bytes: Optional[int]
+    gpu_device: str = GPU_DEVICE
+
+    @property
+    def correction_bytes(self) -> int:
+        """How much the blind-spot correction added to the GPU peak."""
+        return self.gpu_peak_bytes - self.raw_gpu_peak_bytes
+
+    @property
+    def fits(self) -> Optional[bool]:
+        """Whether the corrected peak fits ``gpu_memory_bytes`` (None if unset)."""
+        if self.gpu_memory_bytes is None:
+            return None
+        return self.gpu_peak_bytes <= self.gpu_memory_bytes
+
+    def largest_live_tensors(self, k: int = 10) -> list:
+        """Names of the ``k`` largest tensors live at the corrected peak."""
+        return [t.name for t in self.live_at_peak[:k]]
+
+
+def gpu_properties(memory_bytes: int = 16 << 30) -> device_properties_pb2.DeviceProperties:
+    """Properties of a V100-class GPU for the analytical cost model.
+
+    Args:
+      memory_bytes: device memory size.
+
+    Returns:
+      A ``DeviceProperties`` proto of type ``"GPU"``.
+    """
+    props = device_properties_pb2.DeviceProperties()
+    props.type = "GPU"
+    props.vendor = "NVIDIA"
+    props.model = "Tesla V100-SXM2-16GB"
+    props.frequency = 1530          # MHz
+    props.num_cores = 80            # streaming multiprocessors
+    props.environment["architecture"] = "7.0"
+    props.environment["cuda"] = "12020"
+    props.num_registers = 65536
+    props.l1_cache_size = 24576
+    props.l2_cache_size = 6 * 1024 * 1024
+    props.shared_memory_size_per_multiprocessor = 98304
+    props.memory_size = memory_bytes
+    props.bandwidth = 900 * 1000 * 1000  # KB/s, i.e. 900 GB/s
+    return props
+
+
+def cpu_properties(memory_bytes: int = 256 << 30) -> device_properties_pb2.DeviceProperties:
+    """Properties of a server CPU for the analytical cost model.
+
+    Args:
+      memory_bytes: host memory size.
+
+    Returns:
+      A ``DeviceProperties`` proto of type ``"CPU"``.
+    """
+    props = device_properties_pb2.DeviceProperties()
+    props.type = "CPU"
+    props.vendor = "GenuineIntel"
+    props.model = "default"
+    props.frequency = 2500
+    props.num_cores = 16
+    props.environment["cpu_instruction_set"] = "AVX2"
+    props.l1_cache_size = 32 * 1024
+    props.l2_cache_size = 1024 * 1024
+    props.l3_cache_size = 32 * 1024 * 1024
+    props.memory_size = memory_bytes
+    props.bandwidth = 100 * 1000 * 1000  # KB/s
+    return props
+
+
+def _is_cpu_device(device: str) -> bool:
+    if not device:
+        return False
+    try:
+        spec = tf.DeviceSpec.from_string(device)
+    except ValueError:
+        return "cpu" in device.lower()
+    return (spec.device_type or "").upper() == "CPU"
+
+
+def _as_graph_def(graph: _GraphLike) -> graph_pb2.GraphDef:
+    if isinstance(graph, tf.Graph):
+        return graph.as_graph_def()
+    if isinstance(graph, graph_pb2.GraphDef):
+        copy = graph_pb2.GraphDef()
+        copy.CopyFrom(graph)
+        return copy
+    raise TypeError(f"expected a tf.Graph or GraphDef, got {type(graph)!r}")
+
+
+def place_on_gpu(graph: _GraphLike, gpu: str = "/device:GPU:0",
+                 cpu: str = "/cpu:0") -> graph_pb2.GraphDef:
+    """Returns a copy of ``graph`` with every non-CPU op placed on the GPU.
+
+    Ops pinned to a CPU (for example LMS swap ops on ``/cpu:0``) are kept on
+    the CPU, with their device rewritten to ``cpu``; every other op, placed or
+    not, gets ``gpu``. The virtual cluster would put unplaced ops on the GPU
+    anyway, but explicit devices make the measured placement unambiguous.
+
+    Args:
+      graph: a ``tf.Graph`` or ``GraphDef``; it is not modified.
+      gpu: device string for compute ops.
+      cpu: device string for CPU-pinned ops.
+
+    Returns:
+      A new ``GraphDef``.
+    """
+    graph_def = _as_graph_def(graph)
+    for node in graph_def.node:
+        node.device = cpu if _is_cpu_device(node.device) else gpu
+    return graph_def
+
+
+def _fetch_names(fetches) -> list:
+    if isinstance(fetches, (str, tf.Tensor, tf.Operation)):
+        fetches = [fetches]
+    names = []
+    for fetch in fetches:
+        if isinstance(fetch, (tf.Tensor, tf.Operation)):
+            name = fetch.op.name if isinstance(fetch, tf.Tensor) else fetch.name
+        elif isinstance(fetch, str):
+            name = fetch.lstrip("^").split(":")[0]
+        else:
+            raise TypeError(f"cannot fetch {fetch!r}")
+        if name not in names:
+            names.append(name)
+    if not names:
+        raise ValueError("peak_memory needs at least one fetch")
+    return names
+
+
+def _metagraph(graph_def: graph_pb2.GraphDef, fetch_names: Sequence[str]):
+    meta = meta_graph_pb2.MetaGraphDef()
+    meta.graph_def.CopyFrom(graph_def)
+    # Grappler's item builder takes its fetch nodes from this collection.
+    meta.collection_def["train_op"].node_list.value.extend(fetch_names)
+    return meta
+
+
+def _cluster(gpu_props, cpu_props, gpu_device, cpu_device):
+    gpu = device_properties_pb2.NamedDevice(name=gpu_device)
+    gpu.properties.CopyFrom(gpu_props)
+    cpu = device_properties_pb2.NamedDevice(name=cpu_device)
+    cpu.properties.CopyFrom(cpu_props)
+    return gcluster.Cluster(devices=[gpu, cpu], disable_timeline=False,
+                            disable_detailed_stats=False)
+
+
+def _with_memory(props, memory_bytes):
+    copy = device_properties_pb2.DeviceProperties()
+    copy.CopyFrom(props)
+    copy.memory_size = memory_bytes
+    return copy
+
+
+def _sanitized(device: str) -> str:
+    return device.replace(":", "_")
+
+
+def _parse_input(name: str):
+    """Returns (node, port) of a data input, or None for a control input."""
+    if name.startswith("^"):
+        return None
+    node, _, port = name.partition(":")
+    return node, int(port) if port else 0
+
+
+class _Interval:
+    __slots__ = ("device", "nbytes", "alloc", "dealloc", "transferred")
+
+    def __init__(self, device):
+        self.device = device
+        self.nbytes = 0
+        self.alloc = 0
+        self.dealloc = 0
+        self.transferred = False
+
+
+def _replay(step_stats, graph_def, gpu_device, correct):
+    """Replays GraphMemory::InferFromTrace, optionally fixing the blind spot.
+
+    Args:
+      step_stats: the virtual scheduler's ``StepStats``.
+      graph_def: the graph the item was built from.
+      gpu_device: full name of the GPU device.
+      correct: if True, keep GPU copies of transferred tensors alive until
+        their last GPU consumer ends.
+
+    Returns:
+      ``(peak_bytes, live_at_peak, transfers)`` for the GPU, where
+      ``live_at_peak`` is a list of ``LiveTensor`` and ``transfers`` a list of
+      ``Transfer`` (empty if not ``correct``).
+    """
+    placement = {}
+    times = {}   # node -> (start_ns, end_ns) with InferFromTrace's rounding.
+    for dev_stats in step_stats.dev_stats:
+        for ns in dev_stats.node_stats:
+            placement[ns.node_name] = dev_stats.device
+            start = ns.all_start_micros * 1000
+            times[ns.node_name] = (start,
+                                   start + ns.op_end_rel_micros * 1000)
+
+    tensors = {}
+
+    def interval(key, device):
+        if key not in tensors:
+            tensors[key] = _Interval(device)
+        return tensors[key]
+
+    for dev_stats in step_stats.dev_stats:
+        for ns in dev_stats.node_stats:
+            start, end = times[ns.node_name]
+            for port, out in enumerate(ns.output):
+                live = interval((ns.node_name, port), dev_stats.device)
+                live.nbytes = out.tensor_description.allocation_description.allocated_bytes
+                live.alloc = start
+                live.dealloc = max(live.dealloc, end + 1)
+
+    # Consumers as recorded in the original graph; TF-inserted _Send/_Recv
+    # nodes are not in it and therefore extend nobody's life.
+    gpu_readers = {}  # (src, port) -> [consumer names on the GPU]
+    for node in graph_def.node:
+        if node.name not in times:
+            continue
+        _, end = times[node.name]
+        swapped = set()
+        if "_swap_to_host" in node.attr:
+            swapped = set(node.attr["_swap_to_host"].list.i)
+        for index, inp in enumerate(node.input):
+            if index in swapped:
+                continue
+            parsed = _parse_input(inp)
+            if parsed is None:
+                continue
+            live = interval(parsed, placement.get(parsed[0], ""))
+            live.dealloc = max(live.dealloc, end + 1)
+            if (placement[node.name] == gpu_device
+                    and placement.get(parsed[0]) != gpu_device):
+                gpu_readers.setdefault(parsed, []).append(node.name)
+
+    transfers = []
+    if correct:
+        prefix_dev = "_on_" + _sanitized(gpu_device)
+        for (src, port), readers in gpu_readers.items():
+            recv = f"Recv_{src}_{port}{prefix_dev}"
+            live = tensors.get((recv, 0))
+            if live is None:
+                continue
+            raw_end = live.dealloc
+            for reader in readers:
+                live.dealloc = max(live.dealloc, times[reader][1] + 1)
+            live.transferred = True
+            transfers.append(Transfer(
+                source=f"{src}:{port}", recv_node=recv, nbytes=live.nbytes,
+                start_ns=live.alloc, raw_end_ns=raw_end,
+                corrected_end_ns=live.dealloc, consumers=tuple(readers)))
+        transfers.sort(key=lambda t: (t.start_ns, t.source))
+
+    events = {}
+    for key, live in tensors.items():
+        if live.device != gpu_device:
+            continue
+        events.setdefault(live.alloc, []).append((key, live.nbytes))
+        events.setdefault(live.dealloc, []).append((key, -live.nbytes))
+    # As in InferFromTrace, the peak is sampled only after every event of a
+    # timestamp, and only a strictly larger total moves it.
+    peak, current, live_keys, peak_keys = 0, 0, set(), set()
+    for stamp in sorted(events):
+        for key, delta in events[stamp]:
+            current += delta
+            if delta >= 0:
+                live_keys.add(key)
+            else:
+                live_keys.discard(key)
+        if current > peak:
+            peak, peak_keys = current, set(live_keys)
+    at_peak = [LiveTensor(name=f"{k[0]}:{k[1]}", nbytes=tensors[k].nbytes,
+                          alloc_ns=tensors[k].alloc,
+                          dealloc_ns=tensors[k].dealloc,
+                          transferred=tensors[k].transferred)
+               for k in peak_keys]
+    at_peak.sort(key=lambda t: (-t.nbytes, t.name))
+    return peak, at_peak, transfers
+
+
+_REQUIRES = re.compile(r"Graph requires (\d+) bytes of memory on device (\S+)")
+
+
+def _scheduler_peak(meta, gpu_props, cpu_props, gpu_device, cpu_device):
+    # A one-byte GPU (and a CPU of unknown size, which the check skips) makes
+    # VirtualCluster::Run fail with the scheduler's own GPU peak in the text.
+    cluster = _cluster(_with_memory(gpu_props, 1), _with_memory(cpu_props, 0),
+                       gpu_device, cpu_device)
+    try:
+        cluster.DeterminePeakMemoryUsage(gitem.Item(meta))
+    except tf.errors.ResourceExhaustedError as err:
+        match = _REQUIRES.search(str(err))
+        if match is None:
+            raise
+        return int(match.group(1))
+    finally:
+        cluster.Shutdown()
+    return 0
+
+
+def peak_memory(graph: _GraphLike,
+                fetches: Union[str, tf.Tensor, tf.Operation, Iterable],
+                gpu_memory_bytes: Optional[int] = None,
+                *,
+                place: bool = True,
+                gpu_props: Optional[device_properties_pb2.DeviceProperties] = None,
+                cpu_props: Optional[device_properties_pb2.DeviceProperties] = None,
+                gpu_device: str = GPU_DEVICE,
+                cpu_device: str = CPU_DEVICE,
+                scheduler_check: bool = False) -> OracleResult:
+    """Measures the GPU and host memory peaks of one step of ``graph``.
+
+    Args:
+      graph: a ``tf.Graph`` or ``GraphDef``; it is not modified.
+      fetches: what one step runs (train op, loss, ...): ops, tensors or
+        names. Only their transitive fan-in is simulated.
+      gpu_memory_bytes: capacity to judge the result against (see
+        ``OracleResult.fits``). Measurement itself always uses an unlimited
+        simulated device so that it never aborts.
+      place: if True, apply `place_on_gpu` first; if False, use the graph's
+        devices as they are (unplaced ops still land on the GPU).
+      gpu_props: ``DeviceProperties`` of the GPU; default `gpu_properties`.
+      cpu_props: ``DeviceProperties`` of the CPU; default `cpu_properties`.
+      gpu_device: full name of the simulated GPU.
+      cpu_device: full name of the simulated CPU.
+      scheduler_check: if True, also obtain the virtual scheduler's own GPU
+        peak (one more simulation).
+
+    Returns:
+      An `OracleResult`.
+    """
+    graph_def = place_on_gpu(graph) if place else _as_graph_def(graph)
+    fetch_names = _fetch_names(fetches)
+    meta = _metagraph(graph_def, fetch_names)
+    gpu_props = gpu_props if gpu_props is not None else gpu_properties()
+    cpu_props = cpu_props if cpu_props is not None else cpu_properties()
+
+    cluster = _cluster(_with_memory(gpu_props, _UNLIMITED),
+                       _with_memory(cpu_props, _UNLIMITED),
+                       gpu_device, cpu_device)
+    try:
+        item = gitem.Item(meta, ignore_colocation=True,
+                          ignore_user_placement=False)
+        reported = cluster.DeterminePeakMemoryUsage(item)
+        _, run_time, step_stats = cluster.MeasureCosts(item)
+    finally:
+        cluster.Shutdown()
+
+    # GraphMemory reports -1 for a device that ran nothing.
+    raw_gpu, raw_live = reported.get(gpu_device, (0, []))
+    raw_gpu = max(0, raw_gpu)
+    host_peak = max(0, reported.get(cpu_device, (0, []))[0])
+    raw_live_at_peak = sorted(
+        (LiveTensor(name=f"{node}:{port}", nbytes=int(nbytes),
+                    alloc_ns=int(alloc), dealloc_ns=int(dealloc))
+         for node, port, nbytes, alloc, dealloc in raw_live),
+        key=lambda t: (-t.nbytes, t.name))
+
+    replayed_raw, _, _ = _replay(step_stats, graph_def, gpu_device,
+                                 correct=False)
+    corrected, live_at_peak, transfers = _replay(step_stats, graph_def,
+                                                 gpu_device, correct=True)
+
+    scheduler_gpu = None
+    if scheduler_check:
+        scheduler_gpu = _scheduler_peak(meta, gpu_props, cpu_props,
+                                        gpu_device, cpu_device)
+
+    return OracleResult(
+        gpu_peak_bytes=int(corrected),
+        raw_gpu_peak_bytes=int(raw_gpu),
+        replayed_raw_gpu_peak_bytes=int(replayed_raw),
+        host_peak_bytes=int(host_peak),
+        scheduler_gpu_peak_bytes=scheduler_gpu,
+        live_at_peak=tuple(live_at_peak),
+        raw_live_at_peak=tuple(raw_live_at_peak),
+        transfers=tuple(transfers),
+        run_time_s=float(run_time),
+        gpu_memory_bytes=gpu_memory_bytes,
+        gpu_device=gpu_device,
+    )
