@@ -64,3 +64,47 @@ def train_steps(graph, handles, steps=3, trace=True):
     executed = {n.node_name for d in md.step_stats.dev_stats
                 for n in d.node_stats}
     return losses, weights, executed
+
+
+def trace_options():
+    """RunOptions for a traced step that also returns the partition graphs."""
+    return tf.compat.v1.RunOptions(
+        trace_level=tf.compat.v1.RunOptions.FULL_TRACE,
+        output_partition_graphs=True)
+
+
+def assert_swaps_ran(graph, result, run_metadata):
+    """The swap ops did their job in a traced step.
+
+    Grappler may merge twin swap ops (common subexpressions, e.g. the three
+    identical input reshapes of q/k/v projections) or drop a swap-in whose
+    consumer it folded away (a product with a constant zero). What it must
+    never do is feed a rerouted consumer the original tensor. So: every swap
+    op still present in the optimized (partition) graphs was executed, every
+    rerouted consumer still present reads no original tensor, and most planned swap
+    ops ran.
+    """
+    nodes = {n.name: n for pg in run_metadata.partition_graphs
+             for n in pg.node}
+    executed = {n.node_name for d in run_metadata.step_stats.dev_stats
+                for n in d.node_stats}
+    added = list(result.swapout_ops) + list(result.swapin_ops)
+    kept = [name for name in added if name in nodes]
+    missing = [name for name in kept if name not in executed]
+    assert not missing, "swap ops kept but not executed: %s" % missing[:5]
+    assert len(kept) >= 0.75 * len(added), (
+        "Grappler removed %d of %d swap ops" % (len(added) - len(kept),
+                                               len(added)))
+    for name in result.swapin_ops:
+        swapin = graph.get_operation_by_name(name)
+        source = swapin.inputs[0].op.inputs[0]  # swap-in <- swap-out <- source
+        source_name = (source.op.name if source.value_index == 0
+                       else source.name)
+        for consumer in swapin.outputs[0].consumers():
+            node = nodes.get(consumer.name)
+            if node is None:
+                continue
+            reads = [i for i in node.input if not i.startswith("^")]
+            assert source_name not in reads, (
+                "%s reads %s directly instead of through %s" % (
+                    consumer.name, source_name, name))

@@ -413,7 +413,10 @@ def transformer_encoder(layers: int = 4, seq: int = 64, d_model: int = 64,
         for i in range(layers):
             with _v1.variable_scope(f"layer{i}"):
                 q = split_heads(_dense(h, d_model, seeds, "q"))
-                k = split_heads(_dense(h, d_model, seeds, "k"))
+                # No key bias: it adds the same score to every key, which
+                # softmax cancels, so its gradient is pure rounding noise
+                # that Adam would blow up into visible weight changes.
+                k = split_heads(_dense(h, d_model, seeds, "k", bias=False))
                 v = split_heads(_dense(h, d_model, seeds, "v"))
                 scores = tf.matmul(q, k, transpose_b=True) / float(np.sqrt(depth))
                 attn = tf.nn.softmax(scores, axis=-1)

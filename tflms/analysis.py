@@ -17,6 +17,8 @@ __all__ = [
     "classify_ops",
     "device_matches",
     "inactive_ops",
+    "constant_ops",
+    "SHAPE_ONLY_TYPES",
     "maybe_dead_ops",
     "ops_matching",
     "relevel",
@@ -40,6 +42,20 @@ NEVER_SWAPPED_TYPES = frozenset({
     "Assign", "AssignAdd", "AssignSub", "Queue", "ScatterAdd", "ScatterSub",
     "ScatterUpdate", "TruncatedNormal", "Variable", "VariableV2",
     "NoOp",
+})
+
+# Ops that read only the shape of their input. Grappler replaces them by
+# constants when shapes are static, and on a GPU they never need the data:
+# bringing a tensor back for them would be a wasted transfer.
+SHAPE_ONLY_TYPES = frozenset({
+    "Shape", "ShapeN", "Size", "Rank", "ZerosLike", "OnesLike",
+    "BroadcastGradientArgs",
+})
+
+# Ops whose value depends only on their input's shape: constants when the
+# shape is static.
+_STATIC_WHEN_SHAPED_TYPES = frozenset({
+    "Shape", "ShapeN", "Size", "Rank", "ZerosLike", "OnesLike",
 })
 
 # Ops that must never be the trigger of a swap-in: they either do not run
@@ -156,6 +172,35 @@ def inactive_ops(index, is_training=True):
     return frozenset(inactive)
 
 
+def constant_ops(index):
+    """Ops whose value is known before the step runs.
+
+    Constants, shape queries and zeros/ones-like of statically shaped
+    tensors, and stateless ops fed only by those. Grappler folds them into constants, so a swap of one
+    of their outputs would be optimized away (and never needs doing).
+    """
+    const = set()
+    for level in index.ops_by_level:
+        for op in level:
+            t = index.types[op]
+            if t == "Const":
+                const.add(op)
+                continue
+            if t in _STATIC_WHEN_SHAPED_TYPES:
+                shapes = [index.output_shapes[p][o]
+                          for p, o in index.inputs[op]]
+                if all(s is not None and None not in s for s in shapes):
+                    const.add(op)
+                continue
+            if index.is_stateful[op] or t in NEVER_SWAPPED_TYPES - {
+                    "Identity"}:
+                continue
+            preds = index.predecessors(op)
+            if preds and all(p in const for p in preds):
+                const.add(op)
+    return frozenset(const)
+
+
 def maybe_dead_ops(index):
     """Ops that may receive a dead tensor: downstream of a v1 Switch.
 
@@ -236,6 +281,7 @@ def classify_ops(index, gpu_device=None, is_training=True, filters=None):
     filters = filters or {}
     inactive = inactive_ops(index, is_training)
     maybe_dead = maybe_dead_ops(index)
+    constant = constant_ops(index)
     n = index.num_ops
     device_ops = frozenset(i for i in range(n)
                            if device_matches(index.devices[i], gpu_device))
@@ -255,11 +301,12 @@ def classify_ops(index, gpu_device=None, is_training=True, filters=None):
                 gi.CONTROL_FLOW_V1_TYPES):
             waiters.add(i)
         if (t not in NEVER_SWAPPED_TYPES and t not in gi.CONTROL_FLOW_V1_TYPES
-                and not in_loop):
+                and not in_loop and i not in constant):
             sources.add(i)
         # A loop's Enter reads its input in the enclosing frame, so it may
         # read a swap-in like any op outside the loop.
-        if t not in NEVER_SWAPPED_TYPES and (not in_loop or t == "Enter"):
+        if (t not in NEVER_SWAPPED_TYPES and t not in SHAPE_ONLY_TYPES
+                and (not in_loop or t == "Enter")):
             sinks.add(i)
         if (t not in _NEVER_TRIGGER_TYPES and not in_loop
                 and not index.in_v1_cond[i] and i not in maybe_dead):

@@ -76,6 +76,8 @@ class GraphIndex:
         resource, variant and string tensors, which hold no activations).
       variable_bytes: per op, bytes of the variable it holds (VarHandleOp,
         VariableV2), else 0. Variables are resident for the whole step.
+      is_stateful: per op, True if its op def is stateful (random numbers,
+        variables, queues...): such an op is never a compile-time constant.
       bn_is_training: per op, the ``is_training`` attribute of fused
         batch-norm ops, else None.
       in_v1_cond / in_v1_loop: per op, True if the op was built inside a v1
@@ -99,6 +101,7 @@ class GraphIndex:
     output_shapes: tuple
     output_itemsizes: tuple
     variable_bytes: tuple
+    is_stateful: tuple
     bn_is_training: tuple
     in_v1_cond: tuple
     in_v1_loop: tuple
@@ -210,7 +213,7 @@ def build_index(graph, extra_control_edges=()):
     names, types, devices = [], [], []
     inputs, control_inputs = [], []
     output_shapes, output_itemsizes = [], []
-    variable_bytes, bn_is_training = [], []
+    variable_bytes, bn_is_training, is_stateful = [], [], []
     in_cond, in_loop = [], []
     consumers = []
     for op in ops:
@@ -226,6 +229,7 @@ def build_index(graph, extra_control_edges=()):
         output_itemsizes.append(tuple(_itemsize(t.dtype) for t in outs))
         consumers.append([[] for _ in outs])
         variable_bytes.append(_variable_bytes(op))
+        is_stateful.append(bool(op.op_def.is_stateful))
         if op.type.startswith("FusedBatchNorm"):
             bn_is_training.append(bool(op.get_attr("is_training")))
         else:
@@ -268,6 +272,7 @@ def build_index(graph, extra_control_edges=()):
         output_shapes=tuple(output_shapes),
         output_itemsizes=tuple(output_itemsizes),
         variable_bytes=tuple(variable_bytes),
+        is_stateful=tuple(is_stateful),
         bn_is_training=tuple(bn_is_training),
         in_v1_cond=tuple(in_cond),
         in_v1_loop=tuple(in_loop),

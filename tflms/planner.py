@@ -232,7 +232,15 @@ def make_plan(index, roles, params, batch_size=None, edges=None,
                 trigger = _find_trigger(index, roles, p, first,
                                         params.swapin_ahead)
             if trigger is not None:
-                swap_ins.append(SwapInPlan(tuple(group), (trigger,), False))
+                if (swap_ins and not swap_ins[-1].synchronous
+                        and swap_ins[-1].triggers == (trigger,)):
+                    # Two groups that would start at the same moment are one
+                    # swap-in (Grappler would merge the twins anyway).
+                    merged = swap_ins[-1].consumers + tuple(group)
+                    swap_ins[-1] = SwapInPlan(merged, (trigger,), False)
+                else:
+                    swap_ins.append(SwapInPlan(tuple(group), (trigger,),
+                                               False))
                 continue
             inputs = _sync_inputs(index, roles, first)
             inputs = tuple(i for i in inputs if index.levels[i] > index.levels[p])
