@@ -1,0 +1,260 @@
+"""Auto-tuning: budgets, the parameter search, tensor selection, LMS."""
+
+import logging
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tflms import LMS
+from tflms import analysis
+from tflms import autotune
+from tflms import graph_index as gi
+from tflms import planner
+from tflms import simulator
+from tflms._logging import Logger
+
+from tests import _graphs
+
+MIB = 1 << 20
+EXACT = {autotune.MEM_RATIO_ENV: "1"}  # budget == autotune_gpu_mem exactly
+AUTO = planner.SwapParams(-1, -1, -1, 0)
+
+
+def uneven_chain():
+    """f1 (0.5 MiB) .. f6 (1 MiB each) forward, mirrored backward.
+
+    Without LMS the peak is 6.5 MiB + 16 bytes of Consts at levels 7-8.
+    Thresholds must swap the far, small f1 before the nearer, larger f2.
+    """
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [256, 512], name="x")
+        f1 = tf.math.sin(x, name="f1")
+        f = [x, f1, tf.concat([f1, f1], 0, name="f2")]
+        for i in range(3, 7):
+            f.append(tf.math.sin(f[-1], name="f%d" % i))
+        grad = tf.math.cos(f[6], name="g6")
+        for i in range(5, 1, -1):
+            grad = tf.math.multiply(grad, f[i], name="g%d" % i)
+        tf.math.multiply(grad[:256], f1, name="g1")
+    index = gi.build_index(g)
+    return index, analysis.classify_ops(index)
+
+
+def tune(index, roles, mib, requested=AUTO, **kwargs):
+    return autotune.tune(index, roles, requested, gpu_mem_gib=mib / 1024.0,
+                         env=EXACT, log=Logger(), **kwargs)
+
+
+def names(index, tensors):
+    return sorted(index.names[p] for p, _ in tensors)
+
+
+class FakeDevice:
+    def __init__(self, name, device_type, memory_limit):
+        self.name, self.device_type = name, device_type
+        self.memory_limit = memory_limit
+
+
+# ---- budgets ---------------------------------------------------------------
+def test_budget_from_autotune_gpu_mem_and_ratio():
+    assert autotune.device_budget(2.0, env={}) == int(2 * 0.9 * (1 << 30))
+    env = {autotune.MEM_RATIO_ENV: "0.5"}
+    assert autotune.device_budget(2.0, env=env) == 1 << 30
+
+
+def test_bad_ratio_names_the_variable():
+    with pytest.raises(ValueError, match="TF_LMS_SIMULATOR_MEM_RATIO='2'"):
+        autotune.device_budget(1.0, env={autotune.MEM_RATIO_ENV: "2"})
+
+
+def test_no_gpu_and_no_budget_is_an_error():
+    with pytest.raises(autotune.NoGpuError) as err:
+        autotune.device_budget(None, env={}, list_devices=lambda: [
+            FakeDevice("/device:CPU:0", "CPU", 1 << 34)])
+    assert "no GPU" in str(err.value)
+    assert "lms.autotune_gpu_mem = <GiB" in str(err.value)
+    assert "by hand" in str(err.value)
+    # And on this machine (no GPU), through tune() itself:
+    index, roles = uneven_chain()
+    if not tf.config.list_physical_devices("GPU"):
+        with pytest.raises(autotune.NoGpuError):
+            autotune.tune(index, roles, AUTO, log=Logger())
+
+
+def test_gpu_budget_picks_the_device_or_the_local_rank():
+    devices = [FakeDevice("/device:CPU:0", "CPU", 1 << 34),
+               FakeDevice("/device:GPU:0", "GPU", 1000),
+               FakeDevice("/device:GPU:1", "GPU", 2000)]
+    lister = lambda: devices  # noqa: E731
+    assert autotune.device_budget(None, env=EXACT,
+                                  list_devices=lister) == 1000
+    assert autotune.device_budget(None, "/device:GPU:1", env=EXACT,
+                                  list_devices=lister) == 2000
+    env = dict(EXACT, HOROVOD_LOCAL_RANK="1")
+    assert autotune.device_budget(None, env=env, list_devices=lister) == 2000
+    env = dict(EXACT, OMPI_COMM_WORLD_LOCAL_RANK="1")
+    assert autotune.device_budget(None, env=env, list_devices=lister) == 2000
+
+
+def test_host_budget_is_shared_by_local_ranks():
+    one = autotune.host_budget({})
+    assert one > 0
+    assert autotune.host_budget({"HOROVOD_LOCAL_SIZE": "4"}) == one // 4
+
+
+# ---- the search ------------------------------------------------------------
+def test_fits_without_lms_returns_none():
+    index, roles = uneven_chain()
+    outcome = tune(index, roles, 7)
+    assert outcome.params is None and outcome.only_tensors is None
+    assert outcome.budget_bytes == 7 * MIB
+    assert outcome.without_lms.peak_device_bytes == 6 * MIB + MIB // 2 + 16
+
+
+def test_search_finds_parameters_that_fit_and_logs_them(caplog):
+    index, roles = uneven_chain()
+    tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.INFO)
+    logging.getLogger("tensorflow").propagate = True
+    caplog.set_level(logging.INFO, logger="tensorflow")
+    outcome = tune(index, roles, 6, select=False)
+    assert outcome.params == planner.SwapParams(8, 14, 14, 0)
+    assert outcome.with_lms.peak_device_bytes == 5 * MIB + 16
+    found = [r.getMessage() for r in caplog.records
+             if "[Simulator] Found a parameter set" in r.getMessage()]
+    assert found[0].endswith("[LMS][0] [Simulator] Found a parameter set: "
+                             "swapout_threshold 1, swapin_ahead 1, "
+                             "swapin_groupby 0, sync_mode 0")
+    assert found[-1].endswith("swapout_threshold 8, swapin_ahead 14, "
+                              "swapin_groupby 14, sync_mode 0")
+
+
+def test_sync_mode_escalates_when_async_cannot_fit():
+    index, roles = uneven_chain()
+    outcome = tune(index, roles, 4, select=False)
+    # Asynchronous swap-ins keep a device copy one level before its reader;
+    # only synchronous swap-ins (sync_mode 2) fit 4 MiB.
+    assert outcome.params == planner.SwapParams(4, 1, 0, 2)
+    assert outcome.with_lms.peak_device_bytes <= 4 * MIB
+
+
+def test_escalation_stops_at_the_first_sync_mode_that_fits():
+    class Sims:
+        budget = 10
+        smallest = (11, planner.SwapParams(1, 1, 0, 3))
+
+        def __init__(self):
+            self.seen = []
+
+        def play(self, params):
+            self.seen.append(params)
+            return params.sync_mode >= 1 and params.swapout_threshold <= 3
+
+    sims = Sims()
+    found = autotune._search(sims, AUTO, 8, Logger())  # pylint: disable=protected-access
+    assert found.sync_mode == 1 and found.swapout_threshold == 3
+    assert {p.sync_mode for p in sims.seen} == {0, 1}
+
+
+def test_nothing_fits_reports_the_miss():
+    index, roles = uneven_chain()
+    with pytest.raises(autotune.AutotuneError) as err:
+        tune(index, roles, 2)
+    model = simulator.SimulationModel(index, roles)
+    plan = planner.make_plan(index, roles, planner.SwapParams(1, 1, 0, 2))
+    smallest = model.replay(plan).peak_device_bytes
+    assert smallest == 3 * MIB + 16
+    message = str(err.value)
+    assert isinstance(err.value, ValueError)
+    assert "fits in 0.002 GiB (2.0 MiB)" in message
+    assert "needs 0.003 GiB (3.0 MiB), 0.001 GiB (1.0 MiB, %d bytes) too " \
+        "much" % (smallest - 2 * MIB) in message
+    for hint in ("smaller batch size", "serialization", "sync_mode=3",
+                 "autotune_gpu_mem"):
+        assert hint in message
+
+
+def test_user_set_parameters_are_kept():
+    index, roles = uneven_chain()
+    outcome = tune(index, roles, 6, planner.SwapParams(6, -1, -1, 0))
+    assert outcome.params.swapout_threshold == 6
+    assert outcome.only_tensors is None  # no selection with a fixed threshold
+    outcome = tune(index, roles, 6, planner.SwapParams(-1, 2, -1, 0),
+                   select=False)
+    assert outcome.params.swapin_ahead == 2
+    assert outcome.params.swapout_threshold == 8
+    outcome = tune(index, roles, 6, planner.SwapParams(-1, -1, 3, 0),
+                   select=False)
+    assert outcome.params.swapin_groupby == 3
+
+
+def test_selection_moves_fewer_bytes_than_the_threshold_alone():
+    index, roles = uneven_chain()
+    outcome = tune(index, roles, 6)
+    # The threshold must take f1 (0.5 MiB, farthest) and f2 (1 MiB);
+    # f2 alone is enough.
+    assert outcome.threshold_only.swapout_bytes == MIB + MIB // 2
+    assert names(index, outcome.only_tensors) == ["f2"]
+    assert outcome.with_lms.swapout_bytes == MIB
+    assert outcome.with_lms.swapout_bytes <= outcome.threshold_only.swapout_bytes
+    assert outcome.with_lms.peak_device_bytes <= outcome.budget_bytes
+    # LMS re-plans with only_tensors: the same swaps come out.
+    plan = planner.make_plan(index, roles, outcome.params,
+                             only_tensors=outcome.only_tensors)
+    assert names(index, ((s.producer, s.output) for s in plan.swaps)) == ["f2"]
+
+
+@pytest.mark.parametrize("mib", [6.5, 6, 5.5, 5, 4.5, 4, 3.5])
+def test_selection_never_moves_more_and_always_fits(mib):
+    index, roles = uneven_chain()
+    chosen = tune(index, roles, mib)
+    alone = tune(index, roles, mib, select=False)
+    assert chosen.with_lms.swapout_bytes <= alone.with_lms.swapout_bytes
+    assert chosen.with_lms.peak_device_bytes <= mib * MIB
+    model = simulator.SimulationModel(index, roles)
+    plan = planner.make_plan(index, roles, chosen.params,
+                             only_tensors=chosen.only_tensors)
+    assert model.replay(plan).peak_device_bytes <= mib * MIB
+
+
+def test_missing_batch_size_through_tune():
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 512], name="x")
+        tf.math.sin(x, name="y")
+    index = gi.build_index(g)
+    with pytest.raises(simulator.BatchSizeError, match="lms.batch_size"):
+        tune(index, analysis.classify_ops(index), 1)
+
+
+# ---- end to end ------------------------------------------------------------
+def test_lms_autotunes_and_the_graph_still_trains(monkeypatch, lms_log):
+    monkeypatch.setenv(autotune.MEM_RATIO_ENV, "1")
+    batch = 64
+    graph, handles = _graphs.dense_net(depth=6, width=512, batch=None)
+    index = gi.build_index(graph)
+    roles = analysis.classify_ops(index)
+    model = simulator.SimulationModel(index, roles, batch_size=batch)
+    without = model.replay(None).peak_device_bytes
+    most = model.replay(planner.make_plan(
+        index, roles, planner.SwapParams(1, 1, 0, 0), batch_size=batch))
+    assert most.peak_device_bytes < without
+    budget = (without + most.peak_device_bytes) // 2
+
+    lms = LMS()
+    lms.batch_size = batch
+    lms.autotune_gpu_mem = budget / float(1 << 30)
+    result = lms.run(graph)
+    assert result is not None and result.swapout_ops
+    lines = lms_log()
+    assert any("[Simulator] Found a parameter set: swapout_threshold" in line
+               for line in lines)
+    feed = {handles["x"]: np.random.RandomState(0).randn(batch, 32).astype(
+        np.float32), handles["y"]: np.eye(10, dtype=np.float32)[
+            np.arange(batch) % 10]}
+    with tf.compat.v1.Session(graph=graph) as sess:
+        sess.run(handles["init"])
+        losses = [sess.run([handles["loss"], handles["train"]], feed)[0]
+                  for _ in range(2)]
+    assert all(np.isfinite(losses))

@@ -1,0 +1,645 @@
+"""Find swapping parameters that make one training step fit the device.
+
+`tune` is what `LMS.run` calls when any of swapout_threshold, swapin_ahead
+or swapin_groupby is -1. It works only on plain data (`GraphIndex`,
+`OpRoles`) through the simulator:
+
+1. The budget is ``autotune_gpu_mem`` GiB, or the GPU's memory as
+   TensorFlow reports it, times ``TF_LMS_SIMULATOR_MEM_RATIO`` (default 0.9).
+2. With every parameter on auto, a graph that already fits needs no LMS
+   (``TuneOutcome.params`` is None).
+3. Otherwise the parameters are searched as TFLMSv2 does: the largest
+   swapout_threshold that fits (fewest swaps) with swapin_ahead 1 and
+   swapin_groupby 0, then the largest swapin_ahead (earliest swap-ins), then
+   the largest swapin_groupby (fewest swap-ins). If even the most aggressive
+   plan does not fit, sync_mode is raised one step at a time up to 3.
+   Parameters the user set are kept.
+4. Beyond TFLMSv2: a threshold swaps *every* tensor read that far away,
+   including tensors that are not live when memory peaks. When the threshold
+   is on auto, `select_tensors` keeps only the tensors that are needed: it
+   repeatedly looks at the levels still over budget and adds the candidate
+   tensors that free the most over-budget bytes per byte moved, re-simulating
+   after each round. The selection is returned as ``only_tensors`` and is
+   used only if it fits and moves no more bytes than the threshold alone.
+
+Every plan accepted here has been replayed by the simulator and fits the
+budget; see `tflms.simulator` for what it counts.
+"""
+
+import dataclasses
+import os
+
+import numpy as np
+
+from tflms import planner
+from tflms import simulator
+from tflms._logging import Logger
+
+__all__ = [
+    "AUTO",
+    "MEM_RATIO_ENV",
+    "DEFAULT_MEM_RATIO",
+    "AutotuneError",
+    "NoGpuError",
+    "TuneOutcome",
+    "mem_ratio",
+    "device_budget",
+    "host_budget",
+    "local_rank",
+    "local_size",
+    "select_tensors",
+    "tune",
+]
+
+AUTO = -1
+MEM_RATIO_ENV = "TF_LMS_SIMULATOR_MEM_RATIO"
+DEFAULT_MEM_RATIO = 0.9
+_GIB = float(1 << 30)
+
+# Rounds of select-and-replay before giving up on a selection; each round
+# usually closes most of the remaining gap, so a few suffice.
+_SELECTION_ROUNDS = 12
+# Replays spent removing unneeded swaps from the chosen selection.
+_PRUNE_REPLAYS = 48
+
+_LOCAL_RANK_VARS = ("HOROVOD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK")
+_LOCAL_SIZE_VARS = ("HOROVOD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE")
+
+
+class AutotuneError(ValueError):
+    """No parameter set makes the simulated step fit the budget."""
+
+
+class NoGpuError(ValueError):
+    """The device budget is unknown: no GPU and no autotune_gpu_mem."""
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TuneOutcome:
+    """What auto-tuning decided.
+
+    Attributes:
+      params: the `planner.SwapParams` to use, or None when the graph fits
+        without LMS.
+      only_tensors: None, or a frozenset of ``(producer_id, output)``: swap
+        only these tensors (with `params`).
+      budget_bytes: device bytes the plan had to fit in.
+      host_budget_bytes: host bytes available to this process.
+      without_lms: `simulator.SimulationResult` of the unmodified graph.
+      with_lms: `simulator.SimulationResult` of the chosen plan (None when
+        params is None).
+      threshold_only: result of the plan found by the threshold search
+        alone (None when params is None or the user set the threshold).
+      simulations: number of replays run.
+      plot_files: paths of the files written to plot_dir.
+    """
+
+    params: object
+    only_tensors: object
+    budget_bytes: int
+    host_budget_bytes: int = 0
+    without_lms: object = None
+    with_lms: object = None
+    threshold_only: object = None
+    simulations: int = 0
+    plot_files: tuple = ()
+
+
+# ---- budgets -------------------------------------------------------------
+def mem_ratio(env=None):
+    """The share of device memory plans may use (``TF_LMS_SIMULATOR_MEM_RATIO``).
+
+    Raises:
+      ValueError: if the variable is not a number in (0, 1].
+    """
+    env = os.environ if env is None else env
+    text = env.get(MEM_RATIO_ENV)
+    if text is None or text == "":
+        return DEFAULT_MEM_RATIO
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 < value <= 1.0:
+        raise ValueError(
+            "%s=%r must be a number in (0, 1], the share of GPU memory LMS "
+            "may plan for; unset it to use %.1f" % (MEM_RATIO_ENV, text,
+                                                    DEFAULT_MEM_RATIO))
+    return value
+
+
+def _int_env(env, names, default):
+    for name in names:
+        text = env.get(name)
+        if text is None or text == "":
+            continue
+        try:
+            return int(text)
+        except ValueError:
+            raise ValueError("%s=%r must be an integer" % (name, text))
+    return default
+
+
+def local_rank(env=None):
+    """This process's rank on its node under Horovod / Open MPI, else None."""
+    return _int_env(os.environ if env is None else env, _LOCAL_RANK_VARS,
+                    None)
+
+
+def local_size(env=None):
+    """Processes on this node under Horovod / Open MPI, else 1."""
+    return max(1, _int_env(os.environ if env is None else env,
+                           _LOCAL_SIZE_VARS, 1))
+
+
+def _list_local_devices():
+    # Imported lazily: listing devices initialises the GPU runtime.
+    from tensorflow.python.client import device_lib  # pylint: disable=import-outside-toplevel
+    return device_lib.list_local_devices()
+
+
+def _gpu_index(gpu_device, env):
+    if gpu_device:
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        spec = tf.DeviceSpec.from_string(gpu_device)
+        if spec.device_index is not None:
+            return spec.device_index
+    rank = local_rank(env)
+    return rank if rank is not None else 0
+
+
+def device_budget(gpu_mem_gib=None, gpu_device=None, env=None,
+                  list_devices=None):
+    """Device bytes a plan may use.
+
+    Args:
+      gpu_mem_gib: ``autotune_gpu_mem`` in GiB, or None to ask TensorFlow
+        for the GPU's memory.
+      gpu_device: the device LMS manages (its index picks the GPU); with
+        None, the local rank's GPU under Horovod / MPI, else GPU 0.
+      env: environment mapping (default `os.environ`).
+      list_devices: callable returning `DeviceAttributes` (for tests);
+        default `device_lib.list_local_devices`.
+
+    Returns:
+      ``int(memory * mem_ratio(env))``.
+
+    Raises:
+      NoGpuError: with no GPU and no `gpu_mem_gib`.
+    """
+    env = os.environ if env is None else env
+    ratio = mem_ratio(env)
+    if gpu_mem_gib is not None:
+        return int(gpu_mem_gib * _GIB * ratio)
+    devices = (list_devices or _list_local_devices)()
+    gpus = [d for d in devices if d.device_type == "GPU"]
+    if not gpus:
+        raise NoGpuError(
+            "LMS auto-tuning needs the GPU memory size, but TensorFlow sees "
+            "no GPU on this machine. Set lms.autotune_gpu_mem = <GiB of the "
+            "GPU you plan for>, or set swapout_threshold, swapin_ahead and "
+            "swapin_groupby by hand.")
+    want = _gpu_index(gpu_device, env)
+    chosen = None
+    for d in gpus:
+        if d.name.rsplit(":", 1)[-1] == str(want):
+            chosen = d
+    if chosen is None:
+        raise NoGpuError(
+            "LMS auto-tuning wants GPU %d (from gpu_device=%r or the local "
+            "rank) but TensorFlow sees only %s. Set gpu_device to one of "
+            "those, or set lms.autotune_gpu_mem = <GiB>."
+            % (want, gpu_device, ", ".join(d.name for d in gpus)))
+    return int(chosen.memory_limit * ratio)
+
+
+def host_budget(env=None):
+    """Physical memory divided by the processes on this node (0 if unknown)."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+    return int(total // local_size(env))
+
+
+# ---- the search ----------------------------------------------------------
+class _Simulations:
+    """Plans and replays with memoisation and the "Found" log lines."""
+
+    def __init__(self, index, roles, model, budget, batch_size, log):
+        self.index = index
+        self.roles = roles
+        self.model = model
+        self.budget = budget
+        self.batch_size = batch_size
+        self.log = log
+        self.edges = planner.candidate_edges(index, roles)
+        self.count = 0
+        self._cache = {}
+        self.smallest = None  # (peak, params) of the lowest peak seen
+
+    def plan(self, params):
+        return planner.make_plan(self.index, self.roles, params,
+                                 batch_size=self.batch_size, edges=self.edges)
+
+    def replay(self, plan, detail=False):
+        self.count += 1
+        return self.model.replay(plan, detail=detail)
+
+    def play(self, params):
+        """True if the plan for `params` fits; logs it when it does."""
+        if params in self._cache:
+            return self._cache[params][0]
+        plan = self.plan(params)
+        result = self.replay(plan)
+        ok = result.fits(self.budget)
+        self._cache[params] = (ok, plan, result)
+        if self.smallest is None or result.peak_device_bytes < self.smallest[0]:
+            self.smallest = (result.peak_device_bytes, params)
+        if ok:
+            self.log.info(
+                "[Simulator] Found a parameter set: swapout_threshold %d, "
+                "swapin_ahead %d, swapin_groupby %d, sync_mode %d"
+                % (params.swapout_threshold, params.swapin_ahead,
+                   params.swapin_groupby, params.sync_mode))
+        self.log.info("[Simulator] swapout_threshold %d, swapin_ahead %d, "
+                      "swapin_groupby %d, sync_mode %d: peak %.3f GiB of "
+                      "%.3f GiB" % (params.swapout_threshold,
+                                    params.swapin_ahead,
+                                    params.swapin_groupby, params.sync_mode,
+                                    result.peak_device_bytes / _GIB,
+                                    self.budget / _GIB), 1)
+        return ok
+
+    def cached(self, params):
+        return self._cache[params]
+
+
+def _largest_passing(passes, known_good, high):
+    """Largest value in [known_good, high] that passes, by binary search.
+
+    Assumes `passes(known_good)` is True and the property is (mostly)
+    monotone; a value is only returned if it was seen to pass.
+    """
+    best, lo, hi = known_good, known_good + 1, high
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        if passes(mid):
+            best, lo = mid, mid + 1
+        else:
+            hi = mid - 1
+    return best
+
+
+def _search_at_sync(sims, requested, sync, max_level):
+    """Threshold, then ahead, then groupby at one sync mode; None if the
+    most aggressive plan already does not fit."""
+    auto_t = requested.swapout_threshold == AUTO
+    auto_a = requested.swapin_ahead == AUTO
+    auto_g = requested.swapin_groupby == AUTO
+    t = 1 if auto_t else requested.swapout_threshold
+    a = 1 if auto_a else requested.swapin_ahead
+    g = 0 if auto_g else requested.swapin_groupby
+
+    def params(t_, a_, g_):
+        return planner.SwapParams(t_, a_, g_, sync)
+
+    if not sims.play(params(t, a, g)):
+        return None
+    if auto_t:
+        t = _largest_passing(lambda v: sims.play(params(v, a, g)), t,
+                             max_level)
+    swapin_sync = params(t, a, g).sync_swapin
+    # With synchronous swap-ins, ahead and groupby are not used.
+    if auto_a and not swapin_sync:
+        a = _largest_passing(lambda v: sims.play(params(t, v, g)), a,
+                             max_level)
+    if auto_g and not swapin_sync:
+        if sims.play(params(t, a, max_level)):
+            g = max_level
+        else:
+            g = _largest_passing(lambda v: sims.play(params(t, a, v)), g,
+                                 max_level)
+    return params(t, a, g)
+
+
+def _cannot_fit(sims, requested):
+    peak, params = sims.smallest
+    fixed = [name for name in ("swapout_threshold", "swapin_ahead",
+                               "swapin_groupby")
+             if getattr(requested, name) != AUTO]
+    hint = ""
+    if fixed:
+        hint = " You fixed %s; setting %s to -1 lets LMS search %s too." % (
+            ", ".join(fixed), "it" if len(fixed) == 1 else "them",
+            "it" if len(fixed) == 1 else "them")
+    return AutotuneError(
+        "LMS auto-tuning found no parameter set that fits in %s: the "
+        "smallest plan (swapout_threshold %d, swapin_ahead %d, "
+        "swapin_groupby %d, sync_mode %d) needs %s, %s too much. "
+        "Try a smaller batch size, serialization (lms.serialization or "
+        "serialization_by_size) to run large levels one op at a time, "
+        "sync_mode=3, or a larger lms.autotune_gpu_mem / %s if the GPU "
+        "really has more memory.%s"
+        % (_gib(sims.budget), params.swapout_threshold, params.swapin_ahead,
+           params.swapin_groupby, params.sync_mode, _gib(peak),
+           _gib(peak - sims.budget, exact=True), MEM_RATIO_ENV, hint))
+
+
+def _gib(nbytes, exact=False):
+    """``'1.234 GiB (1263.6 MiB)'``: GiB as asked, MiB for small graphs, and
+    the exact bytes when asked (a tiny miss would otherwise print as 0)."""
+    text = "%.3f GiB (%.1f MiB" % (nbytes / _GIB, nbytes / float(1 << 20))
+    return text + (", %d bytes)" % nbytes if exact else ")")
+
+
+def _search(sims, requested, max_level, log):
+    sync = requested.sync_mode
+    while True:
+        found = _search_at_sync(sims, requested, sync, max_level)
+        if found is not None:
+            return found
+        if sync >= 3:
+            raise _cannot_fit(sims, requested)
+        log.info("[Simulator] Nothing fits with sync_mode %d; trying "
+                 "sync_mode %d" % (sync, sync + 1))
+        sync += 1
+
+
+# ---- tensor selection ----------------------------------------------------
+def select_tensors(model, plan, budget, replay=None, rounds=_SELECTION_ROUNDS,
+                   prune=True):
+    """Pick a subset of a plan's swaps that still fits the budget.
+
+    Starting from no swaps, each round replays the current subset, finds
+    the levels still over budget and their excess bytes, and greedily adds
+    the swaps that free the most excess per byte moved (bytes out plus bytes
+    back in), until the estimated excess is gone; then it replays again.
+    Estimates come from `SimulationModel.freed_levels`; only replays decide.
+
+    Args:
+      model: a `simulator.SimulationModel`.
+      plan: a `planner.Plan` (usually the threshold search's plan); its
+        swaps are the candidates.
+      budget: device bytes.
+      replay: callable(plan) -> SimulationResult (default `model.replay`
+        without details).
+      rounds: most select-and-replay rounds.
+      prune: afterwards drop swaps the fitting subset does not need, each
+        removal checked by a replay.
+
+    Returns:
+      ``(subset_plan, result)`` for a subset that fits, or None.
+    """
+    replay = replay or (lambda p: model.replay(p, detail=False))
+    swaps = plan.swaps
+    if not swaps:
+        return None
+    sizes = np.array([model.tensor_size(s.producer, s.output) for s in swaps],
+                     dtype=np.float64)
+    moved = sizes * np.array([1 + len(s.swap_ins) for s in swaps],
+                             dtype=np.float64)
+    chosen = np.zeros(len(swaps), dtype=bool)
+
+    def subset_of(mask):
+        return dataclasses.replace(
+            plan, swaps=tuple(s for s, c in zip(swaps, mask) if c))
+
+    for _ in range(rounds):
+        subset = subset_of(chosen)
+        result = replay(subset)
+        if result.fits(budget):
+            if prune:
+                return prune_swaps(subset, budget, replay, result)
+            return subset, result
+        excess = result.device_timeline - budget
+        over = np.nonzero(excess > 0)[0]
+        # cover[i, j]: swap i frees its bytes at over-budget level over[j].
+        cover = np.zeros((len(swaps), len(over)), dtype=bool)
+        for i, s in enumerate(swaps):
+            if chosen[i] or sizes[i] == 0:
+                continue
+            for a, z in model.freed_levels(s, result.levels):
+                lo, hi = np.searchsorted(over, [a, z + 1])
+                cover[i, lo:hi] = True
+        picked = _greedy_cover(cover, sizes, moved,
+                               excess[over].astype(np.float64))
+        if picked:
+            chosen[picked] = True
+        else:
+            # Nothing left covers the excess by the estimates: add every
+            # remaining candidate and let the replays and pruning decide.
+            rest = ~chosen & (sizes > 0)
+            if not rest.any():
+                return None
+            chosen |= rest
+    return None
+
+
+def _greedy_cover(cover, sizes, moved, need):
+    """Candidates (row ids) that together free `need` bytes at every level.
+
+    Greedy weighted multi-cover: repeatedly take the row that frees the most
+    still-needed bytes per byte moved (ties: smaller tensor, then lower id),
+    then drop picks that the others make redundant, most expensive first
+    (greedy by ratio can take a small tensor that a larger, necessary one
+    later makes useless).
+    """
+    remaining = need.copy()
+    available = cover.any(axis=1)
+    picked = []
+    while remaining.max(initial=0) > 0:
+        useful = np.minimum(sizes[:, None], np.maximum(remaining, 0)[None, :])
+        gain = np.where(available, (cover * useful).sum(1), 0.0)
+        if gain.max() <= 0:
+            break
+        score = gain / np.maximum(moved, 1)
+        best = np.flatnonzero(score == score.max())
+        i = int(best[np.argmin(sizes[best])])
+        picked.append(i)
+        available[i] = False
+        remaining = np.where(cover[i], remaining - sizes[i], remaining)
+    if not picked:
+        return []
+    freed = (cover[picked] * sizes[picked, None]).sum(0)
+    target = np.minimum(need, freed)  # what the picks can cover at all
+    for i in sorted(picked, key=lambda r: (-moved[r], r)):
+        without = freed - cover[i] * sizes[i]
+        if np.all(without >= target):
+            freed = without
+            picked.remove(i)
+    return picked
+
+
+def prune_swaps(plan, budget, replay, result, limit=_PRUNE_REPLAYS):
+    """Drop swaps a fitting plan does not need.
+
+    Tries removing one swap at a time, the most bytes moved first, and keeps
+    each removal whose replay still fits (at most `limit` replays).
+
+    Returns:
+      ``(plan, result)``.
+    """
+    swaps = list(plan.swaps)
+    order = sorted(range(len(swaps)), key=lambda i: (
+        -(swaps[i].nbytes or 0) * (1 + len(swaps[i].swap_ins)), i))
+    keep = [True] * len(swaps)
+    for i in order[:limit]:
+        keep[i] = False
+        trial = dataclasses.replace(
+            plan, swaps=tuple(s for s, k in zip(swaps, keep) if k))
+        trial_result = replay(trial)
+        if trial_result.fits(budget):
+            plan, result = trial, trial_result
+        else:
+            keep[i] = True
+    return plan, result
+
+
+def _selection_thresholds(found):
+    """Thresholds whose swaps are the candidate pools for selection: the
+    one found, then halving down to 1 (a lower threshold offers more tensors
+    and longer gaps to choose from)."""
+    values = []
+    t = found
+    while t >= 1:
+        values.append(t)
+        t //= 2
+    if values[-1] != 1:
+        values.append(1)
+    return values
+
+
+def _select_best(sims, model, params, plan, budget):
+    """The selection moving the fewest bytes over a few candidate pools, or
+    None if none moves fewer bytes than the threshold-only `plan`.
+
+    Returns:
+      ``(params, subset_plan)``.
+    """
+    best = None
+    best_key = (plan.swapout_bytes(), plan.swapin_bytes(), len(plan.swaps))
+    for t in _selection_thresholds(params.swapout_threshold):
+        trial = dataclasses.replace(params, swapout_threshold=t)
+        pool = plan if t == params.swapout_threshold else sims.plan(trial)
+        picked = select_tensors(model, pool, budget, replay=sims.replay,
+                                prune=False)
+        if picked is None:
+            continue
+        subset = picked[0]
+        key = (subset.swapout_bytes(), subset.swapin_bytes(),
+               len(subset.swaps))
+        if key < best_key:
+            best, best_key = (trial, subset, picked[1]), key
+    if best is None:
+        return None
+    trial, subset, result = best
+    subset, _ = prune_swaps(subset, budget, sims.replay, result)
+    return trial, subset
+
+
+# ---- entry point ---------------------------------------------------------
+def _all_auto(p):
+    return (p.swapout_threshold == AUTO and p.swapin_ahead == AUTO
+            and p.swapin_groupby == AUTO)
+
+
+def tune(index, roles, requested, batch_size=None, gpu_mem_gib=None,
+         gpu_device=None, plot_dir=None, log=None, serialization_edges=(),
+         select=True, env=None, list_devices=None):
+    """Choose swapping parameters for a graph by simulation.
+
+    Args:
+      index: a `GraphIndex` with the planning levels (after serialization).
+      roles: its `OpRoles`.
+      requested: `planner.SwapParams` as the user set them; -1 means auto.
+      batch_size: mini-batch size for unknown dimensions, or None.
+      gpu_mem_gib: ``autotune_gpu_mem`` (GiB) or None for the GPU's memory.
+      gpu_device: the device LMS manages, or None.
+      plot_dir: folder for memory plots, or None for no plots.
+      log: a `Logger`.
+      serialization_edges: control edges already in the index's levels but
+        not in the graph (so the simulator's levels match).
+      select: choose tensors to swap when the threshold is on auto.
+      env: environment mapping (default `os.environ`).
+      list_devices: device lister for `device_budget` (tests).
+
+    Returns:
+      A `TuneOutcome`.
+
+    Raises:
+      NoGpuError: no GPU and no `gpu_mem_gib`.
+      simulator.BatchSizeError: a size needs the batch size.
+      AutotuneError: nothing fits.
+    """
+    log = log or Logger()
+    budget = device_budget(gpu_mem_gib, gpu_device, env, list_devices)
+    host_limit = host_budget(env)
+    model = simulator.SimulationModel(index, roles, batch_size,
+                                      extra_edges=serialization_edges)
+    if model.unknown_tensors:
+        log.info("%d tensors have no static size and count as 0 bytes in "
+                 "the simulation (first: %s)"
+                 % (len(model.unknown_tensors), model.unknown_tensors[0]), 1)
+    sims = _Simulations(index, roles, model, budget, batch_size, log)
+    log.info("[Simulator] Searching values for swapout_threshold, "
+             "swapin_ahead, swapin_groupby and sync_mode for a budget of "
+             "%.2f GiB" % (budget / _GIB))
+    without = sims.replay(None, detail=True)
+    log.info("[Simulator] Without LMS one step peaks at %.2f GiB at level %d "
+             "(%s)" % (without.peak_device_bytes / _GIB, without.peak_level,
+                       without.peak_op))
+
+    if _all_auto(requested) and without.fits(budget):
+        files = _plots(plot_dir, index, roles, batch_size, without, None,
+                       budget, log)
+        return TuneOutcome(params=None, only_tensors=None,
+                           budget_bytes=budget, host_budget_bytes=host_limit,
+                           without_lms=without, simulations=sims.count,
+                           plot_files=files)
+
+    max_level = index.num_levels
+    params = _search(sims, requested, max_level, log)
+    _, plan, _ = sims.cached(params)
+    only = None
+    threshold_result = None
+    final_plan = plan
+    if select and requested.swapout_threshold == AUTO and plan.swaps:
+        threshold_result = sims.replay(plan, detail=True)
+        best = _select_best(sims, model, params, plan, budget)
+        if best is not None:
+            params, final_plan = best
+            only = frozenset((s.producer, s.output) for s in final_plan.swaps)
+            log.info("[Simulator] Swapping %d chosen tensors (swapout_threshold "
+                     "%d) is enough: %.3f GiB moved to the host instead of "
+                     "%.3f GiB with the threshold alone" % (
+                         len(final_plan.swaps), params.swapout_threshold,
+                         final_plan.swapout_bytes() / _GIB,
+                         plan.swapout_bytes() / _GIB))
+    final = sims.replay(final_plan, detail=True)
+    log.info("[Simulator] With LMS one step peaks at %.2f GiB of %.2f GiB at "
+             "level %d (%s)" % (final.peak_device_bytes / _GIB, budget / _GIB,
+                                final.peak_level, final.peak_op))
+    if host_limit and final.peak_host_bytes > host_limit:
+        log.warning(
+            "The LMS plan needs %.2f GiB of host memory at its peak, more than "
+            "the %.2f GiB this process may use (physical memory / %d local "
+            "processes); the host may run out of memory. Use a smaller batch "
+            "size or fewer processes per node."
+            % (final.peak_host_bytes / _GIB, host_limit / _GIB,
+               local_size(env)))
+    files = _plots(plot_dir, index, roles, batch_size, without, final, budget,
+                   log)
+    return TuneOutcome(params=params, only_tensors=only, budget_bytes=budget,
+                       host_budget_bytes=host_limit, without_lms=without,
+                       with_lms=final, threshold_only=threshold_result,
+                       simulations=sims.count, plot_files=files)
+
+
+def _plots(plot_dir, index, roles, batch_size, without, with_lms, budget,
+           log):
+    if not plot_dir:
+        return ()
+    from tflms import plots  # pylint: disable=import-outside-toplevel
+    return tuple(plots.write_plots(plot_dir, index, roles, without, with_lms,
+                                   budget, batch_size=batch_size, log=log))

@@ -1,0 +1,185 @@
+"""Pictures of what auto-tuning decided, written as PNG (and TSV) files.
+
+matplotlib is optional and imported only here, lazily. Figures are built
+with `matplotlib.figure.Figure` and rendered by the Agg canvas directly, so
+the user's pyplot state and backend are never touched.
+
+Files written into the plot folder:
+
+* ``memory_without_lms.png`` / ``memory_with_lms.png``: expected device
+  memory (GiB) at each level of one training step, with the budget line.
+* ``distance_histogram.png`` and ``distance_histogram.tsv``: how many
+  swap-candidate edges (device tensor to a later device reader) span each
+  level distance, and their bytes. Thresholds act on this distance.
+"""
+
+import os
+
+from tflms import graph_index as gi
+from tflms import planner
+
+__all__ = [
+    "distance_histogram",
+    "memory_figure",
+    "histogram_figure",
+    "write_histogram_tsv",
+    "write_plots",
+]
+
+_GIB = float(1 << 30)
+_INSTALL_HINT = "pip install matplotlib (or pip install tflms[plot])"
+
+
+def distance_histogram(index, roles, batch_size=None, edges=None):
+    """Candidate edges counted by level distance.
+
+    Args:
+      index: a `GraphIndex`.
+      roles: its `OpRoles`.
+      batch_size: for byte counts (unknown sizes count 0).
+      edges: precomputed `planner.candidate_edges` (optional).
+
+    Returns:
+      A list of ``(distance, edges, bytes)``, ascending by distance.
+    """
+    if edges is None:
+        edges = planner.candidate_edges(index, roles)
+    counts = {}
+    for p, out, _, _, distance in edges:
+        n, b = counts.get(distance, (0, 0))
+        size = gi.tensor_bytes(index, p, out, batch_size) or 0
+        counts[distance] = (n + 1, b + size)
+    return [(d, n, b) for d, (n, b) in sorted(counts.items())]
+
+
+def _figure_class():
+    """`(Figure, FigureCanvasAgg)` or None when matplotlib is missing."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg  # pylint: disable=import-outside-toplevel
+        from matplotlib.figure import Figure  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        return None
+    return Figure, FigureCanvasAgg
+
+
+def memory_figure(timeline_bytes, budget_bytes, title):
+    """Device memory per level with a budget line.
+
+    Args:
+      timeline_bytes: bytes in use per level (e.g.
+        `SimulationResult.device_timeline`).
+      budget_bytes: the device budget.
+      title: figure title.
+
+    Returns:
+      A `matplotlib.figure.Figure` (with an Agg canvas attached).
+
+    Raises:
+      ImportError: without matplotlib.
+    """
+    classes = _figure_class()
+    if classes is None:
+        raise ImportError("matplotlib is needed for LMS plots: "
+                          + _INSTALL_HINT)
+    figure_cls, canvas_cls = classes
+    fig = figure_cls(figsize=(8, 4.5), dpi=100)
+    canvas_cls(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    gib = [b / _GIB for b in timeline_bytes]
+    ax.plot(range(len(gib)), gib, color="tab:blue", linewidth=1.2,
+            label="expected device memory")
+    ax.axhline(budget_bytes / _GIB, color="tab:red", linestyle="--",
+               linewidth=1.0, label="budget %.2f GiB" % (budget_bytes / _GIB))
+    ax.set_xlabel("step (level of the topological sort)")
+    ax.set_ylabel("device memory (GiB)")
+    ax.set_title(title)
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
+def histogram_figure(histogram, title="Swap-candidate edges by level distance"):
+    """Bar chart of `distance_histogram` output.
+
+    Raises:
+      ImportError: without matplotlib.
+    """
+    classes = _figure_class()
+    if classes is None:
+        raise ImportError("matplotlib is needed for LMS plots: "
+                          + _INSTALL_HINT)
+    figure_cls, canvas_cls = classes
+    fig = figure_cls(figsize=(8, 4.5), dpi=100)
+    canvas_cls(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    ax.bar([d for d, _, _ in histogram], [n for _, n, _ in histogram],
+           width=1.0, color="tab:green")
+    ax.set_xlabel("distance (levels from producer to consumer)")
+    ax.set_ylabel("edges")
+    ax.set_title(title)
+    ax.grid(True, axis="y", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def write_histogram_tsv(path, histogram):
+    """``distance<TAB>edges<TAB>bytes`` lines with a header."""
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("distance\tedges\tbytes\n")
+        for d, n, b in histogram:
+            f.write("%d\t%d\t%d\n" % (d, n, b))
+
+
+def _save(fig, path):
+    fig.savefig(path, format="png")
+
+
+def write_plots(plot_dir, index, roles, without_lms, with_lms, budget_bytes,
+                batch_size=None, log=None):
+    """Write the memory plots and the distance histogram into `plot_dir`.
+
+    Args:
+      plot_dir: folder (created if needed).
+      index, roles: the graph, for the histogram.
+      without_lms: `SimulationResult` of the graph as is.
+      with_lms: `SimulationResult` of the chosen plan, or None.
+      budget_bytes: device budget.
+      batch_size: for histogram byte counts.
+      log: a `Logger` (optional).
+
+    Returns:
+      The list of written paths. Without matplotlib only the TSV is written
+      and a warning is logged.
+    """
+    os.makedirs(plot_dir, exist_ok=True)
+    histogram = distance_histogram(index, roles, batch_size)
+    tsv = os.path.join(plot_dir, "distance_histogram.tsv")
+    write_histogram_tsv(tsv, histogram)
+    written = [tsv]
+    if _figure_class() is None:
+        if log is not None:
+            log.warning("matplotlib is not installed, so LMS wrote no memory "
+                        "plots (only %s); to get them: %s"
+                        % (tsv, _INSTALL_HINT))
+        return written
+    figures = [("memory_without_lms.png", memory_figure(
+        without_lms.device_timeline, budget_bytes,
+        "Device memory without LMS (peak %.2f GiB)"
+        % (without_lms.peak_device_bytes / _GIB)))]
+    if with_lms is not None:
+        figures.append(("memory_with_lms.png", memory_figure(
+            with_lms.device_timeline, budget_bytes,
+            "Device memory with LMS (peak %.2f GiB, %.2f GiB swapped out)"
+            % (with_lms.peak_device_bytes / _GIB,
+               with_lms.swapout_bytes / _GIB))))
+    figures.append(("distance_histogram.png", histogram_figure(histogram)))
+    for name, fig in figures:
+        path = os.path.join(plot_dir, name)
+        _save(fig, path)
+        written.append(path)
+    if log is not None:
+        log.info("Wrote memory plots and the distance histogram to %s"
+                 % os.path.abspath(plot_dir))
+    return written

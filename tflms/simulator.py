@@ -1,0 +1,573 @@
+"""Replay one training step of a (planned) rewritten graph and count memory.
+
+The simulator answers one question for the auto-tuner: if the graph were
+rewritten with this `planner.Plan`, how much device memory would one
+training iteration need at its worst moment, and what is live then?
+
+It never touches the `tf.Graph` or the `LMS` object. A `SimulationModel` is
+built once from plain data (`GraphIndex`, `OpRoles`, batch size) and holds
+everything that does not depend on the plan: buffer sizes, which tensors
+share a buffer, who reads what, and the successor lists used for levels.
+`SimulationModel.replay(plan)` then only adds the plan's virtual swap nodes,
+recomputes levels (Kahn, O(V + E)) and counts memory with a few vectorised
+numpy passes.
+
+Memory model (what is counted, and why):
+
+* **Execution order.** Ops run level by level in the categorized
+  topological sort of the rewritten graph. All ops of one level may run
+  concurrently on a real device, so a level first allocates the outputs of
+  all its ops, the peak is sampled, and only then are buffers freed whose
+  last reader ran in that level or earlier. This is never optimistic
+  compared with running the level's ops one after another.
+* **Buffers.** Each output of an active op with a non-zero static size is
+  one buffer on the producer's memory space: the managed device (the ops in
+  `OpRoles.device_ops`), the host (ops placed on a CPU) or another device
+  (not counted). A buffer lives from its producer's level to the level of
+  its last reader. Outputs nobody reads live for their producer's level
+  only. Ops in `OpRoles.inactive` do not run and allocate nothing.
+* **Aliases are counted once.** ``Identity``, ``IdentityN``,
+  ``StopGradient``, ``Reshape``, ``Squeeze`` and ``ExpandDims`` forward
+  their input buffer on the same memory space, so their output is the same
+  buffer as their input (its life is extended by their readers, its bytes
+  are not added again). ``ReadVariableOp`` outputs and the outputs of
+  variable holders alias the variable and add nothing.
+* **Resident memory.** Variables (``variable_bytes``: weights and optimizer
+  slots, which are variables too) and ``Const`` outputs are allocated for
+  the whole step on the space of their op.
+* **Transfers.** A buffer read by an op on another space keeps living until
+  that reader runs. When a device op reads a tensor made on the host (a
+  swap-in, or any CPU op), the device gets its own copy: allocated when the
+  host op runs, freed after the copy's last device reader. A swap-out
+  (CPU ``Identity`` of a device tensor) owns a host buffer of the tensor's
+  size; its swap-ins forward that host buffer.
+* **Not modelled.** Kernel scratch space (e.g. cuDNN workspaces), allocator
+  fragmentation and the runtime's own reservations; callers leave headroom
+  for these with a memory ratio below 1. Element-wise kernels that reuse
+  their input buffer on a real GPU are counted as allocating a new one, which
+  can only overestimate. Ops that only initialize variables
+  (`initializer_only_ops`) run in their own session call, not in a step.
+
+Sizes come from static shapes; the first unknown dimension is the batch
+size. A tensor whose size needs the batch size when none is given raises
+`BatchSizeError`. Tensors whose size stays unknown (unknown rank, or more
+than one unknown dimension) count as zero bytes and are listed in
+`SimulationModel.unknown_tensors`.
+"""
+
+import dataclasses
+
+import numpy as np
+
+from tflms import graph_index as gi
+from tflms import topo
+
+__all__ = [
+    "DEVICE",
+    "HOST",
+    "OTHER",
+    "ALIAS_TYPES",
+    "BatchSizeError",
+    "SimulationResult",
+    "SimulationModel",
+    "swap_consumer_slots",
+    "initializer_only_ops",
+]
+
+# Memory spaces.
+DEVICE, HOST, OTHER = 0, 1, 2
+
+# Ops whose output k is the buffer of their input k (input 0 unless
+# IdentityN) when both live on the same memory space.
+ALIAS_TYPES = frozenset({
+    "Identity", "IdentityN", "StopGradient", "PreventGradient", "Reshape",
+    "Squeeze", "ExpandDims",
+})
+
+# Ops whose outputs are the variable they read or hold.
+_VARIABLE_VIEW_TYPES = frozenset({
+    "ReadVariableOp", "VarHandleOp", "VariableV2", "Variable",
+    "VarHandleOpV2",
+})
+
+_NO_BUFFER = -1
+
+_ASSIGN_TYPES = frozenset({"Assign", "AssignVariableOp"})
+
+
+class BatchSizeError(ValueError):
+    """A tensor size needs the mini-batch size, and none was given."""
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class SimulationResult:
+    """What one replay found. Byte counts are ints.
+
+    Attributes:
+      peak_device_bytes: highest device memory over the step.
+      peak_level: level (of the rewritten graph) where it happens.
+      peak_op: name of the op allocating the most device bytes in that level
+        (swap ops are named as the rewriter names them).
+      live_at_peak: ``(tensor name, bytes)`` of the device buffers live at
+        the peak, largest first; resident memory is one entry named
+        ``'<resident variables and constants>'``.
+      peak_host_bytes: highest host memory over the step.
+      device_timeline / host_timeline: int64 numpy arrays, bytes in use at
+        each level (after the level's allocations, before its frees).
+      resident_device_bytes / resident_host_bytes: variables and constants.
+      num_levels: levels of the rewritten graph.
+      levels: int64 numpy array, the level of every original op.
+      swapout_bytes: bytes the plan moves to the host (one copy per tensor).
+      swapin_bytes: bytes the plan moves back (one copy per swap-in).
+    """
+
+    peak_device_bytes: int
+    peak_level: int
+    peak_op: str
+    live_at_peak: tuple
+    peak_host_bytes: int
+    device_timeline: np.ndarray
+    host_timeline: np.ndarray
+    resident_device_bytes: int
+    resident_host_bytes: int
+    num_levels: int
+    levels: np.ndarray
+    swapout_bytes: int
+    swapin_bytes: int
+
+    def fits(self, budget_bytes):
+        return self.peak_device_bytes <= budget_bytes
+
+
+def _space_of(op_id, index, roles):
+    if op_id in roles.device_ops:
+        return DEVICE
+    if gi.is_cpu_device(index.devices[op_id]):
+        return HOST
+    return OTHER
+
+
+def _tensor_name(index, op_id, output):
+    return "%s:%d" % (index.names[op_id], output)
+
+
+def _size_error(index, op_id, output):
+    shape = index.output_shapes[op_id][output]
+    shown = "(%s)" % ", ".join("?" if d is None else str(d) for d in shape)
+    return BatchSizeError(
+        "LMS cannot size tensor %r (shape %s) without the mini-batch size: "
+        "set lms.batch_size = <your mini-batch size> or set "
+        "swapout_threshold, swapin_ahead and swapin_groupby by hand"
+        % (_tensor_name(index, op_id, output), shown))
+
+
+class SimulationModel:
+    """Everything about a graph's memory that does not depend on the plan.
+
+    Build once per (index, roles, batch size), then call `replay` for each
+    plan. Node ids ``0..num_ops-1`` are the index's op ids; replays add
+    virtual nodes after them for swap ops.
+
+    Args:
+      index: a `GraphIndex`. Its levels may include control edges that are
+        not in the graph yet (e.g. serialization); give those edges as
+        `extra_edges` for exact levels. If levels disagree with the graph's
+        own edges and no `extra_edges` are given, every op is kept at or
+        after its index level, which respects any such hidden edges.
+      roles: the `OpRoles` of the same index.
+      batch_size: the first unknown dimension of every shape, or None.
+      extra_edges: ``(from_id, to_id)`` control edges to add.
+
+    Raises:
+      BatchSizeError: if a size needs the batch size and none was given.
+    """
+
+    def __init__(self, index, roles, batch_size=None, extra_edges=()):
+        self.index = index
+        self.roles = roles
+        self.batch_size = batch_size
+        n = index.num_ops
+        self.num_ops = n
+        space = [_space_of(i, index, roles) for i in range(n)]
+        self.space = space
+        self.initializer_ops = initializer_only_ops(index)
+        inactive = roles.inactive | self.initializer_ops
+
+        # Tensor ids: out_base[op] + output.
+        out_base = [0] * (n + 1)
+        for i in range(n):
+            out_base[i + 1] = out_base[i] + len(index.output_shapes[i])
+        self._out_base = out_base
+        tensor_bytes = [0] * out_base[n]
+        tensor_buffer = [_NO_BUFFER] * out_base[n]
+
+        buf_bytes, buf_space, buf_alloc, buf_name = [], [], [], []
+        use_buf, use_node = [], []
+        edge_use = {}        # (consumer, slot) -> use index (device reads)
+        copy_of = {}         # host tensor id -> its device copy buffer
+        resident = [0, 0, 0]
+        unknown = []
+
+        for i in range(n):
+            if index.variable_bytes[i]:
+                resident[space[i]] += index.variable_bytes[i]
+
+        for level_ops in index.ops_by_level:
+            for i in level_ops:
+                if i in inactive:
+                    continue
+                op_type = index.types[i]
+                for k in range(len(index.output_shapes[i])):
+                    t = out_base[i] + k
+                    size = self._size(i, k, unknown)
+                    tensor_bytes[t] = size
+                    if op_type in _VARIABLE_VIEW_TYPES or size == 0:
+                        continue
+                    if op_type == "Const":
+                        resident[space[i]] += size
+                        continue
+                    if op_type in ALIAS_TYPES:
+                        slot = k if op_type == "IdentityN" else 0
+                        if slot < len(index.inputs[i]):
+                            p, pk = index.inputs[i][slot]
+                            if space[p] == space[i] and p not in inactive:
+                                # Same buffer (or resident: no buffer at all).
+                                tensor_buffer[t] = tensor_buffer[
+                                    out_base[p] + pk]
+                                continue
+                    tensor_buffer[t] = len(buf_bytes)
+                    buf_bytes.append(size)
+                    buf_space.append(space[i])
+                    buf_alloc.append(i)
+                    buf_name.append(_tensor_name(index, i, k))
+
+                # Reads of this op's inputs.
+                sp_c = space[i]
+                for slot, (p, pk) in enumerate(index.inputs[i]):
+                    if p in inactive:
+                        continue
+                    t = out_base[p] + pk
+                    b = tensor_buffer[t]
+                    if b == _NO_BUFFER:
+                        continue
+                    if sp_c == DEVICE and buf_space[b] != DEVICE:
+                        copy = copy_of.get(t)
+                        if copy is None:
+                            copy = len(buf_bytes)
+                            copy_of[t] = copy
+                            buf_bytes.append(tensor_bytes[t])
+                            buf_space.append(DEVICE)
+                            buf_alloc.append(p)
+                            buf_name.append("%s (device copy)"
+                                            % _tensor_name(index, p, pk))
+                        b = copy
+                    if sp_c == DEVICE and buf_space[b] == DEVICE:
+                        edge_use[(i, slot)] = len(use_buf)
+                    use_buf.append(b)
+                    use_node.append(i)
+
+        self._tensor_bytes = tensor_bytes
+        self._tensor_buffer = tensor_buffer
+        self._edge_use = edge_use
+        self.buf_bytes = np.asarray(buf_bytes, dtype=np.int64)
+        self.buf_space = np.asarray(buf_space, dtype=np.int8)
+        self.buf_alloc = np.asarray(buf_alloc, dtype=np.int64)
+        self.buf_name = buf_name
+        self.use_buf = np.asarray(use_buf, dtype=np.int64)
+        self.use_node = np.asarray(use_node, dtype=np.int64)
+        # Uses grouped by buffer, for `freed_levels`.
+        order = np.argsort(self.use_buf, kind="stable")
+        self._uses_by_buf = order
+        self._uses_ptr = np.searchsorted(self.use_buf[order],
+                                         np.arange(len(buf_bytes) + 1))
+        self.resident_device_bytes = resident[DEVICE]
+        self.resident_host_bytes = resident[HOST]
+        self.unknown_tensors = tuple(unknown)
+        self._build_successors(extra_edges)
+
+    # ---- construction helpers -------------------------------------------
+    def _size(self, op_id, output, unknown):
+        index = self.index
+        if index.output_itemsizes[op_id][output] == 0:
+            return 0
+        size = gi.tensor_bytes(index, op_id, output, self.batch_size)
+        if size is not None:
+            return size
+        if self.batch_size is None and gi.tensor_bytes(
+                index, op_id, output, 1) is not None:
+            raise _size_error(index, op_id, output)
+        unknown.append(_tensor_name(index, op_id, output))
+        return 0
+
+    def _build_successors(self, extra_edges):
+        index = self.index
+        n = self.num_ops
+        succ = []
+        for i in range(n):
+            s = [c for per_out in index.consumers[i] for c, _ in per_out]
+            s.extend(index.control_outputs[i])
+            succ.append(s)
+        for a, b in extra_edges:
+            succ[a].append(b)
+        own = topo.kahn_levels(n, succ)
+        # Levels that are higher than the graph's own edges explain come from
+        # edges we were not given (e.g. serialization applied to the index
+        # only). A chain of gate nodes, gate k at level k, keeps every op at or
+        # above its index level.
+        if any(a < b for a, b in zip(own, index.levels)):
+            gates = max(index.levels)
+            for g in range(gates):
+                succ.append([n + g + 1] if g + 1 < gates else [])
+            for i, lvl in enumerate(index.levels):
+                if lvl > 0:
+                    succ[n + lvl - 1].append(i)
+        self._base_succ = succ
+        self._num_base_nodes = len(succ)
+
+    # ---- queries ----------------------------------------------------------
+    def tensor_size(self, op_id, output):
+        """Bytes of a tensor as the model counts it (0 if unknown)."""
+        return self._tensor_bytes[self._out_base[op_id] + output]
+
+    def buffer_of(self, op_id, output):
+        """Buffer id of a tensor, or -1 if it has none (resident, empty)."""
+        return self._tensor_buffer[self._out_base[op_id] + output]
+
+    # ---- replay -----------------------------------------------------------
+    def replay(self, plan=None, detail=True):
+        """Simulate one iteration of the graph rewritten with `plan`.
+
+        Args:
+          plan: a `planner.Plan`, or None for the graph without LMS.
+          detail: compute `live_at_peak` and `peak_op` (a few ms on large
+            graphs); searches that only need the peak pass False.
+
+        Returns:
+          A `SimulationResult`.
+        """
+        swaps = plan.swaps if plan is not None else ()
+        ser_edges = plan.serialization_edges if plan is not None else ()
+        n = self.num_ops
+        succ = list(self._base_succ)
+        copied = set()
+
+        def own(v):
+            if v < n and v not in copied:
+                succ[v] = list(succ[v])
+                copied.add(v)
+            return succ[v]
+
+        extra_bytes, extra_space, extra_alloc, extra_names = [], [], [], []
+        extra_use_buf, extra_use_node = [], []
+        masked = []
+        nbuf = len(self.buf_name)
+        names = self.index.names
+        swapout_bytes = swapin_bytes = 0
+        for swap in swaps:
+            p, out = swap.producer, swap.output
+            size = self.tensor_size(p, out)
+            swapout_bytes += size
+            swapin_bytes += size * len(swap.swap_ins)
+            b = self.buffer_of(p, out)
+            so = len(succ)
+            succ.append([])
+            tname = _tensor_name(self.index, p, out)
+            # The swap-out reads the tensor and owns a host buffer.
+            p_succ = own(p)
+            p_succ.append(so)
+            if b != _NO_BUFFER:
+                extra_use_buf.append(b)
+                extra_use_node.append(so)
+            host_buf = nbuf + len(extra_bytes)
+            extra_bytes.append(size)
+            extra_space.append(HOST)
+            extra_alloc.append(so)
+            extra_names.append("lms/swapout_%s" % _safe(tname))
+            for sin in swap.swap_ins:
+                si = len(succ)
+                consumers = [c for c, _ in sin.consumers]
+                succ.append(consumers)
+                succ[so].append(si)
+                for t in sin.triggers:
+                    own(t).append(si)
+                extra_use_buf.append(host_buf)
+                extra_use_node.append(si)
+                copy_buf = nbuf + len(extra_bytes)
+                extra_bytes.append(size)
+                extra_space.append(DEVICE)
+                extra_alloc.append(si)
+                extra_names.append("lms/swapin_%s (device copy)"
+                                   % _safe(tname))
+                for c, slot in sin.consumers:
+                    u = self._edge_use.get((c, slot))
+                    if u is not None:
+                        masked.append(u)
+                    # The rerouted input no longer reads the producer.
+                    p_succ.remove(c)
+                    extra_use_buf.append(copy_buf)
+                    extra_use_node.append(c)
+            succ[so].extend(swap.waiters)
+        for a, b in ser_edges:
+            own(a).append(b)
+
+        levels = np.asarray(topo.kahn_levels(len(succ), succ), dtype=np.int64)
+        num_levels = int(levels.max()) + 1 if len(levels) else 0
+
+        if extra_bytes:
+            buf_bytes = np.concatenate(
+                [self.buf_bytes, np.asarray(extra_bytes, dtype=np.int64)])
+            buf_space = np.concatenate(
+                [self.buf_space, np.asarray(extra_space, dtype=np.int8)])
+            buf_alloc = np.concatenate(
+                [self.buf_alloc, np.asarray(extra_alloc, dtype=np.int64)])
+        else:
+            buf_bytes, buf_space, buf_alloc = (self.buf_bytes, self.buf_space,
+                                               self.buf_alloc)
+        use_buf, use_node = self.use_buf, self.use_node
+        if masked:
+            keep = np.ones(len(use_buf), dtype=bool)
+            keep[np.asarray(masked, dtype=np.int64)] = False
+            use_buf, use_node = use_buf[keep], use_node[keep]
+        if extra_use_buf:
+            use_buf = np.concatenate(
+                [use_buf, np.asarray(extra_use_buf, dtype=np.int64)])
+            use_node = np.concatenate(
+                [use_node, np.asarray(extra_use_node, dtype=np.int64)])
+
+        alloc = levels[buf_alloc]
+        free = alloc.copy()
+        np.maximum.at(free, use_buf, levels[use_node])
+
+        device = buf_space == DEVICE
+        host = buf_space == HOST
+        dev_tl = _timeline(alloc[device], free[device], buf_bytes[device],
+                           num_levels) + self.resident_device_bytes
+        host_tl = _timeline(alloc[host], free[host], buf_bytes[host],
+                            num_levels) + self.resident_host_bytes
+        peak_level = int(np.argmax(dev_tl)) if num_levels else 0
+        peak = int(dev_tl[peak_level]) if num_levels else \
+            self.resident_device_bytes
+
+        peak_op = ""
+        live = ()
+        if detail and num_levels:
+            all_names = self.buf_name + extra_names
+            at = np.nonzero(device & (alloc <= peak_level)
+                            & (free >= peak_level))[0]
+            rows = sorted(((all_names[j], int(buf_bytes[j])) for j in at),
+                          key=lambda r: (-r[1], r[0]))
+            if self.resident_device_bytes:
+                rows.append(("<resident variables and constants>",
+                             self.resident_device_bytes))
+                rows.sort(key=lambda r: (-r[1], r[0]))
+            live = tuple(rows)
+            fresh = np.nonzero(device & (alloc == peak_level))[0]
+            if len(fresh):
+                j = fresh[np.argmax(buf_bytes[fresh])]
+                node = int(buf_alloc[j])
+                peak_op = names[node] if node < n else all_names[j].split(
+                    " ")[0]
+        return SimulationResult(
+            peak_device_bytes=peak,
+            peak_level=peak_level,
+            peak_op=peak_op,
+            live_at_peak=live,
+            peak_host_bytes=int(host_tl.max()) if num_levels else
+            self.resident_host_bytes,
+            device_timeline=dev_tl,
+            host_timeline=host_tl,
+            resident_device_bytes=self.resident_device_bytes,
+            resident_host_bytes=self.resident_host_bytes,
+            num_levels=num_levels,
+            levels=levels[:n],
+            swapout_bytes=swapout_bytes,
+            swapin_bytes=swapin_bytes)
+
+    def freed_levels(self, swap, levels):
+        """Levels at which swapping one tensor frees its device bytes.
+
+        An estimate for choosing what to swap, computed from the levels of a
+        previous replay (swap ops do not move original ops in asynchronous
+        modes): the tensor's buffer is freed after its remaining readers and
+        the swap-out, and comes back as a device copy from each swap-in
+        (just after its triggers) to that swap-in's last reader.
+
+        Args:
+          swap: a `planner.SwapPlan`.
+          levels: per-op levels, e.g. `SimulationResult.levels`.
+
+        Returns:
+          A list of inclusive ``(first, last)`` level ranges, ascending.
+        """
+        b = self.buffer_of(swap.producer, swap.output)
+        if b == _NO_BUFFER:
+            return []
+        rerouted = set(swap_consumer_slots(swap))
+        rerouted_uses = {self._edge_use.get(cs) for cs in rerouted}
+        lo, hi = self._uses_ptr[b], self._uses_ptr[b + 1]
+        uses = self._uses_by_buf[lo:hi]
+        alloc = int(levels[self.buf_alloc[b]])
+        end = alloc
+        near = max(alloc, int(levels[swap.producer]) + 1)
+        for u in uses:
+            lvl = int(levels[self.use_node[u]])
+            end = max(end, lvl)
+            if int(u) not in rerouted_uses:
+                near = max(near, lvl)
+        copies = []
+        for sin in swap.swap_ins:
+            start = max([int(levels[t]) + 1 for t in sin.triggers]
+                        + [int(levels[swap.producer]) + 2])
+            last = max(int(levels[c]) for c, _ in sin.consumers)
+            copies.append((start, last))
+        copies.sort()
+        freed = []
+        cursor = near + 1
+        for start, last in copies:
+            if start > cursor:
+                freed.append((cursor, min(start - 1, end)))
+            cursor = max(cursor, last + 1)
+        if cursor <= end:
+            freed.append((cursor, end))
+        return [(a, z) for a, z in freed if a <= z]
+
+
+def initializer_only_ops(index):
+    """Ops that only serve variable initialization.
+
+    They run once, in the initializer's own `Session.run`, not in training
+    steps, so they are not counted in a step. Seeds are ops under an
+    ``/Initializer/`` scope and the ``<variable>/Assign`` ops; an op joins
+    when every op it feeds (data or control) has joined.
+    """
+    seeds = set()
+    for i, name in enumerate(index.names):
+        if "/Initializer/" in name or (
+                index.types[i] in _ASSIGN_TYPES and name.endswith("/Assign")):
+            seeds.add(i)
+    found = set(seeds)
+    for level_ops in reversed(index.ops_by_level):
+        for i in level_ops:
+            if i in found:
+                continue
+            succ = index.successors(i)
+            if succ and all(c in found for c in succ):
+                found.add(i)
+    return frozenset(found)
+
+
+def swap_consumer_slots(swap):
+    """All ``(consumer, slot)`` pairs a `SwapPlan` reroutes."""
+    return [cs for sin in swap.swap_ins for cs in sin.consumers]
+
+
+def _safe(tensor_name):
+    return tensor_name.replace("/", "_").replace(":", "_")
+
+
+def _timeline(alloc, free, nbytes, num_levels):
+    """Bytes live per level from [alloc, free] intervals (inclusive)."""
+    diff = np.zeros(num_levels + 1, dtype=np.int64)
+    np.add.at(diff, alloc, nbytes)
+    np.add.at(diff, free + 1, -nbytes)
+    return np.cumsum(diff[:num_levels])
