@@ -1,0 +1,200 @@
+"""Smoke tests for the scripts in examples/.
+
+Every example runs in a subprocess at a tiny size, once without and once
+with LMS. With LMS the swap parameters are fixed (no auto-tuning), so these
+tests depend only on the graph rewriter. A run passes when it exits with 0,
+its last line is a ``RESULT ...`` line showing that it trained (the loss
+fell, or accuracy is above chance), and, with --lms, LMS reported adding a
+non-zero number of operations (and without --lms, LMS said nothing).
+
+The shared helpers (_lms_flags, _mnist_data) get quick in-process tests.
+"""
+
+import os
+import re
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+EXAMPLES_DIR = os.path.join(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))), "examples")
+sys.path.insert(0, EXAMPLES_DIR)
+
+import _lms_flags  # noqa: E402  pylint: disable=wrong-import-position
+import _mnist_data  # noqa: E402  pylint: disable=wrong-import-position
+
+TIMEOUT = 300  # seconds per subprocess; the slowest (ResNet50) takes ~45
+
+FIXED_LMS = ["--lms", "--swapout_threshold", "1", "--swapin_ahead", "1",
+             "--swapin_groupby", "0"]
+
+# script -> (tiny-size arguments, accuracy of guessing, or None)
+EXAMPLES = {
+    "mnist_deep_lms.py": (
+        ["--steps", "40", "--batch_size", "32", "--learning_rate", "1e-3",
+         "--eval_samples", "300", "--log_every", "20"], 0.1),
+    "cnn_mnist_lms.py": (
+        ["--steps", "40", "--batch_size", "32", "--eval_samples", "300",
+         "--log_every", "20"], 0.1),
+    "mnist_cnn_keras.py": (
+        ["--steps", "20", "--epochs", "2", "--batch_size", "32",
+         "--eval_samples", "300", "--verbose", "2"], 0.1),
+    # One fixed batch of 4 images, 8 steps: the loss on it must fall.
+    "Keras_ResNet50.py": (
+        ["--image_size", "32", "--batch_size", "4", "--num_samples", "4",
+         "--num_classes", "2", "--steps", "4", "--epochs", "2",
+         "--learning_rate", "1e-4"], 0.5),
+    "unet3d_lms.py": (
+        ["--volume_size", "16", "--base_filters", "4", "--depth", "2",
+         "--batch_size", "2", "--steps", "8", "--epochs", "2"], None),
+}
+
+RESULT_RE = re.compile(r"^RESULT((?: \w+=-?[0-9.]+(?:e-?\d+)?|"
+                       r" \w+=(?:nan|inf))+)$")
+ADDED_RE = re.compile(r"\[LMS\]\[0\] Added (\d+) operations")
+
+
+def run_example(script, args, cwd):
+    env = dict(os.environ)
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    env["PYTHONUNBUFFERED"] = "1"
+    start = time.time()
+    proc = subprocess.run(
+        [sys.executable, os.path.join(EXAMPLES_DIR, script)] + args,
+        cwd=str(cwd), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, timeout=TIMEOUT, check=False)
+    return proc, time.time() - start
+
+
+def parse_result(stdout):
+    lines = [line for line in stdout.splitlines() if line.strip()]
+    assert lines, "no output"
+    match = RESULT_RE.match(lines[-1])
+    assert match, "last line is not a RESULT line: %r" % lines[-1]
+    fields = dict(item.split("=") for item in match.group(1).split())
+    return {k: float(v) for k, v in fields.items()}
+
+
+def _tail(text, n=40):
+    return "\n".join(text.splitlines()[-n:])
+
+
+@pytest.mark.parametrize("lms", [False, True], ids=["plain", "lms"])
+@pytest.mark.parametrize("script", sorted(EXAMPLES))
+def test_example_trains(script, lms, tmp_path):
+    args, chance = EXAMPLES[script]
+    proc, seconds = run_example(script, args + (FIXED_LMS if lms else []),
+                                tmp_path)
+    output = proc.stdout + proc.stderr
+    print("%s %s: %.1f s" % (script, "--lms" if lms else "", seconds))
+    assert proc.returncode == 0, (
+        "exit code %d\n--- stdout\n%s\n--- stderr\n%s"
+        % (proc.returncode, _tail(proc.stdout), _tail(proc.stderr)))
+
+    result = parse_result(proc.stdout)
+    assert {"first_loss", "loss"} <= set(result), result
+    assert np.isfinite(result["loss"]), result
+    fell = result["loss"] < result["first_loss"]
+    above_chance = (chance is not None and "accuracy" in result
+                    and result["accuracy"] > chance)
+    assert fell or above_chance, "did not train: %r" % result
+
+    added = [int(n) for n in ADDED_RE.findall(output)]
+    if lms:
+        assert added, "no '[LMS][0] Added' line:\n%s" % _tail(output)
+        assert added[0] > 0, "LMS added no operations:\n%s" % _tail(output)
+    else:
+        assert "[LMS]" not in output
+
+
+@pytest.mark.parametrize("script", sorted(EXAMPLES))
+def test_example_help_lists_lms_flags(script, tmp_path):
+    proc, _ = run_example(script, ["--help"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    for flag in ("--lms", "--swapout_threshold", "--swapin_ahead",
+                 "--swapin_groupby", "--sync_mode", "--serialization",
+                 "--serialization_by_size", "--debug", "--debug_level",
+                 "--autotune_gpu_mem", "--autotune_plot", "--batch_size",
+                 "--epochs", "--steps", "--image_size"):
+        assert flag in proc.stdout, "%s --help lacks %s" % (script, flag)
+
+
+def test_bad_lms_flag_is_a_clean_error(tmp_path):
+    proc, _ = run_example("mnist_deep_lms.py",
+                          ["--lms", "--swapin_ahead", "0"], tmp_path)
+    assert proc.returncode != 0
+    assert "swapin_ahead" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_parse_serialization():
+    parse = _lms_flags.parse_serialization
+    assert parse("1,3:5") == [1, "3:5"]
+    assert parse(" 2 , 10: ,:4, 1:9:2") == [2, "10:", ":4", "1:9:2"]
+    assert parse("") == []
+    for bad in ("a", "1:b", "1:2:3:4"):
+        with pytest.raises(Exception):
+            parse(bad)
+
+
+def test_make_lms_maps_every_flag(tmp_path):
+    import argparse  # pylint: disable=import-outside-toplevel
+    parser = argparse.ArgumentParser()
+    _lms_flags.add_lms_flags(parser)
+    assert _lms_flags.make_lms(parser.parse_args([])) is None
+    args = parser.parse_args([
+        "--lms", "--swapout_threshold", "7", "--swapin_ahead", "3",
+        "--swapin_groupby", "2", "--sync_mode", "1", "--serialization",
+        "1,3:5", "--serialization_by_size", "0.5", "--debug",
+        "--debug_level", "2", "--autotune_gpu_mem", "1.5", "--autotune_plot",
+        "--lms_plot_dir", str(tmp_path)])
+    lms = _lms_flags.make_lms(args, batch_size=16)
+    assert (lms.swapout_threshold, lms.swapin_ahead, lms.swapin_groupby,
+            lms.sync_mode) == (7, 3, 2, 1)
+    assert lms.batch_size == 16
+    assert lms.autotune_gpu_mem == 1.5
+    assert lms.autotune_plot is True
+    assert lms.plot_dir == str(tmp_path)
+
+
+def test_mnist_fallback_is_sklearn_digits(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "keras"))
+    data = _mnist_data.load()
+    assert "scikit-learn digits" in capsys.readouterr().out
+    assert data.x_train.shape[1:] == (28, 28, 1)
+    assert data.x_train.dtype == np.float32
+    assert 0.0 <= data.x_train.min() and data.x_train.max() <= 1.0
+    assert set(np.unique(data.y_train)) == set(range(10))
+    assert len(data.x_train) + len(data.x_test) == 1797
+
+
+def test_mnist_uses_npz_from_data_dir(tmp_path, capsys):
+    rng = np.random.RandomState(0)
+    np.savez(tmp_path / "mnist.npz",
+             x_train=rng.randint(0, 256, (20, 28, 28)).astype(np.uint8),
+             y_train=rng.randint(0, 10, 20).astype(np.uint8),
+             x_test=rng.randint(0, 256, (5, 28, 28)).astype(np.uint8),
+             y_test=rng.randint(0, 10, 5).astype(np.uint8))
+    data = _mnist_data.load(str(tmp_path))
+    assert "MNIST from" in capsys.readouterr().out
+    assert data.x_train.shape == (20, 28, 28, 1)
+    assert data.x_test.shape == (5, 28, 28, 1)
+    assert data.x_train.max() <= 1.0
+    with pytest.raises(FileNotFoundError):
+        _mnist_data.load(str(tmp_path / "missing"))
+
+
+def test_batches_are_full_size():
+    x = np.arange(10, dtype=np.float32).reshape(10, 1)
+    y = np.arange(10)
+    gen = _mnist_data.batches(x, y, 4, seed=1)
+    for _ in range(5):
+        xb, yb = next(gen)
+        assert xb.shape == (4, 1) and yb.shape == (4,)
+        assert np.array_equal(xb[:, 0], yb)
+    small = _mnist_data.batches(x[:2], y[:2], 4)
+    assert next(small)[0].shape == (4, 1)
