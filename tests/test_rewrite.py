@@ -255,3 +255,44 @@ def test_numbers_equal_without_lms():
     assert got[0] == base[0]
     for name, w in base[1].items():
         np.testing.assert_array_equal(got[1][name], w)
+
+
+def test_largest_operation_ignores_variable_initializers(lms_log):
+    # Wide layers with a tiny batch: the kernel initializers (random numbers
+    # of 256x256) are the biggest ops of the graph, but they do not run in
+    # a training step, so the log must name a training op.
+    graph, _ = dense_net(depth=2, width=256, batch=2)
+    LMS(**FIXED).run(graph)
+    line = next(m for m in lms_log() if "The largest operation is" in m)
+    assert "/Initializer/" not in line and "/Assign" not in line, line
+
+
+def test_not_needed_is_decided_once_per_unchanged_graph(lms_log):
+    graph, _ = dense_net(depth=2, batch=4)
+    lms = LMS()
+    lms.autotune_gpu_mem = 1
+    assert lms.run(graph) is None
+    assert lms.run(graph) is None
+    text = "\n".join(lms_log())
+    assert text.count("Without LMS one step peaks") == 1
+    assert text.count("LMS is not necessary") == 1
+    # A changed graph is analysed again.
+    with graph.as_default():
+        tf.constant(1.0)
+    assert lms.run(graph) is None
+    assert "\n".join(lms_log()).count("Without LMS one step peaks") == 2
+
+
+def test_autotune_with_serialization_simulates_the_serialized_levels():
+    graph, _ = dense_net(depth=6, width=64, batch=64)
+    original_levels = gi.build_index(graph).num_levels
+    lms = LMS(serialization=["0:"])
+    lms.autotune_gpu_mem = 180e3 / 0.9 / 2 ** 30  # below the 236 kB peak
+    result = lms.run(graph)
+    assert result is not None and result.swapout_ops
+    tune = lms.last_tune
+    # The simulator replayed the serialized graph (one op per level), not
+    # the original levels, and the chosen plan fits the budget.
+    assert tune.without_lms.num_levels > original_levels
+    assert tune.with_lms.peak_device_bytes <= tune.budget_bytes
+    assert tune.with_lms.peak_device_bytes < tune.without_lms.peak_device_bytes

@@ -18,6 +18,9 @@ __all__ = [
     "device_matches",
     "inactive_ops",
     "constant_ops",
+    "initializer_seeds",
+    "initializer_only_ops",
+    "initializer_inputs",
     "SHAPE_ONLY_TYPES",
     "maybe_dead_ops",
     "ops_matching",
@@ -386,10 +389,60 @@ def op_bytes(index, op_id, batch_size=None):
     return total
 
 
-def largest_device_op(index, device_ops, batch_size=None):
-    """(op id, bytes) of the device op with the most input+output bytes."""
+_ASSIGN_TYPES = frozenset({"Assign", "AssignVariableOp"})
+
+
+def initializer_seeds(index):
+    """Ops that initialize variables: ops under an ``/Initializer/`` scope
+    and the ``<variable>/Assign`` ops."""
+    return frozenset(
+        i for i, name in enumerate(index.names)
+        if "/Initializer/" in name
+        or (index.types[i] in _ASSIGN_TYPES and name.endswith("/Assign")))
+
+
+def initializer_only_ops(index):
+    """Ops that only serve variable initialization.
+
+    They run once, in the initializer's own `Session.run`, not in training
+    steps. An op joins the initializer seeds when every op it feeds (data
+    or control) has joined.
+    """
+    found = set(initializer_seeds(index))
+    for level_ops in reversed(index.ops_by_level):
+        for i in level_ops:
+            if i in found:
+                continue
+            succ = index.successors(i)
+            if succ and all(c in found for c in succ):
+                found.add(i)
+    return frozenset(found)
+
+
+def initializer_inputs(index):
+    """The initializer seeds and everything they read, directly or not.
+
+    Unlike `initializer_only_ops` this includes ops that training reads
+    too: none of them may wait on a training op, or initialization would
+    need the training inputs.
+    """
+    seen = set(initializer_seeds(index))
+    stack = list(seen)
+    while stack:
+        v = stack.pop()
+        for p in index.predecessors(v):
+            if p not in seen:
+                seen.add(p)
+                stack.append(p)
+    return frozenset(seen)
+
+
+def largest_device_op(index, device_ops, batch_size=None, excluded=()):
+    """(op id, bytes) of the device op with the most input+output bytes,
+    ignoring the `excluded` op ids."""
     best, best_bytes = None, -1
-    for i in sorted(device_ops):
+    excluded = frozenset(excluded)
+    for i in sorted(device_ops - excluded):
         b = op_bytes(index, i, batch_size)
         if b > best_bytes:
             best, best_bytes = i, b

@@ -146,6 +146,11 @@ class LMS(tf.keras.callbacks.Callback, tf.compat.v1.train.SessionRunHook):
         self._model = None
         self.last_plan = None
         self.last_result = None
+        self.last_tune = None
+        # (graph, graph.version) for which tuning found LMS unnecessary, so a
+        # second call on the unchanged graph (Keras calls set_model and then
+        # set_params) does not analyse it again.
+        self._not_needed = None
 
     # ---- settable properties ------------------------------------------
     @property
@@ -254,6 +259,10 @@ class LMS(tf.keras.callbacks.Callback, tf.compat.v1.train.SessionRunHook):
             self._log.info("This model already has LMS swap operations; LMS "
                            "will not process it again.")
             return None
+        if self._not_needed == (graph, graph.version):
+            self._log.info("LMS is not necessary for this unchanged graph "
+                           "(decided before).", 1)
+            return None
 
         log = self._log
         log.info("Editing model for LMS")
@@ -278,8 +287,9 @@ class LMS(tf.keras.callbacks.Callback, tf.compat.v1.train.SessionRunHook):
         only_tensors = None
         autotuned = False
         if self._autotune_requested():
-            outcome = self._autotune(graph, index, roles)
+            outcome = self._autotune(index, roles, ser_edges)
             if outcome is None:
+                self._not_needed = (graph, graph.version)
                 return None
             swap_params, only_tensors = outcome
             autotuned = True
@@ -287,7 +297,7 @@ class LMS(tf.keras.callbacks.Callback, tf.compat.v1.train.SessionRunHook):
             swap_params = planner.SwapParams(
                 self._swapout_threshold, self._swapin_ahead,
                 self._swapin_groupby, self._sync_mode)
-        self._log_parameters(swap_params, autotuned)
+        self._log_parameters(swap_params, autotuned, only_tensors)
 
         plan = planner.make_plan(index, roles, swap_params,
                                  batch_size=self._batch_size,
@@ -340,11 +350,11 @@ class LMS(tf.keras.callbacks.Callback, tf.compat.v1.train.SessionRunHook):
                 index, roles, self._serialization_by_size, self._batch_size)
         if not self._serialization_slices and not extra:
             return (), []
-        excluded = _initializer_ops(index)
+        excluded = analysis.initializer_inputs(index)
         return planner.serialization_edges(
             index, roles, self._serialization_slices, extra, excluded)
 
-    def _autotune(self, graph, index, roles):
+    def _autotune(self, index, roles, serialization_edges):
         # Imported here: tuning pulls in the simulator, which fixed-parameter
         # users never need.
         from tflms import autotune  # pylint: disable=import-outside-toplevel
@@ -357,7 +367,9 @@ class LMS(tf.keras.callbacks.Callback, tf.compat.v1.train.SessionRunHook):
             gpu_mem_gib=self._autotune_gpu_mem,
             gpu_device=self._gpu_device,
             plot_dir=self._plot_dir if self._autotune_plot else None,
-            log=self._log)
+            log=self._log,
+            serialization_edges=serialization_edges)
+        self.last_tune = outcome
         if outcome.params is None:
             self._log.info("LMS is not necessary: the model fits in %.2f GiB "
                            "without swapping. Turned LMS off."
@@ -372,8 +384,9 @@ class LMS(tf.keras.callbacks.Callback, tf.compat.v1.train.SessionRunHook):
                  % (index.num_ops, index.num_edges))
         log.info("The graph has %.2f MiB of learning parameters"
                  % (analysis.learning_parameter_bytes(graph) / _MIB))
-        op, nbytes = analysis.largest_device_op(index, roles.device_ops,
-                                                self._batch_size)
+        op, nbytes = analysis.largest_device_op(
+            index, roles.device_ops, self._batch_size,
+            excluded=analysis.initializer_only_ops(index))
         if op is not None:
             log.info("The largest operation is %s consuming %.2f GiB"
                      % (index.names[op], nbytes / _GIB))
@@ -385,14 +398,22 @@ class LMS(tf.keras.callbacks.Callback, tf.compat.v1.train.SessionRunHook):
                     "%s (%s)" % (index.names[o], index.types[o])
                     for o in ops)), 1)
 
-    def _log_parameters(self, p, autotuned):
+    def _log_parameters(self, p, autotuned, only_tensors=None):
         log = self._log
-        if autotuned:
+        hand_set = ("LMS(swapout_threshold=%d, swapin_ahead=%d, "
+                    "swapin_groupby=%d, sync_mode=%d)"
+                    % (p.swapout_threshold, p.swapin_ahead, p.swapin_groupby,
+                       p.sync_mode))
+        if autotuned and only_tensors is not None:
+            log.info("LMS will swap %d tensors chosen by the simulator with "
+                     "the parameters below. Set by hand, %s would swap "
+                     "every tensor past the threshold instead (more bytes "
+                     "moved; that plan was not simulated): only auto-tuning "
+                     "reproduces this selection."
+                     % (len(only_tensors), hand_set))
+        elif autotuned:
             log.info("LMS will use the parameters found by the simulator; to "
-                     "skip tuning next time, pass: LMS(swapout_threshold=%d, "
-                     "swapin_ahead=%d, swapin_groupby=%d, sync_mode=%d)"
-                     % (p.swapout_threshold, p.swapin_ahead,
-                        p.swapin_groupby, p.sync_mode))
+                     "skip tuning next time, pass: %s" % hand_set)
         else:
             log.info("LMS will use the following parameter set:")
         ignored = " (ignored: sync_mode %d)" % p.sync_mode if p.sync_swapin \
@@ -471,23 +492,6 @@ def _with_serialization(plan, edges):
         return plan
     import dataclasses  # pylint: disable=import-outside-toplevel
     return dataclasses.replace(plan, serialization_edges=tuple(edges))
-
-
-def _initializer_ops(index):
-    """Ops that only feed variable initializers; serialization must not chain
-    them to training ops (initializers must run without training inputs)."""
-    targets = [i for i, n in enumerate(index.names)
-               if index.types[i] in ("AssignVariableOp", "Assign")
-               and (n.endswith("/Assign") or "/Initializer/" in n)]
-    seen = set(targets)
-    stack = list(targets)
-    while stack:
-        v = stack.pop()
-        for p in index.predecessors(v):
-            if p not in seen:
-                seen.add(p)
-                stack.append(p)
-    return frozenset(seen)
 
 
 def _device_summary(index):

@@ -60,6 +60,7 @@ import dataclasses
 import numpy as np
 
 from tflms import graph_index as gi
+from tflms.analysis import initializer_only_ops
 from tflms import topo
 
 __all__ = [
@@ -92,7 +93,6 @@ _VARIABLE_VIEW_TYPES = frozenset({
 
 _NO_BUFFER = -1
 
-_ASSIGN_TYPES = frozenset({"Assign", "AssignVariableOp"})
 
 
 class BatchSizeError(ValueError):
@@ -530,30 +530,6 @@ class SimulationModel:
         if cursor <= end:
             freed.append((cursor, end))
         return [(a, z) for a, z in freed if a <= z]
-
-
-def initializer_only_ops(index):
-    """Ops that only serve variable initialization.
-
-    They run once, in the initializer's own `Session.run`, not in training
-    steps, so they are not counted in a step. Seeds are ops under an
-    ``/Initializer/`` scope and the ``<variable>/Assign`` ops; an op joins
-    when every op it feeds (data or control) has joined.
-    """
-    seeds = set()
-    for i, name in enumerate(index.names):
-        if "/Initializer/" in name or (
-                index.types[i] in _ASSIGN_TYPES and name.endswith("/Assign")):
-            seeds.add(i)
-    found = set(seeds)
-    for level_ops in reversed(index.ops_by_level):
-        for i in level_ops:
-            if i in found:
-                continue
-            succ = index.successors(i)
-            if succ and all(c in found for c in succ):
-                found.add(i)
-    return frozenset(found)
 
 
 def swap_consumer_slots(swap):
