@@ -132,19 +132,6 @@ def make_optimizer(tf, name, learning_rate):
     return legacy.Adam(learning_rate)
 
 
-def make_batch_loss_recorder(tf):
-    class BatchLoss(tf.keras.callbacks.Callback):
-        def __init__(self):
-            super().__init__()
-            self.losses = []
-
-        def on_train_batch_end(self, batch, logs=None):
-            if logs and "loss" in logs:
-                self.losses.append(float(logs["loss"]))
-
-    return BatchLoss()
-
-
 def main(argv=None):
     args = parse_args(argv)
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
@@ -165,7 +152,7 @@ def main(argv=None):
                   loss="sparse_categorical_crossentropy",
                   metrics=["accuracy"])
 
-    recorder = make_batch_loss_recorder(tf)
+    recorder = _lms_flags.batch_loss_recorder(tf)
     callbacks = [recorder]
     # Keras cannot tell LMS the batch size when fed by a generator, and
     # the auto-tuner needs it to size tensors, so pass it here.

@@ -191,6 +191,22 @@ def make_lms(args, batch_size=None):
     return lms
 
 
+def batch_loss_recorder(tf):
+    """A Keras callback that records the loss of every training batch
+    (``.losses``), so the examples can print the first and the last one."""
+
+    class BatchLoss(tf.keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.losses = []
+
+        def on_train_batch_end(self, batch, logs=None):
+            if logs and "loss" in logs:
+                self.losses.append(float(logs["loss"]))
+
+    return BatchLoss()
+
+
 def describe_devices():
     """One line naming the device TensorFlow will place the model on."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel

@@ -75,22 +75,6 @@ def build_model(tf, image_size):
     return tf.keras.Model(inputs, outputs, name="mnist_cnn")
 
 
-def make_batch_loss_recorder(tf):
-    """A callback keeping each training batch's loss (Keras' epoch logs only
-    have running means)."""
-
-    class BatchLoss(tf.keras.callbacks.Callback):
-        def __init__(self):
-            super().__init__()
-            self.losses = []
-
-        def on_train_batch_end(self, batch, logs=None):
-            if logs and "loss" in logs:
-                self.losses.append(float(logs["loss"]))
-
-    return BatchLoss()
-
-
 def main(argv=None):
     args = parse_args(argv)
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
@@ -109,7 +93,7 @@ def main(argv=None):
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy",
                   metrics=["accuracy"])
 
-    recorder = make_batch_loss_recorder(tf)
+    recorder = _lms_flags.batch_loss_recorder(tf)
     callbacks = [recorder]
     # Keras cannot tell LMS the batch size when fed by a generator, and
     # the auto-tuner needs it to size tensors, so pass it here.

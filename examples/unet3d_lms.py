@@ -160,19 +160,6 @@ def dice_coefficient(tf):
     return dice
 
 
-def make_batch_loss_recorder(tf):
-    class BatchLoss(tf.keras.callbacks.Callback):
-        def __init__(self):
-            super().__init__()
-            self.losses = []
-
-        def on_train_batch_end(self, batch, logs=None):
-            if logs and "loss" in logs:
-                self.losses.append(float(logs["loss"]))
-
-    return BatchLoss()
-
-
 def main(argv=None):
     args = parse_args(argv)
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
@@ -191,7 +178,7 @@ def main(argv=None):
         loss="binary_crossentropy",
         metrics=["accuracy", dice_coefficient(tf)])
 
-    recorder = make_batch_loss_recorder(tf)
+    recorder = _lms_flags.batch_loss_recorder(tf)
     callbacks = [recorder]
     # Keras cannot tell LMS the batch size when fed by a generator, and
     # the auto-tuner needs it to size tensors, so pass it here.
