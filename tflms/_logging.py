@@ -1,5 +1,6 @@
 """The ``[LMS][level]`` log lines, through `tf.compat.v1.logging`."""
 
+import json
 import os
 
 import tensorflow as tf
@@ -8,7 +9,8 @@ __all__ = ["Logger", "rank_prefix"]
 
 
 def rank_prefix():
-    """``'[rank 3] '`` under Horovod/MPI/tf.distribute workers, else ''.
+    """``'[rank 3] '`` under Horovod/MPI, ``'[worker 1] '`` for a
+    tf.distribute task described by ``TF_CONFIG``, else ''.
 
     Read from the environment that launchers set, so no distributed package
     needs to be imported.
@@ -17,6 +19,14 @@ def rank_prefix():
         value = os.environ.get(var)
         if value is not None:
             return "[rank %s] " % value
+    config = os.environ.get("TF_CONFIG")
+    if config:
+        try:
+            task = json.loads(config).get("task") or {}
+        except (ValueError, AttributeError):
+            return ""
+        if task.get("type"):
+            return "[%s %s] " % (task["type"], task.get("index", 0))
     return ""
 
 
