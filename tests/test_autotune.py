@@ -258,3 +258,64 @@ def test_lms_autotunes_and_the_graph_still_trains(monkeypatch, lms_log):
         losses = [sess.run([handles["loss"], handles["train"]], feed)[0]
                   for _ in range(2)]
     assert all(np.isfinite(losses))
+
+
+# ---- never worse than no LMS ---------------------------------------------
+def test_nothing_fits_states_both_peaks():
+    index, roles = uneven_chain()
+    with pytest.raises(autotune.AutotuneError) as err:
+        tune(index, roles, 2)
+    message = str(err.value)
+    assert "Without LMS one step needs 0.006 GiB (6.5 MiB)" in message
+    assert "smallest plan (swapout_threshold 1, swapin_ahead 1, " \
+        "swapin_groupby 0, sync_mode 2) needs 0.003 GiB (3.0 MiB)" in message
+    assert "No plan lowers" not in message
+
+
+def test_nothing_fits_says_when_swapping_cannot_lower_the_peak():
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [512, 512], name="x")
+        tf.math.cos(tf.math.sin(x, name="a"), name="b")
+    index = gi.build_index(g)
+    with pytest.raises(autotune.AutotuneError) as err:
+        tune(index, analysis.classify_ops(index), 1)
+    message = str(err.value)
+    # No tensor is read far from where it is made: every plan is empty.
+    assert "needs 0.002 GiB (2.0 MiB)" in message
+    assert "Without LMS one step needs 0.002 GiB (2.0 MiB). No plan lowers " \
+        "that peak: what is live at it (level 1, a) is needed right then." \
+        in message
+
+
+def far_reader_graph():
+    """f (1 MiB) is read by g far away and by h, which LMS must not reroute
+    (excluded sink), at the same far level: swapping f only adds a copy."""
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [512, 512], name="x")
+        f = tf.math.sin(x, name="f")
+        h = f
+        for i in range(6):
+            h = tf.math.sin(h, name="c%d" % i)
+        tf.math.multiply(h, f, name="g")
+        tf.math.add(h, f, name="h")
+    index = gi.build_index(g)
+    roles = analysis.classify_ops(
+        index, filters={"excl_sinks": frozenset({index.id_of["h"]})})
+    return index, roles
+
+
+def test_a_plan_worse_than_no_lms_is_never_chosen():
+    index, roles = far_reader_graph()
+    model = simulator.SimulationModel(index, roles)
+    without = model.replay(None).peak_device_bytes
+    requested = planner.SwapParams(1, -1, -1, 0)
+    plan = planner.make_plan(index, roles, planner.SwapParams(1, 1, 0, 0))
+    assert [index.names[s.producer] for s in plan.swaps] == ["f"]
+    assert model.replay(plan).peak_device_bytes > without
+    # The step fits, but the user fixed the threshold, so tuning runs; the
+    # only plans add a copy of f on top of f itself, so LMS stays off.
+    outcome = tune(index, roles, without / MIB + 1, requested)
+    assert outcome.params is None and outcome.with_lms is None
+    assert outcome.without_lms.peak_device_bytes == without

@@ -98,3 +98,81 @@ def test_without_matplotlib_a_warning_says_how_to_install(tmp_path,
     warnings = [r.getMessage() for r in caplog.records]
     assert any("pip install matplotlib" in w and "tflms[plot]" in w
                for w in warnings)
+
+
+def assert_labelled(fig):
+    (ax,) = fig.axes
+    assert ax.get_xlabel() and ax.get_ylabel() and ax.get_title()
+
+
+def test_every_written_figure_has_labelled_axes(tmp_path):
+    pytest.importorskip("matplotlib")
+    _, _, _, outcome = outcome_with_plots(tmp_path)
+    histogram = [(1, 4, 0), (3, 2, 0)]
+    for fits in (True, False):
+        figures = plots.plot_figures(outcome.without_lms, outcome.with_lms,
+                                     outcome.budget_bytes, histogram, fits)
+        names = [name for name, _ in figures]
+        assert names == ["memory_without_lms.png",
+                         "memory_with_lms.png" if fits
+                         else "memory_smallest_plan.png",
+                         "distance_histogram.png"]
+        for _, fig in figures:
+            assert_labelled(fig)
+    title = figures[1][1].axes[0].get_title()
+    assert title.startswith("Smallest LMS plan: peak") and "over the" in title
+
+
+def test_plots_are_written_when_nothing_fits(tmp_path):
+    image = pytest.importorskip("matplotlib.image")
+    index, roles = uneven_chain()
+    folder = os.path.join(str(tmp_path), "failed")
+    with pytest.raises(autotune.AutotuneError) as err:
+        autotune.tune(index, roles, planner.SwapParams(-1, -1, -1, 0),
+                      gpu_mem_gib=2 / 1024.0, plot_dir=folder,
+                      env={autotune.MEM_RATIO_ENV: "1"}, log=Logger())
+    message = str(err.value)
+    pictures = ["memory_without_lms.png", "memory_smallest_plan.png",
+                "distance_histogram.png"]
+    assert sorted(os.listdir(folder)) == sorted(pictures
+                                                + ["distance_histogram.tsv"])
+    assert message.endswith(
+        "Memory plots of the step without LMS and with the smallest plan: "
+        + ", ".join(os.path.abspath(os.path.join(folder, p))
+                    for p in pictures))
+    assert "needs 0.003 GiB" in message  # the search's own message is kept
+    for name in pictures:
+        pixels = image.imread(os.path.join(folder, name))
+        assert pixels.shape[:2] == (450, 800)
+        assert pixels.std() > 0  # not a blank canvas
+
+
+def test_no_plots_unless_asked_when_nothing_fits(tmp_path):
+    index, roles = uneven_chain()
+    with pytest.raises(autotune.AutotuneError) as err:
+        autotune.tune(index, roles, planner.SwapParams(-1, -1, -1, 0),
+                      gpu_mem_gib=2 / 1024.0,
+                      env={autotune.MEM_RATIO_ENV: "1"}, log=Logger())
+    assert "plots" not in str(err.value)
+
+
+def test_nothing_fits_without_matplotlib_points_to_the_histogram(
+        tmp_path, monkeypatch):
+    real_import = builtins.__import__
+
+    def no_matplotlib(name, *args, **kwargs):
+        if name.startswith("matplotlib"):
+            raise ImportError("No module named 'matplotlib'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    index, roles = uneven_chain()
+    folder = str(tmp_path)
+    with pytest.raises(autotune.AutotuneError) as err:
+        autotune.tune(index, roles, planner.SwapParams(-1, -1, -1, 0),
+                      gpu_mem_gib=2 / 1024.0, plot_dir=folder,
+                      env={autotune.MEM_RATIO_ENV: "1"}, log=Logger())
+    assert str(err.value).endswith(
+        "(No memory plots: matplotlib is missing; the distance histogram "
+        "is in %s.)" % os.path.abspath(folder))
+    assert os.listdir(folder) == ["distance_histogram.tsv"]

@@ -23,7 +23,11 @@ or swapin_groupby is -1. It works only on plain data (`GraphIndex`,
    used only if it fits and moves no more bytes than the threshold alone.
 
 Every plan accepted here has been replayed by the simulator and fits the
-budget; see `tflms.simulator` for what it counts.
+budget; see `tflms.simulator` for what it counts. A plan is never chosen
+over the unmodified graph when that one fits and the plan needs no less
+memory. When nothing fits, `AutotuneError` states the budget, the peak
+without LMS and the smallest plan's peak, and names the memory plots
+(written even then when ``plot_dir`` is set).
 """
 
 import dataclasses
@@ -237,6 +241,7 @@ class _Simulations:
         self.count = 0
         self._cache = {}
         self.smallest = None  # (peak, params) of the lowest peak seen
+        self.without = None   # SimulationResult of the unmodified graph
 
     def plan(self, params):
         return planner.make_plan(self.index, self.roles, params,
@@ -325,6 +330,7 @@ def _search_at_sync(sims, requested, sync, max_level):
 
 def _cannot_fit(sims, requested):
     peak, params = sims.smallest
+    without = getattr(sims, "without", None)
     fixed = [name for name in ("swapout_threshold", "swapin_ahead",
                                "swapin_groupby")
              if getattr(requested, name) != AUTO]
@@ -333,17 +339,29 @@ def _cannot_fit(sims, requested):
         hint = " You fixed %s; setting %s to -1 lets LMS search %s too." % (
             ", ".join(fixed), "it" if len(fixed) == 1 else "them",
             "it" if len(fixed) == 1 else "them")
+    facts = ""
+    if without is not None:
+        facts = " Without LMS one step needs %s." % _gib(
+            without.peak_device_bytes)
+        if peak >= without.peak_device_bytes:
+            facts += (" No plan lowers that peak: what is live at it (level "
+                      "%d, %s) is needed right then." % (
+                          without.peak_level, without.peak_op or "?"))
+        if without.resident_device_bytes:
+            facts += (" %s of the peak are variables, optimizer slots and "
+                      "constants, which stay on the device."
+                      % _gib(without.resident_device_bytes))
     return AutotuneError(
         "LMS auto-tuning found no parameter set that fits in %s: the "
         "smallest plan (swapout_threshold %d, swapin_ahead %d, "
-        "swapin_groupby %d, sync_mode %d) needs %s, %s too much. "
+        "swapin_groupby %d, sync_mode %d) needs %s, %s too much.%s "
         "Try a smaller batch size, serialization (lms.serialization or "
         "serialization_by_size) to run large levels one op at a time, "
         "sync_mode=3, or a larger lms.autotune_gpu_mem / %s if the GPU "
         "really has more memory.%s"
         % (_gib(sims.budget), params.swapout_threshold, params.swapin_ahead,
            params.swapin_groupby, params.sync_mode, _gib(peak),
-           _gib(peak - sims.budget, exact=True), MEM_RATIO_ENV, hint))
+           _gib(peak - sims.budget, exact=True), facts, MEM_RATIO_ENV, hint))
 
 
 def _gib(nbytes, exact=False):
@@ -586,6 +604,7 @@ def tune(index, roles, requested, batch_size=None, gpu_mem_gib=None,
              "swapin_ahead, swapin_groupby and sync_mode for a budget of "
              "%.2f GiB" % (budget / _GIB))
     without = sims.replay(None, detail=True)
+    sims.without = without
     log.info("[Simulator] Without LMS one step peaks at %.2f GiB at level %d "
              "(%s)" % (without.peak_device_bytes / _GIB, without.peak_level,
                        without.peak_op))
@@ -599,7 +618,11 @@ def tune(index, roles, requested, batch_size=None, gpu_mem_gib=None,
                            plot_files=files)
 
     max_level = index.num_levels
-    params = _search(sims, requested, max_level, log)
+    try:
+        params = _search(sims, requested, max_level, log)
+    except AutotuneError as err:
+        raise _with_plots(err, sims, plot_dir, index, roles, batch_size,
+                          without, budget, log) from None
     _, plan, _ = sims.cached(params)
     only = None
     threshold_result = None
@@ -620,6 +643,20 @@ def tune(index, roles, requested, batch_size=None, gpu_mem_gib=None,
     log.info("[Simulator] With LMS one step peaks at %.2f GiB of %.2f GiB at "
              "level %d (%s)" % (final.peak_device_bytes / _GIB, budget / _GIB,
                                 final.peak_level, final.peak_op))
+    if (without.fits(budget)
+            and final.peak_device_bytes >= without.peak_device_bytes):
+        # Only reachable with some parameters fixed by the user: the step
+        # fits as it is and the plan would only add transfers.
+        log.info("[Simulator] The plan needs %.3f GiB, no less than the "
+                 "%.3f GiB the step needs without LMS, which fits; "
+                 "not swapping." % (final.peak_device_bytes / _GIB,
+                                    without.peak_device_bytes / _GIB))
+        files = _plots(plot_dir, index, roles, batch_size, without, None,
+                       budget, log)
+        return TuneOutcome(params=None, only_tensors=None,
+                           budget_bytes=budget, host_budget_bytes=host_limit,
+                           without_lms=without, simulations=sims.count,
+                           plot_files=files)
     if host_limit and final.peak_host_bytes > host_limit:
         log.warning(
             "The LMS plan needs %.2f GiB of host memory at its peak, more than "
@@ -637,9 +674,36 @@ def tune(index, roles, requested, batch_size=None, gpu_mem_gib=None,
 
 
 def _plots(plot_dir, index, roles, batch_size, without, with_lms, budget,
-           log):
+           log, with_lms_fits=True):
     if not plot_dir:
         return ()
     from tflms import plots  # pylint: disable=import-outside-toplevel
     return tuple(plots.write_plots(plot_dir, index, roles, without, with_lms,
-                                   budget, batch_size=batch_size, log=log))
+                                   budget, batch_size=batch_size, log=log,
+                                   with_lms_fits=with_lms_fits))
+
+
+def _with_plots(err, sims, plot_dir, index, roles, batch_size, without,
+                budget, log):
+    """`err`, naming the plots of the failed search when any were asked for.
+
+    The plots of the step without LMS and of the smallest plan show where
+    memory peaks and what swapping could not move, which is what a user
+    needs to pick a smaller batch or serialization.
+    """
+    if not plot_dir:
+        return err
+    smallest = None
+    if sims.smallest is not None:
+        smallest = sims.cached(sims.smallest[1])[2]
+    files = _plots(plot_dir, index, roles, batch_size, without, smallest,
+                   budget, log, with_lms_fits=False)
+    pictures = [f for f in files if f.endswith(".png")]
+    if not pictures:
+        return AutotuneError(
+            "%s (No memory plots: matplotlib is missing; the distance "
+            "histogram is in %s.)" % (err, os.path.abspath(plot_dir)))
+    return AutotuneError("%s Memory plots of the step without LMS and with "
+                         "the smallest plan: %s" % (
+                             err, ", ".join(os.path.abspath(f)
+                                            for f in pictures)))

@@ -8,6 +8,8 @@ Files written into the plot folder:
 
 * ``memory_without_lms.png`` / ``memory_with_lms.png``: expected device
   memory (GiB) at each level of one training step, with the budget line.
+  When auto-tuning finds nothing under the budget,
+  ``memory_smallest_plan.png`` shows the plan that came closest instead.
 * ``distance_histogram.png`` and ``distance_histogram.tsv``: how many
   swap-candidate edges (device tensor to a later device reader) span each
   level distance, and their bytes. Thresholds act on this distance.
@@ -22,6 +24,7 @@ __all__ = [
     "distance_histogram",
     "memory_figure",
     "histogram_figure",
+    "plot_figures",
     "write_histogram_tsv",
     "write_plots",
 ]
@@ -136,8 +139,45 @@ def _save(fig, path):
     fig.savefig(path, format="png")
 
 
+def plot_figures(without_lms, with_lms, budget_bytes, histogram,
+                 with_lms_fits=True):
+    """The figures `write_plots` saves, as ``(file name, Figure)`` pairs.
+
+    Args:
+      without_lms: `SimulationResult` of the graph as is.
+      with_lms: `SimulationResult` of the chosen plan (or of the smallest
+        plan when none fits), or None.
+      budget_bytes: device budget.
+      histogram: `distance_histogram` output.
+      with_lms_fits: False when `with_lms` is the smallest plan of a search
+        that found nothing under the budget; it is then saved as
+        ``memory_smallest_plan.png`` and titled so.
+
+    Raises:
+      ImportError: without matplotlib.
+    """
+    figures = [("memory_without_lms.png", memory_figure(
+        without_lms.device_timeline, budget_bytes,
+        "Device memory without LMS (peak %.2f GiB)"
+        % (without_lms.peak_device_bytes / _GIB)))]
+    if with_lms is not None:
+        if with_lms_fits:
+            name, title = "memory_with_lms.png", (
+                "Device memory with LMS (peak %.2f GiB, %.2f GiB swapped out)"
+                % (with_lms.peak_device_bytes / _GIB,
+                   with_lms.swapout_bytes / _GIB))
+        else:
+            name, title = "memory_smallest_plan.png", (
+                "Smallest LMS plan: peak %.2f GiB, over the %.2f GiB budget"
+                % (with_lms.peak_device_bytes / _GIB, budget_bytes / _GIB))
+        figures.append((name, memory_figure(with_lms.device_timeline,
+                                            budget_bytes, title)))
+    figures.append(("distance_histogram.png", histogram_figure(histogram)))
+    return figures
+
+
 def write_plots(plot_dir, index, roles, without_lms, with_lms, budget_bytes,
-                batch_size=None, log=None):
+                batch_size=None, log=None, with_lms_fits=True):
     """Write the memory plots and the distance histogram into `plot_dir`.
 
     Args:
@@ -148,6 +188,7 @@ def write_plots(plot_dir, index, roles, without_lms, with_lms, budget_bytes,
       budget_bytes: device budget.
       batch_size: for histogram byte counts.
       log: a `Logger` (optional).
+      with_lms_fits: see `plot_figures`.
 
     Returns:
       The list of written paths. Without matplotlib only the TSV is written
@@ -164,18 +205,8 @@ def write_plots(plot_dir, index, roles, without_lms, with_lms, budget_bytes,
                         "plots (only %s); to get them: %s"
                         % (tsv, _INSTALL_HINT))
         return written
-    figures = [("memory_without_lms.png", memory_figure(
-        without_lms.device_timeline, budget_bytes,
-        "Device memory without LMS (peak %.2f GiB)"
-        % (without_lms.peak_device_bytes / _GIB)))]
-    if with_lms is not None:
-        figures.append(("memory_with_lms.png", memory_figure(
-            with_lms.device_timeline, budget_bytes,
-            "Device memory with LMS (peak %.2f GiB, %.2f GiB swapped out)"
-            % (with_lms.peak_device_bytes / _GIB,
-               with_lms.swapout_bytes / _GIB))))
-    figures.append(("distance_histogram.png", histogram_figure(histogram)))
-    for name, fig in figures:
+    for name, fig in plot_figures(without_lms, with_lms, budget_bytes,
+                                  histogram, with_lms_fits):
         path = os.path.join(plot_dir, name)
         _save(fig, path)
         written.append(path)

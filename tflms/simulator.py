@@ -31,7 +31,10 @@ Memory model (what is counted, and why):
   their input buffer on the same memory space, so their output is the same
   buffer as their input (its life is extended by their readers, its bytes
   are not added again). ``ReadVariableOp`` outputs and the outputs of
-  variable holders alias the variable and add nothing.
+  variable holders alias the variable and add nothing. When a swap-in
+  feeds such an op (Keras' optimizers pass every gradient through one
+  ``IdentityN``), the op forwards the swap-in's device copy, so the readers
+  of its output keep the copy alive, not the swapped-out original.
 * **Resident memory.** Variables (``variable_bytes``: weights and optimizer
   slots, which are variables too) and ``Const`` outputs are allocated for
   the whole step on the space of their op.
@@ -203,7 +206,13 @@ class SimulationModel:
 
         buf_bytes, buf_space, buf_alloc, buf_name = [], [], [], []
         use_buf, use_node = [], []
-        edge_use = {}        # (consumer, slot) -> use index (device reads)
+        # A device read of a device buffer through a chain of aliases,
+        # reader edge first: [(reader, slot), (alias op, slot), ...]. When
+        # a swap-in reroutes any edge of the chain, the read moves to the
+        # swap-in's device copy (an alias op fed by a swap-in forwards the
+        # copy, not the original buffer).
+        use_chain = {}       # use index -> tuple of (op, slot) edges
+        alias_edge = {}      # alias tensor id -> (alias op, slot)
         copy_of = {}         # host tensor id -> its device copy buffer
         resident = [0, 0, 0]
         unknown = []
@@ -234,6 +243,7 @@ class SimulationModel:
                                 # Same buffer (or resident: no buffer at all).
                                 tensor_buffer[t] = tensor_buffer[
                                     out_base[p] + pk]
+                                alias_edge[t] = (i, slot)
                                 continue
                     tensor_buffer[t] = len(buf_bytes)
                     buf_bytes.append(size)
@@ -261,14 +271,22 @@ class SimulationModel:
                             buf_name.append("%s (device copy)"
                                             % _tensor_name(index, p, pk))
                         b = copy
-                    if sp_c == DEVICE and buf_space[b] == DEVICE:
-                        edge_use[(i, slot)] = len(use_buf)
+                    if sp_c == DEVICE and buf_space[b] == DEVICE and \
+                            b == tensor_buffer[t]:
+                        use_chain[len(use_buf)] = self._alias_chain(
+                            (i, slot), t, alias_edge)
                     use_buf.append(b)
                     use_node.append(i)
 
         self._tensor_bytes = tensor_bytes
         self._tensor_buffer = tensor_buffer
-        self._edge_use = edge_use
+        # (op, slot) edge -> uses whose alias chain contains it.
+        edge_uses = {}
+        for u, edges in use_chain.items():
+            for e in edges:
+                edge_uses.setdefault(e, []).append(u)
+        self._use_chain = use_chain
+        self._edge_uses = edge_uses
         self.buf_bytes = np.asarray(buf_bytes, dtype=np.int64)
         self.buf_space = np.asarray(buf_space, dtype=np.int8)
         self.buf_alloc = np.asarray(buf_alloc, dtype=np.int64)
@@ -298,6 +316,38 @@ class SimulationModel:
             raise _size_error(index, op_id, output)
         unknown.append(_tensor_name(index, op_id, output))
         return 0
+
+    def _alias_chain(self, edge, tensor, alias_edge):
+        chain = [edge]
+        while tensor in alias_edge:
+            op_id, slot = alias_edge[tensor]
+            chain.append((op_id, slot))
+            p, pk = self.index.inputs[op_id][slot]
+            tensor = self._out_base[p] + pk
+        return tuple(chain)
+
+    def _rerouted_uses(self, rerouted):
+        """Device reads that a set of rerouted edges moves to copies.
+
+        Args:
+          rerouted: dict ``(consumer, slot) -> key`` of the edges a plan
+            reroutes to swap-ins.
+
+        Returns:
+          A list of ``(use index, key)``: each read goes to the copy of the
+          rerouted edge nearest to the reader on its alias chain.
+        """
+        affected = set()
+        for e in rerouted:
+            affected.update(self._edge_uses.get(e, ()))
+        moved = []
+        for u in sorted(affected):
+            for e in self._use_chain[u]:
+                key = rerouted.get(e)
+                if key is not None:
+                    moved.append((u, key))
+                    break
+        return moved
 
     def _build_successors(self, extra_edges):
         index = self.index
@@ -363,6 +413,7 @@ class SimulationModel:
         nbuf = len(self.buf_name)
         names = self.index.names
         swapout_bytes = swapin_bytes = 0
+        rerouted = {}        # (consumer, slot) -> device copy buffer
         for swap in swaps:
             p, out = swap.producer, swap.output
             size = self.tensor_size(p, out)
@@ -399,14 +450,16 @@ class SimulationModel:
                 extra_names.append("lms/swapin_%s (device copy)"
                                    % _safe(tname))
                 for c, slot in sin.consumers:
-                    u = self._edge_use.get((c, slot))
-                    if u is not None:
-                        masked.append(u)
+                    rerouted[(c, slot)] = copy_buf
                     # The rerouted input no longer reads the producer.
                     p_succ.remove(c)
                     extra_use_buf.append(copy_buf)
                     extra_use_node.append(c)
             succ[so].extend(swap.waiters)
+        for u, copy_buf in self._rerouted_uses(rerouted):
+            masked.append(u)
+            extra_use_buf.append(copy_buf)
+            extra_use_node.append(int(self.use_node[u]))
         for a, b in ser_edges:
             own(a).append(b)
 
@@ -502,23 +555,28 @@ class SimulationModel:
         b = self.buffer_of(swap.producer, swap.output)
         if b == _NO_BUFFER:
             return []
-        rerouted = set(swap_consumer_slots(swap))
-        rerouted_uses = {self._edge_use.get(cs) for cs in rerouted}
+        rerouted = {cs: k for k, sin in enumerate(swap.swap_ins)
+                    for cs in sin.consumers}
+        moved = dict(self._rerouted_uses(rerouted))
         lo, hi = self._uses_ptr[b], self._uses_ptr[b + 1]
         uses = self._uses_by_buf[lo:hi]
         alloc = int(levels[self.buf_alloc[b]])
         end = alloc
         near = max(alloc, int(levels[swap.producer]) + 1)
+        last_read = [max(int(levels[c]) for c, _ in sin.consumers)
+                     for sin in swap.swap_ins]
         for u in uses:
             lvl = int(levels[self.use_node[u]])
             end = max(end, lvl)
-            if int(u) not in rerouted_uses:
+            k = moved.get(int(u))
+            if k is None:
                 near = max(near, lvl)
+            else:
+                last_read[k] = max(last_read[k], lvl)
         copies = []
-        for sin in swap.swap_ins:
+        for sin, last in zip(swap.swap_ins, last_read):
             start = max([int(levels[t]) + 1 for t in sin.triggers]
                         + [int(levels[swap.producer]) + 2])
-            last = max(int(levels[c]) for c, _ in sin.consumers)
             copies.append((start, last))
         copies.sort()
         freed = []
