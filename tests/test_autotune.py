@@ -98,6 +98,19 @@ def test_gpu_budget_picks_the_device_or_the_local_rank():
     assert autotune.device_budget(None, env=env, list_devices=lister) == 2000
 
 
+def test_rank_with_one_visible_gpu_uses_it():
+    # CUDA_VISIBLE_DEVICES set per rank: local rank 3 sees one GPU, GPU:0.
+    devices = [FakeDevice("/device:CPU:0", "CPU", 1 << 34),
+               FakeDevice("/device:GPU:0", "GPU", 1000)]
+    env = dict(EXACT, HOROVOD_LOCAL_RANK="3")
+    assert autotune.device_budget(None, env=env,
+                                  list_devices=lambda: devices) == 1000
+    # Asked for a GPU by name, a missing one is still an error.
+    with pytest.raises(autotune.NoGpuError, match="wants GPU 3"):
+        autotune.device_budget(None, "/device:GPU:3", env=env,
+                               list_devices=lambda: devices)
+
+
 def test_host_budget_is_shared_by_local_ranks():
     one = autotune.host_budget({})
     assert one > 0

@@ -180,7 +180,8 @@ def device_budget(gpu_mem_gib=None, gpu_device=None, env=None,
       gpu_mem_gib: ``autotune_gpu_mem`` in GiB, or None to ask TensorFlow
         for the GPU's memory.
       gpu_device: the device LMS manages (its index picks the GPU); with
-        None, the local rank's GPU under Horovod / MPI, else GPU 0.
+        None, the local rank's GPU under Horovod / MPI (or the only visible
+        GPU, when the launcher gave each rank one), else GPU 0.
       env: environment mapping (default `os.environ`).
       list_devices: callable returning `DeviceAttributes` (for tests);
         default `device_lib.list_local_devices`.
@@ -208,6 +209,10 @@ def device_budget(gpu_mem_gib=None, gpu_device=None, env=None,
     for d in gpus:
         if d.name.rsplit(":", 1)[-1] == str(want):
             chosen = d
+    if chosen is None and gpu_device is None and len(gpus) == 1:
+        # A launcher that sets CUDA_VISIBLE_DEVICES per rank leaves each
+        # process one GPU, numbered 0 whatever the local rank.
+        chosen = gpus[0]
     if chosen is None:
         raise NoGpuError(
             "LMS auto-tuning wants GPU %d (from gpu_device=%r or the local "
