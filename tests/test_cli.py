@@ -1,0 +1,353 @@
+"""`tflms plan`: the planning command on saved Keras models, a MetaGraph and
+a SavedModel.
+
+Budgets are derived from the peak the command itself reports for the
+untouched graph (never hard-coded), then set above it (LMS not needed),
+below it (LMS needed and must fit), and far below it (nothing fits: exit
+status 1). The with-LMS peak is checked against an independent replay of
+the graph LMS really rewrote. Most runs call `cli.main` in-process (fast);
+a few go through ``python -m tflms`` for the real exit status and --help.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tflms import LMS
+from tflms import analysis
+from tflms import autotune
+from tflms import cli
+from tflms import graph_index as gi
+from tflms import simulator
+
+import models
+
+BATCH = 16
+_GIB = float(1 << 30)
+
+
+def _keras_cnn():
+    """A small ResNet-style CNN whose activations dominate its memory."""
+    layers = tf.keras.layers
+    init = iter(range(100))
+
+    def conv(x, filters):
+        return layers.Conv2D(
+            filters, 3, padding="same", activation="relu",
+            kernel_initializer=tf.keras.initializers.HeNormal(
+                seed=next(init)))(x)
+
+    inputs = tf.keras.Input((32, 32, 3))
+    x = conv(inputs, 16)
+    for _ in range(3):
+        x = layers.Add()([x, conv(conv(x, 16), 16)])
+    x = layers.MaxPooling2D()(x)
+    x = conv(x, 32)
+    x = layers.Add()([x, conv(conv(x, 32), 32)])
+    x = layers.GlobalAveragePooling2D()(x)
+    outputs = layers.Dense(10, activation="softmax")(x)
+    return tf.keras.Model(inputs, outputs)
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """Paths of the saved graphs: Keras .h5 (compiled), Keras SavedModel
+    (not compiled), a MetaGraph of a tf.compat.v1 training graph, and an
+    inference-only v1 SavedModel."""
+    root = tmp_path_factory.mktemp("saved")
+    paths = {}
+    with tf.Graph().as_default():
+        model = _keras_cnn()
+        model.compile(optimizer="sgd",
+                      loss="sparse_categorical_crossentropy")
+        paths["h5"] = str(root / "cnn.h5")
+        model.save(paths["h5"])
+    with tf.Graph().as_default():
+        model = _keras_cnn()
+        paths["keras_savedmodel"] = str(root / "cnn_savedmodel")
+        model.save(paths["keras_savedmodel"])
+    graph = tf.Graph()
+    with graph.as_default():
+        models.cnn_bn(image=32, channels=8, depth=6, batch=BATCH, seed=1)
+        paths["meta"] = str(root / "cnn_bn.meta")
+        tf.compat.v1.train.export_meta_graph(filename=paths["meta"])
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 32, 32, 3], name="x")
+        h = x
+        for i in range(3):
+            h = tf.nn.relu(tf.compat.v1.layers.conv2d(
+                h, 8, 3, padding="same", name="conv%d" % i))
+        tf.reduce_mean(h, name="score")
+        paths["inference"] = str(root / "inference_savedmodel")
+        builder = tf.compat.v1.saved_model.Builder(paths["inference"])
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            builder.add_meta_graph_and_variables(sess, ["serve"])
+        builder.save()
+    return paths
+
+
+def run_cli(capsys, *argv):
+    code = cli.main(["plan"] + [str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def plan_json(capsys, *argv):
+    code, out, err = run_cli(capsys, *argv, "--json")
+    assert out.strip(), "no JSON on stdout; stderr:\n%s" % err
+    return code, json.loads(out)
+
+
+def gpu_mem_for(nbytes):
+    """--gpu-mem value whose budget is `nbytes`."""
+    return "%.9f" % (nbytes / autotune.mem_ratio() / _GIB)
+
+
+def peak_without(capsys, path, *extra):
+    code, report = plan_json(capsys, path, "--gpu-mem", "1000", "--no-plots",
+                             *extra)
+    assert code == 0, report
+    assert report["lms_needed"] is False, report
+    assert report["fits"] is True
+    assert report["with_lms"]["peak_bytes"] == (
+        report["without_lms"]["peak_bytes"])
+    assert report["swapout_bytes"] == 0
+    return report["without_lms"]["peak_bytes"]
+
+
+def rewritten_peak(graph, batch_size):
+    """Simulator peak of the graph as LMS left it (swap ops included)."""
+    index = gi.build_index(graph)
+    roles = analysis.classify_ops(index)
+    return simulator.SimulationModel(index, roles, batch_size).replay(
+        None).peak_device_bytes
+
+
+def check_transfer_times(report):
+    moved = report["swapout_bytes"] + report["swapin_bytes"]
+    assert moved > 0
+    times = [report["transfer_ms"][name] for name, _ in cli.LINKS]
+    for (name, gbps), ms in zip(cli.LINKS, times):
+        assert ms == pytest.approx(moved / (gbps * 1e9) * 1e3), name
+    assert times == sorted(times, reverse=True)
+
+
+def test_keras_h5_fits_with_lms_and_matches_training_rewrite(
+        saved, capsys, tmp_path):
+    peak = peak_without(capsys, saved["h5"], "--batch-size", BATCH)
+    gpu_mem = gpu_mem_for(0.6 * peak)
+    plot_dir = tmp_path / "plots"
+    code, report = plan_json(capsys, saved["h5"], "--batch-size", BATCH,
+                             "--gpu-mem", gpu_mem, "--plot-dir", plot_dir)
+    assert code == 0, report
+    assert report["kind"] == "Keras model (.h5)"
+    assert report["training"] is True
+    assert report["num_ops"] > 0 and report["num_levels"] > 0
+    assert report["trainable_parameters"] > 0
+    assert report["lms_needed"] and report["tuned"] and report["fits"]
+    assert report["without_lms"]["peak_bytes"] == peak
+    assert report["without_lms"]["fits"] is False
+    budget = report["budget_bytes"]
+    assert report["with_lms"]["peak_bytes"] <= budget < peak
+    assert report["swapped_tensors"] > 0
+    assert report["swapout_ops"] > 0 and report["swapin_ops"] > 0
+    check_transfer_times(report)
+
+    names = sorted(os.path.basename(p) for p in report["plots"])
+    assert "memory_without_lms.png" in names
+    assert "memory_with_lms.png" in names
+    for path in report["plots"]:
+        assert path.startswith(str(plot_dir))
+        if path.endswith(".png"):
+            with open(path, "rb") as f:
+                assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+    # Training does the same: LMS on the graph fit() runs, same settings.
+    args = cli.build_parser().parse_args(["plan", saved["h5"]])
+    loaded = cli.load_graph(saved["h5"], args)
+    lms = LMS()
+    lms.batch_size = BATCH
+    lms.autotune_gpu_mem = float(gpu_mem)
+    assert lms.run(loaded.graph) is not None
+    assert lms.last_plan.swapout_bytes() == report["swapout_bytes"]
+    assert lms.last_plan.swapin_bytes() == report["swapin_bytes"]
+    assert rewritten_peak(loaded.graph, BATCH) == (
+        report["with_lms"]["peak_bytes"])
+
+
+def test_keras_savedmodel_without_training_config(saved, capsys):
+    peak = peak_without(capsys, saved["keras_savedmodel"], "--batch-size",
+                        BATCH)
+    code, out, _ = run_cli(capsys, saved["keras_savedmodel"], "--batch-size",
+                           BATCH, "--gpu-mem", gpu_mem_for(0.6 * peak),
+                           "--no-plots")
+    assert code == 0, out
+    assert "Keras SavedModel" in out
+    assert "saved without a training configuration" in out
+    assert "optimizer='adam'" in out
+    assert "LMS parameters (auto-tuned): LMS(swapout_threshold=" in out
+    assert "PCIe 3.0 x16" in out and "NVLink-C2C" in out
+    assert "RESULT: fits" in out and "with LMS" in out
+
+
+def test_cannot_fit_exits_1_with_the_reason(saved, capsys):
+    peak = peak_without(capsys, saved["h5"], "--batch-size", BATCH)
+    code, out, _ = run_cli(capsys, saved["h5"], "--batch-size", BATCH,
+                           "--gpu-mem", gpu_mem_for(0.02 * peak),
+                           "--no-plots")
+    assert code == 1, out
+    assert "no parameter set that fits" in out
+    assert "RESULT: does NOT fit" in out
+    assert "Try a smaller batch size" in out
+    code, report = plan_json(capsys, saved["h5"], "--batch-size", BATCH,
+                             "--gpu-mem", gpu_mem_for(0.02 * peak),
+                             "--no-plots")
+    assert code == 1
+    assert report["fits"] is False and "no parameter set" in report["error"]
+    assert report["without_lms"]["peak_bytes"] == peak
+
+
+def test_metagraph_auto_and_fixed_parameters(saved, capsys):
+    peak = peak_without(capsys, saved["meta"])
+    code, report = plan_json(capsys, saved["meta"], "--gpu-mem",
+                             gpu_mem_for(0.75 * peak), "--no-plots")
+    assert code == 0, report
+    assert report["kind"] == "MetaGraph" and report["training"]
+    assert report["lms_needed"] and report["fits"]
+    assert report["with_lms"]["peak_bytes"] <= report["budget_bytes"] < peak
+    check_transfer_times(report)
+
+    fixed = ("--swapout-threshold", 2, "--swapin-ahead", 1,
+             "--swapin-groupby", 0, "--sync-mode", 3)
+    code, report = plan_json(capsys, saved["meta"], "--gpu-mem", "1000",
+                             "--no-plots", *fixed)
+    assert code == 0, report
+    assert report["tuned"] is False and report["lms_needed"]
+    assert report["params"] == {"swapout_threshold": 2, "swapin_ahead": 1,
+                                "swapin_groupby": 0, "sync_mode": 3}
+    fixed_peak = report["with_lms"]["peak_bytes"]
+    assert fixed_peak < peak
+    # Fixed parameters are not tuned: a budget below their plan fails.
+    code, out, _ = run_cli(capsys, saved["meta"], "--gpu-mem",
+                           gpu_mem_for(0.9 * fixed_peak), "--no-plots",
+                           *fixed)
+    assert code == 1, out
+    assert "RESULT: does NOT fit" in out
+
+
+def test_inference_savedmodel_is_planned_as_inference(saved, capsys):
+    code, out, _ = run_cli(capsys, saved["inference"], "--batch-size", 4,
+                           "--gpu-mem", "1", "--no-plots")
+    assert code == 0, out
+    assert "MetaGraph tagged serve" in out
+    assert "nothing is trained" in out and "is_training=False" in out
+    code, _, err = run_cli(capsys, saved["inference"], "--tag", "train",
+                           "--gpu-mem", "1")
+    assert code == 2
+    assert "no MetaGraph tagged train" in err and "--tag" in err
+
+
+def test_keras_inference_plans_the_forward_graph(saved, capsys):
+    code, training = plan_json(capsys, saved["h5"], "--batch-size", BATCH,
+                               "--gpu-mem", "1", "--no-plots")
+    assert code == 0 and training["training"] is True
+    code, report = plan_json(capsys, saved["h5"], "--batch-size", BATCH,
+                             "--gpu-mem", "1", "--no-plots", "--inference")
+    assert code == 0, report
+    assert report["training"] is False
+    assert "forward graph only" in report["notes"][0]
+    assert report["num_ops"] < training["num_ops"]
+    assert (report["without_lms"]["peak_bytes"]
+            < training["without_lms"]["peak_bytes"])
+
+
+def test_missing_batch_size_names_the_flag(saved, capsys):
+    code, _, err = run_cli(capsys, saved["h5"], "--gpu-mem", "1",
+                           "--no-plots")
+    assert code == 2
+    assert "--batch-size" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.skipif(bool(tf.config.list_physical_devices("GPU")),
+                    reason="with a GPU the budget defaults to its memory")
+def test_no_gpu_and_no_budget_names_the_flag(saved, capsys):
+    code, _, err = run_cli(capsys, saved["meta"], "--no-plots")
+    assert code == 2
+    assert "no GPU" in err and "--gpu-mem" in err
+
+
+def test_bad_paths_are_clear_errors(tmp_path, capsys):
+    code, _, err = run_cli(capsys, tmp_path / "missing.meta", "--gpu-mem", 1)
+    assert code == 2 and "does not exist" in err
+    other = tmp_path / "notes.txt"
+    other.write_text("hello")
+    code, _, err = run_cli(capsys, other, "--gpu-mem", 1)
+    assert code == 2 and ".meta" in err and ".h5" in err
+    code, _, err = run_cli(capsys, tmp_path, "--gpu-mem", 1)
+    assert code == 2 and "saved_model.pb" in err
+
+
+def test_bad_lms_value_is_rejected(saved, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["plan", saved["meta"], "--swapin-ahead", "0"])
+    assert exc.value.code == 2
+    assert "--swapin-ahead" in capsys.readouterr().err
+
+
+def test_transfer_times_use_bytes_over_bandwidth():
+    times = cli.transfer_ms(15.75e9)
+    assert times["PCIe 3.0 x16"] == pytest.approx(1000.0)
+    assert times["PCIe 4.0 x16"] == pytest.approx(500.0)
+    assert np.all(np.diff([gbps for _, gbps in cli.LINKS]) > 0)
+
+
+def _run_module(*argv, cwd=None):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    return subprocess.run([sys.executable, "-m", "tflms"] + list(argv),
+                          capture_output=True, text=True, timeout=300,
+                          env=env, cwd=cwd, check=False)
+
+
+def test_module_help_and_exit_status(saved, tmp_path):
+    proc = _run_module("plan", "--help")
+    assert proc.returncode == 0, proc.stderr
+    for flag in ("--batch-size", "--gpu-mem", "--swapout-threshold",
+                 "--swapin-ahead", "--swapin-groupby", "--sync-mode",
+                 "--serialization", "--serialization-by-size",
+                 "--plot-dir", "--loss", "--optimizer", "--json"):
+        assert flag in proc.stdout, flag
+    proc = _run_module()
+    assert proc.returncode == 2 and "plan" in proc.stderr
+    # A budget far too small: the process itself exits with status 1.
+    proc = _run_module("plan", saved["meta"], "--gpu-mem", "0.00001",
+                       "--no-plots", cwd=str(tmp_path))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "RESULT: does NOT fit" in proc.stdout
+
+
+def test_tf2_function_savedmodel_is_refused(tmp_path):
+    path = tmp_path / "tf2_module"
+    script = (
+        "import tensorflow as tf\n"
+        "class M(tf.Module):\n"
+        "    def __init__(self):\n"
+        "        self.w = tf.Variable(tf.ones([8, 8]))\n"
+        "    @tf.function(input_signature=[tf.TensorSpec([None, 8])])\n"
+        "    def __call__(self, x):\n"
+        "        return tf.matmul(x, self.w)\n"
+        "tf.saved_model.save(M(), %r)\n" % str(path))
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=300,
+                   capture_output=True,
+                   env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    proc = _run_module("plan", str(path), "--gpu-mem", "1", "--no-plots")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "TensorFlow 2 functions" in proc.stderr
+    assert "export_meta_graph" in proc.stderr

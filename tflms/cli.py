@@ -1,0 +1,677 @@
+"""``tflms plan GRAPH``: will this model fit on that GPU, and at what cost?
+
+The planning command loads a saved training graph into a fresh `tf.Graph`,
+lets `LMS` rewrite it exactly as it would before training (auto-tuning
+included), and reports what the simulator expects of one training step:
+
+* the graph summary (ops, edges, levels of the categorized topological sort,
+  learning parameters);
+* the device memory peak without LMS and with the plan LMS applied, against
+  the budget (``--gpu-mem`` GiB, or the GPU's memory, times
+  ``TF_LMS_SIMULATOR_MEM_RATIO``);
+* the swapping parameters and the bytes moved per step, and what those bytes
+  cost at common host-device link bandwidths;
+* the memory plots (`tflms.plots`).
+
+It needs no GPU: nothing is run, and no session is created except the one
+Keras makes while loading weights.
+
+Accepted graphs:
+
+* a MetaGraph file (``.meta``, from ``tf.compat.v1.train.Saver`` or
+  ``export_meta_graph``) of a training graph;
+* a SavedModel folder written by ``tf.compat.v1.saved_model.Builder``; the
+  MetaGraph tagged ``train`` is used when there is one;
+* a Keras model: an ``.h5`` / ``.keras`` file or a Keras SavedModel folder
+  (``model.save(folder)``). Its training graph is built as ``fit()`` would:
+  compiled with the saved loss and optimizer (``--loss`` / ``--optimizer``
+  when it was saved without them), then the train function is made.
+
+Exit status: 0 when one step fits the budget (with or without LMS), 1 when
+it cannot fit, 2 for bad arguments or a graph that cannot be planned.
+"""
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+
+import tensorflow as tf
+from google.protobuf import text_format
+from tensorflow.core.protobuf import saved_model_pb2
+
+from tflms import analysis
+from tflms import autotune
+from tflms import graph_index as gi
+from tflms import plots as plotting
+from tflms import simulator
+from tflms.lms import LMS
+
+__all__ = ["LINKS", "PlanError", "build_parser", "load_graph", "plan_graph",
+           "main"]
+
+_GIB = float(1 << 30)
+_MIB = float(1 << 20)
+
+# (name, GB/s per direction). Theoretical peak rates; real copies reach
+# roughly 80-90% of them.
+LINKS = (
+    ("PCIe 3.0 x16", 15.75),
+    ("PCIe 4.0 x16", 31.5),
+    ("PCIe 5.0 x16", 63.0),
+    ("NVLink 2.0 (POWER9-V100, 3 links)", 75.0),
+    ("NVLink-C2C (Grace Hopper)", 450.0),
+)
+
+_KERAS_EXTENSIONS = (".h5", ".hdf5", ".keras")
+_FUNCTION_CALL_TYPES = frozenset({"PartitionedCall",
+                                  "StatefulPartitionedCall"})
+
+EXIT_FITS, EXIT_DOES_NOT_FIT, EXIT_ERROR = 0, 1, 2
+
+
+class PlanError(Exception):
+    """A graph that cannot be loaded or planned; the message says why and
+    what to do."""
+
+
+@dataclasses.dataclass
+class LoadedGraph:
+    """A training (or inference) graph ready for LMS.
+
+    Attributes:
+      graph: the `tf.Graph` (nothing has run in it).
+      kind: human-readable description of the file.
+      training: True if the graph has a backward phase.
+      notes: lines to show the user about how it was loaded.
+    """
+
+    graph: object
+    kind: str
+    training: bool
+    notes: list
+
+
+# ---- command line ----------------------------------------------------------
+def _auto_int(name, minimum):
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                "%s must be an int; got %r" % (name, text)) from None
+        if value != -1 and value < minimum:
+            raise argparse.ArgumentTypeError(
+                "%s must be -1 (auto) or >= %d; got %d"
+                % (name, minimum, value))
+        return value
+    return parse
+
+
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("not an int: %r" % text) from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be >= 1; got %d" % value)
+    return value
+
+
+def _positive_float(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("not a number: %r" % text) from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError("must be > 0; got %r" % text)
+    return value
+
+
+def _serialization(text):
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def build_parser():
+    """The ``tflms`` argument parser (sub-command ``plan``)."""
+    parser = argparse.ArgumentParser(
+        prog="tflms",
+        description="TensorFlow Large Model Support tools.")
+    commands = parser.add_subparsers(dest="command", title="commands")
+    commands.required = True
+    plan = commands.add_parser(
+        "plan",
+        help="predict device memory with and without LMS for a saved graph",
+        description=(
+            "Load a saved training graph, let LMS plan it as it would before "
+            "training, and print the expected device memory peak of one step "
+            "without and with LMS, the swapping parameters, the bytes "
+            "swapped and their transfer time per step, and write the memory "
+            "plots. No GPU needed. Exit status 0: fits; 1: cannot fit; "
+            "2: error."),
+        epilog=("GRAPH is a MetaGraph file (.meta), a SavedModel folder, or a "
+                "Keras model (.h5, .keras, or a Keras SavedModel folder). "
+                "Example: tflms plan model.h5 --batch-size 32 --gpu-mem 16"))
+    plan.add_argument("graph", metavar="GRAPH",
+                      help="the saved model or graph to plan")
+    plan.add_argument("--batch-size", type=_positive_int, default=None,
+                      metavar="N",
+                      help="mini-batch size, for shapes whose batch dimension "
+                           "is unknown (lms.batch_size)")
+    plan.add_argument("--gpu-mem", type=_positive_float, default=None,
+                      metavar="GIB",
+                      help="device memory to plan for, in GiB "
+                           "(lms.autotune_gpu_mem); default: the memory of "
+                           "this machine's GPU. The budget is this times "
+                           "TF_LMS_SIMULATOR_MEM_RATIO (default 0.9)")
+    lms = plan.add_argument_group(
+        "LMS parameters", "As in the LMS constructor; -1 lets the auto-tuner "
+        "choose.")
+    lms.add_argument("--swapout-threshold", type=_auto_int(
+        "--swapout-threshold", 1), default=-1, metavar="N",
+                     help="swap a tensor for readers more than N levels "
+                          "after it was made (default -1: auto)")
+    lms.add_argument("--swapin-ahead", type=_auto_int("--swapin-ahead", 1),
+                     default=-1, metavar="N",
+                     help="start swap-ins more than N levels before their "
+                          "reader (default -1: auto)")
+    lms.add_argument("--swapin-groupby", type=_auto_int(
+        "--swapin-groupby", 0), default=-1, metavar="N",
+                     help="readers within N levels share one swap-in "
+                          "(default -1: auto)")
+    lms.add_argument("--sync-mode", type=int, choices=(0, 1, 2, 3),
+                     default=0,
+                     help="0 async, 1 sync swap-outs, 2 sync swap-ins, "
+                          "3 both (default 0)")
+    lms.add_argument("--serialization", type=_serialization, default=[],
+                     metavar="LEVELS",
+                     help="levels to serialize: comma list of levels and "
+                          "slices, e.g. 1,3:5")
+    lms.add_argument("--serialization-by-size", type=float, default=0.0,
+                     metavar="GIB",
+                     help="serialize levels whose outputs exceed this many "
+                          "GiB (0: off)")
+    lms.add_argument("--gpu-device", default=None, metavar="DEVICE",
+                     help="plan only for ops on this device, e.g. "
+                          "/device:GPU:0 (default: every non-CPU op)")
+    keras = plan.add_argument_group("Keras models")
+    keras.add_argument("--loss", default=None,
+                       help="loss to compile with (default: the saved one, "
+                            "else 'mse')")
+    keras.add_argument("--optimizer", default=None,
+                       help="optimizer to compile with (default: the saved "
+                            "one, else 'adam')")
+    other = plan.add_argument_group("graphs and output")
+    other.add_argument("--tag", default=None,
+                       help="SavedModel tag set to load, comma-separated "
+                            "(default: 'train' if present, else the first)")
+    other.add_argument("--inference", action="store_true",
+                       help="plan for inference: lms.is_training = False, "
+                            "and for Keras models the forward graph only "
+                            "(no loss, no train function)")
+    other.add_argument("--plot-dir", default=".lms", metavar="DIR",
+                       help="folder for the memory plots (default .lms)")
+    other.add_argument("--no-plots", action="store_true",
+                       help="do not write plots")
+    other.add_argument("--json", action="store_true",
+                       help="print the report as one JSON object")
+    other.add_argument("-v", "--verbose", action="store_true",
+                       help="show LMS's own [LMS] log lines (on stderr)")
+    return parser
+
+
+# ---- loading ---------------------------------------------------------------
+def _has_backward(graph):
+    """True if the graph computes gradients or applies an optimizer."""
+    for op in graph.get_operations():
+        if op.type.startswith(("Apply", "ResourceApply", "SparseApply",
+                               "ResourceSparseApply")):
+            return True
+        if any(part == "gradients" or part.startswith("gradients_")
+               for part in op.name.split("/")):
+            return True
+    return False
+
+
+def _is_keras_savedmodel(path):
+    return os.path.exists(os.path.join(path, "keras_metadata.pb"))
+
+
+def _is_savedmodel(path):
+    return any(os.path.exists(os.path.join(path, name))
+               for name in ("saved_model.pb", "saved_model.pbtxt"))
+
+
+def _load_keras(path, graph, args):
+    notes = []
+    with graph.as_default():
+        try:
+            model = tf.keras.models.load_model(
+                path, compile=not args.inference)
+        except (ImportError, IOError, OSError, ValueError, TypeError) as e:
+            raise PlanError(
+                "cannot load the Keras model %s: %s. Models with custom "
+                "layers or losses cannot be loaded by this command; export "
+                "the training graph with tf.compat.v1.train.export_meta_graph "
+                "after model._make_train_function() and plan the .meta file."
+                % (path, e)) from None
+        if args.inference:
+            notes.append("--inference: planned the model's forward graph "
+                         "only (not compiled, no train function).")
+            return notes
+        saved = getattr(model, "optimizer", None) is not None
+        if saved and args.loss is None and args.optimizer is None:
+            notes.append("Compiled with the saved loss and optimizer (%s)."
+                         % type(model.optimizer).__name__)
+        else:
+            loss = args.loss or getattr(model, "loss", None) or "mse"
+            optimizer = args.optimizer or (
+                model.optimizer if saved else "adam")
+            try:
+                model.compile(optimizer=optimizer, loss=loss)
+            except (ValueError, TypeError) as e:
+                raise PlanError("cannot compile the Keras model with loss=%r "
+                                "and optimizer=%r: %s; choose others with "
+                                "--loss and --optimizer"
+                                % (loss, optimizer, e)) from None
+            if not saved:
+                notes.append(
+                    "The model was saved without a training configuration; "
+                    "compiled with loss=%r and optimizer=%r (change with "
+                    "--loss and --optimizer; optimizer slots count as device "
+                    "memory)." % (loss if isinstance(loss, str) else
+                                  getattr(loss, "__name__", loss),
+                                  optimizer if isinstance(optimizer, str)
+                                  else type(optimizer).__name__))
+        # The training graph fit() would run: forward, backward, updates.
+        model._make_train_function()  # pylint: disable=protected-access
+    return notes
+
+
+def _pick_meta_graph(saved_model, path, tag):
+    metas = list(saved_model.meta_graphs)
+    if not metas:
+        raise PlanError("the SavedModel %s holds no MetaGraph" % path)
+    available = [sorted(m.meta_info_def.tags) for m in metas]
+    if tag:
+        wanted = sorted(t.strip() for t in tag.split(",") if t.strip())
+        for meta, tags in zip(metas, available):
+            if tags == wanted:
+                return meta, tags
+        raise PlanError("the SavedModel %s has no MetaGraph tagged %s; it has "
+                        "%s. Pass one of those to --tag."
+                        % (path, ",".join(wanted), "; ".join(
+                            ",".join(t) for t in available)))
+    for meta, tags in zip(metas, available):
+        if "train" in tags:
+            return meta, tags
+    return metas[0], available[0]
+
+
+def _load_savedmodel(path, graph, args):
+    saved_model = saved_model_pb2.SavedModel()
+    pb = os.path.join(path, "saved_model.pb")
+    if os.path.exists(pb):
+        with open(pb, "rb") as f:
+            saved_model.ParseFromString(f.read())
+    else:
+        with open(os.path.join(path, "saved_model.pbtxt"),
+                  encoding="utf-8") as f:
+            text_format.Merge(f.read(), saved_model)
+    meta, tags = _pick_meta_graph(saved_model, path, args.tag)
+    with graph.as_default():
+        tf.compat.v1.train.import_meta_graph(meta)
+    return ["Loaded the MetaGraph tagged %s." % ",".join(tags)]
+
+
+def load_graph(path, args):
+    """Load `path` into a fresh graph.
+
+    Args:
+      path: a .meta file, a SavedModel folder or a Keras model.
+      args: parsed ``plan`` arguments (for --loss, --optimizer, --tag).
+
+    Returns:
+      A `LoadedGraph`.
+
+    Raises:
+      PlanError: with what went wrong and what to do.
+    """
+    if not os.path.exists(path):
+        raise PlanError("%s does not exist" % path)
+    graph = tf.Graph()
+    lower = path.lower()
+    if os.path.isdir(path):
+        if _is_keras_savedmodel(path):
+            kind = "Keras SavedModel"
+            notes = _load_keras(path, graph, args)
+        elif _is_savedmodel(path):
+            kind = "SavedModel"
+            notes = _load_savedmodel(path, graph, args)
+        else:
+            raise PlanError(
+                "%s is a folder without saved_model.pb; GRAPH must be a "
+                "MetaGraph file (.meta), a SavedModel folder or a Keras model "
+                "(.h5, .keras, or a Keras SavedModel folder)" % path)
+    elif lower.endswith(_KERAS_EXTENSIONS):
+        kind = "Keras model (%s)" % os.path.splitext(lower)[1]
+        notes = _load_keras(path, graph, args)
+    elif lower.endswith(".meta"):
+        kind = "MetaGraph"
+        with graph.as_default():
+            try:
+                tf.compat.v1.train.import_meta_graph(path)
+            except Exception as e:  # pylint: disable=broad-except
+                raise PlanError("cannot import the MetaGraph %s: %s"
+                                % (path, e)) from None
+        notes = []
+    else:
+        raise PlanError(
+            "cannot tell what %s is from its name; GRAPH must be a MetaGraph "
+            "file (.meta), a SavedModel folder or a Keras model (.h5, .keras, "
+            "or a Keras SavedModel folder)" % path)
+
+    training = _has_backward(graph)
+    if not training:
+        calls = [op for op in graph.get_operations()
+                 if op.type in _FUNCTION_CALL_TYPES]
+        if calls:
+            raise PlanError(
+                "%s keeps its computation inside TensorFlow 2 functions "
+                "(%d %s ops), which LMS cannot rewrite: LMS works on "
+                "tf.compat.v1 graphs. Save a Keras model with model.save() "
+                "(.h5 or a Keras SavedModel folder), or export the training "
+                "graph as a MetaGraph (tf.compat.v1.train.export_meta_graph) "
+                "and plan that." % (path, len(calls), calls[0].type))
+    return LoadedGraph(graph=graph, kind=kind, training=training, notes=notes)
+
+
+# ---- planning --------------------------------------------------------------
+@dataclasses.dataclass
+class PlanReport:
+    """Everything `plan_graph` found; `as_dict` is the --json output."""
+
+    graph: str
+    kind: str
+    training: bool
+    notes: list
+    num_ops: int
+    num_edges: int
+    num_levels: int
+    trainable_parameters: int
+    trainable_bytes: int
+    variable_bytes: int
+    batch_size: object
+    budget_bytes: int
+    without_lms: dict
+    with_lms: dict
+    lms_needed: bool
+    tuned: bool
+    selected: bool
+    params: object
+    swapped_tensors: int
+    swapout_bytes: int
+    swapin_bytes: int
+    swapout_ops: int
+    swapin_ops: int
+    transfer_ms: dict
+    plots: list
+    fits: bool
+    error: object = None
+
+    def as_dict(self):
+        return dataclasses.asdict(self)
+
+
+def _peak(result, budget):
+    return {
+        "peak_bytes": int(result.peak_device_bytes),
+        "peak_level": int(result.peak_level),
+        "peak_op": result.peak_op,
+        "fits": bool(result.fits(budget)),
+        "largest_live": [[name, int(nbytes)]
+                         for name, nbytes in result.live_at_peak[:3]],
+    }
+
+
+def _trainable(graph):
+    with graph.as_default():
+        variables = tf.compat.v1.trainable_variables()
+    count = nbytes = 0
+    for v in variables:
+        if v.shape.is_fully_defined():
+            n = v.shape.num_elements()
+            count += n
+            nbytes += n * v.dtype.base_dtype.size
+    return count, nbytes
+
+
+def transfer_ms(nbytes):
+    """Milliseconds to move `nbytes` over each of `LINKS`, one direction."""
+    return {name: nbytes / (gbps * 1e9) * 1e3 for name, gbps in LINKS}
+
+
+def plan_graph(loaded, args, graph_name):
+    """Run LMS on the loaded graph and measure the result.
+
+    A plan that does not fit is reported (``fits`` False, and ``error``
+    holds the auto-tuner's message when it found nothing).
+
+    Raises:
+      autotune.NoGpuError, simulator.BatchSizeError, ValueError: bad input.
+    """
+    graph = loaded.graph
+    is_training = loaded.training and not args.inference
+    lms = LMS(swapout_threshold=args.swapout_threshold,
+              swapin_ahead=args.swapin_ahead,
+              swapin_groupby=args.swapin_groupby,
+              sync_mode=args.sync_mode,
+              serialization=args.serialization,
+              serialization_by_size=args.serialization_by_size,
+              gpu_device=args.gpu_device)
+    lms.batch_size = args.batch_size
+    lms.is_training = is_training
+    lms.autotune_gpu_mem = args.gpu_mem
+
+    budget = autotune.device_budget(args.gpu_mem, args.gpu_device)
+    index = gi.build_index(graph)
+    # The same roles LMS computes (the command sets no include/exclude
+    # filters), so plan op ids and these agree.
+    roles = analysis.classify_ops(index, args.gpu_device, is_training)
+    model = simulator.SimulationModel(index, roles, args.batch_size)
+    without = model.replay(None, detail=True)
+    params_count, params_bytes = _trainable(graph)
+
+    tuned = -1 in (args.swapout_threshold, args.swapin_ahead,
+                   args.swapin_groupby)
+    error = None
+    try:
+        result = lms.run(graph)
+    except autotune.AutotuneError as e:
+        result, error = None, str(e)
+    plan = lms.last_plan if result is not None else None
+    tune = getattr(lms, "last_tune", None)
+    if plan is None:
+        with_lms = without
+    else:
+        # Replay the applied plan with the serialization edges it added.
+        with_model = simulator.SimulationModel(
+            index, roles, args.batch_size,
+            extra_edges=plan.serialization_edges)
+        with_lms = with_model.replay(plan, detail=True)
+
+    plots = []
+    if not args.no_plots:
+        plots = list(plotting.write_plots(
+            args.plot_dir, index, roles, without,
+            with_lms if plan is not None else None, budget,
+            batch_size=args.batch_size))
+
+    swapout = plan.swapout_bytes() if plan else 0
+    swapin = plan.swapin_bytes() if plan else 0
+    params = None
+    if plan is not None:
+        p = plan.params
+        params = {"swapout_threshold": p.swapout_threshold,
+                  "swapin_ahead": p.swapin_ahead,
+                  "swapin_groupby": p.swapin_groupby,
+                  "sync_mode": p.sync_mode}
+    return PlanReport(
+        graph=graph_name, kind=loaded.kind, training=is_training,
+        notes=list(loaded.notes),
+        num_ops=index.num_ops, num_edges=index.num_edges,
+        num_levels=index.num_levels,
+        trainable_parameters=params_count, trainable_bytes=params_bytes,
+        variable_bytes=int(sum(index.variable_bytes)),
+        batch_size=args.batch_size, budget_bytes=int(budget),
+        without_lms=_peak(without, budget), with_lms=_peak(with_lms, budget),
+        lms_needed=plan is not None, tuned=tuned, params=params,
+        selected=bool(plan is not None and tune is not None
+                      and tune.only_tensors is not None),
+        swapped_tensors=len(plan.swaps) if plan else 0,
+        swapout_bytes=int(swapout), swapin_bytes=int(swapin),
+        swapout_ops=len(result.swapout_ops) if result else 0,
+        swapin_ops=len(result.swapin_ops) if result else 0,
+        transfer_ms=transfer_ms(swapout + swapin),
+        plots=[os.path.abspath(p) for p in plots],
+        fits=error is None and bool(with_lms.fits(budget)), error=error)
+
+
+# ---- output ----------------------------------------------------------------
+def _gib(nbytes):
+    if abs(nbytes) < _GIB:
+        return "%.1f MiB" % (nbytes / _MIB)
+    return "%.3f GiB" % (nbytes / _GIB)
+
+
+def _mem_ratio_text():
+    return "%g" % autotune.mem_ratio()
+
+
+def render(report, args):
+    """The human-readable report, as a list of lines."""
+    r = report
+    lines = ["tflms plan: %s (%s)" % (r.graph, r.kind)]
+    lines.extend("  " + note for note in r.notes)
+    if r.training:
+        lines.append("Training graph: forward and backward phase (one "
+                     "training step is planned).")
+    else:
+        lines.append("No backward phase (no gradient or optimizer ops): "
+                     "nothing is trained; planning one inference step "
+                     "(is_training=False).")
+    lines.append("Graph: %d ops, %d edges, %d levels; %s trainable "
+                 "parameters (%s); all variables incl. optimizer slots %s"
+                 % (r.num_ops, r.num_edges, r.num_levels,
+                    "{:,}".format(r.trainable_parameters),
+                    _gib(r.trainable_bytes), _gib(r.variable_bytes)))
+    lines.append("Batch size: %s" % (r.batch_size if r.batch_size else
+                                     "not given (shapes must be static)"))
+    source = ("--gpu-mem %g GiB" % args.gpu_mem if args.gpu_mem
+              else "the GPU's memory")
+    lines.append("Device budget: %s = %s x %s (TF_LMS_SIMULATOR_MEM_RATIO)"
+                 % (_gib(r.budget_bytes), source, _mem_ratio_text()))
+    lines.append("")
+    lines.append("Expected device memory peak of one step (simulator):")
+    rows = [("without LMS", r.without_lms)]
+    if r.error is None:
+        rows.append(("with LMS", r.with_lms))
+    for label, peak in rows:
+        lines.append("  %-12s %10s  %-13s at level %d (%s)" % (
+            label + ":", _gib(peak["peak_bytes"]),
+            "fits" if peak["fits"] else "does NOT fit", peak["peak_level"],
+            peak["peak_op"]))
+    if r.error is not None:
+        lines.append("  with LMS:    no plan fits (below)")
+    if r.without_lms["largest_live"]:
+        lines.append("  largest tensors live at the peak without LMS: " +
+                     ", ".join("%s %s" % (name, _gib(n)) for name, n in
+                               r.without_lms["largest_live"]))
+    lines.append("")
+    if r.error is not None:
+        lines.append("LMS could not make one step fit: " + r.error)
+    elif not r.lms_needed:
+        lines.append("LMS is not needed: one step fits the budget without "
+                     "swapping. Nothing would be swapped.")
+    else:
+        p = r.params
+        how = "auto-tuned" if r.tuned else "as given"
+        lines.append("LMS parameters (%s): LMS(swapout_threshold=%d, "
+                     "swapin_ahead=%d, swapin_groupby=%d, sync_mode=%d)"
+                     % (how, p["swapout_threshold"], p["swapin_ahead"],
+                        p["swapin_groupby"], p["sync_mode"]))
+        if r.selected:
+            lines.append("  The auto-tuner chose which tensors to swap; set "
+                         "by hand, these parameters would swap every tensor "
+                         "past the threshold (more bytes).")
+        lines.append("Swapped per step: %d tensors; %s out to the host (%d "
+                     "swap-outs) and %s back in (%d swap-ins), %s moved"
+                     % (r.swapped_tensors, _gib(r.swapout_bytes),
+                        r.swapout_ops, _gib(r.swapin_bytes), r.swapin_ops,
+                        _gib(r.swapout_bytes + r.swapin_bytes)))
+        lines.append("Predicted transfer time per step (bytes moved / link "
+                     "bandwidth per direction):")
+        for name, gbps in LINKS:
+            lines.append("  %-36s %6.2f GB/s  %10.2f ms"
+                         % (name, gbps, r.transfer_ms[name]))
+        lines.append("  (theoretical peak rates; copies overlap with compute "
+                     "when asynchronous, and a full-duplex link can move "
+                     "swap-outs and swap-ins at the same time)")
+    if r.plots:
+        lines.append("")
+        lines.append("Memory plots written:")
+        lines.extend("  " + path for path in r.plots)
+    lines.append("")
+    if r.fits:
+        lines.append("RESULT: fits in %s %s." % (
+            _gib(r.budget_bytes),
+            "with LMS" if r.lms_needed else "without LMS"))
+    elif r.error is not None:
+        lines.append("RESULT: does NOT fit in %s, with or without LMS."
+                     % _gib(r.budget_bytes))
+    else:
+        lines.append(
+            "RESULT: does NOT fit in %s: the plan needs %s. Try a smaller "
+            "--batch-size, --serialization or --serialization-by-size, "
+            "--sync-mode 3, or leave the swap parameters at -1 (auto)."
+            % (_gib(r.budget_bytes), _gib(r.with_lms["peak_bytes"])))
+    return lines
+
+
+def _plan_command(args):
+    # Keras builds its training graph only in graph mode; this is the
+    # command's own process, not a library import.
+    tf.compat.v1.disable_eager_execution()
+    tf.compat.v1.logging.set_verbosity(
+        tf.compat.v1.logging.INFO if args.verbose
+        else tf.compat.v1.logging.ERROR)
+    try:
+        loaded = load_graph(args.graph, args)
+        report = plan_graph(loaded, args, args.graph)
+    except autotune.NoGpuError as e:
+        print("tflms plan: error: %s For this command: pass --gpu-mem <GiB "
+              "of the GPU you plan for>." % e, file=sys.stderr)
+        return EXIT_ERROR
+    except simulator.BatchSizeError as e:
+        print("tflms plan: error: %s. For this command: pass --batch-size N."
+              % e, file=sys.stderr)
+        return EXIT_ERROR
+    except (PlanError, ValueError) as e:
+        print("tflms plan: error: %s" % e, file=sys.stderr)
+        return EXIT_ERROR
+    if args.json:
+        print(json.dumps(report.as_dict(), indent=1, sort_keys=True))
+    else:
+        print("\n".join(render(report, args)))
+    return EXIT_FITS if report.fits else EXIT_DOES_NOT_FIT
+
+
+def main(argv=None):
+    """Entry point of ``tflms`` and ``python -m tflms``."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "plan":
+        return _plan_command(args)
+    parser.error("unknown command %r" % args.command)
+    return EXIT_ERROR
