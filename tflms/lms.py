@@ -5,6 +5,7 @@ make it a `SessionRunHook` and a Keras callback.
 `set_model()` / `set_params()` (Keras) only find the graph and call it.
 """
 
+import sys
 import time
 
 import tensorflow as tf
@@ -290,6 +291,7 @@ class LMS(tf.keras.callbacks.Callback, tf.compat.v1.train.SessionRunHook):
             outcome = self._autotune(index, roles, ser_edges)
             if outcome is None:
                 self._not_needed = (graph, graph.version)
+                _check_ranks(graph, None)
                 return None
             swap_params, only_tensors = outcome
             autotuned = True
@@ -318,6 +320,7 @@ class LMS(tf.keras.callbacks.Callback, tf.compat.v1.train.SessionRunHook):
                len(result.swapin_ops), plan.swapin_bytes() / _GIB))
         log.info("Editing model for LMS, took: %.1f ms"
                  % ((time.perf_counter() - start) * 1000))
+        _check_ranks(graph, result)
         return result
 
     def _roles(self, index):
@@ -485,6 +488,19 @@ class LMS(tf.keras.callbacks.Callback, tf.compat.v1.train.SessionRunHook):
         graph = tf.compat.v1.get_default_graph()
         if self.run(graph, keras=True) is not None:
             _keras.renew_keras_session(graph, self._log)
+
+
+def _check_ranks(graph, result):
+    """In a Horovod job of 2+ ranks, make sure every rank rewrote its graph
+    the same way. Horovod matches collectives by op name, and a rewrite that
+    differs between ranks (e.g. auto-tuning against GPUs with different free
+    memory) renames them on one rank only: the job would hang at the first
+    step. This turns that into an error naming the ranks."""
+    hvd = sys.modules.get("horovod.tensorflow")
+    if hvd is None or not hvd.is_initialized() or hvd.size() < 2:
+        return
+    from tflms import distributed  # pylint: disable=import-outside-toplevel
+    distributed.check_same_rewrite(graph, result)
 
 
 def _with_serialization(plan, edges):

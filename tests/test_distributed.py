@@ -1,0 +1,470 @@
+"""LMS in data-parallel jobs: Horovod and tf.distribute.
+
+The job tests start real processes that talk over 127.0.0.1 only: 2-rank
+Horovod jobs (``horovodrun -np 2 -H localhost:2 --gloo``) through the
+Session, Keras and Estimator APIs, an Estimator over two MirroredStrategy
+towers, and a 2-worker MultiWorkerMirroredStrategy Estimator job. The job
+scripts are in tests/dist_jobs/. Each job trains the same small model
+without LMS and with the most aggressive parameters (threshold 1, ahead 1)
+and the tests check: no hang (every subprocess is bounded by a timeout and
+a watchdog inside the job), identical final weights on every rank, equal to
+the job without LMS, and swap ops executed on every rank.
+
+Horovod must be importable: the README's test command builds it
+(tools/install_test_deps.sh). Without it these tests fail with the command
+that installs it; they are not skipped.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tflms import LMS
+from tflms import analysis
+from tflms import autotune
+from tflms import distributed
+from tflms import graph_index as gi
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+JOBS = os.path.join(HERE, "dist_jobs")
+REPO = os.path.dirname(HERE)
+JOB_TIMEOUT = 240  # seconds for a whole multi-process job
+FIXED = dict(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0)
+
+
+def _horovod():
+    try:
+        import horovod.tensorflow as hvd  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        pytest.fail(distributed.HOROVOD_INSTALL_HINT)
+    return hvd
+
+
+def _env(**extra):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONHASHSEED="0")
+    env["PYTHONPATH"] = os.pathsep.join(
+        [REPO] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    for name in ("TF_CONFIG", "HOROVOD_RANK", "HOROVOD_SIZE",
+                 "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE"):
+        env.pop(name, None)
+    env.update(extra)
+    return env
+
+
+def _spawn(cmd, env):
+    return subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+
+
+def _finish(proc, timeout, what):
+    """Wait for `proc`; on timeout kill its whole process group and fail."""
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                out, _ = proc.communicate(timeout=15)
+                break
+            except subprocess.TimeoutExpired:
+                out = ""
+        pytest.fail("%s did not finish within %d s (a hang); output:\n%s"
+                    % (what, timeout, (out or "")[-4000:]))
+    return proc.returncode, out
+
+
+def _horovodrun(job_args, timeout=JOB_TIMEOUT):
+    _horovod()
+    cmd = [sys.executable, "-c",
+           "from horovod.runner.launch import run_commandline; "
+           "run_commandline()",
+           "-np", "2", "-H", "localhost:2", "--gloo",
+           "--gloo-timeout-seconds", "60", "--start-timeout", "60",
+           sys.executable, os.path.join(JOBS, "hvd_job.py")] + job_args
+    return _finish(_spawn(cmd, _env()), timeout, "horovodrun " +
+                   " ".join(job_args))
+
+
+def _load(out_dir, stem):
+    weights = dict(np.load(os.path.join(out_dir, stem + ".npz")))
+    with open(os.path.join(out_dir, stem + ".json"), encoding="utf-8") as f:
+        return weights, json.load(f)
+
+
+def _assert_same_weights(a, b, what):
+    assert sorted(a) == sorted(b), what
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name],
+                                      err_msg="%s: %s" % (what, name))
+
+
+# ---- Horovod jobs -----------------------------------------------------------
+HOROVOD_VARIANTS = {
+    "session": "none;1,1,0;1,1,0,3",
+    "keras": "none;1,1,0",
+    "estimator": "none;1,1,0",
+}
+
+
+@pytest.mark.parametrize("api", sorted(HOROVOD_VARIANTS))
+def test_horovod_job_with_lms_matches_job_without(api, tmp_path):
+    variants = HOROVOD_VARIANTS[api].split(";")
+    code, out = _horovodrun(["--api", api, "--variants", ";".join(variants),
+                             "--out", str(tmp_path)])
+    assert code == 0, out[-4000:]
+    stems = {v: v.replace(",", "_") for v in variants}
+    base = {r: _load(tmp_path, "none.rank%d" % r) for r in (0, 1)}
+    # Different initial weights and data per rank: equal results show both
+    # the broadcast and the gradient averaging happened.
+    _assert_same_weights(base[0][0], base[1][0], "ranks without LMS")
+    for variant in variants[1:]:
+        for rank in (0, 1):
+            weights, info = _load(tmp_path, "%s.rank%d" % (stems[variant],
+                                                           rank))
+            what = "%s rank %d with LMS %s" % (api, rank, variant)
+            _assert_same_weights(base[rank][0], weights, what)
+            assert info["swapout_ops"] and info["swapin_ops"], what
+            executed = set(info["executed"])
+            missing = set(info["swapout_ops"] + info["swapin_ops"]) - executed
+            assert not missing, "%s: swap ops not executed: %s" % (
+                what, sorted(missing)[:5])
+            assert info["collectives"] > 0, what
+            assert info["collective_contacts"] == [], what
+            assert info["rank_info"][:4] == [rank, 2, rank, 2], what
+        fingerprints = {_load(tmp_path, "%s.rank%d" % (stems[variant], r))[1][
+            "fingerprint"] for r in (0, 1)}
+        assert len(fingerprints) == 1, "ranks rewrote differently"
+
+
+def test_ranks_that_rewrite_differently_stop_with_an_error(tmp_path):
+    """Rank 1 with another swapin_ahead: without the check this job hangs
+    at its first step (Horovod waits for allreduce names that only one rank
+    has); check_same_rewrite makes both ranks fail fast instead."""
+    code, out = _horovodrun(["--api", "session", "--variants", "1,1,0",
+                             "--rank1-ahead", "5", "--out", str(tmp_path),
+                             "--watchdog", "120"], timeout=180)
+    assert code != 0
+    for rank in (0, 1):
+        assert ("RANK_MISMATCH rank %d: LMS rewrote the graph differently on "
+                "ranks [1] than on rank 0" % rank) in out, out[-4000:]
+    assert "set lms.autotune_gpu_mem to the same GiB on every rank" in out
+    assert "Timeout" not in out  # the watchdog did not have to fire
+
+
+def test_horovod_keras_callback_needs_the_shim():
+    """Why `distributed.BroadcastGlobalVariablesCallback` exists: Horovod's
+    own callback calls keras.backend.get_session(), gone in Keras 2.15."""
+    _horovod()
+    script = (
+        "import numpy as np, tensorflow as tf\n"
+        "tf.compat.v1.disable_eager_execution()\n"
+        "import horovod.tensorflow.keras as hk\n"
+        "hk.init()\n"
+        "m = tf.keras.Sequential([tf.keras.Input((3,)), "
+        "tf.keras.layers.Dense(2)])\n"
+        "m.compile(hk.DistributedOptimizer(tf.keras.optimizers.legacy."
+        "SGD(0.1)), 'mse')\n"
+        "try:\n"
+        "    m.fit(np.zeros((4, 3)), np.zeros((4, 2)), verbose=0, callbacks="
+        "[hk.callbacks.BroadcastGlobalVariablesCallback(0)])\n"
+        "    print('HOROVOD CALLBACK OK')\n"
+        "except AttributeError as e:\n"
+        "    print('HOROVOD CALLBACK FAILED:', e)\n"
+        "from tflms.distributed import BroadcastGlobalVariablesCallback\n"
+        "m.fit(np.zeros((4, 3)), np.zeros((4, 2)), verbose=0, callbacks="
+        "[BroadcastGlobalVariablesCallback(0)])\n"
+        "print('SHIM OK')\n")
+    code, out = _finish(_spawn([sys.executable, "-c", script], _env()), 180,
+                        "Keras callback script")
+    assert code == 0, out[-3000:]
+    assert ("HOROVOD CALLBACK FAILED: module 'keras.backend' has no "
+            "attribute 'get_session'") in out
+    assert "SHIM OK" in out
+
+
+# ---- tf.distribute ------------------------------------------------------------
+def test_mirrored_strategy_swaps_stay_in_their_tower(tmp_path):
+    modes = ("none", "one", "per_device")
+    code, out = _finish(_spawn(
+        [sys.executable, os.path.join(JOBS, "mirrored_job.py"),
+         str(tmp_path), ",".join(modes)], _env()), JOB_TIMEOUT,
+        "MirroredStrategy job")
+    assert code == 0, out[-4000:]
+    results = {mode: _load(tmp_path, mode) for mode in modes}
+    base = results["none"][0]
+    towers = ("/replica:0/task:0/device:CPU:1",
+              "/replica:0/task:0/device:CPU:2")
+    for mode in ("one", "per_device"):
+        weights, info = results[mode]
+        assert info["replicas"] == 2
+        _assert_same_weights(base, weights, mode)
+        swaps = info["swaps"]
+        by_tower = {t: [s for s in swaps if s["source_device"] == t]
+                    for t in towers}
+        assert all(by_tower.values()), "%s: a tower has no swaps" % mode
+        assert len(by_tower[towers[0]]) == len(by_tower[towers[1]])
+        executed = set(info["executed"])
+        for s in swaps:
+            tower = s["source_device"]
+            assert tower in towers, s
+            assert set(s["consumer_devices"]) == {tower}, s
+            assert set(s["trigger_devices"]) <= {tower}, s
+            assert s["swap_devices"] == ["/device:CPU:0"] * 2, s
+            assert s["swapin"] in executed and s["swapout"] in executed, s
+
+
+def _free_ports(n):
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def test_multi_worker_mirrored_estimator_with_lms(tmp_path):
+    for mode in ("none", "lms"):
+        ports = _free_ports(2)
+        cluster = {"worker": ["127.0.0.1:%d" % p for p in ports]}
+        procs = [_spawn([sys.executable, os.path.join(JOBS, "mwms_job.py"),
+                         str(tmp_path), mode],
+                        _env(TF_CONFIG=json.dumps({
+                            "cluster": cluster,
+                            "task": {"type": "worker", "index": i}})))
+                 for i in range(2)]
+        for i, proc in enumerate(procs):
+            code, out = _finish(proc, JOB_TIMEOUT,
+                                "MultiWorkerMirroredStrategy worker %d" % i)
+            assert code == 0, out[-4000:]
+    base = {w: _load(tmp_path, "none.worker%d" % w)[0] for w in (0, 1)}
+    _assert_same_weights(base[0], base[1], "workers without LMS")
+    for w in (0, 1):
+        weights, info = _load(tmp_path, "lms.worker%d" % w)
+        what = "worker %d with LMS" % w
+        assert info["replicas"] == 2, what
+        _assert_same_weights(base[w], weights, what)
+        assert info["swapout_ops"] and info["swapin_ops"], what
+        missing = set(info["swapout_ops"] + info["swapin_ops"]) - set(
+            info["executed"])
+        assert not missing, "%s: not executed: %s" % (what, sorted(missing))
+        assert info["collectives"] > 0, what
+        assert info["collective_contacts"] == [], what
+
+
+# ---- collectives in the analysis ----------------------------------------------
+def _horovod_mlp_graph(hvd):
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [8, 16], name="x")
+        y = tf.compat.v1.placeholder(tf.int32, [8], name="y")
+        h = x
+        for i in range(8):
+            h = tf.compat.v1.layers.dense(h, 16, activation=tf.nn.relu,
+                                          name="dense%d" % i)
+        logits = tf.compat.v1.layers.dense(h, 4, name="logits")
+        loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(y, logits)
+        opt = hvd.DistributedOptimizer(
+            tf.compat.v1.train.GradientDescentOptimizer(0.1))
+        opt.minimize(loss)
+        hvd.broadcast_global_variables(0)
+    return graph
+
+
+def _assert_no_role(graph, expect_types):
+    index = gi.build_index(graph)
+    collectives = analysis.collective_ops(index)
+    kinds = {index.types[i] for i in collectives}
+    assert expect_types <= kinds, kinds
+    roles = analysis.classify_ops(index)
+    for role in ("sources", "sinks", "triggers", "waiters"):
+        assert not collectives & getattr(roles, role), role
+    return len(collectives)
+
+
+@pytest.mark.parametrize("control_flow", ["v2", "v1"])
+def test_horovod_collectives_get_no_role(control_flow, request):
+    hvd = _horovod()
+    hvd.init()  # a 1-process job: the graph is the same as with 2 ranks
+    if control_flow == "v1":
+        request.getfixturevalue("v1_control_flow")
+    graph = _horovod_mlp_graph(hvd)
+    # v2: each allreduce is inside a StatelessIf that must count as one.
+    wrapped = {"v2": {"StatelessIf", "HorovodBroadcast"},
+               "v1": {"HorovodAllreduce", "HorovodBroadcast"}}[control_flow]
+    count = _assert_no_role(graph, wrapped)
+    assert count == 18 + 18  # 18 allreduces (9 layers x 2), 18 broadcasts
+    result = LMS(**FIXED).run(graph)
+    assert result.swapin_ops
+    index = gi.build_index(graph)
+    collective_names = {index.names[i]
+                        for i in analysis.collective_ops(index)}
+    for name in result.swapout_ops + result.swapin_ops:
+        op = graph.get_operation_by_name(name)
+        touched = ({t.op.name for t in op.inputs}
+                   | {c.name for c in op.control_inputs}
+                   | {c.name for t in op.outputs for c in t.consumers()})
+        assert not touched & collective_names, name
+
+
+def test_collective_in_the_forward_pass_is_left_alone():
+    """A collective feeding the rest of the model (as in synchronized batch
+    norm): LMS swaps around it but never through it."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [8, 16], name="x")
+        h = x
+        for i in range(6):
+            h = tf.compat.v1.layers.dense(h, 16, activation=tf.nn.relu,
+                                          name="dense%d" % i)
+            if i == 2:
+                # Batch statistics summed over the workers, as a
+                # synchronized batch norm does (no gradient through them).
+                sync = tf.raw_ops.CollectiveReduceV2(
+                    input=tf.reduce_mean(h, axis=0, keepdims=True),
+                    group_size=tf.constant(1), group_key=tf.constant(1),
+                    instance_key=tf.constant(1), ordering_token=[],
+                    merge_op="Add", final_op="Id", name="sync")
+                h = h - tf.stop_gradient(sync)
+        # Read again at the end, far from where it is made (Greater has no
+        # gradient, so none flows into the collective).
+        loss = tf.reduce_mean(tf.square(h)) + tf.reduce_sum(
+            tf.cast(tf.greater(sync, tf.reduce_mean(h)), tf.float32))
+        tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+    _assert_no_role(graph, {"CollectiveReduceV2"})
+    sync = graph.get_operation_by_name("sync")
+    inputs_before = [t.name for t in sync.inputs]
+    consumers_before = sorted(c.name for c in sync.outputs[0].consumers())
+    result = LMS(**FIXED).run(graph)
+    assert result.swapout_ops
+    assert [t.name for t in sync.inputs] == inputs_before
+    assert sorted(c.name for c in sync.outputs[0].consumers()) == \
+        consumers_before
+    assert not sync.control_inputs
+    for name in result.swapin_ops:
+        assert sync not in graph.get_operation_by_name(name).control_inputs
+
+
+# ---- rank facts and budgets -----------------------------------------------------
+def test_rank_info_from_launcher_variables():
+    assert distributed.rank_info({}) == distributed.RankInfo()
+    hvd_env = {"HOROVOD_RANK": "5", "HOROVOD_SIZE": "8",
+               "HOROVOD_LOCAL_RANK": "1", "HOROVOD_LOCAL_SIZE": "4"}
+    assert distributed.rank_info(hvd_env) == distributed.RankInfo(
+        5, 8, 1, 4, "horovod")
+    mpi_env = {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4",
+               "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+               "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
+    assert distributed.rank_info(mpi_env) == distributed.RankInfo(
+        3, 4, 1, 2, "mpi")
+    tf_config = {"TF_CONFIG": json.dumps({
+        "cluster": {"chief": ["127.0.0.1:1"],
+                    "worker": ["127.0.0.1:2", "127.0.0.1:3"]},
+        "task": {"type": "worker", "index": 1}})}
+    assert distributed.rank_info(tf_config) == distributed.RankInfo(
+        2, 3, 0, 1, "tf_config")
+    with pytest.raises(ValueError, match=r"HOROVOD_RANK='x' must be an "
+                       r"integer \(it is set by the job launcher"):
+        distributed.rank_info({"HOROVOD_RANK": "x"})
+    with pytest.raises(ValueError, match="TF_CONFIG='{' is not JSON"):
+        distributed.rank_info({"TF_CONFIG": "{"})
+
+
+def test_host_budget_is_shared_by_the_local_ranks():
+    whole = autotune.host_budget({})
+    assert whole > 0
+    for var in ("HOROVOD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"):
+        assert autotune.host_budget({var: "4"}) == whole // 4
+
+
+class _Device:
+    def __init__(self, name, device_type, memory_limit):
+        self.name = name
+        self.device_type = device_type
+        self.memory_limit = memory_limit
+
+
+def test_autotune_budget_uses_the_local_ranks_gpu():
+    gib = 1 << 30
+    devices = [_Device("/device:CPU:0", "CPU", 64 * gib),
+               _Device("/device:GPU:0", "GPU", 16 * gib),
+               _Device("/device:GPU:1", "GPU", 32 * gib)]
+
+    def budget(env, gpu_device=None):
+        return autotune.device_budget(gpu_device=gpu_device, env=env,
+                                      list_devices=lambda: devices)
+    assert budget({}) == int(16 * gib * 0.9)
+    for var in ("HOROVOD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"):
+        assert budget({var: "1"}) == int(32 * gib * 0.9)
+    assert budget({"HOROVOD_LOCAL_RANK": "1",
+                   autotune.MEM_RATIO_ENV: "0.5"}) == 16 * gib
+    # An explicit gpu_device wins over the local rank.
+    assert budget({"HOROVOD_LOCAL_RANK": "1"}, "/device:GPU:0") == int(
+        16 * gib * 0.9)
+    with pytest.raises(autotune.NoGpuError, match="wants GPU 2"):
+        budget({"HOROVOD_LOCAL_RANK": "2"})
+
+
+# ---- same rewrite on every rank ---------------------------------------------------
+def _rewritten(**params):
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [4, 8], name="x")
+        h = x
+        for i in range(5):
+            h = tf.compat.v1.layers.dense(h, 8, activation=tf.nn.relu,
+                                          name="d%d" % i)
+        tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
+            tf.reduce_sum(h))
+    lms = LMS(**params)
+    lms.run(graph)
+    return graph, lms.last_result
+
+
+def test_check_same_rewrite_compares_every_rank():
+    g1, r1 = _rewritten(**FIXED)
+    g2, r2 = _rewritten(**FIXED)
+    g3, r3 = _rewritten(swapout_threshold=1, swapin_ahead=3,
+                        swapin_groupby=0)
+    f1 = distributed.rewrite_fingerprint(g1, r1)
+    assert f1 == distributed.rewrite_fingerprint(g2, r2)  # deterministic
+    f3 = distributed.rewrite_fingerprint(g3, r3)
+    assert f3 != f1
+    assert distributed.rewrite_fingerprint(g1, None) != f1
+    f2 = distributed.rewrite_fingerprint(g2, r2)
+    assert distributed.check_same_rewrite(
+        g1, r1, allgather=lambda f: [f, f2]) == f1
+    with pytest.raises(distributed.RankMismatchError,
+                       match=r"differently on ranks \[2\] than on rank 0 "
+                       r"\(2 distinct rewrites among 3 ranks\)"):
+        distributed.check_same_rewrite(g1, r1,
+                                       allgather=lambda f: [f, f, f3])
+
+
+def test_broadcast_callback_validates_root_rank():
+    with pytest.raises(ValueError, match="root_rank must be a rank number "
+                       ">= 0; got -1"):
+        distributed.BroadcastGlobalVariablesCallback(-1)
+
+
+def test_horovod_example_help():
+    examples = os.path.join(REPO, "examples")
+    code, out = _finish(_spawn(
+        [sys.executable, os.path.join(examples, "horovod_resnet50_lms.py"),
+         "--help"], _env()), 120, "horovod_resnet50_lms.py --help")
+    assert code == 0, out
+    for flag in ("horovodrun", "--image_size", "--lms", "--autotune_gpu_mem",
+                 "--swapout_threshold"):
+        assert flag in out, flag
