@@ -29,7 +29,7 @@ def outcome_with_plots(tmp_path):
 
 
 def test_plot_files_are_written_and_readable(tmp_path):
-    image = pytest.importorskip("matplotlib.image")
+    from matplotlib import image  # pylint: disable=import-outside-toplevel
     _, _, folder, outcome = outcome_with_plots(tmp_path)
     expected = ["distance_histogram.tsv", "memory_without_lms.png",
                 "memory_with_lms.png", "distance_histogram.png"]
@@ -37,6 +37,17 @@ def test_plot_files_are_written_and_readable(tmp_path):
     for name in expected[1:]:
         pixels = image.imread(os.path.join(folder, name))
         assert pixels.shape[:2] == (450, 800)  # 8 x 4.5 inches at 100 dpi
+
+
+def test_a_plan_plot_of_an_earlier_run_is_removed(tmp_path):
+    index, roles, folder, outcome = outcome_with_plots(tmp_path)
+    assert os.path.exists(os.path.join(folder, "memory_with_lms.png"))
+    # The next model fits without LMS: only its own plots stay.
+    written = plots.write_plots(folder, index, roles, outcome.without_lms,
+                                None, outcome.budget_bytes)
+    assert sorted(os.listdir(folder)) == sorted(
+        os.path.basename(p) for p in written)
+    assert not os.path.exists(os.path.join(folder, "memory_with_lms.png"))
 
 
 def test_histogram_counts_candidate_edges_by_distance(tmp_path):
@@ -54,7 +65,6 @@ def test_histogram_counts_candidate_edges_by_distance(tmp_path):
 
 
 def test_figures_are_labelled_and_leave_pyplot_alone():
-    pytest.importorskip("matplotlib")
     import matplotlib  # pylint: disable=import-outside-toplevel
     backend = matplotlib.get_backend()
     fig = plots.memory_figure([0, MIB << 10, 2 << 30], 1 << 30, "Memory")
@@ -106,7 +116,6 @@ def assert_labelled(fig):
 
 
 def test_every_written_figure_has_labelled_axes(tmp_path):
-    pytest.importorskip("matplotlib")
     _, _, _, outcome = outcome_with_plots(tmp_path)
     histogram = [(1, 4, 0), (3, 2, 0)]
     for fits in (True, False):
@@ -124,7 +133,7 @@ def test_every_written_figure_has_labelled_axes(tmp_path):
 
 
 def test_plots_are_written_when_nothing_fits(tmp_path):
-    image = pytest.importorskip("matplotlib.image")
+    from matplotlib import image  # pylint: disable=import-outside-toplevel
     index, roles = uneven_chain()
     folder = os.path.join(str(tmp_path), "failed")
     with pytest.raises(autotune.AutotuneError) as err:

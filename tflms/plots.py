@@ -210,6 +210,12 @@ def write_plots(plot_dir, index, roles, without_lms, with_lms, budget_bytes,
         path = os.path.join(plot_dir, name)
         _save(fig, path)
         written.append(path)
+    # A plan plot left by an earlier run would sit next to these as if it
+    # belonged to this model.
+    for stale in ("memory_with_lms.png", "memory_smallest_plan.png"):
+        path = os.path.join(plot_dir, stale)
+        if path not in written and os.path.exists(path):
+            os.remove(path)
     if log is not None:
         log.info("Wrote memory plots and the distance histogram to %s"
                  % os.path.abspath(plot_dir))
