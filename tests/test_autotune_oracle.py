@@ -6,11 +6,11 @@ graph's GPU peak is then measured on Grappler's virtual cluster with every
 compute op on ``/device:GPU:0``. The budget is what `autotune.device_budget`
 makes of ``autotune_gpu_mem``: times ``TF_LMS_SIMULATOR_MEM_RATIO`` (0.9).
 
-The judge is `test_fidelity.runtime_gpu_peak`: the oracle's own schedule
-and step stats, with its swapped-in-copy correction, replayed with the
-TensorFlow runtime's buffer rules (forwarding ops and variable reads
-allocate nothing, variables are counted, inputs are released when their
-reader ends). ``oracle.peak_memory(...).gpu_peak_bytes`` is printed too,
+The judge is ``oracle.peak_memory(...).runtime_gpu_peak_bytes``: the
+oracle's own schedule and step stats, with its swapped-in-copy correction,
+replayed with the TensorFlow runtime's buffer rules (forwarding ops and
+variable reads allocate nothing, variables are counted, inputs are released
+when their reader ends). ``oracle.peak_memory(...).gpu_peak_bytes`` is printed too,
 but not asserted: ``InferFromTrace`` counts every Identity, IdentityN,
 Reshape and ReadVariableOp output as a new buffer and keeps each input
 1 ns past its reader, which puts it 8% to 26% above what the runtime
@@ -46,11 +46,9 @@ if tf.executing_eagerly():
 try:  # pylint: disable=g-import-not-at-top
     from tests import models
     from tests._graphs import assert_swaps_ran, trace_options
-    from tests.test_fidelity import runtime_gpu_peak
 except ImportError:  # tests/ itself is on sys.path
     import models
     from _graphs import assert_swaps_ran, trace_options
-    from test_fidelity import runtime_gpu_peak
 from tflms import LMS  # pylint: disable=g-import-not-at-top
 from tflms import analysis
 from tflms import autotune
@@ -88,6 +86,10 @@ def simulated_peak(graph):
     index = gi.build_index(graph)
     return simulator.SimulationModel(
         index, analysis.classify_ops(index)).replay(None).peak_device_bytes
+
+
+def runtime_gpu_peak(graph, fetch):
+    return oracle.peak_memory(graph, fetch).runtime_gpu_peak_bytes
 
 
 def train(model, steps=3):
@@ -133,8 +135,9 @@ def test_autotuned_plan_fits_the_budget_on_the_virtual_gpu(name):
     result = lms.run(graph)
     assert result is not None and result.swapout_ops
 
-    with_lms = runtime_gpu_peak(graph, model.train_op)
-    raw = oracle.peak_memory(graph, model.train_op).gpu_peak_bytes
+    measured = oracle.peak_memory(graph, model.train_op)
+    with_lms = measured.runtime_gpu_peak_bytes
+    raw = measured.gpu_peak_bytes
     print("ORACLE %-20s budget %8.2f MiB | without LMS %8.2f MiB | with LMS "
           "%8.2f MiB (%+.1f%% of budget) | InferFromTrace %8.2f MiB | "
           "%d swap-outs" % (name, budget / MIB, untouched / MIB,

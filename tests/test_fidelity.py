@@ -46,9 +46,10 @@ with three numbers that share no code with it:
     the real peak (by 5% to 20% here).
 
 ``runtime``
-    `runtime_gpu_peak`: the oracle's own schedule of the step (same virtual
-    cluster, same step stats) replayed with TensorFlow's runtime buffer
-    rules instead of ``InferFromTrace``'s: ops that forward their input
+    `tflms.oracle.peak_memory(graph, train_op).runtime_gpu_peak_bytes`, from
+    the same call as ``oracle``: the oracle's own schedule of the step (same
+    virtual cluster, same step stats) replayed with TensorFlow's runtime
+    buffer rules instead of ``InferFromTrace``'s: ops that forward their input
     buffer (Identity, IdentityN, StopGradient, Reshape, Squeeze,
     ExpandDims, and ReadVariableOp, whose output is the variable) allocate
     nothing; variables count for the whole step; and an op's inputs are
@@ -80,10 +81,8 @@ Run with ``-rP`` to see the table of the current run.
 
 import collections
 
-import numpy as np
 import pytest
 import tensorflow as tf
-from tensorflow.python.grappler import item as gitem
 
 if tf.executing_eagerly():
     tf.compat.v1.disable_eager_execution()
@@ -203,147 +202,6 @@ def real_cpu_peak(model):
         step_allocations(run_metadata))
 
 
-# ---- the oracle's schedule under runtime buffer rules ---------------------
-# Kernels that return their input's buffer as their output
-# (context->set_output(k, context->input(k)) or Tensor::CopyFrom with a new
-# shape) instead of allocating.
-FORWARDING_TYPES = frozenset({
-    "Identity", "IdentityN", "StopGradient", "PreventGradient", "Reshape",
-    "Squeeze", "ExpandDims",
-})
-# ReadVariableOp returns the variable's own buffer (outside copy-on-read
-# mode, which only sparse gathers turn on).
-VARIABLE_READ_TYPES = frozenset({"ReadVariableOp"})
-VARIABLE_TYPES = frozenset({"VarHandleOp", "VariableV2"})
-
-
-def _variable_bytes(node):
-    dtype = tf.as_dtype(node.attr["dtype"].type)
-    dims = [d.size for d in node.attr["shape"].shape.dim]
-    if any(d < 0 for d in dims):
-        return 0
-    return int(np.prod(dims, dtype=np.int64)) * dtype.base_dtype.size
-
-
-def _virtual_step_stats(graph_def, fetches):
-    meta = oracle._metagraph(graph_def, oracle._fetch_names(fetches))  # pylint: disable=protected-access
-    cluster = oracle._cluster(  # pylint: disable=protected-access
-        oracle._with_memory(oracle.gpu_properties(), oracle._UNLIMITED),  # pylint: disable=protected-access
-        oracle._with_memory(oracle.cpu_properties(), oracle._UNLIMITED),  # pylint: disable=protected-access
-        oracle.GPU_DEVICE, oracle.CPU_DEVICE)
-    try:
-        item = gitem.Item(meta, ignore_colocation=True,
-                          ignore_user_placement=False)
-        _, _, step_stats = cluster.MeasureCosts(item)
-    finally:
-        cluster.Shutdown()
-    return step_stats
-
-
-def runtime_gpu_peak(graph, fetches, gpu_device=oracle.GPU_DEVICE):
-    """GPU peak of the oracle's schedule under TensorFlow's buffer rules.
-
-    Same virtual cluster, placement and step stats as `oracle.peak_memory`,
-    same microsecond times, and the same swapped-in-copy correction (a GPU
-    copy of a CPU tensor lives until its last GPU reader ends). Different
-    from ``InferFromTrace`` in three ways, each what the TensorFlow runtime
-    does: forwarding ops and variable reads allocate nothing and extend the
-    life of the buffer they forward; variables occupy the GPU for the whole
-    step; an op's inputs are released when it ends and, at one time stamp,
-    releases come before allocations.
-
-    Returns:
-      Peak bytes on `gpu_device`.
-    """
-    graph_def = oracle.place_on_gpu(graph)
-    step_stats = _virtual_step_stats(graph_def, fetches)
-    nodes = {n.name: n for n in graph_def.node}
-    placement, times, sizes = {}, {}, {}
-    for dev in step_stats.dev_stats:
-        for ns in dev.node_stats:
-            placement[ns.node_name] = dev.device
-            start = ns.all_start_micros * 1000
-            times[ns.node_name] = (start, start + ns.op_end_rel_micros * 1000)
-            for port, out in enumerate(ns.output):
-                sizes[(ns.node_name, port)] = (
-                    out.tensor_description.allocation_description
-                    .allocated_bytes)
-    recv_prefix = "Recv_%s_%d_on_" + gpu_device.replace(":", "_")
-
-    def gpu_buffer(key):
-        """The GPU buffer a GPU reader of tensor `key` reads, or None for a
-        variable."""
-        while True:
-            name, port = key
-            if placement.get(name) != gpu_device:
-                return (recv_prefix % key, 0)
-            node = nodes[name]
-            if node.op in VARIABLE_READ_TYPES:
-                return None
-            if node.op not in FORWARDING_TYPES:
-                return key
-            data = [i for i in node.input if not i.startswith("^")]
-            key = oracle._parse_input(  # pylint: disable=protected-access
-                data[port if node.op == "IdentityN" else 0])
-
-    live = {}  # buffer -> [alloc ns, release ns]
-    for key in sizes:
-        name = key[0]
-        if placement[name] != gpu_device:
-            continue
-        if nodes.get(name) is not None and gpu_buffer(key) != key:
-            continue  # forwarded: the input's buffer
-        live[key] = list(times[name])
-    for name, (_, end) in times.items():
-        node = nodes.get(name)
-        if node is None:
-            continue
-        for text in node.input:
-            parsed = oracle._parse_input(text)  # pylint: disable=protected-access
-            if parsed is None or parsed[0] not in placement:
-                continue
-            if placement[name] == gpu_device:
-                buffer = gpu_buffer(parsed)
-            elif placement[parsed[0]] == gpu_device:
-                buffer = gpu_buffer(parsed)  # e.g. a swap-out reading it
-            else:
-                continue
-            if buffer in live:
-                live[buffer][1] = max(live[buffer][1], end)
-    resident = sum(_variable_bytes(n) for n in graph_def.node
-                   if n.op in VARIABLE_TYPES and n.device != "/cpu:0")
-    events = []
-    for key, (alloc, release) in live.items():
-        events.append((alloc, 1, sizes[key]))
-        events.append((release, 0, -sizes[key]))
-    current = peak = resident
-    for _, _, nbytes in sorted(events):
-        current += nbytes
-        peak = max(peak, current)
-    return peak
-
-
-def test_runtime_replay_of_a_chain_holds_two_tensors():
-    """x -> a0 -> ... -> a4 (sin) -> Identity -> Reshape -> out (cos).
-
-    The runtime holds two tensors at a time (an op's input and its output)
-    and the forwarding ops add nothing. ``InferFromTrace`` counts five: the
-    Identity and Reshape outputs as new buffers, and a3 and a4 still live
-    when out is allocated, because the zero-cost forwarding ops run in the
-    same microsecond and each input is released 1 ns after its reader.
-    """
-    graph = tf.Graph()
-    with graph.as_default():
-        h = tf.compat.v1.placeholder(tf.float32, [1024, 1024], name="x")
-        for i in range(5):
-            h = tf.math.sin(h, name="a%d" % i)
-        h = tf.reshape(tf.identity(h), [512, 2048])
-        out = tf.math.cos(h, name="out")
-    size = 4 << 20
-    assert oracle.peak_memory(graph, out).gpu_peak_bytes == 5 * size + 8
-    assert runtime_gpu_peak(graph, out) == 2 * size + 8  # + the shape const
-
-
 # ---- the comparison --------------------------------------------------------
 def _error(value, reference):
     return value / float(reference) - 1.0
@@ -359,8 +217,9 @@ def test_simulated_peak_matches_independent_measurements(name,
     roles = analysis.classify_ops(index)
     simulated = simulator.SimulationModel(index, roles).replay(
         None).peak_device_bytes
-    measured = oracle.peak_memory(graph, model.train_op).gpu_peak_bytes
-    runtime = runtime_gpu_peak(graph, model.train_op)
+    result = oracle.peak_memory(graph, model.train_op)
+    measured = result.gpu_peak_bytes
+    runtime = result.runtime_gpu_peak_bytes
     real = real_cpu_peak(model)
     errors = dict(oracle=_error(simulated, measured),
                   real=_error(simulated, real),

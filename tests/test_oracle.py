@@ -7,6 +7,12 @@ sampled after all events of one timestamp. For a chain x -> a1 -> a2 -> ...
 of element-wise ops on equal tensors of S bytes, at the start of a_k the
 tensors a_{k-2} (freed 1 ns later), a_{k-1} and a_k are live: 3 S, or 2 S
 for a chain of one op.
+
+The runtime peak (``runtime_gpu_peak_bytes``) replays the same schedule
+with TensorFlow's buffer rules: an op's inputs are released when it ends,
+before the next op allocates, so such a chain holds 2 S; forwarding ops
+(Identity, Reshape, ...) and variable reads allocate nothing; variables
+are resident for the whole step.
 """
 
 import pytest
@@ -144,6 +150,136 @@ def test_fits_against_capacity():
     assert not oracle.peak_memory(graph, fetch, gpu_memory_bytes=3 * S - 1).fits
 
 
+@pytest.mark.parametrize("n", [1, 2, 5])
+def test_runtime_chain_holds_two_tensors(n):
+    graph, fetch = _chain(n)
+    result = oracle.peak_memory(graph, fetch)
+    assert result.runtime_gpu_peak_bytes == 2 * S
+    assert sorted(t.name for t in result.runtime_live_at_peak) == [
+        "a1:0", "x:0"]
+
+
+def test_runtime_peak_forwards_identity_and_reshape():
+    """x -> a0 -> ... -> a4 (sin) -> Identity -> Reshape -> out (cos).
+
+    The runtime holds two tensors at a time (an op's input and its output)
+    and the forwarding ops add nothing. ``InferFromTrace`` counts five: the
+    Identity and Reshape outputs as new buffers, and a3 and a4 still live
+    when out is allocated, because the zero-cost forwarding ops run in the
+    same microsecond and each input is released 1 ns after its reader.
+    """
+    graph = tf.Graph()
+    with graph.as_default():
+        h = tf.compat.v1.placeholder(tf.float32, SHAPE, name="x")
+        for i in range(5):
+            h = tf.math.sin(h, name="a%d" % i)
+        h = tf.reshape(tf.identity(h, name="fwd"), [512, 2048], name="flat")
+        out = tf.math.cos(h, name="out")
+    result = oracle.peak_memory(graph, out)
+    shape_const = 8  # the Reshape's int32 shape [512, 2048]
+    assert result.raw_gpu_peak_bytes == 5 * S + shape_const
+    assert result.gpu_peak_bytes == result.raw_gpu_peak_bytes
+    raw_names = {t.name for t in result.raw_live_at_peak}
+    assert {"fwd:0", "flat:0"} <= raw_names
+    assert result.runtime_gpu_peak_bytes == 2 * S + shape_const
+    assert sorted(t.name for t in result.runtime_live_at_peak) == [
+        "a0:0", "flat/shape:0", "x:0"]
+
+
+def test_runtime_forwarded_buffer_is_its_source():
+    """x -> a1 (sin); out = Reshape(Identity(a1)) + a1.
+
+    The Identity and the Reshape return a1's buffer, so at out's start the
+    runtime holds a1 and out (x was released when a1 ended): 2 S, as at
+    a1's start (x, a1 and the shape constant). Counting them as new
+    buffers, as ``InferFromTrace`` does, gives a1, both copies, out, and x
+    (1 ns past a1, which ends in the microsecond out starts): 5 S.
+    """
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, SHAPE, name="x")
+        a1 = tf.math.sin(x, name="a1")
+        same = tf.reshape(tf.identity(a1, name="fwd"), SHAPE, name="same")
+        out = tf.add(same, a1, name="out")
+    result = oracle.peak_memory(graph, out)
+    shape_const = 8  # the Reshape's int32 shape
+    assert result.raw_gpu_peak_bytes == 5 * S + shape_const
+    assert result.runtime_gpu_peak_bytes == 2 * S + shape_const
+    assert sorted(t.name for t in result.runtime_live_at_peak) == [
+        "a1:0", "same/shape:0", "x:0"]
+
+
+def test_runtime_identity_n_forwards_each_port():
+    """a1 = sin(x) (S), a2 = tile(x) (4 S); i1, i2 = IdentityN(a1, a2);
+    out = sin(i2) (4 S). Output 1 of the IdentityN is a2's buffer, so a2
+    stays live until out ends: at out's start a2 and out hold 8 S (a1 and
+    x were released when their last readers ended)."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, SHAPE, name="x")
+        a1 = tf.math.sin(x, name="a1")
+        a2 = tf.tile(x, [2, 2], name="a2")
+        _, i2 = tf.identity_n([a1, a2], name="both")
+        out = tf.math.sin(i2, name="out")
+    result = oracle.peak_memory(graph, out)
+    assert result.runtime_gpu_peak_bytes == 8 * S
+    assert sorted(t.name for t in result.runtime_live_at_peak) == [
+        "a2:0", "out:0"]
+
+
+def test_runtime_peak_keeps_swapped_in_copy_live():
+    """In `_swap_graph` the runtime peak is at the start of ``b``: big and
+    b (4 S each), the two small constants, and the GPU copy of the
+    swapped-in a1, which stays live until ``out`` reads it: 9 S + 16. The
+    Reshape of b forwards its buffer; a1, a2 and a3 are released by then.
+    Without the correction (copy freed after the transfer) it would be
+    8 S + 16."""
+    for delay in (False, True):
+        graph, out = _swap_graph(delay=delay)
+        result = oracle.peak_memory(graph, out)
+        assert result.runtime_gpu_peak_bytes == 9 * S + 16
+        assert result.runtime_gpu_peak_bytes <= result.gpu_peak_bytes
+        (transfer,) = result.transfers
+        copies = [t for t in result.runtime_live_at_peak if t.transferred]
+        assert [t.name for t in copies] == [transfer.recv_node + ":0"]
+        (copy,) = copies
+        assert copy.nbytes == S
+        assert copy.alloc_ns == transfer.start_ns
+        # Released when `out` ends; InferFromTrace's rule adds 1 ns.
+        assert copy.dealloc_ns == transfer.corrected_end_ns - 1
+        assert sorted(t.name for t in result.runtime_live_at_peak
+                      if t.nbytes >= S) == sorted(
+                          ["b:0", "big:0", transfer.recv_node + ":0"])
+
+
+def test_runtime_peak_counts_variables_not_reads():
+    """x -> a1 -> a2 -> out = a2 * v with v a resource variable of S bytes.
+
+    Raw: at a2's start x, a1, a2 and the ReadVariableOp output (allocated
+    at time 0 and kept until out) are live: 4 S. Runtime: the read is the
+    variable's buffer, resident all step, plus two chain tensors: 3 S.
+    """
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, SHAPE, name="x")
+        v = tf.Variable(tf.zeros(SHAPE), name="v")
+        a1 = tf.math.sin(x, name="a1")
+        a2 = tf.math.sin(a1, name="a2")
+        out = tf.multiply(a2, v, name="out")
+    result = oracle.peak_memory(graph, out)
+    assert result.raw_gpu_peak_bytes == 4 * S
+    assert "out/ReadVariableOp:0" in {t.name for t in result.raw_live_at_peak}
+    assert result.runtime_gpu_peak_bytes == 3 * S
+    (variable,) = [t for t in result.runtime_live_at_peak if t.variable]
+    assert variable.name == "v"
+    assert variable.nbytes == S
+    assert variable.alloc_ns == 0
+    assert variable.dealloc_ns >= max(
+        t.dealloc_ns for t in result.runtime_live_at_peak)
+    assert not any("ReadVariableOp" in t.name
+                   for t in result.runtime_live_at_peak)
+
+
 def test_scheduler_cross_check():
     graph, out = _swap_graph()
     result = oracle.peak_memory(graph, out, scheduler_check=True)
@@ -164,6 +300,8 @@ def test_models_without_swaps_need_no_correction(builder, kwargs):
     assert result.gpu_peak_bytes == result.raw_gpu_peak_bytes
     assert result.replayed_raw_gpu_peak_bytes == result.raw_gpu_peak_bytes
     assert result.transfers == ()
+    assert 0 < result.runtime_gpu_peak_bytes == sum(
+        t.nbytes for t in result.runtime_live_at_peak)
     # Bigger batch, more activation memory.
     bigger = tf.Graph()
     with bigger.as_default():

@@ -7,7 +7,7 @@ Grappler *virtual* cluster (one simulated GPU and one simulated CPU, no real
 hardware needed), which places every op, schedules it with an analytical cost
 model and reports when each tensor is allocated and freed.
 
-Three numbers come out of one call to `peak_memory`:
+Four numbers come out of one call to `peak_memory`:
 
 ``raw_gpu_peak_bytes``
     What ``Cluster.DeterminePeakMemoryUsage(item)`` reports for the GPU. It is
@@ -40,6 +40,42 @@ Three numbers come out of one call to `peak_memory`:
     correction can only add live intervals, so ``gpu_peak_bytes >=
     raw_gpu_peak_bytes`` always.
 
+``runtime_gpu_peak_bytes`` (the runtime peak)
+    The same step stats and graph, replayed with the buffer rules of
+    TensorFlow's executor instead of ``InferFromTrace``'s. No second
+    simulation is run. Three rules differ:
+
+    * Ops that forward their input's buffer (``Identity``, ``IdentityN``,
+      ``StopGradient``, ``PreventGradient``, ``Reshape``, ``Squeeze``,
+      ``ExpandDims``: their kernels call ``set_output(k, input(k))`` or
+      share the buffer under a new shape) allocate nothing; their readers
+      extend the life of the forwarded buffer. ``ReadVariableOp`` returns the
+      variable's own buffer, so it allocates nothing either.
+    * Variables (``VarHandleOp``, ``VariableV2``) not placed on a CPU occupy
+      the GPU for the whole step, at the size of their ``shape`` attribute
+      (``InferFromTrace`` counts no variable, only each read's output).
+    * A buffer is released when its last reader ends, and at one timestamp
+      releases come before allocations. ``InferFromTrace`` releases it 1 ns
+      after the reader ends; ops shorter than 1 us share a truncated
+      timestamp, so each op of a chain overlaps the input of the op before
+      it, and a chain of zero-cost forwarding ops keeps several inputs live
+      together. A consequence of releasing first: a buffer allocated and
+      released within one truncated microsecond (tiny ops) is not counted.
+
+    The swapped-in-copy correction is kept: a ``Recv_..._on_<gpu>`` copy is
+    a GPU buffer live until its last GPU reader (through forwarding ops)
+    ends. A GPU buffer read by a CPU op (an LMS swap-out) lives until that
+    read ends. For a chain ``x -> sin -> Identity -> Reshape -> cos`` the
+    runtime peak is two tensors where ``InferFromTrace`` counts five.
+    ``runtime_live_at_peak`` lists the buffers live at this peak.
+
+    This is the number to compare with what a GPU would allocate; it is not
+    an upper bound. ``gpu_peak_bytes`` (raw plus the correction) remains the
+    conservative number: it is never below what ``InferFromTrace`` reports,
+    but may exceed the runtime peak by tens of percent on graphs with many
+    ``IdentityN``/``ReadVariableOp`` outputs (and may be below it when
+    variables dominate).
+
 ``scheduler_gpu_peak_bytes`` (optional, ``scheduler_check=True``)
     The virtual scheduler also keeps its own running memory count, which
     frees an input when its last consumer in the *scheduled* graph (including
@@ -55,9 +91,11 @@ Things the virtual cluster does that a reader should know:
 
 * Transfers are modelled as (almost) free: ``_Send``/``_Recv`` take about
   1 ns. The oracle measures memory, not PCIe time.
-* ``Identity`` allocates a fresh output in the memory model (real TensorFlow
-  forwards the buffer), so swap ops on the GPU side would be over-counted;
-  LMS's swap ops live on the CPU, which is accounted separately.
+* ``Identity`` allocates a fresh output in ``InferFromTrace``'s memory model
+  (real TensorFlow forwards the buffer, as ``runtime_gpu_peak_bytes``
+  does), so swap ops on the GPU side would be over-counted in the raw and
+  corrected peaks; LMS's swap ops live on the CPU, which is accounted
+  separately.
 * Timestamps are truncated to microseconds before the interval replay, so
   ops shorter than 1 us collapse onto one timestamp; a chain of element-wise
   ops peaks at three live outputs (the input of the previous op is freed
@@ -74,6 +112,7 @@ import dataclasses
 import re
 from typing import Iterable, Optional, Sequence, Union
 
+import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 from tensorflow.core.protobuf import device_properties_pb2
@@ -102,6 +141,19 @@ _UNLIMITED = 1 << 50
 
 _GraphLike = Union[tf.Graph, graph_pb2.GraphDef]
 
+# Kernels that return their input's buffer as their output
+# (context->set_output(k, context->input(k)), or Tensor::CopyFrom with a new
+# shape) instead of allocating one. IdentityN forwards input k to output k,
+# the others input 0 to output 0.
+FORWARDING_TYPES = frozenset({
+    "Identity", "IdentityN", "StopGradient", "PreventGradient", "Reshape",
+    "Squeeze", "ExpandDims",
+})
+# ReadVariableOp returns the variable's own buffer (outside copy-on-read
+# mode, which only sparse gathers turn on).
+VARIABLE_READ_TYPES = frozenset({"ReadVariableOp"})
+VARIABLE_TYPES = frozenset({"VarHandleOp", "VariableV2"})
+
 
 @dataclasses.dataclass(frozen=True)
 class LiveTensor:
@@ -114,6 +166,8 @@ class LiveTensor:
       alloc_ns: allocation time in the replay, nanoseconds.
       dealloc_ns: deallocation time in the replay, nanoseconds.
       transferred: True for a GPU copy of a tensor produced on another device.
+      variable: True for a variable resident for the whole step (only in
+        ``runtime_live_at_peak``); ``name`` is then the variable's node.
     """
 
     name: str
@@ -121,6 +175,7 @@ class LiveTensor:
     alloc_ns: int
     dealloc_ns: int
     transferred: bool = False
+    variable: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,6 +223,11 @@ class OracleResult:
       run_time_s: the cost model's estimate of the step time.
       gpu_memory_bytes: the capacity the graph is judged against, or None.
       gpu_device: the full name of the simulated GPU.
+      runtime_gpu_peak_bytes: GPU peak of the same schedule under the
+        TensorFlow runtime's buffer rules (forwarding, resident variables,
+        release when the last reader ends; see the module docstring).
+      runtime_live_at_peak: buffers live at the runtime peak, largest first;
+        variables have ``variable=True``.
     """
 
     gpu_peak_bytes: int
@@ -181,6 +241,8 @@ class OracleResult:
     run_time_s: float
     gpu_memory_bytes: Optional[int]
     gpu_device: str = GPU_DEVICE
+    runtime_gpu_peak_bytes: int = 0
+    runtime_live_at_peak: tuple = ()
 
     @property
     def correction_bytes(self) -> int:
@@ -464,6 +526,124 @@ def _replay(step_stats, graph_def, gpu_device, correct):
     return peak, at_peak, transfers
 
 
+def _variable_bytes(node) -> int:
+    dtype = tf.as_dtype(node.attr["dtype"].type)
+    dims = [d.size for d in node.attr["shape"].shape.dim]
+    if any(d < 0 for d in dims):
+        return 0  # unknown size counts as zero, as everywhere in the oracle
+    return int(np.prod(dims, dtype=np.int64)) * dtype.base_dtype.size
+
+
+def _runtime_replay(step_stats, graph_def, gpu_device):
+    """Replays the step with the TensorFlow runtime's buffer rules.
+
+    Same step stats, microsecond times and swapped-in-copy correction as
+    `_replay`; forwarding ops and variable reads allocate nothing, variables
+    are resident, and a buffer is released when its last reader ends (before
+    any allocation at the same timestamp). See the module docstring.
+
+    Args:
+      step_stats: the virtual scheduler's ``StepStats``.
+      graph_def: the graph the item was built from.
+      gpu_device: full name of the GPU device.
+
+    Returns:
+      ``(peak_bytes, live_at_peak)`` for the GPU, ``live_at_peak`` a list of
+      ``LiveTensor``, largest first.
+    """
+    nodes = {node.name: node for node in graph_def.node}
+    placement, times, sizes = {}, {}, {}
+    for dev_stats in step_stats.dev_stats:
+        for ns in dev_stats.node_stats:
+            placement[ns.node_name] = dev_stats.device
+            start = ns.all_start_micros * 1000
+            times[ns.node_name] = (start,
+                                   start + ns.op_end_rel_micros * 1000)
+            for port, out in enumerate(ns.output):
+                sizes[(ns.node_name, port)] = (
+                    out.tensor_description.allocation_description
+                    .allocated_bytes)
+    recv_suffix = "_on_" + _sanitized(gpu_device)
+
+    def gpu_buffer(key):
+        # The GPU buffer a GPU reader of tensor `key` reads: the scheduler's
+        # _Recv copy for a tensor from another device, the forwarded
+        # buffer's owner for a forwarding op, None for a variable.
+        while True:
+            name, port = key
+            if placement.get(name) != gpu_device:
+                return (f"Recv_{name}_{port}{recv_suffix}", 0)
+            node = nodes.get(name)
+            if node is not None and node.op in VARIABLE_READ_TYPES:
+                return None
+            if node is None or node.op not in FORWARDING_TYPES:
+                return key
+            data = [i for i in node.input if not i.startswith("^")]
+            key = _parse_input(data[port if node.op == "IdentityN" else 0])
+
+    live = {}  # buffer -> [alloc ns, release ns, transferred]
+    for key in sizes:
+        name = key[0]
+        if placement[name] != gpu_device:
+            continue
+        if name in nodes and gpu_buffer(key) != key:
+            continue  # forwarded (or a variable read): no allocation
+        transferred = name not in nodes and name.endswith(recv_suffix)
+        live[key] = [times[name][0], times[name][1], transferred]
+    for name, (_, end) in times.items():
+        node = nodes.get(name)
+        if node is None:
+            continue
+        reader_on_gpu = placement[name] == gpu_device
+        for text in node.input:
+            parsed = _parse_input(text)
+            if parsed is None or parsed[0] not in placement:
+                continue
+            # A GPU reader reads a GPU buffer (maybe a copy); a CPU reader
+            # (an LMS swap-out) keeps the GPU tensor it copies alive.
+            if not reader_on_gpu and placement[parsed[0]] != gpu_device:
+                continue
+            buffer = gpu_buffer(parsed)
+            if buffer in live:
+                live[buffer][1] = max(live[buffer][1], end)
+
+    step_end = max((end for _, end in times.values()), default=0)
+    resident = []
+    for node in graph_def.node:
+        if node.op not in VARIABLE_TYPES:
+            continue
+        device = placement.get(node.name)
+        on_gpu = (device == gpu_device if device is not None
+                  else not _is_cpu_device(node.device))
+        if on_gpu:
+            resident.append(LiveTensor(
+                name=node.name, nbytes=_variable_bytes(node), alloc_ns=0,
+                dealloc_ns=step_end, variable=True))
+
+    # Releases sort before allocations of the same timestamp. A buffer
+    # allocated and released within one truncated microsecond therefore
+    # never counts, hence the count per key rather than a set.
+    events = []
+    for key, (alloc, release, _) in live.items():
+        events.append((alloc, 1, sizes[key], key))
+        events.append((release, 0, -sizes[key], key))
+    current = sum(t.nbytes for t in resident)
+    peak, count, peak_keys = current, {}, []
+    for _, _, nbytes, key in sorted(events):
+        current += nbytes
+        count[key] = count.get(key, 0) + (1 if nbytes >= 0 else -1)
+        if current > peak:
+            peak = current
+            peak_keys = [k for k, n in count.items() if n > 0]
+    at_peak = [LiveTensor(name=f"{k[0]}:{k[1]}", nbytes=sizes[k],
+                          alloc_ns=live[k][0], dealloc_ns=live[k][1],
+                          transferred=live[k][2])
+               for k in peak_keys]
+    at_peak.extend(resident)
+    at_peak.sort(key=lambda t: (-t.nbytes, t.name))
+    return peak, at_peak
+
+
 _REQUIRES = re.compile(r"Graph requires (\d+) bytes of memory on device (\S+)")
 
 
@@ -546,6 +726,7 @@ def peak_memory(graph: _GraphLike,
                                  correct=False)
     corrected, live_at_peak, transfers = _replay(step_stats, graph_def,
                                                  gpu_device, correct=True)
+    runtime, runtime_live = _runtime_replay(step_stats, graph_def, gpu_device)
 
     scheduler_gpu = None
     if scheduler_check:
@@ -564,4 +745,6 @@ def peak_memory(graph: _GraphLike,
         run_time_s=float(run_time),
         gpu_memory_bytes=gpu_memory_bytes,
         gpu_device=gpu_device,
+        runtime_gpu_peak_bytes=int(runtime),
+        runtime_live_at_peak=tuple(runtime_live),
     )
