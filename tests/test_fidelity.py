@@ -56,7 +56,7 @@ with three numbers that share no code with it:
     released when it ends, before the next op allocates (``InferFromTrace``
     releases them 1 ns later, so every op of a chain overlaps the input of
     the op before it). The simulator must match it within 2%; it matches
-    to the byte on all four models.
+    to within a few hundred bytes on all four models.
 
 Why these sizes. When weights dominate, the two references disagree with
 each other by more than 2x and no model of memory can be within both
