@@ -1,5 +1,21 @@
 """Conditionals and loops, in both control-flow styles: v1 (Switch/Merge,
-Enter/Exit) and v2 (If/While ops)."""
+Enter/Exit) and v2 (If/While ops).
+
+Keras learning-phase conds, a user tf.cond, batch norm in training, frozen
+(inference-mode batch norm in a training graph) and switched by a
+placeholder; LSTM/GRU through dynamic_rnn and Keras RNN layers. Each trains
+to the same numbers with LMS as without, the swap ops whose consumers run
+are executed, LMS swaps around loops and never inside them, and it logs the
+swap_memory=True hint. v1 control flow comes from the `v1_control_flow`
+fixture (control flow only, restored afterwards), and the full
+disable_v2_behavior() runs in a subprocess.
+"""
+
+import dataclasses
+import os
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -8,6 +24,8 @@ import tensorflow as tf
 from tflms import LMS
 from tflms import analysis
 from tflms import graph_index as gi
+
+from _graphs import assert_swaps_ran, trace_options
 
 FIXED = dict(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0)
 
@@ -42,6 +60,29 @@ def fit_keras(lms):
     hist = model.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0,
                      callbacks=[lms] if lms else [])
     return hist.history["loss"], model.get_weights()
+
+
+def assert_live_swaps_ran(graph, result, run_metadata):
+    """`assert_swaps_ran` for the swaps whose consumers ran.
+
+    Keras' RNN code calls the cell once outside the loop only to learn its
+    output shapes; nothing reads those ops, so the session prunes them, and
+    with them the swap ops LMS added for their tensors. Every swap-in some
+    executed op reads must have run; at least one must exist.
+    """
+    executed = {n.node_name for d in run_metadata.step_stats.dev_stats
+                for n in d.node_stats}
+    live_in, live_out = [], []
+    for name in result.swapin_ops:
+        op = graph.get_operation_by_name(name)
+        if any(c.name in executed for c in op.outputs[0].consumers()):
+            live_in.append(name)
+            live_out.append(op.inputs[0].op.name)
+    assert live_in, "no swap-in feeds an executed op"
+    live = dataclasses.replace(
+        result, swapin_ops=tuple(live_in),
+        swapout_ops=tuple(n for n in result.swapout_ops if n in live_out))
+    assert_swaps_ran(graph, live, run_metadata)
 
 
 def check_triggers_are_safe(index, plan, roles):
@@ -152,13 +193,19 @@ def test_user_cond(style, request):
                                 analysis.classify_ops(index))
 
 
-def lstm_graph(swap_memory=False):
+def lstm_graph(swap_memory=False, cell_type="lstm"):
     g = tf.Graph()
     with g.as_default():
         tf.compat.v1.set_random_seed(3)
         x = tf.compat.v1.placeholder(tf.float32, [4, 6, 8])
-        cell = tf.compat.v1.nn.rnn_cell.LSTMCell(
-            16, initializer=tf.compat.v1.glorot_uniform_initializer(seed=1))
+        if cell_type == "lstm":
+            cell = tf.compat.v1.nn.rnn_cell.LSTMCell(
+                16,
+                initializer=tf.compat.v1.glorot_uniform_initializer(seed=1))
+        else:
+            cell = tf.compat.v1.nn.rnn_cell.GRUCell(
+                16, kernel_initializer=(
+                    tf.compat.v1.glorot_uniform_initializer(seed=1)))
         pre = tf.compat.v1.layers.dense(
             x, 8, activation=tf.nn.relu,
             kernel_initializer=tf.compat.v1.glorot_uniform_initializer(seed=2))
@@ -174,32 +221,58 @@ def lstm_graph(swap_memory=False):
     return g, loss, train, init, feed
 
 
-def run_lstm(lms):
-    g, loss, train, init, feed = lstm_graph()
+def run_lstm(lms, cell_type="lstm"):
+    g, loss, train, init, feed = lstm_graph(cell_type=cell_type)
     index = gi.build_index(g)
     if lms:
         lms.run(g)
     with g.as_default():
         variables = tf.compat.v1.trainable_variables()
+    md = tf.compat.v1.RunMetadata()
     with tf.compat.v1.Session(graph=g) as sess:
         sess.run(init)
-        losses = [sess.run([loss, train], feed)[0] for _ in range(3)]
-        return index, losses, sess.run(variables)
+        losses = [sess.run([loss, train], feed, options=trace_options(),
+                           run_metadata=md)[0] for _ in range(3)]
+        return index, losses, sess.run(variables), (g, md)
 
 
+@pytest.mark.parametrize("cell_type", ["lstm", "gru"])
 @pytest.mark.parametrize("style", ["v1", "v2"])
-def test_lstm_loops(style, request, lms_log):
+def test_lstm_loops(style, cell_type, request, lms_log):
     if style == "v1":
         request.getfixturevalue("v1_control_flow")
-    _, base_losses, base_w = run_lstm(None)
+    _, base_losses, base_w, _ = run_lstm(None, cell_type)
     lms = LMS(**FIXED)
-    index, losses, weights = run_lstm(lms)
+    index, losses, weights, (graph, md) = run_lstm(lms, cell_type)
     assert losses == base_losses
     for a, b in zip(base_w, weights):
         np.testing.assert_array_equal(a, b)
+    assert_live_swaps_ran(graph, lms.last_result, md)
     assert any("swap_memory=True" in line for line in lms_log())
     if style == "v1":
         assert {"Enter", "Exit", "NextIteration"} <= set(index.types)
+        # Around the loops: some tensor that feeds the forward loop is read
+        # after the gradient loop, through a swap-in whose trigger also
+        # comes after it (the trigger reads a loop's Exit).
+        def after_a_loop(op):
+            return any(index.types[a] == "Exit"
+                       for a in analysis.ancestors_within(index, op, 0))
+
+        def feeds_a_loop(op):
+            stack, seen = [op], {op}
+            while stack:
+                for c in index.successors(stack.pop()):
+                    if index.types[c] == "Enter":
+                        return True
+                    if c not in seen:
+                        seen.add(c)
+                        stack.append(c)
+            return False
+        assert any(feeds_a_loop(swap.producer)
+                   and after_a_loop(sin.first_consumer)
+                   and all(after_a_loop(t) for t in sin.triggers)
+                   for swap in lms.last_plan.swaps
+                   for sin in swap.swap_ins)
     else:
         assert {"While", "StatelessWhile"} & set(index.types)
     for swap in lms.last_plan.swaps:
@@ -210,3 +283,264 @@ def test_lstm_loops(style, request, lms_log):
                         or index.types[c] == "Enter"), index.names[c]
             for t in sin.triggers:
                 assert not index.in_v1_loop[t]
+
+
+# ---- Keras RNN layers ---------------------------------------------------
+def fit_keras_rnn(lms, layer):
+    """Dense layers around a Keras LSTM or GRU layer, two epochs of fit."""
+    tf.keras.backend.clear_session()
+    glorot = tf.keras.initializers.GlorotUniform
+    inp = tf.keras.Input((6, 8))
+    h = tf.keras.layers.Dense(8, activation="relu",
+                              kernel_initializer=glorot(seed=1))(inp)
+    h = tf.keras.layers.Dense(8, activation="relu",
+                              kernel_initializer=glorot(seed=2))(h)
+    rnn = {"lstm": tf.keras.layers.LSTM, "gru": tf.keras.layers.GRU}[layer]
+    h = rnn(12, kernel_initializer=glorot(seed=3),
+            recurrent_initializer=tf.keras.initializers.Orthogonal(seed=4))(h)
+    h = tf.keras.layers.Dense(12, activation="relu",
+                              kernel_initializer=glorot(seed=5))(h)
+    out = tf.keras.layers.Dense(3, kernel_initializer=glorot(seed=6))(h)
+    model = tf.keras.Model(inp, out)
+    md = tf.compat.v1.RunMetadata()
+    model.compile("sgd", tf.keras.losses.SparseCategoricalCrossentropy(
+        from_logits=True), options=trace_options(), run_metadata=md)
+    rng = np.random.RandomState(0)
+    x = rng.randn(8, 6, 8).astype(np.float32)
+    y = (np.arange(8) % 3).astype(np.int32)
+    hist = model.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0,
+                     callbacks=[lms] if lms else [])
+    return hist.history["loss"], model.get_weights(), md
+
+
+def assert_v1_swaps_outside_loops(graph, result):
+    """Around the loop, never inside: swapped tensors come from outside any
+    v1 loop, inside one only an Enter reads a swap-in, and no op inside a
+    loop or a conditional starts one."""
+    kind = gi._control_flow_kind  # pylint: disable=protected-access
+    for name in result.swapin_ops:
+        swapin = graph.get_operation_by_name(name)
+        source = swapin.inputs[0].op.inputs[0].op
+        assert kind(source) != "while", source.name
+        for consumer in swapin.outputs[0].consumers():
+            assert (kind(consumer) != "while"
+                    or consumer.type == "Enter"), consumer.name
+        for trigger in swapin.control_inputs:
+            assert kind(trigger) is None, trigger.name
+
+
+@pytest.mark.parametrize("layer", ["lstm", "gru"])
+def test_keras_rnn_layers(layer, lms_log):
+    """v2 control flow (While ops) here; v1 in
+    `test_under_disable_v2_behavior`: Keras RNN layers need all of
+    disable_v2_behavior() for v1 loops (with only control flow v2 off their
+    TensorArray writes fail, LMS or not)."""
+    base_loss, base_w, _ = fit_keras_rnn(None, layer)
+    lms = LMS(**FIXED)
+    loss, weights, md = fit_keras_rnn(lms, layer)
+    assert loss == base_loss
+    for a, b in zip(base_w, weights):
+        np.testing.assert_array_equal(a, b)
+    graph = tf.compat.v1.get_default_graph()
+    assert_live_swaps_ran(graph, lms.last_result, md)
+    assert any("swap_memory=True" in line for line in lms_log())
+    loops = [op for op in graph.get_operations()
+             if op.type in ("While", "StatelessWhile")]
+    assert loops
+    # The loop runs as one op: LMS may swap its inputs and outputs, and
+    # never swaps a loop's variant (TensorList) tensors.
+    for name in lms.last_result.swapout_ops:
+        tensor = graph.get_operation_by_name(name).inputs[0]
+        assert tensor.dtype != tf.variant and tensor.dtype != tf.resource
+
+
+# ---- batch norm ----------------------------------------------------------
+def keras_frozen_bn_model():
+    """A Keras CNN fine-tuned with frozen batch norm: the layers run in
+    inference mode (FusedBatchNormV3 with is_training=False) in every
+    training step, outside any conditional."""
+    tf.keras.backend.clear_session()
+    inp = tf.keras.Input((10, 10, 3))
+    h = inp
+    for i in range(3):
+        h = tf.keras.layers.Conv2D(
+            6, 3, padding="same",
+            kernel_initializer=tf.keras.initializers.GlorotUniform(seed=i))(h)
+        bn = tf.keras.layers.BatchNormalization()
+        bn.trainable = False
+        h = bn(h)
+        h = tf.keras.layers.Activation("relu")(h)
+    h = tf.keras.layers.Flatten()(h)
+    out = tf.keras.layers.Dense(
+        3, kernel_initializer=tf.keras.initializers.GlorotUniform(seed=5))(h)
+    model = tf.keras.Model(inp, out)
+    md = tf.compat.v1.RunMetadata()
+    model.compile("sgd", tf.keras.losses.SparseCategoricalCrossentropy(
+        from_logits=True), options=trace_options(), run_metadata=md)
+    return model, md
+
+
+def test_frozen_batch_norm_in_training_is_active():
+    model, _ = keras_frozen_bn_model()
+    model._make_train_function()  # pylint: disable=protected-access
+    index = gi.build_index(tf.compat.v1.get_default_graph())
+    frozen = [i for i, flag in enumerate(index.bn_is_training)
+              if flag is False]
+    assert len(frozen) == 6  # three batch norms and their gradients
+    roles = analysis.classify_ops(index, is_training=True)
+    # They always run: nothing downstream of them is inactive, and the
+    # activations after them can be swapped and start swap-ins.
+    assert not roles.inactive
+    relus = [i for i, t in enumerate(index.types) if t == "Relu"]
+    assert relus and set(relus) <= roles.sources & roles.triggers
+
+
+def test_frozen_batch_norm_numbers():
+    def fit(lms):
+        model, md = keras_frozen_bn_model()
+        rng = np.random.RandomState(0)
+        x = rng.randn(8, 10, 10, 3).astype(np.float32)
+        y = (np.arange(8) % 3).astype(np.int32)
+        hist = model.fit(x, y, batch_size=4, epochs=2, shuffle=False,
+                         verbose=0, callbacks=[lms] if lms else [])
+        return hist.history["loss"], model.get_weights(), md
+    base_loss, base_w, _ = fit(None)
+    lms = LMS(**FIXED)
+    loss, weights, md = fit(lms)
+    assert loss == base_loss
+    for a, b in zip(base_w, weights):
+        np.testing.assert_array_equal(a, b)
+    graph = tf.compat.v1.get_default_graph()
+    assert_swaps_ran(graph, lms.last_result, md)
+    # The frozen batch-norm gradients read the conv outputs late in the
+    # step: those reads go through swap-ins too.
+    readers = {c.type for name in lms.last_result.swapin_ops
+               for c in graph.get_operation_by_name(name)
+               .outputs[0].consumers()}
+    assert "FusedBatchNormGradV3" in readers
+
+
+def bn_flag_graph():
+    """Conv + tf.compat.v1.layers.batch_normalization(training=flag): both
+    modes in one graph, chosen per step by a placeholder."""
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [2, 8, 8, 3])
+        flag = tf.compat.v1.placeholder(tf.bool, [])
+        h = x
+        for i in range(3):
+            h = tf.compat.v1.layers.conv2d(
+                h, 4, 3, padding="same", kernel_initializer=(
+                    tf.compat.v1.glorot_uniform_initializer(seed=i)))
+            h = tf.compat.v1.layers.batch_normalization(h, training=flag)
+            h = tf.nn.relu(h)
+        loss = tf.reduce_mean(tf.square(h))
+        updates = tf.compat.v1.get_collection(
+            tf.compat.v1.GraphKeys.UPDATE_OPS)
+        with tf.control_dependencies(updates):
+            train = tf.compat.v1.train.GradientDescentOptimizer(
+                0.1).minimize(loss)
+        init = tf.compat.v1.global_variables_initializer()
+        variables = tf.compat.v1.global_variables()
+    feed = {x: np.random.RandomState(1).randn(2, 8, 8, 3).astype(np.float32)}
+    return g, flag, loss, train, init, variables, feed
+
+
+@pytest.mark.parametrize("style", ["v1", "v2"])
+def test_batch_norm_training_flag(style, request):
+    if style == "v1":
+        request.getfixturevalue("v1_control_flow")
+
+    def run(lms):
+        g, flag, loss, train_op, init, variables, feed = bn_flag_graph()
+        result = lms.run(g) if lms else None
+        md = tf.compat.v1.RunMetadata()
+        with tf.compat.v1.Session(graph=g) as sess:
+            sess.run(init)
+            losses = []
+            for mode in (True, False, True, True):
+                feed[flag] = mode
+                losses.append(sess.run([loss, train_op], feed,
+                                       options=trace_options(),
+                                       run_metadata=md)[0])
+            return losses, sess.run(variables), g, result, md
+
+    base = run(None)
+    lms = LMS(**FIXED)
+    losses, weights, g, result, md = run(lms)
+    assert losses == base[0]
+    for a, b in zip(base[1], weights):
+        np.testing.assert_array_equal(a, b)
+    assert result.swapout_ops
+    assert_swaps_ran(g, result, md)
+    index = gi.build_index(bn_flag_graph()[0])
+    check_triggers_are_safe(index, lms.last_plan,
+                            analysis.classify_ops(index))
+
+
+# ---- full v1 behaviour, in its own process -------------------------------
+V1_SCRIPT = textwrap.dedent("""
+    import logging, sys
+    import numpy as np, tensorflow as tf
+    tf.compat.v1.disable_v2_behavior()
+    tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.INFO)
+    sys.path.insert(0, %(tests)r)
+    import test_control_flow as t
+    from tflms import LMS
+    records = []
+    handler = logging.Handler()
+    handler.emit = lambda r: records.append(r.getMessage())
+    logging.getLogger("tensorflow").addHandler(handler)
+    FIXED = dict(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0)
+
+    _, base_l, base_w, _ = t.run_lstm(None, "gru")
+    lms = LMS(**FIXED)
+    index, l, w, (g, md) = t.run_lstm(lms, "gru")
+    assert "Enter" in index.types and "While" not in index.types
+    assert l == base_l and all((a == b).all() for a, b in zip(base_w, w))
+    t.assert_live_swaps_ran(g, lms.last_result, md)
+    t.assert_v1_swaps_outside_loops(g, lms.last_result)
+    print("DYNAMIC_RNN OK", len(lms.last_result.swapout_ops))
+
+    for layer in ("lstm", "gru"):
+        base_l, base_w, _ = t.fit_keras_rnn(None, layer)
+        lms = LMS(**FIXED)
+        l, w, md = t.fit_keras_rnn(lms, layer)
+        assert l == base_l and all((a == b).all() for a, b in zip(base_w, w))
+        graph = tf.compat.v1.get_default_graph()
+        types = {op.type for op in graph.get_operations()}
+        assert "Enter" in types and "While" not in types
+        t.assert_live_swaps_ran(graph, lms.last_result, md)
+        t.assert_v1_swaps_outside_loops(graph, lms.last_result)
+        print("KERAS_" + layer.upper() + " OK",
+              len(lms.last_result.swapout_ops))
+
+    base = t.fit_keras(None)
+    lms = LMS(**FIXED)
+    got = t.fit_keras(lms)
+    assert got[0] == base[0]
+    assert all((a == b).all() for a, b in zip(base[1], got[1]))
+    assert "Switch" in {o.type for o in
+                        tf.compat.v1.get_default_graph().get_operations()}
+    print("KERAS_BN OK", len(lms.last_result.swapout_ops))
+    print("HINT", any("swap_memory=True" in r for r in records))
+""")
+
+
+def test_under_disable_v2_behavior():
+    """`disable_v2_behavior()` switches far more than control flow (ref
+    variables, v1 shapes...) and cannot be undone, so it runs in a
+    subprocess: dynamic_rnn GRU, Keras LSTM and Keras batch norm."""
+    tests = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
+               PYTHONPATH=os.path.dirname(tests))
+    out = subprocess.run(
+        [sys.executable, "-c", V1_SCRIPT % dict(tests=tests)], env=env,
+        capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    for line in ("DYNAMIC_RNN OK", "KERAS_LSTM OK", "KERAS_GRU OK",
+                 "KERAS_BN OK", "HINT True"):
+        assert line in out.stdout, out.stdout
+    counts = [int(l.split()[-1]) for l in out.stdout.splitlines()
+              if " OK " in l]
+    assert len(counts) == 4 and min(counts) > 0, out.stdout

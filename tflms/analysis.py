@@ -5,6 +5,7 @@ of them reads or edits the `tf.Graph`.
 """
 
 import dataclasses
+import functools
 
 import tensorflow as tf
 
@@ -16,17 +17,21 @@ __all__ = [
     "OpRoles",
     "classify_ops",
     "device_matches",
+    "same_device",
     "inactive_ops",
     "constant_ops",
     "initializer_seeds",
     "initializer_only_ops",
     "initializer_inputs",
     "SHAPE_ONLY_TYPES",
+    "COLLECTIVE_TYPES",
+    "collective_ops",
     "maybe_dead_ops",
     "ops_matching",
     "relevel",
     "ancestors_within",
     "learning_parameter_bytes",
+    "has_training_ops",
     "largest_device_op",
     "op_bytes",
 ]
@@ -53,6 +58,31 @@ NEVER_SWAPPED_TYPES = frozenset({
 SHAPE_ONLY_TYPES = frozenset({
     "Shape", "ShapeN", "Size", "Rank", "ZerosLike", "OnesLike",
     "BroadcastGradientArgs",
+})
+
+# Cross-process and cross-device collectives (Horovod, NCCL, TF collective
+# ops). LMS never swaps their inputs or outputs and never hangs a control edge
+# on them: every rank must submit the same collectives in a compatible order,
+# and a data-parallel job gains nothing from moving a gradient that is about
+# to be reduced and applied. Function-call ops whose bodies hold one count too
+# (see `collective_ops`): Horovod wraps each allreduce in a `tf.cond`.
+COLLECTIVE_TYPES = frozenset({
+    "HorovodAllreduce", "HorovodGroupedAllreduce", "HorovodAllgather",
+    "HorovodGroupedAllgather", "HorovodBroadcast", "HorovodBroadcastInplace",
+    "HorovodAlltoall", "HorovodReducescatter", "HorovodGroupedReducescatter",
+    "HorovodJoin", "HorovodBarrier",
+    "NcclAllReduce", "NcclReduce", "NcclBroadcast",
+    "CollectiveReduce", "CollectiveReduceV2", "CollectiveReduceV3",
+    "CollectiveGather", "CollectiveGatherV2", "CollectiveBcastSend",
+    "CollectiveBcastRecv", "CollectiveBcastSendV2", "CollectiveBcastRecvV2",
+    "CollectiveAllToAllV2", "CollectiveAllToAllV3",
+    "CollectiveReduceScatterV2",
+})
+
+# Ops that run functions of the graph's library.
+_FUNCTION_CALL_TYPES = frozenset({
+    "If", "StatelessIf", "Case", "StatelessCase", "While", "StatelessWhile",
+    "PartitionedCall", "StatefulPartitionedCall",
 })
 
 # Ops whose value depends only on their input's shape: constants when the
@@ -121,6 +151,30 @@ def device_matches(device, gpu_device):
             and (have.device_index or 0) == (want.device_index or 0))
 
 
+@functools.lru_cache(maxsize=256)
+def _device_key(device):
+    spec = tf.DeviceSpec.from_string(device)
+    return (spec.job, spec.replica, spec.task,
+            (spec.device_type or "").upper(), spec.device_index or 0)
+
+
+def same_device(a, b):
+    """True unless `a` and `b` are placements on two different devices.
+
+    An unplaced op (empty device string) may land anywhere, so it counts as
+    the same device as every op; job, replica and task only differ when both
+    strings give them. Used to keep a swap-in's trigger on its consumer's
+    device, so each tower of a multi-tower model starts its own swap-ins.
+    """
+    if not a or not b or a == b:
+        return True
+    ka, kb = _device_key(a), _device_key(b)
+    for x, y in zip(ka[:3], kb[:3]):
+        if x is not None and y is not None and x != y:
+            return False
+    return ka[3:] == kb[3:]
+
+
 def _learning_phase_switches(index):
     """Switch ops whose predicate is Keras' learning-phase placeholder."""
     switches = []
@@ -141,20 +195,34 @@ def _learning_phase_switches(index):
     return sorted(switches)
 
 
-def inactive_ops(index, is_training=True):
+def inactive_ops(index, is_training=True, maybe_dead=None):
     """Ops that do not run in the given learning mode.
 
     Fused batch-norm ops whose ``is_training`` attribute differs from the
-    mode are inactive, and so are the ops of the branch of each Keras
-    learning-phase ``cond`` (v1 Switch/Merge) that the mode does not take.
-    Inactivity then flows forward: an op is inactive when it has an inactive
-    input and all its other inputs are constants, variables or inactive.
-    Merge and Switch ops stop the flow (a Merge has a live input from the
-    taken branch).
+    mode are inactive when they sit in a v1 conditional (or downstream of
+    one, like their gradients), and so are the ops of the branch of each
+    Keras learning-phase ``cond`` (v1 Switch/Merge) that the mode does not
+    take. A batch norm outside any conditional always runs: a frozen batch
+    norm (``is_training=False``) in a training graph, as in fine-tuning, is
+    active. Inactivity then flows forward: an op is inactive when it has an
+    inactive input and all its other inputs are constants, variables or
+    inactive. Merge and Switch ops stop the flow (a Merge has a live input
+    from the taken branch).
+
+    Args:
+      index: a `GraphIndex`.
+      is_training: the learning mode.
+      maybe_dead: `maybe_dead_ops(index)` if already computed.
     """
     inactive = set()
+    conditional = None
     for i, flag in enumerate(index.bn_is_training):
-        if flag is not None and flag != is_training:
+        if flag is None or flag == is_training:
+            continue
+        if conditional is None:
+            conditional = (maybe_dead_ops(index) if maybe_dead is None
+                           else maybe_dead)
+        if index.in_v1_cond[i] or i in conditional:
             inactive.add(i)
     untaken = 0 if is_training else 1  # Switch output 0 is the false branch
     for s in _learning_phase_switches(index):
@@ -214,15 +282,25 @@ def maybe_dead_ops(index):
     the swapped tensor dead too, and a Merge fed by it would pick the wrong
     input, so these ops never start or hold back a swap-in. A Merge ends the
     flow: one of its inputs is live whenever its cond's predicate is.
+
+    The Switch of a ``tf.while_loop`` (predicate: the loop's LoopCond) is
+    no source of deadness outside the loop: its untaken output feeds the
+    loop's Exit, which hands the final, live value to the ops after the
+    loop. (The ops inside the loop are never triggers anyway.)
     """
     dead = set()
+    seeds = set()
+    for op, t in enumerate(index.types):
+        if t in ("Switch", "RefSwitch"):
+            pred = index.inputs[op][1][0] if len(index.inputs[op]) > 1 else None
+            if pred is None or index.types[pred] != "LoopCond":
+                seeds.add(op)
     for level in index.ops_by_level:
         for op in level:
             t = index.types[op]
             if t in ("Merge", "RefMerge"):
                 continue
-            if any(index.types[p] in ("Switch", "RefSwitch") or p in dead
-                   for p in index.predecessors(op)):
+            if any(p in seeds or p in dead for p in index.predecessors(op)):
                 dead.add(op)
     return frozenset(dead)
 
@@ -267,8 +345,55 @@ def ops_matching(index, scopes, types, what):
     return frozenset(matched)
 
 
+def _called_functions(node_def):
+    names = []
+    for key in sorted(node_def.attr):
+        value = node_def.attr[key]
+        if value.HasField("func"):
+            names.append(value.func.name)
+        elif value.HasField("list"):
+            names.extend(f.name for f in value.list.func)
+    return names
+
+
+def _function_has_collective(graph, name, memo):
+    if name not in memo:
+        memo[name] = False  # guards against recursive functions
+        function = graph._get_function(name)  # pylint: disable=protected-access
+        nodes = function.definition.node_def if function is not None else ()
+        memo[name] = any(
+            node.op in COLLECTIVE_TYPES or any(
+                _function_has_collective(graph, f, memo)
+                for f in _called_functions(node))
+            for node in nodes)
+    return memo[name]
+
+
+def collective_ops(index):
+    """Ops that take part in a collective: `COLLECTIVE_TYPES`, and function
+    calls (``If``, ``PartitionedCall``...) whose functions contain one.
+
+    The function bodies are read from the graph's function library through
+    ``index.ops`` (read only); an index without ops sees only op types.
+    """
+    found = set()
+    memo = {}
+    for i, t in enumerate(index.types):
+        if t in COLLECTIVE_TYPES:
+            found.add(i)
+        elif t in _FUNCTION_CALL_TYPES and index.ops:
+            op = index.ops[i]
+            if any(_function_has_collective(op.graph, f, memo)
+                   for f in _called_functions(op.node_def)):
+                found.add(i)
+    return frozenset(found)
+
+
 def classify_ops(index, gpu_device=None, is_training=True, filters=None):
     """Decide which ops LMS may use as sources, sinks, triggers and waiters.
+
+    Collectives (`collective_ops`) get no role: LMS leaves their inputs,
+    outputs and control edges as they are.
 
     Args:
       index: a `GraphIndex`.
@@ -282,8 +407,8 @@ def classify_ops(index, gpu_device=None, is_training=True, filters=None):
       An `OpRoles`.
     """
     filters = filters or {}
-    inactive = inactive_ops(index, is_training)
     maybe_dead = maybe_dead_ops(index)
+    inactive = inactive_ops(index, is_training, maybe_dead)
     constant = constant_ops(index)
     n = index.num_ops
     device_ops = frozenset(i for i in range(n)
@@ -291,8 +416,11 @@ def classify_ops(index, gpu_device=None, is_training=True, filters=None):
     has_loops = any(index.in_v1_loop) or any(
         t in ("While", "StatelessWhile") for t in index.types)
 
+    collective = collective_ops(index)
+
     def usable(i):
-        return i in device_ops and i not in inactive
+        return (i in device_ops and i not in inactive
+                and i not in collective)
 
     sources, sinks, triggers, waiters = set(), set(), set(), set()
     for i in range(n):
@@ -365,6 +493,22 @@ def ancestors_within(index, op_id, min_level, extra_preds=None):
                 seen.add(p)
                 stack.append(p)
     return seen
+
+
+def has_training_ops(index):
+    """True if the graph computes gradients (ops in a ``gradients`` name
+    scope, as ``tf.gradients`` and the optimizers make them) or updates
+    variables with an optimizer (``Apply*`` ops)."""
+    for name, t in zip(index.names, index.types):
+        if t.startswith(_APPLY_PREFIXES):
+            return True
+        if any(part.startswith("gradients") for part in name.split("/")[:-1]):
+            return True
+    return False
+
+
+_APPLY_PREFIXES = ("Apply", "ResourceApply", "SparseApply",
+                   "ResourceSparseApply")
 
 
 def learning_parameter_bytes(graph, batch_size=None):

@@ -77,7 +77,9 @@ class GraphIndex:
       variable_bytes: per op, bytes of the variable it holds (VarHandleOp,
         VariableV2), else 0. Variables are resident for the whole step.
       is_stateful: per op, True if its op def is stateful (random numbers,
-        variables, queues...): such an op is never a compile-time constant.
+        variables, queues...) or it takes a reference input (updates of v1
+        ref variables): such an op is never a compile-time constant, and
+        running it may have side effects.
       bn_is_training: per op, the ``is_training`` attribute of fused
         batch-norm ops, else None.
       in_v1_cond / in_v1_loop: per op, True if the op was built inside a v1
@@ -229,7 +231,11 @@ def build_index(graph, extra_control_edges=()):
         output_itemsizes.append(tuple(_itemsize(t.dtype) for t in outs))
         consumers.append([[] for _ in outs])
         variable_bytes.append(_variable_bytes(op))
-        is_stateful.append(bool(op.op_def.is_stateful))
+        # Ops that write through a reference input (Assign, ApplyMomentum...
+        # on v1 ref variables) are not stateful in their op defs, but they
+        # change state all the same.
+        is_stateful.append(bool(op.op_def.is_stateful) or any(
+            arg.is_ref for arg in op.op_def.input_arg))
         if op.type.startswith("FusedBatchNorm"):
             bn_is_training.append(bool(op.get_attr("is_training")))
         else:

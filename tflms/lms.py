@@ -47,6 +47,13 @@ _EAGER_MESSAGE = (
     "tf.compat.v1.disable_eager_execution() at the start of your program, "
     "before building the model, then use LMS as a Keras callback, an "
     "Estimator hook, or with lms.run(graph) before creating the Session.")
+_FUNCTION_MESSAGE = (
+    "LMS cannot edit the graph of a tf.function (FuncGraph %r): TensorFlow "
+    "builds and runs such functions itself, and edits to their graphs are "
+    "ignored or break them. Call tf.compat.v1.disable_eager_execution() at "
+    "the start of your program, before building the model, and use LMS as a "
+    "Keras callback, an Estimator hook, or with lms.run(graph) before "
+    "creating the Session.")
 
 
 def _filter_property(name):
@@ -238,7 +245,8 @@ class LMS(tf.keras.callbacks.Callback, tf.compat.v1.train.SessionRunHook):
           (already rewritten, or LMS is not needed).
 
         Raises:
-          EagerModeError: when called in eager mode without a graph.
+          EagerModeError: when called in eager mode without a graph, or on
+            the graph of a tf.function.
           ValueError: for bad settings or a graph that cannot be edited; the
             graph is then unchanged.
         """
@@ -250,6 +258,8 @@ class LMS(tf.keras.callbacks.Callback, tf.compat.v1.train.SessionRunHook):
         if not isinstance(graph, tf.Graph):
             raise ValueError("graph must be a tf.Graph or None (the default "
                              "graph); got %r" % (graph,))
+        if getattr(graph, "_building_function", False):
+            raise EagerModeError(_FUNCTION_MESSAGE % (graph.name,))
         if graph.finalized:
             raise ValueError(
                 "the graph is finalized, so LMS cannot edit it. Call "
@@ -270,6 +280,12 @@ class LMS(tf.keras.callbacks.Callback, tf.compat.v1.train.SessionRunHook):
         start = time.perf_counter()
         index = gi.build_index(graph)
         roles = self._roles(index)
+        if self._is_training and not analysis.has_training_ops(index):
+            log.warning(
+                "The graph has no training operations (no gradients, no "
+                "optimizer updates), but LMS plans for a training step "
+                "(is_training=True). For an inference-only graph, set "
+                "lms.is_training = False.")
         self._log_graph_facts(graph, index, roles)
         if roles.has_loops:
             log.info("The graph has loops: LMS leaves tensors inside loops "
@@ -480,8 +496,12 @@ class LMS(tf.keras.callbacks.Callback, tf.compat.v1.train.SessionRunHook):
             return
         if tf.executing_eagerly():
             raise EagerModeError(_EAGER_MESSAGE)
-        if getattr(model, "train_function", None) is None and hasattr(
-                model, "_make_train_function"):
+        # Only a compiled model being trained gets a train function: predict()
+        # with the callback must not add a whole training graph.
+        if (self._is_training
+                and getattr(model, "train_function", None) is None
+                and getattr(model, "optimizer", None) is not None
+                and hasattr(model, "_make_train_function")):
             self._log.info("Making the Keras train function before editing",
                            1)
             model._make_train_function()  # pylint: disable=protected-access

@@ -1,8 +1,10 @@
 """Validation of LMS settings; every message names the setting, the value
 and what is allowed."""
 
+import math
 import numbers
 
+import numpy as np
 import tensorflow as tf
 
 from tflms import graph_index as gi
@@ -64,9 +66,11 @@ def check_sync_mode(value):
 
 
 def check_bool(name, value):
-    if not isinstance(value, (bool, type(None))) and value not in (0, 1):
-        raise ValueError("%s must be True or False; got %r" % (name, value))
-    return bool(value)
+    # None is refused: is_training=None would silently plan for inference.
+    if isinstance(value, (bool, np.bool_)) or (
+            _is_int(value) and value in (0, 1)):
+        return bool(value)
+    raise ValueError("%s must be True or False; got %r" % (name, value))
 
 
 def check_debug_level(value):
@@ -77,7 +81,7 @@ def check_debug_level(value):
 
 def check_serialization_by_size(value):
     if (not isinstance(value, numbers.Real) or isinstance(value, bool)
-            or value < 0):
+            or math.isnan(value) or value < 0):
         raise ValueError(
             "serialization_by_size must be a number of GiB >= 0 (0 turns it "
             "off); got %r" % (value,))
@@ -106,7 +110,12 @@ def check_cpu_device(value):
 def check_gpu_device(value):
     if value is None:
         return None
-    _parse_device("gpu_device", value)
+    spec = _parse_device("gpu_device", value)
+    if spec.device_type is None:
+        raise ValueError(
+            "gpu_device must name a device type and index such as "
+            "'/device:GPU:0' (or be None for every non-CPU device); got %r"
+            % (value,))
     if gi.is_cpu_device(value):
         raise ValueError(
             "gpu_device must name an accelerator such as '/device:GPU:0' "
@@ -127,7 +136,7 @@ def check_gpu_mem(value):
     if value is None:
         return None
     if (not isinstance(value, numbers.Real) or isinstance(value, bool)
-            or value <= 0):
+            or not math.isfinite(value) or value <= 0):
         raise ValueError(
             "autotune_gpu_mem must be a positive number of GiB or None (use "
             "the GPU's own memory); got %r" % (value,))

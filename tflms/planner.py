@@ -40,6 +40,7 @@ __all__ = [
     "make_plan",
     "parse_serialization",
     "serialization_edges",
+    "requirement_masks",
     "levels_over_size",
 ]
 
@@ -166,9 +167,10 @@ def _group_consumers(index, consumers, groupby):
 
 def _find_trigger(index, roles, src, first_consumer, ahead):
     """The op that starts a swap-in: an ancestor of the consumer, on the
-    managed device, active, outside conditionals and loops, at a level in
-    ``(level(src), level(consumer) - ahead)``, as late as possible; ties go
-    to the lowest id.
+    managed device and on the consumer's own device (towers of a multi-tower
+    model start their own swap-ins), active, outside conditionals and loops,
+    at a level in ``(level(src), level(consumer) - ahead)``, as late as
+    possible; ties go to the lowest id.
     """
     levels = index.levels
     upper = levels[first_consumer] - ahead  # exclusive
@@ -176,9 +178,12 @@ def _find_trigger(index, roles, src, first_consumer, ahead):
     if upper <= lower:
         return None
     ancestors = analysis.ancestors_within(index, first_consumer, lower)
+    device = index.devices[first_consumer]
     best = None
     for a in ancestors:
         if levels[a] >= upper or a not in roles.triggers:
+            continue
+        if not analysis.same_device(index.devices[a], device):
             continue
         if best is None or (levels[a], -a) > (levels[best], -best):
             best = a
@@ -301,8 +306,9 @@ def parse_serialization(spec):
                 if ":" in text:
                     parts = [int(x) if x.strip() else None
                              for x in text.split(":")]
-                    if len(parts) > 3:
-                        raise ValueError(text)
+                    if len(parts) > 3 or (len(parts) == 3
+                                          and parts[2] == 0):
+                        raise ValueError(text)  # a slice step cannot be 0
                     slices.append(slice(*parts))
                 else:
                     value = int(text)
@@ -334,13 +340,68 @@ def levels_over_size(index, roles, gib, batch_size=None):
     return chosen
 
 
+# Ops that bring a step's data in: an op depends on the feeds of the data
+# inputs among its ancestors.
+_DATA_INPUT_TYPES = frozenset({
+    "Placeholder", "PlaceholderV2", "PlaceholderWithDefault",
+})
+
+# Stateful ops without side effects: reading a variable, or passing a
+# reference to one along, changes nothing.
+_READ_ONLY_STATEFUL_TYPES = frozenset({
+    "VarHandleOp", "ReadVariableOp", "VariableV2", "Variable",
+    "VarIsInitializedOp", "IsVariableInitialized", "VariableShape",
+    "ResourceGather", "ResourceGatherNd", "RefIdentity", "RefSwitch",
+    "RefMerge", "RefEnter", "RefExit", "RefNextIteration",
+})
+
+
+def requirement_masks(index):
+    """Per op, a bitmask of what running it requires besides computing: the
+    data inputs it needs fed (placeholders) and the side effects it sets off
+    (variable updates, random draws, iterator reads, checkpoint I/O...),
+    over its data and control ancestors, itself included."""
+    masks = [0] * index.num_ops
+    bit = 0
+    for level in index.ops_by_level:
+        for op in level:
+            mask = 0
+            for p in index.predecessors(op):
+                mask |= masks[p]
+            t = index.types[op]
+            if t in _DATA_INPUT_TYPES or (
+                    index.is_stateful[op]
+                    and t not in _READ_ONLY_STATEFUL_TYPES):
+                mask |= 1 << bit
+                bit += 1
+            masks[op] = mask
+    return masks
+
+
 def serialization_edges(index, roles, slices, extra_levels=(),
                         excluded=frozenset()):
     """Control edges that make the ops of the chosen levels run one by one.
 
-    The eligible ops of all chosen levels form one chain in (level, id)
-    order. Ops in one level never depend on each other and every edge goes
-    forward in that order, so the chain cannot close a cycle.
+    A control edge ``a -> b`` makes every run of `b` run `a` first, so only
+    edges that cannot change what a fetch does are made:
+
+    * stateful ops (variable updates, random numbers, checkpoint I/O,
+      iterators...) are never chained;
+    * only ops that depend on a placeholder or a side effect are chained:
+      the activations of a step. Initializers, the Saver's ops and
+      computations on variables alone stay runnable on their own;
+    * `b` waits only for an op whose `requirement_masks` are a subset of
+      its own: no fetch needs a feed, or sets off a side effect, it did not
+      before. With several train ops, or gradient accumulation, one never
+      updates the variables of another; an evaluation branch on another
+      placeholder is never tied to the training step; an op made under
+      ``tf.control_dependencies([counter.assign_add(1)])`` never makes the
+      forward pass count.
+
+    The eligible ops are taken in (level, id) order and each is chained
+    after the latest earlier one that it may wait for. Ops in one level
+    never depend on each other and every edge goes forward in that order,
+    so no cycle can close.
 
     Args:
       index: a `GraphIndex` (original levels).
@@ -357,16 +418,29 @@ def serialization_edges(index, roles, slices, extra_levels=(),
     chosen = set(extra_levels)
     for s in slices:
         chosen.update(all_levels[s])
-    chain = []
+    masks = None
+    last_by_mask = {}  # requirement mask -> (position, op) of its latest op
+    edges = []
+    position = 0
     for lvl in sorted(chosen):
         for op in index.ops_by_level[lvl]:
             if (op in roles.device_ops and op not in roles.inactive
                     and op not in excluded
+                    and not index.is_stateful[op]
                     and not index.in_v1_cond[op] and not index.in_v1_loop[op]
                     and index.types[op] not in analysis.NEVER_SWAPPED_TYPES
                     and index.types[op] not in gi.CONTROL_FLOW_V1_TYPES):
-                chain.append(op)
-    edges = tuple(zip(chain, chain[1:]))
+                if masks is None:
+                    masks = requirement_masks(index)
+                mask = masks[op]
+                if not mask:
+                    continue
+                before = [last for m, last in last_by_mask.items()
+                          if m & ~mask == 0]
+                if before:
+                    edges.append((max(before)[1], op))
+                last_by_mask[mask] = (position, op)
+                position += 1
     existing = set()
     for a, b in edges:
         if a in index.control_inputs[b]:

@@ -10,7 +10,10 @@ named ``lms/swapout_<tensor>`` / ``lms/swapin_<tensor>``, and carry the
 ``_grappler_do_not_remove`` attribute so that Grappler's dependency and
 arithmetic optimizers keep them (without it, on a machine where everything
 runs on the CPU, an Identity between two CPU ops would be folded away).
-They also carry ``_tflms`` so a later run recognises the graph::
+They also carry ``_tflms`` so a later run recognises the graph. A plan that
+only serializes levels adds no swap op, so it leaves a marker instead: an
+unconnected ``NoOp`` named ``lms/serialization`` on the device of the
+serialized ops (never fetched, so it never runs)::
 
     before:  (src) --t--> (consumer)
     after:   (src) --t--> [lms/swapout_t] --> [lms/swapin_t] --> (consumer)
@@ -23,11 +26,13 @@ import dataclasses
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
 
-__all__ = ["SWAP_MARKER_ATTR", "RewriteResult", "apply_plan",
-           "is_rewritten", "swap_op_name"]
+__all__ = ["SWAP_MARKER_ATTR", "SERIALIZATION_MARKER", "RewriteResult",
+           "apply_plan", "is_rewritten", "swap_op_name"]
 
 # Attribute set on every op LMS adds; its presence means "already rewritten".
 SWAP_MARKER_ATTR = "_tflms"
+# Name of the NoOp marking a graph whose levels LMS serialized.
+SERIALIZATION_MARKER = "lms/serialization"
 
 _PROTECT_ATTRS = {
     "_grappler_do_not_remove": attr_value_pb2.AttrValue(b=True),
@@ -67,7 +72,12 @@ def is_rewritten(graph, gpu_device_filter=None):
         LMS per device can run on a multi-tower graph.
     """
     for op in graph.get_operations():
-        if not op.name.startswith("lms/swapout") and not _has_marker(op):
+        if not op.name.startswith("lms/") and not _has_marker(op):
+            continue
+        if op.type == "NoOp" and _has_marker(op):
+            # Serialization without swaps (see SERIALIZATION_MARKER).
+            if gpu_device_filter is None or gpu_device_filter(op.device):
+                return True
             continue
         if op.type != "Identity" or not op.name.split("/")[-1].startswith(
                 "swapout"):
@@ -95,6 +105,18 @@ def _new_identity(graph, tensor, name, device):
                 graph.name_scope(None), tf.device(device), \
                 graph._attr_scope(_PROTECT_ATTRS):  # pylint: disable=protected-access
             return tf.identity(tensor, name=name)
+    finally:
+        graph._set_control_flow_context(saved_ctx)  # pylint: disable=protected-access
+
+
+def _new_marker(graph, device):
+    saved_ctx = graph._get_control_flow_context()  # pylint: disable=protected-access
+    graph._set_control_flow_context(None)  # pylint: disable=protected-access
+    try:
+        with graph.as_default(), tf.control_dependencies(None), \
+                graph.name_scope(None), tf.device(device), \
+                graph._attr_scope(_PROTECT_ATTRS):  # pylint: disable=protected-access
+            return tf.no_op(name=SERIALIZATION_MARKER)
     finally:
         graph._set_control_flow_context(saved_ctx)  # pylint: disable=protected-access
 
@@ -172,6 +194,10 @@ def apply_plan(graph, index, plan, cpu_device):
         if controls:
             op._add_control_inputs(controls)  # pylint: disable=protected-access
             control_edges += len(controls)
+
+    if plan.serialization_edges and not swapouts:
+        # Nothing else would tell a second run that this graph is done.
+        _new_marker(graph, ops[plan.serialization_edges[0][0]].device)
 
     return RewriteResult(swapout_ops=tuple(swapouts),
                          swapin_ops=tuple(swapins),
