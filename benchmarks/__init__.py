@@ -1,0 +1,1 @@
+"""Benchmarks of tflms; run ``python benchmarks/run.py --help``."""

@@ -1,0 +1,313 @@
+"""Section 3: how much bigger a model can get in a given GPU memory.
+
+For one model, one growing dimension (image side, volume side or batch
+size) and one budget, find the largest size whose oracle GPU peak fits the
+budget, three ways: without LMS, with TensorFlow's swapping
+(``SWAPPING_HEURISTICS``, the simulated GPU having the budget as memory) and
+with tflms auto-tuned to the budget. "Fits" is always the oracle's verdict
+on the graph as it would run (for tflms: after the rewrite; a size where
+auto-tuning finds no plan does not fit).
+
+The search is a bisection on the oracle, bracketed by the tflms simulator so
+it needs few probes (each probe builds the model at that size):
+
+* memory grows about as ``R + A * size**k`` (k = 2 for an image side, 3 for
+  a volume side, 1 for the batch), R being the resident variables. One
+  probe at the start size gives A without LMS (oracle peak) and, for tflms,
+  the peak of the most aggressive plan (every candidate tensor swapped,
+  ``swapout_threshold=1, swapin_ahead=1, swapin_groupby=0``, best sync
+  mode) from the simulator. Solving for the budget gives the first guess.
+* From the guess the search gallops (steps growing geometrically) until it
+  has a size that fits and one that does not, then bisects until they are
+  within the tolerance (relative) or one grid step apart. TensorFlow's
+  search starts from the size found without LMS.
+
+Bisection assumes that a larger size never fits when a smaller one does
+not; every probe is kept in the JSON so that can be checked.
+"""
+
+import math
+import time
+
+from benchmarks import common
+
+__all__ = ["METHODS", "largest_fitting", "run", "tables"]
+
+METHODS = (("none", "no LMS"), ("tf_swap", "TF swapping"),
+           ("tflms", "tflms (auto-tuned)"))
+
+_EXPONENT = {"image": 2, "volume": 3, "batch": 1, "seq": 2}
+
+
+def _snap(value, step, up=False):
+    q = value / float(step)
+    q = math.ceil(q) if up else math.floor(q)
+    return max(step, int(q) * step)
+
+
+def largest_fitting(fits, guess, step, tolerance, min_size, max_size):
+    """Largest size in [min_size, max_size] (multiples of `step`) that fits.
+
+    Args:
+      fits: callable(size) -> bool (expensive).
+      guess: first size to try.
+      step: grid of sizes.
+      tolerance: stop when the gap between the largest fitting and the
+        smallest failing size is at most this share of the former (or one
+        step).
+      min_size, max_size: the range searched.
+
+    Returns:
+      ``(largest fitting or 0, smallest failing or None)``.
+    """
+    clamp = lambda s: min(max_size, max(min_size, s))  # noqa: E731
+    good, bad = None, None
+    s = clamp(_snap(guess, step))
+    if fits(s):
+        good = s
+    else:
+        bad = s
+    jump = max(tolerance * 2, 0.05)
+    while good is None:
+        s = clamp(_snap(bad / (1 + jump), step))
+        if s >= bad:
+            return 0, bad
+        if fits(s):
+            good = s
+        else:
+            bad = s
+            jump *= 2
+    while bad is None:
+        if good >= max_size:
+            return good, None
+        s = clamp(_snap(good * (1 + jump), step, up=True))
+        if s <= good:
+            s = clamp(good + step)
+        if fits(s):
+            good = s
+            jump *= 2
+        else:
+            bad = s
+    while bad - good > max(step, tolerance * good):
+        mid = _snap((good + bad) / 2.0, step)
+        if mid <= good:
+            mid = good + step
+        if mid >= bad:
+            break
+        if fits(mid):
+            good = mid
+        else:
+            bad = mid
+    return good, bad
+
+
+def _prediction(case, built, budget):
+    """First guesses for no LMS and tflms from one build at the start size."""
+    from tflms import analysis, planner, simulator  # pylint: disable=import-outside-toplevel
+    from tflms import graph_index as gi  # pylint: disable=import-outside-toplevel
+    index = gi.build_index(built.graph)
+    roles = analysis.classify_ops(index)
+    model = simulator.SimulationModel(index, roles, built.batch_size)
+    base = model.replay(None, detail=False)
+    resident = base.resident_device_bytes
+    smallest = base.peak_device_bytes
+    edges = planner.candidate_edges(index, roles)
+    for sync in range(4):
+        plan = planner.make_plan(index, roles,
+                                 planner.SwapParams(1, 1, 0, sync),
+                                 batch_size=built.batch_size, edges=edges)
+        smallest = min(smallest,
+                       model.replay(plan, detail=False).peak_device_bytes)
+    return resident, base.peak_device_bytes, smallest
+
+
+def _scale(size, peak, resident, budget, k):
+    if peak <= resident or budget <= resident:
+        return size
+    return size * ((budget - resident) / float(peak - resident)) ** (1.0 / k)
+
+
+def run(case):
+    """Worker: the three searches for one model, dimension and budget."""
+    common.setup_tensorflow(case.get("control_flow", "v2"))
+    from benchmarks import measure, models  # pylint: disable=import-outside-toplevel
+    budget = int(case["budget_gib"] * common.GIB)
+    dim = case["dimension"]
+    key = models.size_key(dim)
+    k = _EXPONENT[dim]
+    step = case["step"]
+    out = {"case": case, "probes": [], "results": {}, "done": False}
+
+    def build(size):
+        kwargs = dict(case["kwargs"])
+        kwargs[key] = size
+        return models.build(case["model"], **kwargs)
+
+    cache = {}
+
+    def probe(method):
+        def fits(size):
+            if (size, method) in cache:
+                return cache[(size, method)]
+            start = time.perf_counter()
+            built = build(size)
+            row = {"size": size, "method": method}
+            try:
+                if method == "none":
+                    row.update(measure.oracle_peaks(built.graph,
+                                                    built.train_op))
+                elif method == "tf_swap":
+                    optimized, info = measure.grappler_memory_optimize(
+                        built.graph, built.train_op, "SWAPPING_HEURISTICS",
+                        budget)
+                    row.update(info)
+                    row.update(measure.oracle_peaks(
+                        optimized, built.train_op.name, place=False))
+                else:
+                    row.update(measure.apply_tflms(
+                        built, budget_gib=case["budget_gib"]))
+                    if row["status"] != "no fit":
+                        row.update(measure.oracle_peaks(built.graph,
+                                                        built.train_op))
+                ok = row.get("gpu_peak") is not None and \
+                    row["gpu_peak"] <= budget
+            except Exception as err:  # pylint: disable=broad-except
+                row["error"] = "%s: %s" % (type(err).__name__,
+                                           str(err)[:200])
+                ok = False
+            row["fits"] = ok
+            row["probe_s"] = time.perf_counter() - start
+            row.pop("top", None)
+            out["probes"].append(row)
+            common.emit(out)
+            cache[(size, method)] = ok
+            return ok
+        return fits
+
+    start_size = case["start"]
+    first = build(start_size)
+    resident, peak0, smallest0 = _prediction(case, first, budget)
+    none0 = measure.oracle_peaks(first.graph, first.train_op)["gpu_peak"]
+    del first
+    guesses = {
+        "none": _scale(start_size, none0, resident, budget, k),
+        "tflms": _scale(start_size, smallest0, resident, budget, k),
+    }
+    out["prediction"] = {"start": start_size, "simulated_peak": peak0,
+                         "oracle_peak": none0, "resident": resident,
+                         "smallest_plan_peak": smallest0,
+                         "guess_none": guesses["none"],
+                         "guess_tflms": guesses["tflms"]}
+    tol = case.get("tolerance", 0.03)
+    lo, hi = case.get("min", step), case.get("max", 1 << 20)
+    for method in case.get("methods", [m for m, _ in METHODS]):
+        guess = guesses.get(method)
+        if guess is None:  # TensorFlow: from where no LMS stopped
+            base = out["results"].get("none", {}).get("largest") or \
+                guesses["none"]
+            guess = base * (1 + max(2 * tol, 0.05))
+        t0 = time.perf_counter()
+        good, bad = largest_fitting(probe(method), guess, step, tol, lo, hi)
+        out["results"][method] = {
+            "largest": good, "smallest_failing": bad,
+            "search_s": time.perf_counter() - t0,
+            "probes": sum(1 for p in out["probes"] if p["method"] == method),
+        }
+        common.emit(out)
+    out["done"] = True
+    return out
+
+
+def _factor(size, base, k):
+    if not size or not base:
+        return "-"
+    return "%.2fx (%.1fx %s)" % (size / float(base),
+                                 (size / float(base)) ** k,
+                                 {1: "samples", 2: "pixels",
+                                  3: "voxels"}.get(k, "units"))
+
+
+def _stopper(result):
+    """Why the smallest failing tflms size failed."""
+    failing = result.get("results", {}).get("tflms", {}).get(
+        "smallest_failing")
+    for p in result.get("probes", []):
+        if p["method"] != "tflms" or p["size"] != failing:
+            continue
+        if p.get("status") == "no fit":
+            return "at %d: no plan fits (simulator)" % failing
+        if p.get("gpu_peak") is not None:
+            text = "at %d: oracle %s" % (failing,
+                                         common.fmt_bytes(p["gpu_peak"]))
+            if p.get("sim_peak"):
+                text += ", simulator %s" % common.fmt_bytes(p["sim_peak"])
+            return text
+        return "at %d: %s" % (failing, p.get("error", "?")[:60])
+    return "-"
+
+
+def tables(results):
+    """Markdown for section 3."""
+    lines = ["| model | grows | budget | no LMS | TF swapping | tflms | "
+             "TF vs no LMS | tflms vs no LMS | what stopped tflms | probes "
+             "| time |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
+    for r in results:
+        case = r.get("case", {})
+        res = r.get("results", {})
+        k = _EXPONENT.get(case.get("dimension"), 1)
+
+        def size(method):
+            v = res.get(method)
+            if v is None:
+                return None, "n/a"
+            text = str(v["largest"])
+            if v.get("smallest_failing") is None and v["largest"]:
+                text = ">= %s (search limit)" % v["largest"]
+            return v["largest"], text
+
+        base, base_t = size("none")
+        tf_size, tf_t = size("tf_swap")
+        lms_size, lms_t = size("tflms")
+        label = case.get("label", case.get("model"))
+        err = " (incomplete: %s)" % r["error"] if r.get("error") else ""
+        lines.append("| %s%s | %s | %g GiB | %s | %s | %s | %s | %s | %s | "
+                     "%d | %.0f s |" % (
+                         label, err, case.get("dimension"),
+                         case.get("budget_gib", 0), base_t, tf_t, lms_t,
+                         _factor(tf_size, base, k),
+                         _factor(lms_size, base, k), _stopper(r),
+                         len(r.get("probes", [])), r.get("wall_s", 0)))
+    return "\n".join(lines)
+
+
+def plot(results, path):
+    """Bars of the largest size per method, relative to no LMS."""
+    try:
+        from matplotlib.figure import Figure  # pylint: disable=import-outside-toplevel
+        from matplotlib.backends.backend_agg import FigureCanvasAgg  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        return None
+    fig = Figure(figsize=(8, 4.5))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    labels = []
+    for i, r in enumerate(results):
+        case = r.get("case", {})
+        res = r.get("results", {})
+        base = res.get("none", {}).get("largest")
+        labels.append("%s %s\n%g GiB" % (case.get("model"),
+                                         case.get("dimension"),
+                                         case.get("budget_gib", 0)))
+        for j, (method, name) in enumerate(METHODS):
+            v = res.get(method, {}).get("largest")
+            if v and base:
+                ax.bar(i + j * 0.27, v / float(base), width=0.27,
+                       color="C%d" % j, label=name if i == 0 else None)
+    ax.set_xticks([i + 0.27 for i in range(len(results))])
+    ax.set_xticklabels(labels, fontsize=7)
+    ax.set_ylabel("largest size / largest without LMS")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    return path

@@ -1,0 +1,500 @@
+"""Measurements shared by the benchmark sections.
+
+Everything here works on one built graph (`benchmarks.models.Built`) and
+returns plain dicts of numbers, ready for JSON:
+
+* `oracle_peaks`: GPU and host peaks from `tflms.oracle` (Grappler's virtual
+  cluster: one simulated V100 and one CPU), after `forward_identities`.
+* `grappler_memory_optimize`: TensorFlow's own memory optimizer
+  (``SWAPPING_HEURISTICS`` or ``RECOMPUTATION_HEURISTICS``) applied offline
+  with ``tf_optimizer.OptimizeGraph`` on that virtual cluster, every other
+  Grappler pass off, so that the result is what TensorFlow itself would swap
+  or recompute for a GPU of the given size.
+* `apply_tflms`: the public `tflms.LMS` with fixed parameters or auto-tuned
+  to a budget.
+* `cpu_step_pair` and `cpu_allocator_peaks`: real runs on this machine's
+  CPU.
+
+How TensorFlow's swaps are measured. Grappler's swapping pass inserts
+``_CopyFromGpuToHost`` / ``_CopyFromHostToGpu`` pairs placed on the GPU whose
+first output lives in host memory. Those kernels exist only in GPU builds of
+TensorFlow, so the virtual cluster of this CPU build cannot run them, and its
+memory accounting would charge a GPU-placed op's output to the GPU anyway.
+`grappler_memory_optimize` therefore rewrites each pair into the equivalent
+pair of ``Identity`` ops on the CPU, keeping TensorFlow's choice of tensors,
+rerouted consumers and swap-in control dependency. That is exactly the form
+of an LMS swap, so both are measured by the same oracle rules (a GPU copy of
+a swapped-in tensor lives until its last GPU reader).
+"""
+
+import time
+
+import tensorflow as tf
+from tensorflow.core.protobuf import config_pb2
+from tensorflow.core.protobuf import device_properties_pb2
+from tensorflow.core.protobuf import meta_graph_pb2
+from tensorflow.core.protobuf import rewriter_config_pb2
+from tensorflow.python.grappler import cluster as gcluster
+from tensorflow.python.grappler import tf_optimizer
+
+from benchmarks import common
+from tflms import LMS
+from tflms import analysis
+from tflms import autotune
+from tflms import graph_index as gi
+from tflms import oracle
+from tflms import simulator
+
+__all__ = [
+    "GIB",
+    "MIB",
+    "oracle_peaks",
+    "grappler_memory_optimize",
+    "apply_tflms",
+    "tensor_bytes_of",
+    "cpu_step_pair",
+    "cpu_allocator_peaks",
+    "persistent_bytes",
+    "median",
+    "fmt_bytes",
+]
+
+GIB = common.GIB
+MIB = common.MIB
+fmt_bytes = common.fmt_bytes
+median = common.median
+
+_SWAP_OUT_OP = "_CopyFromGpuToHost"
+_SWAP_IN_OP = "_CopyFromHostToGpu"
+_MEM_MODES = ("SWAPPING_HEURISTICS", "RECOMPUTATION_HEURISTICS",
+              "HEURISTICS")
+
+
+# Ops whose kernel hands its input buffer on instead of allocating (one
+# data input, one output of the same shape).
+_FORWARDING_TYPES = frozenset({"Identity", "StopGradient", "PreventGradient"})
+
+
+def _split_input(name):
+    if name.startswith("^"):
+        return None
+    node, _, port = name.partition(":")
+    return node, int(port or 0)
+
+
+def forward_identities(graph_def, keep=()):
+    """Copy of `graph_def` without same-device Identity-like ops.
+
+    The virtual cluster's memory accounting gives every ``Identity`` a fresh
+    output buffer, but TensorFlow's Identity kernel forwards its input's
+    buffer, and Grappler removes most of them before a real run anyway
+    (``tf.gradients`` alone adds one per gradient of an ``Add``, via
+    ``tuple/control_dependency``). Each such op whose input is on its own
+    device is dropped: its data consumers read its input directly and
+    inherit its control inputs, its control consumers wait for its input's
+    op and its control inputs instead. Ops on another device than their
+    input (LMS's and TensorFlow's swap ops), ops marked
+    ``_grappler_do_not_remove`` and names in `keep` stay.
+
+    Returns:
+      ``(graph_def, removed count)``.
+    """
+    nodes = {n.name: n for n in graph_def.node}
+    alias = {}  # name -> ((src, port), control inputs)
+    for node in graph_def.node:
+        if (node.op not in _FORWARDING_TYPES or node.name in keep
+                or "_grappler_do_not_remove" in node.attr):
+            continue
+        data = [i for i in node.input if not i.startswith("^")]
+        if len(data) != 1:
+            continue
+        src = _split_input(data[0])
+        if src[0] not in nodes or nodes[src[0]].device != node.device:
+            continue
+        controls = [i[1:] for i in node.input if i.startswith("^")]
+        alias[node.name] = (src, controls)
+
+    def resolve(name, port):
+        """The tensor an aliased output stands for, and the controls met."""
+        controls = []
+        seen = 0
+        while name in alias and port == 0 and seen < len(alias) + 1:
+            (name, port), extra = alias[name]
+            controls.extend(extra)
+            seen += 1
+        return name, port, controls
+
+    def resolve_control(name):
+        out = []
+        stack = [name]
+        while stack:
+            n = stack.pop()
+            if n in alias:
+                (src, _), extra = alias[n]
+                stack.append(src)
+                stack.extend(extra)
+            else:
+                out.append(n)
+        return out
+
+    result = type(graph_def)()
+    result.versions.CopyFrom(graph_def.versions)
+    result.library.CopyFrom(graph_def.library)
+    for node in graph_def.node:
+        if node.name in alias:
+            continue
+        copy = result.node.add()
+        copy.CopyFrom(node)
+        data, controls = [], []
+        for inp in node.input:
+            if inp.startswith("^"):
+                controls.extend(resolve_control(inp[1:]))
+                continue
+            name, port = _split_input(inp)
+            name, port, extra = resolve(name, port)
+            data.append(name if port == 0 else "%s:%d" % (name, port))
+            for c in extra:
+                controls.extend(resolve_control(c))
+        del copy.input[:]
+        copy.input.extend(data)
+        # A control edge from an op already feeding data is redundant.
+        seen = {d.split(":")[0] for d in data}
+        for c in controls:
+            if c not in seen and c != node.name:
+                seen.add(c)
+                copy.input.append("^" + c)
+    return result, len(alias)
+
+
+def oracle_peaks(graph_or_def, fetch, place=True, forward=True):
+    """GPU and host peaks of one step from `tflms.oracle.peak_memory`.
+
+    Args:
+      graph_or_def: a `tf.Graph` or `GraphDef`.
+      fetch: the op one step runs.
+      place: put every non-CPU op on the GPU first (`oracle.place_on_gpu`).
+      forward: measure the graph after `forward_identities` (what a real
+        runtime allocates); False measures it as given.
+
+    Returns:
+      dict with gpu_peak, raw_gpu_peak, host_peak (bytes), step_s (the cost
+      model's V100 step time), transfers (GPU copies of CPU tensors), top
+      (the three largest tensors live at the GPU peak) and oracle_s (time
+      the measurement took).
+    """
+    start = time.perf_counter()
+    removed = 0
+    if forward:
+        fetch_name = fetch if isinstance(fetch, str) else fetch.name
+        graph_def = (oracle.place_on_gpu(graph_or_def) if place
+                     else _as_def(graph_or_def))
+        graph_def, removed = forward_identities(
+            graph_def, keep={fetch_name.split(":")[0]})
+        graph_or_def, place = graph_def, False
+    result = oracle.peak_memory(graph_or_def, fetch, place=place)
+    return {
+        "forwarded": removed,
+        "gpu_peak": int(result.gpu_peak_bytes),
+        "raw_gpu_peak": int(result.raw_gpu_peak_bytes),
+        "host_peak": int(result.host_peak_bytes),
+        "step_s": float(result.run_time_s),
+        "transfers": len(result.transfers),
+        "top": result.largest_live_tensors(3),
+        "oracle_s": time.perf_counter() - start,
+    }
+
+
+def _as_def(graph_or_def):
+    if isinstance(graph_or_def, tf.Graph):
+        return graph_or_def.as_graph_def()
+    return graph_or_def
+
+
+def tensor_bytes_of(graph):
+    """A function giving the static size of a tensor of `graph` by name."""
+    def size(name):
+        node, _, port = name.partition(":")
+        tensor = graph.get_operation_by_name(node).outputs[int(port or 0)]
+        shape = tensor.shape
+        if not shape.is_fully_defined():
+            return 0
+        return int(shape.num_elements()) * tensor.dtype.size
+    return size
+
+
+def _virtual_cluster(gpu_memory_bytes):
+    gpu = device_properties_pb2.NamedDevice(name=oracle.GPU_DEVICE)
+    gpu.properties.CopyFrom(oracle.gpu_properties(int(gpu_memory_bytes)))
+    cpu = device_properties_pb2.NamedDevice(name=oracle.CPU_DEVICE)
+    cpu.properties.CopyFrom(oracle.cpu_properties())
+    return gcluster.Cluster(devices=[gpu, cpu])
+
+
+def _memory_only_config(mode):
+    """A RewriterConfig that runs only Grappler's memory optimizer."""
+    config = config_pb2.ConfigProto()
+    rewrite = config.graph_options.rewrite_options
+    off = rewriter_config_pb2.RewriterConfig.OFF
+    for field in rewrite.DESCRIPTOR.fields:
+        if (field.enum_type is not None
+                and field.enum_type.name == "Toggle"):
+            setattr(rewrite, field.name, off)
+    rewrite.memory_optimization = getattr(rewriter_config_pb2.RewriterConfig,
+                                          mode)
+    rewrite.min_graph_nodes = -1
+    return config
+
+
+def grappler_memory_optimize(graph, fetch, mode, gpu_memory_bytes):
+    """TensorFlow's memory optimizer on the oracle's virtual GPU.
+
+    Args:
+      graph: the `tf.Graph` of a built model (not modified). It is placed
+        on the GPU and passed through `forward_identities` first.
+      fetch: the op one step runs.
+      mode: "SWAPPING_HEURISTICS", "RECOMPUTATION_HEURISTICS" or
+        "HEURISTICS" (RewriterConfig.MemOptType names).
+      gpu_memory_bytes: memory of the simulated GPU; the swapping heuristic
+        only acts when the step's peak exceeds it.
+
+    Returns:
+      ``(graph_def, info)``: the optimized GraphDef (placed, swap pairs as
+      CPU Identity pairs, ready for ``oracle.peak_memory(..., place=False)``)
+      and a dict with swap_outs, swap_ins, swapout_bytes, swapin_bytes,
+      recomputed (ops TensorFlow added that are not swaps), optimize_s.
+    """
+    if mode not in _MEM_MODES:
+        raise ValueError("mode must be one of %s; got %r" % (_MEM_MODES, mode))
+    # TensorFlow's optimizer sees the graph the oracle judges: the same
+    # placement, Identity-like ops already forwarded.
+    placed, _ = forward_identities(oracle.place_on_gpu(graph),
+                                   keep={fetch.name})
+    meta = meta_graph_pb2.MetaGraphDef()
+    meta.graph_def.CopyFrom(placed)
+    meta.collection_def["train_op"].node_list.value.append(fetch.name)
+    cluster = _virtual_cluster(gpu_memory_bytes)
+    start = time.perf_counter()
+    try:
+        optimized = tf_optimizer.OptimizeGraph(
+            _memory_only_config(mode), meta, verbose=False, cluster=cluster)
+    finally:
+        cluster.Shutdown()
+    elapsed = time.perf_counter() - start
+
+    original = {n.name for n in placed.node}
+    size = tensor_bytes_of(graph)
+    by_name = {n.name: n for n in optimized.node}
+    info = {"swap_outs": 0, "swap_ins": 0, "swapout_bytes": 0,
+            "swapin_bytes": 0, "recomputed": 0, "optimize_s": elapsed}
+    for node in optimized.node:
+        if node.op == _SWAP_OUT_OP:
+            info["swap_outs"] += 1
+            info["swapout_bytes"] += size(node.input[0])
+        elif node.op == _SWAP_IN_OP:
+            info["swap_ins"] += 1
+            source = by_name[node.input[0].split(":")[0]]
+            info["swapin_bytes"] += size(source.input[0])
+        elif node.name not in original and node.op != "NoOp":
+            info["recomputed"] += 1
+        if node.op in (_SWAP_OUT_OP, _SWAP_IN_OP):
+            node.op = "Identity"
+            node.device = oracle.CPU_DEVICE
+            if "_class" in node.attr:
+                del node.attr["_class"]
+        # The annotation only guides Grappler's own passes; left in place
+        # it would make the oracle ignore the rerouted input.
+        if "_swap_to_host" in node.attr:
+            del node.attr["_swap_to_host"]
+    return optimized, info
+
+
+def apply_tflms(built, params=None, budget_gib=None):
+    """Rewrite `built.graph` in place with the public `tflms.LMS`.
+
+    Args:
+      built: a `Built` model.
+      params: ``(swapout_threshold, swapin_ahead, swapin_groupby,
+        sync_mode)`` for a fixed-parameter edit, or None to auto-tune.
+      budget_gib: ``autotune_gpu_mem`` when auto-tuning.
+
+    Returns:
+      dict with status ("swapped", "not needed" or "no fit"), edit_s,
+      swap_outs, swap_ins, swapout_bytes, swapin_bytes, params (the
+      parameters used), sim_peak (the simulator's device peak for the
+      plan) and, for "no fit", the error text.
+    """
+    if params is None:
+        lms = LMS()
+        lms.autotune_gpu_mem = budget_gib
+    else:
+        t, a, g, s = params
+        lms = LMS(swapout_threshold=t, swapin_ahead=a, swapin_groupby=g,
+                  sync_mode=s)
+    lms.batch_size = built.batch_size
+    # The simulator's view of the plan, for comparison with the oracle: the
+    # plan's op ids are those of an index of the graph before the edit.
+    index = gi.build_index(built.graph)
+    model = simulator.SimulationModel(index, analysis.classify_ops(index),
+                                      built.batch_size)
+    start = time.perf_counter()
+    try:
+        result = lms.run(built.graph)
+    except autotune.AutotuneError as err:
+        return {"status": "no fit", "edit_s": time.perf_counter() - start,
+                "error": str(err).split(". ")[0]}
+    elapsed = time.perf_counter() - start
+    out = {"status": "not needed" if result is None else "swapped",
+           "edit_s": elapsed, "swap_outs": 0, "swap_ins": 0,
+           "swapout_bytes": 0, "swapin_bytes": 0, "params": None}
+    plan = lms.last_plan
+    if result is not None and plan is not None:
+        p = plan.params
+        out["sim_peak"] = int(model.replay(plan, detail=False)
+                              .peak_device_bytes)
+        out.update(swap_outs=len(result.swapout_ops),
+                   swap_ins=len(result.swapin_ops),
+                   swapout_bytes=int(plan.swapout_bytes()),
+                   swapin_bytes=int(plan.swapin_bytes()),
+                   params=[p.swapout_threshold, p.swapin_ahead,
+                           p.swapin_groupby, p.sync_mode])
+    return out
+
+
+def _session_config(grappler):
+    config = tf.compat.v1.ConfigProto()
+    if not grappler:
+        config.graph_options.rewrite_options.disable_meta_optimizer = True
+    return config
+
+
+def cpu_step_pair(first, second, steps=5, warmup=2):
+    """Median wall time of training steps of two graphs on this CPU.
+
+    After `warmup` steps each, the graphs take turns, one step at a time,
+    so slow drifts of a shared machine's load hit both alike. A last traced
+    step counts the LMS swap ops that ran.
+
+    Returns:
+      ``(first, second)``: dicts with step_s (median), min_s, steps and
+      swap_ops_run.
+    """
+    runs = []
+    for built in (first, second):
+        sess = tf.compat.v1.Session(graph=built.graph,
+                                    config=_session_config(True))
+        if built.init_op is not None:
+            sess.run(built.init_op)
+        feed = built.make_feed()
+        for _ in range(warmup):
+            sess.run(built.train_op, feed)
+        runs.append((built, sess, feed, []))
+    try:
+        for _ in range(steps):
+            for built, sess, feed, times in runs:
+                start = time.perf_counter()
+                sess.run(built.train_op, feed)
+                times.append(time.perf_counter() - start)
+        results = []
+        for built, sess, feed, times in runs:
+            meta = tf.compat.v1.RunMetadata()
+            sess.run(built.train_op, feed,
+                     options=tf.compat.v1.RunOptions(
+                         trace_level=tf.compat.v1.RunOptions.FULL_TRACE),
+                     run_metadata=meta)
+            ran = {ns.node_name for dev in meta.step_stats.dev_stats
+                   for ns in dev.node_stats}
+            results.append({
+                "step_s": median(times), "steps": steps,
+                "min_s": min(times),
+                "swap_ops_run": sum(1 for n in ran
+                                    if n.startswith("lms/swap"))})
+    finally:
+        for _, sess, _, _ in runs:
+            sess.close()
+    return results[0], results[1]
+
+
+def persistent_bytes(graph):
+    """Bytes of variables and constants (allocated before a traced step)."""
+    total = 0
+    for op in graph.get_operations():
+        if op.type in ("VarHandleOp", "VariableV2"):
+            shape = tf.TensorShape(op.get_attr("shape"))
+            dtype = tf.as_dtype(op.get_attr("dtype"))
+            if shape.is_fully_defined():
+                total += shape.num_elements() * dtype.size
+        elif op.type == "Const":
+            t = op.outputs[0]
+            if t.shape.is_fully_defined() and t.dtype != tf.string:
+                total += t.shape.num_elements() * t.dtype.size
+    return total
+
+
+def _allocator_curves(step_stats):
+    """(all events, events of allocations that outlive their op)."""
+    every, lasting = [], []
+    for dev in step_stats.dev_stats:
+        for ns in dev.node_stats:
+            end = ns.all_start_micros + ns.all_end_rel_micros
+            for mem in ns.memory:
+                records = sorted(mem.allocation_records,
+                                 key=lambda r: r.alloc_micros)
+                open_allocs = {}
+                scratch = set()
+                for i, r in enumerate(records):
+                    if r.alloc_bytes > 0:
+                        open_allocs.setdefault(r.alloc_bytes, []).append(i)
+                    elif r.alloc_bytes < 0 and r.alloc_micros <= end:
+                        pending = open_allocs.get(-r.alloc_bytes)
+                        if pending:
+                            scratch.add(pending.pop())
+                            scratch.add(i)
+                for i, r in enumerate(records):
+                    event = (r.alloc_micros, r.alloc_bytes)
+                    every.append(event)
+                    if i not in scratch:
+                        lasting.append(event)
+    return every, lasting
+
+
+def _peak(events):
+    # Frees before allocations at one microsecond: the allocator sees them
+    # in that order when one op's output replaces another's.
+    current = peak = 0
+    for _, nbytes in sorted(events, key=lambda e: (e[0], e[1])):
+        current += nbytes
+        peak = max(peak, current)
+    return peak
+
+
+def cpu_allocator_peaks(built, grappler=False):
+    """Real peaks of one traced training step on this machine's CPU.
+
+    From the FULL_TRACE allocator records of the step: ``all`` counts every
+    allocation (including kernel scratch such as im2col buffers), ``outputs``
+    only allocations that outlive the op that made them (tensors). Both add
+    `persistent_bytes` (variables and constants, allocated before the
+    step). ``grappler=False`` runs the graph as given (meta optimizer off),
+    the graph the simulator and the oracle see.
+
+    Returns:
+      dict with all, outputs, persistent (bytes) and step_s.
+    """
+    feed = built.make_feed()
+    with tf.compat.v1.Session(graph=built.graph,
+                              config=_session_config(grappler)) as sess:
+        if built.init_op is not None:
+            sess.run(built.init_op)
+        sess.run(built.train_op, feed)
+        meta = tf.compat.v1.RunMetadata()
+        start = time.perf_counter()
+        sess.run(built.train_op, feed,
+                 options=tf.compat.v1.RunOptions(
+                     trace_level=tf.compat.v1.RunOptions.FULL_TRACE),
+                 run_metadata=meta)
+        elapsed = time.perf_counter() - start
+    every, lasting = _allocator_curves(meta.step_stats)
+    resident = persistent_bytes(built.graph)
+    return {"all": _peak(every) + resident,
+            "outputs": _peak(lasting) + resident,
+            "persistent": resident, "step_s": elapsed}

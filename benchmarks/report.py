@@ -1,0 +1,397 @@
+"""Markdown report and plots from the collected results."""
+
+import os
+
+from benchmarks import capacity
+from benchmarks import cost
+from benchmarks import fidelity
+from benchmarks import memory
+from benchmarks import timing
+
+__all__ = ["render", "write_plots", "targets", "behind_tensorflow"]
+
+_GIB = float(1 << 30)
+
+
+def write_plots(data, out):
+    """PNG plots into `out`; returns their file names."""
+    sections = data.get("sections", {})
+    made = []
+    for name, module, file_name in (
+            ("timing", timing, "timing.png"),
+            ("memory", memory, "memory.png"),
+            ("capacity", capacity, "capacity.png")):
+        results = sections.get(name)
+        if results:
+            path = module.plot(results, os.path.join(out, file_name))
+            if path:
+                made.append(file_name)
+    return made
+
+
+def _both(summary, phase):
+    wall = summary.get(phase + "_s")
+    cpu = summary.get(phase + "_cpu_s")
+    if wall is None:
+        return "n/a", None
+    if cpu is None:
+        return "%.2f s wall" % wall, None
+    return "%.2f s wall, %.2f s CPU" % (wall, cpu), cpu
+
+
+def targets(data):
+    """The issue's time targets: list of (text, met or None). A target
+    counts as met on CPU time, the time on an idle machine."""
+    rows = []
+    for r in data.get("sections", {}).get("timing", []):
+        case = r.get("case", {})
+        s = timing.summarize(r)
+        label = case.get("label", case.get("model"))
+        if case.get("model") == "resnet50":
+            if case.get("budget_gib") == 1.0:
+                if r.get("tune_error"):
+                    text, _ = _both(s, "tune")
+                    rows.append(("%s (%s ops): auto-tune + rewrite < 1.5 s: "
+                                 "%s, after %s of tuning" % (
+                                     label, r.get("ops", "?"),
+                                     r["tune_error"], text), None))
+                else:
+                    text, cpu = _both(s, "auto_total")
+                    rows.append(("%s (%s ops): auto-tune + rewrite < 1.5 s: "
+                                 "%s" % (label, r.get("ops", "?"), text),
+                                 None if cpu is None else cpu < 1.5))
+            text, cpu = _both(s, "fixed")
+            rows.append(("%s: fixed-parameter edit (%s) well under 1 s: %s"
+                         % (label, "/".join(str(p) for p in r.get(
+                             "fixed_params") or []), text),
+                         None if cpu is None else cpu < 1.0))
+        if case.get("model") == "layered" and r.get("ops", 0) >= 150000:
+            total, cpu = _both(s, "auto_total")
+            fixed, _ = _both(s, "fixed")
+            if cpu is None and r.get("error"):
+                total = "not finished (%s)" % r["error"]
+            rows.append(("%s-op graph under 30 s: auto-tune + rewrite %s; "
+                         "fixed edit %s" % (r.get("ops"), total, fixed),
+                         None if cpu is None else cpu < 30))
+    return rows
+
+
+def behind_tensorflow(data):
+    """Sentences naming every place TensorFlow's swapping did better."""
+    notes = []
+    for r in data.get("sections", {}).get("memory", []):
+        c = r.get("configs", {})
+        budget = r.get("case", {}).get("budget_gib", 0) * _GIB
+        auto = c.get("tflms_auto", {})
+        lms_peak = auto.get("gpu_peak")
+        lms_fits = lms_peak is not None and lms_peak <= budget
+        for tf_key, tf_name in (("tf_swap", "TF swapping"),
+                                ("tf_recompute", "TF recomputation")):
+            tf = c.get(tf_key, {})
+            tf_peak = tf.get("gpu_peak")
+            if tf_peak is None or tf.get("did_nothing"):
+                continue
+            what = r.get("description")
+            if tf_peak <= budget and not lms_fits:
+                notes.append("memory, %s: %s fits the %.2f GiB budget "
+                             "(%.2f GiB) and tflms auto-tuned does not (%s)"
+                             % (what, tf_name, budget / _GIB, tf_peak / _GIB,
+                                "no plan" if lms_peak is None else
+                                "%.2f GiB" % (lms_peak / _GIB)))
+            elif tf_peak > budget and not lms_fits and (
+                    lms_peak is None or tf_peak < lms_peak):
+                notes.append("memory, %s: neither fits; %s gets lower "
+                             "(%.2f GiB) than tflms (%s)"
+                             % (what, tf_name, tf_peak / _GIB,
+                                "no plan" if lms_peak is None else
+                                "%.2f GiB" % (lms_peak / _GIB)))
+            elif tf_peak <= budget and lms_fits and \
+                    tf.get("swapout_bytes", 0) < auto.get("swapout_bytes", 0):
+                notes.append("memory, %s: both fit; %s moves fewer bytes "
+                             "(%.2f GiB against %.2f GiB)"
+                             % (what, tf_name, tf["swapout_bytes"] / _GIB,
+                                auto["swapout_bytes"] / _GIB))
+    for r in data.get("sections", {}).get("capacity", []):
+        res = r.get("results", {})
+        tf_size = res.get("tf_swap", {}).get("largest")
+        lms_size = res.get("tflms", {}).get("largest")
+        if tf_size and lms_size is not None and tf_size > lms_size:
+            case = r.get("case", {})
+            notes.append("capacity, %s at %g GiB: TF swapping reaches %d, "
+                         "tflms %d" % (case.get("label"),
+                                       case.get("budget_gib"), tf_size,
+                                       lms_size))
+    return notes
+
+
+def findings(data):
+    """Bullet points summarizing the measured numbers."""
+    sections = data.get("sections", {})
+    out = []
+    caps = []
+    for r in sections.get("capacity", []):
+        case = r.get("case", {})
+        res = r.get("results", {})
+        base = res.get("none", {}).get("largest")
+        k = capacity._EXPONENT.get(case.get("dimension"), 1)  # pylint: disable=protected-access
+        if not base:
+            continue
+        parts = []
+        for method, name in (("tf_swap", "TF swapping"), ("tflms", "tflms")):
+            size = res.get(method, {}).get("largest")
+            if size:
+                parts.append("%s %d (%.2fx, %.1fx %s)" % (
+                    name, size, size / float(base), (size / float(base)) ** k,
+                    {1: "samples", 2: "pixels", 3: "voxels"}[k]))
+        caps.append("%s, %g GiB: no LMS %d; %s" % (
+            case.get("label"), case.get("budget_gib"), base,
+            "; ".join(parts)))
+    if caps:
+        out.append("How much bigger (largest size whose oracle peak fits): "
+                   + " | ".join(caps) + ". The seeds claim about 10x for 2D "
+                   "models and 5x for 3D; the factor in pixels or voxels is "
+                   "the comparable one if they meant data size.")
+    swap_nothing, swap_blind, swap_saved = [], [], []
+    for r in sections.get("memory", []):
+        c = r.get("configs", {})
+        none = c.get("none", {}).get("gpu_peak")
+        tf = c.get("tf_swap", {})
+        name = r.get("case", {}).get("model")
+        if tf.get("did_nothing"):
+            swap_nothing.append(name)
+        elif none and tf.get("gpu_peak") is not None:
+            if tf["gpu_peak"] >= none and tf.get("raw_gpu_peak", none) < none:
+                swap_blind.append(name)
+            elif tf["gpu_peak"] < none:
+                swap_saved.append("%s %.0f%%" % (
+                    name, 100.0 * (none - tf["gpu_peak"]) / none))
+    text = []
+    if swap_nothing:
+        text.append("did nothing on %s" % ", ".join(swap_nothing))
+    if swap_blind:
+        text.append("lowered only Grappler's own, uncorrected count on %s "
+                    "(the real peak went up: its swapped-in copies come back "
+                    "early and stay until their reader, which its accounting "
+                    "ignores)" % ", ".join(swap_blind))
+    if swap_saved:
+        text.append("saved %s" % ", ".join(swap_saved))
+    if text:
+        out.append("TensorFlow's SWAPPING_HEURISTICS " + "; ".join(text)
+                   + ".")
+    lms = []
+    for r in sections.get("memory", []):
+        c = r.get("configs", {})
+        none = c.get("none", {}).get("gpu_peak")
+        auto = c.get("tflms_auto", {})
+        budget = r.get("case", {}).get("budget_gib", 0) * _GIB
+        if none and auto.get("gpu_peak") is not None:
+            lms.append("%s %.0f%% (%s)" % (
+                r.get("case", {}).get("model"),
+                100.0 * (none - auto["gpu_peak"]) / none,
+                "fits" if auto["gpu_peak"] <= budget else "over budget"))
+        elif auto.get("status") == "no fit":
+            lms.append("%s: no plan fits" % r.get("case", {}).get("model"))
+    if lms:
+        out.append("tflms auto-tuned to the budget lowers the oracle's GPU "
+                   "peak by " + ", ".join(lms) + ".")
+    over = []
+    for r in sections.get("cost", []):
+        w, l = r.get("without", {}), r.get("with", {})
+        if w.get("step_s") and l.get("step_s"):
+            over.append("%+.1f%% (%s)" % (
+                100.0 * (l["step_s"] - w["step_s"]) / w["step_s"],
+                r.get("case", {}).get("model")))
+    if over:
+        values = [float(o.split("%")[0]) for o in over]
+        out.append("On the CPU, where a swap moves nothing, the swap ops "
+                   "change the step time by " + ", ".join(over)
+                   + (": within the noise of a shared machine."
+                      if max(abs(v) for v in values) < 5 else "."))
+    errs = []
+    for r in sections.get("fidelity", []):
+        if r.get("sim_none") and r.get("oracle_none"):
+            errs.append(abs(r["sim_none"] - r["oracle_none"])
+                        / float(r["oracle_none"]))
+        if r.get("sim_lms") and r.get("oracle_lms"):
+            errs.append(abs(r["sim_lms"] - r["oracle_lms"])
+                        / float(r["oracle_lms"]))
+    if errs:
+        out.append("The simulator is within %.0f%% of the oracle on every "
+                   "model of section 5 (mean absolute error %.1f%%)."
+                   % (100 * max(errs), 100 * sum(errs) / len(errs)))
+    exps = timing.exponents(sections.get("timing", []))
+    parts = ["%s %.2f" % (label, exps[key][0]) for key, label in (
+        ("analysis", "analysis"), ("fixed", "fixed edit"), ("tune", "tune"))
+             if exps.get(key, (None,))[0] is not None]
+    if parts:
+        out.append("Growth with graph size (exponent k in time ~ ops^k over "
+                   "the synthetic graphs): " + ", ".join(parts) + ".")
+    return out
+
+
+def _machine(data):
+    m = data.get("machine", {})
+    ram = m.get("ram_gib")
+    return ("%s, %s cores, %s RAM; Python %s, TensorFlow %s (CPU build), "
+            "NumPy %s; %s" % (
+                m.get("cpu", "?"), m.get("cores", "?"),
+                "%.0f GiB" % ram if ram else "?", m.get("python", "?"),
+                m.get("tensorflow", "?"), m.get("numpy", "?"),
+                m.get("platform", "?")))
+
+
+_INTRO = """\
+These numbers answer three questions a user asks before picking a memory
+tool: how much bigger can I go, what does it cost per step, and how long do
+I wait before training starts. Everything is reproducible with the command
+below; every probe and repetition is in `results.json` in the output
+folder.
+
+There is no GPU on the benchmark machine. GPU memory is measured by the
+*oracle* (`tflms/oracle.py`): Grappler's virtual cluster with one simulated
+V100 and one CPU, compute ops on `/device:GPU:0`, which does not share code
+with tflms. TensorFlow's own memory optimizer is run offline on that same
+virtual cluster. Real runs (step time, allocator peaks) use the CPU.
+
+One adjustment applies to every oracle number (all methods alike): the
+virtual cluster gives each `Identity`, `StopGradient` and `PreventGradient`
+op a buffer of its own, while TensorFlow's kernels hand the input buffer
+on (and Grappler removes most of them before a real run). `tf.gradients`
+adds an `Identity` per gradient of every `Add` (`tuple/control_dependency`),
+so the as-given count can be 10-20% too high at a backward-pass peak. Those
+ops are bypassed before measuring (`benchmarks/measure.py`,
+`forward_identities`); section 5 shows both numbers. Swap ops, which move
+data between devices, are kept.
+
+Times are given as wall time and, in brackets, CPU time of the benchmark
+process. The machine is shared, so wall time includes waiting for a core;
+CPU time is what the same work takes on an idle machine, and the targets
+are judged on it.
+"""
+
+_SECTION_TEXT = {
+    "timing": """\
+## 1. Time before training starts
+
+Each graph is built afresh for every repetition; times are medians.
+*analysis* is `build_index` + `classify_ops`; *tune* is `autotune.tune` to
+the budget (all three parameters on auto); *rewrite* is `make_plan` +
+`apply_plan` with the tuned parameters; *auto total* is their sum (what
+`LMS.run` spends when auto-tuning). *fixed edit* is
+`LMS(swapout_threshold=..., swapin_ahead=..., swapin_groupby=...,
+sync_mode=...).run(graph)` end to end on another fresh build, with the
+parameters auto-tuning found (models) or a fixed share of the levels
+(synthetic graphs). Building the model is not LMS time. Synthetic graphs are
+MLP training steps (13 ops per layer, one large activation per layer read
+again by the backward pass, see `benchmarks/models.py`).
+""",
+    "memory": """\
+## 2. Device memory saved (oracle)
+
+*GPU peak* is the oracle's corrected peak; *uncorrected peak* is what
+Grappler's own `GraphMemory` accounting (which TensorFlow's swapping
+heuristic plans with) reports for the same run: it frees the GPU copy of a
+swapped-in tensor right after the copy instead of after its last reader, so
+it under-counts swapping (see `tflms/oracle.py`). *Host peak* is the oracle's
+CPU peak (an upper bound of the host memory swapping needs). *swapped out / in* are the bytes
+copied per step. TensorFlow's swap ops (`_CopyFromGpuToHost` /
+`_CopyFromHostToGpu`) have no kernels in the CPU build; they are measured as
+the equivalent CPU `Identity` pair, the same form as an LMS swap (see
+`benchmarks/measure.py`). The simulated GPU given to TensorFlow's optimizer
+has exactly the budget as its memory; tflms auto-tunes to the same budget.
+""",
+    "capacity": """\
+## 3. How much bigger
+
+Largest size whose oracle GPU peak fits the budget (bisection to the stated
+tolerance, bracketed by the tflms simulator; every probe is in the JSON).
+Factors are relative to the largest size without LMS, as a side ratio and
+as the ratio of pixels, voxels or samples. A tflms probe fits only if
+auto-tuning finds a plan *and* the oracle confirms the rewritten graph fits.
+""",
+    "cost": """\
+## 4. Cost per step
+""",
+    "fidelity": """\
+## 5. Simulator fidelity
+
+Peaks of one training step without LMS as the simulator predicts them, as
+the oracle measures them on the simulated GPU, and as this machine's CPU
+allocator records them (FULL_TRACE allocation records, Grappler off so the
+graph is the same; "outputs" excludes kernel scratch, "all" includes it;
+variables and constants added). The CPU runs ops in parallel on its own
+schedule and may forward buffers in place, so it is a check of scale, not an
+exact reference. With LMS, the simulator is compared with the oracle only
+(on a CPU a swap moves nothing).
+""",
+}
+
+
+def render(data, for_doc=False):
+    """The markdown report."""
+    out = []
+    title = "# Benchmarks" if for_doc else "# tflms benchmarks"
+    out.append(title)
+    out.append("")
+    if for_doc:
+        out.append(_INTRO)
+    out.append("- Command: `%s` (suite `%s`, tflms plans for %g of each "
+               "budget)" % (data.get("command", "?"), data.get("suite", "?"),
+                            data.get("mem_ratio", 1.0)))
+    for update in data.get("updates", []):
+        out.append("- Sections %s measured again on %s with `%s`" % (
+            ", ".join(update.get("sections", [])), update.get("started"),
+            update.get("command")))
+    out.append("- Machine: %s" % _machine(data))
+    load = data.get("machine", {}).get("loadavg_at_start")
+    out.append("- Started %s, took %.0f min%s" % (
+        data.get("started", "?"), data.get("total_s", 0) / 60.0,
+        "; load average at start %s" % "/".join(load) if load else ""))
+    out.append("- The machine is shared with other jobs running tests at the "
+               "same time, so every time here is pessimistic (slower than "
+               "on an idle machine).")
+    rows = targets(data)
+    if rows:
+        out.append("")
+        out.append("**Targets** (judged on CPU time, which is what a phase "
+                   "costs on an idle machine; wall time is what it took "
+                   "here)")
+        out.append("")
+        for text, met in rows:
+            mark = {True: "met", False: "**missed**", None: "unknown"}[met]
+            out.append("- %s (%s)" % (text, mark))
+    facts = findings(data)
+    if facts:
+        out.append("")
+        out.append("**Findings**")
+        out.append("")
+        out.extend("- " + f for f in facts)
+    notes = behind_tensorflow(data)
+    out.append("")
+    out.append("**Where tflms is behind TensorFlow's own swapping:** %s"
+               % ("; ".join(notes) if notes else "nowhere in these runs."))
+    sections = data.get("sections", {})
+    for name in ("timing", "memory", "capacity", "cost", "fidelity"):
+        if name not in sections and not (name == "cost"
+                                         and "memory" in sections):
+            continue
+        out.append("")
+        out.append(_SECTION_TEXT[name])
+        if name == "timing":
+            out.append(timing.tables(sections["timing"]))
+        elif name == "memory":
+            out.append(memory.tables(sections["memory"]))
+        elif name == "capacity":
+            out.append(capacity.tables(sections["capacity"]))
+        elif name == "cost":
+            out.append(cost.tables(sections.get("memory", []),
+                                   sections.get("cost", [])))
+        elif name == "fidelity":
+            out.append(fidelity.tables(sections["fidelity"]))
+    plots = data.get("plots")
+    if plots:
+        out.append("")
+        out.append("Plots (%s) are written to the output folder with "
+                   "`results.json`." % ", ".join(plots))
+    out.append("")
+    return "\n".join(out)

@@ -1,0 +1,219 @@
+"""What each suite measures: the cases of every section.
+
+* ``smoke``: the smallest graphs, every section once, for the CI test
+  (about a minute).
+* ``quick``: the real models at moderate sizes, small budgets so the
+  capacity searches stay short; under ten minutes on a 2-core machine.
+* ``full``: the sizes and budgets of the issue (16 and 32 GiB, graphs up to
+  200,000 ops); regenerates ``docs/benchmarks.md``.
+
+Each case is a dict handed to a worker (see the section modules); the
+``timeout_s`` of a case is enforced by the runner, and a stopped case keeps
+its partial results. Budgets in GiB are what the GPU has; tflms plans for
+``TF_LMS_SIMULATOR_MEM_RATIO`` (set by ``--mem-ratio``) of it.
+"""
+
+__all__ = ["SUITES", "suite"]
+
+
+def _resnet(image, batch=1, **kw):
+    args = {"image": image, "batch": batch}
+    args.update(kw)
+    return args
+
+
+def _unet(volume, base_filters=16, depth=4, batch=1):
+    return {"volume": volume, "base_filters": base_filters, "depth": depth,
+            "batch": batch}
+
+
+def _layered_fixed(num_ops):
+    # About half of the forward activations go to the host: layer i's
+    # output is read by the backward pass ~2 * (L - i) * 4 levels later.
+    layers = max(2, (num_ops - 8) // 13)
+    return [2 * layers, 8, 4, 0]
+
+
+def _timing_layered(sizes, reps, timeout):
+    return [{"model": "layered", "label": "synthetic %dk ops" % (n // 1000),
+             "kwargs": {"num_ops": n}, "budget_fraction": 0.5,
+             "fixed": _layered_fixed(n), "reps": reps, "timeout_s": timeout,
+             "soft_limit_s": timeout / 2} for n in sizes]
+
+
+def _resnet_timing(label, control_flow, budget_gib, reps, timeout):
+    # The graph a user of examples/Keras_ResNet50.py gets (Adam, accuracy
+    # metric, Keras' learning-phase conds): v1 control flow is the ~11k-op
+    # graph, v2 control flow (eager off only) hides batch norm in If ops.
+    return {"model": "resnet50", "control_flow": control_flow,
+            "label": label, "budget_gib": budget_gib,
+            "kwargs": _resnet(1024, learning_phase="placeholder",
+                              optimizer="adam"),
+            "fixed": [40, 10, 5, 0], "reps": reps, "timeout_s": timeout}
+
+
+_FALLBACK = [0.1, 3, 2, 0]
+
+SMOKE = {
+    "timing": [
+        {"model": "layered", "label": "synthetic 2k ops",
+         "kwargs": {"num_ops": 2000, "width": 32, "batch": 8},
+         "budget_fraction": 0.5, "fixed": _layered_fixed(2000), "reps": 2,
+         "timeout_s": 120},
+    ],
+    "memory": [
+        {"model": "unet3d", "kwargs": _unet(32, 8, 3), "budget_gib": 0.008,
+         "fixed": [0.25, 5, 5, 0], "timeout_s": 120},
+    ],
+    "capacity": [
+        {"model": "unet3d", "label": "3D U-Net", "dimension": "volume",
+         "kwargs": _unet(16, 4, 3), "budget_gib": 0.01, "start": 16,
+         "step": 4, "tolerance": 0.3, "max": 256, "timeout_s": 150},
+    ],
+    "cost": [
+        {"model": "unet3d", "kwargs": _unet(16, 4, 3), "steps": 2,
+         "budget_fraction": 0.7, "fallback_fixed": _FALLBACK,
+         "timeout_s": 120},
+    ],
+    "fidelity": [
+        {"model": "unet3d", "kwargs": _unet(16, 4, 3),
+         "budget_fraction": 0.7, "fallback_fixed": _FALLBACK,
+         "timeout_s": 120},
+    ],
+}
+
+QUICK = {
+    "timing": [
+        _resnet_timing("Keras ResNet50 1024x1024 b1, v1 graph, 2.5 GiB",
+                       "v1", 2.5, 2, 240),
+        _resnet_timing("Keras ResNet50 1024x1024 b1, v2 graph, 1 GiB", "v2",
+                       1.0, 2, 240),
+        {"model": "unet3d", "label": "3D U-Net 64^3", "kwargs": _unet(64),
+         "budget_fraction": 0.5, "fixed": "tuned", "reps": 3,
+         "timeout_s": 120},
+        {"model": "transformer", "label": "Transformer 6 layers",
+         "kwargs": {"layers": 6, "seq": 512, "d_model": 512, "batch": 4},
+         "budget_fraction": 0.5, "fixed": "tuned", "reps": 2,
+         "timeout_s": 150},
+    ] + _timing_layered([5000], 2, 120) + _timing_layered([10000], 1, 150),
+    "memory": [
+        {"model": "resnet50", "kwargs": _resnet(1024), "budget_gib": 1.0,
+         "fixed": [40, 10, 5, 0], "timeout_s": 240},
+        {"model": "unet3d", "kwargs": _unet(96), "budget_gib": 0.4,
+         "fixed": [0.25, 5, 5, 0], "timeout_s": 150},
+        {"model": "transformer",
+         "kwargs": {"layers": 6, "seq": 1024, "d_model": 512, "batch": 2},
+         "budget_gib": 0.75, "fixed": [0.1, 5, 5, 0], "timeout_s": 180},
+    ],
+    "capacity": [
+        {"model": "resnet50", "label": "ResNet50 image side",
+         "dimension": "image", "kwargs": _resnet(224), "budget_gib": 2.0,
+         "start": 512, "step": 32, "tolerance": 0.15, "max": 16384,
+         "timeout_s": 420},
+        {"model": "unet3d", "label": "3D U-Net volume side",
+         "dimension": "volume", "kwargs": _unet(64), "budget_gib": 1.0,
+         "start": 64, "step": 8, "tolerance": 0.1, "max": 1024,
+         "timeout_s": 300},
+    ],
+    "cost": [
+        {"model": "resnet50", "kwargs": _resnet(128), "steps": 4,
+         "budget_fraction": 0.8, "fallback_fixed": _FALLBACK,
+         "timeout_s": 240},
+        {"model": "unet3d", "kwargs": _unet(32, 8), "steps": 4,
+         "budget_fraction": 0.8, "fallback_fixed": _FALLBACK,
+         "timeout_s": 150},
+    ],
+    "fidelity": [
+        {"model": "unet3d", "kwargs": _unet(32, 8), "budget_fraction": 0.8,
+         "fallback_fixed": _FALLBACK, "timeout_s": 150},
+        {"model": "transformer",
+         "kwargs": {"layers": 2, "seq": 128, "d_model": 128, "heads": 4,
+                    "batch": 2},
+         "budget_fraction": 0.8, "fallback_fixed": _FALLBACK,
+         "timeout_s": 150},
+    ],
+}
+
+FULL = {
+    "timing": [
+        _resnet_timing("Keras ResNet50 1024x1024 b1, v1 graph, 1 GiB "
+                       "(the target)", "v1", 1.0, 3, 600),
+        _resnet_timing("Keras ResNet50 1024x1024 b1, v1 graph, 2.5 GiB",
+                       "v1", 2.5, 3, 600),
+        _resnet_timing("Keras ResNet50 1024x1024 b1, v2 graph, 1 GiB", "v2",
+                       1.0, 5, 600),
+        {"model": "resnet50", "label": "Keras ResNet50 1024x1024 b1, "
+         "training mode baked in, 1 GiB", "kwargs": _resnet(1024),
+         "budget_gib": 1.0, "fixed": [40, 10, 5, 0], "reps": 3,
+         "timeout_s": 600},
+        {"model": "unet3d", "label": "3D U-Net 128^3", "kwargs": _unet(128),
+         "budget_fraction": 0.5, "fixed": "tuned", "reps": 5,
+         "timeout_s": 300},
+        {"model": "transformer", "label": "Transformer 24 layers",
+         "kwargs": {"layers": 24, "seq": 512, "d_model": 512, "batch": 4},
+         "budget_fraction": 0.5, "fixed": "tuned", "reps": 5,
+         "timeout_s": 900},
+    ] + _timing_layered([5000, 10000], 3, 400)
+      + _timing_layered([20000], 1, 400) + _timing_layered([50000], 1, 300)
+      + _timing_layered([200000], 1, 600),
+    "memory": [
+        {"model": "resnet50", "kwargs": _resnet(2048), "budget_gib": 4.0,
+         "fixed": [40, 10, 5, 0], "timeout_s": 600},
+        {"model": "resnet50", "kwargs": _resnet(224, 64), "budget_gib": 4.0,
+         "fixed": [40, 10, 5, 0], "timeout_s": 600},
+        {"model": "unet3d", "kwargs": _unet(128), "budget_gib": 1.0,
+         "fixed": [0.25, 5, 5, 0], "timeout_s": 600},
+        {"model": "transformer",
+         "kwargs": {"layers": 12, "seq": 2048, "d_model": 512, "batch": 2},
+         "budget_gib": 4.0, "fixed": [0.1, 5, 5, 0], "timeout_s": 600},
+    ],
+    "capacity": [
+        {"model": "resnet50", "label": "ResNet50 image side",
+         "dimension": "image", "kwargs": _resnet(224), "budget_gib": gib,
+         "start": 1024, "step": 32, "tolerance": 0.05, "max": 32768,
+         "timeout_s": 1500} for gib in (16, 32)
+    ] + [
+        {"model": "unet3d", "label": "3D U-Net volume side",
+         "dimension": "volume", "kwargs": _unet(64), "budget_gib": gib,
+         "start": 64, "step": 8, "tolerance": 0.05, "max": 2048,
+         "timeout_s": 1200} for gib in (16, 32)
+    ] + [
+        {"model": "resnet50", "label": "ResNet50 batch at 224x224",
+         "dimension": "batch", "kwargs": _resnet(224), "budget_gib": gib,
+         "start": 16, "step": 1, "tolerance": 0.05, "max": 1 << 16,
+         "timeout_s": 1500} for gib in (16, 32)
+    ],
+    "cost": [
+        {"model": "resnet50", "kwargs": _resnet(224, 2), "steps": 10,
+         "budget_fraction": 0.8, "fallback_fixed": _FALLBACK,
+         "timeout_s": 600},
+        {"model": "unet3d", "kwargs": _unet(64, 8), "steps": 6,
+         "budget_fraction": 0.8, "fallback_fixed": _FALLBACK,
+         "timeout_s": 600},
+        {"model": "transformer",
+         "kwargs": {"layers": 6, "seq": 256, "d_model": 256, "batch": 4},
+         "steps": 10, "budget_fraction": 0.8, "fallback_fixed": _FALLBACK,
+         "timeout_s": 600},
+    ],
+    "fidelity": [
+        {"model": "resnet50", "kwargs": _resnet(128), "budget_fraction": 0.8,
+         "fallback_fixed": _FALLBACK, "timeout_s": 600},
+        {"model": "unet3d", "kwargs": _unet(48, 8), "budget_fraction": 0.8,
+         "fallback_fixed": _FALLBACK, "timeout_s": 600},
+        {"model": "transformer",
+         "kwargs": {"layers": 4, "seq": 256, "d_model": 256, "batch": 2},
+         "budget_fraction": 0.8, "fallback_fixed": _FALLBACK,
+         "timeout_s": 600},
+    ],
+}
+
+SUITES = {"smoke": SMOKE, "quick": QUICK, "full": FULL}
+
+
+def suite(name):
+    """The cases of suite `name`, by section."""
+    try:
+        return SUITES[name]
+    except KeyError:
+        raise ValueError("unknown suite %r; use one of %s"
+                         % (name, sorted(SUITES))) from None

@@ -1,0 +1,240 @@
+"""The benchmark suite runs end to end and its helpers compute what they say.
+
+`test_smoke_suite` runs ``python benchmarks/run.py --suite smoke`` (the
+smallest graphs, every section once) in a subprocess and checks the JSON and
+the markdown it writes: every case finished, and the numbers relate the way
+the measurements promise (LMS lowers the oracle's GPU peak, the capacity
+search finds a size that fits and one that does not, the swap ops ran). The
+other tests pin the pure helpers on inputs with known answers.
+"""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from benchmarks import capacity  # noqa: E402  pylint: disable=wrong-import-position
+from benchmarks import cost  # noqa: E402  pylint: disable=wrong-import-position
+from benchmarks import measure  # noqa: E402  pylint: disable=wrong-import-position
+from benchmarks import report  # noqa: E402  pylint: disable=wrong-import-position
+from benchmarks import timing  # noqa: E402  pylint: disable=wrong-import-position
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", "run.py"),
+         "--suite", "smoke", "--jobs", "2", "--out", str(out)],
+        cwd=str(out), capture_output=True, text=True, timeout=600,
+        check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(out / "results.json", encoding="utf-8") as f:
+        data = json.load(f)
+    with open(out / "report.md", encoding="utf-8") as f:
+        text = f.read()
+    return out, data, text, proc.stdout
+
+
+def test_smoke_suite_every_case_finished(smoke):
+    _, data, _, _ = smoke
+    assert set(data["sections"]) == {"timing", "memory", "capacity", "cost",
+                                     "fidelity"}
+    for section, results in data["sections"].items():
+        assert results, section
+        for r in results:
+            assert "error" not in r, (section, r.get("case"), r["error"])
+            assert r["done"] is True, (section, r.get("case"))
+    machine = data["machine"]
+    assert machine["cores"] >= 1 and machine["tensorflow"] != "unknown"
+
+
+def test_smoke_timing_rows(smoke):
+    _, data, _, _ = smoke
+    for r in data["sections"]["timing"]:
+        assert r["ops"] > 100 and r["levels"] > 10
+        assert len(r["runs"]) == r["case"]["reps"]
+        s = timing.summarize(r)
+        for phase in timing.PHASES:
+            assert s[phase + "_s"] is not None and s[phase + "_s"] > 0, phase
+            assert 0 < s[phase + "_cpu_s"] < 2 * s[phase + "_s"] + 0.05, phase
+        assert math.isclose(s["auto_total_s"], s["analysis_s"] + s["tune_s"]
+                            + s["rewrite_s"])
+        assert math.isclose(s["auto_total_cpu_s"], s["analysis_cpu_s"]
+                            + s["tune_cpu_s"] + s["rewrite_cpu_s"])
+        # The budget is below the step's need, so LMS swapped something.
+        assert r["runs"][-1]["tuned_swaps"] > 0
+        assert r["runs"][-1]["fixed_swaps"] > 0
+
+
+def test_smoke_memory_tflms_lowers_the_oracle_peak(smoke):
+    _, data, _, _ = smoke
+    (r,) = data["sections"]["memory"]
+    configs = r["configs"]
+    budget = r["case"]["budget_gib"] * measure.GIB
+    none = configs["none"]["gpu_peak"]
+    assert none > budget
+    for key in ("tflms_auto", "tflms_fixed"):
+        assert configs[key]["status"] == "swapped"
+        assert configs[key]["gpu_peak"] < none
+        assert configs[key]["swapout_bytes"] > 0
+        assert configs[key]["host_peak"] > 0
+    assert configs["tflms_auto"]["gpu_peak"] <= budget
+    for key in ("tf_swap", "tf_recompute"):
+        assert "error" not in configs[key]
+        assert configs[key]["gpu_peak"] > 0
+
+
+def test_smoke_capacity_brackets_every_method(smoke):
+    _, data, _, _ = smoke
+    (r,) = data["sections"]["capacity"]
+    budget = r["case"]["budget_gib"] * measure.GIB
+    probes = r["probes"]
+    for method in ("none", "tf_swap", "tflms"):
+        res = r["results"][method]
+        largest, failing = res["largest"], res["smallest_failing"]
+        assert largest > 0 and failing is not None and failing > largest
+        mine = {p["size"]: p for p in probes if p["method"] == method}
+        # The reported sizes are backed by oracle probes.
+        assert mine[largest]["fits"] and mine[largest]["gpu_peak"] <= budget
+        assert not mine[failing]["fits"]
+    assert r["results"]["tflms"]["largest"] >= r["results"]["none"]["largest"]
+
+
+def test_smoke_cost_and_fidelity(smoke):
+    _, data, _, _ = smoke
+    (step,) = data["sections"]["cost"]
+    assert step["without"]["step_s"] > 0 and step["with"]["step_s"] > 0
+    assert step["without"]["swap_ops_run"] == 0
+    assert step["with"]["swap_ops_run"] > 0
+    (fid,) = data["sections"]["fidelity"]
+    for key in ("sim_none", "oracle_none", "sim_lms", "oracle_lms"):
+        assert fid[key] > 0, key
+    assert fid["real_off"]["all"] >= fid["real_off"]["outputs"] > 0
+
+
+def test_smoke_report_has_every_table(smoke):
+    out, data, text, stdout = smoke
+    assert text.strip() in stdout
+    for heading in ("## 1. Time before training starts",
+                    "## 2. Device memory saved", "## 3. How much bigger",
+                    "## 4. Cost per step", "## 5. Simulator fidelity"):
+        assert heading in text
+    assert "| synthetic 2k ops | %d |" % data["sections"]["timing"][0]["ops"] \
+        in text
+    assert "Where tflms is behind TensorFlow's own swapping" in text
+    for name in data["plots"]:
+        assert (out / name).stat().st_size > 1000
+
+
+def test_largest_fitting_finds_the_boundary_with_few_probes():
+    calls = []
+
+    def fits(size):
+        calls.append(size)
+        return size <= 1000
+
+    good, bad = capacity.largest_fitting(fits, 300, step=8, tolerance=0.0,
+                                         min_size=8, max_size=1 << 20)
+    assert good == 1000 and bad == 1008
+    assert len(calls) <= 16
+    good, bad = capacity.largest_fitting(fits, 5000, step=8, tolerance=0.0,
+                                         min_size=8, max_size=1 << 20)
+    assert (good, bad) == (1000, 1008)
+    # Within a relative tolerance.
+    good, bad = capacity.largest_fitting(fits, 5000, step=8, tolerance=0.05,
+                                         min_size=8, max_size=1 << 20)
+    assert good <= 1000 < bad and bad - good <= 0.05 * good
+
+
+def test_largest_fitting_at_the_ends_of_the_range():
+    assert capacity.largest_fitting(lambda s: False, 64, 8, 0.1, 8, 512) \
+        == (0, 8)
+    assert capacity.largest_fitting(lambda s: True, 64, 8, 0.1, 8, 512) \
+        == (512, None)
+
+
+def test_growth_exponent_of_a_power_law():
+    points = [(n, 3e-6 * n ** 1.5) for n in (1e4, 5e4, 2e5)]
+    assert timing.growth_exponent(points) == pytest.approx(1.5)
+    assert timing.growth_exponent(points[:1]) is None
+
+
+def test_allocator_peak_separates_scratch_from_outputs():
+    step_stats = measure.tf.compat.v1.RunMetadata().step_stats
+    dev = step_stats.dev_stats.add()
+    # Op a (runs 0-10 us): 100-byte output freed at 50 us, 1000 bytes of
+    # scratch freed at 5 us. Op b (runs 20-30 us): 300-byte output.
+    a = dev.node_stats.add(node_name="a", all_start_micros=0,
+                           all_end_rel_micros=10)
+    mem = a.memory.add(allocator_name="cpu")
+    for micros, nbytes in ((1, 100), (2, 1000), (5, -1000), (50, -100)):
+        mem.allocation_records.add(alloc_micros=micros, alloc_bytes=nbytes)
+    b = dev.node_stats.add(node_name="b", all_start_micros=20,
+                           all_end_rel_micros=10)
+    mem = b.memory.add(allocator_name="cpu")
+    for micros, nbytes in ((21, 300), (60, -300)):
+        mem.allocation_records.add(alloc_micros=micros, alloc_bytes=nbytes)
+    every, lasting = measure._allocator_curves(step_stats)  # pylint: disable=protected-access
+    assert measure._peak(every) == 1100  # pylint: disable=protected-access
+    assert measure._peak(lasting) == 400  # pylint: disable=protected-access
+
+
+def _node(graph_def, name, op, inputs=(), device="/device:GPU:0"):
+    node = graph_def.node.add(name=name, op=op, device=device)
+    node.input.extend(inputs)
+    return node
+
+
+def test_forward_identities_reroutes_consumers_and_keeps_swaps():
+    gd = measure.tf.compat.v1.GraphDef()
+    _node(gd, "x", "Placeholder")
+    _node(gd, "c", "NoOp")
+    _node(gd, "a", "Identity", ["x", "^c"])
+    _node(gd, "b", "StopGradient", ["a"])           # a chain: b -> a -> x
+    _node(gd, "y", "Mul", ["b", "a:0", "^a"])
+    _node(gd, "out", "Identity", ["y"])             # kept: fetched
+    _node(gd, "swap", "Identity", ["x"], device="/cpu:0")  # crosses devices
+    _node(gd, "z", "Neg", ["swap"])
+    result, removed = measure.forward_identities(gd, keep={"out"})
+    nodes = {n.name: list(n.input) for n in result.node}
+    assert removed == 2 and "a" not in nodes and "b" not in nodes
+    assert nodes["y"] == ["x", "x", "^c"]
+    assert nodes["out"] == ["y"] and nodes["z"] == ["swap"]
+    assert "swap" in nodes
+
+
+def test_transfer_time_uses_the_larger_direction():
+    data = [{"case": {"model": "m"}, "configs": {
+        "none": {"step_s": 0.5},
+        "tflms_auto": {"swapout_bytes": int(15.75e9), "swapin_bytes":
+                       int(31.5e9)}}}]
+    text = cost.transfer_table(data)
+    row = [l for l in text.splitlines() if "tflms auto" in l][0]
+    # 31.5 GB over PCIe 3.0 x16 (15.75 GB/s) is 2 s, four times the step.
+    assert "| 2.00 s (4.00x) |" in row
+    assert "| 1.00 s (2.00x) |" in row   # PCIe 4.0
+
+
+def test_report_names_where_tensorflow_swapping_wins():
+    gib = 1 << 30
+    data = {"sections": {"memory": [{
+        "description": "m", "case": {"budget_gib": 1.5}, "configs": {
+            "tf_swap": {"gpu_peak": gib, "swapout_bytes": gib},
+            "tflms_auto": {"gpu_peak": 2 * gib}}}]}}
+    notes = report.behind_tensorflow(data)
+    assert len(notes) == 1
+    assert "TF swapping fits the 1.50 GiB budget (1.00 GiB)" in notes[0]
+    # Both fit: behind only if TensorFlow moves fewer bytes.
+    memory = data["sections"]["memory"][0]["configs"]
+    memory["tflms_auto"] = {"gpu_peak": gib, "swapout_bytes": 2 * gib}
+    assert "moves fewer bytes" in report.behind_tensorflow(data)[0]
+    memory["tflms_auto"]["swapout_bytes"] = gib // 2
+    assert report.behind_tensorflow(data) == []
