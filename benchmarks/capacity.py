@@ -101,7 +101,7 @@ def largest_fitting(fits, guess, step, tolerance, min_size, max_size):
     return good, bad
 
 
-def _prediction(case, built, budget):
+def _prediction(built):
     """First guesses for no LMS and tflms from one build at the start size."""
     from tflms import analysis, planner, simulator  # pylint: disable=import-outside-toplevel
     from tflms import graph_index as gi  # pylint: disable=import-outside-toplevel
@@ -186,7 +186,7 @@ def run(case):
 
     start_size = case["start"]
     first = build(start_size)
-    resident, peak0, smallest0 = _prediction(case, first, budget)
+    resident, peak0, smallest0 = _prediction(first)
     none0 = measure.oracle_peaks(first.graph, first.train_op)["gpu_peak"]
     del first
     guesses = {

@@ -147,7 +147,8 @@ def tables(results):
             peak = values.get("gpu_peak")
             saved = "-"
             if peak is not None and none_peak:
-                saved = "%.0f%%" % (100.0 * (none_peak - peak) / none_peak)
+                share = 100.0 * (none_peak - peak) / none_peak
+                saved = "0%" if abs(share) < 0.5 else "%.0f%%" % share
             lines.append("| %s | %s | %s | %s | %s | %s | %s | %s / %s | %s "
                          "|" % (
                 label, _gib(peak), saved, _gib(values.get("raw_gpu_peak")),

@@ -235,10 +235,10 @@ def _dense(x, units, name, bias=True):
 def _layer_norm(x, name):
     with _v1.variable_scope(name):
         d = int(x.shape[-1])
-        gamma = _v1.get_variable("gamma", [d], initializer=_v1.ones_initializer(),
-                                 use_resource=True)
-        beta = _v1.get_variable("beta", [d], initializer=_v1.zeros_initializer(),
-                                use_resource=True)
+        gamma = _v1.get_variable("gamma", [d], use_resource=True,
+                                 initializer=_v1.ones_initializer())
+        beta = _v1.get_variable("beta", [d], use_resource=True,
+                                initializer=_v1.zeros_initializer())
         mean, var = tf.nn.moments(x, axes=[-1], keepdims=True)
         return (x - mean) * tf.math.rsqrt(var + 1e-6) * gamma + beta
 

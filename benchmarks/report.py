@@ -207,6 +207,26 @@ def findings(data):
                    "change the step time by " + ", ".join(over)
                    + (": within the noise of a shared machine."
                       if max(abs(v) for v in values) < 5 else "."))
+    gaps = []
+    for r in sections.get("capacity", []):
+        for p in r.get("probes", []):
+            if p.get("method") == "tflms" and p.get("sim_peak") and \
+                    p.get("gpu_peak"):
+                gaps.append(p["gpu_peak"] / float(p["sim_peak"]) - 1)
+    if gaps:
+        stopped = sum(1 for r in sections.get("capacity", [])
+                      if capacity._stopper(r).split(": ", 1)[-1]  # pylint: disable=protected-access
+                      .startswith("oracle"))
+        out.append("Measured by the oracle, the auto-tuned plans of the "
+                   "capacity searches peak %.0f%% to %.0f%% above what the "
+                   "simulator predicted for them (median %.0f%%), more than "
+                   "the 10%% headroom of the default "
+                   "TF_LMS_SIMULATOR_MEM_RATIO=0.9 near the limit; in %d of "
+                   "%d searches that gap, not the lack of a plan, is what "
+                   "stopped tflms (section 3, last columns)."
+                   % (100 * min(gaps), 100 * max(gaps),
+                      100 * sorted(gaps)[len(gaps) // 2], stopped,
+                      len(sections.get("capacity", []))))
     errs = []
     for r in sections.get("fidelity", []):
         if r.get("sim_none") and r.get("oracle_none"):
@@ -327,6 +347,29 @@ exact reference. With LMS, the simulator is compared with the oracle only
 }
 
 
+_CAVEATS = """\
+## Limits of these measurements
+
+- The oracle is a model of a GPU run, not one. Its scheduler orders ops by
+  its own cost model, which differs from the simulator's level by level
+  replay: swap-ins triggered a few levels ahead can arrive together in its
+  schedule (section 3 shows the effect near the limit).
+- The oracle still gives `Reshape`, `Squeeze` and `ExpandDims` outputs a
+  buffer of their own (TensorFlow shares the input's), so graphs with many
+  large reshapes, such as the Transformer, measure higher than they would
+  run; `forward_identities` only handles the Identity-like ops, which can be
+  removed from a graph without changing shapes.
+- Transfers take no time in the virtual cluster: the memory numbers assume
+  every copy finishes in time, and section 4 gives the time the copies need.
+- TensorFlow's memory optimizer ran offline, on the virtual cluster, with
+  every other Grappler pass off, and its swap ops are measured as CPU
+  `Identity` pairs. In a real GPU session it would run inside the meta
+  optimizer after the other passes, on the real device's memory size.
+- Real runs are on a CPU, where a swap moves no data: they check the cost of
+  the extra ops, not of the transfers.
+"""
+
+
 def render(data, for_doc=False):
     """The markdown report."""
     out = []
@@ -388,6 +431,9 @@ def render(data, for_doc=False):
                                    sections.get("cost", [])))
         elif name == "fidelity":
             out.append(fidelity.tables(sections["fidelity"]))
+    if for_doc:
+        out.append("")
+        out.append(_CAVEATS)
     plots = data.get("plots")
     if plots:
         out.append("")

@@ -27,9 +27,7 @@ from benchmarks import report  # noqa: E402  pylint: disable=wrong-import-positi
 from benchmarks import timing  # noqa: E402  pylint: disable=wrong-import-position
 
 
-@pytest.fixture(scope="module")
-def smoke(tmp_path_factory):
-    out = tmp_path_factory.mktemp("bench")
+def _run_smoke(out):
     proc = subprocess.run(
         [sys.executable, os.path.join(ROOT, "benchmarks", "run.py"),
          "--suite", "smoke", "--jobs", "2", "--out", str(out)],
@@ -43,7 +41,19 @@ def smoke(tmp_path_factory):
     return out, data, text, proc.stdout
 
 
-def test_smoke_suite_every_case_finished(smoke):
+def test_smoke_suite(tmp_path):
+    """One run of the smoke suite (one test, so parallel test workers do not
+    each run it), checked section by section."""
+    smoke = _run_smoke(tmp_path)
+    _check_every_case_finished(smoke)
+    _check_timing_rows(smoke)
+    _check_memory(smoke)
+    _check_capacity(smoke)
+    _check_cost_and_fidelity(smoke)
+    _check_report(smoke)
+
+
+def _check_every_case_finished(smoke):
     _, data, _, _ = smoke
     assert set(data["sections"]) == {"timing", "memory", "capacity", "cost",
                                      "fidelity"}
@@ -56,7 +66,7 @@ def test_smoke_suite_every_case_finished(smoke):
     assert machine["cores"] >= 1 and machine["tensorflow"] != "unknown"
 
 
-def test_smoke_timing_rows(smoke):
+def _check_timing_rows(smoke):
     _, data, _, _ = smoke
     for r in data["sections"]["timing"]:
         assert r["ops"] > 100 and r["levels"] > 10
@@ -74,7 +84,8 @@ def test_smoke_timing_rows(smoke):
         assert r["runs"][-1]["fixed_swaps"] > 0
 
 
-def test_smoke_memory_tflms_lowers_the_oracle_peak(smoke):
+def _check_memory(smoke):
+    """tflms lowers the oracle's GPU peak under the budget."""
     _, data, _, _ = smoke
     (r,) = data["sections"]["memory"]
     configs = r["configs"]
@@ -92,7 +103,8 @@ def test_smoke_memory_tflms_lowers_the_oracle_peak(smoke):
         assert configs[key]["gpu_peak"] > 0
 
 
-def test_smoke_capacity_brackets_every_method(smoke):
+def _check_capacity(smoke):
+    """Every search brackets its answer with oracle probes."""
     _, data, _, _ = smoke
     (r,) = data["sections"]["capacity"]
     budget = r["case"]["budget_gib"] * measure.GIB
@@ -108,7 +120,7 @@ def test_smoke_capacity_brackets_every_method(smoke):
     assert r["results"]["tflms"]["largest"] >= r["results"]["none"]["largest"]
 
 
-def test_smoke_cost_and_fidelity(smoke):
+def _check_cost_and_fidelity(smoke):
     _, data, _, _ = smoke
     (step,) = data["sections"]["cost"]
     assert step["without"]["step_s"] > 0 and step["with"]["step_s"] > 0
@@ -120,7 +132,7 @@ def test_smoke_cost_and_fidelity(smoke):
     assert fid["real_off"]["all"] >= fid["real_off"]["outputs"] > 0
 
 
-def test_smoke_report_has_every_table(smoke):
+def _check_report(smoke):
     out, data, text, stdout = smoke
     assert text.strip() in stdout
     for heading in ("## 1. Time before training starts",
