@@ -56,26 +56,45 @@ import _lms_flags
 MIN_IMAGE_SIZE = 32  # ResNet50 halves the image five times.
 
 
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(
-        description="Keras ResNet50 on synthetic data with Large Model "
-                    "Support (callbacks=[lms]).")
-    _lms_flags.add_size_flags(parser, image_size=500, batch_size=1, epochs=1,
-                              steps=10,
+def add_resnet_flags(parser, image_size, optimizer):
+    """The flags of both ResNet50 examples (this one and
+    horovod_resnet50_lms.py): the sizes, --num_classes and --optimizer.
+    Check them with `check_resnet_args` after parsing."""
+    _lms_flags.add_size_flags(parser, image_size=image_size, batch_size=1,
+                              epochs=1, steps=10,
                               image_help="height and width of the synthetic "
                                          "images (at least %d)"
                                          % MIN_IMAGE_SIZE)
     parser.add_argument("--num_classes", type=int, default=10,
                         help="number of classes (default 10)")
+    parser.add_argument("--optimizer", default=optimizer,
+                        choices=("adam", "sgd", "rmsprop"),
+                        help="graph-mode Keras optimizer (default %s)"
+                             % optimizer)
+
+
+def check_resnet_args(parser, args):
+    """Stop with a usage error if the flags of `add_resnet_flags` cannot
+    make a ResNet50."""
+    if args.image_size < MIN_IMAGE_SIZE:
+        parser.error("--image_size must be at least %d for ResNet50; got %d"
+                     % (MIN_IMAGE_SIZE, args.image_size))
+    if args.num_classes < 2:
+        parser.error("--num_classes must be at least 2; got %d"
+                     % args.num_classes)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(
+        description="Keras ResNet50 on synthetic data with Large Model "
+                    "Support (callbacks=[lms]).")
+    add_resnet_flags(parser, image_size=500, optimizer="adam")
     parser.add_argument("--num_samples", type=int, default=0,
                         help="size of a fixed pool of synthetic images to "
                              "cycle through; 0 (default) makes a new batch "
                              "every step. --num_samples equal to "
                              "--batch_size overfits one batch, a quick "
                              "check that training works")
-    parser.add_argument("--optimizer", default="adam",
-                        choices=("adam", "sgd", "rmsprop"),
-                        help="graph-mode Keras optimizer (default adam)")
     parser.add_argument("--learning_rate", type=float, default=1e-3,
                         help="learning rate (default 1e-3)")
     parser.add_argument("--verbose", type=int, default=2, choices=(0, 1, 2),
@@ -83,11 +102,7 @@ def parse_args(argv=None):
     parser.add_argument("--seed", type=int, default=0, help="random seed")
     _lms_flags.add_lms_flags(parser)
     args = parser.parse_args(argv)
-    if args.image_size < MIN_IMAGE_SIZE:
-        parser.error("--image_size must be at least %d for ResNet50"
-                     % MIN_IMAGE_SIZE)
-    if args.num_classes < 2:
-        parser.error("--num_classes must be at least 2")
+    check_resnet_args(parser, args)
     if args.num_samples and args.num_samples < args.batch_size:
         parser.error("--num_samples must be 0 or at least --batch_size")
     return args
@@ -152,13 +167,8 @@ def main(argv=None):
                   loss="sparse_categorical_crossentropy",
                   metrics=["accuracy"])
 
-    recorder = _lms_flags.batch_loss_recorder(tf)
-    callbacks = [recorder]
-    # Keras cannot tell LMS the batch size when fed by a generator, and
-    # the auto-tuner needs it to size tensors, so pass it here.
-    lms = _lms_flags.make_lms(args, batch_size=args.batch_size)
-    if lms is not None:
-        callbacks.append(lms)
+    # [recorder] plus, with --lms, the LMS callback (given --batch_size).
+    recorder, callbacks = _lms_flags.keras_callbacks(tf, args)
 
     start = time.time()
     history = model.fit(

@@ -22,7 +22,6 @@ graph will run on and the final ``RESULT ...`` line that tests parse.
 """
 
 import argparse
-import math
 import os
 
 # Quiet TensorFlow's C++ start-up banner (CPU feature notes and the like);
@@ -34,6 +33,8 @@ __all__ = [
     "add_size_flags",
     "parse_serialization",
     "make_lms",
+    "batch_loss_recorder",
+    "keras_callbacks",
     "describe_devices",
     "print_result",
 ]
@@ -70,24 +71,20 @@ def parse_serialization(text):
     return items
 
 
-def _positive_float(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError("not a number: %r" % text) from None
-    if not value > 0 or math.isinf(value):
-        raise argparse.ArgumentTypeError("must be > 0; got %r" % text)
-    return value
+def _tflms_type(name):
+    """The argparse converter `name` of `tflms._argparse_types` (shared with
+    the ``tflms`` command), imported when a flag is first converted: importing
+    tflms imports TensorFlow, which the examples load only after parsing so
+    that --help answers at once."""
+    def convert(text):
+        from tflms import _argparse_types  # pylint: disable=import-outside-toplevel
+        return getattr(_argparse_types, name)(text)
+    convert.__name__ = name
+    return convert
 
 
-def _positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError("not an int: %r" % text) from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be >= 1; got %r" % text)
-    return value
+_positive_int = _tflms_type("positive_int")
+_positive_float = _tflms_type("positive_float")
 
 
 def add_size_flags(parser, image_size, batch_size, epochs, steps,
@@ -205,6 +202,21 @@ def batch_loss_recorder(tf):
                 self.losses.append(float(logs["loss"]))
 
     return BatchLoss()
+
+
+def keras_callbacks(tf, args):
+    """The callbacks a Keras example trains with: `batch_loss_recorder`,
+    then the LMS callback from `make_lms` when --lms is on.
+
+    Keras cannot tell LMS the batch size when fed by a generator, and the
+    auto-tuner needs it to size tensors, so --batch_size is passed to LMS.
+
+    Returns:
+      (recorder, callbacks) for ``model.fit(..., callbacks=callbacks)``.
+    """
+    recorder = batch_loss_recorder(tf)
+    lms = make_lms(args, batch_size=args.batch_size)
+    return recorder, [recorder] + ([lms] if lms is not None else [])
 
 
 def describe_devices():

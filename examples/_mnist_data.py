@@ -17,7 +17,8 @@ import os
 
 import numpy as np
 
-__all__ = ["MnistData", "load", "batches", "NUM_CLASSES", "IMAGE_SIZE"]
+__all__ = ["MnistData", "add_data_flags", "load", "batches", "NUM_CLASSES",
+           "IMAGE_SIZE"]
 
 NUM_CLASSES = 10
 IMAGE_SIZE = 28
@@ -92,8 +93,21 @@ def _from_sklearn_digits(test_fraction=0.2, seed=0):
                      "mnist.npz found)")
 
 
-def load(data_dir=None, verbose=True):
+def add_data_flags(parser):
+    """Add --data_dir and --eval_samples, the flags `load` takes, to an
+    `argparse.ArgumentParser`."""
+    parser.add_argument("--data_dir", default=None,
+                        help="folder holding mnist.npz (default: the Keras "
+                             "cache, else scikit-learn's digits)")
+    parser.add_argument("--eval_samples", type=int, default=0,
+                        help="test images to evaluate on (0: all)")
+
+
+def load(data_dir=None, verbose=True, eval_samples=0):
     """Real MNIST when an ``mnist.npz`` is found, else sklearn's digits.
+
+    With `eval_samples` > 0 the test set is cut to its first
+    `eval_samples` images.
 
     Raises FileNotFoundError when `data_dir` is given but holds no
     ``mnist.npz``, so a typo does not silently train on the fallback.
@@ -109,6 +123,9 @@ def load(data_dir=None, verbose=True):
                 "--data_dir %r holds no mnist.npz (the file Keras caches as "
                 "~/.keras/datasets/mnist.npz)" % data_dir)
         data = _from_sklearn_digits()
+    if eval_samples:
+        data.x_test = data.x_test[:eval_samples]
+        data.y_test = data.y_test[:eval_samples]
     if verbose:
         print("Data set: %s: %d training and %d test images"
               % (data.name, len(data.x_train), len(data.x_test)), flush=True)

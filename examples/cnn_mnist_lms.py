@@ -41,16 +41,12 @@ def parse_args(argv=None):
         parser, image_size=28, batch_size=100, epochs=1, steps=2000,
         image_help="side of the images the network sees; the 28x28 digits "
                    "are resized to it inside the model")
-    parser.add_argument("--data_dir", default=None,
-                        help="folder holding mnist.npz (default: the Keras "
-                             "cache, else scikit-learn's digits)")
+    _mnist_data.add_data_flags(parser)
     parser.add_argument("--model_dir", default=None,
                         help="Estimator checkpoint folder (default: a "
                              "temporary folder, deleted at the end)")
     parser.add_argument("--learning_rate", type=float, default=1e-3,
                         help="Adam learning rate (default 1e-3)")
-    parser.add_argument("--eval_samples", type=int, default=0,
-                        help="test images to evaluate on (0: all)")
     parser.add_argument("--log_every", type=int, default=100,
                         help="log the training loss every N steps")
     parser.add_argument("--seed", type=int, default=0, help="random seed")
@@ -160,10 +156,8 @@ def main(argv=None):
     tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.INFO if args.lms
                                        else tf.compat.v1.logging.WARN)
     print(_lms_flags.describe_devices(), flush=True)
-    data = _mnist_data.load(args.data_dir)
+    data = _mnist_data.load(args.data_dir, eval_samples=args.eval_samples)
     x_test, y_test = data.x_test, data.y_test
-    if args.eval_samples:
-        x_test, y_test = x_test[:args.eval_samples], y_test[:args.eval_samples]
 
     model_dir = args.model_dir or tempfile.mkdtemp(prefix="cnn_mnist_lms_")
     config = tf.estimator.RunConfig(model_dir=model_dir,

@@ -36,6 +36,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from tflms import LMS  # noqa: E402
+from tflms._argparse_types import positive_float, positive_int  # noqa: E402
 
 import _lms_flags  # noqa: E402  (examples/_lms_flags.py)
 
@@ -49,13 +50,13 @@ def parse_args(argv=None):
         description="Train a ResNet-style CNN with and without Large Model "
                     "Support on a device memory budget it does not fit in, "
                     "and compare the losses.")
-    parser.add_argument("--image-size", type=int, default=96,
+    parser.add_argument("--image-size", type=positive_int, default=96,
                         help="height and width of the images (default 96)")
-    parser.add_argument("--batch-size", type=int, default=8,
+    parser.add_argument("--batch-size", type=positive_int, default=8,
                         help="mini-batch size (default 8)")
-    parser.add_argument("--steps", type=int, default=6,
+    parser.add_argument("--steps", type=positive_int, default=6,
                         help="training steps per run (default 6)")
-    parser.add_argument("--gpu-mem", type=float, default=0.1,
+    parser.add_argument("--gpu-mem", type=positive_float, default=0.1,
                         help="device memory budget in GiB that LMS plans "
                              "for (lms.autotune_gpu_mem; default 0.1, well "
                              "below the ~0.16 GiB one step needs at the "
@@ -65,15 +66,7 @@ def parse_args(argv=None):
                              "default .lms)")
     parser.add_argument("--seed", type=int, default=7,
                         help="seed of the weights and data (default 7)")
-    args = parser.parse_args(argv)
-    for name in ("image_size", "batch_size", "steps"):
-        if getattr(args, name) < 1:
-            parser.error("--%s must be >= 1; got %d"
-                         % (name.replace("_", "-"), getattr(args, name)))
-    if not args.gpu_mem > 0:
-        parser.error("--gpu-mem must be a positive number of GiB; got %r"
-                     % args.gpu_mem)
-    return args
+    return parser.parse_args(argv)
 
 
 def make_data(args):

@@ -54,8 +54,6 @@ import numpy as np
 import _lms_flags
 import Keras_ResNet50
 
-MIN_IMAGE_SIZE = Keras_ResNet50.MIN_IMAGE_SIZE
-
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
@@ -63,16 +61,7 @@ def parse_args(argv=None):
                     "Horovod and Large Model Support. Start it with "
                     "horovodrun, e.g. horovodrun -np 4 -H localhost:4 python "
                     "horovod_resnet50_lms.py --lms")
-    _lms_flags.add_size_flags(parser, image_size=224, batch_size=1, epochs=1,
-                              steps=10,
-                              image_help="height and width of the synthetic "
-                                         "images (at least %d)"
-                                         % MIN_IMAGE_SIZE)
-    parser.add_argument("--num_classes", type=int, default=10,
-                        help="number of classes (default 10)")
-    parser.add_argument("--optimizer", default="sgd",
-                        choices=("adam", "sgd", "rmsprop"),
-                        help="graph-mode Keras optimizer (default sgd)")
+    Keras_ResNet50.add_resnet_flags(parser, image_size=224, optimizer="sgd")
     parser.add_argument("--learning_rate", type=float, default=1e-3,
                         help="learning rate of one rank; the job uses it "
                              "times the number of ranks (default 1e-3)")
@@ -83,11 +72,7 @@ def parse_args(argv=None):
                              "data")
     _lms_flags.add_lms_flags(parser)
     args = parser.parse_args(argv)
-    if args.image_size < MIN_IMAGE_SIZE:
-        parser.error("--image_size must be at least %d for ResNet50"
-                     % MIN_IMAGE_SIZE)
-    if args.num_classes < 2:
-        parser.error("--num_classes must be at least 2")
+    Keras_ResNet50.check_resnet_args(parser, args)
     return args
 
 

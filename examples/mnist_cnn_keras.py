@@ -46,11 +46,7 @@ def parse_args(argv=None):
         parser, image_size=28, batch_size=128, epochs=2, steps=400,
         image_help="side of the images the network sees; a Resizing layer "
                    "scales the 28x28 digits to it")
-    parser.add_argument("--data_dir", default=None,
-                        help="folder holding mnist.npz (default: the Keras "
-                             "cache, else scikit-learn's digits)")
-    parser.add_argument("--eval_samples", type=int, default=0,
-                        help="test images to evaluate on (0: all)")
+    _mnist_data.add_data_flags(parser)
     parser.add_argument("--verbose", type=int, default=2, choices=(0, 1, 2),
                         help="Keras verbosity (default 2: a line per epoch)")
     parser.add_argument("--seed", type=int, default=0, help="random seed")
@@ -84,22 +80,15 @@ def main(argv=None):
     # Seeds Python, NumPy and TensorFlow (graph-level seed) at once.
     tf.keras.utils.set_random_seed(args.seed)
     print(_lms_flags.describe_devices(), flush=True)
-    data = _mnist_data.load(args.data_dir)
+    data = _mnist_data.load(args.data_dir, eval_samples=args.eval_samples)
     x_test, y_test = data.x_test, data.y_test
-    if args.eval_samples:
-        x_test, y_test = x_test[:args.eval_samples], y_test[:args.eval_samples]
 
     model = build_model(tf, args.image_size)
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy",
                   metrics=["accuracy"])
 
-    recorder = _lms_flags.batch_loss_recorder(tf)
-    callbacks = [recorder]
-    # Keras cannot tell LMS the batch size when fed by a generator, and
-    # the auto-tuner needs it to size tensors, so pass it here.
-    lms = _lms_flags.make_lms(args, batch_size=args.batch_size)
-    if lms is not None:
-        callbacks.append(lms)
+    # [recorder] plus, with --lms, the LMS callback (given --batch_size).
+    recorder, callbacks = _lms_flags.keras_callbacks(tf, args)
 
     model.fit_generator(
         _mnist_data.batches(data.x_train, data.y_train, args.batch_size,

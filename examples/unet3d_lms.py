@@ -178,13 +178,8 @@ def main(argv=None):
         loss="binary_crossentropy",
         metrics=["accuracy", dice_coefficient(tf)])
 
-    recorder = _lms_flags.batch_loss_recorder(tf)
-    callbacks = [recorder]
-    # Keras cannot tell LMS the batch size when fed by a generator, and
-    # the auto-tuner needs it to size tensors, so pass it here.
-    lms = _lms_flags.make_lms(args, batch_size=args.batch_size)
-    if lms is not None:
-        callbacks.append(lms)
+    # [recorder] plus, with --lms, the LMS callback (given --batch_size).
+    recorder, callbacks = _lms_flags.keras_callbacks(tf, args)
 
     start = time.time()
     history = model.fit(

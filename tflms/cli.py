@@ -46,6 +46,7 @@ from tflms import autotune
 from tflms import graph_index as gi
 from tflms import plots as plotting
 from tflms import simulator
+from tflms._argparse_types import auto_int, positive_float, positive_int
 from tflms.lms import LMS
 
 __all__ = ["LINKS", "PlanError", "build_parser", "load_graph", "plan_graph",
@@ -94,41 +95,6 @@ class LoadedGraph:
 
 
 # ---- command line ----------------------------------------------------------
-def _auto_int(name, minimum):
-    def parse(text):
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                "%s must be an int; got %r" % (name, text)) from None
-        if value != -1 and value < minimum:
-            raise argparse.ArgumentTypeError(
-                "%s must be -1 (auto) or >= %d; got %d"
-                % (name, minimum, value))
-        return value
-    return parse
-
-
-def _positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError("not an int: %r" % text) from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be >= 1; got %d" % value)
-    return value
-
-
-def _positive_float(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError("not a number: %r" % text) from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError("must be > 0; got %r" % text)
-    return value
-
-
 def _serialization(text):
     return [item.strip() for item in text.split(",") if item.strip()]
 
@@ -155,11 +121,11 @@ def build_parser():
                 "Example: tflms plan model.h5 --batch-size 32 --gpu-mem 16"))
     plan.add_argument("graph", metavar="GRAPH",
                       help="the saved model or graph to plan")
-    plan.add_argument("--batch-size", type=_positive_int, default=None,
+    plan.add_argument("--batch-size", type=positive_int, default=None,
                       metavar="N",
                       help="mini-batch size, for shapes whose batch dimension "
                            "is unknown (lms.batch_size)")
-    plan.add_argument("--gpu-mem", type=_positive_float, default=None,
+    plan.add_argument("--gpu-mem", type=positive_float, default=None,
                       metavar="GIB",
                       help="device memory to plan for, in GiB "
                            "(lms.autotune_gpu_mem); default: the memory of "
@@ -168,16 +134,16 @@ def build_parser():
     lms = plan.add_argument_group(
         "LMS parameters", "As in the LMS constructor; -1 lets the auto-tuner "
         "choose.")
-    lms.add_argument("--swapout-threshold", type=_auto_int(
-        "--swapout-threshold", 1), default=-1, metavar="N",
+    lms.add_argument("--swapout-threshold", type=auto_int(1), default=-1,
+                     metavar="N",
                      help="swap a tensor for readers more than N levels "
                           "after it was made (default -1: auto)")
-    lms.add_argument("--swapin-ahead", type=_auto_int("--swapin-ahead", 1),
-                     default=-1, metavar="N",
+    lms.add_argument("--swapin-ahead", type=auto_int(1), default=-1,
+                     metavar="N",
                      help="start swap-ins more than N levels before their "
                           "reader (default -1: auto)")
-    lms.add_argument("--swapin-groupby", type=_auto_int(
-        "--swapin-groupby", 0), default=-1, metavar="N",
+    lms.add_argument("--swapin-groupby", type=auto_int(0), default=-1,
+                     metavar="N",
                      help="readers within N levels share one swap-in "
                           "(default -1: auto)")
     lms.add_argument("--sync-mode", type=int, choices=(0, 1, 2, 3),

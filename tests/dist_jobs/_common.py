@@ -1,7 +1,89 @@
-"""Helpers shared by the distributed job scripts."""
+"""Helpers shared by the distributed job scripts.
+
+The jobs run as scripts (``python tests/dist_jobs/<job>.py``), so this
+module is imported as ``_common`` from the scripts' own folder. Importing it
+imports TensorFlow: a job sets TF_CPP_MIN_LOG_LEVEL and the repository path
+first.
+"""
+
+import numpy as np
+import tensorflow as tf
 
 from tflms import analysis
 from tflms import graph_index as gi
+
+
+def setup_cpu_devices(count, host_index):
+    """Split the CPU into `count` logical devices, turn graph mode on, and
+    make LMS treat CPU:`host_index` alone as the host.
+
+    LMS only manages accelerators; the job's other logical CPUs stand in
+    for GPUs, so `graph_index.is_cpu_device` answers False for them. Must
+    run before TensorFlow initialises its runtime.
+    """
+    cpus = tf.config.list_physical_devices("CPU")
+    tf.config.set_logical_device_configuration(
+        cpus[0], [tf.config.LogicalDeviceConfiguration()] * count)
+    tf.compat.v1.disable_eager_execution()
+    real = gi.is_cpu_device
+
+    def is_cpu_device(device):
+        if not real(device):
+            return False
+        return (tf.DeviceSpec.from_string(device).device_index
+                or 0) == host_index
+
+    gi.is_cpu_device = is_cpu_device
+
+
+def model_fn(features, labels, mode):
+    """Estimator model: a 4-layer MLP on 16 features, 3 classes, SGD."""
+    h = features["x"]
+    for i in range(4):
+        h = tf.compat.v1.layers.dense(
+            h, 32, activation=tf.nn.relu, name="dense%d" % i,
+            kernel_initializer=tf.compat.v1.glorot_uniform_initializer(
+                seed=i))
+    logits = tf.compat.v1.layers.dense(
+        h, 3, name="logits",
+        kernel_initializer=tf.compat.v1.glorot_uniform_initializer(seed=7))
+    loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
+    train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
+        loss, global_step=tf.compat.v1.train.get_global_step())
+    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train)
+
+
+def make_input_fn(seed):
+    """Estimator input_fn for `model_fn`: 64 random examples drawn with
+    `seed`, in batches of 8, repeated."""
+    def input_fn():
+        rng = np.random.RandomState(seed)
+        x = rng.randn(64, 16).astype(np.float32)
+        y = rng.randint(0, 3, 64).astype(np.int32)
+        return tf.compat.v1.data.Dataset.from_tensor_slices(
+            ({"x": x}, y)).batch(8, drop_remainder=True).repeat()
+    return input_fn
+
+
+def executed_names(run_metadata):
+    """Names of the ops a traced step ran."""
+    return {n.node_name for d in run_metadata.step_stats.dev_stats
+            for n in d.node_stats}
+
+
+class TraceHook(tf.compat.v1.train.SessionRunHook):
+    """Traces every step; `executed` collects the names of the ops run."""
+
+    def __init__(self):
+        self.executed = set()
+
+    def before_run(self, run_context):
+        return tf.compat.v1.train.SessionRunArgs(
+            fetches=None, options=tf.compat.v1.RunOptions(
+                trace_level=tf.compat.v1.RunOptions.FULL_TRACE))
+
+    def after_run(self, run_context, run_values):
+        self.executed |= executed_names(run_values.run_metadata)
 
 
 def collective_contacts(graph, result):

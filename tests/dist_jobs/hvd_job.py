@@ -36,7 +36,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tflms import LMS  # noqa: E402
 from tflms import distributed  # noqa: E402
 
-from _common import collective_contacts  # noqa: E402
+from _common import TraceHook, collective_contacts  # noqa: E402
+from _common import executed_names  # noqa: E402
 
 DEPTH, WIDTH, FEATURES, CLASSES, BATCH, STEPS = 6, 32, 16, 4, 8, 3
 
@@ -68,11 +69,6 @@ def mlp(x, seed):
         h, CLASSES, name="logits",
         kernel_initializer=tf.compat.v1.glorot_uniform_initializer(
             seed=seed * 100 + 99))
-
-
-def executed_names(run_metadata):
-    return {n.node_name for d in run_metadata.step_stats.dev_stats
-            for n in d.node_stats}
 
 
 def make_lms(params, rank, args):
@@ -163,19 +159,6 @@ def run_keras(hvd, params, args):
 
 
 # ---- Estimator ----------------------------------------------------------
-class _TraceHook(tf.compat.v1.train.SessionRunHook):
-    def __init__(self):
-        self.executed = set()
-
-    def before_run(self, run_context):
-        return tf.compat.v1.train.SessionRunArgs(
-            fetches=None, options=tf.compat.v1.RunOptions(
-                trace_level=tf.compat.v1.RunOptions.FULL_TRACE))
-
-    def after_run(self, run_context, run_values):
-        self.executed |= executed_names(run_values.run_metadata)
-
-
 class _CheckHook(tf.compat.v1.train.SessionRunHook):
     """Runs check_same_rewrite once the hooks before it edited the graph."""
 
@@ -208,7 +191,7 @@ def run_estimator(hvd, params, args):
             ({"x": xs}, ys)).batch(BATCH, drop_remainder=True)
 
     lms = make_lms(params, rank, args)
-    trace = _TraceHook()
+    trace = TraceHook()
     checker = _CheckHook(lms)
     # The broadcast hook first: its ops exist when LMS edits the graph, and
     # LMS must leave them alone.

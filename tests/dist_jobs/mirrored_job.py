@@ -27,58 +27,15 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from tflms import LMS  # noqa: E402
-from tflms import graph_index  # noqa: E402
+
+from _common import TraceHook, make_input_fn, model_fn  # noqa: E402
+from _common import setup_cpu_devices  # noqa: E402
 
 TOWERS = ("/cpu:1", "/cpu:2")
 FIXED = dict(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0)
-
-
-def _host_only_is_cpu(real):
-    def is_cpu_device(device):
-        if not real(device):
-            return False
-        return (tf.DeviceSpec.from_string(device).device_index or 0) == 0
-    return is_cpu_device
-
-
-def model_fn(features, labels, mode):
-    h = features["x"]
-    for i in range(4):
-        h = tf.compat.v1.layers.dense(
-            h, 32, activation=tf.nn.relu, name="dense%d" % i,
-            kernel_initializer=tf.compat.v1.glorot_uniform_initializer(
-                seed=i))
-    logits = tf.compat.v1.layers.dense(
-        h, 3, name="logits",
-        kernel_initializer=tf.compat.v1.glorot_uniform_initializer(seed=7))
-    loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
-    train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
-        loss, global_step=tf.compat.v1.train.get_global_step())
-    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train)
-
-
-def input_fn():
-    rng = np.random.RandomState(0)
-    x = rng.randn(64, 16).astype(np.float32)
-    y = rng.randint(0, 3, 64).astype(np.int32)
-    return tf.compat.v1.data.Dataset.from_tensor_slices(
-        ({"x": x}, y)).batch(8, drop_remainder=True).repeat()
-
-
-class TraceHook(tf.compat.v1.train.SessionRunHook):
-    def __init__(self):
-        self.executed = set()
-
-    def before_run(self, run_context):
-        return tf.compat.v1.train.SessionRunArgs(
-            fetches=None, options=tf.compat.v1.RunOptions(
-                trace_level=tf.compat.v1.RunOptions.FULL_TRACE))
-
-    def after_run(self, run_context, run_values):
-        for dev in run_values.run_metadata.step_stats.dev_stats:
-            self.executed.update(n.node_name for n in dev.node_stats)
 
 
 class DescribeHook(tf.compat.v1.train.SessionRunHook):
@@ -120,7 +77,7 @@ def train(out, mode):
         model_fn, model_dir=os.path.join(out, "model_" + mode),
         config=tf.compat.v1.estimator.RunConfig(
             tf_random_seed=1, train_distribute=strategy))
-    est.train(input_fn, steps=3, hooks=lms_list + [describe, trace])
+    est.train(make_input_fn(0), steps=3, hooks=lms_list + [describe, trace])
     names = [n for n in est.get_variable_names()
              if n.startswith(("dense", "logits"))]
     np.savez(os.path.join(out, mode + ".npz"),
@@ -135,11 +92,7 @@ def train(out, mode):
 def main():
     out, modes = sys.argv[1], sys.argv[2].split(",")
     faulthandler.dump_traceback_later(200, exit=True)
-    cpus = tf.config.list_physical_devices("CPU")
-    tf.config.set_logical_device_configuration(
-        cpus[0], [tf.config.LogicalDeviceConfiguration()] * 3)
-    tf.compat.v1.disable_eager_execution()
-    graph_index.is_cpu_device = _host_only_is_cpu(graph_index.is_cpu_device)
+    setup_cpu_devices(3, host_index=0)
     for mode in modes:
         train(out, mode)
 

@@ -31,53 +31,19 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from tflms import LMS  # noqa: E402
-from tflms import graph_index  # noqa: E402
 
-from _common import collective_contacts  # noqa: E402
+from _common import TraceHook, make_input_fn, model_fn  # noqa: E402
+from _common import collective_contacts, setup_cpu_devices  # noqa: E402
 
 FIXED = dict(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0,
              cpu_device="/cpu:1")
 
 
-def _host_only_is_cpu(real):
-    def is_cpu_device(device):
-        if not real(device):
-            return False
-        return (tf.DeviceSpec.from_string(device).device_index or 0) == 1
-    return is_cpu_device
-
-
-def model_fn(features, labels, mode):
-    h = features["x"]
-    for i in range(4):
-        h = tf.compat.v1.layers.dense(
-            h, 32, activation=tf.nn.relu, name="dense%d" % i,
-            kernel_initializer=tf.compat.v1.glorot_uniform_initializer(
-                seed=i))
-    logits = tf.compat.v1.layers.dense(
-        h, 3, name="logits",
-        kernel_initializer=tf.compat.v1.glorot_uniform_initializer(seed=7))
-    loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
-    train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
-        loss, global_step=tf.compat.v1.train.get_global_step())
-    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train)
-
-
-def make_input_fn(worker):
-    def input_fn():
-        rng = np.random.RandomState(10 + worker)
-        x = rng.randn(64, 16).astype(np.float32)
-        y = rng.randint(0, 3, 64).astype(np.int32)
-        return tf.compat.v1.data.Dataset.from_tensor_slices(
-            ({"x": x}, y)).batch(8, drop_remainder=True).repeat()
-    return input_fn
-
-
-class RecordHook(tf.compat.v1.train.SessionRunHook):
+class RecordHook(TraceHook):
     """Traces every step and keeps the last values of the variables."""
 
     def __init__(self):
-        self.executed = set()
+        super().__init__()
         self.weights = {}
         self._variables = None
         self.graph = None
@@ -85,15 +51,6 @@ class RecordHook(tf.compat.v1.train.SessionRunHook):
     def begin(self):
         self.graph = tf.compat.v1.get_default_graph()
         self._variables = list(tf.compat.v1.trainable_variables())
-
-    def before_run(self, run_context):
-        return tf.compat.v1.train.SessionRunArgs(
-            fetches=None, options=tf.compat.v1.RunOptions(
-                trace_level=tf.compat.v1.RunOptions.FULL_TRACE))
-
-    def after_run(self, run_context, run_values):
-        for dev in run_values.run_metadata.step_stats.dev_stats:
-            self.executed.update(n.node_name for n in dev.node_stats)
 
     def end(self, session):
         values = session.run(self._variables)
@@ -104,11 +61,7 @@ def main():
     out, mode = sys.argv[1], sys.argv[2]
     faulthandler.dump_traceback_later(200, exit=True)
     worker = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
-    cpus = tf.config.list_physical_devices("CPU")
-    tf.config.set_logical_device_configuration(
-        cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2)
-    tf.compat.v1.disable_eager_execution()
-    graph_index.is_cpu_device = _host_only_is_cpu(graph_index.is_cpu_device)
+    setup_cpu_devices(2, host_index=1)
 
     strategy = tf.compat.v1.distribute.experimental.MultiWorkerMirroredStrategy()
     lms = LMS(**FIXED) if mode == "lms" else None
@@ -120,9 +73,9 @@ def main():
             tf_random_seed=1, train_distribute=strategy,
             save_checkpoints_steps=None, save_checkpoints_secs=None))
     tf.estimator.train_and_evaluate(
-        est, tf.estimator.TrainSpec(make_input_fn(worker), max_steps=3,
+        est, tf.estimator.TrainSpec(make_input_fn(10 + worker), max_steps=3,
                                     hooks=hooks),
-        tf.estimator.EvalSpec(make_input_fn(worker), steps=1,
+        tf.estimator.EvalSpec(make_input_fn(10 + worker), steps=1,
                               start_delay_secs=0, throttle_secs=0))
     stem = os.path.join(out, "%s.worker%d" % (mode, worker))
     np.savez(stem + ".npz", **record.weights)
