@@ -24,15 +24,17 @@ import tensorflow as tf
 from tflms import LMS
 from tflms import analysis
 from tflms import graph_index as gi
+from tflms import rewriter
 
 from _graphs import assert_swaps_ran, trace_options
 
 FIXED = dict(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0)
 
 
-def keras_bn_graph():
+def keras_bn_graph(**compile_kwargs):
     """A Keras CNN with batch norm; its learning-phase conds are v1 or v2
-    depending on the control-flow setting when it is built."""
+    depending on the control-flow setting when it is built.
+    `compile_kwargs` go to `Model.compile` (e.g. run options)."""
     tf.keras.backend.clear_session()
     inp = tf.keras.Input((10, 10, 3))
     h = inp
@@ -47,7 +49,7 @@ def keras_bn_graph():
         3, kernel_initializer=tf.keras.initializers.GlorotUniform(seed=5))(h)
     model = tf.keras.Model(inp, out)
     model.compile("sgd", tf.keras.losses.SparseCategoricalCrossentropy(
-        from_logits=True))
+        from_logits=True), **compile_kwargs)
     model._make_train_function()  # pylint: disable=protected-access
     return model, tf.compat.v1.get_default_graph()
 
@@ -125,6 +127,113 @@ def test_keras_learning_phase_v1_numbers(v1_control_flow):
     assert got[0] == base[0]
     for a, b in zip(base[1], got[1]):
         np.testing.assert_array_equal(a, b)
+
+
+def test_keras_learning_phase_v1_switch_swaps_and_deferred_zeros(
+        v1_control_flow):
+    """In v1 control flow the backward batch norm reads the forward
+    activation through its cond's Switch, and the gradient zeros of the
+    untaken (inference) branch are made from forward shapes alone: the plan
+    swaps the Switch outputs and delays those fills until just before the
+    backward pass needs them. A traced fit step shows both happened, and
+    training matches the run without LMS (`test_keras_learning_phase_v1_numbers`
+    and the losses here)."""
+
+    def fit(lms):
+        md = tf.compat.v1.RunMetadata()
+        model, graph = keras_bn_graph(options=trace_options(),
+                                      run_metadata=md)
+        rng = np.random.RandomState(0)
+        x = rng.randn(4, 10, 10, 3).astype(np.float32)
+        y = (np.arange(4) % 3).astype(np.int32)
+        hist = model.fit(x, y, batch_size=4, epochs=1, shuffle=False,
+                         verbose=0, callbacks=[lms] if lms else [])
+        return hist.history["loss"], model.get_weights(), graph, md
+
+    base_loss, base_weights, _, _ = fit(None)
+    lms = LMS(**FIXED)
+    loss, weights, graph, md = fit(lms)
+    assert loss == base_loss
+    for a, b in zip(base_weights, weights):
+        np.testing.assert_array_equal(a, b)
+
+    plan, result = lms.last_plan, lms.last_result
+    index = gi.build_index(graph)
+    ops = graph.get_operations()
+    executed = {n.node_name: n for d in md.step_stats.dev_stats
+                for n in d.node_stats}
+    # One Switch per batch norm feeds its training branch and the backward
+    # FusedBatchNormGradV3; each is swapped and the swap ops ran.
+    switch_swaps = [s for s in plan.swaps if ops[s.producer].type == "Switch"]
+    assert len(switch_swaps) == 3
+    names = {rewriter.swap_op_name(kind, ops[s.producer].outputs[s.output].name)
+             for s in switch_swaps for kind in ("swapout", "swapin")}
+    assert names <= set(executed), sorted(names - set(executed))
+    assert_live_swaps_ran(graph, result, md)
+    # The three untaken-branch gradient zeros wait for an op of the backward
+    # pass, and ran after it.
+    assert len(plan.deferral_edges) == 3
+    maybe_dead = analysis.maybe_dead_ops(index)
+    for trigger, fill in plan.deferral_edges:
+        assert ops[fill].type == "Fill"
+        assert ops[trigger] in ops[fill].control_inputs
+        assert trigger not in maybe_dead and not index.in_v1_cond[trigger]
+        t, f = executed[ops[trigger].name], executed[ops[fill].name]
+        assert f.all_start_micros >= t.all_start_micros + t.op_end_rel_micros
+        # Made in the backward pass: after the loss's own gradient ops
+        # started, i.e. long after the forward pass.
+        first_reader = min(index.levels[c] for c in index.successors(fill))
+        assert index.levels[trigger] <= first_reader - 2
+
+
+def _real_peak_resnet50_v1(defer):
+    """Keras ResNet50 (128x128, batch 2, learning phase fed 1) in v1 control
+    flow: the simulator's peak and the real CPU allocator peak of a traced
+    step, with the plan's deferral edges applied or not (no swaps, which on a
+    CPU-only machine would not move memory anyway)."""
+    import test_fidelity  # pylint: disable=import-outside-toplevel
+    from benchmarks import models as bench_models  # pylint: disable=import-outside-toplevel
+    from tflms import planner, rewriter as rw, simulator  # pylint: disable=import-outside-toplevel
+    built = bench_models.resnet50(128, batch=2, learning_phase="placeholder")
+    graph = built.graph
+    index = gi.build_index(graph)
+    roles = analysis.classify_ops(index)
+    deferral = planner.deferral_edges(index, roles)
+    plan = planner.make_plan(index, roles, planner.SwapParams(10**6, 1, 0, 0),
+                             batch_size=2, deferral=deferral)
+    assert not plan.swaps and len(deferral) == 53
+    sim = simulator.SimulationModel(index, roles, batch_size=2)
+    predicted = sim.replay(plan if defer else None).peak_device_bytes
+    if defer:
+        rw.apply_plan(graph, index, plan, "/cpu:0")
+    phase = [op.outputs[0] for op in graph.get_operations()
+             if op.type == "PlaceholderWithDefault"
+             and "learning_phase" in op.name]
+    feed = built.make_feed()
+    feed[phase[0]] = True
+    md = tf.compat.v1.RunMetadata()
+    with tf.compat.v1.Session(graph=graph) as sess:
+        sess.run(built.init_op)
+        loss = sess.run([built.loss, built.train_op], feed)[0]
+        sess.run(built.train_op, feed, options=trace_options(),
+                 run_metadata=md)
+        variables = sess.run(graph.get_collection("variables"))
+    real = sum(v.nbytes for v in variables) + test_fidelity.highest_running_sum(
+        test_fidelity.step_allocations(md))
+    return predicted, real, loss
+
+
+def test_deferred_zeros_lower_the_real_peak(v1_control_flow):
+    """The deferral edges move real memory: on this machine's CPU allocator
+    the traced step peaks lower by about what the simulator predicts, and
+    the step computes the same loss."""
+    sim_before, real_before, loss_before = _real_peak_resnet50_v1(False)
+    sim_after, real_after, loss_after = _real_peak_resnet50_v1(True)
+    predicted = sim_before - sim_after
+    measured = real_before - real_after
+    assert predicted > 10 << 20, predicted
+    assert measured > 0.5 * predicted, (predicted, measured)
+    assert loss_after == loss_before
 
 
 def test_keras_learning_phase_v2():

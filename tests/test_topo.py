@@ -61,3 +61,40 @@ def test_cycle_is_reported():
 def test_empty_graph():
     assert topo.kahn_levels(0, []) == []
     assert topo.group_by_level([]) == []
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_raise_levels_equals_kahn_after_additions(seed):
+    """New nodes and forward edges added to a DAG: pushing increases from
+    the new edges' tails gives the levels Kahn computes from scratch."""
+    rng = random.Random(1000 + seed)
+    n = 60 + seed * 5
+    succ = random_dag(n, 0.05, 1000 + seed)
+    old = topo.kahn_levels(n, succ)
+    new_succ = [list(s) for s in succ]
+    seeds = set()
+    # Forward edges between old nodes (from a lower level to a higher one,
+    # as LMS adds them) and new nodes between old ones.
+    for _ in range(rng.randrange(1, 12)):
+        a, b = rng.randrange(n), rng.randrange(n)
+        if old[a] < old[b]:
+            new_succ[a].append(b)
+            seeds.add(a)
+    for _ in range(rng.randrange(0, 6)):
+        a, b = rng.randrange(n), rng.randrange(n)
+        if old[a] < old[b]:
+            v = len(new_succ)
+            new_succ.append([b])
+            new_succ[a].append(v)
+            seeds.update((a, v))
+    got = topo.raise_levels(old, new_succ, seeds, max_steps=10 * n)
+    assert got == topo.kahn_levels(len(new_succ), new_succ)
+
+
+def test_raise_levels_gives_up_on_a_cycle():
+    succ = [[1], [2], []]
+    old = topo.kahn_levels(3, succ)
+    succ[2].append(0)  # closes a cycle
+    assert topo.raise_levels(old, succ, {2}, max_steps=50) is None
+    with pytest.raises(topo.GraphCycleError):
+        topo.kahn_levels(3, succ)

@@ -431,7 +431,13 @@ def classify_ops(index, gpu_device=None, is_training=True, filters=None):
         if not in_loop and i not in maybe_dead and t not in (
                 gi.CONTROL_FLOW_V1_TYPES):
             waiters.add(i)
-        if (t not in NEVER_SWAPPED_TYPES and t not in gi.CONTROL_FLOW_V1_TYPES
+        # A cond's Switch hands its input to the branch that runs; in v1
+        # control flow the gradient of a batch norm in a learning-phase cond
+        # reads the forward activation through it, so it is the tensor to
+        # swap. (When its branch does not run, the swap ops get the dead
+        # tensor and do nothing, like the consumer.)
+        if (t not in NEVER_SWAPPED_TYPES
+                and (t not in gi.CONTROL_FLOW_V1_TYPES or t == "Switch")
                 and not in_loop and i not in constant):
             sources.add(i)
         # A loop's Enter reads its input in the enclosing frame, so it may

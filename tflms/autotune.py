@@ -235,8 +235,10 @@ def host_budget(env=None):
 class _Simulations:
     """Plans and replays with memoisation and the "Found" log lines."""
 
-    def __init__(self, index, roles, model, budget, batch_size, log):
+    def __init__(self, index, roles, model, budget, batch_size, log,
+                 deferral=()):
         self.index = index
+        self.deferral = tuple(deferral)
         self.roles = roles
         self.model = model
         self.budget = budget
@@ -245,12 +247,17 @@ class _Simulations:
         self.edges = planner.candidate_edges(index, roles)
         self.count = 0
         self._cache = {}
+        # (consumer, swapin_ahead, lowest level) -> trigger, shared by the
+        # dozens of plans one search makes.
+        self._triggers = {}
         self.smallest = None  # (peak, params) of the lowest peak seen
         self.without = None   # SimulationResult of the unmodified graph
 
     def plan(self, params):
         return planner.make_plan(self.index, self.roles, params,
-                                 batch_size=self.batch_size, edges=self.edges)
+                                 batch_size=self.batch_size, edges=self.edges,
+                                 trigger_cache=self._triggers,
+                                 deferral=self.deferral)
 
     def replay(self, plan, detail=False):
         self.count += 1
@@ -462,26 +469,30 @@ def select_tensors(model, plan, budget, replay=None, rounds=_SELECTION_ROUNDS,
 def _greedy_cover(cover, sizes, moved, need):
     """Candidates (row ids) that together free `need` bytes at every level.
 
-    Greedy weighted multi-cover: repeatedly take the row that frees the most
-    still-needed bytes per byte moved (ties: smaller tensor, then lower id),
-    then drop picks that the others make redundant, most expensive first
-    (greedy by ratio can take a small tensor that a larger, necessary one
-    later makes useless).
+    Scores every row once, by the still-needed bytes it frees per byte
+    moved, walks the rows best first (ties: smaller tensor, then lower id)
+    taking each one that still frees a needed byte, until nothing is
+    needed; then drops picks that the others make redundant, most
+    expensive first (a small tensor taken early can be made useless by a
+    larger, necessary one). One pass over the matrix: re-scoring every row
+    after each pick costs O(picks * rows * levels), cubic in the graph, and
+    the select-and-replay rounds of `select_tensors` already correct what a
+    static score misses.
     """
     remaining = need.copy()
-    available = cover.any(axis=1)
+    useful = np.minimum(sizes[:, None], np.maximum(need, 0)[None, :])
+    gain = (cover * useful).sum(1)
+    score = gain / np.maximum(moved, 1)
+    order = np.lexsort((np.arange(len(sizes)), sizes, -score))
     picked = []
-    while remaining.max(initial=0) > 0:
-        useful = np.minimum(sizes[:, None], np.maximum(remaining, 0)[None, :])
-        gain = np.where(available, (cover * useful).sum(1), 0.0)
-        if gain.max() <= 0:
+    for i in order:
+        if gain[i] <= 0 or remaining.max(initial=0) <= 0:
             break
-        score = gain / np.maximum(moved, 1)
-        best = np.flatnonzero(score == score.max())
-        i = int(best[np.argmin(sizes[best])])
-        picked.append(i)
-        available[i] = False
-        remaining = np.where(cover[i], remaining - sizes[i], remaining)
+        row = cover[i]
+        if not (remaining[row] > 0).any():
+            continue
+        picked.append(int(i))
+        remaining[row] -= sizes[i]
     if not picked:
         return []
     freed = (cover[picked] * sizes[picked, None]).sum(0)
@@ -569,7 +580,7 @@ def _all_auto(p):
 
 def tune(index, roles, requested, batch_size=None, gpu_mem_gib=None,
          gpu_device=None, plot_dir=None, log=None, serialization_edges=(),
-         select=True, env=None, list_devices=None):
+         select=True, env=None, list_devices=None, deferral_edges=()):
     """Choose swapping parameters for a graph by simulation.
 
     Args:
@@ -584,6 +595,8 @@ def tune(index, roles, requested, batch_size=None, gpu_mem_gib=None,
       serialization_edges: control edges already in the index's levels but
         not in the graph (so the simulator's levels match).
       select: choose tensors to swap when the threshold is on auto.
+      deferral_edges: `planner.deferral_edges` that every plan carries out
+        (the replay without LMS does not).
       env: environment mapping (default `os.environ`).
       list_devices: device lister for `device_budget` (tests).
 
@@ -604,7 +617,8 @@ def tune(index, roles, requested, batch_size=None, gpu_mem_gib=None,
         log.info("%d tensors have no static size and count as 0 bytes in "
                  "the simulation (first: %s)"
                  % (len(model.unknown_tensors), model.unknown_tensors[0]), 1)
-    sims = _Simulations(index, roles, model, budget, batch_size, log)
+    sims = _Simulations(index, roles, model, budget, batch_size, log,
+                        deferral_edges)
     log.info("[Simulator] Searching values for swapout_threshold, "
              "swapin_ahead, swapin_groupby and sync_mode for a budget of "
              "%.2f GiB" % (budget / _GIB))

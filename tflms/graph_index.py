@@ -218,6 +218,7 @@ def build_index(graph, extra_control_edges=()):
     variable_bytes, bn_is_training, is_stateful = [], [], []
     in_cond, in_loop = [], []
     consumers = []
+    stateful_by_type = {}  # an op def is per type
     for op in ops:
         names.append(op.name)
         types.append(op.type)
@@ -234,8 +235,13 @@ def build_index(graph, extra_control_edges=()):
         # Ops that write through a reference input (Assign, ApplyMomentum...
         # on v1 ref variables) are not stateful in their op defs, but they
         # change state all the same.
-        is_stateful.append(bool(op.op_def.is_stateful) or any(
-            arg.is_ref for arg in op.op_def.input_arg))
+        stateful = stateful_by_type.get(op.type)
+        if stateful is None:
+            op_def = op.op_def
+            stateful = bool(op_def.is_stateful) or any(
+                arg.is_ref for arg in op_def.input_arg)
+            stateful_by_type[op.type] = stateful
+        is_stateful.append(stateful)
         if op.type.startswith("FusedBatchNorm"):
             bn_is_training.append(bool(op.get_attr("is_training")))
         else:

@@ -301,10 +301,19 @@ class LMS(tf.keras.callbacks.Callback, tf.compat.v1.train.SessionRunHook):
             log.info("New categorized topological sort has %d levels"
                      % index.num_levels)
 
+        deferral = planner.deferral_edges(index, roles, ser_edges)
+        if deferral:
+            log.info("Delaying %d tensor fills (%.2f GiB), such as the "
+                     "gradient zeros of the untaken branch of v1 conds, until "
+                     "just before their first reader" % (
+                         len(deferral), sum(
+                             gi.tensor_bytes(index, op, 0, self._batch_size)
+                             or 0 for _, op in deferral) / _GIB), 1)
+
         only_tensors = None
         autotuned = False
         if self._autotune_requested():
-            outcome = self._autotune(index, roles, ser_edges)
+            outcome = self._autotune(index, roles, ser_edges, deferral)
             if outcome is None:
                 self._not_needed = (graph, graph.version)
                 _check_ranks(graph, None)
@@ -319,7 +328,8 @@ class LMS(tf.keras.callbacks.Callback, tf.compat.v1.train.SessionRunHook):
 
         plan = planner.make_plan(index, roles, swap_params,
                                  batch_size=self._batch_size,
-                                 only_tensors=only_tensors)
+                                 only_tensors=only_tensors,
+                                 deferral=deferral)
         plan = _with_serialization(plan, ser_edges)
         if plan.unplanned_groups:
             log.info("%d swap-in groups had no op to start them in time and "
@@ -373,7 +383,7 @@ class LMS(tf.keras.callbacks.Callback, tf.compat.v1.train.SessionRunHook):
         return planner.serialization_edges(
             index, roles, self._serialization_slices, extra, excluded)
 
-    def _autotune(self, index, roles, serialization_edges):
+    def _autotune(self, index, roles, serialization_edges, deferral):
         # Imported here: tuning pulls in the simulator, which fixed-parameter
         # users never need.
         from tflms import autotune  # pylint: disable=import-outside-toplevel
@@ -387,7 +397,8 @@ class LMS(tf.keras.callbacks.Callback, tf.compat.v1.train.SessionRunHook):
             gpu_device=self._gpu_device,
             plot_dir=self._plot_dir if self._autotune_plot else None,
             log=self._log,
-            serialization_edges=serialization_edges)
+            serialization_edges=serialization_edges,
+            deferral_edges=deferral)
         self.last_tune = outcome
         if outcome.params is None:
             self._log.info("LMS is not necessary: the model fits in %.2f GiB "

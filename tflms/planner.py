@@ -36,7 +36,9 @@ __all__ = [
     "SwapPlan",
     "Plan",
     "TRIGGER_SEARCH_LEVELS",
+    "DEFERRABLE_TYPES",
     "candidate_edges",
+    "deferral_edges",
     "make_plan",
     "parse_serialization",
     "serialization_edges",
@@ -46,6 +48,14 @@ __all__ = [
 
 # How far back from the latest allowed level the trigger search looks.
 TRIGGER_SEARCH_LEVELS = 10
+
+# Ops that make a tensor from a shape and a scalar alone. The gradient of a
+# v1 ``tf.cond`` (Keras' learning-phase conds around every batch norm) builds
+# such zeros for the branch that is not taken; they depend only on the
+# forward shapes, so TensorFlow makes them during the forward pass and holds
+# them until the backward Merge reads them. Making one later costs a control
+# edge, not a transfer.
+DEFERRABLE_TYPES = frozenset({"Fill"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,6 +123,13 @@ class Plan:
     serialization_edges: tuple
     num_levels: int
     unplanned_groups: int = 0
+    deferral_edges: tuple = ()
+
+    @property
+    def control_edges(self):
+        """Serialization and deferral edges: control edges between existing
+        ops, which the rewriter adds and the simulator replays."""
+        return self.serialization_edges + self.deferral_edges
 
     @property
     def num_swap_ins(self):
@@ -148,6 +165,52 @@ def candidate_edges(index, roles):
                     edges.append((p, out, consumer, slot, distance))
     edges.sort(key=lambda e: (e[0], e[1], levels[e[2]], e[2], e[3]))
     return edges
+
+
+def deferral_edges(index, roles, extra_edges=()):
+    """Control edges ``(trigger, op)`` that delay `DEFERRABLE_TYPES` ops
+    until shortly before their first reader.
+
+    An op qualifies when it is an active device op outside loops whose
+    output has rank >= 2 and whose earliest successor (data, control, or
+    `extra_edges` such as serialization) is at least three levels later. Its
+    trigger is found as a swap-in's is (`_find_trigger` with
+    ``swapin_ahead=1``): an ancestor of that successor at a level in
+    ``(level(op), level(successor) - 1)``. Every descendant of the op is at
+    or after that successor, so the trigger is none of them and no cycle can
+    close; and the op moves to the trigger's next level, before all of its
+    successors, so no other op's level changes.
+
+    Args:
+      index: a `GraphIndex` with the planning levels (after serialization).
+      roles: its `OpRoles`.
+      extra_edges: control edges in the planning levels but not in the graph.
+
+    Returns:
+      A tuple of ``(trigger_id, op_id)``, sorted by op id.
+    """
+    levels = index.levels
+    extra = {}
+    for a, b in extra_edges:
+        extra.setdefault(a, []).append(b)
+    edges = []
+    for op, t in enumerate(index.types):
+        if (t not in DEFERRABLE_TYPES or op not in roles.device_ops
+                or op in roles.inactive or index.in_v1_loop[op]):
+            continue
+        shape = index.output_shapes[op][0] if index.output_shapes[op] else None
+        if shape is None or len(shape) < 2:
+            continue
+        successors = list(index.successors(op)) + extra.get(op, [])
+        if not successors:
+            continue
+        first = min(successors, key=lambda c: (levels[c], c))
+        if levels[first] - levels[op] < 3:
+            continue
+        trigger = _find_trigger(index, roles, op, first, 1)
+        if trigger is not None:
+            edges.append((trigger, op))
+    return tuple(edges)
 
 
 def _group_consumers(index, consumers, groupby):
@@ -197,7 +260,7 @@ def _sync_inputs(index, roles, consumer):
 
 
 def make_plan(index, roles, params, batch_size=None, edges=None,
-              only_tensors=None):
+              only_tensors=None, trigger_cache=None, deferral=()):
     """Plan swaps for the given parameters.
 
     Args:
@@ -209,6 +272,11 @@ def make_plan(index, roles, params, batch_size=None, edges=None,
       edges: precomputed `candidate_edges(index, roles)` (optional).
       only_tensors: optional set of ``(producer, output)``; when given, only
         these tensors are swapped.
+      trigger_cache: optional dict reused across calls on the same index
+        and roles; remembers the trigger found for each (first consumer,
+        swapin_ahead, lowest allowed level).
+      deferral: `deferral_edges` to carry out with the swaps; the delayed
+        ops' outputs are not swapped (they are made just before use).
 
     Returns:
       A `Plan`.
@@ -218,9 +286,10 @@ def make_plan(index, roles, params, batch_size=None, edges=None,
     threshold = params.swapout_threshold
     groupby = 0 if params.sync_swapin else params.swapin_groupby
 
+    deferred = {op for _, op in deferral}
     by_tensor = {}
     for p, out, consumer, slot, distance in edges:
-        if distance <= threshold:
+        if distance <= threshold or p in deferred:
             continue
         if only_tensors is not None and (p, out) not in only_tensors:
             continue
@@ -234,8 +303,14 @@ def make_plan(index, roles, params, batch_size=None, edges=None,
             first = group[0][0]
             trigger = None
             if not params.sync_swapin:
-                trigger = _find_trigger(index, roles, p, first,
-                                        params.swapin_ahead)
+                key = (first, params.swapin_ahead, index.levels[p] + 1)
+                if trigger_cache is not None and key in trigger_cache:
+                    trigger = trigger_cache[key]
+                else:
+                    trigger = _find_trigger(index, roles, p, first,
+                                            params.swapin_ahead)
+                    if trigger_cache is not None:
+                        trigger_cache[key] = trigger
             if trigger is not None:
                 if (swap_ins and not swap_ins[-1].synchronous
                         and swap_ins[-1].triggers == (trigger,)):
@@ -269,7 +344,8 @@ def make_plan(index, roles, params, batch_size=None, edges=None,
             nbytes=gi.tensor_bytes(index, p, out, batch_size),
             swap_ins=tuple(swap_ins), waiters=waiters))
     return Plan(params=params, swaps=tuple(swaps), serialization_edges=(),
-                num_levels=index.num_levels, unplanned_groups=unplanned)
+                num_levels=index.num_levels, unplanned_groups=unplanned,
+                deferral_edges=tuple(deferral))
 
 
 def parse_serialization(spec):

@@ -96,6 +96,28 @@ _VARIABLE_VIEW_TYPES = frozenset({
 
 _NO_BUFFER = -1
 
+# v1 control flow hands buffers on too: both outputs of a Switch are its data
+# input; Enter, Exit and NextIteration pass theirs on; a Merge outputs
+# whichever input is alive (the active one).
+_FORWARD_INPUT0_TYPES = frozenset({
+    "Switch", "RefSwitch", "Enter", "RefEnter", "Exit", "RefExit",
+    "NextIteration", "RefNextIteration",
+})
+_MERGE_TYPES = frozenset({"Merge", "RefMerge"})
+
+
+def _alias_slot(op_type, output, inputs, inactive):
+    """The input slot whose buffer output `output` of an op reuses, or None."""
+    if op_type in ALIAS_TYPES:
+        return output if op_type == "IdentityN" else 0
+    if op_type in _FORWARD_INPUT0_TYPES:
+        return 0
+    if op_type in _MERGE_TYPES and output == 0:
+        for slot, (p, _) in enumerate(inputs):
+            if p not in inactive:
+                return slot
+    return None
+
 
 
 class BatchSizeError(ValueError):
@@ -235,8 +257,9 @@ class SimulationModel:
                     if op_type == "Const":
                         resident[space[i]] += size
                         continue
-                    if op_type in ALIAS_TYPES:
-                        slot = k if op_type == "IdentityN" else 0
+                    slot = _alias_slot(op_type, k, index.inputs[i],
+                                       inactive)
+                    if slot is not None:
                         if slot < len(index.inputs[i]):
                             p, pk = index.inputs[i][slot]
                             if space[p] == space[i] and p not in inactive:
@@ -373,6 +396,7 @@ class SimulationModel:
                     succ[n + lvl - 1].append(i)
         self._base_succ = succ
         self._num_base_nodes = len(succ)
+        self._base_levels = topo.kahn_levels(len(succ), succ)
 
     # ---- queries ----------------------------------------------------------
     def tensor_size(self, op_id, output):
@@ -396,7 +420,7 @@ class SimulationModel:
           A `SimulationResult`.
         """
         swaps = plan.swaps if plan is not None else ()
-        ser_edges = plan.serialization_edges if plan is not None else ()
+        ser_edges = plan.control_edges if plan is not None else ()
         n = self.num_ops
         succ = list(self._base_succ)
         copied = set()
@@ -414,6 +438,8 @@ class SimulationModel:
         names = self.index.names
         swapout_bytes = swapin_bytes = 0
         rerouted = {}        # (consumer, slot) -> device copy buffer
+        base_levels = self._base_levels
+        shortened = False
         for swap in swaps:
             p, out = swap.producer, swap.output
             size = self.tensor_size(p, out)
@@ -451,8 +477,12 @@ class SimulationModel:
                                    % _safe(tname))
                 for c, slot in sin.consumers:
                     rerouted[(c, slot)] = copy_buf
-                    # The rerouted input no longer reads the producer.
+                    # The rerouted input no longer reads the producer. That
+                    # can lower the consumer only if the producer was its
+                    # latest input (then levels are computed afresh).
                     p_succ.remove(c)
+                    if base_levels[c] - base_levels[p] < 2:
+                        shortened = True
                     extra_use_buf.append(copy_buf)
                     extra_use_node.append(c)
             succ[so].extend(swap.waiters)
@@ -463,7 +493,15 @@ class SimulationModel:
         for a, b in ser_edges:
             own(a).append(b)
 
-        levels = np.asarray(topo.kahn_levels(len(succ), succ), dtype=np.int64)
+        levels = None
+        if not shortened:
+            levels = topo.raise_levels(
+                self._base_levels, succ,
+                copied | set(range(self._num_base_nodes, len(succ))),
+                max_steps=len(succ))
+        if levels is None:
+            levels = topo.kahn_levels(len(succ), succ)
+        levels = np.asarray(levels, dtype=np.int64)
         num_levels = int(levels.max()) + 1 if len(levels) else 0
 
         if extra_bytes:

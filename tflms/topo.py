@@ -12,7 +12,7 @@ O(V + E); ``toposort.toposort`` (which rebuilds its dependency dict at every
 level) is only used in the tests as an independent cross-check.
 """
 
-__all__ = ["GraphCycleError", "kahn_levels", "group_by_level"]
+__all__ = ["GraphCycleError", "kahn_levels", "raise_levels", "group_by_level"]
 
 
 class GraphCycleError(ValueError):
@@ -59,6 +59,44 @@ def kahn_levels(num_nodes, successors):
             "the graph has a cycle: %d of %d nodes could not be ordered "
             "(first few: %s)" % (len(stuck), num_nodes, stuck[:5]))
     return levels
+
+
+def raise_levels(levels, successors, seeds, max_steps):
+    """Kahn levels after nodes and edges were added to a DAG, from the old
+    levels, or None when that would take more than `max_steps` updates.
+
+    Adding an edge can only lengthen longest paths, so the new levels are
+    found by pushing increases forward from the tails of the new edges:
+    cheap when the additions move few nodes (a swap-in between ops many
+    levels apart moves nothing but itself). Removed edges are not seen; the
+    caller must know they shortened no longest path.
+
+    Args:
+      levels: old levels of nodes ``0..len(levels)-1``; nodes past the end
+        (new ones) start at level 0.
+      successors: the new successor lists, indexed by node.
+      seeds: the nodes with new outgoing edges, new nodes included.
+      max_steps: bound on level updates; a cycle also ends here.
+
+    Returns:
+      A new list of levels, or None (use `kahn_levels`, which also reports
+      a cycle).
+    """
+    new = list(levels)
+    new.extend([0] * (len(successors) - len(levels)))
+    stack = sorted(seeds, key=lambda v: new[v], reverse=True)
+    steps = 0
+    while stack:
+        v = stack.pop()
+        nxt = new[v] + 1
+        for w in successors[v]:
+            if new[w] < nxt:
+                new[w] = nxt
+                stack.append(w)
+                steps += 1
+                if steps > max_steps:
+                    return None
+    return new
 
 
 def group_by_level(levels):
