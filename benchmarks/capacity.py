@@ -6,7 +6,8 @@ budget, three ways: without LMS, with TensorFlow's swapping
 (``SWAPPING_HEURISTICS``, the simulated GPU having the budget as memory) and
 with tflms auto-tuned to the budget. "Fits" is always the oracle's verdict
 on the graph as it would run (for tflms: after the rewrite; a size where
-auto-tuning finds no plan does not fit).
+auto-tuning finds no plan does not fit): its runtime GPU peak
+(`benchmarks.measure.oracle_peaks`) is at most the budget.
 
 The search is a bisection on the oracle, bracketed by the tflms simulator so
 it needs few probes (each probe builds the model at that size):
@@ -112,10 +113,12 @@ def _prediction(built):
     resident = base.resident_device_bytes
     smallest = base.peak_device_bytes
     edges = planner.candidate_edges(index, roles)
+    deferral = planner.deferral_edges(index, roles)  # as LMS.run
     for sync in range(4):
         plan = planner.make_plan(index, roles,
                                  planner.SwapParams(1, 1, 0, sync),
-                                 batch_size=built.batch_size, edges=edges)
+                                 batch_size=built.batch_size, edges=edges,
+                                 deferral=deferral)
         smallest = min(smallest,
                        model.replay(plan, detail=False).peak_device_bytes)
     return resident, base.peak_device_bytes, smallest

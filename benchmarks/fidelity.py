@@ -51,18 +51,20 @@ def run(case):
     budget_gib, _ = timing.budget_gib(
         case, index, roles, built.batch_size)
     out["budget_gib"] = budget_gib
+    deferral = planner.deferral_edges(index, roles)  # as LMS.run
     try:
         outcome = autotune.tune(
             index, roles, planner.SwapParams(-1, -1, -1, 0),
             batch_size=built.batch_size, gpu_mem_gib=budget_gib,
-            log=Logger())
+            log=Logger(), deferral_edges=deferral)
     except autotune.AutotuneError as err:
         out["lms_error"] = str(err).split(": the")[0]
         outcome = None
     if outcome is not None and outcome.params is not None:
         plan = planner.make_plan(index, roles, outcome.params,
                                  batch_size=built.batch_size,
-                                 only_tensors=outcome.only_tensors)
+                                 only_tensors=outcome.only_tensors,
+                                 deferral=deferral)
     else:
         # No tuned plan (nothing fits, or nothing needed): check the
         # simulator on a fixed-parameter plan instead.
@@ -70,7 +72,8 @@ def run(case):
                                             index.num_levels)
         plan = planner.make_plan(index, roles,
                                  planner.SwapParams(t, a, g, sync),
-                                 batch_size=built.batch_size)
+                                 batch_size=built.batch_size,
+                                 deferral=deferral)
         out["fallback"] = [t, a, g, sync]
     out["sim_lms"] = int(model.replay(plan, detail=False).peak_device_bytes)
     rewriter.apply_plan(built.graph, index, plan, "/cpu:0")

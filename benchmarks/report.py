@@ -160,7 +160,9 @@ def findings(data):
         if tf.get("did_nothing"):
             swap_nothing.append(name)
         elif none and tf.get("gpu_peak") is not None:
-            if tf["gpu_peak"] >= none and tf.get("raw_gpu_peak", none) < none:
+            none_raw = c.get("none", {}).get("raw_gpu_peak", none)
+            if tf["gpu_peak"] >= none and \
+                    tf.get("raw_gpu_peak", none_raw) < none_raw:
                 swap_blind.append(name)
             elif tf["gpu_peak"] < none:
                 swap_saved.append("%s %.0f%%" % (
@@ -217,16 +219,18 @@ def findings(data):
         stopped = sum(1 for r in sections.get("capacity", [])
                       if capacity._stopper(r).split(": ", 1)[-1]  # pylint: disable=protected-access
                       .startswith("oracle"))
+        headroom = 1 / 0.9 - 1  # what TF_LMS_SIMULATOR_MEM_RATIO leaves
         out.append("Measured by the oracle, the auto-tuned plans of the "
-                   "capacity searches peak %.0f%% to %.0f%% above what the "
-                   "simulator predicted for them (median %.0f%%), more than "
+                   "capacity searches peak %+.1f%% to %+.1f%% against what "
+                   "the simulator predicted for them (median %+.1f%%), %s "
                    "the 10%% headroom of the default "
-                   "TF_LMS_SIMULATOR_MEM_RATIO=0.9 near the limit; in %d of "
-                   "%d searches that gap, not the lack of a plan, is what "
-                   "stopped tflms (section 3, last columns)."
+                   "TF_LMS_SIMULATOR_MEM_RATIO=0.9; in %d of %d searches "
+                   "the oracle, not the lack of a plan, stopped tflms "
+                   "(section 3, last columns)."
                    % (100 * min(gaps), 100 * max(gaps),
-                      100 * sorted(gaps)[len(gaps) // 2], stopped,
-                      len(sections.get("capacity", []))))
+                      100 * sorted(gaps)[len(gaps) // 2],
+                      "more than" if max(gaps) > headroom else "within",
+                      stopped, len(sections.get("capacity", []))))
     errs = []
     for r in sections.get("fidelity", []):
         if r.get("sim_none") and r.get("oracle_none"):
@@ -294,7 +298,7 @@ _SECTION_TEXT = {
 ## 1. Time before training starts
 
 Each graph is built afresh for every repetition; times are medians.
-*analysis* is `build_index` + `classify_ops`; *tune* is `autotune.tune` to
+*analysis* is `build_index` + `classify_ops` + `deferral_edges`; *tune* is `autotune.tune` to
 the budget (all three parameters on auto); *rewrite* is `make_plan` +
 `apply_plan` with the tuned parameters; *auto total* is their sum (what
 `LMS.run` spends when auto-tuning). *fixed edit* is
@@ -308,11 +312,16 @@ again by the backward pass, see `benchmarks/models.py`).
     "memory": """\
 ## 2. Device memory saved (oracle)
 
-*GPU peak* is the oracle's corrected peak; *uncorrected peak* is what
-Grappler's own `GraphMemory` accounting (which TensorFlow's swapping
-heuristic plans with) reports for the same run: it frees the GPU copy of a
-swapped-in tensor right after the copy instead of after its last reader, so
-it under-counts swapping (see `tflms/oracle.py`). *Host peak* is the oracle's
+*GPU peak* is the oracle's runtime peak: the simulated V100's schedule
+replayed with TensorFlow's buffer rules (Identity, IdentityN, Reshape,
+Squeeze, ExpandDims and variable reads share their input's buffer;
+variables and optimizer slots stay resident; a buffer is freed when its
+last reader ends) and every swapped-in GPU copy kept until its last reader.
+*Grappler's count* is what Grappler's own `GraphMemory` accounting (which
+TensorFlow's swapping heuristic plans with) reports for the same run: it
+frees the GPU copy of a swapped-in tensor right after the copy, so it
+under-counts swapping, gives forwarded outputs buffers of their own and
+counts no variable (see `tflms/oracle.py` and `benchmarks/measure.py`). *Host peak* is the oracle's
 CPU peak (an upper bound of the host memory swapping needs). *swapped out / in* are the bytes
 copied per step. TensorFlow's swap ops (`_CopyFromGpuToHost` /
 `_CopyFromHostToGpu`) have no kernels in the CPU build; they are measured as
@@ -354,11 +363,12 @@ _CAVEATS = """\
   its own cost model, which differs from the simulator's level by level
   replay: swap-ins triggered a few levels ahead can arrive together in its
   schedule (section 3 shows the effect near the limit).
-- The oracle still gives `Reshape`, `Squeeze` and `ExpandDims` outputs a
-  buffer of their own (TensorFlow shares the input's), so graphs with many
-  large reshapes, such as the Transformer, measure higher than they would
-  run; `forward_identities` only handles the Identity-like ops, which can be
-  removed from a graph without changing shapes.
+- The oracle's runtime rules forward only the ops whose kernels always
+  share their input's buffer (`tflms.oracle.FORWARDING_TYPES`); kernels
+  that reuse an input only when nobody else holds it (element-wise ops,
+  `Snapshot`) are counted as allocating. Kernel scratch (cuDNN workspaces)
+  and allocator fragmentation are not counted, by the oracle or by the
+  simulator: the 10% headroom of TF_LMS_SIMULATOR_MEM_RATIO=0.9 is for them.
 - Transfers take no time in the virtual cluster: the memory numbers assume
   every copy finishes in time, and section 4 gives the time the copies need.
 - TensorFlow's memory optimizer ran offline, on the virtual cluster, with

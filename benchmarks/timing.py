@@ -94,6 +94,8 @@ def run(case):
         with _Clock(row, "analysis"):
             index = gi.build_index(built.graph)
             roles = analysis.classify_ops(index)
+            # As LMS.run: fills made long before use wait with every plan.
+            deferral = planner.deferral_edges(index, roles)
         out.update(levels=index.num_levels, edges=index.num_edges)
         if rep == 0:
             budget, replay_s = budget_gib(case, index, roles,
@@ -115,7 +117,8 @@ def run(case):
                 outcome = autotune.tune(
                     index, roles, planner.SwapParams(-1, -1, -1, 0),
                     batch_size=built.batch_size,
-                    gpu_mem_gib=out["budget_gib"], log=Logger())
+                    gpu_mem_gib=out["budget_gib"], log=Logger(),
+                    deferral_edges=deferral)
             row["simulations"] = outcome.simulations
         except autotune.AutotuneError as err:
             out["tune_error"] = str(err).split(": the")[0]
@@ -126,7 +129,8 @@ def run(case):
                     plan = planner.make_plan(
                         index, roles, outcome.params,
                         batch_size=built.batch_size,
-                        only_tensors=outcome.only_tensors)
+                        only_tensors=outcome.only_tensors,
+                        deferral=deferral)
                     result = rewriter.apply_plan(built.graph, index, plan,
                                                  "/cpu:0")
                     swaps = len(result.swapout_ops)

@@ -23,6 +23,7 @@ if ROOT not in sys.path:
 from benchmarks import capacity  # noqa: E402  pylint: disable=wrong-import-position
 from benchmarks import cost  # noqa: E402  pylint: disable=wrong-import-position
 from benchmarks import measure  # noqa: E402  pylint: disable=wrong-import-position
+from benchmarks import memory as memory_section  # noqa: E402  pylint: disable=wrong-import-position
 from benchmarks import report  # noqa: E402  pylint: disable=wrong-import-position
 from benchmarks import timing  # noqa: E402  pylint: disable=wrong-import-position
 
@@ -250,3 +251,63 @@ def test_report_names_where_tensorflow_swapping_wins():
     assert "moves fewer bytes" in report.behind_tensorflow(data)[0]
     memory["tflms_auto"]["swapout_bytes"] = gib // 2
     assert report.behind_tensorflow(data) == []
+
+
+def test_oracle_peaks_reports_the_runtime_peak():
+    """x -> a1 = sin(x) -> flat = Reshape(a1) -> b = cos(flat); out = b *
+    Reshape(v), v a resource variable; every large tensor is S bytes.
+
+    At run time the Reshapes and the variable read hand on their input's
+    buffer, and v is resident: the peak is x, a1 and v while a1 runs, plus
+    the two 8-byte shape constants, 3 S + 16. ``InferFromTrace``'s rules
+    (the corrected count) give the read and both Reshapes buffers of their
+    own, count no variable, and keep x, a1 and the read 1 ns into the
+    microsecond where flat, vflat and b start: 6 S + 16, twice the runtime
+    peak. The benchmark's GPU peak must be the runtime one.
+    """
+    S = 4 << 20  # pylint: disable=invalid-name
+    tf = measure.tf
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [1024, 1024], name="x")
+        v = tf.Variable(tf.zeros([1024, 1024]), name="v")
+        a1 = tf.math.sin(x, name="a1")
+        b = tf.math.cos(tf.reshape(a1, [512, 2048], name="flat"), name="b")
+        out = tf.multiply(b, tf.reshape(v, [512, 2048], name="vflat"),
+                          name="out")
+    peaks = measure.oracle_peaks(graph, out.op)
+    assert peaks["gpu_peak"] == 3 * S + 16
+    assert sorted(peaks["top"]) == ["a1:0", "v", "x:0"]
+    assert peaks["corrected_peak"] == peaks["raw_gpu_peak"] == 6 * S + 16
+
+
+_memory_note = memory_section._note  # pylint: disable=protected-access
+
+
+def test_memory_note_judges_tensorflow_swapping_by_like_counts():
+    """TensorFlow's swapping 'saved nothing' when its real peak did not go
+    down; the blind spot is named only when Grappler's own count went down
+    against Grappler's own count without swapping (not against the runtime
+    peak, which counts differently)."""
+    gib = 1 << 30
+    none = {"gpu_peak": 4 * gib, "raw_gpu_peak": 5 * gib}
+    blind = {"gpu_peak": 4 * gib, "raw_gpu_peak": int(4.5 * gib)}
+    note = _memory_note("tf_swap", blind, none, 3 * gib)
+    assert "only Grappler's own count goes down" in note
+    assert note.endswith("over budget")
+    # Grappler's count below the runtime peak without LMS, but not below its
+    # own count without LMS: no blind spot to name.
+    same = {"gpu_peak": 4 * gib, "raw_gpu_peak": 5 * gib}
+    note = _memory_note("tf_swap", same, none, 3 * gib)
+    assert "changed the graph but saved nothing" in note
+
+
+def test_memory_note_compares_oracle_with_simulator():
+    gib = 1 << 30
+    values = {"status": "swapped", "params": [1, 2, 3, 0],
+              "sim_peak": 2 * gib, "gpu_peak": int(2.2 * gib)}
+    note = _memory_note("tflms_auto", values, {"gpu_peak": 8 * gib},
+                        4 * gib)
+    assert "params 1/2/3/0" in note
+    assert "simulator: 2.00 GiB (oracle +10.0%)" in note
+    assert note.endswith("fits")

@@ -12,7 +12,8 @@ The runtime peak (``runtime_gpu_peak_bytes``) replays the same schedule
 with TensorFlow's buffer rules: an op's inputs are released when it ends,
 before the next op allocates, so such a chain holds 2 S; forwarding ops
 (Identity, Reshape, ...) and variable reads allocate nothing; variables
-are resident for the whole step.
+are resident for the whole step; tensors are sized by their static shapes;
+zero-length ops of one microsecond take turns in execution order.
 """
 
 import pytest
@@ -308,3 +309,69 @@ def test_models_without_swaps_need_no_correction(builder, kwargs):
         big_model = builder(**dict(kwargs, batch=kwargs["batch"] * 4))
     assert (oracle.peak_memory(bigger, big_model.train_op).gpu_peak_bytes
             > result.gpu_peak_bytes)
+
+
+def test_runtime_sizes_come_from_static_shapes():
+    """x -> a = sin(x); t = Transpose(a, InvertPermutation([1, 0]));
+    c = cos(t); out = c + a.
+
+    Grappler's shape inference does not evaluate the InvertPermutation, so
+    the step stats size t (and c, computed from it) as 4 bytes, and the
+    cost model makes c a zero-length op. TensorFlow's construction-time
+    inference knows t is S bytes: while c runs, a, t and c are live, 3 S.
+    Grappler's own count sees 2 S.
+    """
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, SHAPE, name="x")
+        a = tf.math.sin(x, name="a")
+        perm = tf.math.invert_permutation(tf.constant([1, 0]), name="perm")
+        t = tf.transpose(a, perm, name="t")
+        out = tf.add(tf.math.cos(t, name="c"), a, name="out")
+    assert t.shape.as_list() == SHAPE
+    result = oracle.peak_memory(graph, out)
+    assert result.raw_gpu_peak_bytes < 2 * S + 64
+    assert result.runtime_gpu_peak_bytes == 3 * S
+    assert sorted(t.name for t in result.runtime_live_at_peak) == [
+        "a:0", "c:0", "t:0"]
+    # The same from a GraphDef (shapes inferred on a scratch import).
+    from_def = oracle.peak_memory(graph.as_graph_def(), "out")
+    assert from_def.runtime_gpu_peak_bytes == 3 * S
+
+
+def test_runtime_zero_length_op_holds_its_input_while_allocating():
+    """In the graph above, c starts and ends in the microsecond t ends, and
+    out starts then too. Releasing t before that microsecond's
+    allocations would never show t and c together (the peak would be a, c
+    and out); holding t until every allocation of the microsecond, out's
+    included, would show four tensors (4 S). In execution order c
+    allocates, releases t, then out allocates: a, t, c first, 3 S."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, SHAPE, name="x")
+        a = tf.math.sin(x, name="a")
+        perm = tf.math.invert_permutation(tf.constant([1, 0]), name="perm")
+        c = tf.math.cos(tf.transpose(a, perm, name="t"), name="c")
+        out = tf.add(c, a, name="out")
+    result = oracle.peak_memory(graph, out)
+    live = {t.name: t for t in result.runtime_live_at_peak}
+    assert live["c:0"].alloc_ns == live["t:0"].dealloc_ns  # zero-length c
+    assert result.runtime_gpu_peak_bytes == 3 * S
+
+
+def test_graph_def_with_a_dangling_colocation_is_measured():
+    """`benchmarks.measure.forward_identities` drops Identity ops that other
+    ops may be colocated with; the measurement ignores colocation, and the
+    import that finds static shapes must not reject the GraphDef."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, SHAPE, name="x")
+        fwd = tf.identity(x, name="fwd")
+        with tf.compat.v1.colocate_with(fwd):
+            tf.math.sin(x, name="y")
+    graph_def = tf.compat.v1.GraphDef()
+    for node in graph.as_graph_def().node:
+        if node.name != "fwd":
+            graph_def.node.add().CopyFrom(node)
+    result = oracle.peak_memory(graph_def, "y")
+    assert result.runtime_gpu_peak_bytes == 2 * S

@@ -43,7 +43,7 @@ Four numbers come out of one call to `peak_memory`:
 ``runtime_gpu_peak_bytes`` (the runtime peak)
     The same step stats and graph, replayed with the buffer rules of
     TensorFlow's executor instead of ``InferFromTrace``'s. No second
-    simulation is run. Three rules differ:
+    simulation is run. Three rules differ, and sizes are checked:
 
     * Ops that forward their input's buffer (``Identity``, ``IdentityN``,
       ``StopGradient``, ``PreventGradient``, ``Reshape``, ``Squeeze``,
@@ -59,8 +59,19 @@ Four numbers come out of one call to `peak_memory`:
       after the reader ends; ops shorter than 1 us share a truncated
       timestamp, so each op of a chain overlaps the input of the op before
       it, and a chain of zero-cost forwarding ops keeps several inputs live
-      together. A consequence of releasing first: a buffer allocated and
-      released within one truncated microsecond (tiny ops) is not counted.
+      together. Within one truncated microsecond, ops that start and end
+      there (zero-length ops in the schedule) take turns in the GPU's
+      execution order, each allocating its outputs before it releases its
+      inputs, so an op's inputs and outputs are always counted together;
+      a zero-length reader on another device (an LMS swap-out) releases
+      after everything the GPU does in that microsecond.
+
+    * Sizes: a tensor whose static shape TensorFlow's shape inference
+      knows is counted at that size. Grappler's own inference, which sizes
+      the virtual scheduler's outputs, gives up on some shapes that
+      construction-time inference resolves (a gradient ``Transpose`` whose
+      permutation comes from ``InvertPermutation``: 4 bytes in the step
+      stats, 8 MiB in a 12-layer Transformer, 48 of them per step).
 
     The swapped-in-copy correction is kept: a ``Recv_..._on_<gpu>`` copy is
     a GPU buffer live until its last GPU reader (through forwarding ops)
@@ -534,7 +545,45 @@ def _variable_bytes(node) -> int:
     return int(np.prod(dims, dtype=np.int64)) * dtype.base_dtype.size
 
 
-def _runtime_replay(step_stats, graph_def, gpu_device):
+def _static_output_bytes(graph: _GraphLike) -> dict:
+    """Bytes of every tensor whose static shape TensorFlow fully knows.
+
+    Shapes come from TensorFlow's own shape inference on graph
+    construction (a `GraphDef` is imported into a scratch graph), which
+    evaluates small constant subgraphs such as the ``InvertPermutation``
+    that gives a gradient ``Transpose`` its permutation. Grappler's static
+    inference, which sizes the virtual scheduler's outputs, does not, and
+    records such an output as 4 bytes.
+
+    Returns:
+      dict ``(node name, port) -> bytes``; resource, variant and string
+      tensors and tensors with an unknown dimension are left out.
+    """
+    if isinstance(graph, graph_pb2.GraphDef):
+        graph_def = graph_pb2.GraphDef()
+        graph_def.CopyFrom(graph)
+        # The measurement ignores colocation; so does this import, which
+        # would reject a constraint naming a node that was dropped.
+        for node in graph_def.node:
+            if "_class" in node.attr:
+                del node.attr["_class"]
+        scratch = tf.Graph()
+        with scratch.as_default():
+            tf.compat.v1.import_graph_def(graph_def, name="")
+        graph = scratch
+    sizes = {}
+    for op in graph.get_operations():
+        for port, tensor in enumerate(op.outputs):
+            dtype = tensor.dtype.base_dtype
+            if (dtype in (tf.resource, tf.variant, tf.string)
+                    or not tensor.shape.is_fully_defined()):
+                continue
+            sizes[(op.name, port)] = (tensor.shape.num_elements()
+                                      * dtype.size)
+    return sizes
+
+
+def _runtime_replay(step_stats, graph_def, gpu_device, static_bytes=None):
     """Replays the step with the TensorFlow runtime's buffer rules.
 
     Same step stats, microsecond times and swapped-in-copy correction as
@@ -546,6 +595,8 @@ def _runtime_replay(step_stats, graph_def, gpu_device):
       step_stats: the virtual scheduler's ``StepStats``.
       graph_def: the graph the item was built from.
       gpu_device: full name of the GPU device.
+      static_bytes: `_static_output_bytes` of the graph, or None. A tensor
+        (or a GPU copy of one) is counted at least at this size.
 
     Returns:
       ``(peak_bytes, live_at_peak)`` for the GPU, ``live_at_peak`` a list of
@@ -553,9 +604,12 @@ def _runtime_replay(step_stats, graph_def, gpu_device):
     """
     nodes = {node.name: node for node in graph_def.node}
     placement, times, sizes = {}, {}, {}
+    order = {}  # GPU op -> position in the GPU's execution order
     for dev_stats in step_stats.dev_stats:
         for ns in dev_stats.node_stats:
             placement[ns.node_name] = dev_stats.device
+            if dev_stats.device == gpu_device:
+                order[ns.node_name] = len(order)
             start = ns.all_start_micros * 1000
             times[ns.node_name] = (start,
                                    start + ns.op_end_rel_micros * 1000)
@@ -564,6 +618,10 @@ def _runtime_replay(step_stats, graph_def, gpu_device):
                     out.tensor_description.allocation_description
                     .allocated_bytes)
     recv_suffix = "_on_" + _sanitized(gpu_device)
+    for (name, port), nbytes in (static_bytes or {}).items():
+        for key in ((name, port), (f"Recv_{name}_{port}{recv_suffix}", 0)):
+            if key in sizes and sizes[key] < nbytes:
+                sizes[key] = nbytes
 
     def gpu_buffer(key):
         # The GPU buffer a GPU reader of tensor `key` reads: the scheduler's
@@ -581,7 +639,21 @@ def _runtime_replay(step_stats, graph_def, gpu_device):
             data = [i for i in node.input if not i.startswith("^")]
             key = _parse_input(data[port if node.op == "IdentityN" else 0])
 
-    live = {}  # buffer -> [alloc ns, release ns, transferred]
+    def release_key(name):
+        # When, within the truncated microsecond it ends in, op `name` lets
+        # go of its inputs. Ops that took time ended before any op that
+        # starts in that microsecond: first. A zero-length op: right after
+        # its own allocations, in the GPU's execution order. A zero-length
+        # op elsewhere (an LMS swap-out, whose copy takes time on a real
+        # machine): after everything the GPU does in that microsecond.
+        start, end = times[name]
+        if start < end:
+            return (end, 0, 0, 0)
+        if name in order:
+            return (end, 1, order[name], 1)
+        return (end, 2, 0, 0)
+
+    live = {}  # buffer -> [alloc ns, release key, transferred]
     for key in sizes:
         name = key[0]
         if placement[name] != gpu_device:
@@ -589,8 +661,8 @@ def _runtime_replay(step_stats, graph_def, gpu_device):
         if name in nodes and gpu_buffer(key) != key:
             continue  # forwarded (or a variable read): no allocation
         transferred = name not in nodes and name.endswith(recv_suffix)
-        live[key] = [times[name][0], times[name][1], transferred]
-    for name, (_, end) in times.items():
+        live[key] = [times[name][0], release_key(name), transferred]
+    for name in times:
         node = nodes.get(name)
         if node is None:
             continue
@@ -605,7 +677,7 @@ def _runtime_replay(step_stats, graph_def, gpu_device):
                 continue
             buffer = gpu_buffer(parsed)
             if buffer in live:
-                live[buffer][1] = max(live[buffer][1], end)
+                live[buffer][1] = max(live[buffer][1], release_key(name))
 
     step_end = max((end for _, end in times.values()), default=0)
     resident = []
@@ -620,23 +692,22 @@ def _runtime_replay(step_stats, graph_def, gpu_device):
                 name=node.name, nbytes=_variable_bytes(node), alloc_ns=0,
                 dealloc_ns=step_end, variable=True))
 
-    # Releases sort before allocations of the same timestamp. A buffer
-    # allocated and released within one truncated microsecond therefore
-    # never counts, hence the count per key rather than a set.
+    # An allocation sorts with the zero-length ops of its microsecond, by
+    # execution order, before the releases of its own op.
     events = []
     for key, (alloc, release, _) in live.items():
-        events.append((alloc, 1, sizes[key], key))
-        events.append((release, 0, -sizes[key], key))
+        events.append(((alloc, 1, order.get(key[0], 0), 0), sizes[key], key))
+        events.append((release, -sizes[key], key))
     current = sum(t.nbytes for t in resident)
     peak, count, peak_keys = current, {}, []
-    for _, _, nbytes, key in sorted(events):
+    for _, nbytes, key in sorted(events):
         current += nbytes
         count[key] = count.get(key, 0) + (1 if nbytes >= 0 else -1)
         if current > peak:
             peak = current
             peak_keys = [k for k, n in count.items() if n > 0]
     at_peak = [LiveTensor(name=f"{k[0]}:{k[1]}", nbytes=sizes[k],
-                          alloc_ns=live[k][0], dealloc_ns=live[k][1],
+                          alloc_ns=live[k][0], dealloc_ns=live[k][1][0],
                           transferred=live[k][2])
                for k in peak_keys]
     at_peak.extend(resident)
@@ -726,7 +797,8 @@ def peak_memory(graph: _GraphLike,
                                  correct=False)
     corrected, live_at_peak, transfers = _replay(step_stats, graph_def,
                                                  gpu_device, correct=True)
-    runtime, runtime_live = _runtime_replay(step_stats, graph_def, gpu_device)
+    runtime, runtime_live = _runtime_replay(step_stats, graph_def, gpu_device,
+                                            _static_output_bytes(graph))
 
     scheduler_gpu = None
     if scheduler_check:
