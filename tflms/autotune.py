@@ -247,16 +247,15 @@ class _Simulations:
         self.edges = planner.candidate_edges(index, roles)
         self.count = 0
         self._cache = {}
-        # (consumer, swapin_ahead, lowest level) -> trigger, shared by the
-        # dozens of plans one search makes.
-        self._triggers = {}
+        # Shared by the dozens of plans one search makes.
+        self._triggers = planner.TriggerFinder(index, roles)
         self.smallest = None  # (peak, params) of the lowest peak seen
         self.without = None   # SimulationResult of the unmodified graph
 
     def plan(self, params):
         return planner.make_plan(self.index, self.roles, params,
                                  batch_size=self.batch_size, edges=self.edges,
-                                 trigger_cache=self._triggers,
+                                 triggers=self._triggers,
                                  deferral=self.deferral)
 
     def replay(self, plan, detail=False):

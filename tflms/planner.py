@@ -27,6 +27,8 @@ so a plan can never create a cycle.
 
 import dataclasses
 
+import numpy as np
+
 from tflms import analysis
 from tflms import graph_index as gi
 
@@ -35,6 +37,7 @@ __all__ = [
     "SwapInPlan",
     "SwapPlan",
     "Plan",
+    "TriggerFinder",
     "TRIGGER_SEARCH_LEVELS",
     "DEFERRABLE_TYPES",
     "candidate_edges",
@@ -253,6 +256,82 @@ def _find_trigger(index, roles, src, first_consumer, ahead):
     return best
 
 
+class TriggerFinder:
+    """`_find_trigger` for many swap-ins of one index, fast on deep graphs.
+
+    The full search walks every ancestor of the consumer down to the
+    trigger window, ``swapin_ahead`` levels times the graph's width, for
+    every swap-in of every plan a search tries. But the latest allowed level
+    is usually held by an op on the consumer's *critical path*: following
+    from the consumer its lowest-id input one level below goes down exactly
+    one level per step (a Kahn level is one more than the highest input's),
+    and binary lifting over that chain reaches any level in O(log levels)
+    steps. When that op may start a swap-in it is taken: it has the level
+    the full search would pick, and the simulator sees only levels. When it
+    may not, the full search runs. Answers are remembered per (consumer,
+    ahead, lowest allowed level) across the plans of one search.
+    """
+
+    def __init__(self, index, roles):
+        self.index = index
+        self.roles = roles
+        self._cache = {}
+        self._jumps = None
+
+    def _build_jumps(self):
+        index = self.index
+        levels = index.levels
+        chain = np.full(index.num_ops, -1, dtype=np.int64)
+        for v in range(index.num_ops):
+            below = levels[v] - 1
+            for p in index.predecessors(v):  # increasing ids
+                if levels[p] == below:
+                    chain[v] = p
+                    break
+        # jumps[k][v]: the op 2**k levels below v on its chain (-1: none;
+        # serialization edges can leave an op without an input one level
+        # below, and the full search then answers).
+        jumps = [chain]
+        while (1 << len(jumps)) <= index.num_levels:
+            prev = jumps[-1]
+            jumps.append(np.where(prev >= 0, prev[np.maximum(prev, 0)], -1))
+        self._jumps = jumps
+
+    def _on_chain(self, op, levels_down):
+        if self._jumps is None:
+            self._build_jumps()
+        k = 0
+        while levels_down and op >= 0:
+            if levels_down & 1:
+                op = int(self._jumps[k][op])
+            levels_down >>= 1
+            k += 1
+        return op
+
+    def find(self, src, first_consumer, ahead):
+        """The trigger for a swap-in of `src` read first by
+        `first_consumer`, or None (same contract as `_find_trigger`)."""
+        levels = self.index.levels
+        key = (first_consumer, ahead, levels[src] + 1)
+        if key in self._cache:
+            return self._cache[key]
+        upper = levels[first_consumer] - ahead  # exclusive
+        lower = max(levels[src] + 1, upper - TRIGGER_SEARCH_LEVELS)
+        trigger = None
+        if upper > lower:
+            op = self._on_chain(first_consumer,
+                                levels[first_consumer] - (upper - 1))
+            if op >= 0 and op in self.roles.triggers and analysis.same_device(
+                    self.index.devices[op],
+                    self.index.devices[first_consumer]):
+                trigger = op
+            else:
+                trigger = _find_trigger(self.index, self.roles, src,
+                                        first_consumer, ahead)
+        self._cache[key] = trigger
+        return trigger
+
+
 def _sync_inputs(index, roles, consumer):
     """Device inputs of a consumer, which a synchronous swap-in waits on."""
     return tuple(p for p in index.predecessors(consumer)
@@ -260,7 +339,7 @@ def _sync_inputs(index, roles, consumer):
 
 
 def make_plan(index, roles, params, batch_size=None, edges=None,
-              only_tensors=None, trigger_cache=None, deferral=()):
+              only_tensors=None, triggers=None, deferral=()):
     """Plan swaps for the given parameters.
 
     Args:
@@ -272,9 +351,8 @@ def make_plan(index, roles, params, batch_size=None, edges=None,
       edges: precomputed `candidate_edges(index, roles)` (optional).
       only_tensors: optional set of ``(producer, output)``; when given, only
         these tensors are swapped.
-      trigger_cache: optional dict reused across calls on the same index
-        and roles; remembers the trigger found for each (first consumer,
-        swapin_ahead, lowest allowed level).
+      triggers: a `TriggerFinder` for the same index and roles, to share
+        between the plans of one search (default: a new one).
       deferral: `deferral_edges` to carry out with the swaps; the delayed
         ops' outputs are not swapped (they are made just before use).
 
@@ -286,6 +364,8 @@ def make_plan(index, roles, params, batch_size=None, edges=None,
     threshold = params.swapout_threshold
     groupby = 0 if params.sync_swapin else params.swapin_groupby
 
+    if triggers is None:
+        triggers = TriggerFinder(index, roles)
     deferred = {op for _, op in deferral}
     by_tensor = {}
     for p, out, consumer, slot, distance in edges:
@@ -303,14 +383,7 @@ def make_plan(index, roles, params, batch_size=None, edges=None,
             first = group[0][0]
             trigger = None
             if not params.sync_swapin:
-                key = (first, params.swapin_ahead, index.levels[p] + 1)
-                if trigger_cache is not None and key in trigger_cache:
-                    trigger = trigger_cache[key]
-                else:
-                    trigger = _find_trigger(index, roles, p, first,
-                                            params.swapin_ahead)
-                    if trigger_cache is not None:
-                        trigger_cache[key] = trigger
+                trigger = triggers.find(p, first, params.swapin_ahead)
             if trigger is not None:
                 if (swap_ins and not swap_ins[-1].synchronous
                         and swap_ins[-1].triggers == (trigger,)):
