@@ -332,3 +332,39 @@ def test_a_plan_worse_than_no_lms_is_never_chosen():
     outcome = tune(index, roles, without / MIB + 1, requested)
     assert outcome.params is None and outcome.with_lms is None
     assert outcome.without_lms.peak_device_bytes == without
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_greedy_cover_covers_what_can_be_covered_without_waste(seed):
+    """The tensor selection's cover step on random instances: the picks
+    free at every level as much of the need as all candidates together
+    could, and none of them can be dropped without losing that."""
+    rng = np.random.RandomState(seed)
+    levels = rng.randint(5, 60)
+    rows = rng.randint(1, 25)
+    need = rng.randint(-3, 40, size=levels).astype(np.float64)
+    sizes = rng.randint(0, 15, size=rows).astype(np.float64)
+    moved = sizes * rng.randint(2, 4, size=rows)
+    cover = []
+    for _ in range(rows):
+        ranges, cursor = [], rng.randint(0, levels)
+        while cursor < levels and rng.rand() < 0.7:
+            end = min(levels, cursor + rng.randint(1, 10))
+            ranges.append((cursor, end))
+            cursor = end + rng.randint(1, 6)
+        cover.append(ranges)
+
+    def freed_by(picks):
+        freed = np.zeros(levels)
+        for i in picks:
+            for lo, hi in cover[i]:
+                freed[lo:hi] += sizes[i]
+        return freed
+
+    picked = autotune._greedy_cover(cover, sizes, moved, need)  # pylint: disable=protected-access
+    assert len(set(picked)) == len(picked)
+    target = np.minimum(np.maximum(need, 0), freed_by(range(rows)))
+    assert np.all(freed_by(picked) >= target)
+    for i in picked:
+        rest = [j for j in picked if j != i]
+        assert not np.all(freed_by(rest) >= target), (i, picked)

@@ -443,14 +443,16 @@ def select_tensors(model, plan, budget, replay=None, rounds=_SELECTION_ROUNDS,
             return subset, result
         excess = result.device_timeline - budget
         over = np.nonzero(excess > 0)[0]
-        # cover[i, j]: swap i frees its bytes at over-budget level over[j].
-        cover = np.zeros((len(swaps), len(over)), dtype=bool)
+        # cover[i]: the ranges [lo, hi) of over-budget levels (indices into
+        # `over`) at which swap i frees its bytes.
+        cover = [[] for _ in swaps]
         for i, s in enumerate(swaps):
             if chosen[i] or sizes[i] == 0:
                 continue
             for a, z in model.freed_levels(s, result.levels):
                 lo, hi = np.searchsorted(over, [a, z + 1])
-                cover[i, lo:hi] = True
+                if lo < hi:
+                    cover[i].append((int(lo), int(hi)))
         picked = _greedy_cover(cover, sizes, moved,
                                excess[over].astype(np.float64))
         if picked:
@@ -468,38 +470,52 @@ def select_tensors(model, plan, budget, replay=None, rounds=_SELECTION_ROUNDS,
 def _greedy_cover(cover, sizes, moved, need):
     """Candidates (row ids) that together free `need` bytes at every level.
 
-    Scores every row once, by the still-needed bytes it frees per byte
-    moved, walks the rows best first (ties: smaller tensor, then lower id)
-    taking each one that still frees a needed byte, until nothing is
-    needed; then drops picks that the others make redundant, most
-    expensive first (a small tensor taken early can be made useless by a
-    larger, necessary one). One pass over the matrix: re-scoring every row
-    after each pick costs O(picks * rows * levels), cubic in the graph, and
-    the select-and-replay rounds of `select_tensors` already correct what a
-    static score misses.
+    `cover[i]` lists disjoint ``[lo, hi)`` ranges of the levels (indices of
+    `need`) at which candidate i frees ``sizes[i]`` bytes. Scores every
+    candidate once, by the still-needed bytes it frees per byte moved, walks
+    them best first (ties: smaller tensor, then lower id) taking each one
+    that still frees a needed byte, until nothing is needed; then drops
+    picks that the others make redundant, most expensive first (a small
+    tensor taken early can be made useless by a larger, necessary one).
+    Re-scoring after each pick would cost O(picks * rows * levels), cubic in
+    the graph; the select-and-replay rounds of `select_tensors` correct what
+    a static score misses. Work is proportional to the ranges' total length.
     """
-    remaining = need.copy()
-    useful = np.minimum(sizes[:, None], np.maximum(need, 0)[None, :])
-    gain = (cover * useful).sum(1)
+    need = np.maximum(need, 0)
+    gain = np.array([sum(float(np.minimum(need[lo:hi], sizes[i]).sum())
+                         for lo, hi in cover[i])
+                     for i in range(len(cover))], dtype=np.float64)
     score = gain / np.maximum(moved, 1)
     order = np.lexsort((np.arange(len(sizes)), sizes, -score))
+    remaining = need.copy()
+    still_needed = int(np.count_nonzero(remaining > 0))
     picked = []
     for i in order:
-        if gain[i] <= 0 or remaining.max(initial=0) <= 0:
+        if gain[i] <= 0 or still_needed == 0:
             break
-        row = cover[i]
-        if not (remaining[row] > 0).any():
+        if not any((remaining[lo:hi] > 0).any() for lo, hi in cover[i]):
             continue
         picked.append(int(i))
-        remaining[row] -= sizes[i]
+        for lo, hi in cover[i]:
+            part = remaining[lo:hi]
+            before = np.count_nonzero(part > 0)
+            part -= sizes[i]
+            still_needed -= before - np.count_nonzero(part > 0)
     if not picked:
         return []
-    freed = (cover[picked] * sizes[picked, None]).sum(0)
+    # freed[j]: bytes the picks free at level j (a difference array).
+    delta = np.zeros(len(need) + 1, dtype=np.float64)
+    for i in picked:
+        for lo, hi in cover[i]:
+            delta[lo] += sizes[i]
+            delta[hi] -= sizes[i]
+    freed = np.cumsum(delta[:-1])
     target = np.minimum(need, freed)  # what the picks can cover at all
     for i in sorted(picked, key=lambda r: (-moved[r], r)):
-        without = freed - cover[i] * sizes[i]
-        if np.all(without >= target):
-            freed = without
+        if all(np.all(freed[lo:hi] - sizes[i] >= target[lo:hi])
+               for lo, hi in cover[i]):
+            for lo, hi in cover[i]:
+                freed[lo:hi] -= sizes[i]
             picked.remove(i)
     return picked
 

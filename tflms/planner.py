@@ -406,9 +406,9 @@ def make_plan(index, roles, params, batch_size=None, edges=None,
                 unplanned += 1
         if not swap_ins:
             continue
-        rerouted = {c for s in swap_ins for c, _ in s.consumers}
         waiters = ()
         if params.sync_swapout:
+            rerouted = {c for s in swap_ins for c, _ in s.consumers}
             remaining = set(index.fanouts[p]) | set(index.control_outputs[p])
             waiters = tuple(sorted(c for c in remaining - rerouted
                                    if c in roles.waiters))
