@@ -12,54 +12,19 @@ import tensorflow as tf
 
 from tflms import LMS
 
+# The Estimator model, its input and the trace hook of the tf.distribute and
+# Horovod jobs.
+from dist_jobs._common import TraceHook, make_input_fn, model_fn
+
 FIXED = dict(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0)
 
 
 # ---- Estimator --------------------------------------------------------
-class TraceHook(tf.compat.v1.train.SessionRunHook):
-    """Collects the names of ops executed in each traced step."""
-
-    def __init__(self):
-        self.executed = set()
-
-    def before_run(self, run_context):
-        return tf.compat.v1.train.SessionRunArgs(
-            fetches=None, options=tf.compat.v1.RunOptions(
-                trace_level=tf.compat.v1.RunOptions.FULL_TRACE))
-
-    def after_run(self, run_context, run_values):
-        for dev in run_values.run_metadata.step_stats.dev_stats:
-            self.executed.update(n.node_name for n in dev.node_stats)
-
-
-def _model_fn(features, labels, mode):
-    h = features["x"]
-    for i in range(4):
-        h = tf.compat.v1.layers.dense(
-            h, 32, activation=tf.nn.relu, name="dense%d" % i,
-            kernel_initializer=tf.compat.v1.glorot_uniform_initializer(seed=i))
-    logits = tf.compat.v1.layers.dense(
-        h, 3, name="logits",
-        kernel_initializer=tf.compat.v1.glorot_uniform_initializer(seed=7))
-    loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
-    train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
-        loss, global_step=tf.compat.v1.train.get_global_step())
-    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
-
-
-def _input_fn():
-    rng = np.random.RandomState(0)
-    x = rng.randn(64, 16).astype(np.float32)
-    y = rng.randint(0, 3, 64).astype(np.int32)
-    ds = tf.compat.v1.data.Dataset.from_tensor_slices(({"x": x}, y))
-    return ds.batch(8, drop_remainder=True).repeat()
-
-
 def _train_estimator(model_dir, hooks):
     est = tf.compat.v1.estimator.Estimator(
-        _model_fn, model_dir=str(model_dir),
+        model_fn, model_dir=str(model_dir),
         config=tf.compat.v1.estimator.RunConfig(tf_random_seed=1))
-    est.train(_input_fn, steps=3, hooks=hooks)
+    est.train(make_input_fn(0), steps=3, hooks=hooks)
     return {n: est.get_variable_value(n) for n in est.get_variable_names()}
 
 
