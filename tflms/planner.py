@@ -231,6 +231,14 @@ def _group_consumers(index, consumers, groupby):
     return groups
 
 
+def _trigger_window(levels, src, first_consumer, ahead):
+    """Levels ``[lower, upper)`` where a swap-in trigger may sit: after the
+    source, `ahead` levels before the consumer, the last
+    `TRIGGER_SEARCH_LEVELS` of that span."""
+    upper = levels[first_consumer] - ahead
+    return max(levels[src] + 1, upper - TRIGGER_SEARCH_LEVELS), upper
+
+
 def _find_trigger(index, roles, src, first_consumer, ahead):
     """The op that starts a swap-in: an ancestor of the consumer, on the
     managed device and on the consumer's own device (towers of a multi-tower
@@ -239,8 +247,7 @@ def _find_trigger(index, roles, src, first_consumer, ahead):
     possible; ties go to the lowest id.
     """
     levels = index.levels
-    upper = levels[first_consumer] - ahead  # exclusive
-    lower = max(levels[src] + 1, upper - TRIGGER_SEARCH_LEVELS)
+    lower, upper = _trigger_window(levels, src, first_consumer, ahead)
     if upper <= lower:
         return None
     ancestors = analysis.ancestors_within(index, first_consumer, lower)
@@ -315,8 +322,7 @@ class TriggerFinder:
         key = (first_consumer, ahead, levels[src] + 1)
         if key in self._cache:
             return self._cache[key]
-        upper = levels[first_consumer] - ahead  # exclusive
-        lower = max(levels[src] + 1, upper - TRIGGER_SEARCH_LEVELS)
+        lower, upper = _trigger_window(levels, src, first_consumer, ahead)
         trigger = None
         if upper > lower:
             op = self._on_chain(first_consumer,

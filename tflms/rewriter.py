@@ -21,6 +21,7 @@ serialized ops (never fetched, so it never runs)::
                                                (trigger)
 """
 
+import contextlib
 import dataclasses
 
 import tensorflow as tf
@@ -99,36 +100,36 @@ def _has_marker(op):
         return False
 
 
-def _new_identity(graph, tensor, name, device):
-    # Build outside any user context: no control dependencies, no name
-    # scope, no control-flow context inherited from where run() was called.
+@contextlib.contextmanager
+def _outside_user_context(graph, device):
+    """Build ops on `device` outside any user context: no control
+    dependencies, no name scope, no control-flow context inherited from
+    where run() was called; with the attributes that mark LMS's ops."""
     saved_ctx = graph._get_control_flow_context()  # pylint: disable=protected-access
     graph._set_control_flow_context(None)  # pylint: disable=protected-access
     try:
         with graph.as_default(), tf.control_dependencies(None), \
                 graph.name_scope(None), tf.device(device), \
                 graph._attr_scope(_PROTECT_ATTRS):  # pylint: disable=protected-access
-            # The op itself, without tf.identity's op-def library pass,
-            # which is a third of the cost of a swap op on large graphs.
-            dtype = tensor.dtype.base_dtype
-            return graph._create_op_internal(  # pylint: disable=protected-access
-                "Identity", [tensor], [dtype], name=name,
-                attrs={"T": attr_value_pb2.AttrValue(
-                    type=dtype.as_datatype_enum)}).outputs[0]
+            yield
     finally:
         graph._set_control_flow_context(saved_ctx)  # pylint: disable=protected-access
+
+
+def _new_identity(graph, tensor, name, device):
+    with _outside_user_context(graph, device):
+        # The op itself, without tf.identity's op-def library pass, which
+        # is a third of the cost of a swap op on large graphs.
+        dtype = tensor.dtype.base_dtype
+        return graph._create_op_internal(  # pylint: disable=protected-access
+            "Identity", [tensor], [dtype], name=name,
+            attrs={"T": attr_value_pb2.AttrValue(
+                type=dtype.as_datatype_enum)}).outputs[0]
 
 
 def _new_marker(graph, device):
-    saved_ctx = graph._get_control_flow_context()  # pylint: disable=protected-access
-    graph._set_control_flow_context(None)  # pylint: disable=protected-access
-    try:
-        with graph.as_default(), tf.control_dependencies(None), \
-                graph.name_scope(None), tf.device(device), \
-                graph._attr_scope(_PROTECT_ATTRS):  # pylint: disable=protected-access
-            return tf.no_op(name=SERIALIZATION_MARKER)
-    finally:
-        graph._set_control_flow_context(saved_ctx)  # pylint: disable=protected-access
+    with _outside_user_context(graph, device):
+        return tf.no_op(name=SERIALIZATION_MARKER)
 
 
 def apply_plan(graph, index, plan, cpu_device):

@@ -74,7 +74,6 @@ __all__ = [
     "BatchSizeError",
     "SimulationResult",
     "SimulationModel",
-    "swap_consumer_slots",
     "initializer_only_ops",
 ]
 
@@ -420,7 +419,7 @@ class SimulationModel:
           A `SimulationResult`.
         """
         swaps = plan.swaps if plan is not None else ()
-        ser_edges = plan.control_edges if plan is not None else ()
+        control_edges = plan.control_edges if plan is not None else ()
         n = self.num_ops
         succ = list(self._base_succ)
         copied = set()
@@ -490,7 +489,7 @@ class SimulationModel:
             masked.append(u)
             extra_use_buf.append(copy_buf)
             extra_use_node.append(int(self.use_node[u]))
-        for a, b in ser_edges:
+        for a, b in control_edges:
             own(a).append(b)
 
         levels = None
@@ -626,11 +625,6 @@ class SimulationModel:
         if cursor <= end:
             freed.append((cursor, end))
         return [(a, z) for a, z in freed if a <= z]
-
-
-def swap_consumer_slots(swap):
-    """All ``(consumer, slot)`` pairs a `SwapPlan` reroutes."""
-    return [cs for sin in swap.swap_ins for cs in sin.consumers]
 
 
 def _safe(tensor_name):
