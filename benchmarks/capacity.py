@@ -286,14 +286,10 @@ def tables(results):
 
 def plot(results, path):
     """Bars of the largest size per method, relative to no LMS."""
-    try:
-        from matplotlib.figure import Figure  # pylint: disable=import-outside-toplevel
-        from matplotlib.backends.backend_agg import FigureCanvasAgg  # pylint: disable=import-outside-toplevel
-    except ImportError:
+    axes = common.new_axes()
+    if axes is None:
         return None
-    fig = Figure(figsize=(8, 4.5))
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot(1, 1, 1)
+    fig, ax = axes
     labels = []
     for i, r in enumerate(results):
         case = r.get("case", {})
@@ -311,6 +307,4 @@ def plot(results, path):
     ax.set_xticklabels(labels, fontsize=7)
     ax.set_ylabel("largest size / largest without LMS")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    return path
+    return common.save_figure(fig, path)

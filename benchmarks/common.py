@@ -18,7 +18,7 @@ import time
 
 __all__ = ["ROOT", "RESULT_PREFIX", "GIB", "MIB", "emit", "run_case",
            "machine_info", "setup_tensorflow", "fmt_bytes", "median",
-           "fixed_params"]
+           "fixed_params", "new_axes", "save_figure"]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULT_PREFIX = "BENCH_RESULT "
@@ -83,6 +83,26 @@ def setup_tensorflow(control_flow="v2"):
                          % (control_flow,))
     tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.ERROR)
     return tf
+
+
+def new_axes(width=8.0, height=4.5):
+    """``(figure, axes)`` of one off-screen matplotlib figure, or None when
+    matplotlib (an optional extra) is not installed."""
+    try:
+        from matplotlib.figure import Figure  # pylint: disable=import-outside-toplevel
+        from matplotlib.backends.backend_agg import FigureCanvasAgg  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        return None
+    fig = Figure(figsize=(width, height))
+    FigureCanvasAgg(fig)
+    return fig, fig.add_subplot(1, 1, 1)
+
+
+def save_figure(fig, path):
+    """Write a figure from `new_axes` as a PNG; returns `path`."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    return path
 
 
 def run_case(section, case, timeout_s, env=None):

@@ -171,14 +171,10 @@ def tables(results):
 
 def plot(results, path):
     """Grouped bars of GPU peaks per model and method."""
-    try:
-        from matplotlib.figure import Figure  # pylint: disable=import-outside-toplevel
-        from matplotlib.backends.backend_agg import FigureCanvasAgg  # pylint: disable=import-outside-toplevel
-    except ImportError:
+    axes = common.new_axes()
+    if axes is None:
         return None
-    fig = Figure(figsize=(8, 4.5))
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot(1, 1, 1)
+    fig, ax = axes
     width = 0.8 / len(CONFIGS)
     for j, (key, label) in enumerate(CONFIGS):
         xs, ys = [], []
@@ -197,6 +193,4 @@ def plot(results, path):
     ax.set_xticklabels([r.get("case", {}).get("model", "?") for r in results])
     ax.set_ylabel("oracle GPU peak (GiB); dashed: budget")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    return path
+    return common.save_figure(fig, path)

@@ -278,14 +278,10 @@ def tables(results):
 
 def plot(results, path):
     """Log-log plot of phase times against ops; returns the path or None."""
-    try:
-        from matplotlib.figure import Figure  # pylint: disable=import-outside-toplevel
-        from matplotlib.backends.backend_agg import FigureCanvasAgg  # pylint: disable=import-outside-toplevel
-    except ImportError:
+    axes = common.new_axes(width=7.0)
+    if axes is None:
         return None
-    fig = Figure(figsize=(7, 4.5))
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot(1, 1, 1)
+    fig, ax = axes
     drawn = False
     for key, label, marker in (("analysis_cpu_s", "analysis", "o"),
                                ("tune_cpu_s", "tune", "s"),
@@ -306,6 +302,4 @@ def plot(results, path):
     if not drawn:
         return None
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    return path
+    return common.save_figure(fig, path)
