@@ -9,12 +9,31 @@ with a fixture that restores it.
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# oneDNN changes which kernels run and how TensorFlow rewrites graphs, and
+# TensorFlow turns it on by default only on some CPUs (AVX512_VNNI,
+# AVX512_BF16, AMX). A run must not depend on the CPU it lands on, so the
+# mode is always explicit: off unless the caller chose
+# (tools/run_tests.sh runs the suite with it off and the `numerics` tests
+# again with it on). Subprocesses started by tests inherit it.
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+ONEDNN = os.environ["TF_ENABLE_ONEDNN_OPTS"] == "1"
 
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 if tf.executing_eagerly():
     tf.compat.v1.disable_eager_execution()
+
+
+def pytest_report_header(config):  # pylint: disable=unused-argument
+    return "oneDNN: TF_ENABLE_ONEDNN_OPTS=%s" % os.environ[
+        "TF_ENABLE_ONEDNN_OPTS"]
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "numerics: compares training with and without LMS; "
+        "tools/run_tests.sh runs these with oneDNN off and on")
 
 
 @pytest.fixture

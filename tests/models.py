@@ -32,6 +32,7 @@ __all__ = [
     "BUILDERS",
     "mlp",
     "cnn_bn",
+    "cnn_bias",
     "keras_resnet",
     "keras_resnet50",
     "lstm",
@@ -224,6 +225,68 @@ def cnn_bn(image: int = 32, channels: int = 16, depth: int = 4, batch: int = 8,
     inputs = {x: rng.standard_normal((batch, image, image, 3)).astype(np.float32),
               y: _labels(rng, batch, classes)}
     return _finish("cnn_bn", loss, train_op, inputs)
+
+
+def cnn_bias(image: int = 16, channels: int = 4, depth: int = 2,
+             branches: int = 1, batch: int = 4, seed: int = 0,
+             classes: int = 10, learning_rate: float = 0.05) -> Model:
+    """Convs with biases, max pooling and a dense head, trained with SGD that
+    counts a global step: the plain TF1 CNN of the MNIST tutorials.
+
+    Its gradients are what oneDNN's graph pass rewrites most: each conv's
+    `Conv2DBackpropFilter` and `BiasAddGrad` read the same gradient (through
+    the ``tuple`` identities `tf.gradients` adds) and TensorFlow merges them
+    at run time when oneDNN is on. With ``branches > 1`` every block has
+    parallel convs (kernel sizes 1, 3, 5, ...) concatenated, then batch norm
+    in training mode.
+
+    Args:
+      image: input height and width.
+      channels: filters of each conv of the first block; doubled per block.
+      depth: number of conv/pool blocks.
+      branches: parallel convs per block.
+      batch: batch size.
+      seed: seed for weights and data.
+      classes: number of output classes.
+      learning_rate: optimizer step size.
+
+    Returns:
+      A `Model` whose ``variables`` include the global step.
+    """
+    seeds, rng = _graph_seed(seed)
+    with _v1.variable_scope("cnn_bias"):
+        x = _v1.placeholder(tf.float32, [batch, image, image, 1], name="x")
+        y = _v1.placeholder(tf.int32, [batch], name="y")
+        h = x
+        filters = channels
+        for i in range(depth):
+            outs = []
+            for j in range(branches):
+                outs.append(_v1.layers.conv2d(
+                    h, filters, 2 * j + 1, padding="same", activation=tf.nn.relu,
+                    kernel_initializer=seeds.glorot(), name=f"conv{i}_{j}"))
+            h = outs[0] if branches == 1 else tf.concat(outs, -1)
+            if branches > 1:
+                h = _v1.layers.batch_normalization(h, training=True,
+                                                   name=f"bn{i}")
+            if h.shape[1] > 1:
+                h = _v1.layers.max_pooling2d(h, 2, 2, name=f"pool{i}")
+            filters *= 2
+        h = _v1.layers.flatten(h)
+        h = _v1.layers.dense(h, 16, activation=tf.nn.relu,
+                             kernel_initializer=seeds.glorot(), name="dense")
+        logits = _v1.layers.dense(h, classes, kernel_initializer=seeds.glorot(),
+                                  name="logits")
+        loss = _classification_loss(logits, y)
+        global_step = _v1.train.get_or_create_global_step()
+        update_ops = _v1.get_collection(_v1.GraphKeys.UPDATE_OPS)
+        with tf.control_dependencies(update_ops):
+            train_op = _v1.train.GradientDescentOptimizer(
+                learning_rate).minimize(loss, global_step=global_step,
+                                        name="train")
+    inputs = {x: rng.standard_normal((batch, image, image, 1)).astype(np.float32),
+              y: _labels(rng, batch, classes)}
+    return _finish("cnn_bias", loss, train_op, inputs)
 
 
 def lstm(steps: int = 10, units: int = 32, batch: int = 4, seed: int = 0,
@@ -589,6 +652,7 @@ def keras_resnet50(image: int = 64, batch: int = 1, seed: int = 0,
 BUILDERS = {
     "mlp": mlp,
     "cnn_bn": cnn_bn,
+    "cnn_bias": cnn_bias,
     "keras_resnet": keras_resnet,
     "keras_resnet50": keras_resnet50,
     "lstm": lstm,

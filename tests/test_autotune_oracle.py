@@ -32,11 +32,10 @@ Measured (MiB; budget, runtime peak, raw InferFromTrace peak):
     keras_resnet50 (128, batch 4) 182.35 182.34  274.39
 
 Training the rewritten MLP, U-Net and Transformer gives the same losses and
-weights as the untouched graph (the Transformer within float rounding, as in
-tests/test_equivalence.py).
+weights as the untouched graph (within float rounding where a swap op changes what TensorFlow fuses, and
+always for the Transformer, as in tests/test_equivalence.py).
 """
 
-import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -45,16 +44,18 @@ if tf.executing_eagerly():
 
 try:  # pylint: disable=g-import-not-at-top
     from tests import models
-    from tests._graphs import assert_swaps_ran, trace_options
+    from tests._graphs import assert_same_training, trace_options
 except ImportError:  # tests/ itself is on sys.path
     import models
-    from _graphs import assert_swaps_ran, trace_options
+    from _graphs import assert_same_training, trace_options
 from tflms import LMS  # pylint: disable=g-import-not-at-top
 from tflms import analysis
 from tflms import autotune
 from tflms import graph_index as gi
 from tflms import oracle
 from tflms import simulator
+
+pytestmark = pytest.mark.numerics
 
 MIB = float(1 << 20)
 GIB = float(1 << 30)
@@ -68,7 +69,7 @@ CASES = {
     "keras_resnet50": (dict(image=128, batch=4), 0.70),
 }
 TRAINED = ("mlp", "unet3d", "transformer_encoder")
-ROUNDING_TOLERANT = {"transformer_encoder": 1e-6}
+ROUNDING_TOLERANT = {"transformer_encoder"}
 
 
 @pytest.fixture(autouse=True)
@@ -104,22 +105,6 @@ def train(model, steps=3):
     return losses, weights, run_metadata
 
 
-def assert_same_training(name, model, result):
-    base_losses, base_weights, _ = train(build(name))
-    losses, weights, run_metadata = train(model)
-    assert_swaps_ran(model.graph, result, run_metadata)
-    assert len(weights) == len(base_weights)
-    rtol = ROUNDING_TOLERANT.get(name)
-    if rtol is None:
-        assert losses == base_losses
-        for a, b in zip(base_weights, weights):
-            np.testing.assert_array_equal(a, b)
-    else:
-        np.testing.assert_allclose(losses, base_losses, rtol=rtol)
-        for a, b in zip(base_weights, weights):
-            np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol)
-
-
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_autotuned_plan_fits_the_budget_on_the_virtual_gpu(name):
     model = build(name)
@@ -145,7 +130,9 @@ def test_autotuned_plan_fits_the_budget_on_the_virtual_gpu(name):
                             raw / MIB, len(result.swapout_ops)))
     assert with_lms <= budget
     if name in TRAINED:
-        assert_same_training(name, model, result)
+        assert_same_training(model.graph, result, train(build(name)),
+                             train(model),
+                             always_tolerant=name in ROUNDING_TOLERANT)
 
 
 @pytest.mark.parametrize("name", ["mlp", "unet3d", "transformer_encoder"])

@@ -30,6 +30,7 @@ __all__ = [
     "ops_matching",
     "relevel",
     "ancestors_within",
+    "fusion_partners",
     "learning_parameter_bytes",
     "has_training_ops",
     "largest_device_op",
@@ -117,6 +118,9 @@ class OpRoles:
       waiters: ops that may wait on a transfer, or hold back a synchronous
         swap-in (sync modes): never dead, never a control-flow primitive.
       has_loops: True if the graph has v1 or v2 loops.
+      fused_with: op id -> frozenset of the op ids TensorFlow may merge it
+        with at run time (`fusion_partners`); LMS never orders such ops
+        through its own edges.
     """
 
     device_ops: frozenset
@@ -126,6 +130,7 @@ class OpRoles:
     triggers: frozenset
     waiters: frozenset
     has_loops: bool
+    fused_with: dict = dataclasses.field(default_factory=dict)
 
 
 def device_matches(device, gpu_device):
@@ -458,7 +463,7 @@ def classify_ops(index, gpu_device=None, is_training=True, filters=None):
     return OpRoles(device_ops=device_ops, inactive=inactive,
                    sources=frozenset(sources), sinks=frozenset(sinks),
                    triggers=frozenset(triggers), waiters=frozenset(waiters),
-                   has_loops=has_loops)
+                   has_loops=has_loops, fused_with=fusion_partners(index))
 
 
 def relevel(index, extra_control_edges):
@@ -480,18 +485,20 @@ def relevel(index, extra_control_edges):
         ops_by_level=tuple(tuple(g) for g in topo.group_by_level(levels)))
 
 
-def ancestors_within(index, op_id, min_level, extra_preds=None):
+def ancestors_within(index, op_id, min_level, extra_preds=None,
+                     data_only=False):
     """Ancestors of `op_id` whose level is at least `min_level`.
 
-    Walks data and control inputs backwards and stops at `min_level`, so the
-    cost is bounded by the ops in that window of levels.
+    Walks data and control inputs backwards (only data inputs with
+    `data_only`) and stops at `min_level`, so the cost is bounded by the ops
+    in that window of levels.
     """
     levels = index.levels
     seen = set()
     stack = [op_id]
     while stack:
         v = stack.pop()
-        preds = index.predecessors(v)
+        preds = index.fanins[v] if data_only else index.predecessors(v)
         if extra_preds and v in extra_preds:
             preds = tuple(preds) + tuple(extra_preds[v])
         for p in preds:
@@ -499,6 +506,99 @@ def ancestors_within(index, op_id, min_level, extra_preds=None):
                 seen.add(p)
                 stack.append(p)
     return seen
+
+
+# Identity-like ops that Grappler removes before TensorFlow's runtime graph
+# passes see the graph: a tensor read through them is read directly there.
+_FORWARDING_TYPES = frozenset({"Identity", "Snapshot", "StopGradient"})
+
+
+def _through_identities(index, producer, output):
+    """The tensor ``(producer, output)`` stands for once Grappler has
+    removed the identities in front of it."""
+    seen = 0
+    while seen < 64:
+        t = index.types[producer]
+        if t in _FORWARDING_TYPES and index.inputs[producer]:
+            producer, output = index.inputs[producer][0]
+        elif t == "IdentityN" and output < len(index.inputs[producer]):
+            producer, output = index.inputs[producer][output]
+        else:
+            break
+        seen += 1
+    return producer, output
+
+
+def fusion_partners(index):
+    """Ops that TensorFlow may merge into one node at run time.
+
+    With oneDNN on (TF_ENABLE_ONEDNN_OPTS=1, the default on CPUs with
+    AVX512_VNNI, AVX512_BF16 or AMX), TensorFlow's `MklLayoutRewritePass`
+    merges, after Grappler and before the executor runs:
+
+    * a `Conv2DBackpropFilter` and a `BiasAddGrad` that read the same
+      gradient (into `_MklNativeConv2DBackpropFilterWithBias`),
+    * a `Conv2D` and the `BiasAdd` reading its output,
+    * a `Pad` and the `Conv2D` reading its output.
+
+    The merged node takes over the control inputs and outputs of both ops
+    and the pass does not check for cycles. So an LMS control edge from one
+    of them to a swap-in read by the other (``BiasAddGrad -> swap-in ->
+    Conv2DBackpropFilter``) becomes a cycle through the merged node: the
+    executor never runs it nor anything after it, silently, and the step
+    ends without the weight updates that depend on it (nor the global
+    step's `AssignAdd`, which waits for all of them). Grappler's own
+    remapper fusions decline ops with control edges, so they only change
+    rounding, never the computation.
+
+    Identities in between count as absent (Grappler removes them first).
+
+    Returns:
+      dict op id -> frozenset of partner op ids (only ops with partners).
+    """
+    partners = {}
+
+    def pair(a, b):
+        partners.setdefault(a, set()).add(b)
+        partners.setdefault(b, set()).add(a)
+
+    types = index.types
+    for op, t in enumerate(types):
+        if t == "BiasAddGrad" and index.inputs[op]:
+            grad = _through_identities(index, *index.inputs[op][0])
+            for c in _readers_of(index, grad):
+                if types[c] == "Conv2DBackpropFilter":
+                    pair(op, c)
+        elif t in ("BiasAdd", "BiasAddV1") and index.inputs[op]:
+            p, _ = _through_identities(index, *index.inputs[op][0])
+            if types[p] == "Conv2D":
+                pair(p, op)
+        elif t == "Conv2D" and index.inputs[op]:
+            p, _ = _through_identities(index, *index.inputs[op][0])
+            if types[p] in ("Pad", "MirrorPad"):
+                pair(p, op)
+    return {k: frozenset(v) for k, v in partners.items()}
+
+
+def _readers_of(index, tensor):
+    """Ops reading `tensor` directly or through identities."""
+    readers = []
+    stack = [tensor]
+    seen = set()
+    while stack:
+        producer, output = stack.pop()
+        for c, slot in index.consumers[producer][output]:
+            if c in seen:
+                continue
+            seen.add(c)
+            t = index.types[c]
+            if t in _FORWARDING_TYPES:
+                stack.append((c, 0))
+            elif t == "IdentityN":
+                stack.append((c, slot))
+            else:
+                readers.append(c)
+    return readers
 
 
 def has_training_ops(index):

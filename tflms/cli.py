@@ -119,19 +119,53 @@ def build_parser():
         epilog=("GRAPH is a MetaGraph file (.meta), a SavedModel folder, or a "
                 "Keras model (.h5, .keras, or a Keras SavedModel folder). "
                 "Example: tflms plan model.h5 --batch-size 32 --gpu-mem 16"))
-    plan.add_argument("graph", metavar="GRAPH",
+    _graph_arguments(plan)
+    verify = commands.add_parser(
+        "verify",
+        help="train a saved graph a few steps with and without LMS and "
+             "compare",
+        description=(
+            "Load a saved training graph twice, rewrite one copy with LMS, "
+            "train both copies a few steps on this machine's CPU from the "
+            "same variable values and the same random inputs (with oneDNN "
+            "as TensorFlow has it here: TF_ENABLE_ONEDNN_OPTS), and compare "
+            "losses, every variable, the global step and which ops ran. "
+            "Exit status 0: identical; 1: any difference; 2: error."),
+        epilog=("GRAPH as for `tflms plan`; the train op comes from the "
+                "graph's train_op collection unless --train-op names it. "
+                "Example: tflms verify model.meta --batch-size 8 "
+                "--gpu-mem 4"))
+    _graph_arguments(verify)
+    check = verify.add_argument_group("verification")
+    check.add_argument("--steps", type=positive_int, default=3, metavar="N",
+                       help="training steps per copy (default 3)")
+    check.add_argument("--train-op", action="append", default=[],
+                       metavar="NAME",
+                       help="op that runs one training step (repeatable); "
+                            "default: the train_op collection")
+    check.add_argument("--loss-tensor", default=None, metavar="NAME",
+                       help="tensor to compare at every step; default: the "
+                            "first of the losses collection")
+    check.add_argument("--rtol", type=float, default=0.0,
+                       help="relative tolerance; default 0: bit-identical")
+    return parser
+
+
+def _graph_arguments(sub):
+    """Arguments `plan` and `verify` share: the graph and LMS's settings."""
+    sub.add_argument("graph", metavar="GRAPH",
                       help="the saved model or graph to plan")
-    plan.add_argument("--batch-size", type=positive_int, default=None,
+    sub.add_argument("--batch-size", type=positive_int, default=None,
                       metavar="N",
                       help="mini-batch size, for shapes whose batch dimension "
                            "is unknown (lms.batch_size)")
-    plan.add_argument("--gpu-mem", type=positive_float, default=None,
+    sub.add_argument("--gpu-mem", type=positive_float, default=None,
                       metavar="GIB",
                       help="device memory to plan for, in GiB "
                            "(lms.autotune_gpu_mem); default: the memory of "
                            "this machine's GPU. The budget is this times "
                            "TF_LMS_SIMULATOR_MEM_RATIO (default 0.9)")
-    lms = plan.add_argument_group(
+    lms = sub.add_argument_group(
         "LMS parameters", "As in the LMS constructor; -1 lets the auto-tuner "
         "choose.")
     lms.add_argument("--swapout-threshold", type=auto_int(1), default=-1,
@@ -161,14 +195,14 @@ def build_parser():
     lms.add_argument("--gpu-device", default=None, metavar="DEVICE",
                      help="plan only for ops on this device, e.g. "
                           "/device:GPU:0 (default: every non-CPU op)")
-    keras = plan.add_argument_group("Keras models")
+    keras = sub.add_argument_group("Keras models")
     keras.add_argument("--loss", default=None,
                        help="loss to compile with (default: the saved one, "
                             "else 'mse')")
     keras.add_argument("--optimizer", default=None,
                        help="optimizer to compile with (default: the saved "
                             "one, else 'adam')")
-    other = plan.add_argument_group("graphs and output")
+    other = sub.add_argument_group("graphs and output")
     other.add_argument("--tag", default=None,
                        help="SavedModel tag set to load, comma-separated "
                             "(default: 'train' if present, else the first)")
@@ -184,7 +218,6 @@ def build_parser():
                        help="print the report as one JSON object")
     other.add_argument("-v", "--verbose", action="store_true",
                        help="show LMS's own [LMS] log lines (on stderr)")
-    return parser
 
 
 # ---- loading ---------------------------------------------------------------
@@ -429,16 +462,8 @@ def plan_graph(loaded, args, graph_name):
     """
     graph = loaded.graph
     is_training = loaded.training and not args.inference
-    lms = LMS(swapout_threshold=args.swapout_threshold,
-              swapin_ahead=args.swapin_ahead,
-              swapin_groupby=args.swapin_groupby,
-              sync_mode=args.sync_mode,
-              serialization=args.serialization,
-              serialization_by_size=args.serialization_by_size,
-              gpu_device=args.gpu_device)
-    lms.batch_size = args.batch_size
+    lms = _lms_from_args(args)
     lms.is_training = is_training
-    lms.autotune_gpu_mem = args.gpu_mem
 
     budget = autotune.device_budget(args.gpu_mem, args.gpu_device)
     index = gi.build_index(graph)
@@ -633,11 +658,89 @@ def _plan_command(args):
     return EXIT_FITS if report.fits else EXIT_DOES_NOT_FIT
 
 
+def _lms_from_args(args):
+    """An `LMS` with the command line's settings, as `plan_graph` makes."""
+    lms = LMS(swapout_threshold=args.swapout_threshold,
+              swapin_ahead=args.swapin_ahead,
+              swapin_groupby=args.swapin_groupby,
+              sync_mode=args.sync_mode, serialization=args.serialization,
+              serialization_by_size=args.serialization_by_size,
+              gpu_device=args.gpu_device)
+    lms.batch_size = args.batch_size
+    lms.autotune_gpu_mem = args.gpu_mem
+    return lms
+
+
+def render_verify(report):
+    """The lines `tflms verify` prints."""
+    lines = ["oneDNN: %s" % ("on" if report.onednn else "off"),
+             "Steps: %d with and without LMS" % report.steps]
+    if report.losses_without:
+        lines.append("Losses without LMS: %s" % ", ".join(
+            "%.8g" % x for x in report.losses_without))
+        lines.append("Losses with LMS:    %s" % ", ".join(
+            "%.8g" % x for x in report.losses_with))
+    lines.append("Variables compared: %d; largest difference %.3g" % (
+        report.variables, report.max_abs_difference))
+    if report.global_step is not None:
+        lines.append("Global step advanced: %d without LMS, %d with LMS" %
+                     report.global_step)
+    lines.append("Swap ops that ran: %d of the %d LMS added" % (
+        report.swap_ops_ran, report.swap_ops))
+    if report.kernels_differ:
+        lines.append(
+            "TensorFlow fused differently with the swap ops (float rounding "
+            "may differ; see --rtol): %s" % ", ".join(
+                "%s %d->%d" % (k, a, b)
+                for k, (a, b) in report.kernels_differ.items()))
+    for name in report.different[:10]:
+        lines.append("DIFFERENT: %s" % name)
+    if report.ops_not_run:
+        lines.append("NOT RUN with LMS (ran without it): %s" % ", ".join(
+            report.ops_not_run[:10]))
+    if report.swap_ops_not_run:
+        lines.append("Swap ops that did not run: %s" % ", ".join(
+            report.swap_ops_not_run[:10]))
+    lines.append("VERDICT: %s" % (
+        "PASS - training with LMS matched training without it"
+        if report.ok else "FAIL - training with LMS differed"))
+    return lines
+
+
+def _verify_command(args):
+    tf.compat.v1.disable_eager_execution()
+    tf.compat.v1.logging.set_verbosity(
+        tf.compat.v1.logging.INFO if args.verbose
+        else tf.compat.v1.logging.ERROR)
+    from tflms import verify as verifying  # pylint: disable=import-outside-toplevel
+    try:
+        report = verifying.verify(
+            lambda: load_graph(args.graph, args).graph, _lms_from_args(args),
+            steps=args.steps, batch_size=args.batch_size,
+            train_op_names=args.train_op, loss_name=args.loss_tensor,
+            rtol=args.rtol)
+    except autotune.NoGpuError as e:
+        print("tflms verify: error: %s For this command: pass --gpu-mem <GiB "
+              "of the GPU you plan for>." % e, file=sys.stderr)
+        return EXIT_ERROR
+    except (PlanError, ValueError) as e:
+        print("tflms verify: error: %s" % e, file=sys.stderr)
+        return EXIT_ERROR
+    if args.json:
+        print(json.dumps(dataclasses.asdict(report), indent=1,
+                         sort_keys=True))
+    else:
+        print("\n".join(render_verify(report)))
+    return 0 if report.ok else 1
+
+
 def main(argv=None):
     """Entry point of ``tflms`` and ``python -m tflms``."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "plan":
         return _plan_command(args)
+    if args.command == "verify":
+        return _verify_command(args)
     parser.error("unknown command %r" % args.command)
     return EXIT_ERROR

@@ -240,27 +240,51 @@ def _trigger_window(levels, src, first_consumer, ahead):
 
 
 def _find_trigger(index, roles, src, first_consumer, ahead):
-    """The op that starts a swap-in: an ancestor of the consumer, on the
-    managed device and on the consumer's own device (towers of a multi-tower
-    model start their own swap-ins), active, outside conditionals and loops,
-    at a level in ``(level(src), level(consumer) - ahead)``, as late as
-    possible; ties go to the lowest id.
+    """The op that starts a swap-in: a *data* ancestor of the consumer that
+    TensorFlow cannot merge with it (`may_trigger`), on the managed device
+    and on the consumer's own device (towers of a multi-tower model start
+    their own swap-ins), active, outside conditionals and loops, at a level
+    in ``(level(src), level(consumer) - ahead)``, as late as possible; ties
+    go to the lowest id.
+
+    Why data ancestors only: the edges ``trigger -> swap-in -> consumer``
+    then add no ordering between two graph ops that the graph's own data
+    edges did not already impose, so no merge TensorFlow makes at run time
+    on the unchanged graph can close a cycle through the swap-in (see
+    `analysis.fusion_partners`). An ancestor through control edges only,
+    such as the `BiasAddGrad` that `tf.gradients`' ``tuple`` identities make
+    every sibling gradient wait for, gives no such guarantee.
     """
     levels = index.levels
     lower, upper = _trigger_window(levels, src, first_consumer, ahead)
     if upper <= lower:
         return None
-    ancestors = analysis.ancestors_within(index, first_consumer, lower)
-    device = index.devices[first_consumer]
+    ancestors = analysis.ancestors_within(index, first_consumer, lower,
+                                          data_only=True)
     best = None
     for a in ancestors:
-        if levels[a] >= upper or a not in roles.triggers:
-            continue
-        if not analysis.same_device(index.devices[a], device):
+        if levels[a] >= upper or not may_trigger(index, roles, a,
+                                                 first_consumer):
             continue
         if best is None or (levels[a], -a) > (levels[best], -best):
             best = a
     return best
+
+
+def may_trigger(index, roles, op, consumer):
+    """True if `op` may start a swap-in read by `consumer`, given that it is
+    a data ancestor of it: a trigger op on the consumer's device that
+    TensorFlow will not merge with the consumer."""
+    return (op in roles.triggers
+            and op not in roles.fused_with.get(consumer, ())
+            and analysis.same_device(index.devices[op],
+                                     index.devices[consumer]))
+
+
+def _data_reaches(index, op, consumer):
+    """True if a path of data edges leads from `op` to `consumer`."""
+    return op in analysis.ancestors_within(index, consumer, index.levels[op],
+                                           data_only=True)
 
 
 class TriggerFinder:
@@ -270,8 +294,9 @@ class TriggerFinder:
     trigger window, ``swapin_ahead`` levels times the graph's width, for
     every swap-in of every plan a search tries. But the latest allowed level
     is usually held by an op on the consumer's *critical path*: following
-    from the consumer its lowest-id input one level below goes down exactly
-    one level per step (a Kahn level is one more than the highest input's),
+    from the consumer its lowest-id data input one level below goes down
+    exactly one level per step (a Kahn level is one more than the highest
+    input's; when a control input holds that level the chain ends),
     and binary lifting over that chain reaches any level in O(log levels)
     steps. When that op may start a swap-in it is taken: it has the level
     the full search would pick, and the simulator sees only levels. When it
@@ -291,7 +316,7 @@ class TriggerFinder:
         chain = np.full(index.num_ops, -1, dtype=np.int64)
         for v in range(index.num_ops):
             below = levels[v] - 1
-            for p in index.predecessors(v):  # increasing ids
+            for p in index.fanins[v]:  # data inputs, increasing ids
                 if levels[p] == below:
                     chain[v] = p
                     break
@@ -327,9 +352,8 @@ class TriggerFinder:
         if upper > lower:
             op = self._on_chain(first_consumer,
                                 levels[first_consumer] - (upper - 1))
-            if op >= 0 and op in self.roles.triggers and analysis.same_device(
-                    self.index.devices[op],
-                    self.index.devices[first_consumer]):
+            if op >= 0 and may_trigger(self.index, self.roles, op,
+                                       first_consumer):
                 trigger = op
             else:
                 trigger = _find_trigger(self.index, self.roles, src,
@@ -339,9 +363,23 @@ class TriggerFinder:
 
 
 def _sync_inputs(index, roles, consumer):
-    """Device inputs of a consumer, which a synchronous swap-in waits on."""
+    """Device inputs of a consumer, which a synchronous swap-in waits on;
+    never one TensorFlow may merge with the consumer (the wait would close
+    a cycle through the merged node, see `analysis.fusion_partners`)."""
+    fused = roles.fused_with.get(consumer, ())
     return tuple(p for p in index.predecessors(consumer)
-                 if p in roles.waiters)
+                 if p in roles.waiters and p not in fused)
+
+
+def _split_for_trigger(index, roles, trigger, group):
+    """The leading consumers of `group` that `trigger` may start a swap-in
+    for (it reaches each through data edges and merges with none), and the
+    rest, which get a swap-in of their own."""
+    for k, (c, _) in enumerate(group[1:], 1):
+        if c in roles.fused_with.get(trigger, ()) or not _data_reaches(
+                index, trigger, c):
+            return group[:k], group[k:]
+    return group, []
 
 
 def make_plan(index, roles, params, batch_size=None, edges=None,
@@ -385,12 +423,17 @@ def make_plan(index, roles, params, batch_size=None, edges=None,
     unplanned = 0
     for (p, out), consumers in by_tensor.items():
         swap_ins = []
-        for group in _group_consumers(index, consumers, groupby):
+        pending = _group_consumers(index, consumers, groupby)
+        while pending:
+            group = pending.pop(0)
             first = group[0][0]
             trigger = None
             if not params.sync_swapin:
                 trigger = triggers.find(p, first, params.swapin_ahead)
             if trigger is not None:
+                group, rest = _split_for_trigger(index, roles, trigger, group)
+                if rest:
+                    pending.insert(0, rest)
                 if (swap_ins and not swap_ins[-1].synchronous
                         and swap_ins[-1].triggers == (trigger,)):
                     # Two groups that would start at the same moment are one
@@ -416,8 +459,9 @@ def make_plan(index, roles, params, batch_size=None, edges=None,
         if params.sync_swapout:
             rerouted = {c for s in swap_ins for c, _ in s.consumers}
             remaining = set(index.fanouts[p]) | set(index.control_outputs[p])
+            fused = roles.fused_with.get(p, ())
             waiters = tuple(sorted(c for c in remaining - rerouted
-                                   if c in roles.waiters))
+                                   if c in roles.waiters and c not in fused))
         swaps.append(SwapPlan(
             producer=p, output=out,
             nbytes=gi.tensor_bytes(index, p, out, batch_size),
@@ -553,8 +597,10 @@ def serialization_edges(index, roles, slices, extra_levels=(),
       ``tf.control_dependencies([counter.assign_add(1)])`` never makes the
       forward pass count.
 
-    The eligible ops are taken in (level, id) order and each is chained
-    after the latest earlier one that it may wait for. Ops in one level
+    The eligible ops are taken in level order, and within a level by id
+    with ops TensorFlow may merge (`analysis.fusion_partners`) next to each
+    other; each is chained after the latest earlier one that it may wait
+    for. Ops in one level
     never depend on each other and every edge goes forward in that order,
     so no cycle can close.
 
@@ -578,7 +624,13 @@ def serialization_edges(index, roles, slices, extra_levels=(),
     edges = []
     position = 0
     for lvl in sorted(chosen):
-        for op in index.ops_by_level[lvl]:
+        # Ops TensorFlow may merge at run time (`analysis.fusion_partners`)
+        # stay next to each other in the chain: an op chained between two
+        # of them would sit on a cycle through the merged node.
+        fused = roles.fused_with
+        in_order = sorted(index.ops_by_level[lvl],
+                          key=lambda o: (min(fused.get(o, frozenset()) | {o}), o))
+        for op in in_order:
             if (op in roles.device_ops and op not in roles.inactive
                     and op not in excluded
                     and not index.is_stateful[op]

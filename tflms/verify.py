@@ -1,0 +1,276 @@
+"""Check LMS's promise on a user's own graph: training is the same with it.
+
+`verify` loads the graph twice, rewrites one copy with LMS, gives both the
+same variable values and the same random inputs, trains both a few steps on
+this machine's CPU (with oneDNN as this process has it, which is how the
+host side of a GPU job runs too), and compares losses, every variable
+(weights, optimizer slots, the global step) and what ran. Used by
+``tflms verify``; it never edits the caller's graph.
+
+What counts as a difference:
+
+* a loss or a variable not bit-identical (beyond ``rtol`` if given);
+* the global step not advancing by one per step;
+* an op that ran without LMS but not with it (TensorFlow ends a step
+  without an error when ops sit on a cycle; see
+  `analysis.fusion_partners`);
+* a swap op LMS added that is in TensorFlow's optimized graph but did not
+  run.
+"""
+
+import dataclasses
+
+import numpy as np
+import tensorflow as tf
+
+__all__ = ["VerifyReport", "VerifyError", "verify"]
+
+_TRACE = tf.compat.v1.RunOptions(
+    trace_level=tf.compat.v1.RunOptions.FULL_TRACE,
+    output_partition_graphs=True)
+
+
+class VerifyError(ValueError):
+    """The graph cannot be trained by `verify` (no train op, no feed...)."""
+
+
+@dataclasses.dataclass
+class VerifyReport:
+    """What `verify` measured.
+
+    Attributes:
+      steps: training steps run in each copy.
+      onednn: True if oneDNN ran (TF_ENABLE_ONEDNN_OPTS / the CPU default).
+      losses_without / losses_with: per step, the compared loss (empty when
+        the graph names no loss).
+      variables: number of variables compared.
+      max_abs_difference: largest absolute difference over losses and
+        variables.
+      different: names of the variables that differ.
+      global_step: how far the global step advanced (without, with), or
+        None when the graph has none.
+      swap_ops: swap ops LMS added.
+      swap_ops_ran: of those, how many ran in the last step.
+      swap_ops_not_run: swap ops in the optimized graph that did not run.
+      ops_not_run: ops that ran without LMS but not with it.
+      kernels_differ: op types TensorFlow ran a different number of times
+        with LMS (a swap op changed what it fused), as
+        ``{type: (without, with)}``.
+    """
+
+    steps: int
+    onednn: bool
+    losses_without: list
+    losses_with: list
+    variables: int
+    max_abs_difference: float
+    different: list
+    global_step: object
+    swap_ops: int
+    swap_ops_ran: int
+    swap_ops_not_run: list
+    ops_not_run: list
+    kernels_differ: dict
+
+    @property
+    def ok(self):
+        """True if training with LMS matched training without it."""
+        steps_ok = (self.global_step is None
+                    or self.global_step == (self.steps, self.steps))
+        return (not self.different and steps_ok and not self.ops_not_run
+                and not self.swap_ops_not_run)
+
+
+def onednn_enabled():
+    """True if this process runs oneDNN kernels and graph passes."""
+    from tensorflow.python.util import _pywrap_util_port  # pylint: disable=import-outside-toplevel
+    return bool(_pywrap_util_port.IsMklEnabled())
+
+
+def _fetches(graph, train_op_names, loss_name):
+    with graph.as_default():
+        if train_op_names:
+            try:
+                train_ops = [graph.as_graph_element(n, allow_tensor=False,
+                                                    allow_operation=True)
+                             for n in train_op_names]
+            except (KeyError, ValueError) as e:
+                raise VerifyError("--train-op: %s" % e) from None
+        else:
+            train_ops = list(tf.compat.v1.get_collection(
+                tf.compat.v1.GraphKeys.TRAIN_OP))
+        if not train_ops:
+            raise VerifyError(
+                "the graph names no train op (no train_op collection): name "
+                "the op that runs one training step with --train-op NAME")
+        loss = None
+        if loss_name:
+            try:
+                loss = graph.as_graph_element(loss_name, allow_tensor=True,
+                                              allow_operation=False)
+            except (KeyError, ValueError) as e:
+                raise VerifyError("--loss-tensor: %s" % e) from None
+        else:
+            losses = tf.compat.v1.get_collection(
+                tf.compat.v1.GraphKeys.LOSSES)
+            if losses:
+                loss = losses[0]
+        variables = list(tf.compat.v1.global_variables())
+        global_step = tf.compat.v1.train.get_global_step()
+    return train_ops, loss, variables, global_step
+
+
+def _feed(graph, batch_size, seed):
+    rng = np.random.RandomState(seed)
+    feed = {}
+    for op in graph.get_operations():
+        if op.type != "Placeholder":
+            continue
+        t = op.outputs[0]
+        if t.shape.rank is None:
+            raise VerifyError(
+                "placeholder %s has an unknown rank; verify cannot make "
+                "inputs for it" % op.name)
+        dims = list(t.shape.as_list())
+        if dims and dims[0] is None:
+            if batch_size is None:
+                raise VerifyError(
+                    "placeholder %s has an unknown batch dimension: pass "
+                    "--batch-size N" % op.name)
+            dims[0] = batch_size
+        if any(d is None for d in dims):
+            raise VerifyError(
+                "placeholder %s has unknown dimensions %s besides the batch: "
+                "verify cannot make inputs for it" % (op.name, dims))
+        dtype = t.dtype.base_dtype
+        if dtype.is_floating:
+            value = rng.standard_normal(dims).astype(dtype.as_numpy_dtype)
+        elif dtype.is_integer:
+            # Labels and indices: 0 is valid for any class count or table.
+            value = np.zeros(dims, dtype.as_numpy_dtype)
+        elif dtype == tf.bool:
+            value = np.zeros(dims, bool)
+        else:
+            raise VerifyError("placeholder %s has type %s; verify cannot make "
+                              "inputs for it" % (op.name, dtype.name))
+        feed[t] = value
+    return feed
+
+
+def _train(graph, fetches, feed, steps, values=None):
+    train_ops, loss, variables, global_step = fetches
+    metadata = tf.compat.v1.RunMetadata()
+    with graph.as_default():
+        init = tf.compat.v1.global_variables_initializer()
+    with tf.compat.v1.Session(graph=graph) as sess:
+        sess.run(init)
+        if values is None:
+            values = sess.run(variables)
+        else:
+            for v, value in zip(variables, values):
+                v.load(value, sess)
+        start = int(sess.run(global_step)) if global_step is not None else 0
+        losses = []
+        for _ in range(steps):
+            out = sess.run([train_ops, loss] if loss is not None
+                           else [train_ops], feed, options=_TRACE,
+                           run_metadata=metadata)
+            if loss is not None:
+                losses.append(np.asarray(out[1]))
+        final = sess.run(variables)
+        step = (int(sess.run(global_step)) - start
+                if global_step is not None else None)
+    return values, losses, final, step, metadata
+
+
+def _node_names(metadata):
+    return {n.name: n.op for pg in metadata.partition_graphs for n in pg.node}
+
+
+def _executed(metadata):
+    return {n.node_name for d in metadata.step_stats.dev_stats
+            for n in d.node_stats}
+
+
+def _kernels(metadata):
+    counts = {}
+    for op in _node_names(metadata).values():
+        if op not in ("Identity", "NoOp"):
+            counts[op] = counts.get(op, 0) + 1
+    return counts
+
+
+def verify(load, lms, steps=3, batch_size=None, train_op_names=(),
+           loss_name=None, rtol=0.0, seed=0):
+    """Train a graph with and without LMS and compare.
+
+    Args:
+      load: callable returning a fresh `tf.Graph` with the training graph
+        (called twice; the two graphs must be identical).
+      lms: the `LMS` to rewrite one copy with (its settings are the user's).
+      steps: training steps per copy.
+      batch_size: for placeholders with an unknown batch dimension.
+      train_op_names: ops that run one step; default the train_op
+        collection.
+      loss_name: tensor to compare per step; default the first of the
+        losses collection (variables are compared either way).
+      rtol: relative tolerance for losses and variables; 0 means
+        bit-identical.
+      seed: for the random inputs.
+
+    Returns:
+      A `VerifyReport`.
+    """
+    if steps < 1:
+        raise VerifyError("steps must be at least 1, got %r" % (steps,))
+    plain, rewritten = load(), load()
+    plain_fetches = _fetches(plain, train_op_names, loss_name)
+    lms_fetches = _fetches(rewritten, train_op_names, loss_name)
+    result = lms.run(rewritten)
+    values, base_losses, base_final, base_step, base_md = _train(
+        plain, plain_fetches, _feed(plain, batch_size, seed), steps)
+    _, losses, final, step, md = _train(
+        rewritten, lms_fetches, _feed(rewritten, batch_size, seed), steps,
+        values)
+
+    different = []
+    worst = 0.0
+    pairs = [("loss at step %d" % (i + 1), a, b)
+             for i, (a, b) in enumerate(zip(base_losses, losses))]
+    pairs += [(v.op.name, a, b)
+              for v, a, b in zip(plain_fetches[2], base_final, final)]
+    for name, a, b in pairs:
+        a, b = np.asarray(a), np.asarray(b)
+        if a.dtype.kind in "fc":
+            diff = float(np.max(np.abs(a - b))) if a.size else 0.0
+            worst = max(worst, diff)
+            same = np.allclose(a, b, rtol=rtol, atol=0.0) if rtol else (
+                np.array_equal(a, b))
+        else:
+            same = np.array_equal(a, b)
+        if not same:
+            different.append(name)
+
+    nodes, base_nodes = _node_names(md), _node_names(base_md)
+    executed, base_executed = _executed(md), _executed(base_md)
+    added = (list(result.swapout_ops) + list(result.swapin_ops)
+             if result is not None else [])
+    not_run = sorted((set(nodes) - executed)
+                     - (set(base_nodes) - base_executed))
+    swaps_not_run = [n for n in added if n in nodes and n not in executed]
+    kernels, base_kernels = _kernels(md), _kernels(base_md)
+    kernels_differ = {k: (base_kernels.get(k, 0), kernels.get(k, 0))
+                      for k in sorted(set(kernels) | set(base_kernels))
+                      if kernels.get(k, 0) != base_kernels.get(k, 0)}
+    return VerifyReport(
+        steps=steps, onednn=onednn_enabled(),
+        losses_without=[float(x) for x in base_losses],
+        losses_with=[float(x) for x in losses],
+        variables=len(base_final), max_abs_difference=worst,
+        different=different,
+        global_step=None if base_step is None else (base_step, step),
+        swap_ops=len(added),
+        swap_ops_ran=sum(1 for n in added if n in executed),
+        swap_ops_not_run=swaps_not_run,
+        ops_not_run=[n for n in not_run if not n.startswith("_")],
+        kernels_differ=kernels_differ)
