@@ -653,3 +653,7 @@ def test_under_disable_v2_behavior():
     counts = [int(l.split()[-1]) for l in out.stdout.splitlines()
               if " OK " in l]
     assert len(counts) == 4 and min(counts) > 0, out.stdout
+
+
+# Trains with and without LMS: run with oneDNN off and on (tools/run_tests.sh).
+pytestmark = pytest.mark.numerics

@@ -93,3 +93,7 @@ def test_demo_help():
     for flag in ("--image-size", "--batch-size", "--steps", "--gpu-mem",
                  "--plot-dir"):
         assert flag in proc.stdout
+
+
+# Trains with and without LMS: run with oneDNN off and on (tools/run_tests.sh).
+pytestmark = pytest.mark.numerics

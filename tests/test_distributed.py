@@ -468,3 +468,7 @@ def test_horovod_example_help():
     for flag in ("horovodrun", "--image_size", "--lms", "--autotune_gpu_mem",
                  "--swapout_threshold"):
         assert flag in out, flag
+
+
+# Trains with and without LMS: run with oneDNN off and on (tools/run_tests.sh).
+pytestmark = pytest.mark.numerics

@@ -198,3 +198,7 @@ def test_batches_are_full_size():
         assert np.array_equal(xb[:, 0], yb)
     small = _mnist_data.batches(x[:2], y[:2], 4)
     assert next(small)[0].shape == (4, 1)
+
+
+# Trains with and without LMS: run with oneDNN off and on (tools/run_tests.sh).
+pytestmark = pytest.mark.numerics

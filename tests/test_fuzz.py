@@ -477,3 +477,7 @@ def test_the_twin_comparison_sees_a_one_bit_change():
     (_, base_w), (_, same_w) = train_twins(base_def, base_def, handles)
     for a, b in zip(base_w, same_w):
         np.testing.assert_array_equal(a, b)
+
+
+# Trains with and without LMS: run with oneDNN off and on (tools/run_tests.sh).
+pytestmark = pytest.mark.numerics

@@ -366,3 +366,7 @@ def test_a_serialization_only_rewrite_is_done_once():
     assert LMS(**params).run(g) is None
     assert LMS(**FIXED).run(g) is None
     assert g.as_graph_def().SerializeToString(deterministic=True) == before
+
+
+# Trains with and without LMS: run with oneDNN off and on (tools/run_tests.sh).
+pytestmark = pytest.mark.numerics

@@ -166,3 +166,7 @@ def test_eager_mode_errors_say_what_to_call():
     assert "FIT: LMS rewrites" in out.stdout and advice in out.stdout
     # Importing tflms changed nothing global.
     assert "EAGER STILL ON: True" in out.stdout
+
+
+# Trains with and without LMS: run with oneDNN off and on (tools/run_tests.sh).
+pytestmark = pytest.mark.numerics

@@ -191,3 +191,7 @@ def test_a_device_without_ops_is_refused_and_names_the_towers():
         LMS(gpu_device="/device:GPU:2", **FIXED).run(graph)
     assert graph.as_graph_def().SerializeToString(
         deterministic=True) == before
+
+
+# Trains with and without LMS: run with oneDNN off and on (tools/run_tests.sh).
+pytestmark = pytest.mark.numerics

@@ -269,3 +269,7 @@ def test_keras_save_load_continues_with_swaps(fmt, tmp_path):
         np.testing.assert_array_equal(a, b)
     assert lms.last_result.swapout_ops
     assert_swaps_ran(tf.compat.v1.get_default_graph(), lms.last_result, md)
+
+
+# Trains with and without LMS: run with oneDNN off and on (tools/run_tests.sh).
+pytestmark = pytest.mark.numerics

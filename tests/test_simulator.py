@@ -190,13 +190,26 @@ def test_unknown_batch_dimension_needs_the_batch_size():
 
 
 def test_serialization_edges_move_ops_to_later_levels():
-    _, index, roles = chain(3)
-    # Chaining g3 after ... nothing new; instead force f2 after g3.
-    # Levels: x0 f1 1 f2 2 f3 3 g3 4 g2 5 g1 6. An extra edge f1 -> f3 is
-    # harmless; an edge g3 -> f... would be a cycle, so use a side op.
-    extra = ((op(index, "f1"), op(index, "f3")),)
-    model = simulator.SimulationModel(index, roles, extra_edges=extra)
-    assert model.replay(None).num_levels == 7
+    """An extra edge that no path implies moves its target (and only it)."""
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [512, 512], name="x")
+        f1 = tf.math.sin(x, name="f1")
+        f2 = tf.math.sin(f1, name="f2")
+        f3 = tf.math.sin(f2, name="f3")
+        side = tf.math.cos(x, name="side")
+        tf.math.add(f3, side, name="out")
+    index = gi.build_index(g)
+    roles = analysis.classify_ops(index)
+    side_id, f2_id = op(index, "side"), op(index, "f2")
+    before = simulator.SimulationModel(index, roles).replay(None)
+    assert before.levels.tolist()[side_id] == 1
+    model = simulator.SimulationModel(index, roles,
+                                      extra_edges=((f2_id, side_id),))
+    after = model.replay(None)
+    assert after.levels.tolist()[side_id] == 3
+    assert after.levels.tolist()[op(index, "f3")] == 3
+    assert after.num_levels == before.num_levels == 5
 
 
 def test_hidden_index_levels_are_respected():

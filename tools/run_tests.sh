@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The test suite in both oneDNN modes (the README's test command runs this
+# after tools/install_test_deps.sh).
+#
+# TensorFlow turns oneDNN on by default only on CPUs with AVX512_VNNI,
+# AVX512_BF16 or AMX, and oneDNN changes both the kernels and the graph
+# rewrites that run. So the mode is never left to the CPU: the whole suite
+# runs with TF_ENABLE_ONEDNN_OPTS=0, then every test that trains with and
+# without LMS (marker `numerics`) runs again with TF_ENABLE_ONEDNN_OPTS=1.
+#
+# Usage: tools/run_tests.sh [VENV]   (default: .venv); extra pytest
+# arguments may follow the venv.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+VENV="${1:-.venv}"
+shift || true
+PY="$VENV/bin/python"
+status=0
+echo "== TensorFlow $("$PY" -c 'import tensorflow as tf; print(tf.__version__)' 2>/dev/null), oneDNN off: whole suite"
+TF_ENABLE_ONEDNN_OPTS=0 "$PY" -m pytest "$@" || status=1
+echo "== oneDNN on: tests marked numerics"
+TF_ENABLE_ONEDNN_OPTS=1 "$PY" -m pytest -m numerics "$@" || status=1
+exit $status
