@@ -14,6 +14,7 @@ from tflms import LMS
 
 # The Estimator model, its input and the trace hook of the tf.distribute and
 # Horovod jobs.
+from _graphs import assert_swaps_ran, trace_options
 from dist_jobs._common import TraceHook, make_input_fn, model_fn
 
 FIXED = dict(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0)
@@ -57,9 +58,7 @@ def _keras_model(run_metadata=None):
     model = tf.keras.Model(inp, out)
     kwargs = {}
     if run_metadata is not None:
-        kwargs = dict(options=tf.compat.v1.RunOptions(
-            trace_level=tf.compat.v1.RunOptions.FULL_TRACE),
-            run_metadata=run_metadata)
+        kwargs = dict(options=trace_options(), run_metadata=run_metadata)
     model.compile("sgd", tf.keras.losses.SparseCategoricalCrossentropy(
         from_logits=True), **kwargs)
     return model
@@ -69,10 +68,6 @@ def _data():
     rng = np.random.RandomState(0)
     return (rng.randn(8, 12, 12, 3).astype(np.float32),
             (np.arange(8) % 4).astype(np.int32))
-
-
-def _executed(md):
-    return {n.node_name for d in md.step_stats.dev_stats for n in d.node_stats}
 
 
 def _fit(lms, use_generator):
@@ -90,16 +85,16 @@ def _fit(lms, use_generator):
     else:
         hist = model.fit(x, y, batch_size=4, epochs=2, shuffle=False,
                          verbose=0, callbacks=callbacks)
-    return hist.history["loss"], model.get_weights(), _executed(md)
+    return hist.history["loss"], model.get_weights(), md
 
 
 @pytest.mark.parametrize("use_generator", [False, True])
 def test_keras_fit(use_generator):
     base_loss, base_w, _ = _fit(None, use_generator)
     lms = LMS(**FIXED)
-    loss, weights, executed = _fit(lms, use_generator)
+    loss, weights, md = _fit(lms, use_generator)
     assert lms.last_result.swapout_ops
-    assert set(lms.last_result.swapin_ops) <= executed
+    assert_swaps_ran(tf.compat.v1.get_default_graph(), lms.last_result, md)
     assert loss == base_loss
     for a, b in zip(base_w, weights):
         np.testing.assert_array_equal(a, b)
@@ -119,17 +114,15 @@ def test_keras_load_model_then_fit(tmp_path):
         md = tf.compat.v1.RunMetadata()
         loaded = tf.keras.models.load_model(path)
         loaded.compile("sgd", tf.keras.losses.SparseCategoricalCrossentropy(
-            from_logits=True), options=tf.compat.v1.RunOptions(
-                trace_level=tf.compat.v1.RunOptions.FULL_TRACE),
-            run_metadata=md)
+            from_logits=True), options=trace_options(), run_metadata=md)
         hist = loaded.fit(x, y, batch_size=4, epochs=2, shuffle=False,
                           verbose=0, callbacks=[lms] if lms else [])
-        return hist.history["loss"], loaded.get_weights(), _executed(md)
+        return hist.history["loss"], loaded.get_weights(), md
 
     base_loss, base_w, _ = resume(None)
     lms = LMS(**FIXED)
-    loss, weights, executed = resume(lms)
-    assert set(lms.last_result.swapin_ops) <= executed
+    loss, weights, md = resume(lms)
+    assert_swaps_ran(tf.compat.v1.get_default_graph(), lms.last_result, md)
     assert loss == base_loss
     for a, b in zip(base_w, weights):
         np.testing.assert_array_equal(a, b)

@@ -16,6 +16,8 @@ except ImportError:  # tests/ itself is on sys.path (pytest rootdir-less run)
 TINY = {
     "mlp": dict(depth=2, width=16, batch=4),
     "cnn_bn": dict(image=8, channels=4, depth=3, batch=2),
+    "cnn_bias": dict(image=8, channels=2, depth=2, batch=2),
+    "cnn_branchy": dict(image=8, channels=2, depth=2, branches=3, batch=2),
     "keras_resnet": dict(image=16, batch=2, blocks=(1, 1)),
     "keras_resnet50": dict(image=32, batch=1),
     "lstm": dict(steps=4, units=8, batch=2),
@@ -26,7 +28,8 @@ TINY = {
 
 
 def _build(name, seed=0):
-    builder = models.BUILDERS[name.replace("_unrolled", "")]
+    builder = models.BUILDERS[{"lstm_unrolled": "lstm",
+                               "cnn_branchy": "cnn_bias"}.get(name, name)]
     graph = tf.Graph()
     with graph.as_default():
         model = builder(seed=seed, **TINY[name])
@@ -45,7 +48,7 @@ def _train(model, steps=2):
 
 def test_builders_cover_the_zoo():
     assert set(models.BUILDERS) == {
-        "mlp", "cnn_bn", "keras_resnet", "keras_resnet50", "lstm", "unet3d",
+        "mlp", "cnn_bn", "cnn_bias", "keras_resnet", "keras_resnet50", "lstm", "unet3d",
         "transformer_encoder"}
 
 
