@@ -112,3 +112,37 @@ def test_verify_command_errors_name_the_fix(tmp_path):
     assert proc.returncode == 2
     assert "name the op that runs one training step with --train-op NAME" \
         in proc.stderr
+
+
+# ---- the hook stops a training loop whose global step stands still ------
+def test_hook_trains_normally_with_its_global_step_guard():
+    graph = tf.Graph()
+    with graph.as_default():
+        model = models.cnn_bias(image=8, channels=2, depth=2, batch=2)
+        lms = LMS(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0)
+        with tf.compat.v1.train.MonitoredSession(hooks=[lms]) as sess:
+            steps = [sess.run([model.train_op,
+                               tf.compat.v1.train.get_global_step()],
+                              model.feed_dict)[1] for _ in range(6)]
+    assert lms.last_result.swapout_ops
+    # Read in the same run as the increment: before or after it.
+    assert steps == list(range(steps[0], steps[0] + 6))
+
+
+def test_hook_raises_when_the_global_step_stops_advancing():
+    # A train op that does not run the global step's AssignAdd stands in for
+    # a rewritten step whose AssignAdd never runs.
+    graph = tf.Graph()
+    with graph.as_default():
+        model = models.cnn_bias(image=8, channels=2, depth=2, batch=2)
+        step = tf.compat.v1.train.get_global_step()
+        step.assign_add(1)  # in the graph, never run
+        frozen = model.graph.get_operation_by_name(
+            "cnn_bias/train/update_cnn_bias/dense/kernel/"
+            "ResourceApplyGradientDescent")
+    lms = LMS(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0)
+    with pytest.raises(RuntimeError, match="global step stayed at 0 for 3"):
+        with graph.as_default():
+            with tf.compat.v1.train.MonitoredSession(hooks=[lms]) as sess:
+                for _ in range(10):
+                    sess.run(frozen, model.feed_dict)

@@ -159,6 +159,7 @@ class LMS(tf.keras.callbacks.Callback, tf.compat.v1.train.SessionRunHook):
         # second call on the unchanged graph (Keras calls set_model and then
         # set_params) does not analyse it again.
         self._not_needed = None
+        self._step_guard = None  # set by begin() (SessionRunHook)
 
     # ---- settable properties ------------------------------------------
     @property
@@ -478,7 +479,19 @@ class LMS(tf.keras.callbacks.Callback, tf.compat.v1.train.SessionRunHook):
     # ---- SessionRunHook -----------------------------------------------
     def begin(self):
         """Rewrite the default graph before the session is created."""
-        self.run(tf.compat.v1.get_default_graph())
+        graph = tf.compat.v1.get_default_graph()
+        self.run(graph)
+        self._step_guard = _StepGuard.for_graph(graph)
+
+    def before_run(self, run_context):  # pylint: disable=unused-argument
+        """Read the global step with every training step (see `_StepGuard`)."""
+        if self._step_guard is None:
+            return None
+        return tf.compat.v1.train.SessionRunArgs(self._step_guard.global_step)
+
+    def after_run(self, run_context, run_values):  # pylint: disable=unused-argument
+        if self._step_guard is not None:
+            self._step_guard.check(run_values.results)
 
     # ---- Keras callback -----------------------------------------------
     def set_params(self, params):
@@ -519,6 +532,57 @@ class LMS(tf.keras.callbacks.Callback, tf.compat.v1.train.SessionRunHook):
         graph = tf.compat.v1.get_default_graph()
         if self.run(graph, keras=True) is not None:
             _keras.renew_keras_session(graph, self._log)
+
+
+class _StepGuard:
+    """Stops a hooked training loop whose global step stopped advancing.
+
+    Estimator.train(steps=N) loops until the global step reaches N; if a
+    rewritten graph skipped the step's `AssignAdd` (as once happened when
+    oneDNN merged ops around LMS's edges, see `analysis.fusion_partners`),
+    it would loop for ever. With LMS's swap ops in a training graph whose
+    train op increments the global step, three runs in a row that see the
+    same step value raise instead, with what to do.
+    """
+
+    RUNS = 3
+
+    def __init__(self, global_step):
+        self.global_step = global_step
+        self._last = None
+        self._same = 0
+
+    @classmethod
+    def for_graph(cls, graph):
+        """A guard for `graph`, or None when it has nothing to guard."""
+        if not rewriter.is_rewritten(graph):
+            return None
+        with graph.as_default():
+            if not tf.compat.v1.get_collection(
+                    tf.compat.v1.GraphKeys.TRAIN_OP):
+                return None  # evaluation and prediction graphs
+            step = tf.compat.v1.train.get_global_step()
+        if step is None:
+            return None
+        handle = step.op
+        increments = any(c.type.startswith("AssignAdd")
+                         for t in handle.outputs for c in t.consumers())
+        return cls(step) if increments else None
+
+    def check(self, value):
+        if self._last is not None and value == self._last:
+            self._same += 1
+        else:
+            self._same = 0
+        self._last = value
+        if self._same >= self.RUNS - 1:
+            raise RuntimeError(
+                "[LMS] The global step stayed at %s for %d training steps "
+                "although the train op increments it: part of the training "
+                "step rewritten by LMS is not running, and training would "
+                "never end. Check the graph with `tflms verify` (see "
+                "docs/plan.md) and report it; train without the LMS hook "
+                "meanwhile." % (value, self.RUNS))
 
 
 def _check_ranks(graph, result):
