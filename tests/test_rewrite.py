@@ -8,6 +8,7 @@ from tflms import LMS
 from tflms import graph_index as gi
 from tflms import rewriter
 
+import models
 from _graphs import dense_net, train_steps
 
 FIXED = dict(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0)
@@ -311,3 +312,14 @@ def test_autotune_with_serialization_simulates_the_serialized_levels():
     assert tune.without_lms.num_levels > original_levels
     assert tune.with_lms.peak_device_bytes <= tune.budget_bytes
     assert tune.with_lms.peak_device_bytes < tune.without_lms.peak_device_bytes
+
+
+def test_log_names_the_ops_tensorflow_may_merge(lms_log):
+    graph = tf.Graph()
+    with graph.as_default():
+        models.cnn_bias(image=8, channels=2, depth=2, batch=2)
+    LMS(**FIXED).run(graph)
+    text = "\n".join(lms_log())
+    assert ("8 operations may be merged in pairs by TensorFlow at run time "
+            "when oneDNN is on (BiasAdd+Conv2D, BiasAddGrad+"
+            "Conv2DBackpropFilter)") in text

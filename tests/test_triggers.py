@@ -69,3 +69,62 @@ def test_finder_with_serialization_levels(v1_control_flow):
     assert edges
     relevelled = analysis.relevel(index, edges)
     assert _check_all_queries(relevelled, roles, (1, 2, 4)) > 5
+
+
+# ---- ops TensorFlow merges at run time (oneDNN) --------------------------
+def _cnn_bias_index():
+    graph = tf.Graph()
+    with graph.as_default():
+        models.cnn_bias(image=8, channels=2, depth=2, batch=2)
+    index = gi.build_index(graph)
+    return index, analysis.classify_ops(index)
+
+
+def test_fusion_partners_pair_filter_gradients_with_bias_gradients():
+    index, roles = _cnn_bias_index()
+    pairs = {tuple(sorted((index.types[a], index.types[b])))
+             for a, ps in roles.fused_with.items() for b in ps}
+    assert pairs == {("BiasAddGrad", "Conv2DBackpropFilter"),
+                     ("BiasAdd", "Conv2D")}
+    for a, ps in roles.fused_with.items():
+        for b in ps:
+            assert a in roles.fused_with[b]  # symmetric
+            if index.types[a] == "BiasAddGrad":
+                # Siblings: the same gradient, read through tf.gradients'
+                # tuple identities by the filter gradient.
+                grad = analysis._through_identities(index, *index.inputs[a][0])  # pylint: disable=protected-access
+                assert analysis._through_identities(  # pylint: disable=protected-access
+                    index, *index.inputs[b][2]) == grad
+
+
+def test_triggers_are_data_ancestors_never_merge_partners():
+    index, roles = _cnn_bias_index()
+    plan = planner.make_plan(index, roles, planner.SwapParams(1, 1, 0, 0))
+    assert plan.swaps
+    for swap in plan.swaps:
+        for sin in swap.swap_ins:
+            (trigger,) = sin.triggers
+            for consumer, _ in sin.consumers:
+                assert trigger in analysis.ancestors_within(
+                    index, consumer, index.levels[trigger], data_only=True)
+                assert trigger not in roles.fused_with.get(consumer, ())
+
+
+def test_without_the_data_rule_a_bias_gradient_would_trigger_its_partner():
+    # What the rule prevents: searched through control edges too, the
+    # latest ancestor of a filter gradient is its sibling BiasAddGrad (the
+    # tuple identities of tf.gradients wait for it).
+    index, roles = _cnn_bias_index()
+    found = 0
+    for c, t in enumerate(index.types):
+        if t != "Conv2DBackpropFilter":
+            continue
+        lower = index.levels[c] - 3
+        partners = roles.fused_with.get(c, ())
+        assert partners
+        everything = analysis.ancestors_within(index, c, lower)
+        data = analysis.ancestors_within(index, c, lower, data_only=True)
+        assert partners & everything
+        assert not partners & data
+        found += 1
+    assert found == 2

@@ -293,6 +293,16 @@ class LMS(tf.keras.callbacks.Callback, tf.compat.v1.train.SessionRunHook):
                      "alone. For RNNs, also pass swap_memory=True to "
                      "tf.compat.v1.nn.dynamic_rnn / tf.while_loop so "
                      "TensorFlow swaps loop tensors itself.")
+        if roles.fused_with:
+            pairs = sorted({tuple(sorted((index.types[a], index.types[b])))
+                            for a, partners in roles.fused_with.items()
+                            for b in partners})
+            log.info("%d operations may be merged in pairs by TensorFlow at "
+                     "run time when oneDNN is on (%s): LMS never starts a "
+                     "swap-in from one of a pair for the other, which would "
+                     "make the merged operation wait for itself." % (
+                         len(roles.fused_with),
+                         ", ".join("+".join(p) for p in pairs)))
 
         ser_edges, ser_levels = self._serialization_plan(index, roles)
         if ser_edges:
