@@ -6,7 +6,7 @@ chooses (``tf.compat.v1.disable_eager_execution()`` for Keras, or building a
 ``tf.Graph`` explicitly).
 """
 
-from tflms.lms import LMS, EagerModeError
+from tflms.lms import LMS, EagerModeError, UnsupportedStackError
 
-__all__ = ["LMS", "EagerModeError"]
+__all__ = ["LMS", "EagerModeError", "UnsupportedStackError"]
 __version__ = "0.1.0"
