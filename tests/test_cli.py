@@ -410,7 +410,8 @@ def test_model_saved_with_tf2_optimizer_is_planned(optimizer, fmt, tmp_path,
             "equivalent" % legacy) in notes
     assert "optimizers.legacy.%s and the same settings" % legacy in notes
     rate = {"sgd": "0.05", "adam": "0.002"}[optimizer]
-    assert "learning_rate=%s;" % rate in notes, notes
+    assert "(learning_rate=%s). Change it with --optimizer." % rate in notes, \
+        notes
     applies = _apply_ops(loaded.graph)
     if optimizer == "sgd":
         # momentum and nesterov carried over: the momentum update, with

@@ -476,3 +476,21 @@ def test_horovod_example_help():
     for flag in ("horovodrun", "--image_size", "--lms", "--autotune_gpu_mem",
                  "--swapout_threshold"):
         assert flag in out, flag
+
+
+@pytest.mark.skipif(not NEW_STACK, reason="the TensorFlow 2.16+ message; "
+                    "this is TensorFlow %s" % tf.__version__)
+def test_missing_horovod_on_the_new_stack_names_the_tensorflow_it_needs():
+    try:
+        import horovod.tensorflow  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+        pytest.skip("Horovod is importable here")
+    except ImportError:
+        pass
+    with pytest.raises(ImportError) as info:
+        distributed._horovod()  # pylint: disable=protected-access
+    message = str(info.value)
+    assert ("Horovod is not installed, and Horovod 0.28.1 does not build "
+            "against TensorFlow %s" % tf.__version__) in message
+    assert "Run Horovod jobs on TensorFlow 2.15: pip install 'tflms[tf215]'" \
+        in message
+    assert distributed.HOROVOD_INSTALL_HINT in message

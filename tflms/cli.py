@@ -45,6 +45,7 @@ from tflms import _compat
 from tflms import analysis
 from tflms import autotune
 from tflms import graph_index as gi
+from tflms import keras_models
 from tflms import plots as plotting
 from tflms import simulator
 from tflms._argparse_types import auto_int, positive_float, positive_int
@@ -210,131 +211,20 @@ def _is_savedmodel(path):
                for name in ("saved_model.pb", "saved_model.pbtxt"))
 
 
-# Settings of TF2 (Keras 2.11+) optimizers that their legacy graph-mode
-# counterparts do not have, with the value that means "off".
-_TF2_ONLY_SETTINGS = {"weight_decay": (None, 0, 0.0), "use_ema": (False,)}
-_TF2_IGNORED_SETTINGS = ("ema_momentum", "ema_overwrite_frequency",
-                         "jit_compile", "is_legacy_optimizer")
-
-
-def _optimizer_config(optimizer):
-    """`optimizer.get_config()` of a TF2 optimizer loaded into a graph.
-
-    Its learning rate is then a graph variable, which get_config cannot
-    read (it calls .numpy()); its initial value, the saved one, is read
-    in a throwaway session instead."""
-    rate = getattr(optimizer, "_learning_rate", None)
-    if not isinstance(rate, tf.Variable) or tf.executing_eagerly():
-        return dict(optimizer.get_config())
-    with tf.compat.v1.Session(graph=rate.graph) as session:
-        session.run(rate.initializer)
-        value = float(session.run(rate))
-    optimizer._learning_rate = value  # pylint: disable=protected-access
-    try:
-        return dict(optimizer.get_config())
-    finally:
-        optimizer._learning_rate = rate  # pylint: disable=protected-access
-
-
-def _graph_mode_optimizer(optimizer, keras):
-    """A graph-mode (legacy) optimizer equal to `optimizer`.
-
-    Keras 2.11+ optimizers (``keras.optimizers.SGD``, ``Adam``...) cannot
-    build a graph-mode train function (they have no ``get_updates``); their
-    ``keras.optimizers.legacy`` namesakes can, and take the same settings.
-
-    Returns:
-      (optimizer to compile with, note or None).
-
-    Raises:
-      PlanError: the optimizer has no legacy equivalent, or uses a setting
-        the legacy one lacks.
-    """
-    if hasattr(optimizer, "get_updates"):
-        return optimizer, None
-    return _legacy_from_config(type(optimizer).__name__,
-                               _optimizer_config(optimizer), keras)
-
-
-def _legacy_from_config(name, config, keras):
-    """The `keras.optimizers.legacy` optimizer `name` made from the settings
-    `config` of its TF2 namesake; (optimizer, note). See
-    `_graph_mode_optimizer`."""
-    config = dict(config)
-    legacy = getattr(getattr(keras.optimizers, "legacy", None), name, None)
-    fix = ("pass a graph-mode optimizer with --optimizer (a name such as "
-           "sgd, adam, rmsprop, adagrad; optimizer slots count as device "
-           "memory, so pick one with the same slots)")
-    if legacy is None:
-        raise PlanError(
-            "the model was saved with the optimizer %s, which cannot build a "
-            "graph-mode training step and has no graph-mode equivalent in "
-            "%s.optimizers.legacy; %s" % (name, keras.__name__.split(".")[0],
-                                          fix))
-    for key, off in _TF2_ONLY_SETTINGS.items():
-        if key in config and config.pop(key) not in off:
-            raise PlanError(
-                "the model was saved with %s(%s=...), a setting the graph-mode "
-                "optimizer %s.optimizers.legacy.%s does not have; %s"
-                % (name, key, keras.__name__.split(".")[0], name, fix))
-    for key in _TF2_IGNORED_SETTINGS:
-        config.pop(key, None)
-    for key in ("clipnorm", "clipvalue", "global_clipnorm"):
-        if key in config and config[key] is None:
-            del config[key]
-    try:
-        converted = legacy.from_config(config)
-    except (TypeError, ValueError) as e:
-        raise PlanError("cannot make the graph-mode optimizer %s.optimizers."
-                        "legacy.%s from the saved settings %r: %s; %s"
-                        % (keras.__name__.split(".")[0], name, config, e,
-                           fix)) from None
-    note = ("The saved optimizer %s is a TF2 optimizer, which cannot build a "
-            "graph-mode training step; planned with its graph-mode "
-            "equivalent %s.optimizers.legacy.%s and the same settings "
-            "(learning_rate=%.6g; change with --optimizer)."
-            % (name, keras.__name__.split(".")[0], name,
-               _compat_rate(config.get("learning_rate"))))
-    return converted, note
-
-
-def _compat_rate(rate):
-    return rate if isinstance(rate, (int, float)) else float("nan")
-
-
-def _keras_archive_compile_config(path):
-    """(optimizer config, loss) saved in a `.keras` archive, or (None, None).
-
-    Keras 2 cannot compile a `.keras` model saved with a TF2 optimizer while
-    loading it into a graph (it then loads it uncompiled and warns about a
-    "custom compile()"); the settings are still in the archive."""
-    import zipfile  # pylint: disable=import-outside-toplevel
-    try:
-        with zipfile.ZipFile(path) as archive:
-            config = json.loads(archive.read("config.json"))
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
-        return None, None
-    compiled = config.get("compile_config") or {}
-    optimizer = compiled.get("optimizer")
-    if not isinstance(optimizer, dict) or "class_name" not in optimizer:
-        return None, None
-    return optimizer, compiled.get("loss")
-
-
-def _keras2_for_cli():
-    keras = _compat.keras2()
-    if keras is None:
-        raise PlanError(_compat.keras3_message(
-            "Planning a Keras model (`tflms plan model.h5`)"))
-    return keras
+_CLI_FIX = ("pass a graph-mode optimizer with --optimizer (a name such as "
+            "sgd, adam, rmsprop, adagrad; optimizer slots count as device "
+            "memory, so pick one with the same slots)")
 
 
 def _load_keras(path, graph, args):
     notes = []
-    keras = _keras2_for_cli()
     with graph.as_default():
         try:
-            model = keras.models.load_model(path, compile=not args.inference)
+            model, load_notes = keras_models._load(  # pylint: disable=protected-access
+                path, compile=not args.inference,
+                convert=args.optimizer is None, fix=_CLI_FIX)
+        except _compat.UnsupportedStackError as e:
+            raise PlanError(str(e)) from None
         except (ImportError, IOError, OSError, ValueError, TypeError) as e:
             keras3 = ""
             if _compat.TF_VERSION >= (2, 16, 0):
@@ -352,33 +242,18 @@ def _load_keras(path, graph, args):
             notes.append("--inference: planned the model's forward graph "
                          "only (not compiled, no train function).")
             return notes
-        saved_optimizer = getattr(model, "optimizer", None)
-        saved_loss = getattr(model, "loss", None)
-        converted_note = None
-        if saved_optimizer is not None and args.optimizer is None:
-            saved_optimizer, converted_note = _graph_mode_optimizer(
-                saved_optimizer, keras)
-        elif saved_optimizer is None and path.lower().endswith(".keras"):
-            config, archived_loss = _keras_archive_compile_config(path)
-            if config is not None:
-                saved_loss = saved_loss or (
-                    archived_loss if isinstance(archived_loss, str)
-                    else None)
-                if args.optimizer is None:
-                    saved_optimizer, converted_note = _legacy_from_config(
-                        config["class_name"], config.get("config", {}),
-                        keras)
-                else:
-                    saved_optimizer = config["class_name"]
-        saved = saved_optimizer is not None
-        if saved and args.loss is None and args.optimizer is None \
-                and converted_note is None:
-            notes.append("Compiled with the saved loss and optimizer (%s)."
-                         % type(model.optimizer).__name__)
+        notes.extend(note.replace("; compiled with", "; planned with")
+                     + (" Change it with --optimizer." if "TF2" in note
+                        else "") for note in load_notes)
+        saved = getattr(model, "optimizer", None) is not None
+        if saved and args.loss is None and args.optimizer is None:
+            if not load_notes:
+                notes.append("Compiled with the saved loss and optimizer "
+                             "(%s)." % type(model.optimizer).__name__)
         else:
-            loss = args.loss or saved_loss or "mse"
+            loss = args.loss or getattr(model, "loss", None) or "mse"
             optimizer = args.optimizer or (
-                saved_optimizer if saved else "adam")
+                model.optimizer if saved else "adam")
             try:
                 model.compile(optimizer=optimizer, loss=loss)
             except (ValueError, TypeError) as e:
@@ -386,8 +261,6 @@ def _load_keras(path, graph, args):
                                 "and optimizer=%r: %s; choose others with "
                                 "--loss and --optimizer"
                                 % (loss, optimizer, e)) from None
-            if converted_note:
-                notes.append(converted_note)
             if not saved:
                 notes.append(
                     "The model was saved without a training configuration; "
@@ -399,10 +272,8 @@ def _load_keras(path, graph, args):
                                   else type(optimizer).__name__))
         if not hasattr(model.optimizer, "get_updates"):
             raise PlanError(
-                "the optimizer %r cannot build a graph-mode training step "
-                "(%s); pass a graph-mode optimizer name with --optimizer, "
-                "e.g. --optimizer sgd" % (args.optimizer, _compat
-                                          .tf_version_text()))
+                "the optimizer %s cannot build a graph-mode training step; "
+                "%s" % (type(model.optimizer).__name__, _CLI_FIX))
         # The training graph fit() would run: forward, backward, updates.
         model._make_train_function()  # pylint: disable=protected-access
     return notes

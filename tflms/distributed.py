@@ -173,6 +173,14 @@ def _horovod():
     try:
         import horovod.tensorflow as hvd  # pylint: disable=import-outside-toplevel
     except ImportError as e:
+        if _compat.TF_VERSION >= (2, 16, 0):
+            raise ImportError(
+                "Horovod is not installed, and Horovod 0.28.1 does not build "
+                "against %s (its build includes TensorFlow headers that need "
+                "highwayhash, which the TensorFlow wheel does not ship). Run "
+                "Horovod jobs on TensorFlow 2.15: pip install 'tflms[tf215]', "
+                "then build Horovod as follows. %s"
+                % (_compat.tf_version_text(), HOROVOD_INSTALL_HINT)) from e
         raise ImportError(HOROVOD_INSTALL_HINT) from e
     return hvd
 
