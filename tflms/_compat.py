@@ -23,7 +23,8 @@ import tensorflow as tf
 
 __all__ = ["UnsupportedStackError", "TF_VERSION", "tf_version_text",
            "has_estimator", "require_estimator", "keras2", "keras2_backend",
-           "is_keras3_model", "keras_backend_for", "keras3_model_message",
+           "is_keras3_model", "keras_backend_for", "keras3_message",
+           "keras3_model_message",
            "CallbackBase"]
 
 
