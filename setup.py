@@ -1,5 +1,17 @@
-"""Packaging for tflms: Large Model Support for TensorFlow 2.15 graph mode."""
+"""Packaging for tflms: Large Model Support for TensorFlow graph mode
+(TensorFlow 2.15.1, and 2.16+ with tf-keras)."""
 from setuptools import find_packages, setup
+
+TF_LATEST = ["tensorflow-cpu>=2.16", "tf-keras>=2.16"]
+TF_215 = ["tensorflow-cpu==2.15.1"]
+TEST_TOOLS = [
+    "matplotlib>=3.5",
+    "pytest>=7",
+    "pytest-timeout>=2.1",
+    "pytest-xdist>=3",
+    "hypothesis>=6",
+    "scikit-learn>=1.3",
+]
 
 setup(
     name="tflms",
@@ -10,33 +22,38 @@ setup(
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     packages=find_packages(include=["tflms", "tflms.*"]),
-    python_requires=">=3.11,<3.12",
+    # TensorFlow 2.15.1 has wheels for Python 3.9-3.11, TensorFlow 2.21 for
+    # 3.10-3.13; tflms is tested on 3.11 (see docs/install.md).
+    python_requires=">=3.11,<3.14",
     install_requires=[
-        "numpy<2",
+        # No numpy bound of our own: TensorFlow brings its own (2.15 pins
+        # numpy<2, 2.16+ accepts numpy 2).
+        "numpy>=1.23.5",
         "networkx>=3.0",
         "toposort>=1.7",
     ],
     extras_require={
-        # TensorFlow is not pinned in install_requires on purpose: CPU users
-        # install tensorflow-cpu, GPU users tensorflow[and-cuda]; both provide
-        # the `tensorflow` module.
-        "cpu": ["tensorflow-cpu==2.15.1"],
-        "gpu": ["tensorflow[and-cuda]==2.15.1"],
+        # TensorFlow is not in install_requires on purpose: pick one stack
+        # per environment. `tf` / `gpu`: the newest TensorFlow with tf-keras
+        # (Keras 2, which the LMS callback needs; tf-keras pins the matching
+        # TensorFlow minor version). `tf215` / `gpu215`: TensorFlow 2.15.1,
+        # whose tf.keras is Keras 2 and which still has tf.estimator.
+        "tf": TF_LATEST,
+        "cpu": TF_LATEST,
+        "gpu": ["tensorflow[and-cuda]>=2.16", "tf-keras>=2.16"],
+        "tf215": TF_215,
+        "gpu215": ["tensorflow[and-cuda]==2.15.1"],
         "plot": ["matplotlib>=3.5"],
-        "test": [
-            "tensorflow-cpu==2.15.1",
-            "matplotlib>=3.5",
-            "pytest>=7",
-            "pytest-timeout>=2.1",
-            "pytest-xdist>=3",
-            "hypothesis>=6",
-            "scikit-learn>=1.3",
-        ],
+        # Shared test tools; combine with a stack: '.[tf,test]' or
+        # '.[tf215,test]' (tools/install_test_deps.sh VENV STACK).
+        "test": TEST_TOOLS,
     },
     entry_points={"console_scripts": ["tflms=tflms.__main__:main"]},
     classifiers=[
         "License :: OSI Approved :: Apache Software License",
         "Programming Language :: Python :: 3.11",
+        "Programming Language :: Python :: 3.12",
+        "Programming Language :: Python :: 3.13",
         "Topic :: Scientific/Engineering :: Artificial Intelligence",
     ],
 )

@@ -139,7 +139,7 @@ def synthetic_batches(image_size, batch_size, num_classes, seed,
 
 
 def make_optimizer(tf, name, learning_rate):
-    legacy = tf.keras.optimizers.legacy
+    legacy = _lms_flags.keras2().optimizers.legacy
     if name == "sgd":
         return legacy.SGD(learning_rate, momentum=0.9)
     if name == "rmsprop":
@@ -153,13 +153,13 @@ def main(argv=None):
 
     tf.compat.v1.disable_eager_execution()
     # Seeds Python, NumPy and TensorFlow (graph-level seed) at once.
-    tf.keras.utils.set_random_seed(args.seed)
+    _lms_flags.keras2().utils.set_random_seed(args.seed)
     print(_lms_flags.describe_devices(), flush=True)
     print("ResNet50: %dx%d images, batch size %d, %d classes"
           % (args.image_size, args.image_size, args.batch_size,
              args.num_classes), flush=True)
 
-    model = tf.keras.applications.ResNet50(
+    model = _lms_flags.keras2().applications.ResNet50(
         weights=None, input_shape=(args.image_size, args.image_size, 3),
         classes=args.num_classes)
     model.compile(optimizer=make_optimizer(tf, args.optimizer,

@@ -23,6 +23,7 @@ graph will run on and the final ``RESULT ...`` line that tests parse.
 
 import argparse
 import os
+import sys
 
 # Quiet TensorFlow's C++ start-up banner (CPU feature notes and the like);
 # warnings and errors still show. A user's own setting wins.
@@ -188,11 +189,39 @@ def make_lms(args, batch_size=None):
     return lms
 
 
+def keras2():
+    """The Keras 2 the Keras examples build their models with: ``tf.keras``
+    on TensorFlow 2.15, the tf-keras package on 2.16+ (what ``tf.keras`` is
+    with ``TF_USE_LEGACY_KERAS=1``). LMS needs Keras 2: Keras 3 has no
+    graph mode. Without tf-keras on 2.16+ the example exits with status 2
+    and says what to install."""
+    from tflms import _compat  # pylint: disable=import-outside-toplevel
+    keras = _compat.keras2()
+    if keras is None:
+        print("error: " + _compat.keras3_message(
+            "This example (%s)" % os.path.basename(sys.argv[0])),
+              file=sys.stderr)
+        raise SystemExit(2)
+    return keras
+
+
+def exit_unless_estimator(script):
+    """Exit with status 2, saying why, when tf.estimator is missing (it was
+    removed in TensorFlow 2.16)."""
+    from tflms import _compat  # pylint: disable=import-outside-toplevel
+    try:
+        _compat.require_estimator(script)
+    except _compat.UnsupportedStackError as e:
+        print("error: %s" % e, file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 def batch_loss_recorder(tf):
     """A Keras callback that records the loss of every training batch
     (``.losses``), so the examples can print the first and the last one."""
 
-    class BatchLoss(tf.keras.callbacks.Callback):
+    del tf  # the callback must be one of the Keras the model is built with
+    class BatchLoss(keras2().callbacks.Callback):
         def __init__(self):
             super().__init__()
             self.losses = []

@@ -10,6 +10,10 @@ training hook, ``estimator.train(input_fn, steps=..., hooks=[lms])``. The
 Estimator builds a fresh graph for each `train()` call; the hook's
 `begin()` edits it before the training session is created.
 
+It needs tf.estimator, so TensorFlow 2.15 (`pip install 'tflms[tf215]'`):
+on TensorFlow 2.16+, where tf.estimator was removed, it says so and exits
+with status 2 (mnist_deep_lms.py trains an MNIST CNN with a Session).
+
 As in mnist_deep_lms.py, --image_size resizes the 28x28 digits inside the
 model so the activations (and LMS's work) grow.
 
@@ -151,6 +155,8 @@ def make_loss_recorder(tf):
 
 def main(argv=None):
     args = parse_args(argv)
+    # tf.estimator was removed in TensorFlow 2.16: exit 2 saying so.
+    _lms_flags.exit_unless_estimator("examples/cnn_mnist_lms.py")
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
     tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.INFO if args.lms

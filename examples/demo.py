@@ -86,13 +86,13 @@ def build_model(args, run_metadata=None):
     Every initializer has an explicit seed, so two builds start from the
     same weights. With `run_metadata`, every step is traced into it.
     """
-    layers = tf.keras.layers
+    layers = _lms_flags.keras2().layers
     seeds = iter(range(args.seed * 1000, args.seed * 1000 + 1000))
 
     def conv(x, filters, stride=1, kernel=3):
         return layers.Conv2D(
             filters, kernel, strides=stride, padding="same", use_bias=False,
-            kernel_initializer=tf.keras.initializers.HeNormal(
+            kernel_initializer=_lms_flags.keras2().initializers.HeNormal(
                 seed=next(seeds)))(x)
 
     def block(x, filters, stride):
@@ -105,7 +105,7 @@ def build_model(args, run_metadata=None):
                 conv(shortcut, filters, stride, kernel=1))
         return layers.ReLU()(layers.Add()([y, shortcut]))
 
-    inputs = tf.keras.Input((args.image_size, args.image_size, 3))
+    inputs = _lms_flags.keras2().Input((args.image_size, args.image_size, 3))
     x = layers.ReLU()(layers.BatchNormalization()(conv(inputs, 32)))
     for filters, stride in ((32, 1), (64, 2), (96, 2), (128, 2)):
         x = block(x, filters, stride)
@@ -113,15 +113,15 @@ def build_model(args, run_metadata=None):
     x = layers.GlobalAveragePooling2D()(x)
     outputs = layers.Dense(
         CLASSES, activation="softmax",
-        kernel_initializer=tf.keras.initializers.GlorotUniform(
+        kernel_initializer=_lms_flags.keras2().initializers.GlorotUniform(
             seed=next(seeds)))(x)
-    model = tf.keras.Model(inputs, outputs, name="resnet_demo")
+    model = _lms_flags.keras2().Model(inputs, outputs, name="resnet_demo")
     trace = {}
     if run_metadata is not None:
         trace = dict(options=tf.compat.v1.RunOptions(
             trace_level=tf.compat.v1.RunOptions.FULL_TRACE),
                      run_metadata=run_metadata)
-    model.compile(optimizer=tf.keras.optimizers.legacy.SGD(
+    model.compile(optimizer=_lms_flags.keras2().optimizers.legacy.SGD(
         learning_rate=0.01, momentum=0.9),
                   loss="categorical_crossentropy", **trace)
     return model
@@ -130,7 +130,7 @@ def build_model(args, run_metadata=None):
 def train(args, images, labels, lms=None, run_metadata=None):
     """Fresh graph, same seed, one epoch of `args.steps` steps; returns the
     per-step losses and the seconds spent in fit()."""
-    tf.keras.backend.clear_session()
+    _lms_flags.keras2().backend.clear_session()
     tf.compat.v1.set_random_seed(args.seed)
     model = build_model(args, run_metadata)
     recorder = _lms_flags.batch_loss_recorder(tf)

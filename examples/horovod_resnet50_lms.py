@@ -107,14 +107,14 @@ def main(argv=None):
     pin_gpu(tf, hvd)
     # The same graph-level seed on every rank; the broadcast makes the
     # initial weights equal anyway.
-    tf.keras.utils.set_random_seed(args.seed)
+    _lms_flags.keras2().utils.set_random_seed(args.seed)
     if rank == 0:
         print(_lms_flags.describe_devices(), flush=True)
         print("ResNet50 on %d ranks: %dx%d images, batch size %d per rank"
               % (size, args.image_size, args.image_size, args.batch_size),
               flush=True)
 
-    model = tf.keras.applications.ResNet50(
+    model = _lms_flags.keras2().applications.ResNet50(
         weights=None, input_shape=(args.image_size, args.image_size, 3),
         classes=args.num_classes)
     optimizer = hvd.DistributedOptimizer(Keras_ResNet50.make_optimizer(

@@ -55,8 +55,8 @@ def parse_args(argv=None):
 
 
 def build_model(tf, image_size):
-    layers = tf.keras.layers
-    inputs = tf.keras.Input((28, 28, 1), name="image")
+    layers = _lms_flags.keras2().layers
+    inputs = _lms_flags.keras2().Input((28, 28, 1), name="image")
     x = inputs
     if image_size != 28:
         x = layers.Resizing(image_size, image_size, name="upsample")(x)
@@ -68,7 +68,7 @@ def build_model(tf, image_size):
     x = layers.Dense(128, activation="relu")(x)
     x = layers.Dropout(0.5)(x)
     outputs = layers.Dense(10, activation="softmax")(x)
-    return tf.keras.Model(inputs, outputs, name="mnist_cnn")
+    return _lms_flags.keras2().Model(inputs, outputs, name="mnist_cnn")
 
 
 def main(argv=None):
@@ -78,7 +78,7 @@ def main(argv=None):
     # Graph mode first: LMS cannot edit eagerly executed code.
     tf.compat.v1.disable_eager_execution()
     # Seeds Python, NumPy and TensorFlow (graph-level seed) at once.
-    tf.keras.utils.set_random_seed(args.seed)
+    _lms_flags.keras2().utils.set_random_seed(args.seed)
     print(_lms_flags.describe_devices(), flush=True)
     data = _mnist_data.load(args.data_dir, eval_samples=args.eval_samples)
     x_test, y_test = data.x_test, data.y_test

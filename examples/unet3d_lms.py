@@ -92,7 +92,7 @@ def parse_args(argv=None):
 
 def build_unet(tf, volume_size, base_filters, depth, upsampling="transpose",
                batch_norm=False):
-    layers = tf.keras.layers
+    layers = _lms_flags.keras2().layers
 
     def conv_block(x, filters, name):
         for i in (1, 2):
@@ -104,7 +104,8 @@ def build_unet(tf, volume_size, base_filters, depth, upsampling="transpose",
             x = layers.Activation("relu", name="%s_relu%d" % (name, i))(x)
         return x
 
-    inputs = tf.keras.Input((volume_size,) * 3 + (1,), name="volume")
+    inputs = _lms_flags.keras2().Input((volume_size,) * 3 + (1,),
+                                       name="volume")
     x = inputs
     skips = []
     for level in range(depth):
@@ -124,7 +125,7 @@ def build_unet(tf, volume_size, base_filters, depth, upsampling="transpose",
         x = layers.Concatenate(name="up%d_concat" % level)([x, skips[level]])
         x = conv_block(x, filters, "up%d" % level)
     outputs = layers.Conv3D(1, 1, activation="sigmoid", name="mask")(x)
-    return tf.keras.Model(inputs, outputs, name="unet3d")
+    return _lms_flags.keras2().Model(inputs, outputs, name="unet3d")
 
 
 def synthetic_volumes(volume_size, batch_size, seed, max_balls=3):
@@ -165,7 +166,7 @@ def main(argv=None):
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
     tf.compat.v1.disable_eager_execution()
-    tf.keras.utils.set_random_seed(args.seed)
+    _lms_flags.keras2().utils.set_random_seed(args.seed)
     print(_lms_flags.describe_devices(), flush=True)
     model = build_unet(tf, args.volume_size, args.base_filters, args.depth,
                        args.upsampling, args.batch_norm)
@@ -174,7 +175,8 @@ def main(argv=None):
                               args.base_filters, model.count_params()),
           flush=True)
     model.compile(
-        optimizer=tf.keras.optimizers.legacy.Adam(args.learning_rate),
+        optimizer=_lms_flags.keras2().optimizers.legacy.Adam(
+            args.learning_rate),
         loss="binary_crossentropy",
         metrics=["accuracy", dice_coefficient(tf)])
 

@@ -511,10 +511,11 @@ def _keras_build_scope(seed):
     training-mode batch norm into the graph instead of a ``cond`` on the
     ``keras_learning_phase`` placeholder.
     """
+    from tflms import _compat  # pylint: disable=g-import-not-at-top
     try:
-        from keras.src import backend as keras_backend  # pylint: disable=g-import-not-at-top
+        keras_backend = _compat.keras2_backend()
         holder = keras_backend._SEED_GENERATOR  # pylint: disable=protected-access
-    except (ImportError, AttributeError):
+    except (ImportError, AttributeError, _compat.UnsupportedStackError):
         holder = None
     py_state = random.getstate()
     had = holder is not None and hasattr(holder, "generator")

@@ -351,3 +351,91 @@ def test_tf2_function_savedmodel_is_refused(tmp_path):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "TensorFlow 2 functions" in proc.stderr
     assert "export_meta_graph" in proc.stderr
+
+
+# ---- models compiled with TF2 optimizers in eager mode -------------------
+# Keras 2.11+ optimizers (tf.keras.optimizers.SGD, Adam...) cannot build a
+# graph-mode train function; `tflms plan` swaps in their
+# tf.keras.optimizers.legacy namesakes with the same settings.
+SAVE_TF2_SCRIPT = """
+import sys
+import tensorflow as tf
+from tflms import _compat
+keras = _compat.keras2()
+optimizer, path = sys.argv[1], sys.argv[2]
+model = keras.Sequential([
+    keras.Input((16, 16, 3)),
+    keras.layers.Conv2D(8, 3, padding="same", activation="relu"),
+    keras.layers.Conv2D(8, 3, padding="same", activation="relu"),
+    keras.layers.GlobalAveragePooling2D(),
+    keras.layers.Dense(4)])
+model.compile({
+    "sgd": lambda: keras.optimizers.SGD(0.05, momentum=0.9, nesterov=True),
+    "adam": lambda: keras.optimizers.Adam(0.002, beta_1=0.8),
+    "adamw": lambda: keras.optimizers.AdamW(0.001, weight_decay=0.01),
+}[optimizer](), "mse")
+assert tf.executing_eagerly()
+assert not hasattr(model.optimizer, "get_updates"), type(model.optimizer)
+model.save(path)
+"""
+
+
+def _save_eager_model(optimizer, path):
+    proc = subprocess.run(
+        [sys.executable, "-c", SAVE_TF2_SCRIPT, optimizer, str(path)],
+        capture_output=True, text=True, timeout=300, check=False,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return str(path)
+
+
+def _apply_ops(graph):
+    return {op.type: op for op in graph.get_operations()
+            if op.type.startswith("ResourceApply")}
+
+
+@pytest.mark.parametrize("fmt", ["h5", "keras", "savedmodel"])
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_model_saved_with_tf2_optimizer_is_planned(optimizer, fmt, tmp_path,
+                                                   capsys):
+    name = "model" if fmt == "savedmodel" else "model." + fmt
+    path = _save_eager_model(optimizer, tmp_path / name)
+    args = cli.build_parser().parse_args(["plan", path])
+    loaded = cli.load_graph(path, args)
+    assert loaded.training
+    legacy = {"sgd": "SGD", "adam": "Adam"}[optimizer]
+    notes = " ".join(loaded.notes)
+    assert ("The saved optimizer %s is a TF2 optimizer, which cannot build "
+            "a graph-mode training step; planned with its graph-mode "
+            "equivalent" % legacy) in notes
+    assert "optimizers.legacy.%s and the same settings" % legacy in notes
+    rate = {"sgd": "0.05", "adam": "0.002"}[optimizer]
+    assert "(learning_rate=%s). Change it with --optimizer." % rate in notes, \
+        notes
+    applies = _apply_ops(loaded.graph)
+    if optimizer == "sgd":
+        # momentum and nesterov carried over: the momentum update, with
+        # Nesterov's variant switched on.
+        assert set(applies) == {"ResourceApplyKerasMomentum"}, applies
+        assert applies["ResourceApplyKerasMomentum"].get_attr("use_nesterov")
+    else:
+        assert set(applies) == {"ResourceApplyAdam"}, applies
+    # The whole command plans it too.
+    code, report = plan_json(capsys, path, "--gpu-mem", "1000", "--no-plots",
+                             "--batch-size", 4)
+    assert code == 0 and report["fits"] is True, report
+
+
+def test_tf2_optimizer_without_legacy_twin_names_the_flag(tmp_path, capsys):
+    path = _save_eager_model("adamw", tmp_path / "adamw.h5")
+    code, _, err = run_cli(capsys, path, "--gpu-mem", "1", "--no-plots",
+                           "--batch-size", 4)
+    assert code == 2
+    assert ("the model was saved with the optimizer AdamW, which cannot "
+            "build a graph-mode training step and has no graph-mode "
+            "equivalent in ") in err, err
+    assert "pass a graph-mode optimizer with --optimizer" in err
+    # ... and the flag works.
+    code, report = plan_json(capsys, path, "--gpu-mem", "1000", "--no-plots",
+                             "--batch-size", 4, "--optimizer", "adam")
+    assert code == 0, report

@@ -10,9 +10,11 @@ and the tests check: no hang (every subprocess is bounded by a timeout and
 a watchdog inside the job), identical final weights on every rank, equal to
 the job without LMS, and swap ops executed on every rank.
 
-Horovod must be importable: the README's test command builds it
-(tools/install_test_deps.sh). Without it these tests fail with the command
-that installs it; they are not skipped.
+Horovod must be importable on TensorFlow 2.15: the README's test command
+builds it (tools/install_test_deps.sh). Without it these tests fail with the
+command that installs it; they are not skipped. On the TensorFlow 2.16+ stack
+Horovod 0.28.1 does not build, and the Horovod tests skip with a reason
+naming the stack (tests/_stack.py); so do the Estimator jobs there.
 """
 
 import json
@@ -32,6 +34,8 @@ from tflms import autotune
 from tflms import distributed
 from tflms import graph_index as gi
 
+from _stack import HOROVOD_REASON, NEW_STACK, needs_estimator
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOBS = os.path.join(HERE, "dist_jobs")
 REPO = os.path.dirname(HERE)
@@ -40,6 +44,8 @@ FIXED = dict(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0)
 
 
 def _horovod():
+    if NEW_STACK:
+        pytest.skip(HOROVOD_REASON)
     try:
         import horovod.tensorflow as hvd  # pylint: disable=import-outside-toplevel
     except ImportError:
@@ -194,6 +200,7 @@ def test_horovod_keras_callback_needs_the_shim():
 
 
 # ---- tf.distribute ------------------------------------------------------------
+@needs_estimator
 def test_mirrored_strategy_swaps_stay_in_their_tower(tmp_path):
     modes = ("none", "one", "per_device")
     code, out = _finish(_spawn(
@@ -235,6 +242,7 @@ def _free_ports(n):
             s.close()
 
 
+@needs_estimator
 def test_multi_worker_mirrored_estimator_with_lms(tmp_path):
     for mode in ("none", "lms"):
         ports = _free_ports(2)
@@ -468,6 +476,24 @@ def test_horovod_example_help():
     for flag in ("horovodrun", "--image_size", "--lms", "--autotune_gpu_mem",
                  "--swapout_threshold"):
         assert flag in out, flag
+
+
+@pytest.mark.skipif(not NEW_STACK, reason="the TensorFlow 2.16+ message; "
+                    "this is TensorFlow %s" % tf.__version__)
+def test_missing_horovod_on_the_new_stack_names_the_tensorflow_it_needs():
+    try:
+        import horovod.tensorflow  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+        pytest.skip("Horovod is importable here")
+    except ImportError:
+        pass
+    with pytest.raises(ImportError) as info:
+        distributed._horovod()  # pylint: disable=protected-access
+    message = str(info.value)
+    assert ("Horovod is not installed, and Horovod 0.28.1 does not build "
+            "against TensorFlow %s" % tf.__version__) in message
+    assert "Run Horovod jobs on TensorFlow 2.15: pip install 'tflms[tf215]'" \
+        in message
+    assert distributed.HOROVOD_INSTALL_HINT in message
 
 
 # Trains with and without LMS: run with oneDNN off and on (tools/run_tests.sh).

@@ -1,5 +1,7 @@
 """LMS through each entry point: Session (see test_rewrite), Estimator hook,
-Keras fit / fit_generator / load_model, and the eager-mode error."""
+MonitoredTrainingSession hook, Keras fit / fit_generator / load_model (via
+tf.keras, and via `import tf_keras` on TensorFlow 2.16+), the eager-mode
+error and the Keras 3 error."""
 
 import os
 import subprocess
@@ -11,6 +13,9 @@ import pytest
 import tensorflow as tf
 
 from tflms import LMS
+
+import _graphs
+from _stack import NEW_STACK, needs_estimator
 
 # The Estimator model, its input and the trace hook of the tf.distribute and
 # Horovod jobs.
@@ -29,6 +34,7 @@ def _train_estimator(model_dir, hooks):
     return {n: est.get_variable_value(n) for n in est.get_variable_names()}
 
 
+@needs_estimator
 def test_estimator_hook(tmp_path):
     base = _train_estimator(tmp_path / "plain", [])
     trace = TraceHook()
@@ -39,6 +45,31 @@ def test_estimator_hook(tmp_path):
     assert base.keys() == got.keys()
     for name in base:
         np.testing.assert_array_equal(base[name], got[name])
+
+
+def _train_monitored(hooks):
+    graph, h = _graphs.dense_net(depth=4, batch=16)
+    with graph.as_default():
+        tf.compat.v1.train.get_or_create_global_step()
+        losses = []
+        with tf.compat.v1.train.MonitoredTrainingSession(
+                hooks=hooks, save_checkpoint_secs=None,
+                save_summaries_steps=None, log_step_count_steps=None) as sess:
+            for _ in range(3):
+                losses.append(sess.run([h["train"], h["loss"]],
+                                       h["feed"])[1])
+    return losses
+
+
+def test_monitored_training_session_hook():
+    """The hook without tf.estimator (on every TensorFlow stack)."""
+    base = _train_monitored([])
+    trace = TraceHook()
+    lms = LMS(**FIXED)
+    got = _train_monitored([lms, trace])
+    assert lms.last_result.swapout_ops
+    assert set(lms.last_result.swapin_ops) <= trace.executed
+    assert got == base
 
 
 # ---- Keras ------------------------------------------------------------
@@ -159,6 +190,186 @@ def test_eager_mode_errors_say_what_to_call():
     assert "FIT: LMS rewrites" in out.stdout and advice in out.stdout
     # Importing tflms changed nothing global.
     assert "EAGER STILL ON: True" in out.stdout
+
+
+# ---- TensorFlow 2.16+: tf_keras, Keras 3 ------------------------------
+new_stack_only = pytest.mark.skipif(
+    not NEW_STACK, reason="Keras 3 and the tf-keras package are the "
+    "TensorFlow 2.16+ stack; this is TensorFlow %s" % tf.__version__)
+
+TF_KERAS_SCRIPT = textwrap.dedent("""
+    import numpy as np, tensorflow as tf
+    import tf_keras as keras
+    from tflms import LMS
+    tf.compat.v1.disable_eager_execution()
+    def fit(lms):
+        keras.backend.clear_session()
+        keras.utils.set_random_seed(3)
+        m = keras.Sequential([
+            keras.Input((12, 12, 3)),
+            keras.layers.Conv2D(8, 3, padding="same", activation="relu"),
+            keras.layers.Conv2D(8, 3, padding="same", activation="relu"),
+            keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(3)])
+        m.compile(keras.optimizers.legacy.SGD(0.1), "mse")
+        rng = np.random.RandomState(0)
+        h = m.fit(rng.rand(8, 12, 12, 3), rng.rand(8, 3), batch_size=4,
+                  epochs=2, shuffle=False, verbose=0,
+                  callbacks=[lms] if lms else [])
+        return h.history["loss"]
+    base = fit(None)
+    lms = LMS(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0)
+    got = fit(lms)
+    print("TF.KERAS IS KERAS 3:", tf.keras.__version__.startswith("3"))
+    print("SWAPPED:", len(lms.last_result.swapout_ops))
+    print("SAME LOSS:", got == base, got)
+""")
+
+
+def _env_without_legacy_keras():
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    env.pop("TF_USE_LEGACY_KERAS", None)
+    return env
+
+
+@new_stack_only
+def test_callback_with_import_tf_keras_and_keras3_tf_keras():
+    """`import tf_keras as keras` models, while tf.keras is Keras 3."""
+    out = subprocess.run([sys.executable, "-c", TF_KERAS_SCRIPT],
+                         env=_env_without_legacy_keras(), capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "TF.KERAS IS KERAS 3: True" in out.stdout
+    swapped = int(out.stdout.split("SWAPPED:")[1].split()[0])
+    assert swapped > 0, out.stdout
+    assert "SAME LOSS: True" in out.stdout, out.stdout
+
+
+KERAS3_SCRIPT = textwrap.dedent("""
+    import sys
+    if sys.argv[1] == "no-tf-keras":
+        sys.modules["tf_keras"] = None   # as if tf-keras were not installed
+    import numpy as np, tensorflow as tf
+    import tflms
+    from tflms import LMS, UnsupportedStackError
+    print("BASE:", LMS.__mro__[1].__module__)
+    if sys.argv[2] == "graph":
+        tf.compat.v1.disable_eager_execution()
+    m = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(2)])
+    m.compile("sgd", "mse")
+    try:
+        m.fit(np.zeros((4, 3)), np.zeros((4, 2)), verbose=0,
+              callbacks=[LMS(swapout_threshold=1, swapin_ahead=1,
+                             swapin_groupby=0)])
+    except UnsupportedStackError as e:
+        print("FIT:", e)
+""")
+
+
+@new_stack_only
+@pytest.mark.parametrize("tf_keras", ["tf-keras", "no-tf-keras"])
+@pytest.mark.parametrize("mode", ["eager", "graph"])
+def test_keras3_model_gets_a_clear_error(tf_keras, mode):
+    out = subprocess.run([sys.executable, "-c", KERAS3_SCRIPT, tf_keras,
+                          mode], env=_env_without_legacy_keras(),
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    base = out.stdout.split("BASE:")[1].split()[0]
+    assert base == ("tf_keras.src.callbacks" if tf_keras == "tf-keras"
+                    else "tflms._compat"), base
+    version = ".".join(tf.__version__.split(".")[:2])
+    assert ("FIT: LMS was given a Keras 3.") in out.stdout, out.stdout
+    assert ("The LMS Keras callback needs Keras 2 (graph mode and a "
+            "Session), but with TensorFlow %s tf.keras is Keras 3"
+            % tf.__version__) in out.stdout
+    assert "`pip install tf-keras~=%s.0`" % version in out.stdout
+    assert "set the environment variable TF_USE_LEGACY_KERAS=1" in out.stdout
+    assert "`import tf_keras as keras`" in out.stdout
+
+
+# ---- models saved with TF2 optimizers ----------------------------------
+SAVE_TF2_SCRIPT = textwrap.dedent("""
+    import sys
+    import tensorflow as tf
+    from tflms import _compat
+    keras = _compat.keras2()
+    keras.utils.set_random_seed(5)
+    model = keras.Sequential([
+        keras.Input((12, 12, 3)),
+        keras.layers.Conv2D(8, 3, padding="same", activation="relu"),
+        keras.layers.Conv2D(8, 3, padding="same", activation="relu"),
+        keras.layers.GlobalAveragePooling2D(),
+        keras.layers.Dense(3)])
+    optimizer = {
+        "sgd": lambda: keras.optimizers.SGD(0.05, momentum=0.9,
+                                            nesterov=True),
+        "adamw": lambda: keras.optimizers.AdamW(0.001, weight_decay=0.01),
+    }[sys.argv[1]]()
+    model.compile(optimizer, "mse", metrics=["mae"])
+    assert not hasattr(model.optimizer, "get_updates")
+    model.save(sys.argv[2])
+    print("KERNEL0:", repr(model.weights[0].numpy().ravel().tolist()))
+""")
+
+
+def _save_tf2(optimizer, path):
+    out = subprocess.run([sys.executable, "-c", SAVE_TF2_SCRIPT, optimizer,
+                          str(path)], capture_output=True, text=True,
+                         timeout=300,
+                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    kernel = out.stdout.split("KERNEL0:")[1].strip().splitlines()[0]
+    return str(path), np.array(eval(kernel))  # pylint: disable=eval-used
+
+
+@pytest.mark.parametrize("fmt", ["h5", "keras"])
+def test_callback_trains_model_saved_with_tf2_optimizer(fmt, tmp_path):
+    """keras_models.load_model recompiles with the legacy optimizer; LMS
+    then trains it as a callback, with the same losses as without LMS."""
+    from tflms import keras_models  # pylint: disable=import-outside-toplevel
+    from tflms import _compat  # pylint: disable=import-outside-toplevel
+    path, saved_kernel = _save_tf2("sgd", tmp_path / ("model." + fmt))
+    rng = np.random.RandomState(0)
+    x, y = rng.rand(8, 12, 12, 3), rng.rand(8, 3)
+
+    def fit(lms):
+        tf.keras.backend.clear_session()
+        model = keras_models.load_model(path)
+        # The saved weights, not fresh ones (a .keras archive loaded into a
+        # graph only adds assign ops; load_model runs them).
+        kernel = _compat.keras_backend_for(model).get_session().run(
+            model.weights[0])
+        np.testing.assert_array_equal(kernel.ravel(),
+                                      saved_kernel.astype(np.float32))
+        config = model.optimizer.get_config()
+        hist = model.fit(x, y, batch_size=4, epochs=2, shuffle=False,
+                         verbose=0, callbacks=[lms] if lms else [])
+        return model, config, hist.history
+
+    model, config, base = fit(None)
+    assert hasattr(model.optimizer, "get_updates"), type(model.optimizer)
+    assert type(model.optimizer).__name__ == "SGD"
+    assert config["momentum"] == pytest.approx(0.9)
+    assert config["nesterov"] is True
+    assert config["learning_rate"] == pytest.approx(0.05)
+    assert "mae" in base  # the saved metrics came along
+    lms = LMS(**FIXED)
+    _, _, got = fit(lms)
+    assert lms.last_result.swapout_ops
+    assert got == base
+
+
+def test_tf2_optimizer_without_legacy_twin_is_a_clear_error(tmp_path):
+    from tflms import UnsupportedStackError  # pylint: disable=import-outside-toplevel
+    from tflms import keras_models  # pylint: disable=import-outside-toplevel
+    path, _ = _save_tf2("adamw", tmp_path / "model.h5")
+    with pytest.raises(UnsupportedStackError) as info:
+        keras_models.load_model(path)
+    package = "keras" if not NEW_STACK else "tf_keras"
+    assert str(info.value) == (
+        "the model was saved with the optimizer AdamW, which cannot build a "
+        "graph-mode training step and has no graph-mode equivalent in "
+        "%s.optimizers.legacy; compile the model with a graph-mode optimizer "
+        "from %s.optimizers.legacy before fit()" % (package, package))
 
 
 # Trains with and without LMS: run with oneDNN off and on (tools/run_tests.sh).

@@ -13,18 +13,12 @@ the edited graph.
 
 import tensorflow as tf
 
+from tflms import _compat
+
 __all__ = ["renew_keras_session"]
 
 
-def _keras_backend():
-    # keras.src.backend holds the session Keras uses in graph mode; the
-    # public tf.compat.v1.keras.backend exposes get/set_session but not the
-    # cached session without creating one.
-    from keras.src import backend  # pylint: disable=import-outside-toplevel
-    return backend
-
-
-def renew_keras_session(graph, log):
+def renew_keras_session(graph, log, model=None):
     """Give Keras a new session on `graph`, with the current variable values.
 
     Does nothing when Keras has no session on this graph yet.
@@ -32,11 +26,19 @@ def renew_keras_session(graph, log):
     Args:
       graph: the `tf.Graph` LMS just edited.
       log: a `tflms._logging.Logger`.
+      model: the Keras model being trained; its package (keras 2.x on
+        TensorFlow 2.15, tf_keras on 2.16+) tells which backend holds the
+        session.
 
     Returns:
       True if a new session was made.
     """
-    backend = _keras_backend()
+    # The Keras 2 backend module (keras.src.backend / tf_keras.src.backend)
+    # holds the session Keras uses in graph mode; the public
+    # tf.compat.v1.keras.backend exposes get/set_session but not the cached
+    # session without creating one.
+    backend = (_compat.keras_backend_for(model) if model is not None
+               else _compat.keras2_backend())
     default = tf.compat.v1.get_default_session()
     if default is not None and default.graph is graph:
         log.warning(

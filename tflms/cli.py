@@ -41,9 +41,11 @@ import tensorflow as tf
 from google.protobuf import text_format
 from tensorflow.core.protobuf import saved_model_pb2
 
+from tflms import _compat
 from tflms import analysis
 from tflms import autotune
 from tflms import graph_index as gi
+from tflms import keras_models
 from tflms import plots as plotting
 from tflms import simulator
 from tflms._argparse_types import auto_int, positive_float, positive_int
@@ -242,27 +244,45 @@ def _is_savedmodel(path):
                for name in ("saved_model.pb", "saved_model.pbtxt"))
 
 
+_CLI_FIX = ("pass a graph-mode optimizer with --optimizer (a name such as "
+            "sgd, adam, rmsprop, adagrad; optimizer slots count as device "
+            "memory, so pick one with the same slots)")
+
+
 def _load_keras(path, graph, args):
     notes = []
     with graph.as_default():
         try:
-            model = tf.keras.models.load_model(
-                path, compile=not args.inference)
+            model, load_notes = keras_models._load(  # pylint: disable=protected-access
+                path, compile=not args.inference,
+                convert=args.optimizer is None, fix=_CLI_FIX)
+        except _compat.UnsupportedStackError as e:
+            raise PlanError(str(e)) from None
         except (ImportError, IOError, OSError, ValueError, TypeError) as e:
+            keras3 = ""
+            if _compat.TF_VERSION >= (2, 16, 0):
+                keras3 = (" A model saved by Keras 3 (tf.keras without "
+                          "TF_USE_LEGACY_KERAS=1 on TensorFlow 2.16+) cannot "
+                          "be loaded by Keras 2: save it from a tf_keras "
+                          "model instead.")
             raise PlanError(
                 "cannot load the Keras model %s: %s. Models with custom "
                 "layers or losses cannot be loaded by this command; export "
                 "the training graph with tf.compat.v1.train.export_meta_graph "
-                "after model._make_train_function() and plan the .meta file."
-                % (path, e)) from None
+                "after model._make_train_function() and plan the .meta file.%s"
+                % (path, e, keras3)) from None
         if args.inference:
             notes.append("--inference: planned the model's forward graph "
                          "only (not compiled, no train function).")
             return notes
+        notes.extend(note.replace("; compiled with", "; planned with")
+                     + (" Change it with --optimizer." if "TF2" in note
+                        else "") for note in load_notes)
         saved = getattr(model, "optimizer", None) is not None
         if saved and args.loss is None and args.optimizer is None:
-            notes.append("Compiled with the saved loss and optimizer (%s)."
-                         % type(model.optimizer).__name__)
+            if not load_notes:
+                notes.append("Compiled with the saved loss and optimizer "
+                             "(%s)." % type(model.optimizer).__name__)
         else:
             loss = args.loss or getattr(model, "loss", None) or "mse"
             optimizer = args.optimizer or (
@@ -283,6 +303,10 @@ def _load_keras(path, graph, args):
                                   getattr(loss, "__name__", loss),
                                   optimizer if isinstance(optimizer, str)
                                   else type(optimizer).__name__))
+        if not hasattr(model.optimizer, "get_updates"):
+            raise PlanError(
+                "the optimizer %s cannot build a graph-mode training step; "
+                "%s" % (type(model.optimizer).__name__, _CLI_FIX))
         # The training graph fit() would run: forward, backward, updates.
         model._make_train_function()  # pylint: disable=protected-access
     return notes

@@ -29,6 +29,7 @@ import os
 
 import tensorflow as tf
 
+from tflms import _compat
 from tflms import autotune
 
 __all__ = [
@@ -172,6 +173,14 @@ def _horovod():
     try:
         import horovod.tensorflow as hvd  # pylint: disable=import-outside-toplevel
     except ImportError as e:
+        if _compat.TF_VERSION >= (2, 16, 0):
+            raise ImportError(
+                "Horovod is not installed, and Horovod 0.28.1 does not build "
+                "against %s (its build includes TensorFlow headers that need "
+                "highwayhash, which the TensorFlow wheel does not ship). Run "
+                "Horovod jobs on TensorFlow 2.15: pip install 'tflms[tf215]', "
+                "then build Horovod as follows. %s"
+                % (_compat.tf_version_text(), HOROVOD_INSTALL_HINT)) from e
         raise ImportError(HOROVOD_INSTALL_HINT) from e
     return hvd
 
@@ -235,7 +244,7 @@ def check_same_rewrite(graph, result, allgather=None):
     return fingerprint
 
 
-class BroadcastGlobalVariablesCallback(tf.keras.callbacks.Callback):
+class BroadcastGlobalVariablesCallback(_compat.CallbackBase):
     """Keras callback: broadcast all global variables from `root_rank`.
 
     A graph-mode replacement for
@@ -244,7 +253,9 @@ class BroadcastGlobalVariablesCallback(tf.keras.callbacks.Callback):
     Keras 2.15 no longer has. This one builds Horovod's
     ``broadcast_global_variables`` op in the model's graph and runs it in
     ``tf.compat.v1.keras.backend.get_session()``, the session Keras trains
-    in, at the start of training: in graph mode Keras has made the train
+    in (on TensorFlow 2.16+ the session of tf_keras, the Keras 2 that
+    ``TF_USE_LEGACY_KERAS=1`` or ``import tf_keras`` gives), at the start of
+    training: in graph mode Keras has made the train
     function, and with it the optimizer's slot variables, before callbacks
     start, and the LMS callback (in any position of the list) has already
     edited the graph and moved the variables to the session that sees the
@@ -277,8 +288,11 @@ class BroadcastGlobalVariablesCallback(tf.keras.callbacks.Callback):
                 "(tf.compat.v1.disable_eager_execution()); in eager mode use "
                 "horovod.tensorflow.keras.callbacks."
                 "BroadcastGlobalVariablesCallback")
+        if _compat.is_keras3_model(self.model):
+            raise _compat.UnsupportedStackError(
+                _compat.keras3_model_message(self.model))
         hvd = _horovod()
-        session = tf.compat.v1.keras.backend.get_session()
+        session = _compat.keras_backend_for(self.model).get_session()
         graph = session.graph
         if self._done_for is graph:
             return

@@ -10,6 +10,7 @@ import time
 
 import tensorflow as tf
 
+from tflms import _compat
 from tflms import _keras
 from tflms import analysis
 from tflms import graph_index as gi
@@ -18,7 +19,9 @@ from tflms import planner
 from tflms import rewriter
 from tflms._logging import Logger
 
-__all__ = ["LMS", "EagerModeError"]
+__all__ = ["LMS", "EagerModeError", "UnsupportedStackError"]
+
+UnsupportedStackError = _compat.UnsupportedStackError
 
 _GIB = float(1 << 30)
 _MIB = float(1 << 20)
@@ -68,7 +71,7 @@ def _filter_property(name):
     return property(getter, setter, doc="Set of strings; see `LMS` docs.")
 
 
-class LMS(tf.keras.callbacks.Callback, tf.compat.v1.train.SessionRunHook):
+class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
     """Large Model Support: swap tensors between device and host memory.
 
     LMS edits a graph so that tensors made in the forward phase and read
@@ -83,7 +86,11 @@ class LMS(tf.keras.callbacks.Callback, tf.compat.v1.train.SessionRunHook):
     * Session: ``LMS(...).run(tf.compat.v1.get_default_graph())`` after
       building the training graph and before creating the session.
     * Estimator: ``estimator.train(input_fn, hooks=[lms])``.
-    * Keras: ``model.fit(..., callbacks=[lms])``.
+    * Keras: ``model.fit(..., callbacks=[lms])``. This needs Keras 2: on
+      TensorFlow 2.15 ``tf.keras``; on 2.16+ the tf-keras package, as
+      ``tf.keras`` with ``TF_USE_LEGACY_KERAS=1`` or as ``import tf_keras``.
+      The callback derives from that Keras 2's ``Callback``; a Keras 3 model
+      raises `UnsupportedStackError`.
 
     Args:
       swapout_threshold: a consumer more than this many levels after the
@@ -128,7 +135,7 @@ class LMS(tf.keras.callbacks.Callback, tf.compat.v1.train.SessionRunHook):
                  debug_level=1,
                  cpu_device="/cpu:0",
                  gpu_device=None):
-        tf.keras.callbacks.Callback.__init__(self)
+        _compat.CallbackBase.__init__(self)
         self._swapout_threshold = P.check_threshold(swapout_threshold)
         self._swapin_groupby = P.check_groupby(swapin_groupby)
         self._swapin_ahead = P.check_ahead(swapin_ahead)
@@ -515,6 +522,8 @@ class LMS(tf.keras.callbacks.Callback, tf.compat.v1.train.SessionRunHook):
     def set_model(self, model):
         """Keras passes the model; rewrite its graph once the train function
         exists (it is made here if Keras has not made it yet)."""
+        if _compat.is_keras3_model(model):
+            raise UnsupportedStackError(_compat.keras3_model_message(model))
         self.model = model
         self._model = model
         if tf.executing_eagerly():
@@ -541,7 +550,7 @@ class LMS(tf.keras.callbacks.Callback, tf.compat.v1.train.SessionRunHook):
             model._make_train_function()  # pylint: disable=protected-access
         graph = tf.compat.v1.get_default_graph()
         if self.run(graph, keras=True) is not None:
-            _keras.renew_keras_session(graph, self._log)
+            _keras.renew_keras_session(graph, self._log, model)
 
 
 class _StepGuard:

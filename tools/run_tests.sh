@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# The test suite in both oneDNN modes (the README's test command runs this
-# after tools/install_test_deps.sh).
+# The test suite on both TensorFlow stacks and in both oneDNN modes (the
+# README's test command runs this after tools/install_test_deps.sh).
 #
 # TensorFlow turns oneDNN on by default only on CPUs with AVX512_VNNI,
 # AVX512_BF16 or AMX, and oneDNN changes both the kernels and the graph
-# rewrites that run. So the mode is never left to the CPU: the whole suite
-# runs with TF_ENABLE_ONEDNN_OPTS=0, then every test that trains with and
-# without LMS (marker `numerics`) runs again with TF_ENABLE_ONEDNN_OPTS=1.
+# rewrites that run. So the mode is never left to the CPU:
+#   1. TensorFlow 2.15.1 (VENV): the whole suite, TF_ENABLE_ONEDNN_OPTS=0;
+#   2. the same venv: every test that trains with and without LMS (marker
+#      `numerics`) again with TF_ENABLE_ONEDNN_OPTS=1;
+#   3. the newest TensorFlow with tf-keras (.venv-tf-latest, installed by
+#      tools/ci_tf_latest.sh): the whole suite, TF_ENABLE_ONEDNN_OPTS=1.
 #
 # Usage: tools/run_tests.sh [VENV]   (default: .venv); extra pytest
-# arguments may follow the venv.
+# arguments may follow the venv and are passed to every run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 VENV="${1:-.venv}"
@@ -20,4 +23,6 @@ echo "== TensorFlow $("$PY" -c 'import tensorflow as tf; print(tf.__version__)' 
 TF_ENABLE_ONEDNN_OPTS=0 "$PY" -m pytest "$@" || status=1
 echo "== oneDNN on: tests marked numerics"
 TF_ENABLE_ONEDNN_OPTS=1 "$PY" -m pytest -m numerics "$@" || status=1
+echo "== newest TensorFlow with tf-keras, oneDNN on: whole suite"
+TF_ENABLE_ONEDNN_OPTS=1 bash tools/ci_tf_latest.sh .venv-tf-latest "$@" || status=1
 exit $status
