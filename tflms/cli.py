@@ -654,32 +654,38 @@ def render(report, args):
     return lines
 
 
-def _plan_command(args):
+def _run_command(args, work):
+    """Set up a command's own process, run ``work()`` and turn the errors a
+    user can fix into one line on stderr and exit status 2."""
     # Keras builds its training graph only in graph mode; this is the
     # command's own process, not a library import.
     tf.compat.v1.disable_eager_execution()
     tf.compat.v1.logging.set_verbosity(
         tf.compat.v1.logging.INFO if args.verbose
         else tf.compat.v1.logging.ERROR)
+    prefix = "tflms %s: error:" % args.command
     try:
-        loaded = load_graph(args.graph, args)
-        report = plan_graph(loaded, args, args.graph)
+        return work()
     except autotune.NoGpuError as e:
-        print("tflms plan: error: %s For this command: pass --gpu-mem <GiB "
-              "of the GPU you plan for>." % e, file=sys.stderr)
-        return EXIT_ERROR
+        print("%s %s For this command: pass --gpu-mem <GiB of the GPU you "
+              "plan for>." % (prefix, e), file=sys.stderr)
     except simulator.BatchSizeError as e:
-        print("tflms plan: error: %s. For this command: pass --batch-size N."
-              % e, file=sys.stderr)
-        return EXIT_ERROR
+        print("%s %s. For this command: pass --batch-size N." % (prefix, e),
+              file=sys.stderr)
     except (PlanError, ValueError) as e:
-        print("tflms plan: error: %s" % e, file=sys.stderr)
-        return EXIT_ERROR
-    if args.json:
-        print(json.dumps(report.as_dict(), indent=1, sort_keys=True))
-    else:
-        print("\n".join(render(report, args)))
-    return EXIT_FITS if report.fits else EXIT_DOES_NOT_FIT
+        print("%s %s" % (prefix, e), file=sys.stderr)
+    return EXIT_ERROR
+
+
+def _plan_command(args):
+    def work():
+        report = plan_graph(load_graph(args.graph, args), args, args.graph)
+        if args.json:
+            print(json.dumps(report.as_dict(), indent=1, sort_keys=True))
+        else:
+            print("\n".join(render(report, args)))
+        return EXIT_FITS if report.fits else EXIT_DOES_NOT_FIT
+    return _run_command(args, work)
 
 
 def _lms_from_args(args):
@@ -732,30 +738,21 @@ def render_verify(report):
 
 
 def _verify_command(args):
-    tf.compat.v1.disable_eager_execution()
-    tf.compat.v1.logging.set_verbosity(
-        tf.compat.v1.logging.INFO if args.verbose
-        else tf.compat.v1.logging.ERROR)
     from tflms import verify as verifying  # pylint: disable=import-outside-toplevel
-    try:
+
+    def work():
         report = verifying.verify(
             lambda: load_graph(args.graph, args).graph, _lms_from_args(args),
             steps=args.steps, batch_size=args.batch_size,
             train_op_names=args.train_op, loss_name=args.loss_tensor,
             rtol=args.rtol)
-    except autotune.NoGpuError as e:
-        print("tflms verify: error: %s For this command: pass --gpu-mem <GiB "
-              "of the GPU you plan for>." % e, file=sys.stderr)
-        return EXIT_ERROR
-    except (PlanError, ValueError) as e:
-        print("tflms verify: error: %s" % e, file=sys.stderr)
-        return EXIT_ERROR
-    if args.json:
-        print(json.dumps(dataclasses.asdict(report), indent=1,
-                         sort_keys=True))
-    else:
-        print("\n".join(render_verify(report)))
-    return 0 if report.ok else 1
+        if args.json:
+            print(json.dumps(dataclasses.asdict(report), indent=1,
+                             sort_keys=True))
+        else:
+            print("\n".join(render_verify(report)))
+        return 0 if report.ok else 1
+    return _run_command(args, work)
 
 
 def main(argv=None):
