@@ -561,7 +561,8 @@ class _StepGuard:
     oneDNN merged ops around LMS's edges, see `analysis.fusion_partners`),
     it would loop for ever. With LMS's swap ops in a training graph whose
     train op increments the global step, three runs in a row that see the
-    same step value raise instead, with what to do.
+    same step value raise instead, with what to do. (Not under a
+    tf.distribute strategy, whose global step is a distributed variable.)
     """
 
     RUNS = 3
@@ -584,6 +585,11 @@ class _StepGuard:
         if step is None:
             return None
         handle = step.op
+        if not isinstance(handle, tf.Operation):
+            # A tf.distribute strategy's global step is a distributed
+            # variable (no graph op of its own, and not a fetch like any
+            # other): no guard there.
+            return None
         increments = any(c.type.startswith("AssignAdd")
                          for t in handle.outputs for c in t.consumers())
         return cls(step) if increments else None
