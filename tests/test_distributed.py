@@ -231,6 +231,38 @@ def test_mirrored_strategy_swaps_stay_in_their_tower(tmp_path):
             assert s["swapin"] in executed and s["swapout"] in executed, s
 
 
+def test_mirrored_strategy_session_swaps_stay_in_their_tower(tmp_path):
+    """MirroredStrategy without an Estimator (a Session loop over
+    call_for_each_replica): runs on every supported TensorFlow."""
+    modes = ("none", "one", "per_device")
+    code, out = _finish(_spawn(
+        [sys.executable, os.path.join(JOBS, "mirrored_session_job.py"),
+         str(tmp_path), ",".join(modes)], _env()), JOB_TIMEOUT,
+        "MirroredStrategy Session job")
+    assert code == 0, out[-4000:]
+    results = {mode: _load(tmp_path, "session_" + mode) for mode in modes}
+    base, base_info = results["none"]
+    towers = ("/replica:0/task:0/device:CPU:1",
+              "/replica:0/task:0/device:CPU:2")
+    for mode in ("one", "per_device"):
+        weights, info = results[mode]
+        assert info["replicas"] == 2
+        assert info["losses"] == base_info["losses"], mode
+        _assert_same_weights(base, weights, mode)
+        swaps = info["swaps"]
+        by_tower = {t: [s for s in swaps if s["source_device"] == t]
+                    for t in towers}
+        assert all(by_tower.values()), "%s: a tower has no swaps" % mode
+        assert len(by_tower[towers[0]]) == len(by_tower[towers[1]])
+        executed = set(info["executed"])
+        for s in swaps:
+            tower = s["source_device"]
+            assert set(s["consumer_devices"]) == {tower}, s
+            assert set(s["trigger_devices"]) <= {tower}, s
+            assert s["swap_devices"] == ["/device:CPU:0"] * 2, s
+            assert s["swapin"] in executed and s["swapout"] in executed, s
+
+
 def _free_ports(n):
     sockets = [socket.socket() for _ in range(n)]
     try:

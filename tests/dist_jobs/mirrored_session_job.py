@@ -1,0 +1,133 @@
+"""A Session training loop with MirroredStrategy over two towers, with LMS.
+
+The tf.distribute check that needs no Estimator, so it runs on TensorFlow
+2.16+ as well: the graph is built in graph mode with
+``strategy.extended.call_for_each_replica`` (as the Estimator does inside),
+rewritten with ``LMS.run`` and trained with a plain ``tf.compat.v1.Session``.
+Devices as in mirrored_job.py: CPU:1 and CPU:2 hold the towers and stand in
+for GPUs, CPU:0 is the host.
+
+Usage: mirrored_session_job.py OUT_DIR MODE[,MODE...], MODE one of 'none',
+'one' and 'per_device' (as mirrored_job.py). Writes OUT_DIR/session_MODE.npz
+(final weights) and OUT_DIR/session_MODE.json (replicas, swaps with devices,
+which ops ran, losses).
+"""
+
+import faulthandler
+import json
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from tflms import LMS  # noqa: E402
+
+from _common import executed_names, setup_cpu_devices  # noqa: E402
+
+TOWERS = ("/cpu:1", "/cpu:2")
+FIXED = dict(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0)
+STEPS = 3
+
+
+def _step_fn(x_all, y_all):
+    # Each replica trains on its own half of the batch.
+    replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+    x = tf.gather(tf.reshape(x_all, [2, 8, 16]), replica)
+    y = tf.gather(tf.reshape(y_all, [2, 8]), replica)
+    h = x
+    for i in range(4):
+        h = tf.compat.v1.layers.dense(
+            h, 32, activation=tf.nn.relu, name="dense%d" % i,
+            kernel_initializer=tf.compat.v1.glorot_uniform_initializer(
+                seed=i))
+    logits = tf.compat.v1.layers.dense(
+        h, 3, name="logits",
+        kernel_initializer=tf.compat.v1.glorot_uniform_initializer(seed=7))
+    loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(y, logits)
+    train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+    with tf.control_dependencies([train]):
+        return tf.identity(loss)
+
+
+def _swaps(graph, lms_list):
+    swaps = []
+    for lms in lms_list:
+        result = lms.last_result
+        for name in (result.swapin_ops if result else ()):
+            swapin = graph.get_operation_by_name(name)
+            swapout = swapin.inputs[0].op
+            swaps.append({
+                "swapin": name, "swapout": swapout.name,
+                "source_device": swapout.inputs[0].op.device,
+                "swap_devices": [swapin.device, swapout.device],
+                "consumer_devices": sorted(
+                    c.device for c in swapin.outputs[0].consumers()),
+                "trigger_devices": sorted(
+                    c.device for c in swapin.control_inputs),
+            })
+    return swaps
+
+
+def train(out, mode):
+    strategy = tf.distribute.MirroredStrategy(list(TOWERS))
+    rng = np.random.RandomState(0)
+    x = rng.randn(64, 16).astype(np.float32)
+    y = rng.randint(0, 3, 64).astype(np.int32)
+    graph = tf.Graph()
+    with graph.as_default(), strategy.scope():
+        tf.compat.v1.set_random_seed(1)
+        with tf.device("/cpu:0"):
+            features, labels = tf.constant(x[:16]), tf.constant(y[:16])
+        per_replica = strategy.extended.call_for_each_replica(
+            _step_fn, args=(features, labels))
+        loss = strategy.reduce(tf.distribute.ReduceOp.MEAN, per_replica,
+                               axis=None)
+        variables = [v for v in tf.compat.v1.global_variables()
+                     if v.name.startswith(("dense", "logits"))]
+        init = tf.compat.v1.global_variables_initializer()
+    if mode == "none":
+        lms_list = []
+    elif mode == "one":
+        lms_list = [LMS(**FIXED)]
+    else:
+        lms_list = [LMS(gpu_device=d, **FIXED) for d in TOWERS]
+    for lms in lms_list:
+        lms.run(graph)
+    options = tf.compat.v1.RunOptions(
+        trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+    executed = set()
+    losses = []
+    with tf.compat.v1.Session(graph=graph) as sess:
+        sess.run(init)
+        for _ in range(STEPS):
+            metadata = tf.compat.v1.RunMetadata()
+            losses.append(float(sess.run(loss, options=options,
+                                         run_metadata=metadata)))
+            executed |= executed_names(metadata)
+        values = sess.run(variables)
+    np.savez(os.path.join(out, "session_%s.npz" % mode),
+             **{v.name: value for v, value in zip(variables, values)})
+    with open(os.path.join(out, "session_%s.json" % mode), "w",
+              encoding="utf-8") as f:
+        json.dump({"replicas": strategy.num_replicas_in_sync,
+                   "swaps": _swaps(graph, lms_list), "losses": losses,
+                   "executed": sorted(executed)}, f)
+    print("done", mode, flush=True)
+
+
+def main():
+    out, modes = sys.argv[1], sys.argv[2].split(",")
+    faulthandler.dump_traceback_later(200, exit=True)
+    setup_cpu_devices(3, host_index=0)
+    for mode in modes:
+        train(out, mode)
+
+
+if __name__ == "__main__":
+    main()
