@@ -282,9 +282,21 @@ def may_trigger(index, roles, op, consumer):
 
 
 def _data_reaches(index, op, consumer):
-    """True if a path of data edges leads from `op` to `consumer`."""
-    return op in analysis.ancestors_within(index, consumer, index.levels[op],
-                                           data_only=True)
+    """True if a path of data edges leads from `op` to `consumer`: a walk
+    back from the consumer over data inputs, no lower than `op`'s level,
+    that stops when it meets `op`."""
+    levels = index.levels
+    floor = levels[op]
+    seen = {consumer}
+    stack = [consumer]
+    while stack:
+        for p in index.fanins[stack.pop()]:
+            if p == op:
+                return True
+            if p not in seen and levels[p] > floor:
+                seen.add(p)
+                stack.append(p)
+    return False
 
 
 class TriggerFinder:
@@ -308,6 +320,7 @@ class TriggerFinder:
         self.index = index
         self.roles = roles
         self._cache = {}
+        self._reaches = {}
         self._jumps = None
 
     def _build_jumps(self):
@@ -361,6 +374,17 @@ class TriggerFinder:
         self._cache[key] = trigger
         return trigger
 
+    def may_also_start(self, trigger, consumer):
+        """True if `trigger`, found for an earlier consumer of the same
+        swap-in, may start it for `consumer` as well: it reaches `consumer`
+        through data edges and TensorFlow does not merge the two."""
+        key = (trigger, consumer)
+        if key not in self._reaches:
+            self._reaches[key] = (
+                consumer not in self.roles.fused_with.get(trigger, ())
+                and _data_reaches(self.index, trigger, consumer))
+        return self._reaches[key]
+
 
 def _sync_inputs(index, roles, consumer):
     """Device inputs of a consumer, which a synchronous swap-in waits on;
@@ -371,13 +395,12 @@ def _sync_inputs(index, roles, consumer):
                  if p in roles.waiters and p not in fused)
 
 
-def _split_for_trigger(index, roles, trigger, group):
+def _split_for_trigger(triggers, trigger, group):
     """The leading consumers of `group` that `trigger` may start a swap-in
     for (it reaches each through data edges and merges with none), and the
     rest, which get a swap-in of their own."""
     for k, (c, _) in enumerate(group[1:], 1):
-        if c in roles.fused_with.get(trigger, ()) or not _data_reaches(
-                index, trigger, c):
+        if not triggers.may_also_start(trigger, c):
             return group[:k], group[k:]
     return group, []
 
@@ -431,7 +454,7 @@ def make_plan(index, roles, params, batch_size=None, edges=None,
             if not params.sync_swapin:
                 trigger = triggers.find(p, first, params.swapin_ahead)
             if trigger is not None:
-                group, rest = _split_for_trigger(index, roles, trigger, group)
+                group, rest = _split_for_trigger(triggers, trigger, group)
                 if rest:
                     pending.insert(0, rest)
                 if (swap_ins and not swap_ins[-1].synchronous
