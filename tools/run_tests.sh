@@ -5,17 +5,18 @@
 # TensorFlow turns oneDNN on by default only on CPUs with AVX512_VNNI,
 # AVX512_BF16 or AMX, and oneDNN changes both the kernels and the graph
 # rewrites that run. So the mode is never left to the CPU:
-#   1. TensorFlow 2.15.1 (VENV): the whole suite, TF_ENABLE_ONEDNN_OPTS=0;
+#   1. TensorFlow 2.15.1 (VENV, made by tools/install_test_deps.sh): the
+#      whole suite, TF_ENABLE_ONEDNN_OPTS=0;
 #   2. the same venv: every test that trains with and without LMS (marker
 #      `numerics`) again with TF_ENABLE_ONEDNN_OPTS=1;
 #   3. the newest TensorFlow with tf-keras (.venv-tf-latest, installed by
 #      tools/ci_tf_latest.sh): the whole suite, TF_ENABLE_ONEDNN_OPTS=1.
 #
-# Usage: tools/run_tests.sh [VENV]   (default: .venv); extra pytest
+# Usage: tools/run_tests.sh [VENV]   (default: .venv-tf215); extra pytest
 # arguments may follow the venv and are passed to every run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-VENV="${1:-.venv}"
+VENV="${1:-.venv-tf215}"
 shift || true
 PY="$VENV/bin/python"
 status=0
