@@ -200,6 +200,28 @@ def test_horovod_keras_callback_needs_the_shim():
 
 
 # ---- tf.distribute ------------------------------------------------------------
+TOWERS = ("/replica:0/task:0/device:CPU:1", "/replica:0/task:0/device:CPU:2")
+
+
+def _assert_swaps_stay_in_their_tower(info, mode):
+    """Both towers swap the same number of tensors; each swap's consumers
+    and triggers are in the tower of the swapped tensor, its swap ops on
+    the host, and they ran."""
+    swaps = info["swaps"]
+    by_tower = {t: [s for s in swaps if s["source_device"] == t]
+                for t in TOWERS}
+    assert all(by_tower.values()), "%s: a tower has no swaps" % mode
+    assert len(by_tower[TOWERS[0]]) == len(by_tower[TOWERS[1]])
+    executed = set(info["executed"])
+    for s in swaps:
+        tower = s["source_device"]
+        assert tower in TOWERS, s
+        assert set(s["consumer_devices"]) == {tower}, s
+        assert set(s["trigger_devices"]) <= {tower}, s
+        assert s["swap_devices"] == ["/device:CPU:0"] * 2, s
+        assert s["swapin"] in executed and s["swapout"] in executed, s
+
+
 @needs_estimator
 def test_mirrored_strategy_swaps_stay_in_their_tower(tmp_path):
     modes = ("none", "one", "per_device")
@@ -210,25 +232,11 @@ def test_mirrored_strategy_swaps_stay_in_their_tower(tmp_path):
     assert code == 0, out[-4000:]
     results = {mode: _load(tmp_path, mode) for mode in modes}
     base = results["none"][0]
-    towers = ("/replica:0/task:0/device:CPU:1",
-              "/replica:0/task:0/device:CPU:2")
     for mode in ("one", "per_device"):
         weights, info = results[mode]
         assert info["replicas"] == 2
         _assert_same_weights(base, weights, mode)
-        swaps = info["swaps"]
-        by_tower = {t: [s for s in swaps if s["source_device"] == t]
-                    for t in towers}
-        assert all(by_tower.values()), "%s: a tower has no swaps" % mode
-        assert len(by_tower[towers[0]]) == len(by_tower[towers[1]])
-        executed = set(info["executed"])
-        for s in swaps:
-            tower = s["source_device"]
-            assert tower in towers, s
-            assert set(s["consumer_devices"]) == {tower}, s
-            assert set(s["trigger_devices"]) <= {tower}, s
-            assert s["swap_devices"] == ["/device:CPU:0"] * 2, s
-            assert s["swapin"] in executed and s["swapout"] in executed, s
+        _assert_swaps_stay_in_their_tower(info, mode)
 
 
 def test_mirrored_strategy_session_swaps_stay_in_their_tower(tmp_path):
@@ -242,25 +250,12 @@ def test_mirrored_strategy_session_swaps_stay_in_their_tower(tmp_path):
     assert code == 0, out[-4000:]
     results = {mode: _load(tmp_path, "session_" + mode) for mode in modes}
     base, base_info = results["none"]
-    towers = ("/replica:0/task:0/device:CPU:1",
-              "/replica:0/task:0/device:CPU:2")
     for mode in ("one", "per_device"):
         weights, info = results[mode]
         assert info["replicas"] == 2
         assert info["losses"] == base_info["losses"], mode
         _assert_same_weights(base, weights, mode)
-        swaps = info["swaps"]
-        by_tower = {t: [s for s in swaps if s["source_device"] == t]
-                    for t in towers}
-        assert all(by_tower.values()), "%s: a tower has no swaps" % mode
-        assert len(by_tower[towers[0]]) == len(by_tower[towers[1]])
-        executed = set(info["executed"])
-        for s in swaps:
-            tower = s["source_device"]
-            assert set(s["consumer_devices"]) == {tower}, s
-            assert set(s["trigger_devices"]) <= {tower}, s
-            assert s["swap_devices"] == ["/device:CPU:0"] * 2, s
-            assert s["swapin"] in executed and s["swapout"] in executed, s
+        _assert_swaps_stay_in_their_tower(info, mode)
 
 
 def _free_ports(n):

@@ -36,9 +36,9 @@ def setup_cpu_devices(count, host_index):
     gi.is_cpu_device = is_cpu_device
 
 
-def model_fn(features, labels, mode):
-    """Estimator model: a 4-layer MLP on 16 features, 3 classes, SGD."""
-    h = features["x"]
+def mlp_loss(x, labels):
+    """The jobs' model: a 4-layer MLP on 16 features, 3 classes; its loss."""
+    h = x
     for i in range(4):
         h = tf.compat.v1.layers.dense(
             h, 32, activation=tf.nn.relu, name="dense%d" % i,
@@ -47,10 +47,37 @@ def model_fn(features, labels, mode):
     logits = tf.compat.v1.layers.dense(
         h, 3, name="logits",
         kernel_initializer=tf.compat.v1.glorot_uniform_initializer(seed=7))
-    loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
+    return tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
+
+
+def model_fn(features, labels, mode):
+    """Estimator model: `mlp_loss`, SGD."""
+    loss = mlp_loss(features["x"], labels)
     train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
         loss, global_step=tf.compat.v1.train.get_global_step())
     return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train)
+
+
+def describe_swaps(graph, lms_list):
+    """Where each swap of the given LMS objects' last rewrites is: devices
+    of the swapped tensor's producer, of the two swap ops, of the swap-in's
+    consumers and triggers."""
+    swaps = []
+    for lms in lms_list:
+        result = lms.last_result
+        for name in (result.swapin_ops if result else ()):
+            swapin = graph.get_operation_by_name(name)
+            swapout = swapin.inputs[0].op
+            swaps.append({
+                "swapin": name, "swapout": swapout.name,
+                "source_device": swapout.inputs[0].op.device,
+                "swap_devices": [swapin.device, swapout.device],
+                "consumer_devices": sorted(
+                    c.device for c in swapin.outputs[0].consumers()),
+                "trigger_devices": sorted(
+                    c.device for c in swapin.control_inputs),
+            })
+    return swaps
 
 
 def make_input_fn(seed):

@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tflms import LMS  # noqa: E402
 
 from _common import TraceHook, make_input_fn, model_fn  # noqa: E402
-from _common import setup_cpu_devices  # noqa: E402
+from _common import describe_swaps, setup_cpu_devices  # noqa: E402
 
 TOWERS = ("/cpu:1", "/cpu:2")
 FIXED = dict(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0)
@@ -46,22 +46,8 @@ class DescribeHook(tf.compat.v1.train.SessionRunHook):
         self.swaps = []
 
     def begin(self):
-        graph = tf.compat.v1.get_default_graph()
-        for lms in self.lms_list:
-            result = lms.last_result
-            for name in (result.swapin_ops if result else ()):
-                swapin = graph.get_operation_by_name(name)
-                swapout = swapin.inputs[0].op
-                source = swapout.inputs[0].op
-                self.swaps.append({
-                    "swapin": name, "swapout": swapout.name,
-                    "source_device": source.device,
-                    "swap_devices": [swapin.device, swapout.device],
-                    "consumer_devices": sorted(
-                        c.device for c in swapin.outputs[0].consumers()),
-                    "trigger_devices": sorted(
-                        c.device for c in swapin.control_inputs),
-                })
+        self.swaps = describe_swaps(tf.compat.v1.get_default_graph(),
+                                    self.lms_list)
 
 
 def train(out, mode):

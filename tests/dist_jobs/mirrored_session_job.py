@@ -28,7 +28,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from tflms import LMS  # noqa: E402
 
-from _common import executed_names, setup_cpu_devices  # noqa: E402
+from _common import describe_swaps, executed_names, mlp_loss  # noqa: E402
+from _common import setup_cpu_devices  # noqa: E402
 
 TOWERS = ("/cpu:1", "/cpu:2")
 FIXED = dict(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0)
@@ -40,38 +41,10 @@ def _step_fn(x_all, y_all):
     replica = tf.distribute.get_replica_context().replica_id_in_sync_group
     x = tf.gather(tf.reshape(x_all, [2, 8, 16]), replica)
     y = tf.gather(tf.reshape(y_all, [2, 8]), replica)
-    h = x
-    for i in range(4):
-        h = tf.compat.v1.layers.dense(
-            h, 32, activation=tf.nn.relu, name="dense%d" % i,
-            kernel_initializer=tf.compat.v1.glorot_uniform_initializer(
-                seed=i))
-    logits = tf.compat.v1.layers.dense(
-        h, 3, name="logits",
-        kernel_initializer=tf.compat.v1.glorot_uniform_initializer(seed=7))
-    loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(y, logits)
+    loss = mlp_loss(x, y)
     train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
     with tf.control_dependencies([train]):
         return tf.identity(loss)
-
-
-def _swaps(graph, lms_list):
-    swaps = []
-    for lms in lms_list:
-        result = lms.last_result
-        for name in (result.swapin_ops if result else ()):
-            swapin = graph.get_operation_by_name(name)
-            swapout = swapin.inputs[0].op
-            swaps.append({
-                "swapin": name, "swapout": swapout.name,
-                "source_device": swapout.inputs[0].op.device,
-                "swap_devices": [swapin.device, swapout.device],
-                "consumer_devices": sorted(
-                    c.device for c in swapin.outputs[0].consumers()),
-                "trigger_devices": sorted(
-                    c.device for c in swapin.control_inputs),
-            })
-    return swaps
 
 
 def train(out, mode):
@@ -116,7 +89,7 @@ def train(out, mode):
     with open(os.path.join(out, "session_%s.json" % mode), "w",
               encoding="utf-8") as f:
         json.dump({"replicas": strategy.num_replicas_in_sync,
-                   "swaps": _swaps(graph, lms_list), "losses": losses,
+                   "swaps": describe_swaps(graph, lms_list), "losses": losses,
                    "executed": sorted(executed)}, f)
     print("done", mode, flush=True)
 
