@@ -212,7 +212,12 @@ def _real_peak_resnet50_v1(defer):
     feed = built.make_feed()
     feed[phase[0]] = True
     md = tf.compat.v1.RunMetadata()
-    with tf.compat.v1.Session(graph=graph) as sess:
+    # One inter-op thread: the executor then runs ready ops in one order, so
+    # the allocator's peak does not depend on how threads happen to race
+    # (with two, TensorFlow 2.21 once started the deferred Fills early
+    # enough to halve the measured saving).
+    config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=1)
+    with tf.compat.v1.Session(graph=graph, config=config) as sess:
         sess.run(built.init_op)
         loss = sess.run([built.loss, built.train_op], feed)[0]
         sess.run(built.train_op, feed, options=trace_options(),
