@@ -4,6 +4,9 @@ graphs, no global state)."""
 import numpy as np
 import tensorflow as tf
 
+# The same checks `tflms verify` makes for users.
+from tflms.verify import kernel_counts, unexecuted_nodes  # noqa: F401
+
 
 def dense_net(depth=6, width=64, classes=10, batch=None, optimizer="sgd",
               seed=0, device=None):
@@ -141,29 +144,6 @@ def _signature(op, depth=6):
     return (op.type, attrs,
             tuple((_signature(t.op, depth - 1), t.value_index)
                   for t in op.inputs))
-
-
-def unexecuted_nodes(run_metadata):
-    """Names of the nodes of the optimized graphs that did not run in the
-    traced step: ops on a cycle (or after one) never run, and TensorFlow
-    ends the step without an error."""
-    nodes = {n.name for pg in run_metadata.partition_graphs for n in pg.node}
-    executed = {n.node_name for d in run_metadata.step_stats.dev_stats
-                for n in d.node_stats}
-    return nodes - executed
-
-
-def kernel_counts(run_metadata):
-    """How many nodes of each op type the optimized graphs run, without the
-    Identity and NoOp nodes that LMS adds: equal counts with and without LMS
-    mean TensorFlow fused the same ops into the same kernels."""
-    counts = {}
-    for pg in run_metadata.partition_graphs:
-        for n in pg.node:
-            if n.op in ("Identity", "NoOp"):
-                continue
-            counts[n.op] = counts.get(n.op, 0) + 1
-    return counts
 
 
 # Relative tolerance when TensorFlow runs different kernels with and without

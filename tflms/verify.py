@@ -23,7 +23,8 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["VerifyReport", "VerifyError", "verify"]
+__all__ = ["VerifyReport", "VerifyError", "kernel_counts", "unexecuted_nodes",
+           "verify"]
 
 _TRACE = tf.compat.v1.RunOptions(
     trace_level=tf.compat.v1.RunOptions.FULL_TRACE,
@@ -192,7 +193,17 @@ def _executed(metadata):
             for n in d.node_stats}
 
 
-def _kernels(metadata):
+def unexecuted_nodes(metadata):
+    """Names of the nodes of the optimized graphs that did not run in the
+    traced step: ops on a cycle (or after one) never run, and TensorFlow
+    ends the step without an error."""
+    return set(_node_names(metadata)) - _executed(metadata)
+
+
+def kernel_counts(metadata):
+    """How many nodes of each op type the optimized graphs run, without the
+    Identity and NoOp nodes that LMS adds: equal counts with and without LMS
+    mean TensorFlow fused the same ops into the same kernels."""
     counts = {}
     for op in _node_names(metadata).values():
         if op not in ("Identity", "NoOp"):
@@ -251,14 +262,12 @@ def verify(load, lms, steps=3, batch_size=None, train_op_names=(),
         if not same:
             different.append(name)
 
-    nodes, base_nodes = _node_names(md), _node_names(base_md)
-    executed, base_executed = _executed(md), _executed(base_md)
+    nodes, executed = _node_names(md), _executed(md)
     added = (list(result.swapout_ops) + list(result.swapin_ops)
              if result is not None else [])
-    not_run = sorted((set(nodes) - executed)
-                     - (set(base_nodes) - base_executed))
+    not_run = sorted(unexecuted_nodes(md) - unexecuted_nodes(base_md))
     swaps_not_run = [n for n in added if n in nodes and n not in executed]
-    kernels, base_kernels = _kernels(md), _kernels(base_md)
+    kernels, base_kernels = kernel_counts(md), kernel_counts(base_md)
     kernels_differ = {k: (base_kernels.get(k, 0), kernels.get(k, 0))
                       for k in sorted(set(kernels) | set(base_kernels))
                       if kernels.get(k, 0) != base_kernels.get(k, 0)}
