@@ -103,24 +103,25 @@ def largest_fitting(fits, guess, step, tolerance, min_size, max_size):
 
 
 def _prediction(built):
-    """First guesses for no LMS and tflms from one build at the start size."""
-    from tflms import analysis, planner, simulator  # pylint: disable=import-outside-toplevel
+    """First guesses for no LMS and tflms from one build at the start size:
+    the peak without LMS and the smallest peak of the most aggressive fixed
+    plans (every tensor swapped, each sync mode), planned by
+    `pipeline.plan` as LMS.run plans."""
+    from tflms import pipeline  # pylint: disable=import-outside-toplevel
     from tflms import graph_index as gi  # pylint: disable=import-outside-toplevel
+    from tflms.settings import Settings  # pylint: disable=import-outside-toplevel
     index = gi.build_index(built.graph)
-    roles = analysis.classify_ops(index)
-    model = simulator.SimulationModel(index, roles, built.batch_size)
-    base = model.replay(None, detail=False)
+    roles = pipeline.classify(index, Settings())
+    base = pipeline.simulate_without(index, roles,
+                                     Settings(batch_size=built.batch_size))
     resident = base.resident_device_bytes
     smallest = base.peak_device_bytes
-    edges = planner.candidate_edges(index, roles)
-    deferral = planner.deferral_edges(index, roles)  # as LMS.run
     for sync in range(4):
-        plan = planner.make_plan(index, roles,
-                                 planner.SwapParams(1, 1, 0, sync),
-                                 batch_size=built.batch_size, edges=edges,
-                                 deferral=deferral)
-        smallest = min(smallest,
-                       model.replay(plan, detail=False).peak_device_bytes)
+        planned = pipeline.plan(index, Settings(
+            swapout_threshold=1, swapin_ahead=1, swapin_groupby=0,
+            sync_mode=sync, batch_size=built.batch_size), roles=roles,
+            simulate=True)
+        smallest = min(smallest, planned.with_lms.peak_device_bytes)
     return resident, base.peak_device_bytes, smallest
 
 

@@ -41,13 +41,14 @@ def run(case):
     """Worker: CPU step time without and with tflms."""
     common.setup_tensorflow(case.get("control_flow", "v2"))
     from benchmarks import measure, models  # pylint: disable=import-outside-toplevel
-    from tflms import analysis  # pylint: disable=import-outside-toplevel
+    from tflms import pipeline  # pylint: disable=import-outside-toplevel
     from tflms import graph_index as gi  # pylint: disable=import-outside-toplevel
+    from tflms.settings import Settings  # pylint: disable=import-outside-toplevel
     out = {"case": case, "done": False}
     plain = models.build(case["model"], **case["kwargs"])
     out.update(ops=plain.num_ops, description=plain.description)
     index = gi.build_index(plain.graph)
-    roles = analysis.classify_ops(index)
+    roles = pipeline.classify(index, Settings())
     budget, _ = timing.budget_gib(case, index, roles, plain.batch_size)
     out["budget_gib"] = budget
     rewritten = models.build(case["model"], **case["kwargs"])

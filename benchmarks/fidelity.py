@@ -27,16 +27,17 @@ def run(case):
     """Worker: simulator, oracle and real CPU peaks for one model."""
     common.setup_tensorflow(case.get("control_flow", "v2"))
     from benchmarks import measure, models  # pylint: disable=import-outside-toplevel
-    from tflms import analysis, autotune, planner, rewriter, simulator  # pylint: disable=import-outside-toplevel
+    from tflms import autotune, pipeline, rewriter  # pylint: disable=import-outside-toplevel
     from tflms import graph_index as gi  # pylint: disable=import-outside-toplevel
-    from tflms._logging import Logger  # pylint: disable=import-outside-toplevel
+    from tflms.settings import Settings  # pylint: disable=import-outside-toplevel
     out = {"case": case, "done": False}
     built = models.build(case["model"], **case["kwargs"])
     out.update(ops=built.num_ops, description=built.description)
     index = gi.build_index(built.graph)
-    roles = analysis.classify_ops(index)
-    model = simulator.SimulationModel(index, roles, built.batch_size)
-    out["sim_none"] = int(model.replay(None, detail=False).peak_device_bytes)
+    roles = pipeline.classify(index, Settings())
+    out["sim_none"] = int(pipeline.simulate_without(
+        index, roles, Settings(batch_size=built.batch_size))
+        .peak_device_bytes)
     out["oracle_none"] = measure.oracle_peaks(built.graph,
                                               built.train_op)["gpu_peak"]
     out["oracle_none_as_given"] = measure.oracle_peaks(
@@ -51,35 +52,29 @@ def run(case):
     budget_gib, _ = timing.budget_gib(
         case, index, roles, built.batch_size)
     out["budget_gib"] = budget_gib
-    deferral = planner.deferral_edges(index, roles)  # as LMS.run
+    # The plan LMS.run would apply: pipeline.plan, auto-tuned to the budget.
+    planned = None
     try:
-        outcome = autotune.tune(
-            index, roles, planner.SwapParams(-1, -1, -1, 0),
-            batch_size=built.batch_size, gpu_mem_gib=budget_gib,
-            log=Logger(), deferral_edges=deferral)
+        planned = pipeline.plan(index, Settings(
+            batch_size=built.batch_size, autotune_gpu_mem=budget_gib),
+            roles=roles)
     except autotune.AutotuneError as err:
         out["lms_error"] = str(err).split(": the")[0]
-        outcome = None
-    if outcome is not None and outcome.params is not None:
-        plan = planner.make_plan(index, roles, outcome.params,
-                                 batch_size=built.batch_size,
-                                 only_tensors=outcome.only_tensors,
-                                 deferral=deferral)
-    else:
+    if planned is None or not planned.needed:
         # No tuned plan (nothing fits, or nothing needed): check the
         # simulator on a fixed-parameter plan instead.
         t, a, g, sync = common.fixed_params(case["fallback_fixed"],
                                             index.num_levels)
-        plan = planner.make_plan(index, roles,
-                                 planner.SwapParams(t, a, g, sync),
-                                 batch_size=built.batch_size,
-                                 deferral=deferral)
+        planned = pipeline.plan(index, Settings(
+            swapout_threshold=t, swapin_ahead=a, swapin_groupby=g,
+            sync_mode=sync, batch_size=built.batch_size), roles=roles)
         out["fallback"] = [t, a, g, sync]
-    out["sim_lms"] = int(model.replay(plan, detail=False).peak_device_bytes)
-    rewriter.apply_plan(built.graph, index, plan, "/cpu:0")
+    planned = pipeline.simulate_plan(planned)
+    out["sim_lms"] = int(planned.with_lms.peak_device_bytes)
+    rewriter.apply_plan(built.graph, planned.index, planned.plan, "/cpu:0")
     out["oracle_lms"] = measure.oracle_peaks(built.graph,
                                              built.train_op)["gpu_peak"]
-    out["swaps"] = len(plan.swaps)
+    out["swaps"] = len(planned.plan.swaps)
     out["done"] = True
     return out
 

@@ -60,11 +60,9 @@ from tensorflow.python.grappler import tf_optimizer
 
 from benchmarks import common
 from tflms import LMS
-from tflms import analysis
 from tflms import autotune
-from tflms import graph_index as gi
 from tflms import oracle
-from tflms import simulator
+from tflms import pipeline
 
 __all__ = [
     "GIB",
@@ -360,11 +358,6 @@ def apply_tflms(built, params=None, budget_gib=None):
         lms = LMS(swapout_threshold=t, swapin_ahead=a, swapin_groupby=g,
                   sync_mode=s)
     lms.batch_size = built.batch_size
-    # The simulator's view of the plan, for comparison with the oracle: the
-    # plan's op ids are those of an index of the graph before the edit.
-    index = gi.build_index(built.graph)
-    model = simulator.SimulationModel(index, analysis.classify_ops(index),
-                                      built.batch_size)
     start = time.perf_counter()
     try:
         result = lms.run(built.graph)
@@ -372,18 +365,19 @@ def apply_tflms(built, params=None, budget_gib=None):
         return {"status": "no fit", "edit_s": time.perf_counter() - start,
                 "error": str(err).split(". ")[0]}
     elapsed = time.perf_counter() - start
-    out = {"status": "not needed" if result is None else "swapped",
+    out = {"status": "swapped" if result.rewritten else "not needed",
            "edit_s": elapsed, "swap_outs": 0, "swap_ins": 0,
            "swapout_bytes": 0, "swapin_bytes": 0, "params": None}
-    plan = lms.last_plan
-    if result is not None and plan is not None:
-        p = plan.params
-        out["sim_peak"] = int(model.replay(plan, detail=False)
-                              .peak_device_bytes)
+    if result.rewritten:
+        # The simulator's view of the applied plan, for comparison with
+        # the oracle (replayed here when the parameters were fixed).
+        planned = pipeline.simulate_plan(result.planned)
+        p = planned.params
+        out["sim_peak"] = int(planned.with_lms.peak_device_bytes)
         out.update(swap_outs=len(result.swapout_ops),
                    swap_ins=len(result.swapin_ops),
-                   swapout_bytes=int(plan.swapout_bytes()),
-                   swapin_bytes=int(plan.swapin_bytes()),
+                   swapout_bytes=int(planned.plan.swapout_bytes()),
+                   swapin_bytes=int(planned.plan.swapin_bytes()),
                    params=[p.swapout_threshold, p.swapin_ahead,
                            p.swapin_groupby, p.sync_mode])
     return out

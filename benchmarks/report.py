@@ -298,10 +298,11 @@ _SECTION_TEXT = {
 ## 1. Time before training starts
 
 Each graph is built afresh for every repetition; times are medians.
-*analysis* is `build_index` + `classify_ops` + `deferral_edges`; *tune* is `autotune.tune` to
-the budget (all three parameters on auto); *rewrite* is `make_plan` +
-`apply_plan` with the tuned parameters; *auto total* is their sum (what
-`LMS.run` spends when auto-tuning). *fixed edit* is
+The phases are the three steps of `LMS.run`, called as it calls them:
+*analysis* is `build_index`; *tune* is `pipeline.plan` with all three
+parameters on auto and the budget (roles, deferral edges, auto-tuning, the
+plan); *rewrite* is `apply_plan` of that plan; *auto total* is their sum
+(what `LMS.run` spends when auto-tuning). *fixed edit* is
 `LMS(swapout_threshold=..., swapin_ahead=..., swapin_groupby=...,
 sync_mode=...).run(graph)` end to end on another fresh build, with the
 parameters auto-tuning found (models) or a fixed share of the levels

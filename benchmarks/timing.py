@@ -1,12 +1,13 @@
 """Section 1: how long LMS takes before training starts, against graph size.
 
 For each graph, every repetition builds the model afresh (building is timed
-but is not LMS time) and measures, the way `tflms.LMS.run` works:
+but is not LMS time) and measures the three steps of `tflms.LMS.run`, called
+as it calls them:
 
-* analysis: `graph_index.build_index` + `analysis.classify_ops`;
-* tune: `autotune.tune` to the case's budget (all three parameters auto);
-* rewrite: `planner.make_plan` with the tuned parameters and selection, and
-  `rewriter.apply_plan`;
+* analysis: `graph_index.build_index`;
+* tune: `pipeline.plan` with every swap parameter on auto and the case's
+  budget (roles, serialization and deferral edges, auto-tuning, the plan);
+* rewrite: `rewriter.apply_plan` of that plan;
 * fixed edit: ``LMS(swapout_threshold=..., swapin_ahead=...,
   swapin_groupby=..., sync_mode=...).run(graph)`` end to end on another
   fresh build, the edit a user pays on every start once the parameters are
@@ -67,9 +68,9 @@ def run(case):
     # Imported once the graph mode is chosen.
     from benchmarks import models  # pylint: disable=import-outside-toplevel
     from tflms import LMS  # pylint: disable=import-outside-toplevel
-    from tflms import analysis, autotune, planner, rewriter  # pylint: disable=import-outside-toplevel
+    from tflms import autotune, pipeline, rewriter  # pylint: disable=import-outside-toplevel
     from tflms import graph_index as gi  # pylint: disable=import-outside-toplevel
-    from tflms._logging import Logger  # pylint: disable=import-outside-toplevel
+    from tflms.settings import Settings  # pylint: disable=import-outside-toplevel
 
     out = {"case": case, "runs": [], "done": False}
     start_case = time.perf_counter()
@@ -82,7 +83,7 @@ def run(case):
         lms.batch_size = fresh.batch_size
         with _Clock(row, "fixed"):
             result = lms.run(fresh.graph)
-        row["fixed_swaps"] = len(result.swapout_ops) if result else 0
+        row["fixed_swaps"] = len(result.swapout_ops)
         out["fixed_params"] = params
 
     for rep in range(case["reps"]):
@@ -93,11 +94,9 @@ def run(case):
 
         with _Clock(row, "analysis"):
             index = gi.build_index(built.graph)
-            roles = analysis.classify_ops(index)
-            # As LMS.run: fills made long before use wait with every plan.
-            deferral = planner.deferral_edges(index, roles)
         out.update(levels=index.num_levels, edges=index.num_edges)
         if rep == 0:
+            roles = pipeline.classify(index, Settings())
             budget, replay_s = budget_gib(case, index, roles,
                                           built.batch_size)
             out["budget_gib"] = budget
@@ -111,34 +110,28 @@ def run(case):
             common.emit(out)
             out["runs"].pop()
 
-        outcome = None
+        planned = None
+        settings = Settings(batch_size=built.batch_size,
+                            autotune_gpu_mem=out["budget_gib"])
         try:
             with _Clock(row, "tune"):
-                outcome = autotune.tune(
-                    index, roles, planner.SwapParams(-1, -1, -1, 0),
-                    batch_size=built.batch_size,
-                    gpu_mem_gib=out["budget_gib"], log=Logger(),
-                    deferral_edges=deferral)
-            row["simulations"] = outcome.simulations
+                planned = pipeline.plan(index, settings)
+            row["simulations"] = planned.tune.simulations
         except autotune.AutotuneError as err:
             out["tune_error"] = str(err).split(": the")[0]
-        if outcome is not None:  # no rewrite when nothing fits
+        if planned is not None:  # no rewrite when nothing fits
             swaps = 0
             with _Clock(row, "rewrite"):
-                if outcome.params is not None:
-                    plan = planner.make_plan(
-                        index, roles, outcome.params,
-                        batch_size=built.batch_size,
-                        only_tensors=outcome.only_tensors,
-                        deferral=deferral)
-                    result = rewriter.apply_plan(built.graph, index, plan,
-                                                 "/cpu:0")
+                if planned.needed:
+                    result = rewriter.apply_plan(built.graph, planned.index,
+                                                 planned.plan,
+                                                 settings.cpu_device)
                     swaps = len(result.swapout_ops)
-            if outcome.params is not None:
-                p = outcome.params
+            if planned.needed:
+                p = planned.params
                 tuned = [p.swapout_threshold, p.swapin_ahead,
                          p.swapin_groupby, p.sync_mode]
-                out["swapout_bytes"] = int(plan.swapout_bytes())
+                out["swapout_bytes"] = int(planned.plan.swapout_bytes())
             row["tuned_swaps"] = swaps
         out["tuned_params"] = tuned
         if fixed is None and case.get("fixed") == "tuned" and tuned:

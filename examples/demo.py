@@ -153,7 +153,7 @@ def describe_device():
 
 def executed_swaps(lms, run_metadata):
     """(swap ops that ran in the last traced step, swap ops LMS added)."""
-    result = lms.last_result
+    result = lms.last_run
     if result is None:
         return 0, 0
     added = set(result.swapout_ops) | set(result.swapin_ops)
@@ -164,8 +164,10 @@ def executed_swaps(lms, run_metadata):
 
 def print_plan(lms, run_metadata):
     """The simulator's numbers behind the plan LMS applied."""
-    tune = getattr(lms, "last_tune", None)
-    plan = lms.last_plan
+    # The callback's latest `RunResult`: its plan and the auto-tuning.
+    run = lms.last_run
+    tune = run.planned.tune if run.planned is not None else None
+    plan = run.plan
     print()
     print("=== What LMS planned (one training step) ===")
     if tune is not None:
@@ -263,7 +265,7 @@ def main(argv=None):
     lms_losses, lms_seconds = train(args, images, labels, lms, run_metadata)
     sys.stderr.flush()
     print_plan(lms, run_metadata)
-    if lms.last_plan is None:
+    if lms.last_run.plan is None:
         print("LMS was not needed: the model fits the budget. Lower "
               "--gpu-mem or raise --image-size to see it swap.")
 
@@ -276,7 +278,7 @@ def main(argv=None):
                                                           plain_seconds))
 
     verdict, ok = compare(lms_losses, plain_losses)
-    if lms.last_plan is None:
+    if lms.last_run.plan is None:
         verdict, ok = ("VERDICT: NOT SHOWN - the model fits %.2f GiB without "
                        "LMS, so LMS swapped nothing; lower --gpu-mem"
                        % args.gpu_mem), False

@@ -145,9 +145,9 @@ def main(argv=None):
           "swap_ops=%d" % (
               rank, size, recorder.losses[0], history.history["loss"][-1],
               checksum,
-              0 if lms is None or lms.last_result is None else
-              len(lms.last_result.swapout_ops) +
-              len(lms.last_result.swapin_ops)), flush=True)
+              0 if lms is None or lms.last_run is None else
+              len(lms.last_run.swapout_ops) +
+              len(lms.last_run.swapin_ops)), flush=True)
     if rank == 0:
         steps = args.steps * args.epochs
         print("Trained %d steps in %.1f s (%.1f images/s over %d ranks)"

@@ -49,6 +49,7 @@ except ImportError:  # tests/ itself is on sys.path
     import models
     from _graphs import assert_same_training, trace_options
 from tflms import LMS  # pylint: disable=g-import-not-at-top
+from tflms.lms import Outcome
 from tflms import analysis
 from tflms import autotune
 from tflms import graph_index as gi
@@ -145,6 +146,6 @@ def test_lms_is_not_necessary_only_when_the_step_fits(name):
     gpu_mem_gib = 1.02 * without / autotune.DEFAULT_MEM_RATIO / GIB
     lms = LMS()
     lms.autotune_gpu_mem = gpu_mem_gib
-    assert lms.run(model.graph) is None
+    assert lms.run(model.graph).outcome is Outcome.NOT_NEEDED
     assert runtime_gpu_peak(model.graph, model.train_op) <= \
         autotune.device_budget(gpu_mem_gib)

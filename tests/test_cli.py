@@ -23,6 +23,7 @@ from tflms import analysis
 from tflms import autotune
 from tflms import cli
 from tflms import graph_index as gi
+from tflms import oracle
 from tflms import simulator
 
 import models
@@ -73,7 +74,10 @@ def saved(tmp_path_factory):
         model.save(paths["keras_savedmodel"])
     graph = tf.Graph()
     with graph.as_default():
-        models.cnn_bn(image=32, channels=8, depth=6, batch=BATCH, seed=1)
+        built = models.cnn_bn(image=32, channels=8, depth=6, batch=BATCH,
+                              seed=1)
+        tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.TRAIN_OP,
+                                       built.train_op)
         paths["meta"] = str(root / "cnn_bn.meta")
         tf.compat.v1.train.export_meta_graph(filename=paths["meta"])
     graph = tf.Graph()
@@ -175,9 +179,9 @@ def test_keras_h5_fits_with_lms_and_matches_training_rewrite(
     lms = LMS()
     lms.batch_size = BATCH
     lms.autotune_gpu_mem = float(gpu_mem)
-    assert lms.run(loaded.graph) is not None
-    assert lms.last_plan.swapout_bytes() == report["swapout_bytes"]
-    assert lms.last_plan.swapin_bytes() == report["swapin_bytes"]
+    assert lms.run(loaded.graph).rewritten
+    assert lms.last_run.plan.swapout_bytes() == report["swapout_bytes"]
+    assert lms.last_run.plan.swapin_bytes() == report["swapin_bytes"]
     assert rewritten_peak(loaded.graph, BATCH) == (
         report["with_lms"]["peak_bytes"])
 
@@ -240,6 +244,57 @@ def test_metagraph_auto_and_fixed_parameters(saved, capsys):
                            *fixed)
     assert code == 1, out
     assert "RESULT: does NOT fit" in out
+
+
+def _meta_graph(path):
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.compat.v1.train.import_meta_graph(path)
+    return graph
+
+
+def test_oracle_measures_both_steps_beside_the_simulator(saved, capsys):
+    """--oracle reports the oracle's runtime replay and Grappler's own count
+    for the graph as saved and as LMS rewrote it: the numbers the oracle
+    gives for those two graphs measured on their own."""
+    peak = peak_without(capsys, saved["meta"])
+    gpu_mem = gpu_mem_for(0.75 * peak)
+    code, report = plan_json(capsys, saved["meta"], "--gpu-mem", gpu_mem,
+                             "--no-plots", "--oracle")
+    assert code == 0, report
+    measured = report["oracle"]
+
+    graph = _meta_graph(saved["meta"])
+    train = [op.name for op in graph.get_collection(
+        tf.compat.v1.GraphKeys.TRAIN_OP)]
+    before = oracle.peak_memory(graph, train)
+    lms = LMS()
+    lms.autotune_gpu_mem = float(gpu_mem)
+    assert lms.run(graph).rewritten
+    after = oracle.peak_memory(graph, train)
+    assert measured["without_lms"] == {
+        "runtime_peak_bytes": before.runtime_gpu_peak_bytes,
+        "grappler_peak_bytes": before.raw_gpu_peak_bytes,
+        "fits": before.runtime_gpu_peak_bytes <= report["budget_bytes"]}
+    assert measured["with_lms"] == {
+        "runtime_peak_bytes": after.runtime_gpu_peak_bytes,
+        "grappler_peak_bytes": after.raw_gpu_peak_bytes,
+        "fits": after.runtime_gpu_peak_bytes <= report["budget_bytes"]}
+    assert after.runtime_gpu_peak_bytes < before.runtime_gpu_peak_bytes
+
+    code, out, _ = run_cli(capsys, saved["meta"], "--gpu-mem", gpu_mem,
+                           "--no-plots", "--oracle")
+    assert code == 0
+    assert "Oracle (Grappler's virtual GPU" in out
+    assert "(Grappler's count %s)" % cli._gib(  # pylint: disable=protected-access
+        after.raw_gpu_peak_bytes) in out
+
+
+def test_oracle_needs_a_train_op(saved, capsys):
+    code, _, err = run_cli(capsys, saved["inference"], "--gpu-mem", "1",
+                           "--no-plots", "--oracle")
+    assert code == 2
+    assert "--oracle needs the op that runs one training step" in err
 
 
 def test_inference_savedmodel_is_planned_as_inference(saved, capsys):

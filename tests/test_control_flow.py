@@ -118,7 +118,7 @@ def test_keras_learning_phase_v1(v1_control_flow):
     assert set(bn_training) <= roles_inf.inactive
     lms = LMS(**FIXED)
     lms.run(graph)
-    check_triggers_are_safe(index, lms.last_plan, roles)
+    check_triggers_are_safe(index, lms.last_run.plan, roles)
 
 
 def test_keras_learning_phase_v1_numbers(v1_control_flow):
@@ -157,7 +157,7 @@ def test_keras_learning_phase_v1_switch_swaps_and_deferred_zeros(
     for a, b in zip(base_weights, weights):
         np.testing.assert_array_equal(a, b)
 
-    plan, result = lms.last_plan, lms.last_result
+    plan, result = lms.last_run.plan, lms.last_run.rewrite
     index = gi.build_index(graph)
     ops = graph.get_operations()
     executed = {n.node_name: n for d in md.step_stats.dev_stats
@@ -248,7 +248,7 @@ def test_keras_learning_phase_v2():
     assert {"If", "StatelessIf"} & set(index.types)
     lms = LMS(**FIXED)
     lms.run(graph)
-    check_triggers_are_safe(index, lms.last_plan,
+    check_triggers_are_safe(index, lms.last_run.plan,
                             analysis.classify_ops(index))
     base = fit_keras(None)
     got = fit_keras(LMS(**FIXED))
@@ -295,7 +295,7 @@ def test_user_cond(style, request):
 
     lms = LMS(**FIXED)
     assert train(lms) == train(None)
-    assert lms.last_result.swapout_ops
+    assert lms.last_run.swapout_ops
     if style == "v1":
         # Gradients of branch ops are built outside the cond's context but
         # can still be dead: they must never trigger a swap-in.
@@ -303,7 +303,7 @@ def test_user_cond(style, request):
         index = gi.build_index(g)
         dead = analysis.maybe_dead_ops(index)
         assert index.id_of["gradients/cond/MatMul_1_grad/MatMul"] in dead
-        check_triggers_are_safe(index, lms.last_plan,
+        check_triggers_are_safe(index, lms.last_run.plan,
                                 analysis.classify_ops(index))
 
 
@@ -361,7 +361,7 @@ def test_lstm_loops(style, cell_type, request, lms_log):
     assert losses == base_losses
     for a, b in zip(base_w, weights):
         np.testing.assert_array_equal(a, b)
-    assert_live_swaps_ran(graph, lms.last_result, md)
+    assert_live_swaps_ran(graph, lms.last_run.rewrite, md)
     assert any("swap_memory=True" in line for line in lms_log())
     if style == "v1":
         assert {"Enter", "Exit", "NextIteration"} <= set(index.types)
@@ -385,11 +385,11 @@ def test_lstm_loops(style, cell_type, request, lms_log):
         assert any(feeds_a_loop(swap.producer)
                    and after_a_loop(sin.first_consumer)
                    and all(after_a_loop(t) for t in sin.triggers)
-                   for swap in lms.last_plan.swaps
+                   for swap in lms.last_run.plan.swaps
                    for sin in swap.swap_ins)
     else:
         assert {"While", "StatelessWhile"} & set(index.types)
-    for swap in lms.last_plan.swaps:
+    for swap in lms.last_run.plan.swaps:
         assert not index.in_v1_loop[swap.producer]
         for sin in swap.swap_ins:
             for c, _ in sin.consumers:
@@ -456,14 +456,14 @@ def test_keras_rnn_layers(layer, lms_log):
     for a, b in zip(base_w, weights):
         np.testing.assert_array_equal(a, b)
     graph = tf.compat.v1.get_default_graph()
-    assert_live_swaps_ran(graph, lms.last_result, md)
+    assert_live_swaps_ran(graph, lms.last_run.rewrite, md)
     assert any("swap_memory=True" in line for line in lms_log())
     loops = [op for op in graph.get_operations()
              if op.type in ("While", "StatelessWhile")]
     assert loops
     # The loop runs as one op: LMS may swap its inputs and outputs, and
     # never swaps a loop's variant (TensorList) tensors.
-    for name in lms.last_result.swapout_ops:
+    for name in lms.last_run.swapout_ops:
         tensor = graph.get_operation_by_name(name).inputs[0]
         assert tensor.dtype != tf.variant and tensor.dtype != tf.resource
 
@@ -525,10 +525,10 @@ def test_frozen_batch_norm_numbers():
     for a, b in zip(base_w, weights):
         np.testing.assert_array_equal(a, b)
     graph = tf.compat.v1.get_default_graph()
-    assert_swaps_ran(graph, lms.last_result, md)
+    assert_swaps_ran(graph, lms.last_run, md)
     # The frozen batch-norm gradients read the conv outputs late in the
     # step: those reads go through swap-ins too.
-    readers = {c.type for name in lms.last_result.swapin_ops
+    readers = {c.type for name in lms.last_run.swapin_ops
                for c in graph.get_operation_by_name(name)
                .outputs[0].consumers()}
     assert "FusedBatchNormGradV3" in readers
@@ -588,7 +588,7 @@ def test_batch_norm_training_flag(style, request):
     assert result.swapout_ops
     assert_swaps_ran(g, result, md)
     index = gi.build_index(bn_flag_graph()[0])
-    check_triggers_are_safe(index, lms.last_plan,
+    check_triggers_are_safe(index, lms.last_run.plan,
                             analysis.classify_ops(index))
 
 
@@ -612,9 +612,9 @@ V1_SCRIPT = textwrap.dedent("""
     index, l, w, (g, md) = t.run_lstm(lms, "gru")
     assert "Enter" in index.types and "While" not in index.types
     assert l == base_l and all((a == b).all() for a, b in zip(base_w, w))
-    t.assert_live_swaps_ran(g, lms.last_result, md)
-    t.assert_v1_swaps_outside_loops(g, lms.last_result)
-    print("DYNAMIC_RNN OK", len(lms.last_result.swapout_ops))
+    t.assert_live_swaps_ran(g, lms.last_run.rewrite, md)
+    t.assert_v1_swaps_outside_loops(g, lms.last_run)
+    print("DYNAMIC_RNN OK", len(lms.last_run.swapout_ops))
 
     for layer in ("lstm", "gru"):
         base_l, base_w, _ = t.fit_keras_rnn(None, layer)
@@ -624,10 +624,10 @@ V1_SCRIPT = textwrap.dedent("""
         graph = tf.compat.v1.get_default_graph()
         types = {op.type for op in graph.get_operations()}
         assert "Enter" in types and "While" not in types
-        t.assert_live_swaps_ran(graph, lms.last_result, md)
-        t.assert_v1_swaps_outside_loops(graph, lms.last_result)
+        t.assert_live_swaps_ran(graph, lms.last_run.rewrite, md)
+        t.assert_v1_swaps_outside_loops(graph, lms.last_run)
         print("KERAS_" + layer.upper() + " OK",
-              len(lms.last_result.swapout_ops))
+              len(lms.last_run.swapout_ops))
 
     base = t.fit_keras(None)
     lms = LMS(**FIXED)
@@ -636,7 +636,7 @@ V1_SCRIPT = textwrap.dedent("""
     assert all((a == b).all() for a, b in zip(base[1], got[1]))
     assert "Switch" in {o.type for o in
                         tf.compat.v1.get_default_graph().get_operations()}
-    print("KERAS_BN OK", len(lms.last_result.swapout_ops))
+    print("KERAS_BN OK", len(lms.last_run.swapout_ops))
     print("HINT", any("swap_memory=True" in r for r in records))
 """)
 

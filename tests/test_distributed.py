@@ -465,7 +465,7 @@ def _rewritten(**params):
             tf.reduce_sum(h))
     lms = LMS(**params)
     lms.run(graph)
-    return graph, lms.last_result
+    return graph, lms.last_run
 
 
 def test_check_same_rewrite_compares_every_rank():

@@ -401,7 +401,7 @@ def check_example(graph_spec, lms_spec, stats=None):
         return "not needed"
     edited = signature(graph)
     if result.swapout_ops:
-        check_structure(graph, result, lms.last_plan, index_before)
+        check_structure(graph, result, lms.last_run.plan, index_before)
     again = make_lms(lms_spec).run(graph)
     assert signature(graph) == edited, "a second run changed the graph"
     assert again is None or not result.swapout_ops, (

@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 from tflms import LMS
+from tflms.lms import Outcome
 
 from _graphs import assert_swaps_ran, trace_options
 
@@ -286,7 +287,7 @@ def test_inference_graph_auto_parameters_swap_nothing():
     lms.autotune_gpu_mem = 1.0
     g = inference_graph()[0]
     before = g.as_graph_def().SerializeToString(deterministic=True)
-    assert lms.run(g) is None
+    assert lms.run(g).outcome is Outcome.NOT_NEEDED
     assert g.as_graph_def().SerializeToString(deterministic=True) == before
     got = predict(lms)[0]
     np.testing.assert_array_equal(base, got)
@@ -336,7 +337,7 @@ def test_keras_predict_with_the_callback(compiled):
     lms.is_training = False
     got = model.predict(x, callbacks=[lms], verbose=0)
     np.testing.assert_array_equal(base, got)
-    assert lms.last_result.swapout_ops == ("lms/swapout_dense_Relu_0",)
+    assert lms.last_run.swapout_ops == ("lms/swapout_dense_Relu_0",)
     graph = tf.compat.v1.get_default_graph()
     assert not [op for op in graph.get_operations()
                 if "gradients" in op.name]
@@ -363,8 +364,8 @@ def test_a_serialization_only_rewrite_is_done_once():
     assert marker.type == "NoOp" and not marker.inputs
     assert not marker.control_inputs and not marker.outputs
     before = g.as_graph_def().SerializeToString(deterministic=True)
-    assert LMS(**params).run(g) is None
-    assert LMS(**FIXED).run(g) is None
+    assert LMS(**params).run(g).outcome is Outcome.ALREADY_REWRITTEN
+    assert LMS(**FIXED).run(g).outcome is Outcome.ALREADY_REWRITTEN
     assert g.as_graph_def().SerializeToString(deterministic=True) == before
 
 

@@ -40,8 +40,8 @@ def test_estimator_hook(tmp_path):
     trace = TraceHook()
     lms = LMS(**FIXED)
     got = _train_estimator(tmp_path / "lms", [lms, trace])
-    assert lms.last_result.swapout_ops
-    assert set(lms.last_result.swapin_ops) <= trace.executed
+    assert lms.last_run.swapout_ops
+    assert set(lms.last_run.swapin_ops) <= trace.executed
     assert base.keys() == got.keys()
     for name in base:
         np.testing.assert_array_equal(base[name], got[name])
@@ -67,8 +67,8 @@ def test_monitored_training_session_hook():
     trace = TraceHook()
     lms = LMS(**FIXED)
     got = _train_monitored([lms, trace])
-    assert lms.last_result.swapout_ops
-    assert set(lms.last_result.swapin_ops) <= trace.executed
+    assert lms.last_run.swapout_ops
+    assert set(lms.last_run.swapin_ops) <= trace.executed
     assert got == base
 
 
@@ -124,8 +124,8 @@ def test_keras_fit(use_generator):
     base_loss, base_w, _ = _fit(None, use_generator)
     lms = LMS(**FIXED)
     loss, weights, md = _fit(lms, use_generator)
-    assert lms.last_result.swapout_ops
-    assert_swaps_ran(tf.compat.v1.get_default_graph(), lms.last_result, md)
+    assert lms.last_run.swapout_ops
+    assert_swaps_ran(tf.compat.v1.get_default_graph(), lms.last_run, md)
     assert loss == base_loss
     for a, b in zip(base_w, weights):
         np.testing.assert_array_equal(a, b)
@@ -153,7 +153,7 @@ def test_keras_load_model_then_fit(tmp_path):
     base_loss, base_w, _ = resume(None)
     lms = LMS(**FIXED)
     loss, weights, md = resume(lms)
-    assert_swaps_ran(tf.compat.v1.get_default_graph(), lms.last_result, md)
+    assert_swaps_ran(tf.compat.v1.get_default_graph(), lms.last_run, md)
     assert loss == base_loss
     for a, b in zip(base_w, weights):
         np.testing.assert_array_equal(a, b)
@@ -220,7 +220,7 @@ TF_KERAS_SCRIPT = textwrap.dedent("""
     lms = LMS(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0)
     got = fit(lms)
     print("TF.KERAS IS KERAS 3:", tf.keras.__version__.startswith("3"))
-    print("SWAPPED:", len(lms.last_result.swapout_ops))
+    print("SWAPPED:", len(lms.last_run.swapout_ops))
     print("SAME LOSS:", got == base, got)
 """)
 
@@ -354,7 +354,7 @@ def test_callback_trains_model_saved_with_tf2_optimizer(fmt, tmp_path):
     assert "mae" in base  # the saved metrics came along
     lms = LMS(**FIXED)
     _, _, got = fit(lms)
-    assert lms.last_result.swapout_ops
+    assert lms.last_run.swapout_ops
     assert got == base
 
 

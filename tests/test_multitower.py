@@ -13,6 +13,7 @@ import pytest
 import tensorflow as tf
 
 from tflms import LMS
+from tflms.lms import Outcome
 from tflms import graph_index as gi
 
 from _graphs import assert_swaps_ran, trace_options
@@ -134,7 +135,7 @@ def test_one_lms_per_device():
         lms = LMS(gpu_device=device, **FIXED)
         result = lms.run(graph)
         assert result.swapout_ops
-        assert assert_swaps_stay_in_towers(index, lms.last_plan, t) == {t}
+        assert assert_swaps_stay_in_towers(index, lms.last_run.plan, t) == {t}
         results.append(result)
     for op in graph.get_operations():
         if op.name.startswith("lms/"):
@@ -142,7 +143,8 @@ def test_one_lms_per_device():
     # Each device's LMS, or one for all devices, now finds its work done.
     signature = graph.as_graph_def().SerializeToString(deterministic=True)
     for device in TOWERS + (None,):
-        assert LMS(gpu_device=device, **FIXED).run(graph) is None
+        assert LMS(gpu_device=device, **FIXED).run(graph).outcome is \
+            Outcome.ALREADY_REWRITTEN
     assert graph.as_graph_def().SerializeToString(
         deterministic=True) == signature
     got = train(graph, handles)
@@ -156,7 +158,7 @@ def test_one_lms_for_every_device():
     index = gi.build_index(graph)
     lms = LMS(**FIXED)
     result = lms.run(graph)
-    assert assert_swaps_stay_in_towers(index, lms.last_plan) == {0, 1}
+    assert assert_swaps_stay_in_towers(index, lms.last_run.plan) == {0, 1}
     got = train(graph, handles)
     assert_same_numbers(got, baseline(False))
     assert_swaps_ran(graph, result, got[2])
@@ -175,7 +177,7 @@ def test_triggers_stay_on_the_consumer_device(ahead):
     index = gi.build_index(graph)
     lms = LMS(swapout_threshold=1, swapin_ahead=ahead, swapin_groupby=0)
     result = lms.run(graph)
-    assert 1 in assert_swaps_stay_in_towers(index, lms.last_plan)
+    assert 1 in assert_swaps_stay_in_towers(index, lms.last_run.plan)
     if ahead == 4:
         got = train(graph, handles)
         assert_same_numbers(got, baseline(True))

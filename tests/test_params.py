@@ -78,7 +78,7 @@ def test_properties_round_trip_and_are_per_instance():
     a.autotune_gpu_mem = 16
     a.autotune_plot = True
     a.excl_output_by_types = ["Conv2D"]
-    a.incl_input_by_scopes.add("gradients")
+    a.incl_input_by_scopes = {"gradients"}
     assert (a.batch_size, a.is_training, a.autotune_gpu_mem,
             a.autotune_plot) == (8, False, 16.0, True)
     assert a.excl_output_by_types == {"Conv2D"}

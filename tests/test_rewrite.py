@@ -5,6 +5,7 @@ import pytest
 import tensorflow as tf
 
 from tflms import LMS
+from tflms.lms import Outcome
 from tflms import graph_index as gi
 from tflms import rewriter
 
@@ -65,7 +66,7 @@ def test_invariants_and_swap_ops_executed(params):
     index_before = gi.build_index(graph)
     lms = LMS(**params)
     result = lms.run(graph)
-    assert_rewrite_invariants(graph, lms.last_plan, index_before)
+    assert_rewrite_invariants(graph, lms.last_run.plan, index_before)
     _, _, executed = train_steps(graph, h, steps=1)
     added = set(result.swapout_ops) | set(result.swapin_ops)
     assert added and added <= executed
@@ -73,11 +74,16 @@ def test_invariants_and_swap_ops_executed(params):
 
 def test_second_run_changes_nothing():
     graph, _ = dense_net()
-    assert LMS(**FIXED).run(graph) is not None
+    lms = LMS(**FIXED)
+    first = lms.run(graph)
+    assert first.outcome is Outcome.REWRITTEN
     before = graph_signature(graph)
-    assert LMS(**FIXED).run(graph) is None
-    assert LMS(swapout_threshold=2, swapin_ahead=3,
-               swapin_groupby=1).run(graph) is None
+    # The same object answers with its result; another sees the swap ops.
+    assert lms.run(graph) is first
+    assert LMS(**FIXED).run(graph).outcome is Outcome.ALREADY_REWRITTEN
+    again = LMS(swapout_threshold=2, swapin_ahead=3, swapin_groupby=1)
+    assert again.run(graph).outcome is Outcome.ALREADY_REWRITTEN
+    assert again.last_run.planned is None and again.last_run.rewrite is None
     assert graph_signature(graph) == before
 
 
@@ -122,7 +128,7 @@ def test_swapin_ahead_moves_the_trigger_earlier():
         index = gi.build_index(graph)
         lms.run(graph)
         gaps = {}
-        for swap in lms.last_plan.swaps:
+        for swap in lms.last_run.plan.swaps:
             for sin in swap.swap_ins:
                 if not sin.synchronous:
                     gaps[(swap.producer, sin.first_consumer)] = (
@@ -235,7 +241,7 @@ def test_inference_graph_with_auto_parameters_swaps_nothing_it_does_not_need():
     auto = LMS()
     auto.is_training = False
     auto.autotune_gpu_mem = 1.0
-    assert auto.run(g) is None
+    assert auto.run(g).outcome is Outcome.NOT_NEEDED
     assert len(g.get_operations()) == ops_before
     assert not [op for op in g.get_operations() if op.name.startswith("lms/")]
 
@@ -287,15 +293,17 @@ def test_not_needed_is_decided_once_per_unchanged_graph(lms_log):
     graph, _ = dense_net(depth=2, batch=4)
     lms = LMS()
     lms.autotune_gpu_mem = 1
-    assert lms.run(graph) is None
-    assert lms.run(graph) is None
+    first = lms.run(graph)
+    assert first.outcome is Outcome.NOT_NEEDED and first.plan is None
+    assert first.planned.tune.params is None
+    assert lms.run(graph) is first
     text = "\n".join(lms_log())
     assert text.count("Without LMS one step peaks") == 1
     assert text.count("LMS is not necessary") == 1
     # A changed graph is analysed again.
     with graph.as_default():
         tf.constant(1.0)
-    assert lms.run(graph) is None
+    assert lms.run(graph).outcome is Outcome.NOT_NEEDED
     assert "\n".join(lms_log()).count("Without LMS one step peaks") == 2
 
 
@@ -305,8 +313,8 @@ def test_autotune_with_serialization_simulates_the_serialized_levels():
     lms = LMS(serialization=["0:"])
     lms.autotune_gpu_mem = 180e3 / 0.9 / 2 ** 30  # below the 236 kB peak
     result = lms.run(graph)
-    assert result is not None and result.swapout_ops
-    tune = lms.last_tune
+    assert result.rewritten and result.swapout_ops
+    tune = lms.last_run.planned.tune
     # The simulator replayed the serialized graph (one op per level), not
     # the original levels, and the chosen plan fits the budget.
     assert tune.without_lms.num_levels > original_levels

@@ -16,6 +16,7 @@ import pytest
 import tensorflow as tf
 
 from tflms import LMS
+from tflms.lms import Outcome
 from tflms import rewriter
 
 from _graphs import assert_swaps_ran, dense_net, trace_options
@@ -121,9 +122,10 @@ def check_loaded_graph(graph, original_result):
         assert op.get_attr(rewriter.SWAP_MARKER_ATTR) is True
         assert op.device.lower().endswith("cpu:0")
     before = graph.as_graph_def().SerializeToString(deterministic=True)
-    assert LMS(**FIXED).run(graph) is None
+    assert LMS(**FIXED).run(graph).outcome is Outcome.ALREADY_REWRITTEN
     assert LMS(swapout_threshold=3, swapin_ahead=2,
-               swapin_groupby=1).run(graph) is None
+               swapin_groupby=1).run(graph).outcome is \
+        Outcome.ALREADY_REWRITTEN
     assert graph.as_graph_def().SerializeToString(
         deterministic=True) == before
     return rewriter.RewriteResult(tuple(outs), tuple(ins), 0, 0)
@@ -165,7 +167,7 @@ def test_meta_graph_under_an_import_scope_is_recognised(tmp_path):
     assert any(op.name.startswith("replica/lms/swapout")
                for op in loaded.get_operations())
     before = loaded.as_graph_def().SerializeToString(deterministic=True)
-    assert LMS(**FIXED).run(loaded) is None
+    assert LMS(**FIXED).run(loaded).outcome is Outcome.ALREADY_REWRITTEN
     assert loaded.as_graph_def().SerializeToString(
         deterministic=True) == before
 
@@ -248,7 +250,7 @@ def test_keras_save_load_continues_with_swaps(fmt, tmp_path):
         h1 = model.fit(x, y, batch_size=4, epochs=1, shuffle=False,
                        verbose=0, callbacks=[first] if first else [])
         if first:
-            assert first.last_result.swapout_ops
+            assert first.last_run.swapout_ops
         path = str(tmp_path / (tag + (".h5" if fmt == "h5" else "_tf")))
         model.save(path, save_format=fmt)
 
@@ -267,8 +269,8 @@ def test_keras_save_load_continues_with_swaps(fmt, tmp_path):
     assert loss == base_loss
     for a, b in zip(base_w, weights):
         np.testing.assert_array_equal(a, b)
-    assert lms.last_result.swapout_ops
-    assert_swaps_ran(tf.compat.v1.get_default_graph(), lms.last_result, md)
+    assert lms.last_run.swapout_ops
+    assert_swaps_ran(tf.compat.v1.get_default_graph(), lms.last_run, md)
 
 
 # Trains with and without LMS: run with oneDNN off and on (tools/run_tests.sh).

@@ -212,21 +212,36 @@ def test_serialization_edges_move_ops_to_later_levels():
     assert after.num_levels == before.num_levels == 5
 
 
-def test_hidden_index_levels_are_respected():
-    """An index re-levelled with serialization edges the simulator is not
-    told about still replays at (or after) those levels."""
+def test_planned_edges_are_replayed_with_the_graphs_own():
+    """An index with planned control edges (serialization) replays at the
+    levels those edges give, without being told the edges again."""
     _, index, roles = chain(3)
-    # Put g3 two levels later than its inputs require.
-    relevelled = analysis.relevel(
-        index, [(op(index, "f3"), op(index, "g3"))])
-    assert relevelled.levels == index.levels  # already an edge: no change
+    same = gi.with_planned_edges(index, [(op(index, "f3"), op(index, "g3"))])
+    assert same.levels == index.levels  # already an edge: no change
+    assert same.planned_edges == ((op(index, "f3"), op(index, "g3")),)
     x, f1 = op(index, "x"), op(index, "f1")
-    moved = analysis.relevel(index, [(op(index, "f2"), op(index, "g2")),
-                                     (op(index, "f3"), op(index, "g2"))])
+    moved = gi.with_planned_edges(index, [(op(index, "f2"), op(index, "g2")),
+                                          (op(index, "f3"), op(index, "g2"))])
     model = simulator.SimulationModel(moved, analysis.classify_ops(moved))
     result = model.replay(None)
     assert result.levels.tolist()[x] == 0 and result.levels.tolist()[f1] == 1
     assert result.levels.tolist() == list(moved.levels)
+
+
+def test_levels_that_no_edge_explains_are_refused():
+    """Levels changed without their edges would make the replay disagree
+    with the plan's levels: the simulator says how to make such an index."""
+    _, index, roles = chain(3)
+    g2 = op(index, "g2")
+    levels = list(index.levels)
+    levels[g2] += 2
+    hidden = dataclasses.replace(index, levels=tuple(levels))
+    with pytest.raises(ValueError, match=r"index's levels do not follow "
+                       r"from its edges \(e.g. g2 is at level %d, its edges "
+                       r"put it at %d\); add planned control edges with "
+                       r"graph_index.with_planned_edges" % (
+                           levels[g2], index.levels[g2])):
+        simulator.SimulationModel(hidden, roles)
 
 
 def identity_n_graph():

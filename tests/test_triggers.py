@@ -67,7 +67,7 @@ def test_finder_with_serialization_levels(v1_control_flow):
     assert _check_all_queries(index, roles, (1, 2, 4)) > 5
     edges, _ = planner.serialization_edges(index, roles, (slice(0, None),))
     assert edges
-    relevelled = analysis.relevel(index, edges)
+    relevelled = gi.with_planned_edges(index, edges)
     assert _check_all_queries(relevelled, roles, (1, 2, 4)) > 5
 
 

@@ -15,7 +15,7 @@ import sys
 import pytest
 import tensorflow as tf
 
-from tflms import LMS
+from tflms import LMS, Outcome, RunResult
 from tflms import verify as verifying
 
 import models
@@ -70,6 +70,7 @@ class _WrongLMS:
                           if op.type == "ResourceApplyGradientDescent")
             doubled = update.inputs[1] * 2.0
         update._update_input(1, doubled)  # pylint: disable=protected-access
+        return RunResult(Outcome.REWRITTEN)
 
 
 def test_verify_reports_a_different_computation():
@@ -124,7 +125,7 @@ def test_hook_trains_normally_with_its_global_step_guard():
             steps = [sess.run([model.train_op,
                                tf.compat.v1.train.get_global_step()],
                               model.feed_dict)[1] for _ in range(6)]
-    assert lms.last_result.swapout_ops
+    assert lms.last_run.swapout_ops
     # Read in the same run as the increment: before or after it.
     assert steps == list(range(steps[0], steps[0] + 6))
 

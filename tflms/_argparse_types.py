@@ -13,7 +13,8 @@ This module imports nothing but the standard library.
 import argparse
 import math
 
-__all__ = ["positive_int", "positive_float", "auto_int"]
+__all__ = ["positive_int", "positive_float", "nonnegative_float", "auto_int",
+           "choice_int"]
 
 
 def _convert(text, to_number, accepts, expected):
@@ -38,6 +39,24 @@ def positive_float(text):
     """A finite number > 0 (memory sizes in GiB)."""
     return _convert(text, float, lambda v: 0 < v < math.inf,
                     "a number > 0")
+
+
+def nonnegative_float(text):
+    """A finite number >= 0 (thresholds in GiB where 0 turns a feature
+    off)."""
+    return _convert(text, float, lambda v: 0 <= v < math.inf,
+                    "a number >= 0")
+
+
+def choice_int(choices):
+    """A converter for one of the ints `choices` (modes and levels)."""
+    expected = "one of %s" % ", ".join(str(c) for c in choices)
+
+    def parse(text):
+        return _convert(text, int, lambda v: v in choices, expected)
+
+    parse.__name__ = "choice_int"
+    return parse
 
 
 def auto_int(minimum):

@@ -28,7 +28,6 @@ __all__ = [
     "collective_ops",
     "maybe_dead_ops",
     "ops_matching",
-    "relevel",
     "ancestors_within",
     "fusion_partners",
     "learning_parameter_bytes",
@@ -464,25 +463,6 @@ def classify_ops(index, gpu_device=None, is_training=True, filters=None):
                    sources=frozenset(sources), sinks=frozenset(sinks),
                    triggers=frozenset(triggers), waiters=frozenset(waiters),
                    has_loops=has_loops, fused_with=fusion_partners(index))
-
-
-def relevel(index, extra_control_edges):
-    """The index with levels recomputed as if `extra_control_edges` existed.
-
-    Raises:
-      topo.GraphCycleError: if the extra edges close a cycle.
-    """
-    if not extra_control_edges:
-        return index
-    extra = [[] for _ in range(index.num_ops)]
-    for a, b in extra_control_edges:
-        extra[a].append(b)
-    successors = [list(index.level_successors(i)) + extra[i]
-                  for i in range(index.num_ops)]
-    levels = topo.kahn_levels(index.num_ops, successors)
-    return dataclasses.replace(
-        index, levels=tuple(levels),
-        ops_by_level=tuple(tuple(g) for g in topo.group_by_level(levels)))
 
 
 def ancestors_within(index, op_id, min_level, extra_preds=None,

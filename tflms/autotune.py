@@ -38,6 +38,7 @@ import numpy as np
 from tflms import planner
 from tflms import simulator
 from tflms._logging import Logger
+from tflms.settings import AUTO
 
 __all__ = [
     "AUTO",
@@ -55,7 +56,6 @@ __all__ = [
     "tune",
 ]
 
-AUTO = -1
 MEM_RATIO_ENV = "TF_LMS_SIMULATOR_MEM_RATIO"
 DEFAULT_MEM_RATIO = 0.9
 _GIB = float(1 << 30)
@@ -92,6 +92,8 @@ class TuneOutcome:
       without_lms: `simulator.SimulationResult` of the unmodified graph.
       with_lms: `simulator.SimulationResult` of the chosen plan (None when
         params is None).
+      plan: the chosen `planner.Plan`, the one `with_lms` replayed (None
+        when params is None).
       threshold_only: result of the plan found by the threshold search
         alone (None when params is None or the user set the threshold).
       simulations: number of replays run.
@@ -104,6 +106,7 @@ class TuneOutcome:
     host_budget_bytes: int = 0
     without_lms: object = None
     with_lms: object = None
+    plan: object = None
     threshold_only: object = None
     simulations: int = 0
     plot_files: tuple = ()
@@ -607,8 +610,8 @@ def tune(index, roles, requested, batch_size=None, gpu_mem_gib=None,
       gpu_device: the device LMS manages, or None.
       plot_dir: folder for memory plots, or None for no plots.
       log: a `Logger`.
-      serialization_edges: control edges already in the index's levels but
-        not in the graph (so the simulator's levels match).
+      serialization_edges: more control edges for the simulator, beyond
+        the index's own `planned_edges` (tests).
       select: choose tensors to swap when the threshold is on auto.
       deferral_edges: `planner.deferral_edges` that every plan carries out
         (the replay without LMS does not).
@@ -703,7 +706,8 @@ def tune(index, roles, requested, batch_size=None, gpu_mem_gib=None,
                    log)
     return TuneOutcome(params=params, only_tensors=only, budget_bytes=budget,
                        host_budget_bytes=host_limit, without_lms=without,
-                       with_lms=final, threshold_only=threshold_result,
+                       with_lms=final, plan=final_plan,
+                       threshold_only=threshold_result,
                        simulations=sims.count, plot_files=files)
 
 

@@ -42,13 +42,14 @@ from google.protobuf import text_format
 from tensorflow.core.protobuf import saved_model_pb2
 
 from tflms import _compat
-from tflms import analysis
 from tflms import autotune
 from tflms import graph_index as gi
 from tflms import keras_models
+from tflms import pipeline
 from tflms import plots as plotting
+from tflms import settings as S
 from tflms import simulator
-from tflms._argparse_types import auto_int, positive_float, positive_int
+from tflms._argparse_types import positive_int
 from tflms.lms import LMS
 
 __all__ = ["LINKS", "PlanError", "build_parser", "load_graph", "plan_graph",
@@ -97,10 +98,6 @@ class LoadedGraph:
 
 
 # ---- command line ----------------------------------------------------------
-def _serialization(text):
-    return [item.strip() for item in text.split(",") if item.strip()]
-
-
 def build_parser():
     """The ``tflms`` argument parser (sub-command ``plan``)."""
     parser = argparse.ArgumentParser(
@@ -153,50 +150,25 @@ def build_parser():
     return parser
 
 
+# LMS settings `tflms plan` and `tflms verify` take, in --help order, and
+# the flags that keep their shorter names.
+_SETTING_FLAGS = ("batch_size", "autotune_gpu_mem", "swapout_threshold",
+                  "swapin_ahead", "swapin_groupby", "sync_mode",
+                  "serialization", "serialization_by_size", "gpu_device")
+_SHORT_FLAGS = {"autotune_gpu_mem": "--gpu-mem"}
+
+
 def _graph_arguments(sub):
-    """Arguments `plan` and `verify` share: the graph and LMS's settings."""
+    """Arguments `plan` and `verify` share: the graph and LMS's settings.
+
+    The settings' flags come from `tflms.settings` (names, converters,
+    defaults and help), like the example scripts'."""
     sub.add_argument("graph", metavar="GRAPH",
-                      help="the saved model or graph to plan")
-    sub.add_argument("--batch-size", type=positive_int, default=None,
-                      metavar="N",
-                      help="mini-batch size, for shapes whose batch dimension "
-                           "is unknown (lms.batch_size)")
-    sub.add_argument("--gpu-mem", type=positive_float, default=None,
-                      metavar="GIB",
-                      help="device memory to plan for, in GiB "
-                           "(lms.autotune_gpu_mem); default: the memory of "
-                           "this machine's GPU. The budget is this times "
-                           "TF_LMS_SIMULATOR_MEM_RATIO (default 0.9)")
+                     help="the saved model or graph to plan")
     lms = sub.add_argument_group(
-        "LMS parameters", "As in the LMS constructor; -1 lets the auto-tuner "
-        "choose.")
-    lms.add_argument("--swapout-threshold", type=auto_int(1), default=-1,
-                     metavar="N",
-                     help="swap a tensor for readers more than N levels "
-                          "after it was made (default -1: auto)")
-    lms.add_argument("--swapin-ahead", type=auto_int(1), default=-1,
-                     metavar="N",
-                     help="start swap-ins more than N levels before their "
-                          "reader (default -1: auto)")
-    lms.add_argument("--swapin-groupby", type=auto_int(0), default=-1,
-                     metavar="N",
-                     help="readers within N levels share one swap-in "
-                          "(default -1: auto)")
-    lms.add_argument("--sync-mode", type=int, choices=(0, 1, 2, 3),
-                     default=0,
-                     help="0 async, 1 sync swap-outs, 2 sync swap-ins, "
-                          "3 both (default 0)")
-    lms.add_argument("--serialization", type=_serialization, default=[],
-                     metavar="LEVELS",
-                     help="levels to serialize: comma list of levels and "
-                          "slices, e.g. 1,3:5")
-    lms.add_argument("--serialization-by-size", type=float, default=0.0,
-                     metavar="GIB",
-                     help="serialize levels whose outputs exceed this many "
-                          "GiB (0: off)")
-    lms.add_argument("--gpu-device", default=None, metavar="DEVICE",
-                     help="plan only for ops on this device, e.g. "
-                          "/device:GPU:0 (default: every non-CPU op)")
+        "LMS settings", "As the LMS settings of the same names "
+        "(docs/parameters.md); -1 lets the auto-tuner choose.")
+    S.add_arguments(lms, _SETTING_FLAGS, flag_names=_SHORT_FLAGS)
     keras = sub.add_argument_group("Keras models")
     keras.add_argument("--loss", default=None,
                        help="loss to compile with (default: the saved one, "
@@ -212,10 +184,15 @@ def _graph_arguments(sub):
                        help="plan for inference: lms.is_training = False, "
                             "and for Keras models the forward graph only "
                             "(no loss, no train function)")
-    other.add_argument("--plot-dir", default=".lms", metavar="DIR",
-                       help="folder for the memory plots (default .lms)")
+    S.add_arguments(other, ("plot_dir",))
     other.add_argument("--no-plots", action="store_true",
                        help="do not write plots")
+    other.add_argument("--oracle", action="store_true",
+                       help="also measure the step without and with LMS on "
+                            "Grappler's virtual GPU (tflms.oracle: "
+                            "TensorFlow's own placement and schedule, "
+                            "replayed with the executor's buffer rules); "
+                            "slower than the simulator")
     other.add_argument("--json", action="store_true",
                        help="print the report as one JSON object")
     other.add_argument("-v", "--verbose", action="store_true",
@@ -309,6 +286,11 @@ def _load_keras(path, graph, args):
                 "%s" % (type(model.optimizer).__name__, _CLI_FIX))
         # The training graph fit() would run: forward, backward, updates.
         model._make_train_function()  # pylint: disable=protected-access
+        # Named as a MetaGraph's train op is, for --oracle and `verify`.
+        updates = getattr(model.train_function, "updates_op", None)
+        if updates is not None:
+            tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.TRAIN_OP,
+                                           updates)
     return notes
 
 
@@ -442,6 +424,7 @@ class PlanReport:
     plots: list
     fits: bool
     error: object = None
+    oracle: object = None
 
     def as_dict(self):
         return dataclasses.asdict(self)
@@ -478,6 +461,9 @@ def transfer_ms(nbytes):
 def plan_graph(loaded, args, graph_name):
     """Run LMS on the loaded graph and measure the result.
 
+    The graph is rewritten by `LMS.run` as it would be before training;
+    the report reads the plan and the simulations from its `RunResult`
+    (`pipeline.plan`, the same steps every user of LMS runs).
     A plan that does not fit is reported (``fits`` False, and ``error``
     holds the auto-tuner's message when it found nothing).
 
@@ -485,43 +471,47 @@ def plan_graph(loaded, args, graph_name):
       autotune.NoGpuError, simulator.BatchSizeError, ValueError: bad input.
     """
     graph = loaded.graph
-    is_training = loaded.training and not args.inference
-    lms = _lms_from_args(args)
-    lms.is_training = is_training
-
-    budget = autotune.device_budget(args.gpu_mem, args.gpu_device)
-    index = gi.build_index(graph)
-    # The same roles LMS computes (the command sets no include/exclude
-    # filters), so plan op ids and these agree.
-    roles = analysis.classify_ops(index, args.gpu_device, is_training)
-    model = simulator.SimulationModel(index, roles, args.batch_size)
-    without = model.replay(None, detail=True)
+    lms = _lms_from_args(args, loaded)
+    settings = lms.settings
     params_count, params_bytes = _trainable(graph)
-
-    tuned = -1 in (args.swapout_threshold, args.swapin_ahead,
-                   args.swapin_groupby)
+    before = fetches = None
+    if args.oracle:
+        fetches = _oracle_fetches(graph)
+        before = graph.as_graph_def()
     error = None
     try:
-        result = lms.run(graph)
+        run = lms.run(graph)
     except autotune.AutotuneError as e:
-        result, error = None, str(e)
-    plan = lms.last_plan if result is not None else None
-    tune = getattr(lms, "last_tune", None)
-    if plan is None:
-        with_lms = without
+        run, error = None, str(e)
+    if run is not None and run.planned is None:
+        raise PlanError(
+            "%s already has LMS's swap operations (saved after LMS rewrote "
+            "it); plan the model as it was before LMS, or save it without "
+            "the LMS callback or hook" % (graph_name,))
+    if run is not None:
+        planned = pipeline.simulate_plan(run.planned)
+        without, with_lms = planned.without_lms, planned.with_lms
+        index, roles = planned.index, planned.roles
+        budget = planned.budget_bytes
     else:
-        # Replay the applied plan with the serialization edges it added.
-        with_model = simulator.SimulationModel(
-            index, roles, args.batch_size,
-            extra_edges=plan.serialization_edges)
-        with_lms = with_model.replay(plan, detail=True)
+        # Nothing fits: the report still shows the step without LMS (the
+        # graph is unchanged).
+        index = gi.build_index(graph)
+        roles = pipeline.classify(index, settings)
+        without = pipeline.simulate_without(index, roles, settings)
+        with_lms = None
+        budget = None
+    if budget is None:
+        budget = autotune.device_budget(settings.autotune_gpu_mem,
+                                        settings.gpu_device)
+    plan = run.plan if run is not None else None
 
     plots = []
     if not args.no_plots:
         plots = list(plotting.write_plots(
-            args.plot_dir, index, roles, without,
+            settings.plot_dir, index, roles, without,
             with_lms if plan is not None else None, budget,
-            batch_size=args.batch_size))
+            batch_size=settings.batch_size))
 
     swapout = plan.swapout_bytes() if plan else 0
     swapin = plan.swapin_bytes() if plan else 0
@@ -532,25 +522,93 @@ def plan_graph(loaded, args, graph_name):
                   "swapin_ahead": p.swapin_ahead,
                   "swapin_groupby": p.swapin_groupby,
                   "sync_mode": p.sync_mode}
+    shown = with_lms if plan is not None else without
+    oracle_peaks = None
+    if args.oracle:
+        oracle_peaks = _oracle_peaks(
+            fetches, before, graph.as_graph_def() if plan else None,
+            settings.batch_size, budget)
     return PlanReport(
-        graph=graph_name, kind=loaded.kind, training=is_training,
+        graph=graph_name, kind=loaded.kind, training=settings.is_training,
         notes=list(loaded.notes),
         num_ops=index.num_ops, num_edges=index.num_edges,
-        num_levels=index.num_levels,
+        num_levels=run.planned.original_num_levels if run else
+        index.num_levels,
         trainable_parameters=params_count, trainable_bytes=params_bytes,
         variable_bytes=int(sum(index.variable_bytes)),
-        batch_size=args.batch_size, budget_bytes=int(budget),
-        without_lms=_peak(without, budget), with_lms=_peak(with_lms, budget),
-        lms_needed=plan is not None, tuned=tuned, params=params,
-        selected=bool(plan is not None and tune is not None
-                      and tune.only_tensors is not None),
+        batch_size=settings.batch_size, budget_bytes=int(budget),
+        without_lms=_peak(without, budget), with_lms=_peak(shown, budget),
+        lms_needed=plan is not None, tuned=settings.autotune_requested,
+        params=params,
+        selected=bool(plan is not None and run.planned.only_tensors
+                      is not None),
         swapped_tensors=len(plan.swaps) if plan else 0,
         swapout_bytes=int(swapout), swapin_bytes=int(swapin),
-        swapout_ops=len(result.swapout_ops) if result else 0,
-        swapin_ops=len(result.swapin_ops) if result else 0,
+        swapout_ops=len(run.swapout_ops) if run else 0,
+        swapin_ops=len(run.swapin_ops) if run else 0,
         transfer_ms=transfer_ms(swapout + swapin),
         plots=[os.path.abspath(p) for p in plots],
-        fits=error is None and bool(with_lms.fits(budget)), error=error)
+        fits=error is None and bool(shown.fits(budget)), error=error,
+        oracle=oracle_peaks)
+
+
+def _static_batch(graph_def, fetches, batch_size):
+    """`graph_def` with the unknown first dimension of every placeholder the
+    step reads (those `fetches` depend on) set to `batch_size`, so that
+    Grappler knows every tensor's size."""
+    if batch_size is None:
+        return graph_def
+    fixed = type(graph_def)()
+    fixed.CopyFrom(graph_def)
+    nodes = {node.name: node for node in fixed.node}
+    seen, todo = set(), list(fetches)
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in nodes:
+            continue
+        seen.add(name)
+        todo.extend(i.lstrip("^").split(":")[0] for i in nodes[name].input)
+    for name in seen:
+        node = nodes[name]
+        if node.op in ("Placeholder", "PlaceholderWithDefault") and \
+                "shape" in node.attr:
+            dims = node.attr["shape"].shape.dim
+            if dims and dims[0].size == -1:
+                dims[0].size = batch_size
+    return fixed
+
+
+def _oracle_fetches(graph):
+    """Names of the graph's train ops, which one oracle step runs."""
+    names = [op.name for op in graph.get_collection(
+        tf.compat.v1.GraphKeys.TRAIN_OP) if isinstance(op, tf.Operation)]
+    if not names:
+        raise PlanError(
+            "--oracle needs the op that runs one training step: the graph "
+            "has no train_op collection (tf.compat.v1.add_to_collection("
+            "tf.compat.v1.GraphKeys.TRAIN_OP, train_op) before saving)")
+    return names
+
+
+def _oracle_peaks(fetches, before, rewritten, batch_size, budget):
+    """The oracle's GPU peaks of one step without LMS (`before`, a GraphDef)
+    and with it (`rewritten`, the GraphDef LMS edited, or None), each as the
+    runtime replay and as Grappler's own count."""
+    # Imported here: the oracle loads Grappler's private modules.
+    from tflms import oracle  # pylint: disable=import-outside-toplevel
+    out = {}
+    for label, graph_def in (("without_lms", before),
+                             ("with_lms", rewritten)):
+        if graph_def is None:
+            continue
+        result = oracle.peak_memory(_static_batch(graph_def, fetches,
+                                                  batch_size),
+                                    fetches, budget)
+        out[label] = {
+            "runtime_peak_bytes": int(result.runtime_gpu_peak_bytes),
+            "grappler_peak_bytes": int(result.raw_gpu_peak_bytes),
+            "fits": bool(result.runtime_gpu_peak_bytes <= budget)}
+    return out
 
 
 # ---- output ----------------------------------------------------------------
@@ -583,7 +641,8 @@ def render(report, args):
                     _gib(r.trainable_bytes), _gib(r.variable_bytes)))
     lines.append("Batch size: %s" % (r.batch_size if r.batch_size else
                                      "not given (shapes must be static)"))
-    source = ("--gpu-mem %g GiB" % args.gpu_mem if args.gpu_mem
+    source = ("--gpu-mem %g GiB" % args.autotune_gpu_mem
+              if args.autotune_gpu_mem
               else "the GPU's memory")
     lines.append("Device budget: %s = %s x %s (TF_LMS_SIMULATOR_MEM_RATIO)"
                  % (_gib(r.budget_bytes), source, _mem_ratio_text()))
@@ -603,6 +662,18 @@ def render(report, args):
         lines.append("  largest tensors live at the peak without LMS: " +
                      ", ".join("%s %s" % (name, _gib(n)) for name, n in
                                r.without_lms["largest_live"]))
+    if r.oracle:
+        lines.append("Oracle (Grappler's virtual GPU; runtime buffer rules, "
+                     "and Grappler's own count with every Identity and "
+                     "Reshape a new buffer):")
+        for label, key in (("without LMS", "without_lms"),
+                           ("with LMS", "with_lms")):
+            peak = r.oracle.get(key)
+            if peak is not None:
+                lines.append("  %-12s %10s  %-13s (Grappler's count %s)" % (
+                    label + ":", _gib(peak["runtime_peak_bytes"]),
+                    "fits" if peak["fits"] else "does NOT fit",
+                    _gib(peak["grappler_peak_bytes"])))
     lines.append("")
     if r.error is not None:
         lines.append("LMS could not make one step fit: " + r.error)
@@ -688,17 +759,14 @@ def _plan_command(args):
     return _run_command(args, work)
 
 
-def _lms_from_args(args):
-    """An `LMS` with the command line's settings, as `plan_graph` makes."""
-    lms = LMS(swapout_threshold=args.swapout_threshold,
-              swapin_ahead=args.swapin_ahead,
-              swapin_groupby=args.swapin_groupby,
-              sync_mode=args.sync_mode, serialization=args.serialization,
-              serialization_by_size=args.serialization_by_size,
-              gpu_device=args.gpu_device)
-    lms.batch_size = args.batch_size
-    lms.autotune_gpu_mem = args.gpu_mem
-    return lms
+def _lms_from_args(args, loaded=None):
+    """An `LMS` with the command line's settings (`settings.from_arguments`);
+    for a loaded graph without a backward phase, or with --inference, it
+    plans for inference."""
+    overrides = {}
+    if loaded is not None:
+        overrides["is_training"] = loaded.training and not args.inference
+    return LMS.from_settings(S.from_arguments(args, **overrides))
 
 
 def render_verify(report):

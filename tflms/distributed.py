@@ -26,6 +26,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import sys
 
 import tensorflow as tf
 
@@ -244,6 +245,15 @@ def check_same_rewrite(graph, result, allgather=None):
     return fingerprint
 
 
+def check_ranks_agree(graph, run_result):
+    """After `LMS.run`, in a Horovod job of two or more ranks, raise unless
+    every rank made the same rewrite (`check_same_rewrite`)."""
+    hvd = sys.modules.get("horovod.tensorflow")
+    if hvd is None or not hvd.is_initialized() or hvd.size() < 2:
+        return
+    check_same_rewrite(graph, run_result.rewrite)
+
+
 class BroadcastGlobalVariablesCallback(_compat.CallbackBase):
     """Keras callback: broadcast all global variables from `root_rank`.
 
@@ -297,7 +307,8 @@ class BroadcastGlobalVariablesCallback(_compat.CallbackBase):
         if self._done_for is graph:
             return
         if self.lms is not None:
-            check_same_rewrite(graph, self.lms.last_result)
+            check_same_rewrite(
+                graph, self.lms.last_run.rewrite if self.lms.last_run else None)
         with graph.as_default(), tf.device(self.device):
             broadcast = hvd.broadcast_global_variables(self.root_rank)
         session.run(broadcast)

@@ -88,6 +88,10 @@ class GraphIndex:
       levels: per op, its level in the categorized topological sort.
       ops_by_level: per level, the op ids in increasing id order.
       id_of: op name -> id.
+      planned_edges: ``(from_id, to_id)`` control edges LMS plans to add
+        (serialization), not yet in the graph. `levels` count them, so
+        levels always agree with the graph's edges plus these; make such an
+        index with `with_planned_edges`.
     """
 
     ops: tuple
@@ -110,6 +114,7 @@ class GraphIndex:
     levels: tuple
     ops_by_level: tuple
     id_of: dict
+    planned_edges: tuple = ()
 
     @property
     def num_ops(self):
@@ -291,7 +296,34 @@ def build_index(graph, extra_control_edges=()):
         levels=tuple(levels),
         ops_by_level=tuple(tuple(g) for g in topo.group_by_level(levels)),
         id_of=id_of,
+        planned_edges=tuple((int(a), int(b)) for a, b in extra_control_edges),
     )
+
+
+def with_planned_edges(index, edges):
+    """The index with control edges ``(from_id, to_id)`` LMS plans to add
+    (serialization) recorded in `planned_edges` and counted in its levels.
+
+    The graph is not touched: the rewriter adds the edges (they travel in
+    `planner.Plan.serialization_edges`), and the simulator replays them
+    from the index.
+
+    Raises:
+      topo.GraphCycleError: if the edges close a cycle.
+    """
+    edges = tuple((int(a), int(b)) for a, b in edges)
+    if not edges:
+        return index
+    planned = index.planned_edges + edges
+    extra = [[] for _ in range(index.num_ops)]
+    for a, b in planned:
+        extra[a].append(b)
+    successors = [list(index.level_successors(i)) + extra[i]
+                  for i in range(index.num_ops)]
+    levels = topo.kahn_levels(index.num_ops, successors)
+    return dataclasses.replace(
+        index, planned_edges=planned, levels=tuple(levels),
+        ops_by_level=tuple(tuple(g) for g in topo.group_by_level(levels)))
 
 
 def tensor_bytes(index, op_id, output, batch_size=None):

@@ -5,7 +5,8 @@ make it a `SessionRunHook` and a Keras callback.
 `set_model()` / `set_params()` (Keras) only find the graph and call it.
 """
 
-import sys
+import dataclasses
+import enum
 import time
 
 import tensorflow as tf
@@ -13,13 +14,15 @@ import tensorflow as tf
 from tflms import _compat
 from tflms import _keras
 from tflms import analysis
+from tflms import distributed
 from tflms import graph_index as gi
-from tflms import params as P
-from tflms import planner
+from tflms import pipeline
 from tflms import rewriter
+from tflms import settings as S
 from tflms._logging import Logger
 
-__all__ = ["LMS", "EagerModeError", "UnsupportedStackError"]
+__all__ = ["LMS", "RunResult", "Outcome", "EagerModeError",
+           "UnsupportedStackError"]
 
 UnsupportedStackError = _compat.UnsupportedStackError
 
@@ -32,14 +35,6 @@ _SYNC_MODE_TEXT = {
     2: "swap-outs asynchronous, device waits for swap-ins",
     3: "device waits for swap-outs and swap-ins",
 }
-
-_FILTERS = (
-    "excl_output_by_scopes", "excl_output_by_types",
-    "excl_input_by_scopes", "excl_input_by_types",
-    "incl_output_by_scopes", "incl_output_by_types",
-    "incl_input_by_scopes", "incl_input_by_types",
-)
-
 
 class EagerModeError(RuntimeError):
     """LMS rewrites graphs; it cannot act on eagerly executed code."""
@@ -59,16 +54,77 @@ _FUNCTION_MESSAGE = (
     "creating the Session.")
 
 
-def _filter_property(name):
-    attr = "_" + name
+class Outcome(enum.Enum):
+    """What `LMS.run` did to a graph."""
+
+    REWRITTEN = "rewritten"
+    NOT_NEEDED = "not needed"
+    ALREADY_REWRITTEN = "already rewritten"
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class RunResult:
+    """What `LMS.run` did, with the plan and its numbers.
+
+    Attributes:
+      outcome: an `Outcome`: REWRITTEN (swap ops added), NOT_NEEDED
+        (auto-tuning found that the step fits without LMS; the graph is
+        unchanged) or ALREADY_REWRITTEN (the graph has LMS's swap ops from
+        an earlier run; unchanged).
+      planned: the `pipeline.Planned` (index, roles, plan, tuning and
+        simulations); None for ALREADY_REWRITTEN.
+      rewrite: the `rewriter.RewriteResult` (the ops added), or None.
+      seconds: wall time of the call.
+    """
+
+    outcome: Outcome
+    planned: object = None
+    rewrite: object = None
+    seconds: float = 0.0
+
+    @property
+    def rewritten(self):
+        return self.outcome is Outcome.REWRITTEN
+
+    @property
+    def plan(self):
+        """The applied `planner.Plan`, or None."""
+        return self.planned.plan if self.rewritten else None
+
+    @property
+    def swapout_ops(self):
+        return self.rewrite.swapout_ops if self.rewrite else ()
+
+    @property
+    def swapin_ops(self):
+        return self.rewrite.swapin_ops if self.rewrite else ()
+
+    @property
+    def control_edges(self):
+        """Number of control edges the rewrite added."""
+        return self.rewrite.control_edges if self.rewrite else 0
+
+
+def _setting_property(field):
+    """The `LMS` attribute of one setting: read from `LMS.settings`;
+    settable (checked) when the setting is a property rather than a
+    constructor argument."""
+    name = field.name
 
     def getter(self):
-        return getattr(self, attr)
+        return getattr(self._settings, name)
 
     def setter(self, value):
-        setattr(self, attr, P.check_name_set(name, value))
+        self._settings = self._settings.replace(**{name: value})
 
-    return property(getter, setter, doc="Set of strings; see `LMS` docs.")
+    def constructor_only(self, value):
+        raise AttributeError(
+            "%s is set once, in the constructor: LMS(%s=%r). Make a new LMS "
+            "object to change it." % (name, name, value))
+
+    writable = field.metadata["kind"] == S.PROPERTY
+    return property(getter, setter if writable else constructor_only,
+                    doc=field.metadata["doc"])
 
 
 class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
@@ -115,15 +171,6 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
         every op not on a CPU. Multi-tower models run one LMS per device.
     """
 
-    excl_output_by_scopes = _filter_property("excl_output_by_scopes")
-    excl_output_by_types = _filter_property("excl_output_by_types")
-    excl_input_by_scopes = _filter_property("excl_input_by_scopes")
-    excl_input_by_types = _filter_property("excl_input_by_types")
-    incl_output_by_scopes = _filter_property("incl_output_by_scopes")
-    incl_output_by_types = _filter_property("incl_output_by_types")
-    incl_input_by_scopes = _filter_property("incl_input_by_scopes")
-    incl_input_by_types = _filter_property("incl_input_by_types")
-
     def __init__(self,
                  swapout_threshold=-1,
                  swapin_groupby=-1,
@@ -136,110 +183,48 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
                  cpu_device="/cpu:0",
                  gpu_device=None):
         _compat.CallbackBase.__init__(self)
-        self._swapout_threshold = P.check_threshold(swapout_threshold)
-        self._swapin_groupby = P.check_groupby(swapin_groupby)
-        self._swapin_ahead = P.check_ahead(swapin_ahead)
-        self._sync_mode = P.check_sync_mode(sync_mode)
-        self._serialization_slices = planner.parse_serialization(serialization)
-        self._serialization = list(serialization)
-        self._serialization_by_size = P.check_serialization_by_size(
-            serialization_by_size)
-        self._debug = P.check_bool("debug", debug)
-        self._debug_level = P.check_debug_level(debug_level)
-        self._cpu_device = P.check_cpu_device(cpu_device)
-        self._gpu_device = P.check_gpu_device(gpu_device)
-        self._log = Logger(self._debug, self._debug_level)
-
-        self._batch_size = None
-        self._is_training = True
-        self._autotune_gpu_mem = None
-        self._autotune_plot = False
-        self._plot_dir = ".lms"
-        for name in _FILTERS:
-            setattr(self, "_" + name, set())
-
+        self._settings = S.Settings(
+            swapout_threshold=swapout_threshold,
+            swapin_groupby=swapin_groupby, swapin_ahead=swapin_ahead,
+            sync_mode=sync_mode, serialization=serialization,
+            serialization_by_size=serialization_by_size, debug=debug,
+            debug_level=debug_level, cpu_device=cpu_device,
+            gpu_device=gpu_device)
         self._model = None
-        self.last_plan = None
-        self.last_result = None
-        self.last_tune = None
-        # (graph, graph.version) for which tuning found LMS unnecessary, so a
-        # second call on the unchanged graph (Keras calls set_model and then
-        # set_params) does not analyse it again.
-        self._not_needed = None
+        # The `RunResult` of the latest `run()`: the hook and the callback
+        # call run() themselves, so this is where their users find it.
+        self.last_run = None
+        # (graph, graph.version after run, RunResult) of the latest run
+        # that planned: a second call for the same graph (Keras calls
+        # set_model and then set_params) answers with the same result
+        # instead of analysing it again, unless tuning found LMS unneeded
+        # and the graph has changed since.
+        self._decided = None
         self._step_guard = None  # set by begin() (SessionRunHook)
 
-    # ---- settable properties ------------------------------------------
-    @property
-    def swapout_threshold(self):
-        return self._swapout_threshold
+    @classmethod
+    def from_settings(cls, settings):
+        """An `LMS` with every value of `settings` (a
+        `tflms.settings.Settings`)."""
+        if not isinstance(settings, S.Settings):
+            raise ValueError("settings must be a tflms.settings.Settings; "
+                             "got %r" % (settings,))
+        lms = cls()
+        lms._settings = settings
+        return lms
 
     @property
-    def swapin_ahead(self):
-        return self._swapin_ahead
+    def settings(self):
+        """Every setting, as one frozen `tflms.settings.Settings`."""
+        return self._settings
 
     @property
-    def swapin_groupby(self):
-        return self._swapin_groupby
-
-    @property
-    def sync_mode(self):
-        return self._sync_mode
-
-    @property
-    def batch_size(self):
-        """Mini-batch size, used for the first unknown dimension of shapes."""
-        return self._batch_size
-
-    @batch_size.setter
-    def batch_size(self, value):
-        self._batch_size = P.check_batch_size(value)
-
-    @property
-    def is_training(self):
-        """True to plan for training, False for inference-only graphs."""
-        return self._is_training
-
-    @is_training.setter
-    def is_training(self, value):
-        self._is_training = P.check_bool("is_training", value)
-
-    @property
-    def autotune_gpu_mem(self):
-        """GiB of device memory auto-tuning plans for (None: the GPU's)."""
-        return self._autotune_gpu_mem
-
-    @autotune_gpu_mem.setter
-    def autotune_gpu_mem(self, value):
-        self._autotune_gpu_mem = P.check_gpu_mem(value)
-
-    @property
-    def autotune_plot(self):
-        """Write memory-usage plots while auto-tuning."""
-        return self._autotune_plot
-
-    @autotune_plot.setter
-    def autotune_plot(self, value):
-        self._autotune_plot = P.check_bool("autotune_plot", value)
-
-    @property
-    def plot_dir(self):
-        """Folder for plots and the distance histogram (default '.lms')."""
-        return self._plot_dir
-
-    @plot_dir.setter
-    def plot_dir(self, value):
-        if not isinstance(value, str) or not value:
-            raise ValueError("plot_dir must be a folder path; got %r"
-                             % (value,))
-        self._plot_dir = value
+    def _log(self):
+        return Logger(self._settings.debug, self._settings.debug_level)
 
     # ---- the work -----------------------------------------------------
-    def _autotune_requested(self):
-        return P.AUTO in (self._swapout_threshold, self._swapin_ahead,
-                          self._swapin_groupby)
-
     def _device_filter(self, device):
-        return analysis.device_matches(device, self._gpu_device)
+        return analysis.device_matches(device, self._settings.gpu_device)
 
     def run(self, graph=None, keras=False):
         """Rewrite `graph` in place for Large Model Support.
@@ -249,8 +234,10 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
           keras: True when called for a Keras model (for logs only).
 
         Returns:
-          A `rewriter.RewriteResult`, or None when nothing was changed
-          (already rewritten, or LMS is not needed).
+          A `RunResult` whose `outcome` says what happened: REWRITTEN,
+          NOT_NEEDED (auto-tuning found that the step fits as it is) or
+          ALREADY_REWRITTEN; it holds the plan, the tuning and the ops
+          added. Also kept in `last_run`.
 
         Raises:
           EagerModeError: when called in eager mode without a graph, or on
@@ -259,42 +246,90 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
             graph is then unchanged.
         """
         del keras  # The graph tells all we need.
-        if graph is None:
-            if tf.executing_eagerly():
-                raise EagerModeError(_EAGER_MESSAGE)
-            graph = tf.compat.v1.get_default_graph()
-        if not isinstance(graph, tf.Graph):
-            raise ValueError("graph must be a tf.Graph or None (the default "
-                             "graph); got %r" % (graph,))
-        if getattr(graph, "_building_function", False):
-            raise EagerModeError(_FUNCTION_MESSAGE % (graph.name,))
-        if graph.finalized:
-            raise ValueError(
-                "the graph is finalized, so LMS cannot edit it. Call "
-                "lms.run(graph) before creating the Session or "
-                "MonitoredTrainingSession, or pass LMS as a hook "
-                "(hooks=[lms]) so it runs in begin().")
-        if rewriter.is_rewritten(graph, self._device_filter):
-            self._log.info("This model already has LMS swap operations; LMS "
-                           "will not process it again.")
-            return None
-        if self._not_needed == (graph, graph.version):
-            self._log.info("LMS is not necessary for this unchanged graph "
-                           "(decided before).", 1)
-            return None
-
-        log = self._log
-        log.info("Editing model for LMS")
         start = time.perf_counter()
+        graph = _graph_to_edit(graph)
+        decided = self._decided
+        if (decided is not None and decided[0] is graph
+                and (decided[1] == graph.version or decided[2].rewritten)):
+            # This object planned this graph before: the same answer (a
+            # graph it rewrote stays rewritten when ops are added later).
+            self._log.info("LMS has already planned this graph: %s."
+                           % decided[2].outcome.value, 1)
+            result = decided[2]
+        else:
+            result = self._run(graph, start)
+            if result.planned is not None:
+                self._decided = (graph, graph.version, result)
+        self.last_run = result
+        # Every rank of a multi-process job reaches this line whatever it
+        # decided, so a rank that decided otherwise is an error here rather
+        # than a hang at the first collective.
+        distributed.check_ranks_agree(graph, result)
+        return result
+
+    def _run(self, graph, start):
+        log = self._log
+        settings = self._settings
+        if rewriter.is_rewritten(graph, self._device_filter):
+            log.info("This model already has LMS swap operations; LMS "
+                     "will not process it again.")
+            return RunResult(Outcome.ALREADY_REWRITTEN,
+                             seconds=time.perf_counter() - start)
+        log.info("Editing model for LMS")
         index = gi.build_index(graph)
-        roles = self._roles(index)
-        if self._is_training and not analysis.has_training_ops(index):
+        roles = pipeline.classify(index, settings)
+        self._log_graph_facts(graph, index, roles)
+        planned = pipeline.plan(index, settings, roles=roles, log=log)
+        if not planned.needed:
+            return RunResult(Outcome.NOT_NEEDED, planned,
+                             seconds=time.perf_counter() - start)
+
+        plan = planned.plan
+        self._log_parameters(plan.params, planned.autotuned,
+                             planned.only_tensors)
+        if plan.unplanned_groups:
+            log.info("%d swap-in groups had no op to start them in time and "
+                     "were left on the device" % plan.unplanned_groups, 1)
+        self._log_plan_details(planned.index, plan)
+        rewrite = rewriter.apply_plan(graph, planned.index, plan,
+                                      settings.cpu_device)
+        log.info(
+            "Added %d operations to the model (%d swap-out operations "
+            "(%.2f GiB) and %d swap-in operations (%.2f GiB))"
+            % (len(rewrite.swapout_ops) + len(rewrite.swapin_ops),
+               len(rewrite.swapout_ops), plan.swapout_bytes() / _GIB,
+               len(rewrite.swapin_ops), plan.swapin_bytes() / _GIB))
+        seconds = time.perf_counter() - start
+        log.info("Editing model for LMS, took: %.1f ms" % (seconds * 1000))
+        return RunResult(Outcome.REWRITTEN, planned, rewrite, seconds)
+
+    # ---- logging ------------------------------------------------------
+    def _log_graph_facts(self, graph, index, roles):
+        log = self._log
+        log.info("The graph has %d vertices and %d edges."
+                 % (index.num_ops, index.num_edges))
+        log.info("The graph has %.2f MiB of learning parameters"
+                 % (analysis.learning_parameter_bytes(graph) / _MIB))
+        op, nbytes = analysis.largest_device_op(
+            index, roles.device_ops, self._settings.batch_size,
+            excluded=analysis.initializer_only_ops(index))
+        if op is not None:
+            log.info("The largest operation is %s consuming %.2f GiB"
+                     % (index.names[op], nbytes / _GIB))
+        log.info("Original categorized topological sort has %d levels"
+                 % index.num_levels)
+        if log.enabled(1):
+            for lvl, ops in enumerate(index.ops_by_level):
+                log.info("[%d]: %s" % (lvl, ", ".join(
+                    "%s (%s)" % (index.names[o], index.types[o])
+                    for o in ops)), 1)
+        if self._settings.is_training and not analysis.has_training_ops(
+                index):
             log.warning(
                 "The graph has no training operations (no gradients, no "
                 "optimizer updates), but LMS plans for a training step "
                 "(is_training=True). For an inference-only graph, set "
                 "lms.is_training = False.")
-        self._log_graph_facts(graph, index, roles)
         if roles.has_loops:
             log.info("The graph has loops: LMS leaves tensors inside loops "
                      "alone. For RNNs, also pass swap_memory=True to "
@@ -310,141 +345,6 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
                      "make the merged operation wait for itself." % (
                          len(roles.fused_with),
                          ", ".join("+".join(p) for p in pairs)))
-
-        ser_edges, ser_levels = self._serialization_plan(index, roles)
-        if ser_edges:
-            log.info("Serializing %d levels: %s" % (
-                len(ser_levels), _compact_levels(ser_levels)))
-            index = analysis.relevel(index, ser_edges)
-            log.info("New categorized topological sort has %d levels"
-                     % index.num_levels)
-
-        deferral = planner.deferral_edges(index, roles, ser_edges)
-        if deferral:
-            log.info("Delaying %d tensor fills (%.2f GiB), such as the "
-                     "gradient zeros of the untaken branch of v1 conds, until "
-                     "just before their first reader" % (
-                         len(deferral), sum(
-                             gi.tensor_bytes(index, op, 0, self._batch_size)
-                             or 0 for _, op in deferral) / _GIB), 1)
-
-        only_tensors = None
-        autotuned = False
-        if self._autotune_requested():
-            outcome = self._autotune(index, roles, ser_edges, deferral)
-            if outcome is None:
-                self._not_needed = (graph, graph.version)
-                _check_ranks(graph, None)
-                return None
-            swap_params, only_tensors = outcome
-            autotuned = True
-        else:
-            swap_params = planner.SwapParams(
-                self._swapout_threshold, self._swapin_ahead,
-                self._swapin_groupby, self._sync_mode)
-        self._log_parameters(swap_params, autotuned, only_tensors)
-
-        plan = planner.make_plan(index, roles, swap_params,
-                                 batch_size=self._batch_size,
-                                 only_tensors=only_tensors,
-                                 deferral=deferral)
-        plan = _with_serialization(plan, ser_edges)
-        if plan.unplanned_groups:
-            log.info("%d swap-in groups had no op to start them in time and "
-                     "were left on the device" % plan.unplanned_groups, 1)
-        self._log_plan_details(index, plan)
-        result = rewriter.apply_plan(graph, index, plan, self._cpu_device)
-        self.last_plan = plan
-        self.last_result = result
-        log.info(
-            "Added %d operations to the model (%d swap-out operations "
-            "(%.2f GiB) and %d swap-in operations (%.2f GiB))"
-            % (len(result.swapout_ops) + len(result.swapin_ops),
-               len(result.swapout_ops), plan.swapout_bytes() / _GIB,
-               len(result.swapin_ops), plan.swapin_bytes() / _GIB))
-        log.info("Editing model for LMS, took: %.1f ms"
-                 % ((time.perf_counter() - start) * 1000))
-        _check_ranks(graph, result)
-        return result
-
-    def _roles(self, index):
-        filters = {}
-        pairs = (
-            ("incl_sources", "incl_output_by_scopes", "incl_output_by_types"),
-            ("excl_sources", "excl_output_by_scopes", "excl_output_by_types"),
-            ("incl_sinks", "incl_input_by_scopes", "incl_input_by_types"),
-            ("excl_sinks", "excl_input_by_scopes", "excl_input_by_types"),
-        )
-        for key, scopes_name, types_name in pairs:
-            scopes = P.check_name_set(scopes_name, getattr(self, scopes_name))
-            types = P.check_name_set(types_name, getattr(self, types_name))
-            if scopes or types:
-                filters[key] = analysis.ops_matching(
-                    index, scopes, types, "%s/%s" % (scopes_name, types_name))
-        roles = analysis.classify_ops(index, self._gpu_device,
-                                      self._is_training, filters)
-        if self._gpu_device is not None and not roles.device_ops:
-            raise ValueError(
-                "gpu_device=%r matches no operation in the graph; ops are "
-                "placed on %s. Use one of those, or None for every non-CPU "
-                "device." % (self._gpu_device, _device_summary(index)))
-        return roles
-
-    def _serialization_plan(self, index, roles):
-        extra = ()
-        if self._serialization_by_size:
-            extra = planner.levels_over_size(
-                index, roles, self._serialization_by_size, self._batch_size)
-        if not self._serialization_slices and not extra:
-            return (), []
-        excluded = analysis.initializer_inputs(index)
-        return planner.serialization_edges(
-            index, roles, self._serialization_slices, extra, excluded)
-
-    def _autotune(self, index, roles, serialization_edges, deferral):
-        # Imported here: tuning pulls in the simulator, which fixed-parameter
-        # users never need.
-        from tflms import autotune  # pylint: disable=import-outside-toplevel
-        outcome = autotune.tune(
-            index, roles,
-            requested=planner.SwapParams(
-                self._swapout_threshold, self._swapin_ahead,
-                self._swapin_groupby, self._sync_mode),
-            batch_size=self._batch_size,
-            gpu_mem_gib=self._autotune_gpu_mem,
-            gpu_device=self._gpu_device,
-            plot_dir=self._plot_dir if self._autotune_plot else None,
-            log=self._log,
-            serialization_edges=serialization_edges,
-            deferral_edges=deferral)
-        self.last_tune = outcome
-        if outcome.params is None:
-            self._log.info("LMS is not necessary: the model fits in %.2f GiB "
-                           "without swapping. Turned LMS off."
-                           % (outcome.budget_bytes / _GIB))
-            return None
-        return outcome.params, outcome.only_tensors
-
-    # ---- logging ------------------------------------------------------
-    def _log_graph_facts(self, graph, index, roles):
-        log = self._log
-        log.info("The graph has %d vertices and %d edges."
-                 % (index.num_ops, index.num_edges))
-        log.info("The graph has %.2f MiB of learning parameters"
-                 % (analysis.learning_parameter_bytes(graph) / _MIB))
-        op, nbytes = analysis.largest_device_op(
-            index, roles.device_ops, self._batch_size,
-            excluded=analysis.initializer_only_ops(index))
-        if op is not None:
-            log.info("The largest operation is %s consuming %.2f GiB"
-                     % (index.names[op], nbytes / _GIB))
-        log.info("Original categorized topological sort has %d levels"
-                 % index.num_levels)
-        if log.enabled(1):
-            for lvl, ops in enumerate(index.ops_by_level):
-                log.info("[%d]: %s" % (lvl, ", ".join(
-                    "%s (%s)" % (index.names[o], index.types[o])
-                    for o in ops)), 1)
 
     def _log_parameters(self, p, autotuned, only_tensors=None):
         log = self._log
@@ -515,8 +415,9 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
         """Keras passes the fit parameters; the batch size is taken from
         them unless `batch_size` was set."""
         self.params = params
-        if self._batch_size is None and params and params.get("batch_size"):
-            self._batch_size = P.check_batch_size(params["batch_size"])
+        if (self._settings.batch_size is None and params
+                and params.get("batch_size")):
+            self.batch_size = params["batch_size"]
         self._run_for_keras()
 
     def set_model(self, model):
@@ -528,7 +429,8 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
         self._model = model
         if tf.executing_eagerly():
             raise EagerModeError(_EAGER_MESSAGE)
-        if self._autotune_requested() and self._batch_size is None:
+        if (self._settings.autotune_requested
+                and self._settings.batch_size is None):
             # fit() calls set_params with the batch size right after this.
             return
         self._run_for_keras()
@@ -541,7 +443,7 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
             raise EagerModeError(_EAGER_MESSAGE)
         # Only a compiled model being trained gets a train function: predict()
         # with the callback must not add a whole training graph.
-        if (self._is_training
+        if (self._settings.is_training
                 and getattr(model, "train_function", None) is None
                 and getattr(model, "optimizer", None) is not None
                 and hasattr(model, "_make_train_function")):
@@ -549,7 +451,9 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
                            1)
             model._make_train_function()  # pylint: disable=protected-access
         graph = tf.compat.v1.get_default_graph()
-        if self.run(graph, keras=True) is not None:
+        before = self.last_run
+        result = self.run(graph, keras=True)
+        if result.rewritten and result is not before:
             _keras.renew_keras_session(graph, self._log, model)
 
 
@@ -610,32 +514,27 @@ class _StepGuard:
                 "meanwhile." % (value, self.RUNS))
 
 
-def _check_ranks(graph, result):
-    """In a Horovod job of 2+ ranks, make sure every rank rewrote its graph
-    the same way. Horovod matches collectives by op name, and a rewrite that
-    differs between ranks (e.g. auto-tuning against GPUs with different free
-    memory) renames them on one rank only: the job would hang at the first
-    step. This turns that into an error naming the ranks."""
-    hvd = sys.modules.get("horovod.tensorflow")
-    if hvd is None or not hvd.is_initialized() or hvd.size() < 2:
-        return
-    from tflms import distributed  # pylint: disable=import-outside-toplevel
-    distributed.check_same_rewrite(graph, result)
+for _field in S.fields():
+    setattr(LMS, _field.name, _setting_property(_field))
+del _field
 
 
-def _with_serialization(plan, edges):
-    if not edges:
-        return plan
-    import dataclasses  # pylint: disable=import-outside-toplevel
-    return dataclasses.replace(plan, serialization_edges=tuple(edges))
-
-
-def _device_summary(index):
-    devices = sorted({d or "(unplaced)" for d in index.devices})
-    return ", ".join(devices[:6]) + (" ..." if len(devices) > 6 else "")
-
-
-def _compact_levels(levels):
-    if len(levels) <= 12:
-        return str(list(levels))
-    return "%s ... %s" % (list(levels[:6]), list(levels[-3:]))
+def _graph_to_edit(graph):
+    """`graph`, or the default graph for None, after checking that LMS can
+    edit it."""
+    if graph is None:
+        if tf.executing_eagerly():
+            raise EagerModeError(_EAGER_MESSAGE)
+        graph = tf.compat.v1.get_default_graph()
+    if not isinstance(graph, tf.Graph):
+        raise ValueError("graph must be a tf.Graph or None (the default "
+                         "graph); got %r" % (graph,))
+    if getattr(graph, "_building_function", False):
+        raise EagerModeError(_FUNCTION_MESSAGE % (graph.name,))
+    if graph.finalized:
+        raise ValueError(
+            "the graph is finalized, so LMS cannot edit it. Call "
+            "lms.run(graph) before creating the Session or "
+            "MonitoredTrainingSession, or pass LMS as a hook "
+            "(hooks=[lms]) so it runs in begin().")
+    return graph

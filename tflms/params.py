@@ -5,9 +5,11 @@ import math
 import numbers
 
 import numpy as np
-import tensorflow as tf
 
-from tflms import graph_index as gi
+from tflms.settings import AUTO
+
+# TensorFlow is imported by the device checks only: tflms.settings, which
+# the example scripts load to build their --help, uses this module.
 
 __all__ = [
     "AUTO",
@@ -23,9 +25,9 @@ __all__ = [
     "check_batch_size",
     "check_gpu_mem",
     "check_name_set",
+    "check_plot_dir",
 ]
 
-AUTO = -1
 
 
 def _is_int(value):
@@ -92,6 +94,7 @@ def _parse_device(name, value):
     if not isinstance(value, str) or not value:
         raise ValueError("%s must be a device string such as '/cpu:0'; got %r"
                          % (name, value))
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
     try:
         return tf.DeviceSpec.from_string(value)
     except (ValueError, TypeError) as e:
@@ -116,7 +119,8 @@ def check_gpu_device(value):
             "gpu_device must name a device type and index such as "
             "'/device:GPU:0' (or be None for every non-CPU device); got %r"
             % (value,))
-    if gi.is_cpu_device(value):
+    from tflms import graph_index  # pylint: disable=import-outside-toplevel
+    if graph_index.is_cpu_device(value):
         raise ValueError(
             "gpu_device must name an accelerator such as '/device:GPU:0' "
             "(or be None for every non-CPU device); got %r" % (value,))
@@ -150,9 +154,15 @@ def check_name_set(name, value):
         raise ValueError(
             "%s must be a set of strings, e.g. {'conv1'}; got %r"
             % (name, value))
-    items = set(value)
+    items = frozenset(value)
     bad = sorted(repr(v) for v in items if not isinstance(v, str) or not v)
     if bad:
         raise ValueError("%s must hold non-empty strings; got %s"
                          % (name, ", ".join(bad)))
     return items
+
+
+def check_plot_dir(name, value):
+    if not isinstance(value, str) or not value:
+        raise ValueError("%s must be a folder path; got %r" % (name, value))
+    return value

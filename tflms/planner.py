@@ -43,7 +43,6 @@ __all__ = [
     "candidate_edges",
     "deferral_edges",
     "make_plan",
-    "parse_serialization",
     "serialization_edges",
     "requirement_masks",
     "levels_over_size",
@@ -185,16 +184,17 @@ def deferral_edges(index, roles, extra_edges=()):
     successors, so no other op's level changes.
 
     Args:
-      index: a `GraphIndex` with the planning levels (after serialization).
+      index: a `GraphIndex` with the planning levels (after serialization,
+        whose edges it holds in `planned_edges`).
       roles: its `OpRoles`.
-      extra_edges: control edges in the planning levels but not in the graph.
+      extra_edges: more control edges not in the graph.
 
     Returns:
       A tuple of ``(trigger_id, op_id)``, sorted by op id.
     """
     levels = index.levels
     extra = {}
-    for a, b in extra_edges:
+    for a, b in tuple(index.planned_edges) + tuple(extra_edges):
         extra.setdefault(a, []).append(b)
     edges = []
     for op, t in enumerate(index.types):
@@ -489,62 +489,10 @@ def make_plan(index, roles, params, batch_size=None, edges=None,
             producer=p, output=out,
             nbytes=gi.tensor_bytes(index, p, out, batch_size),
             swap_ins=tuple(swap_ins), waiters=waiters))
-    return Plan(params=params, swaps=tuple(swaps), serialization_edges=(),
+    return Plan(params=params, swaps=tuple(swaps),
+                serialization_edges=tuple(index.planned_edges),
                 num_levels=index.num_levels, unplanned_groups=unplanned,
                 deferral_edges=tuple(deferral))
-
-
-def parse_serialization(spec):
-    """Validate a `serialization` setting and normalise it to slices.
-
-    Args:
-      spec: list of level indices (int) and Python-slice strings such as
-        ``'3:5'`` (levels 3 and 4), ``'10:'`` or ``':4'``, or ``'2:20:2'``.
-
-    Returns:
-      A tuple of `slice` objects.
-
-    Raises:
-      ValueError: naming the entry that cannot be parsed.
-    """
-    if isinstance(spec, (str, bytes)) or not hasattr(spec, "__iter__"):
-        raise ValueError(
-            "serialization must be a list of level indices or 'a:b' slice "
-            "strings, e.g. [1, '3:5']; got %r" % (spec,))
-    slices = []
-    for item in spec:
-        if isinstance(item, bool):
-            raise ValueError("serialization entries must be ints or 'a:b' "
-                             "strings; got %r" % (item,))
-        if isinstance(item, int):
-            if item < 0:
-                raise ValueError("serialization level must be >= 0; got %d"
-                                 % item)
-            slices.append(slice(item, item + 1))
-            continue
-        if isinstance(item, str):
-            text = item.strip()
-            try:
-                if ":" in text:
-                    parts = [int(x) if x.strip() else None
-                             for x in text.split(":")]
-                    if len(parts) > 3 or (len(parts) == 3
-                                          and parts[2] == 0):
-                        raise ValueError(text)  # a slice step cannot be 0
-                    slices.append(slice(*parts))
-                else:
-                    value = int(text)
-                    if value < 0:
-                        raise ValueError(text)
-                    slices.append(slice(value, value + 1))
-                continue
-            except ValueError:
-                pass
-        raise ValueError(
-            "serialization entry %r cannot be parsed; use a level index such "
-            "as 7 or a Python slice string such as '3:5' (levels 3 and 4)"
-            % (item,))
-    return tuple(slices)
 
 
 def levels_over_size(index, roles, gib, batch_size=None):
@@ -630,7 +578,7 @@ def serialization_edges(index, roles, slices, extra_levels=(),
     Args:
       index: a `GraphIndex` (original levels).
       roles: `OpRoles`.
-      slices: slices from `parse_serialization`.
+      slices: `slice` objects (`Settings.serialization_levels`).
       extra_levels: more level indices (e.g. from `levels_over_size`).
       excluded: op ids that must not be chained (e.g. variable
         initializers, which must stay runnable without the training inputs).

@@ -193,17 +193,18 @@ class SimulationModel:
     virtual nodes after them for swap ops.
 
     Args:
-      index: a `GraphIndex`. Its levels may include control edges that are
-        not in the graph yet (e.g. serialization); give those edges as
-        `extra_edges` for exact levels. If levels disagree with the graph's
-        own edges and no `extra_edges` are given, every op is kept at or
-        after its index level, which respects any such hidden edges.
+      index: a `GraphIndex`. The control edges LMS plans to add
+        (serialization, `index.planned_edges`) are replayed with the
+        graph's own.
       roles: the `OpRoles` of the same index.
       batch_size: the first unknown dimension of every shape, or None.
-      extra_edges: ``(from_id, to_id)`` control edges to add.
+      extra_edges: more ``(from_id, to_id)`` control edges to replay.
 
     Raises:
       BatchSizeError: if a size needs the batch size and none was given.
+      ValueError: if the index's levels do not follow from its edges (an
+        index re-levelled by hand instead of by
+        `graph_index.with_planned_edges`).
     """
 
     def __init__(self, index, roles, batch_size=None, extra_edges=()):
@@ -379,23 +380,23 @@ class SimulationModel:
             s = [c for per_out in index.consumers[i] for c, _ in per_out]
             s.extend(index.control_outputs[i])
             succ.append(s)
-        for a, b in extra_edges:
+        for a, b in tuple(index.planned_edges) + tuple(extra_edges):
             succ[a].append(b)
-        own = topo.kahn_levels(n, succ)
-        # Levels that are higher than the graph's own edges explain come from
-        # edges we were not given (e.g. serialization applied to the index
-        # only). A chain of gate nodes, gate k at level k, keeps every op at or
-        # above its index level.
-        if any(a < b for a, b in zip(own, index.levels)):
-            gates = max(index.levels)
-            for g in range(gates):
-                succ.append([n + g + 1] if g + 1 < gates else [])
-            for i, lvl in enumerate(index.levels):
-                if lvl > 0:
-                    succ[n + lvl - 1].append(i)
+        levels = topo.kahn_levels(n, succ)
+        if not extra_edges and any(a < b for a, b in zip(levels,
+                                                         index.levels)):
+            # Some level is higher than every edge explains: the index was
+            # re-levelled with edges it does not hold, and a replay could
+            # not put those ops where the plan expects them.
+            raise ValueError(
+                "the index's levels do not follow from its edges (e.g. %s is "
+                "at level %d, its edges put it at %d); add planned control "
+                "edges with graph_index.with_planned_edges(index, edges)"
+                % next((index.names[i], b, a) for i, (a, b) in enumerate(
+                    zip(levels, index.levels)) if a < b))
         self._base_succ = succ
         self._num_base_nodes = len(succ)
-        self._base_levels = topo.kahn_levels(len(succ), succ)
+        self._base_levels = levels
 
     # ---- queries ----------------------------------------------------------
     def tensor_size(self, op_id, output):

@@ -263,8 +263,7 @@ def verify(load, lms, steps=3, batch_size=None, train_op_names=(),
             different.append(name)
 
     nodes, executed = _node_names(md), _executed(md)
-    added = (list(result.swapout_ops) + list(result.swapin_ops)
-             if result is not None else [])
+    added = list(result.swapout_ops) + list(result.swapin_ops)
     not_run = sorted(unexecuted_nodes(md) - unexecuted_nodes(base_md))
     swaps_not_run = [n for n in added if n in nodes and n not in executed]
     kernels, base_kernels = kernel_counts(md), kernel_counts(base_md)

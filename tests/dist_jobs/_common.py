@@ -64,7 +64,7 @@ def describe_swaps(graph, lms_list):
     consumers and triggers."""
     swaps = []
     for lms in lms_list:
-        result = lms.last_result
+        result = lms.last_run
         for name in (result.swapin_ops if result else ()):
             swapin = graph.get_operation_by_name(name)
             swapout = swapin.inputs[0].op

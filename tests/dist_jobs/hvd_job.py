@@ -81,7 +81,7 @@ def make_lms(params, rank, args):
 
 
 def check(lms, graph):
-    result = lms.last_result if lms is not None else None
+    result = lms.last_run if lms is not None else None
     return distributed.check_same_rewrite(graph, result)
 
 
@@ -238,7 +238,7 @@ def main():
         except distributed.RankMismatchError as e:
             print("RANK_MISMATCH rank %d: %s" % (rank, e), flush=True)
             sys.exit(3)
-        result = lms.last_result if lms is not None else None
+        result = lms.last_run if lms is not None else None
         collectives, contacts = collective_contacts(graph, result)
         stem = os.path.join(args.out, "%s.rank%d" % (
             variant.replace(",", "_"), rank))

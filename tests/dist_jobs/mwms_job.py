@@ -79,7 +79,7 @@ def main():
                               start_delay_secs=0, throttle_secs=0))
     stem = os.path.join(out, "%s.worker%d" % (mode, worker))
     np.savez(stem + ".npz", **record.weights)
-    result = lms.last_result if lms is not None else None
+    result = lms.last_run if lms is not None else None
     collectives, contacts = collective_contacts(record.graph, result)
     with open(stem + ".json", "w", encoding="utf-8") as f:
         json.dump({

@@ -1,0 +1,132 @@
+"""pipeline.plan: the one planning function LMS.run, the CLI and the
+benchmarks share; and LMS.run's RunResult."""
+
+import pytest
+import tensorflow as tf
+
+from tflms import LMS, Outcome
+from tflms import autotune
+from tflms import graph_index as gi
+from tflms import pipeline
+from tflms import simulator
+from tflms.settings import Settings
+
+import models
+
+FIXED = dict(swapout_threshold=3, swapin_ahead=2, swapin_groupby=1)
+
+
+def cnn(batch=8):
+    graph = tf.Graph()
+    with graph.as_default():
+        model = models.cnn_bn(image=16, channels=8, depth=4, batch=batch,
+                              seed=3)
+    return graph, model
+
+
+def peak_without(graph, batch):
+    index = gi.build_index(graph)
+    roles = pipeline.classify(index, Settings())
+    return pipeline.simulate_without(index, roles, Settings(
+        batch_size=batch)).peak_device_bytes
+
+
+def gib_for(nbytes):
+    return nbytes / autotune.mem_ratio() / float(1 << 30)
+
+
+def test_plan_is_pure_and_deterministic():
+    graph, _ = cnn()
+    version = graph.version
+    index = gi.build_index(graph)
+    settings = Settings(serialization=(2, "5:7"), **FIXED)
+    first = pipeline.plan(index, settings)
+    second = pipeline.plan(gi.build_index(graph), settings)
+    assert graph.version == version  # nothing was added to the graph
+    assert first.plan == second.plan
+    assert first.plan.swaps and first.plan.serialization_edges
+    # The planning index holds the serialization edges its levels count.
+    assert first.index.planned_edges == first.plan.serialization_edges
+    assert first.original_num_levels == index.num_levels
+    assert first.index.num_levels > index.num_levels
+    assert first.serialized_levels == (2, 5, 6)
+    assert not first.autotuned and first.tune is None
+    assert first.without_lms is None  # not asked to simulate
+
+
+def test_simulations_replay_the_planning_index():
+    graph, _ = cnn()
+    settings = Settings(serialization=("3:6",), batch_size=8, **FIXED)
+    planned = pipeline.plan(gi.build_index(graph), settings, simulate=True)
+    # The simulator's levels are those of the planning index (serialized).
+    assert planned.without_lms.num_levels == planned.index.num_levels
+    model = simulator.SimulationModel(planned.index, planned.roles, 8)
+    assert (model.replay(planned.plan).peak_device_bytes
+            == planned.with_lms.peak_device_bytes)
+    assert (planned.with_lms.peak_device_bytes
+            < planned.without_lms.peak_device_bytes)
+
+
+def test_run_applies_the_plan_the_tuner_replayed():
+    """The plan LMS.run applies is the one whose replay the tuner judged,
+    not a plan made again from the chosen parameters."""
+    graph, _ = cnn()
+    budget = gib_for(0.7 * peak_without(graph, 8))
+    twin, _ = cnn()
+    planned = pipeline.plan(gi.build_index(twin), Settings(
+        batch_size=8, autotune_gpu_mem=budget))
+    assert planned.autotuned and planned.needed
+    assert planned.plan is planned.tune.plan
+    assert planned.with_lms is planned.tune.with_lms
+    assert planned.with_lms.peak_device_bytes <= planned.budget_bytes
+
+    lms = LMS()
+    lms.batch_size = 8
+    lms.autotune_gpu_mem = budget
+    result = lms.run(graph)
+    assert result.outcome is Outcome.REWRITTEN and result.rewritten
+    assert result is lms.last_run
+    assert result.plan == planned.plan  # same graph, same settings
+    assert len(result.swapout_ops) == len(planned.plan.swaps)
+    assert len(result.swapin_ops) == planned.plan.num_swap_ins
+
+
+def test_not_needed_carries_the_simulation_that_decided_it():
+    graph, _ = cnn()
+    lms = LMS()
+    lms.batch_size = 8
+    lms.autotune_gpu_mem = gib_for(2 * peak_without(graph, 8))
+    version = graph.version
+    result = lms.run(graph)
+    assert result.outcome is Outcome.NOT_NEEDED and not result.rewritten
+    assert result.plan is None and result.swapout_ops == ()
+    assert result.planned.without_lms.fits(result.planned.budget_bytes)
+    assert graph.version == version
+
+
+def test_already_rewritten_plans_nothing():
+    graph, _ = cnn()
+    assert LMS(**FIXED).run(graph).rewritten
+    again = LMS(**FIXED).run(graph)
+    assert again.outcome is Outcome.ALREADY_REWRITTEN
+    assert again.planned is None and again.plan is None
+
+
+def test_classify_names_a_device_that_matches_nothing():
+    graph, _ = cnn()
+    index = gi.build_index(graph)
+    with pytest.raises(ValueError, match=r"gpu_device='/device:GPU:3' "
+                       r"matches no operation in the graph"):
+        pipeline.classify(index, Settings(gpu_device="/device:GPU:3"))
+
+
+def test_lms_from_settings_keeps_every_value():
+    settings = Settings(batch_size=4, sync_mode=2, plot_dir="p",
+                        excl_output_by_types={"Conv2D"}, **FIXED)
+    lms = LMS.from_settings(settings)
+    assert lms.settings is settings
+    assert (lms.batch_size, lms.sync_mode, lms.plot_dir,
+            lms.excl_output_by_types) == (4, 2, "p", frozenset({"Conv2D"}))
+    with pytest.raises(ValueError, match="settings must be a "
+                                         "tflms.settings.Settings"):
+        LMS.from_settings({"batch_size": 4})

@@ -1,0 +1,254 @@
+"""The planning pipeline: from a graph index and settings to a complete plan.
+
+`plan(index, settings)` is the one place where the steps of planning are
+strung together; `LMS.run`, ``tflms plan``, ``tflms verify`` and every
+benchmark call it, so what is measured is what users run::
+
+    roles          analysis.classify_ops with the settings' device and filters
+    serialization  control edges chaining the chosen levels, recorded in the
+                   planning index (graph_index.with_planned_edges)
+    deferral       control edges delaying fills made long before use
+    parameters     the settings' own, or autotune.tune's when one is -1
+    plan           planner.make_plan (or the tuner's chosen plan): swaps,
+                   serialization and deferral edges, all in one Plan
+    simulations    the step without and with the plan, when asked for
+
+It reads no TensorFlow object and edits nothing: the rewriter applies
+`Planned.plan` afterwards.
+"""
+
+import dataclasses
+
+from tflms import analysis
+from tflms import graph_index as gi
+from tflms import planner
+from tflms._logging import Logger
+from tflms.settings import Settings
+
+__all__ = ["Planned", "classify", "plan", "simulate_plan",
+           "simulate_without"]
+
+_GIB = float(1 << 30)
+
+# `Settings` filter name -> the `analysis.classify_ops` filter it feeds, as
+# (key, scopes setting, types setting).
+_FILTER_PAIRS = (
+    ("incl_sources", "incl_output_by_scopes", "incl_output_by_types"),
+    ("excl_sources", "excl_output_by_scopes", "excl_output_by_types"),
+    ("incl_sinks", "incl_input_by_scopes", "incl_input_by_types"),
+    ("excl_sinks", "excl_input_by_scopes", "excl_input_by_types"),
+)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Planned:
+    """What planning decided, as plain data.
+
+    Attributes:
+      index: the planning index: the graph's ops and edges plus the control
+        edges LMS will add for serialization (`index.planned_edges`), with
+        levels that count them.
+      original_num_levels: levels of the graph as given.
+      roles: the `analysis.OpRoles` of the index.
+      settings: the `Settings` planned with.
+      serialized_levels: the levels chained by serialization (original
+        levels), sorted.
+      deferral_edges: `planner.deferral_edges` of the index (carried out by
+        every plan).
+      plan: the complete `planner.Plan` (swaps, serialization and deferral
+        edges), or None when LMS is not needed (auto-tuning found that the
+        step fits without swapping).
+      autotuned: True when the tuner chose the parameters.
+      tune: the `autotune.TuneOutcome`, or None without tuning.
+      without_lms / with_lms: `simulator.SimulationResult` of one step
+        without LMS and with `plan` (None when not simulated; with_lms is
+        also None when `plan` is None).
+      budget_bytes: device bytes the tuner planned for (None without
+        tuning).
+    """
+
+    index: object
+    original_num_levels: int
+    roles: object
+    settings: Settings
+    serialized_levels: tuple = ()
+    deferral_edges: tuple = ()
+    plan: object = None
+    autotuned: bool = False
+    tune: object = None
+    without_lms: object = None
+    with_lms: object = None
+    budget_bytes: object = None
+
+    @property
+    def needed(self):
+        """False when auto-tuning found that the step fits without LMS."""
+        return self.plan is not None
+
+    @property
+    def params(self):
+        """The `planner.SwapParams` of the plan (None when not needed)."""
+        return None if self.plan is None else self.plan.params
+
+    @property
+    def only_tensors(self):
+        """The tensors the tuner chose to swap (None: every tensor past the
+        threshold)."""
+        return None if self.tune is None else self.tune.only_tensors
+
+
+def classify(index, settings):
+    """The `OpRoles` of `index` under `settings` (device and filters).
+
+    Raises:
+      ValueError: a filter or `gpu_device` that matches no operation.
+    """
+    filters = {}
+    for key, scopes_name, types_name in _FILTER_PAIRS:
+        scopes = getattr(settings, scopes_name)
+        types = getattr(settings, types_name)
+        if scopes or types:
+            filters[key] = analysis.ops_matching(
+                index, scopes, types, "%s/%s" % (scopes_name, types_name))
+    roles = analysis.classify_ops(index, settings.gpu_device,
+                                  settings.is_training, filters)
+    if settings.gpu_device is not None and not roles.device_ops:
+        raise ValueError(
+            "gpu_device=%r matches no operation in the graph; ops are "
+            "placed on %s. Use one of those, or None for every non-CPU "
+            "device." % (settings.gpu_device, _device_summary(index)))
+    return roles
+
+
+def plan(index, settings, roles=None, log=None, simulate=False, env=None,
+         list_devices=None):
+    """Plan LMS for a graph: pure, deterministic, no graph edits.
+
+    Args:
+      index: `graph_index.build_index` of the graph as given.
+      settings: a `Settings`.
+      roles: `classify(index, settings)` if already computed.
+      log: a `Logger` for the planning log lines (default: quiet).
+      simulate: also replay the step without and with the plan when the
+        tuner did not (the tuner always does).
+      env, list_devices: for the device budget (tests).
+
+    Returns:
+      A `Planned`.
+
+    Raises:
+      ValueError: bad filters or device, or serialization that closes a
+        cycle.
+      autotune.NoGpuError, autotune.AutotuneError, simulator.BatchSizeError:
+        from auto-tuning, when it is asked for.
+    """
+    log = log or Logger()
+    if roles is None:
+        roles = classify(index, settings)
+    original_num_levels = index.num_levels
+
+    ser_edges, ser_levels = _serialization(index, roles, settings)
+    if ser_edges:
+        log.info("Serializing %d levels: %s" % (
+            len(ser_levels), _compact_levels(ser_levels)))
+        index = gi.with_planned_edges(index, ser_edges)
+        log.info("New categorized topological sort has %d levels"
+                 % index.num_levels)
+
+    deferral = planner.deferral_edges(index, roles)
+    if deferral:
+        log.info("Delaying %d tensor fills (%.2f GiB), such as the "
+                 "gradient zeros of the untaken branch of v1 conds, until "
+                 "just before their first reader" % (
+                     len(deferral), sum(
+                         gi.tensor_bytes(index, op, 0, settings.batch_size)
+                         or 0 for _, op in deferral) / _GIB), 1)
+
+    planned = Planned(index=index, original_num_levels=original_num_levels,
+                      roles=roles, settings=settings,
+                      serialized_levels=tuple(ser_levels),
+                      deferral_edges=deferral)
+    if settings.autotune_requested:
+        outcome = _tune(index, roles, settings, deferral, log, env,
+                        list_devices)
+        return dataclasses.replace(
+            planned, plan=outcome.plan, autotuned=True, tune=outcome,
+            without_lms=outcome.without_lms, with_lms=outcome.with_lms,
+            budget_bytes=outcome.budget_bytes)
+
+    chosen = planner.make_plan(index, roles, _requested(settings),
+                               batch_size=settings.batch_size,
+                               deferral=deferral)
+    planned = dataclasses.replace(planned, plan=chosen)
+    return simulate_plan(planned) if simulate else planned
+
+
+def simulate_plan(planned):
+    """`planned` with `without_lms` and `with_lms` replayed, if the tuner
+    did not already (fixed parameters)."""
+    if planned.without_lms is not None:
+        return planned
+    model = _model(planned.index, planned.roles, planned.settings)
+    return dataclasses.replace(
+        planned, without_lms=model.replay(None, detail=True),
+        with_lms=(None if planned.plan is None
+                  else model.replay(planned.plan, detail=True)))
+
+
+def simulate_without(index, roles, settings):
+    """The `simulator.SimulationResult` of one step without LMS."""
+    return _model(index, roles, settings).replay(None, detail=True)
+
+
+def _model(index, roles, settings):
+    # Imported here: fixed-parameter edits never need the simulator.
+    from tflms import simulator  # pylint: disable=import-outside-toplevel
+    return simulator.SimulationModel(index, roles, settings.batch_size)
+
+
+def _requested(settings):
+    return planner.SwapParams(settings.swapout_threshold,
+                              settings.swapin_ahead, settings.swapin_groupby,
+                              settings.sync_mode)
+
+
+def _serialization(index, roles, settings):
+    extra = ()
+    if settings.serialization_by_size:
+        extra = planner.levels_over_size(
+            index, roles, settings.serialization_by_size, settings.batch_size)
+    if not settings.serialization_levels and not extra:
+        return (), []
+    excluded = analysis.initializer_inputs(index)
+    return planner.serialization_edges(
+        index, roles, settings.serialization_levels, extra, excluded)
+
+
+def _tune(index, roles, settings, deferral, log, env, list_devices):
+    # Imported here: tuning pulls in the simulator, which fixed-parameter
+    # users never need.
+    from tflms import autotune  # pylint: disable=import-outside-toplevel
+    outcome = autotune.tune(
+        index, roles, requested=_requested(settings),
+        batch_size=settings.batch_size,
+        gpu_mem_gib=settings.autotune_gpu_mem,
+        gpu_device=settings.gpu_device,
+        plot_dir=settings.plot_dir if settings.autotune_plot else None,
+        log=log, deferral_edges=deferral, env=env,
+        list_devices=list_devices)
+    if outcome.params is None:
+        log.info("LMS is not necessary: the model fits in %.2f GiB "
+                 "without swapping. Turned LMS off."
+                 % (outcome.budget_bytes / _GIB))
+    return outcome
+
+
+def _device_summary(index):
+    devices = sorted({d or "(unplaced)" for d in index.devices})
+    return ", ".join(devices[:6]) + (" ..." if len(devices) > 6 else "")
+
+
+def _compact_levels(levels):
+    if len(levels) <= 12:
+        return str(list(levels))
+    return "%s ... %s" % (list(levels[:6]), list(levels[-3:]))
