@@ -184,6 +184,9 @@ BAD_LITERALS = [
      r"^ops\[0\] must be .*; got \('x', ''\)$"),
     (dict(ops=[("x", "Relu"), ("x", "Relu")]),
      r"^ops\[1\]: op name 'x' is already ops\[0\]; names must be unique$"),
+    (dict(ops=[("x", "Relu", [1024])]),
+     r"^ops\[0\] \('x'\): facts must be a dict such as \{'outputs': "
+     r"\[1024\]\}; got \[1024\]$"),
     (dict(ops=[("x", "Relu", {"devcie": "/cpu:0"})]),
      r"^ops\[0\] \('x'\): unknown fact 'devcie'; the facts are "
      r"bn_is_training, calls_collective, device, in_v1_cond, in_v1_loop, "

@@ -551,6 +551,10 @@ def from_edges(ops, edges=(), control_edges=(),
                 "ops[%d]: op name %r is already ops[%d]; names must be "
                 "unique" % (k, name, id_of[name]))
         id_of[name] = k
+        if len(spec) == 3 and not isinstance(spec[2], dict):
+            raise ValueError(
+                "ops[%d] (%r): facts must be a dict such as {'outputs': "
+                "[1024]}; got %r" % (k, name, spec[2]))
         facts = dict(spec[2]) if len(spec) == 3 else {}
         unknown = sorted(set(facts) - set(_LITERAL_FACTS))
         if unknown:
