@@ -1,13 +1,14 @@
 """Pure questions about an indexed graph: which ops LMS may touch, and how.
 
 All functions take a `GraphIndex` (plain data) and return plain data; none
-of them reads or edits the `tf.Graph`.
+of them reads or edits the `tf.Graph`, and this module does not import
+TensorFlow: what the answers need from TensorFlow (collections, function
+libraries, control-flow contexts) `graph_index.build_index` has read into
+the index already. So every function here also works on a literal graph
+from `graph_index.from_edges`.
 """
 
 import dataclasses
-import functools
-
-import tensorflow as tf
 
 from tflms import graph_index as gi
 from tflms import topo
@@ -60,30 +61,8 @@ SHAPE_ONLY_TYPES = frozenset({
     "BroadcastGradientArgs",
 })
 
-# Cross-process and cross-device collectives (Horovod, NCCL, TF collective
-# ops). LMS never swaps their inputs or outputs and never hangs a control edge
-# on them: every rank must submit the same collectives in a compatible order,
-# and a data-parallel job gains nothing from moving a gradient that is about
-# to be reduced and applied. Function-call ops whose bodies hold one count too
-# (see `collective_ops`): Horovod wraps each allreduce in a `tf.cond`.
-COLLECTIVE_TYPES = frozenset({
-    "HorovodAllreduce", "HorovodGroupedAllreduce", "HorovodAllgather",
-    "HorovodGroupedAllgather", "HorovodBroadcast", "HorovodBroadcastInplace",
-    "HorovodAlltoall", "HorovodReducescatter", "HorovodGroupedReducescatter",
-    "HorovodJoin", "HorovodBarrier",
-    "NcclAllReduce", "NcclReduce", "NcclBroadcast",
-    "CollectiveReduce", "CollectiveReduceV2", "CollectiveReduceV3",
-    "CollectiveGather", "CollectiveGatherV2", "CollectiveBcastSend",
-    "CollectiveBcastRecv", "CollectiveBcastSendV2", "CollectiveBcastRecvV2",
-    "CollectiveAllToAllV2", "CollectiveAllToAllV3",
-    "CollectiveReduceScatterV2",
-})
-
-# Ops that run functions of the graph's library.
-_FUNCTION_CALL_TYPES = frozenset({
-    "If", "StatelessIf", "Case", "StatelessCase", "While", "StatelessWhile",
-    "PartitionedCall", "StatefulPartitionedCall",
-})
+# Collectives get no role (the reason is at `graph_index.COLLECTIVE_TYPES`).
+COLLECTIVE_TYPES = gi.COLLECTIVE_TYPES
 
 # Ops whose value depends only on their input's shape: constants when the
 # shape is static.
@@ -145,8 +124,8 @@ def device_matches(device, gpu_device):
         return True
     if not device:
         return False
-    have = tf.DeviceSpec.from_string(device)
-    want = tf.DeviceSpec.from_string(gpu_device)
+    have = gi.parse_device(device)
+    want = gi.parse_device(gpu_device)
     for field in ("job", "replica", "task"):
         a, b = getattr(have, field), getattr(want, field)
         if a is not None and b is not None and a != b:
@@ -155,11 +134,10 @@ def device_matches(device, gpu_device):
             and (have.device_index or 0) == (want.device_index or 0))
 
 
-@functools.lru_cache(maxsize=256)
 def _device_key(device):
-    spec = tf.DeviceSpec.from_string(device)
+    spec = gi.parse_device(device)
     return (spec.job, spec.replica, spec.task,
-            (spec.device_type or "").upper(), spec.device_index or 0)
+            spec.device_type or "", spec.device_index or 0)
 
 
 def same_device(a, b):
@@ -349,48 +327,12 @@ def ops_matching(index, scopes, types, what):
     return frozenset(matched)
 
 
-def _called_functions(node_def):
-    names = []
-    for key in sorted(node_def.attr):
-        value = node_def.attr[key]
-        if value.HasField("func"):
-            names.append(value.func.name)
-        elif value.HasField("list"):
-            names.extend(f.name for f in value.list.func)
-    return names
-
-
-def _function_has_collective(graph, name, memo):
-    if name not in memo:
-        memo[name] = False  # guards against recursive functions
-        function = graph._get_function(name)  # pylint: disable=protected-access
-        nodes = function.definition.node_def if function is not None else ()
-        memo[name] = any(
-            node.op in COLLECTIVE_TYPES or any(
-                _function_has_collective(graph, f, memo)
-                for f in _called_functions(node))
-            for node in nodes)
-    return memo[name]
-
-
 def collective_ops(index):
     """Ops that take part in a collective: `COLLECTIVE_TYPES`, and function
-    calls (``If``, ``PartitionedCall``...) whose functions contain one.
-
-    The function bodies are read from the graph's function library through
-    ``index.ops`` (read only); an index without ops sees only op types.
-    """
-    found = set()
-    memo = {}
-    for i, t in enumerate(index.types):
-        if t in COLLECTIVE_TYPES:
-            found.add(i)
-        elif t in _FUNCTION_CALL_TYPES and index.ops:
-            op = index.ops[i]
-            if any(_function_has_collective(op.graph, f, memo)
-                   for f in _called_functions(op.node_def)):
-                found.add(i)
-    return frozenset(found)
+    calls (``If``, ``PartitionedCall``...) whose functions contain one
+    (`GraphIndex.calls_collective`)."""
+    return frozenset(i for i, t in enumerate(index.types)
+                     if t in COLLECTIVE_TYPES or index.calls_collective[i])
 
 
 def classify_ops(index, gpu_device=None, is_training=True, filters=None):
@@ -597,16 +539,10 @@ _APPLY_PREFIXES = ("Apply", "ResourceApply", "SparseApply",
                    "ResourceSparseApply")
 
 
-def learning_parameter_bytes(graph, batch_size=None):
-    """Bytes of the graph's trainable variables (static shapes)."""
-    total = 0
-    with graph.as_default():
-        variables = tf.compat.v1.trainable_variables()
-    for v in variables:
-        shape = v.shape
-        if shape.is_fully_defined():
-            total += shape.num_elements() * v.dtype.base_dtype.size
-    return total
+def learning_parameter_bytes(index):
+    """Bytes of the graph's trainable variables (static shapes), as
+    `build_index` read them from its ``trainable_variables`` collection."""
+    return sum(index.trainable_bytes)
 
 
 def op_bytes(index, op_id, batch_size=None):

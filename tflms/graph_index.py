@@ -10,11 +10,22 @@ answers its questions from this index with integer ids and never touches
 the `tf.Graph` again, which keeps the analysis pure, deterministic and
 O(V + E).
 
+This module is the only reader of TensorFlow for the analysis: whatever
+`analysis`, `planner` and `simulator` need from the graph beyond its
+structure (graph collections, function libraries, control-flow contexts,
+op defs) is read here once into plain per-op fields. `from_edges` builds
+the same kind of index from literal names and edges, with no graph behind
+it, so those modules can be tested without TensorFlow graphs.
+
 The index holds the `tf.Operation` objects only so that the rewriter can map
-ids back to ops; nothing here mutates the graph.
+ids back to ops (an index from `from_edges` has none, and the rewriter
+refuses it); nothing here mutates the graph.
 """
 
+import collections
 import dataclasses
+import functools
+import numbers
 
 import tensorflow as tf
 
@@ -23,10 +34,16 @@ from tflms import topo
 __all__ = [
     "GraphIndex",
     "build_index",
+    "from_edges",
+    "DEFAULT_DEVICE",
     "tensor_bytes",
     "is_cpu_device",
+    "DeviceKey",
+    "parse_device",
     "CONTROL_FLOW_V1_TYPES",
     "BACK_EDGE_TYPES",
+    "COLLECTIVE_TYPES",
+    "FUNCTION_CALL_TYPES",
 ]
 
 # v1 control-flow primitives: never triggers, never swap sources or sinks.
@@ -44,16 +61,104 @@ _VARIABLE_HOLDER_TYPES = frozenset({
 # topological orders do.
 BACK_EDGE_TYPES = frozenset({"NextIteration", "RefNextIteration"})
 
+# Cross-process and cross-device collectives (Horovod, NCCL, TF collective
+# ops). LMS never swaps their inputs or outputs and never hangs a control edge
+# on them: every rank must submit the same collectives in a compatible order,
+# and a data-parallel job gains nothing from moving a gradient that is about
+# to be reduced and applied. Function-call ops whose bodies hold one count too
+# (`GraphIndex.calls_collective`): Horovod wraps each allreduce in a `tf.cond`.
+COLLECTIVE_TYPES = frozenset({
+    "HorovodAllreduce", "HorovodGroupedAllreduce", "HorovodAllgather",
+    "HorovodGroupedAllgather", "HorovodBroadcast", "HorovodBroadcastInplace",
+    "HorovodAlltoall", "HorovodReducescatter", "HorovodGroupedReducescatter",
+    "HorovodJoin", "HorovodBarrier",
+    "NcclAllReduce", "NcclReduce", "NcclBroadcast",
+    "CollectiveReduce", "CollectiveReduceV2", "CollectiveReduceV3",
+    "CollectiveGather", "CollectiveGatherV2", "CollectiveBcastSend",
+    "CollectiveBcastRecv", "CollectiveBcastSendV2", "CollectiveBcastRecvV2",
+    "CollectiveAllToAllV2", "CollectiveAllToAllV3",
+    "CollectiveReduceScatterV2",
+})
+
+# Ops that run functions of the graph's library.
+FUNCTION_CALL_TYPES = frozenset({
+    "If", "StatelessIf", "Case", "StatelessCase", "While", "StatelessWhile",
+    "PartitionedCall", "StatefulPartitionedCall",
+})
+
 # Element sizes of dtypes whose tensors are not plain buffers of numbers.
 _OPAQUE_DTYPES = frozenset({tf.resource, tf.variant, tf.string})
+
+# Where an op of a literal graph (`from_edges`) runs unless told otherwise.
+DEFAULT_DEVICE = "/device:GPU:0"
+
+
+class DeviceKey(collections.namedtuple(
+        "DeviceKey", ["job", "replica", "task", "device_type",
+                      "device_index"])):
+    """A parsed device string; None for each part it does not give.
+    `device_type` is upper case ('CPU', 'GPU'...)."""
+
+
+_DEVICE_FIELDS = ("job", "replica", "task")
+
+
+@functools.lru_cache(maxsize=1024)
+def parse_device(device):
+    """Parse a device string as `tf.DeviceSpec.from_string` does, without
+    TensorFlow: the analysis compares placements of every op, and a literal
+    graph has no TensorFlow behind it.
+
+    Accepts ``/job:<name>/replica:<int>/task:<int>/device:<TYPE>:<int|*>``
+    with every part optional, and the short forms ``/cpu:0``, ``/GPU:1``,
+    ``/GPU``. Short forms of other names are taken as device types (pluggable
+    devices such as ``/XPU:0``), which TensorFlow checks against the devices
+    it has; an op's device string has passed that check already.
+
+    Args:
+      device: a device string ('' or None: no part given).
+
+    Returns:
+      A `DeviceKey`.
+
+    Raises:
+      ValueError: if the string cannot be a device string.
+    """
+    parts = {"job": None, "replica": None, "task": None}
+    device_type = device_index = None
+    for piece in (device or "").split("/"):
+        if not piece:
+            continue
+        y = piece.split(":")
+        try:
+            if len(y) == 2 and y[0] in _DEVICE_FIELDS:
+                parts[y[0]] = y[1] if y[0] == "job" else int(y[1])
+                continue
+            if len(y) == 3 and y[0] == "device":
+                kind, index = y[1], y[2]
+            elif len(y) in (1, 2) and y[0] not in _DEVICE_FIELDS + (
+                    "device",) and y[0].isidentifier():
+                kind, index = y[0], (y[1] if len(y) == 2 else "*")
+            else:
+                raise ValueError("unknown part %r" % piece)
+            if device_type is not None:
+                raise ValueError("two device types")
+            device_type = kind.upper()
+            device_index = None if index == "*" else int(index)
+        except ValueError as e:
+            raise ValueError(
+                "device string %r cannot be parsed (%s); use a string such "
+                "as '/device:GPU:0' or '/job:worker/task:1/device:CPU:0'"
+                % (device, e)) from None
+    return DeviceKey(parts["job"], parts["replica"], parts["task"],
+                     device_type, device_index)
 
 
 def is_cpu_device(device):
     """True if a device string names a CPU (``/cpu:0``, ``/device:CPU:0``...)."""
     if not device:
         return False
-    spec = tf.DeviceSpec.from_string(device)
-    return (spec.device_type or "").upper() == "CPU"
+    return parse_device(device).device_type == "CPU"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,7 +166,8 @@ class GraphIndex:
     """Plain-data view of a graph; every per-op field is a list indexed by id.
 
     Attributes:
-      ops: the `tf.Operation` of each id (only the rewriter uses these).
+      ops: the `tf.Operation` of each id (only the rewriter uses these), or
+        None for an index of a literal graph (`from_edges`).
       names, types, devices: per-op strings.
       inputs: per op, a tuple of ``(producer_id, output_index)``, one per data
         input slot, in slot order.
@@ -85,6 +191,11 @@ class GraphIndex:
       in_v1_cond / in_v1_loop: per op, True if the op was built inside a v1
         ``tf.cond`` branch / ``tf.while_loop`` body (Switch/Merge and
         Enter/Exit control flow).
+      calls_collective: per op, True if it calls a function of the graph's
+        library (`FUNCTION_CALL_TYPES`) that holds a `COLLECTIVE_TYPES` op,
+        directly or through further calls.
+      trainable_bytes: per op, bytes of the trainable variables (the graph's
+        ``trainable_variables`` collection, static shapes) whose op it is.
       levels: per op, its level in the categorized topological sort.
       ops_by_level: per level, the op ids in increasing id order.
       id_of: op name -> id.
@@ -111,6 +222,8 @@ class GraphIndex:
     bn_is_training: tuple
     in_v1_cond: tuple
     in_v1_loop: tuple
+    calls_collective: tuple
+    trainable_bytes: tuple
     levels: tuple
     ops_by_level: tuple
     id_of: dict
@@ -198,6 +311,47 @@ def _variable_bytes(op):
     return shape.num_elements() * _itemsize(dtype)
 
 
+def _called_functions(node_def):
+    names = []
+    for key in sorted(node_def.attr):
+        value = node_def.attr[key]
+        if value.HasField("func"):
+            names.append(value.func.name)
+        elif value.HasField("list"):
+            names.extend(f.name for f in value.list.func)
+    return names
+
+
+def _function_has_collective(graph, name, memo):
+    if name not in memo:
+        memo[name] = False  # guards against recursive functions
+        function = graph._get_function(name)  # pylint: disable=protected-access
+        nodes = function.definition.node_def if function is not None else ()
+        memo[name] = any(
+            node.op in COLLECTIVE_TYPES or any(
+                _function_has_collective(graph, f, memo)
+                for f in _called_functions(node))
+            for node in nodes)
+    return memo[name]
+
+
+def _trainable_bytes_by_op(graph, id_of):
+    """Bytes of the ``trainable_variables`` collection, summed per op."""
+    found = {}
+    for v in graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES):
+        shape = v.shape
+        if not shape.is_fully_defined():
+            continue
+        try:
+            op_id = id_of.get(v.op.name)
+        except AttributeError:  # not a variable; nothing to attribute
+            continue
+        if op_id is not None:
+            found[op_id] = (found.get(op_id, 0)
+                            + shape.num_elements() * v.dtype.base_dtype.size)
+    return found
+
+
 def build_index(graph, extra_control_edges=()):
     """Index a graph once.
 
@@ -215,28 +369,13 @@ def build_index(graph, extra_control_edges=()):
     """
     ops = tuple(graph.get_operations())
     id_of = {op.name: i for i, op in enumerate(ops)}
-    n = len(ops)
 
-    names, types, devices = [], [], []
-    inputs, control_inputs = [], []
-    output_shapes, output_itemsizes = [], []
-    variable_bytes, bn_is_training, is_stateful = [], [], []
-    in_cond, in_loop = [], []
-    consumers = []
+    cols = _Columns()
     stateful_by_type = {}  # an op def is per type
-    for op in ops:
-        names.append(op.name)
-        types.append(op.type)
-        devices.append(op.device)
-        inputs.append(tuple((id_of[t.op.name], t.value_index)
-                            for t in op.inputs))
-        control_inputs.append(tuple(sorted({id_of[c.name]
-                                            for c in op.control_inputs})))
+    memo = {}  # function name -> holds a collective
+    trainable = _trainable_bytes_by_op(graph, id_of)
+    for i, op in enumerate(ops):
         outs = op.outputs
-        output_shapes.append(tuple(_static_shape(t) for t in outs))
-        output_itemsizes.append(tuple(_itemsize(t.dtype) for t in outs))
-        consumers.append([[] for _ in outs])
-        variable_bytes.append(_variable_bytes(op))
         # Ops that write through a reference input (Assign, ApplyMomentum...
         # on v1 ref variables) are not stateful in their op defs, but they
         # change state all the same.
@@ -246,22 +385,66 @@ def build_index(graph, extra_control_edges=()):
             stateful = bool(op_def.is_stateful) or any(
                 arg.is_ref for arg in op_def.input_arg)
             stateful_by_type[op.type] = stateful
-        is_stateful.append(stateful)
-        if op.type.startswith("FusedBatchNorm"):
-            bn_is_training.append(bool(op.get_attr("is_training")))
-        else:
-            bn_is_training.append(None)
         kind = _control_flow_kind(op)
-        in_cond.append(kind == "cond")
-        in_loop.append(kind == "while")
+        cols.add(
+            name=op.name, type=op.type, device=op.device,
+            inputs=tuple((id_of[t.op.name], t.value_index)
+                         for t in op.inputs),
+            control_inputs=tuple(sorted({id_of[c.name]
+                                         for c in op.control_inputs})),
+            output_shapes=tuple(_static_shape(t) for t in outs),
+            output_itemsizes=tuple(_itemsize(t.dtype) for t in outs),
+            variable_bytes=_variable_bytes(op),
+            is_stateful=stateful,
+            bn_is_training=(bool(op.get_attr("is_training"))
+                            if op.type.startswith("FusedBatchNorm")
+                            else None),
+            in_v1_cond=kind == "cond",
+            in_v1_loop=kind == "while",
+            calls_collective=op.type in FUNCTION_CALL_TYPES and any(
+                _function_has_collective(graph, f, memo)
+                for f in _called_functions(op.node_def)),
+            trainable_bytes=trainable.get(i, 0))
+    return _assemble(ops, cols, id_of, extra_control_edges)
 
+
+class _Columns:
+    """The per-op facts both constructors gather, one list per field."""
+
+    FIELDS = ("names", "types", "devices", "inputs", "control_inputs",
+              "output_shapes", "output_itemsizes", "variable_bytes",
+              "is_stateful", "bn_is_training", "in_v1_cond", "in_v1_loop",
+              "calls_collective", "trainable_bytes")
+
+    def __init__(self):
+        for f in self.FIELDS:
+            setattr(self, f, [])
+
+    def add(self, name, type, device, inputs, control_inputs, output_shapes,  # pylint: disable=redefined-builtin
+            output_itemsizes, variable_bytes, is_stateful, bn_is_training,
+            in_v1_cond, in_v1_loop, calls_collective, trainable_bytes):
+        values = (name, type, device, inputs, control_inputs, output_shapes,
+                  output_itemsizes, variable_bytes, is_stateful,
+                  bn_is_training, in_v1_cond, in_v1_loop, calls_collective,
+                  trainable_bytes)
+        for f, v in zip(self.FIELDS, values):
+            getattr(self, f).append(v)
+
+
+def _assemble(ops, cols, id_of, extra_control_edges):
+    """The derived fields (consumers, fan-outs, control outputs, levels) and
+    the `GraphIndex`: one code path for `build_index` and `from_edges`."""
+    n = len(cols.names)
+    types = cols.types
+    inputs = cols.inputs
+    consumers = [[[] for _ in shapes] for shapes in cols.output_shapes]
     control_outputs = [[] for _ in range(n)]
     fanouts = [set() for _ in range(n)]
     for i in range(n):
         for slot, (producer, out) in enumerate(inputs[i]):
             consumers[producer][out].append((i, slot))
             fanouts[producer].add(i)
-        for c in control_inputs[i]:
+        for c in cols.control_inputs[i]:
             control_outputs[c].append(i)
 
     extra_out = [[] for _ in range(n)]
@@ -276,23 +459,25 @@ def build_index(graph, extra_control_edges=()):
 
     return GraphIndex(
         ops=ops,
-        names=tuple(names),
+        names=tuple(cols.names),
         types=tuple(types),
-        devices=tuple(devices),
+        devices=tuple(cols.devices),
         inputs=tuple(inputs),
         consumers=tuple(tuple(tuple(c) for c in per_op)
                         for per_op in consumers),
-        control_inputs=tuple(control_inputs),
+        control_inputs=tuple(cols.control_inputs),
         control_outputs=tuple(tuple(c) for c in control_outputs),
         fanins=tuple(tuple(sorted({p for p, _ in ins})) for ins in inputs),
         fanouts=tuple(tuple(sorted(f)) for f in fanouts),
-        output_shapes=tuple(output_shapes),
-        output_itemsizes=tuple(output_itemsizes),
-        variable_bytes=tuple(variable_bytes),
-        is_stateful=tuple(is_stateful),
-        bn_is_training=tuple(bn_is_training),
-        in_v1_cond=tuple(in_cond),
-        in_v1_loop=tuple(in_loop),
+        output_shapes=tuple(cols.output_shapes),
+        output_itemsizes=tuple(cols.output_itemsizes),
+        variable_bytes=tuple(cols.variable_bytes),
+        is_stateful=tuple(cols.is_stateful),
+        bn_is_training=tuple(cols.bn_is_training),
+        in_v1_cond=tuple(cols.in_v1_cond),
+        in_v1_loop=tuple(cols.in_v1_loop),
+        calls_collective=tuple(cols.calls_collective),
+        trainable_bytes=tuple(cols.trainable_bytes),
         levels=tuple(levels),
         ops_by_level=tuple(tuple(g) for g in topo.group_by_level(levels)),
         id_of=id_of,
@@ -324,6 +509,214 @@ def with_planned_edges(index, edges):
     return dataclasses.replace(
         index, planned_edges=planned, levels=tuple(levels),
         ops_by_level=tuple(tuple(g) for g in topo.group_by_level(levels)))
+
+
+# Facts `from_edges` takes per op, with their defaults.
+_LITERAL_FACTS = {
+    "device": None,  # None: from_edges' default_device
+    "outputs": None,  # None: max(1, outputs the edges read), no bytes
+    "variable_bytes": 0,
+    "trainable": False,
+    "stateful": False,
+    "bn_is_training": None,
+    "in_v1_cond": False,
+    "in_v1_loop": False,
+    "calls_collective": False,
+}
+_BOOL_FACTS = ("trainable", "stateful", "in_v1_cond", "in_v1_loop",
+               "calls_collective")
+
+
+def from_edges(ops, edges=(), control_edges=(),
+               default_device=DEFAULT_DEVICE):
+    """Index a literal graph: names, types and edges, no `tf.Graph`.
+
+    The index is the kind `build_index` makes (same fields, levels by the
+    same code), with ``ops=None``: the analysis, the planner and the
+    simulator work on it; the rewriter refuses it. Example, a 1 KiB tensor
+    read by two ops::
+
+        index = from_edges(
+            [("x", "Placeholder", {"outputs": [1024]}),
+             ("a", "Relu", {"outputs": [1024]}),
+             ("b", "AddV2")],
+            edges=[("x", "a"), ("x", "b"), ("a", "b")])
+
+    Args:
+      ops: sequence of ``(name, type)`` or ``(name, type, facts)``; op ids
+        are positions in it. `facts` is a dict with any of:
+        ``device`` (str, default `default_device`);
+        ``outputs``: one entry per output, each either an int ``n`` (a
+        tensor of ``n`` bytes, of shape ``(1, n)`` and 1-byte elements, so
+        rank 2 and swappable) or a pair ``(shape, itemsize)`` with `shape`
+        None (unknown rank) or a tuple of dims (None: unknown, the batch
+        dimension). Default: as many outputs as `edges` read (at least
+        one), of unknown shape and no bytes;
+        ``variable_bytes`` (int, bytes of the variable the op holds);
+        ``trainable`` (bool: its `variable_bytes` are learning parameters);
+        ``stateful``, ``in_v1_cond``, ``in_v1_loop``, ``calls_collective``
+        (bool); ``bn_is_training`` (bool or None). See `GraphIndex`.
+      edges: data edges ``(tensor, consumer)``: `tensor` is ``'op'``
+        (output 0) or ``'op:k'``; each consumer's input slots are numbered
+        in the order its edges appear here.
+      control_edges: ``(from_op, to_op)`` name pairs.
+      default_device: device of ops whose facts give none.
+
+    Returns:
+      A `GraphIndex` with ``ops=None``.
+
+    Raises:
+      ValueError: naming the bad entry and how to write it.
+      topo.GraphCycleError: if the edges close a cycle.
+    """
+    specs = []
+    id_of = {}
+    for k, spec in enumerate(ops):
+        if (not isinstance(spec, (tuple, list)) or len(spec) not in (2, 3)
+                or not all(isinstance(x, str) and x for x in spec[:2])):
+            raise ValueError(
+                "ops[%d] must be a (name, type) or (name, type, facts) "
+                "tuple with non-empty strings; got %r" % (k, spec))
+        name = spec[0]
+        if name in id_of:
+            raise ValueError(
+                "ops[%d]: op name %r is already ops[%d]; names must be "
+                "unique" % (k, name, id_of[name]))
+        id_of[name] = k
+        if len(spec) == 3 and not isinstance(spec[2], dict):
+            raise ValueError(
+                "ops[%d] (%r): facts must be a dict such as {'outputs': "
+                "[1024]}; got %r" % (k, name, spec[2]))
+        facts = dict(spec[2]) if len(spec) == 3 else {}
+        unknown = sorted(set(facts) - set(_LITERAL_FACTS))
+        if unknown:
+            raise ValueError(
+                "ops[%d] (%r): unknown fact %r; the facts are %s"
+                % (k, name, unknown[0], ", ".join(sorted(_LITERAL_FACTS))))
+        specs.append((name, spec[1], dict(_LITERAL_FACTS, **facts)))
+
+    inputs = [[] for _ in specs]
+    read = [0] * len(specs)  # outputs each op must have
+    for k, edge in enumerate(edges):
+        if not isinstance(edge, (tuple, list)) or len(edge) != 2:
+            raise ValueError("edges[%d] must be a (tensor, consumer) pair "
+                             "such as ('a:0', 'b'); got %r" % (k, edge))
+        producer, out = _literal_tensor(edge[0], id_of, "edges[%d]" % k)
+        consumer = _literal_op_id(edge[1], id_of, "edges[%d]" % k)
+        inputs[consumer].append((producer, out))
+        read[producer] = max(read[producer], out + 1)
+    control_inputs = [set() for _ in specs]
+    for k, edge in enumerate(control_edges):
+        if not isinstance(edge, (tuple, list)) or len(edge) != 2:
+            raise ValueError("control_edges[%d] must be a (from_op, to_op) "
+                             "pair of names; got %r" % (k, edge))
+        a = _literal_op_id(edge[0], id_of, "control_edges[%d]" % k)
+        b = _literal_op_id(edge[1], id_of, "control_edges[%d]" % k)
+        control_inputs[b].add(a)
+
+    cols = _Columns()
+    for i, (name, op_type, facts) in enumerate(specs):
+        where = "ops[%d] (%r)" % (i, name)
+        shapes, itemsizes = _literal_outputs(facts["outputs"], read[i], where)
+        for flag in _BOOL_FACTS:
+            if not isinstance(facts[flag], bool):
+                raise ValueError("%s: %s must be True or False; got %r"
+                                 % (where, flag, facts[flag]))
+        if facts["bn_is_training"] not in (None, True, False):
+            raise ValueError("%s: bn_is_training must be None, True or "
+                             "False; got %r" % (where, facts["bn_is_training"]))
+        variable_bytes = facts["variable_bytes"]
+        if (not isinstance(variable_bytes, numbers.Integral)
+                or isinstance(variable_bytes, bool) or variable_bytes < 0):
+            raise ValueError("%s: variable_bytes must be an int >= 0; got %r"
+                             % (where, variable_bytes))
+        device = facts["device"]
+        if device is None:
+            device = default_device
+        if not isinstance(device, str):
+            raise ValueError("%s: device must be a string such as "
+                             "'/device:GPU:0' ('' for unplaced); got %r"
+                             % (where, device))
+        try:
+            parse_device(device)
+        except ValueError as e:
+            raise ValueError("%s: %s" % (where, e)) from None
+        cols.add(
+            name=name, type=op_type, device=device,
+            inputs=tuple(inputs[i]),
+            control_inputs=tuple(sorted(control_inputs[i])),
+            output_shapes=shapes, output_itemsizes=itemsizes,
+            variable_bytes=int(variable_bytes),
+            is_stateful=facts["stateful"],
+            bn_is_training=facts["bn_is_training"],
+            in_v1_cond=facts["in_v1_cond"], in_v1_loop=facts["in_v1_loop"],
+            calls_collective=facts["calls_collective"],
+            trainable_bytes=int(variable_bytes) if facts["trainable"] else 0)
+    return _assemble(None, cols, id_of, ())
+
+
+def _literal_op_id(name, id_of, where):
+    op_id = id_of.get(name) if isinstance(name, str) else None
+    if op_id is None:
+        raise ValueError("%s: no op named %r; edges name ops of `ops`"
+                         % (where, name))
+    return op_id
+
+
+def _literal_tensor(tensor, id_of, where):
+    """``'op'`` or ``'op:k'`` -> (op id, k)."""
+    if isinstance(tensor, str) and tensor not in id_of and ":" in tensor:
+        name, _, out = tensor.rpartition(":")
+        if not out.isdigit():
+            raise ValueError(
+                "%s: tensor %r must be 'op' or 'op:k' with k an int >= 0"
+                % (where, tensor))
+        return _literal_op_id(name, id_of, where), int(out)
+    return _literal_op_id(tensor, id_of, where), 0
+
+
+def _literal_outputs(outputs, read, where):
+    """`from_edges`' ``outputs`` fact -> (output shapes, item sizes)."""
+    if outputs is None:
+        count = max(1, read)
+        return (None,) * count, (0,) * count
+    if isinstance(outputs, (str, bytes)) or not hasattr(outputs, "__iter__"):
+        raise ValueError("%s: outputs must be a list with one entry per "
+                         "output, e.g. [1024]; got %r" % (where, outputs))
+    outputs = list(outputs)
+    if len(outputs) < read:
+        raise ValueError(
+            "%s: the edges read output %d but outputs lists %d; list one "
+            "entry per output" % (where, read - 1, len(outputs)))
+    shapes, itemsizes = [], []
+    for k, entry in enumerate(outputs):
+        if isinstance(entry, numbers.Integral) and not isinstance(
+                entry, bool) and entry >= 0:
+            shapes.append((1, int(entry)))
+            itemsizes.append(1)
+            continue
+        if (isinstance(entry, (tuple, list)) and len(entry) == 2
+                and _is_literal_shape(entry[0])
+                and isinstance(entry[1], numbers.Integral)
+                and not isinstance(entry[1], bool) and entry[1] >= 0):
+            shape = None if entry[0] is None else tuple(entry[0])
+            shapes.append(shape)
+            itemsizes.append(int(entry[1]))
+            continue
+        raise ValueError(
+            "%s: outputs[%d] must be a byte count (int >= 0) or a (shape, "
+            "itemsize) pair such as ((None, 128), 4); got %r"
+            % (where, k, entry))
+    return tuple(shapes), tuple(itemsizes)
+
+
+def _is_literal_shape(shape):
+    if shape is None:
+        return True
+    return isinstance(shape, (tuple, list)) and all(
+        d is None or (isinstance(d, numbers.Integral)
+                      and not isinstance(d, bool) and d >= 0)
+        for d in shape)
 
 
 def tensor_bytes(index, op_id, output, batch_size=None):

@@ -309,7 +309,7 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
         log.info("The graph has %d vertices and %d edges."
                  % (index.num_ops, index.num_edges))
         log.info("The graph has %.2f MiB of learning parameters"
-                 % (analysis.learning_parameter_bytes(graph) / _MIB))
+                 % (analysis.learning_parameter_bytes(index) / _MIB))
         op, nbytes = analysis.largest_device_op(
             index, roles.device_ops, self._settings.batch_size,
             excluded=analysis.initializer_only_ops(index))

@@ -147,13 +147,22 @@ def apply_plan(graph, index, plan, cpu_device):
       A `RewriteResult`.
 
     Raises:
-      ValueError: if the graph changed since it was indexed (nothing is
-        edited then).
+      ValueError: if the index has no ops (a literal graph) or the graph
+        changed since it was indexed (nothing is edited then).
     """
     ops = index.ops
     # Validate and snapshot before the first edit.
+    if ops is None:
+        raise ValueError(
+            "the index has no tf.Operations (it was built from literal "
+            "edges by graph_index.from_edges), so there is nothing to "
+            "rewrite; index the graph with graph_index.build_index(graph)")
     if graph.finalized:
         raise ValueError("the graph is finalized and cannot be edited")
+    if ops and ops[0].graph is not graph:
+        raise ValueError(
+            "the index was built from another graph than the one to edit; "
+            "index this graph with graph_index.build_index(graph)")
     if len(graph.get_operations()) != index.num_ops:
         raise ValueError(
             "the graph has %d ops but was indexed with %d; index it again "

@@ -1,0 +1,284 @@
+"""The graph index: literal graphs (`from_edges`), its bad-input errors, and
+the facts `build_index` reads from TensorFlow."""
+
+import dataclasses
+
+import pytest
+import tensorflow as tf
+
+from tflms import analysis
+from tflms import graph_index as gi
+from tflms import topo
+
+
+def diamond():
+    """x -> a, b; a -> c (slot 0), b:1 -> c (slot 1); x ~> b (control);
+    a ~> d (control), c -> d.
+
+    Levels: x 0, a 1, b 1, c 2, d 3.
+    """
+    return gi.from_edges(
+        [("x", "Placeholder", {"outputs": [((None, 8), 4)]}),
+         ("a", "Relu", {"outputs": [64]}),
+         ("b", "Split", {"outputs": [16, ((2, 3), 2)]}),
+         ("c", "AddV2", {"outputs": [(None, 4)]}),
+         ("d", "NoOp")],
+        edges=[("x", "a"), ("x", "b"), ("a", "c"), ("b:1", "c"),
+               ("c", "d")],
+        control_edges=[("x", "b"), ("a", "d")])
+
+
+def test_literal_index_structure():
+    index = diamond()
+    assert index.ops is None
+    assert index.names == ("x", "a", "b", "c", "d")
+    assert index.id_of == {"x": 0, "a": 1, "b": 2, "c": 3, "d": 4}
+    assert index.types == ("Placeholder", "Relu", "Split", "AddV2", "NoOp")
+    assert index.devices == (gi.DEFAULT_DEVICE,) * 5
+    assert index.levels == (0, 1, 1, 2, 3)
+    assert index.ops_by_level == ((0,), (1, 2), (3,), (4,))
+    assert index.inputs == ((), ((0, 0),), ((0, 0),), ((1, 0), (2, 1)),
+                            ((3, 0),))
+    assert index.consumers == (
+        (((1, 0), (2, 0)),), (((3, 0),),), ((), ((3, 1),)), (((4, 0),),),
+        ((),))
+    assert index.fanins == ((), (0,), (0,), (1, 2), (3,))
+    assert index.fanouts == ((1, 2), (3,), (3,), (4,), ())
+    assert index.control_inputs == ((), (), (0,), (), (1,))
+    assert index.control_outputs == ((2,), (4,), (), (), ())
+    assert index.predecessors(4) == (1, 3)
+    assert index.successors(0) == (1, 2)
+    assert index.successors(1) == (3, 4)
+    assert index.num_ops == 5
+    assert index.num_levels == 4
+    # 5 data edges between distinct ops, 2 control edges.
+    assert index.num_edges == 7
+
+
+def test_literal_sizes():
+    index = diamond()
+    assert index.output_shapes == (((None, 8),), ((1, 64),),
+                                   ((1, 16), (2, 3)), (None,), (None,))
+    assert index.output_itemsizes == ((4,), (1,), (1, 2), (4,), (0,))
+    assert gi.tensor_bytes(index, 0, 0) is None
+    assert gi.tensor_bytes(index, 0, 0, batch_size=3) == 3 * 8 * 4
+    assert gi.tensor_bytes(index, 1, 0) == 64
+    assert gi.tensor_bytes(index, 2, 0) == 16
+    assert gi.tensor_bytes(index, 2, 1) == 12
+    assert gi.tensor_bytes(index, 3, 0, batch_size=3) is None  # unknown rank
+    # Default output: unknown shape, no bytes.
+    assert gi.tensor_bytes(index, 4, 0) == 0
+
+
+def test_literal_facts_and_defaults():
+    index = gi.from_edges(
+        [("w", "VariableV2", {"variable_bytes": 400, "trainable": True,
+                              "stateful": True, "device": "/cpu:0"}),
+         ("m", "VariableV2", {"variable_bytes": 100, "stateful": True}),
+         ("bn", "FusedBatchNormV3", {"bn_is_training": False,
+                                     "in_v1_cond": True}),
+         ("l", "Mul", {"in_v1_loop": True}),
+         ("f", "StatefulPartitionedCall", {"calls_collective": True})],
+        default_device="/device:GPU:1")
+    assert index.devices == ("/cpu:0",) + ("/device:GPU:1",) * 4
+    assert index.variable_bytes == (400, 100, 0, 0, 0)
+    assert index.trainable_bytes == (400, 0, 0, 0, 0)
+    assert index.is_stateful == (True, True, False, False, False)
+    assert index.bn_is_training == (None, None, False, None, None)
+    assert index.in_v1_cond == (False, False, True, False, False)
+    assert index.in_v1_loop == (False, False, False, True, False)
+    assert index.calls_collective == (False, False, False, False, True)
+    assert analysis.learning_parameter_bytes(index) == 400
+    assert index.levels == (0,) * 5
+
+
+def test_next_iteration_is_no_edge_for_levels():
+    ops = [("enter", "Enter"), ("merge", "Merge"), ("body", "Relu"),
+           ("next", "NextIteration")]
+    edges = [("enter", "merge"), ("next", "merge"), ("merge", "body"),
+             ("body", "next")]
+    index = gi.from_edges(ops, edges)
+    assert index.levels == (0, 1, 2, 3)
+    assert index.inputs[1] == ((0, 0), (3, 0))
+    # The same loop with an ordinary op closing it is a cycle.
+    ops[3] = ("next", "Identity")
+    with pytest.raises(topo.GraphCycleError,
+                       match=r"the graph has a cycle: 3 of 4 nodes"):
+        gi.from_edges(ops, edges)
+
+
+def _tf_graph_and_literal_twin():
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 8], name="x")
+        w = tf.compat.v1.get_variable("w", [8, 8], use_resource=False)
+        h = tf.matmul(x, w, name="h")
+        parts = tf.split(h, 2, axis=1, name="parts")
+        with tf.control_dependencies([parts[0].op]):
+            y = tf.concat([parts[1], h], 1, name="y")
+        tf.identity(y, name="out")
+    literal = gi.from_edges(
+        [(op.name, op.type) for op in graph.get_operations()],
+        edges=[(t.name, op.name) for op in graph.get_operations()
+               for t in op.inputs],
+        control_edges=[(c.name, op.name) for op in graph.get_operations()
+                       for c in op.control_inputs])
+    return graph, literal
+
+
+def test_literal_twin_of_a_tf_graph_has_its_structure():
+    graph, literal = _tf_graph_and_literal_twin()
+    index = gi.build_index(graph)
+    for field in ("names", "types", "inputs", "control_inputs",
+                  "control_outputs", "fanins", "fanouts", "levels",
+                  "ops_by_level", "id_of"):
+        assert getattr(literal, field) == getattr(index, field), field
+    # Consumers agree on every output the edges read.
+    for i in range(index.num_ops):
+        for out, readers in enumerate(literal.consumers[i]):
+            assert readers == index.consumers[i][out]
+
+
+def test_build_index_reads_trainable_bytes_and_collective_calls():
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [4, 4], name="x")
+        tf.compat.v1.get_variable("w", [3, 5], dtype=tf.float64)
+        tf.compat.v1.get_variable("frozen", [7], trainable=False)
+
+        @tf.function
+        def reduce(t):
+            return tf.raw_ops.CollectiveReduceV2(
+                input=t, group_size=1, group_key=1, instance_key=1,
+                ordering_token=[], merge_op="Add", final_op="Id")
+
+        @tf.function
+        def outer(t):
+            return reduce(t) * 2.0
+
+        @tf.function
+        def plain(t):
+            return t + 1.0
+
+        outer(x)
+        plain(x)
+    index = gi.build_index(graph)
+    by_name = dict(zip(index.names, index.trainable_bytes))
+    assert by_name["w"] == 3 * 5 * 8
+    assert by_name["frozen"] == 0
+    assert sum(index.trainable_bytes) == 120
+    calls = [(index.types[i], index.calls_collective[i])
+             for i in range(index.num_ops)
+             if index.types[i] in gi.FUNCTION_CALL_TYPES]
+    # outer calls reduce, which holds the collective; plain holds none.
+    assert sorted(calls) == [("PartitionedCall", False),
+                             ("StatefulPartitionedCall", True)]
+
+
+# ---- bad input -------------------------------------------------------------
+BAD_LITERALS = [
+    (dict(ops=["x"]),
+     r"^ops\[0\] must be a \(name, type\) or \(name, type, facts\) tuple "
+     r"with non-empty strings; got 'x'$"),
+    (dict(ops=[("x", "")]),
+     r"^ops\[0\] must be .*; got \('x', ''\)$"),
+    (dict(ops=[("x", "Relu"), ("x", "Relu")]),
+     r"^ops\[1\]: op name 'x' is already ops\[0\]; names must be unique$"),
+    (dict(ops=[("x", "Relu", [1024])]),
+     r"^ops\[0\] \('x'\): facts must be a dict such as \{'outputs': "
+     r"\[1024\]\}; got \[1024\]$"),
+    (dict(ops=[("x", "Relu", {"devcie": "/cpu:0"})]),
+     r"^ops\[0\] \('x'\): unknown fact 'devcie'; the facts are "
+     r"bn_is_training, calls_collective, device, in_v1_cond, in_v1_loop, "
+     r"outputs, stateful, trainable, variable_bytes$"),
+    (dict(ops=[("x", "Relu")], edges=[("y", "x")]),
+     r"^edges\[0\]: no op named 'y'; edges name ops of `ops`$"),
+    (dict(ops=[("x", "Relu")], edges=[("x", "y")]),
+     r"^edges\[0\]: no op named 'y'; edges name ops of `ops`$"),
+    (dict(ops=[("x", "Relu")], edges=["x"]),
+     r"^edges\[0\] must be a \(tensor, consumer\) pair such as "
+     r"\('a:0', 'b'\); got 'x'$"),
+    (dict(ops=[("x", "Relu"), ("y", "Relu")], edges=[("x:one", "y")]),
+     r"^edges\[0\]: tensor 'x:one' must be 'op' or 'op:k' with k an "
+     r"int >= 0$"),
+    (dict(ops=[("x", "Relu", {"outputs": [8]}), ("y", "Relu")],
+          edges=[("x:1", "y")]),
+     r"^ops\[0\] \('x'\): the edges read output 1 but outputs lists 1; "
+     r"list one entry per output$"),
+    (dict(ops=[("x", "Relu", {"outputs": [-5]})]),
+     r"^ops\[0\] \('x'\): outputs\[0\] must be a byte count \(int >= 0\) "
+     r"or a \(shape, itemsize\) pair such as \(\(None, 128\), 4\); "
+     r"got -5$"),
+    (dict(ops=[("x", "Relu", {"outputs": [((2, -1), 4)]})]),
+     r"^ops\[0\] \('x'\): outputs\[0\] must be .*; got \(\(2, -1\), 4\)$"),
+    (dict(ops=[("x", "Relu", {"outputs": 8})]),
+     r"^ops\[0\] \('x'\): outputs must be a list with one entry per "
+     r"output, e.g. \[1024\]; got 8$"),
+    (dict(ops=[("x", "Relu", {"stateful": 1})]),
+     r"^ops\[0\] \('x'\): stateful must be True or False; got 1$"),
+    (dict(ops=[("x", "Relu", {"bn_is_training": "yes"})]),
+     r"^ops\[0\] \('x'\): bn_is_training must be None, True or False; "
+     r"got 'yes'$"),
+    (dict(ops=[("x", "Relu", {"variable_bytes": 1.5})]),
+     r"^ops\[0\] \('x'\): variable_bytes must be an int >= 0; got 1.5$"),
+    (dict(ops=[("x", "Relu", {"device": 0})]),
+     r"^ops\[0\] \('x'\): device must be a string such as "
+     r"'/device:GPU:0' \(\'\' for unplaced\); got 0$"),
+    (dict(ops=[("x", "Relu", {"device": "/device:GPU:zero"})]),
+     r"^ops\[0\] \('x'\): device string '/device:GPU:zero' cannot be "
+     r"parsed \(invalid literal for int\(\) .*\); use a string such as "
+     r"'/device:GPU:0' or '/job:worker/task:1/device:CPU:0'$"),
+    (dict(ops=[("x", "Relu")], control_edges=[("x", "z")]),
+     r"^control_edges\[0\]: no op named 'z'; edges name ops of `ops`$"),
+    (dict(ops=[("x", "Relu")], control_edges=[("x",)]),
+     r"^control_edges\[0\] must be a \(from_op, to_op\) pair of names; "
+     r"got \('x',\)$"),
+]
+
+
+@pytest.mark.parametrize("kwargs, message", BAD_LITERALS,
+                         ids=[str(i) for i in range(len(BAD_LITERALS))])
+def test_from_edges_refuses_bad_input(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        gi.from_edges(**kwargs)
+
+
+# ---- device strings --------------------------------------------------------
+DEVICES = [
+    "", "/cpu:0", "/CPU:1", "/gpu:0", "/GPU", "/device:GPU:1",
+    "/device:gpu:0", "/device:GPU:*", "/job:ps/cpu:1", "/task:1",
+    "/job:worker/replica:0/task:2/device:GPU:3", "/CPU:0/job:x",
+    "/job:localhost/replica:0/task:0/device:CPU:0",
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_parse_device_agrees_with_tensorflow(device):
+    spec = tf.DeviceSpec.from_string(device)
+    want = (spec.job, spec.replica, spec.task,
+            spec.device_type.upper() if spec.device_type else None,
+            spec.device_index)
+    assert tuple(gi.parse_device(device)) == want
+    assert gi.is_cpu_device(device) == (want[3] == "CPU")
+
+
+@pytest.mark.parametrize("device", [
+    "/device:GPU:0/device:CPU:0", "/gpu:0/cpu:0", "/task:x", "/a:b:c",
+    "/device:GPU:1:2", "/job", "/device:GPU:x",
+])
+def test_parse_device_refuses_what_tensorflow_refuses(device):
+    with pytest.raises(ValueError):
+        tf.DeviceSpec.from_string(device)
+    with pytest.raises(ValueError, match=r"^device string %r cannot be "
+                       r"parsed \(.*\); use a string such as" % device):
+        gi.parse_device(device)
+
+
+def test_index_fields_are_the_same_for_both_constructors():
+    graph, literal = _tf_graph_and_literal_twin()
+    index = gi.build_index(graph)
+    assert ([f.name for f in dataclasses.fields(literal)]
+            == [f.name for f in dataclasses.fields(index)])
+    assert all(len(getattr(literal, f.name)) == literal.num_ops
+               for f in dataclasses.fields(literal)
+               if f.name not in ("ops", "ops_by_level", "id_of"))

@@ -1,0 +1,146 @@
+"""The simulator on literal graphs (`graph_index.from_edges`) whose memory
+use is worked out by hand: exact timelines, peaks, and what is live there.
+(`test_simulator.py` checks the same model on TensorFlow graphs.)"""
+
+import pytest
+
+from tflms import analysis
+from tflms import graph_index as gi
+from tflms import planner
+from tflms import simulator
+
+U = 1000
+
+
+def model_of(index, batch_size=None):
+    return simulator.SimulationModel(index, analysis.classify_ops(index),
+                                     batch_size)
+
+
+def chain_graph():
+    """x (100 B) -> a (200) -> b (400) -> c (800) -> d (1600), with
+    a = matmul(x, read(w)), d = c * k; w a 5000-byte variable, k a 7-byte
+    constant (both resident); host = relu(b) on the CPU (50 B), read back
+    on the device by back = host + c (10 B).
+
+    Levels: x, w, k 0; read 1; a 2; b 3; c 4, host 4; d 5, back 5.
+    Buffers (inclusive levels): x [0, 2], a [2, 3], b [3, 4], c [4, 5],
+    d [5, 5], back [5, 5]; the device copy of host:0 [4, 5] (made when
+    host runs, freed after back); host:0 on the host [4, 4].
+    """
+    return gi.from_edges(
+        [("x", "Placeholder", {"outputs": [100]}),
+         ("w", "VariableV2", {"outputs": [((25, 50), 4)],
+                              "variable_bytes": 5000, "stateful": True}),
+         ("k", "Const", {"outputs": [7]}),
+         ("read", "Identity", {"outputs": [((25, 50), 4)]}),
+         ("a", "MatMul", {"outputs": [200]}),
+         ("b", "Relu", {"outputs": [400]}),
+         ("c", "Relu", {"outputs": [800]}),
+         ("host", "Relu", {"outputs": [50], "device": "/cpu:0"}),
+         ("d", "Mul", {"outputs": [1600]}),
+         ("back", "AddV2", {"outputs": [10]})],
+        edges=[("w", "read"), ("x", "a"), ("read", "a"), ("a", "b"),
+               ("b", "c"), ("c", "d"), ("k", "d"), ("b", "host"),
+               ("host", "back"), ("c", "back")])
+
+
+def test_chain_peak_in_closed_form():
+    index = chain_graph()
+    assert index.levels == (0, 0, 0, 1, 2, 3, 4, 4, 5, 5)
+    result = model_of(index).replay(None)
+    resident = 5000 + 7
+    assert result.resident_device_bytes == resident
+    assert result.resident_host_bytes == 0
+    # Levels 0-5: x; x; x+a; a+b; b+c+copy; c+d+copy+back.
+    assert result.device_timeline.tolist() == [
+        resident + b for b in (100, 100, 300, 600, 1250, 2460)]
+    assert result.peak_device_bytes == resident + 2460
+    assert result.peak_level == 5
+    assert result.peak_op == "d"
+    assert result.live_at_peak == (
+        ("<resident variables and constants>", resident), ("d:0", 1600),
+        ("c:0", 800), ("host:0 (device copy)", 50), ("back:0", 10))
+    assert result.host_timeline.tolist() == [0, 0, 0, 0, 50, 0]
+    assert result.peak_host_bytes == 50
+    assert result.swapout_bytes == result.swapin_bytes == 0
+
+
+def test_unknown_batch_dimension_in_a_literal_graph():
+    index = gi.from_edges(
+        [("x", "Placeholder", {"outputs": [((None, 10), 4)]}),
+         ("y", "Relu", {"outputs": [((None, 10), 4)]})],
+        edges=[("x", "y")])
+    with pytest.raises(simulator.BatchSizeError,
+                       match=r"^LMS cannot size tensor 'x:0' \(shape "
+                             r"\(\?, 10\)\) without the mini-batch size"):
+        model_of(index)
+    result = model_of(index, batch_size=3).replay(None)
+    assert result.device_timeline.tolist() == [120, 240]
+
+
+def u_graph(n=4):
+    """f_i = sin(f_{i-1}) (f_0 = x), g_n = cos(f_n), g_i = g_{i+1} * f_i;
+    every tensor U bytes. Levels: x 0, f_i i, g_i 2n+1-i. f_i lives from
+    level i to g_i's level 2n+1-i."""
+    ops = [("x", "Placeholder", {"outputs": [U]})]
+    edges = []
+    for i in range(1, n + 1):
+        ops.append(("f%d" % i, "Sin", {"outputs": [U]}))
+        edges.append(("f%d" % (i - 1) if i > 1 else "x", "f%d" % i))
+    ops.append(("g%d" % n, "Cos", {"outputs": [U]}))
+    edges.append(("f%d" % n, "g%d" % n))
+    for i in range(n - 1, 0, -1):
+        ops.append(("g%d" % i, "Mul", {"outputs": [U]}))
+        edges += [("g%d" % (i + 1), "g%d" % i), ("f%d" % i, "g%d" % i)]
+    return gi.from_edges(ops, edges)
+
+
+def test_u_graph_without_lms():
+    """Level L (n=4): x [0,1]; f1 [1,8], f2 [2,7], f3 [3,6], f4 [4,5];
+    g4 [5,6], g3 [6,7], g2 [7,8], g1 [8,8]. The peak, f1..f4 and g4, is
+    (n + 1) U at level n + 1."""
+    result = model_of(u_graph()).replay(None)
+    assert result.device_timeline.tolist() == [
+        U * k for k in (1, 2, 2, 3, 4, 5, 5, 4, 3)]
+    assert result.peak_device_bytes == 5 * U
+    assert result.peak_level == 5
+    assert result.peak_op == "g4"
+    assert sorted(name for name, _ in result.live_at_peak) == [
+        "f1:0", "f2:0", "f3:0", "f4:0", "g4:0"]
+
+
+@pytest.mark.parametrize("sync_mode, timeline, peak_level", [
+    # f1 lives [1, 2] (until f2 and the swap-out); its copy comes back at
+    # level 7 (after the trigger g3) for g1 at 8.
+    (0, (1, 2, 2, 2, 3, 4, 4, 4, 3), 5),
+    # f2 waits for the swap-out (level 2): every later op moves down one
+    # level, and f1 lives [1, 3].
+    (1, (1, 2, 1, 2, 2, 3, 4, 4, 4, 3), 6),
+    # The swap-in waits on g2 (level 7): it comes back at level 8 and g1
+    # moves to level 9; g2 lives [7, 9].
+    (2, (1, 2, 2, 2, 3, 4, 4, 3, 2, 3), 5),
+])
+def test_u_graph_with_one_swap(sync_mode, timeline, peak_level):
+    """make_plan with swapout_threshold 5 swaps only f1 (read by g1 seven
+    levels later); swapin_ahead 1 picks g3 (level 6) as its trigger. The
+    peak drops from 5 U to 4 U."""
+    index = u_graph()
+    roles = analysis.classify_ops(index)
+    plan = planner.make_plan(index, roles,
+                             planner.SwapParams(5, 1, 0, sync_mode))
+    assert [(index.names[s.producer], [index.names[t] for sin in s.swap_ins
+                                       for t in sin.triggers])
+            for s in plan.swaps] == [
+        ("f1", ["g2"] if sync_mode == 2 else ["g3"])]
+    result = simulator.SimulationModel(index, roles).replay(plan)
+    assert result.device_timeline.tolist() == [U * k for k in timeline]
+    assert result.peak_device_bytes == 4 * U
+    assert result.peak_level == peak_level
+    assert result.num_levels == len(timeline)
+    assert result.swapout_bytes == result.swapin_bytes == U
+    # The swap-out's host buffer lives from its level (2) to the swap-in's.
+    swapin_level = {0: 7, 1: 8, 2: 8}[sync_mode]
+    assert result.host_timeline.tolist() == [
+        U if 2 <= lvl <= swapin_level else 0 for lvl in range(len(timeline))]
+    assert result.peak_host_bytes == U
