@@ -10,6 +10,7 @@ from tflms import analysis
 from tflms import graph_index as gi
 from tflms import planner
 from tflms import simulator
+from tflms import topo
 
 F32_4x8 = ((4, 8), 4)
 
@@ -273,17 +274,23 @@ def test_ancestors_within():
     assert within(1, extra_preds=extra, data_only=True) == {"a", "b", "s"}
 
 
-def test_relevel_with_extra_edges():
+def test_planned_edges_relevel_the_index():
     index = gi.from_edges([("x", "Placeholder"), ("a", "Relu"),
                            ("b", "Relu")],
                           edges=[("x", "a"), ("x", "b")])
-    assert index.levels == (0, 1, 1)
-    assert analysis.relevel(index, ()) is index
-    moved = analysis.relevel(index, [(1, 2)])
+    assert index.levels == (0, 1, 1) and index.planned_edges == ()
+    assert gi.with_planned_edges(index, ()) is index
+    moved = gi.with_planned_edges(index, [(1, 2)])
     assert moved.levels == (0, 1, 2)
     assert moved.ops_by_level == ((0,), (1,), (2,))
+    assert moved.planned_edges == ((1, 2),)
     assert moved.inputs == index.inputs
     assert moved.control_inputs == index.control_inputs == ((), (), ())
+    # Planned edges accumulate, and one that closes a cycle is refused.
+    assert gi.with_planned_edges(moved, [(0, 1)]).planned_edges == (
+        (1, 2), (0, 1))
+    with pytest.raises(topo.GraphCycleError):
+        gi.with_planned_edges(moved, [(2, 1)])
 
 
 @pytest.mark.parametrize("device, gpu_device, expected", [

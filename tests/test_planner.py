@@ -8,6 +8,7 @@ import pytest
 from tflms import analysis
 from tflms import graph_index as gi
 from tflms import planner
+from tflms import settings
 
 KB = 1000
 MAT = ((4, 8), 4)  # a rank-2 float32 tensor of 128 bytes
@@ -336,7 +337,7 @@ def serialization_graph():
 def test_serialization_edges(excluded, extra, expected):
     index = serialization_graph()
     roles = analysis.classify_ops(index)
-    slices = planner.parse_serialization([1])
+    slices = settings.serialization_slices([1])
     edges, chosen = planner.serialization_edges(
         index, roles, slices, extra_levels=extra,
         excluded=frozenset(index.id_of[n] for n in excluded))
