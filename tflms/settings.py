@@ -16,6 +16,8 @@ checks that need TensorFlow (device strings) import it when they run.
 import argparse
 import dataclasses
 import functools
+import re
+import sys
 
 from tflms import _argparse_types as T
 
@@ -25,9 +27,11 @@ __all__ = [
     "fields",
     "parse_serialization",
     "serialization_slices",
+    "flag_of",
     "add_arguments",
     "from_arguments",
     "markdown_table",
+    "with_tables",
 ]
 
 # A swap parameter set to AUTO is chosen by the auto-tuner.
@@ -388,46 +392,104 @@ def fields(kind=None):
 
 
 # ---- command-line flags ----------------------------------------------------
+def flag_of(name):
+    """The command-line flag of setting `name`: ``--swapout-threshold``.
+
+    Both the ``tflms`` command and the example scripts spell every LMS flag
+    this way (argparse's convention: words joined by dashes).
+    """
+    return "--" + name.replace("_", "-")
+
+
 def _flag(name, style):
-    return "--" + (name.replace("_", "-") if style == "dash" else name)
+    return flag_of(name) if style == "dash" else "--" + name
 
 
-def add_arguments(group, names=None, style="dash", flag_names=None):
+class _DeprecatedAlias(argparse.Action):
+    """A flag kept for old command lines: hidden from ``--help``, it warns
+    on stderr and then does what the flag it stands for does."""
+
+    def __init__(self, option_strings, dest, use, switch=False, **kwargs):
+        if switch:
+            kwargs["nargs"] = 0
+        super().__init__(option_strings, dest, **kwargs)
+        self.use = use
+        self.switch = switch
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print("warning: %s is deprecated; use %s" % (option_string, self.use),
+              file=sys.stderr)
+        setattr(namespace, self.dest, True if self.switch else values)
+
+
+def add_arguments(group, names=None, style="dash", flag_names=None,
+                  aliases=None):
     """Add a flag for each setting in `names` (default: every setting that
     has one) to an argparse parser or group.
 
     Args:
       group: the parser or argument group.
       names: setting names, in the order wanted.
-      style: ``"dash"`` (``--swapout-threshold``, the ``tflms`` command) or
-        ``"underscore"`` (``--swapout_threshold``, the example scripts).
+      style: ``"dash"`` (``--swapout-threshold``, the one spelling of the
+        ``tflms`` command and the examples) or ``"underscore"``.
       flag_names: ``{setting: flag}`` for flags not named after the setting.
+      aliases: ``{setting: [old flag, ...]}``: deprecated spellings that
+        still work, hidden from ``--help`` and warned about when used.
 
     Every flag's destination is the setting's name, so `from_arguments`
     reads them back.
+
+    Raises:
+      ValueError: for a name in `names` or `aliases` that is not a setting
+        with a flag.
     """
-    chosen = [f for f in fields() if f.metadata["flag"] is not None]
-    if names is not None:
-        by_name = {f.name: f for f in chosen}
-        chosen = [by_name[n] for n in names]
+    flagged = {f.name: f for f in fields() if f.metadata["flag"] is not None}
+    unknown = sorted(set(names or ()).union(aliases or ()) - set(flagged))
+    if unknown:
+        raise ValueError(
+            "no command-line flag for setting(s) %s; the settings with flags "
+            "are %s" % (", ".join(unknown), ", ".join(flagged)))
+    chosen = list(flagged.values()) if names is None else [
+        flagged[n] for n in names]
     for field in chosen:
         meta = field.metadata
         flag = (flag_names or {}).get(field.name) or _flag(field.name, style)
-        if meta["text"] is None:
+        switch = meta["text"] is None
+        if switch:
             group.add_argument(flag, dest=field.name, action="store_true",
                                default=field.default, help=meta["flag"])
         else:
             group.add_argument(flag, dest=field.name, type=meta["text"],
                                default=field.default, metavar=meta["metavar"],
                                help=meta["flag"])
+        for alias in (aliases or {}).get(field.name, ()):
+            extra = {} if switch else {"type": meta["text"]}
+            group.add_argument(alias, dest=field.name, action=_DeprecatedAlias,
+                               use=flag, switch=switch,
+                               default=argparse.SUPPRESS,
+                               help=argparse.SUPPRESS, **extra)
     return group
 
 
-def from_arguments(args, base=None, **overrides):
+def from_arguments(args, base=None, names=None, **overrides):
     """`Settings` from parsed flags (those `add_arguments` added), over
-    `base` (default: the defaults), with `overrides` last."""
+    `base` (default: the defaults), with `overrides` last.
+
+    Args:
+      args: the `argparse.Namespace`.
+      base: the `Settings` to start from.
+      names: read only these settings from `args` (default: every setting
+        `args` has an attribute for).
+      **overrides: settings given by the caller.
+
+    Raises:
+      ValueError: from the checks, naming the setting and the value.
+    """
+    wanted = set(names) if names is not None else None
     values = {}
     for field in fields():
+        if wanted is not None and field.name not in wanted:
+            continue
         if hasattr(args, field.name):
             values[field.name] = getattr(args, field.name)
     values.update(overrides)
@@ -453,3 +515,60 @@ def markdown_table(kind):
         lines.append("| `%s` | %s | %s |" % (
             field.name, _shown_default(field), field.metadata["doc"]))
     return "\n".join(lines)
+
+
+# The heading each table of docs/parameters.md sits under.
+_TABLE_HEADINGS = ((CONSTRUCTOR, "## Constructor arguments"),
+                   (PROPERTY, "## Properties"))
+_TABLE = re.compile(r"^\|.*\|[ \t]*\n(?:\|.*\|[ \t]*\n?)*", re.M)
+
+
+def with_tables(text):
+    """`text` (docs/parameters.md) with the first table after each of its
+    "## Constructor arguments" and "## Properties" headings replaced by
+    `markdown_table`; the prose around them is kept.
+
+    Raises:
+      ValueError: when a heading or its table is missing.
+    """
+    for kind, heading in _TABLE_HEADINGS:
+        start = re.search(r"^%s[ \t]*$" % re.escape(heading), text, re.M)
+        # The table must be in the heading's own section.
+        end = re.compile(r"^#{1,2} ", re.M).search(text, start.end()) \
+            if start else None
+        match = _TABLE.search(text, start.end(), end.start() if end
+                              else len(text)) if start else None
+        if match is None:
+            raise ValueError(
+                "docs/parameters.md needs a %r heading followed by a "
+                "Markdown table; add them and rerun python -m tflms.settings "
+                "--write docs/parameters.md" % heading)
+        table = markdown_table(kind) + "\n"
+        text = text[:match.start()] + table + text[match.end():]
+    return text
+
+
+def main(argv=None):
+    """``python -m tflms.settings``: print the tables of docs/parameters.md,
+    or rewrite them in place with ``--write PATH``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m tflms.settings",
+        description="Print the Markdown tables of the LMS settings, or "
+                    "regenerate them in docs/parameters.md.")
+    parser.add_argument("--write", metavar="PATH", default=None,
+                        help="rewrite the tables in this file (e.g. "
+                             "docs/parameters.md), keeping its prose")
+    args = parser.parse_args(argv)
+    if args.write is None:
+        for kind, heading in _TABLE_HEADINGS:
+            print(heading + "\n\n" + markdown_table(kind) + "\n")
+        return 0
+    with open(args.write, encoding="utf-8") as f:
+        text = f.read()
+    with open(args.write, "w", encoding="utf-8") as f:
+        f.write(with_tables(text))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
