@@ -14,7 +14,7 @@ show what swapping buys: with the forward-pass tensors parked in host memory
 until the backward pass needs them, ResNet50 trained on a 16 GB or 32 GB
 V100 at roughly ten times the image resolution that fit without LMS. The
 auto-tuner's simulator makes the same point in pictures: with
-``--autotune_plot`` it writes plots of the expected device memory over the
+``--autotune-plot`` it writes plots of the expected device memory over the
 training step, without LMS (a peak far above the device's memory) and with
 the swapping it chose (a curve that stays under it).
 
@@ -36,10 +36,10 @@ Examples::
 
     python Keras_ResNet50.py --image_size 224 --batch_size 8
     python Keras_ResNet50.py --image_size 2048 --batch_size 1 --lms
-    python Keras_ResNet50.py --image_size 1024 --lms --autotune_gpu_mem 16 \\
-        --autotune_plot            # plan for a 16 GiB device, write plots
-    python Keras_ResNet50.py --image_size 64 --lms --swapout_threshold 40 \\
-        --swapin_ahead 10 --swapin_groupby 5
+    python Keras_ResNet50.py --image_size 1024 --lms --autotune-gpu-mem 16 \\
+        --autotune-plot            # plan for a 16 GiB device, write plots
+    python Keras_ResNet50.py --image_size 64 --lms --swapout-threshold 40 \\
+        --swapin-ahead 10 --swapin-groupby 5
 
 The last line is ``RESULT first_loss=... loss=... accuracy=...``: the first
 training batch's loss, then the loss and accuracy of the last epoch.

@@ -1,27 +1,34 @@
 """Command-line flags for LMS, shared by every example.
 
 Each example calls `add_lms_flags(parser)` while building its parser and
-`make_lms(args)` once the model is built (or before training starts).  The
-flags map one-to-one onto `tflms.LMS` arguments and properties, so the
-example scripts never repeat that plumbing:
+`make_lms(args)` once the model is built (or before training starts). The
+flags are made from the fields of `tflms.settings.Settings`, the one
+description of every LMS setting, and are spelled as the ``tflms`` command
+spells them (``--swapout-threshold``); `make_lms` builds the `LMS` from
+`tflms.settings.from_arguments`. ``python <example> --help`` lists them:
 
-  --lms                     turn Large Model Support on (off by default)
-  --swapout_threshold N     -1 (default) lets the auto-tuner choose
-  --swapin_ahead N          -1 (default) lets the auto-tuner choose
-  --swapin_groupby N        -1 (default) lets the auto-tuner choose
-  --sync_mode {0,1,2,3}
-  --serialization 1,3:5     levels to serialize (ints and slices)
-  --serialization_by_size G GiB threshold for serializing levels
-  --debug, --debug_level {1,2}
-  --autotune_gpu_mem G      GiB the auto-tuner plans for (needed without GPU)
-  --autotune_plot           write the simulator's memory plots
-  --lms_plot_dir DIR        where the plots go (default .lms)
+  --lms                      turn Large Model Support on (off by default)
+  --swapout-threshold N      -1 (default) lets the auto-tuner choose
+  --swapin-groupby N         -1 (default) lets the auto-tuner choose
+  --swapin-ahead N           -1 (default) lets the auto-tuner choose
+  --sync-mode {0,1,2,3}
+  --serialization LEVELS     levels to serialize, e.g. 1,3:5
+  --serialization-by-size G  GiB threshold for serializing levels
+  --debug, --debug-level {1,2}
+  --cpu-device, --gpu-device DEVICE
+  --autotune-gpu-mem G       GiB the auto-tuner plans for (needed without GPU)
+  --autotune-plot            write the simulator's memory plots
+  --plot-dir DIR             where the plots go (default .lms)
+  --excl-output-by-scopes NAMES ... the eight include/exclude filters
+
+LMS's batch size comes from the example's own ``--batch_size``. The old
+underscore spellings (``--swapout_threshold``, ``--lms_plot_dir``...) still
+work, hidden from ``--help``, with a deprecation warning.
 
 It also holds the two small things every example prints: which device the
 graph will run on and the final ``RESULT ...`` line that tests parse.
 """
 
-import argparse
 import os
 import sys
 
@@ -29,10 +36,14 @@ import sys
 # warnings and errors still show. A user's own setting wins.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
+# Standard library only: --help must answer without loading TensorFlow.
+from tflms import _argparse_types  # noqa: E402
+from tflms import settings  # noqa: E402
+
 __all__ = [
     "add_lms_flags",
     "add_size_flags",
-    "parse_serialization",
+    "LMS_FLAG_SETTINGS",
     "make_lms",
     "batch_loss_recorder",
     "keras_callbacks",
@@ -40,52 +51,19 @@ __all__ = [
     "print_result",
 ]
 
+# The settings with an LMS flag in the examples: every one with a flag
+# except batch_size, which the examples' own --batch_size gives.
+LMS_FLAG_SETTINGS = tuple(
+    f.name for f in settings.fields()
+    if f.metadata["flag"] is not None and f.name != "batch_size")
 
-def parse_serialization(text):
-    """Turn ``"1,3:5"`` into ``[1, "3:5"]`` for `LMS(serialization=...)`.
+# Deprecated spellings from before the flags were shared with the tflms
+# command: every underscore name, and --lms_plot_dir for --plot-dir.
+_OLD_FLAGS = {name: ["--" + name] for name in LMS_FLAG_SETTINGS
+              if "_" in name}
+_OLD_FLAGS["plot_dir"] = ["--lms_plot_dir"]
 
-    Items are level numbers or Python slice strings (``start:stop`` or
-    ``start:stop:step``, any part may be empty). Empty text means none.
-    """
-    if text is None:
-        return []
-    items = []
-    for raw in text.split(","):
-        item = raw.strip()
-        if not item:
-            continue
-        if ":" in item:
-            parts = item.split(":")
-            if len(parts) > 3 or not all(
-                    p.strip().lstrip("-").isdigit() or not p.strip()
-                    for p in parts):
-                raise argparse.ArgumentTypeError(
-                    "bad serialization slice %r; use e.g. 3:5 or 10:" % item)
-            items.append(item)
-        else:
-            try:
-                items.append(int(item))
-            except ValueError:
-                raise argparse.ArgumentTypeError(
-                    "bad serialization level %r; use ints and slices such as "
-                    "1,3:5" % item) from None
-    return items
-
-
-def _tflms_type(name):
-    """The argparse converter `name` of `tflms._argparse_types` (shared with
-    the ``tflms`` command), imported when a flag is first converted: importing
-    tflms imports TensorFlow, which the examples load only after parsing so
-    that --help answers at once."""
-    def convert(text):
-        from tflms import _argparse_types  # pylint: disable=import-outside-toplevel
-        return getattr(_argparse_types, name)(text)
-    convert.__name__ = name
-    return convert
-
-
-_positive_int = _tflms_type("positive_int")
-_positive_float = _tflms_type("positive_float")
+_positive_int = _argparse_types.positive_int
 
 
 def add_size_flags(parser, image_size, batch_size, epochs, steps,
@@ -98,7 +76,9 @@ def add_size_flags(parser, image_size, batch_size, epochs, steps,
                            default=image_size,
                            help="%s (default %d)" % (image_help, image_size))
     group.add_argument("--batch_size", type=_positive_int, default=batch_size,
-                       help="mini-batch size (default %d)" % batch_size)
+                       help="mini-batch size (default %d); LMS sizes tensors "
+                            "whose batch dimension is unknown with it"
+                            % batch_size)
     group.add_argument("--epochs", type=_positive_int, default=epochs,
                        help="number of epochs (default %d)" % epochs)
     group.add_argument("--steps", type=_positive_int, default=steps,
@@ -112,44 +92,11 @@ def add_lms_flags(parser):
         "Large Model Support",
         "Tensor swapping between device and host memory. -1 for the three "
         "swap parameters asks the auto-tuner to pick them; on a machine "
-        "without a GPU it also needs --autotune_gpu_mem.")
+        "without a GPU it also needs --autotune-gpu-mem. The settings are "
+        "described in docs/parameters.md.")
     group.add_argument("--lms", action="store_true",
                        help="enable Large Model Support")
-    group.add_argument("--swapout_threshold", type=int, default=-1,
-                       help="swap a tensor out when a consumer is more than "
-                            "this many levels after its producer (-1: auto)")
-    group.add_argument("--swapin_ahead", type=int, default=-1,
-                       help="start each swap-in this many levels before its "
-                            "consumer (-1: auto)")
-    group.add_argument("--swapin_groupby", type=int, default=-1,
-                       help="consumers within this many levels share one "
-                            "swap-in (-1: auto)")
-    group.add_argument("--sync_mode", type=int, choices=(0, 1, 2, 3),
-                       default=0,
-                       help="0 async copies, 1 wait for swap-outs, 2 wait "
-                            "for swap-ins, 3 both (default 0)")
-    group.add_argument("--serialization", type=parse_serialization,
-                       default=[], metavar="LEVELS",
-                       help="comma list of levels and slices to serialize, "
-                            "e.g. 1,3:5")
-    group.add_argument("--serialization_by_size", type=float, default=0.0,
-                       metavar="GIB",
-                       help="serialize levels whose outputs exceed this many "
-                            "GiB (0: off)")
-    group.add_argument("--debug", action="store_true",
-                       help="log LMS details")
-    group.add_argument("--debug_level", type=int, choices=(1, 2), default=1,
-                       help="detail of --debug logs (default 1)")
-    group.add_argument("--autotune_gpu_mem", type=_positive_float,
-                       default=None, metavar="GIB",
-                       help="device memory in GiB the auto-tuner plans for "
-                            "(default: the GPU's)")
-    group.add_argument("--autotune_plot", action="store_true",
-                       help="write the auto-tuner's memory plots to "
-                            "--lms_plot_dir")
-    group.add_argument("--lms_plot_dir", default=".lms", metavar="DIR",
-                       help="folder for --autotune_plot output "
-                            "(default .lms)")
+    settings.add_arguments(group, names=LMS_FLAG_SETTINGS, aliases=_OLD_FLAGS)
     return group
 
 
@@ -164,28 +111,21 @@ def make_lms(args, batch_size=None):
     """
     if not args.lms:
         return None
+    overrides = {} if batch_size is None else {"batch_size": batch_size}
+    try:
+        chosen = settings.from_arguments(args, names=LMS_FLAG_SETTINGS,
+                                         **overrides)
+    except ValueError as e:
+        # The checks' messages name the setting, the value and the fix.
+        raise SystemExit("error: bad LMS flag: %s" % e) from None
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     from tflms import LMS  # pylint: disable=import-outside-toplevel
 
     tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.INFO)
-    try:
-        lms = LMS(swapout_threshold=args.swapout_threshold,
-                  swapin_ahead=args.swapin_ahead,
-                  swapin_groupby=args.swapin_groupby,
-                  sync_mode=args.sync_mode,
-                  serialization=args.serialization,
-                  serialization_by_size=args.serialization_by_size,
-                  debug=args.debug,
-                  debug_level=args.debug_level)
-        if batch_size is not None:
-            lms.batch_size = batch_size
-        if args.autotune_gpu_mem is not None:
-            lms.autotune_gpu_mem = args.autotune_gpu_mem
-        lms.autotune_plot = args.autotune_plot
-        lms.plot_dir = args.lms_plot_dir
-    except ValueError as e:
-        # LMS's own messages name the setting and what it accepts.
-        raise SystemExit("error: bad LMS flag: %s" % e) from None
+    lms = LMS(**{f.name: getattr(chosen, f.name)
+                 for f in settings.fields(settings.CONSTRUCTOR)})
+    for field in settings.fields(settings.PROPERTY):
+        setattr(lms, field.name, getattr(chosen, field.name))
     return lms
 
 

@@ -20,9 +20,9 @@ model so the activations (and LMS's work) grow.
 Examples::
 
     python cnn_mnist_lms.py
-    python cnn_mnist_lms.py --lms --swapout_threshold 1 --swapin_ahead 1 \\
-        --swapin_groupby 0
-    python cnn_mnist_lms.py --lms --image_size 112 --autotune_gpu_mem 2
+    python cnn_mnist_lms.py --lms --swapout-threshold 1 --swapin-ahead 1 \\
+        --swapin-groupby 0
+    python cnn_mnist_lms.py --lms --image_size 112 --autotune-gpu-mem 2
 
 The last line is ``RESULT first_loss=... loss=... accuracy=...``: the loss
 of the first training step, then the test loss and accuracy after training.

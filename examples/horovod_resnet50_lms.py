@@ -27,13 +27,13 @@ Examples::
 
     # 4 GPUs on each of two nodes, LMS auto-tuned for 16 GiB GPUs:
     horovodrun -np 8 -H host1:4,host2:4 python horovod_resnet50_lms.py \\
-        --image_size 1024 --batch_size 1 --lms --autotune_gpu_mem 16
+        --image_size 1024 --batch_size 1 --lms --autotune-gpu-mem 16
     # On a CPU-only machine, two ranks, fixed swapping parameters:
     horovodrun -np 2 -H localhost:2 --gloo python horovod_resnet50_lms.py \\
         --image_size 32 --batch_size 2 --steps 2 --lms \\
-        --swapout_threshold 40 --swapin_ahead 10 --swapin_groupby 5
+        --swapout-threshold 40 --swapin-ahead 10 --swapin-groupby 5
 
-With auto-tuning, give ``--autotune_gpu_mem`` explicitly: every rank then
+With auto-tuning, give ``--autotune-gpu-mem`` explicitly: every rank then
 plans for the same budget and finds the same parameters (free memory can
 differ a little from GPU to GPU). The host memory the simulator allows a
 rank is the node's memory divided by the ranks on the node

@@ -23,9 +23,9 @@ digits are seen at a larger size and the activations grow.
 Examples::
 
     python mnist_cnn_keras.py
-    python mnist_cnn_keras.py --lms --swapout_threshold 1 --swapin_ahead 1 \\
-        --swapin_groupby 0
-    python mnist_cnn_keras.py --lms --image_size 224 --autotune_gpu_mem 4
+    python mnist_cnn_keras.py --lms --swapout-threshold 1 --swapin-ahead 1 \\
+        --swapin-groupby 0
+    python mnist_cnn_keras.py --lms --image_size 224 --autotune-gpu-mem 4
 
 The last line is ``RESULT first_loss=... loss=... accuracy=...``: the loss of
 the first training batch, then the test loss and accuracy after training.

@@ -18,9 +18,9 @@ the square of the size, as they would with real high-resolution inputs.
 Examples::
 
     python mnist_deep_lms.py                      # plain training
-    python mnist_deep_lms.py --lms --swapout_threshold 1 --swapin_ahead 1 \\
-        --swapin_groupby 0                        # fixed LMS parameters
-    python mnist_deep_lms.py --lms --image_size 112 --autotune_gpu_mem 2
+    python mnist_deep_lms.py --lms --swapout-threshold 1 --swapin-ahead 1 \\
+        --swapin-groupby 0                        # fixed LMS parameters
+    python mnist_deep_lms.py --lms --image_size 112 --autotune-gpu-mem 2
 
 The last line printed is ``RESULT first_loss=... loss=... accuracy=...``:
 test-set loss before and after training, and test accuracy after it.

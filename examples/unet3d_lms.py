@@ -32,8 +32,8 @@ Examples::
 
     python unet3d_lms.py --volume_size 64 --base_filters 16 --depth 3
     python unet3d_lms.py --volume_size 192 --batch_size 1 --lms
-    python unet3d_lms.py --volume_size 32 --lms --swapout_threshold 1 \\
-        --swapin_ahead 1 --swapin_groupby 0
+    python unet3d_lms.py --volume_size 32 --lms --swapout-threshold 1 \\
+        --swapin-ahead 1 --swapin-groupby 0
 
 The last line is ``RESULT first_loss=... loss=... accuracy=... dice=...``:
 the first batch's loss, then the last epoch's loss, voxel accuracy and Dice

@@ -8,7 +8,9 @@ import sys
 import pytest
 
 from tflms import cli
-from tflms._argparse_types import auto_int, positive_float, positive_int
+from tflms import settings
+from tflms._argparse_types import (auto_int, choice_int, nonnegative_float,
+                                  positive_float, positive_int)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))), "examples"))
@@ -47,6 +49,35 @@ def test_auto_int():
             groupby(bad)
 
 
+def test_nonnegative_float_and_choice_int():
+    assert nonnegative_float("0") == 0.0 and nonnegative_float("2.5") == 2.5
+    for bad in ("-0.1", "inf", "x"):
+        with pytest.raises(argparse.ArgumentTypeError,
+                           match=r"^must be a number >= 0; got '%s'$"
+                           % bad.replace(".", r"\.")):
+            nonnegative_float(bad)
+    mode = choice_int((0, 1, 2, 3))
+    assert mode("3") == 3
+    with pytest.raises(argparse.ArgumentTypeError,
+                       match=r"^must be one of 0, 1, 2, 3; got '4'$"):
+        mode("4")
+
+
+def test_parse_serialization():
+    """The one parser of --serialization text, shared by tflms and the
+    examples; its items are what `LMS(serialization=...)` accepts."""
+    parse = settings.parse_serialization
+    assert parse("1,3:5") == (1, "3:5")
+    assert parse(" 2 , 10: ,:4, 1:9:2") == (2, "10:", ":4", "1:9:2")
+    assert parse("") == () and parse(None) == ()
+    for bad in ("a", "1:b", "1:2:3:4", "-1", "1:2:0"):
+        with pytest.raises(argparse.ArgumentTypeError,
+                           match=r"serialization (entry|level)"):
+            parse(bad)
+    chosen = settings.Settings(serialization=parse("1,3:5"))
+    assert chosen.serialization_levels == (slice(1, 2), slice(3, 5))
+
+
 def _parse_error(parser, argv, capsys):
     with pytest.raises(SystemExit) as exc:
         parser.parse_args(argv)
@@ -76,11 +107,11 @@ def test_example_flags_use_the_same_converters(capsys):
     _lms_flags.add_size_flags(parser, image_size=28, batch_size=4, epochs=1,
                               steps=2)
     _lms_flags.add_lms_flags(parser)
-    args = parser.parse_args(["--batch_size", "8", "--autotune_gpu_mem",
+    args = parser.parse_args(["--batch_size", "8", "--autotune-gpu-mem",
                               "1.5"])
     assert (args.batch_size, args.autotune_gpu_mem) == (8, 1.5)
     assert _parse_error(parser, ["--steps", "0"], capsys).endswith(
         "argument --steps: must be an int >= 1; got '0'")
-    assert _parse_error(parser, ["--autotune_gpu_mem", "inf"],
+    assert _parse_error(parser, ["--autotune-gpu-mem", "inf"],
                         capsys).endswith(
-        "argument --autotune_gpu_mem: must be a number > 0; got 'inf'")
+        "argument --autotune-gpu-mem: must be a number > 0; got 'inf'")

@@ -500,8 +500,8 @@ def test_horovod_example_help():
         [sys.executable, os.path.join(examples, "horovod_resnet50_lms.py"),
          "--help"], _env()), 120, "horovod_resnet50_lms.py --help")
     assert code == 0, out
-    for flag in ("horovodrun", "--image_size", "--lms", "--autotune_gpu_mem",
-                 "--swapout_threshold"):
+    for flag in ("horovodrun", "--image_size", "--lms", "--autotune-gpu-mem",
+                 "--swapout-threshold"):
         assert flag in out, flag
 
 

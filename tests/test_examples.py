@@ -10,6 +10,7 @@ non-zero number of operations (and without --lms, LMS said nothing).
 The shared helpers (_lms_flags, _mnist_data) get quick in-process tests.
 """
 
+import argparse
 import os
 import re
 import subprocess
@@ -21,6 +22,7 @@ import pytest
 import tensorflow as tf
 
 from _stack import NEW_STACK
+from tflms import settings
 
 EXAMPLES_DIR = os.path.join(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))), "examples")
@@ -31,8 +33,8 @@ import _mnist_data  # noqa: E402  pylint: disable=wrong-import-position
 
 TIMEOUT = 300  # seconds per subprocess; the slowest (ResNet50) takes ~45
 
-FIXED_LMS = ["--lms", "--swapout_threshold", "1", "--swapin_ahead", "1",
-             "--swapin_groupby", "0"]
+FIXED_LMS = ["--lms", "--swapout-threshold", "1", "--swapin-ahead", "1",
+             "--swapin-groupby", "0"]
 
 # script -> (tiny-size arguments, accuracy of guessing, or None)
 EXAMPLES = {
@@ -125,54 +127,130 @@ def test_example_trains(script, lms, tmp_path):
         assert "[LMS]" not in output
 
 
+def _flags_with_settings():
+    """``{flag: setting}`` for every setting with a command-line flag; the
+    examples give batch_size through their own --batch_size."""
+    flags = {settings.flag_of(f.name): f.name for f in settings.fields()
+             if f.metadata["flag"] is not None}
+    flags["--batch_size"] = flags.pop("--batch-size")
+    return flags
+
+
 @pytest.mark.parametrize("script", sorted(EXAMPLES))
 def test_example_help_lists_lms_flags(script, tmp_path):
     proc, _ = run_example(script, ["--help"], tmp_path)
     assert proc.returncode == 0, proc.stderr
-    for flag in ("--lms", "--swapout_threshold", "--swapin_ahead",
-                 "--swapin_groupby", "--sync_mode", "--serialization",
-                 "--serialization_by_size", "--debug", "--debug_level",
-                 "--autotune_gpu_mem", "--autotune_plot", "--batch_size",
-                 "--epochs", "--steps", "--image_size"):
+    flags = ["--lms", "--epochs", "--steps"] + sorted(_flags_with_settings())
+    for flag in flags:
         assert flag in proc.stdout, "%s --help lacks %s" % (script, flag)
+    # One spelling: the deprecated underscore aliases are hidden.
+    for old in ("--swapout_threshold", "--autotune_gpu_mem", "--lms_plot_dir"):
+        assert old not in proc.stdout, "%s --help shows %s" % (script, old)
+
+
+def test_example_help_does_not_import_tensorflow(tmp_path):
+    code = (
+        "import runpy, sys\n"
+        "sys.path.insert(0, %r)\n"
+        "sys.argv = ['mnist_deep_lms.py', '--help']\n"
+        "try:\n"
+        "    runpy.run_path(%r, run_name='__main__')\n"
+        "except SystemExit as e:\n"
+        "    assert e.code in (0, None), e.code\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] in\n"
+        "                ('tensorflow', 'keras', 'tf_keras'))\n"
+        "assert not loaded, loaded[:5]\n"
+        % (EXAMPLES_DIR, os.path.join(EXAMPLES_DIR, "mnist_deep_lms.py")))
+    proc = subprocess.run([sys.executable, "-c", code], cwd=str(tmp_path),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, timeout=TIMEOUT, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "--swapout-threshold" in proc.stdout
+
+
+def test_example_flags_cover_every_setting_with_a_flag():
+    parser = argparse.ArgumentParser()
+    _lms_flags.add_size_flags(parser, image_size=28, batch_size=4, epochs=1,
+                              steps=2)
+    _lms_flags.add_lms_flags(parser)
+    option_dest = {option: action.dest for action in parser._actions
+                   for option in action.option_strings}
+    for flag, name in _flags_with_settings().items():
+        assert option_dest.get(flag) == name, (flag, name)
 
 
 def test_bad_lms_flag_is_a_clean_error(tmp_path):
     proc, _ = run_example("mnist_deep_lms.py",
-                          ["--lms", "--swapin_ahead", "0"], tmp_path)
+                          ["--lms", "--swapin-ahead", "0"], tmp_path)
     assert proc.returncode != 0
-    assert "swapin_ahead" in proc.stderr
+    assert ("argument --swapin-ahead: must be -1 (auto) or an int >= 1; "
+            "got '0'") in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
-def test_parse_serialization():
-    parse = _lms_flags.parse_serialization
-    assert parse("1,3:5") == [1, "3:5"]
-    assert parse(" 2 , 10: ,:4, 1:9:2") == [2, "10:", ":4", "1:9:2"]
-    assert parse("") == []
-    for bad in ("a", "1:b", "1:2:3:4"):
-        with pytest.raises(Exception):
-            parse(bad)
-
-
 def test_make_lms_maps_every_flag(tmp_path):
-    import argparse  # pylint: disable=import-outside-toplevel
     parser = argparse.ArgumentParser()
     _lms_flags.add_lms_flags(parser)
     assert _lms_flags.make_lms(parser.parse_args([])) is None
     args = parser.parse_args([
-        "--lms", "--swapout_threshold", "7", "--swapin_ahead", "3",
-        "--swapin_groupby", "2", "--sync_mode", "1", "--serialization",
-        "1,3:5", "--serialization_by_size", "0.5", "--debug",
-        "--debug_level", "2", "--autotune_gpu_mem", "1.5", "--autotune_plot",
-        "--lms_plot_dir", str(tmp_path)])
+        "--lms", "--swapout-threshold", "7", "--swapin-ahead", "3",
+        "--swapin-groupby", "2", "--sync-mode", "1", "--serialization",
+        "1,3:5", "--serialization-by-size", "0.5", "--debug",
+        "--debug-level", "2", "--cpu-device", "/device:CPU:0",
+        "--gpu-device", "/device:GPU:1", "--autotune-gpu-mem", "1.5",
+        "--autotune-plot", "--plot-dir", str(tmp_path),
+        "--excl-output-by-scopes", "a,b/", "--excl-output-by-types", "Conv2D",
+        "--excl-input-by-scopes", "c", "--excl-input-by-types", "MatMul",
+        "--incl-output-by-scopes", "d", "--incl-output-by-types", "Relu",
+        "--incl-input-by-scopes", "e", "--incl-input-by-types", "AddV2"])
     lms = _lms_flags.make_lms(args, batch_size=16)
-    assert (lms.swapout_threshold, lms.swapin_ahead, lms.swapin_groupby,
-            lms.sync_mode) == (7, 3, 2, 1)
-    assert lms.batch_size == 16
-    assert lms.autotune_gpu_mem == 1.5
-    assert lms.autotune_plot is True
-    assert lms.plot_dir == str(tmp_path)
+    expected = settings.Settings(
+        swapout_threshold=7, swapin_ahead=3, swapin_groupby=2, sync_mode=1,
+        serialization=[1, "3:5"], serialization_by_size=0.5, debug=True,
+        debug_level=2, cpu_device="/device:CPU:0",
+        gpu_device="/device:GPU:1", batch_size=16, autotune_gpu_mem=1.5,
+        autotune_plot=True, plot_dir=str(tmp_path),
+        excl_output_by_scopes={"a", "b/"}, excl_output_by_types={"Conv2D"},
+        excl_input_by_scopes={"c"}, excl_input_by_types={"MatMul"},
+        incl_output_by_scopes={"d"}, incl_output_by_types={"Relu"},
+        incl_input_by_scopes={"e"}, incl_input_by_types={"AddV2"})
+    assert lms.settings == expected
+    # Every setting with a flag was changed from its default above.
+    for name in _flags_with_settings().values():
+        assert getattr(expected, name) != getattr(settings.Settings(), name), (
+            name)
+
+
+def test_make_lms_names_the_setting_of_a_bad_value():
+    parser = argparse.ArgumentParser()
+    _lms_flags.add_lms_flags(parser)
+    args = parser.parse_args(["--lms", "--cpu-device", "/gpu:0"])
+    with pytest.raises(SystemExit, match=r"error: bad LMS flag: cpu_device "
+                       r"must name a CPU device such as '/cpu:0'; "
+                       r"got '/gpu:0'"):
+        _lms_flags.make_lms(args)
+
+
+def test_underscore_flags_are_deprecated_aliases(capsys):
+    parser = argparse.ArgumentParser()
+    _lms_flags.add_lms_flags(parser)
+    old = parser.parse_args([
+        "--lms", "--swapout_threshold", "7", "--autotune_plot",
+        "--lms_plot_dir", "plots", "--excl_output_by_types", "Conv2D"])
+    new = parser.parse_args([
+        "--lms", "--swapout-threshold", "7", "--autotune-plot",
+        "--plot-dir", "plots", "--excl-output-by-types", "Conv2D"])
+    assert vars(old) == vars(new)
+    err = capsys.readouterr().err
+    assert "warning: --swapout_threshold is deprecated; use " \
+           "--swapout-threshold" in err
+    assert "warning: --lms_plot_dir is deprecated; use --plot-dir" in err
+    assert "warning: --autotune_plot is deprecated; use --autotune-plot" in err
+    # The aliases convert and check like the flags they stand for.
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--swapin_ahead", "0"])
+    assert ("argument --swapin_ahead: must be -1 (auto) or an int >= 1; "
+            "got '0'") in capsys.readouterr().err
 
 
 def test_mnist_fallback_is_sklearn_digits(tmp_path, monkeypatch, capsys):
