@@ -1,13 +1,16 @@
-"""Every constructor argument and property: accepted values and the error
-message for each bad one."""
+"""Every setting: accepted values and the error message for each bad one,
+checked through `tflms.settings.Settings` (the one place the checks live)
+and through the `LMS` constructor and properties made from it."""
 
 import pytest
 import tensorflow as tf
 
-from tflms import LMS
+from tflms import LMS, settings
+
+FILTERS = settings.FILTER_NAMES
 
 
-@pytest.mark.parametrize("kwargs, message", [
+BAD_CONSTRUCTOR_ARGUMENTS = [
     ({"swapout_threshold": 0},
      r"swapout_threshold must be a positive int or -1 \(auto\); got 0"),
     ({"swapout_threshold": -2}, r"swapout_threshold .* got -2"),
@@ -22,7 +25,8 @@ from tflms import LMS
     ({"sync_mode": 4}, r"sync_mode must be 0 \(async\), 1 .* got 4"),
     ({"sync_mode": "1"}, r"sync_mode .* got '1'"),
     ({"serialization": "3:5"}, r"serialization must be a list .* got '3:5'"),
-    ({"serialization": ["3-5"]}, r"serialization entry '3-5' cannot be parsed"),
+    ({"serialization": ["3-5"]},
+     r"serialization entry '3-5' cannot be parsed"),
     ({"serialization": ["1:2:3:4"]}, r"serialization entry '1:2:3:4'"),
     ({"serialization": [-1]}, r"serialization level must be >= 0; got -1"),
     ({"serialization": [1.0]}, r"serialization entry 1.0 cannot be parsed"),
@@ -35,7 +39,10 @@ from tflms import LMS
     ({"cpu_device": ""}, r"cpu_device must be a device string"),
     ({"gpu_device": "/cpu:0"}, r"gpu_device must name an accelerator"),
     ({"gpu_device": 0}, r"gpu_device must be a device string"),
-])
+]
+
+
+@pytest.mark.parametrize("kwargs, message", BAD_CONSTRUCTOR_ARGUMENTS)
 def test_bad_constructor_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
         LMS(**kwargs)
@@ -51,7 +58,7 @@ def test_good_constructor_arguments():
     assert LMS().swapout_threshold == -1
 
 
-@pytest.mark.parametrize("name, value, message", [
+BAD_PROPERTIES = [
     ("batch_size", 0, r"batch_size must be a positive int or None; got 0"),
     ("batch_size", 2.0, r"batch_size .* got 2.0"),
     ("is_training", "no", r"is_training must be True or False; got 'no'"),
@@ -64,7 +71,14 @@ def test_good_constructor_arguments():
     ("incl_input_by_types", {"Conv2D", 3},
      r"incl_input_by_types must hold non-empty strings; got 3"),
     ("plot_dir", "", r"plot_dir must be a folder path"),
-])
+] + [(name, value, message % name)
+     for name in FILTERS for value, message in (
+         ("conv1", r"%s must be a set of strings, e.g. \{'conv1'\}; "
+                   r"got 'conv1'"),
+         ({""}, r"%s must hold non-empty strings; got "))]
+
+
+@pytest.mark.parametrize("name, value, message", BAD_PROPERTIES)
 def test_bad_properties(name, value, message):
     lms = LMS()
     with pytest.raises(ValueError, match=message):
@@ -78,7 +92,7 @@ def test_properties_round_trip_and_are_per_instance():
     a.autotune_gpu_mem = 16
     a.autotune_plot = True
     a.excl_output_by_types = ["Conv2D"]
-    a.incl_input_by_scopes = {"gradients"}
+    a.incl_input_by_scopes = a.incl_input_by_scopes | {"gradients"}
     assert (a.batch_size, a.is_training, a.autotune_gpu_mem,
             a.autotune_plot) == (8, False, 16.0, True)
     assert a.excl_output_by_types == {"Conv2D"}
@@ -91,3 +105,63 @@ def test_is_a_hook_and_a_keras_callback():
     lms = LMS()
     assert isinstance(lms, tf.compat.v1.train.SessionRunHook)
     assert isinstance(lms, tf.keras.callbacks.Callback)
+
+
+def _bad_values():
+    """``(setting, bad value, message)`` for every pinned bad value."""
+    rows = [(name, value, message) for kwargs, message in
+            BAD_CONSTRUCTOR_ARGUMENTS for name, value in kwargs.items()]
+    return rows + list(BAD_PROPERTIES)
+
+
+def test_every_setting_has_a_pinned_bad_value():
+    pinned = {name for name, _, _ in _bad_values()}
+    assert pinned == {f.name for f in settings.fields()}
+
+
+@pytest.mark.parametrize("name, value, message", _bad_values())
+def test_settings_reject_bad_values(name, value, message):
+    with pytest.raises(ValueError, match=message):
+        settings.Settings(**{name: value})
+    with pytest.raises(ValueError, match=message):
+        settings.Settings().replace(**{name: value})
+
+
+def test_settings_are_frozen_and_reject_unknown_names():
+    chosen = settings.Settings(swapout_threshold=3)
+    with pytest.raises(AttributeError):
+        chosen.swapout_threshold = 4  # pylint: disable=assigning-non-slot
+    with pytest.raises(ValueError, match=r"unknown LMS setting\(s\) "
+                       r"swapout_treshold; the settings are "
+                       r"swapout_threshold, "):
+        chosen.replace(swapout_treshold=4)
+
+
+def test_constructor_settings_are_read_only_properties():
+    lms = LMS(swapout_threshold=3)
+    for field in settings.fields(settings.CONSTRUCTOR):
+        with pytest.raises(AttributeError):
+            setattr(lms, field.name, getattr(lms, field.name))
+    assert lms.settings == settings.Settings(swapout_threshold=3)
+
+
+def test_lms_exposes_every_setting():
+    lms = LMS()
+    for field in settings.fields():
+        assert getattr(lms, field.name) == field.default, field.name
+    assert {f.name for f in settings.fields(settings.CONSTRUCTOR)} == set(
+        LMS.__init__.__code__.co_varnames[
+            1:LMS.__init__.__code__.co_argcount])
+
+
+def test_values_are_normalised_once():
+    chosen = settings.Settings(
+        serialization=[1, " 3:5 "], autotune_gpu_mem=16,
+        excl_output_by_types=["Conv2D", "Conv2D"])
+    assert chosen.serialization == (1, " 3:5 ")
+    assert chosen.serialization_levels == (slice(1, 2), slice(3, 5))
+    assert chosen.autotune_gpu_mem == 16.0
+    assert chosen.excl_output_by_types == frozenset({"Conv2D"})
+    # Checking a checked value changes nothing (LMS(**settings) is safe).
+    assert settings.Settings(**{f.name: getattr(chosen, f.name)
+                                for f in settings.fields()}) == chosen
