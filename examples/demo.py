@@ -12,8 +12,8 @@ Then it compares the losses of every step. LMS only moves tensors between
 device and host memory (its swap ops are identities), so the numbers must
 be the same: the verdict line says whether they are.
 
-The budget (``--gpu-mem``, in GiB) stands in for a small GPU, so the demo
-shows the whole story on any machine, GPU or not. The model is not pinned
+The budget (``--autotune-gpu-mem``, in GiB) stands in for a small GPU, so
+the demo shows the whole story on any machine, GPU or not. The model is not pinned
 to a device: with a GPU, TensorFlow trains it there and LMS's swap ops copy
 tensors between GPU and host memory; without one, everything runs on the CPU
 and the swaps are host-to-host copies (correct, just not useful).
@@ -56,7 +56,7 @@ def parse_args(argv=None):
                         help="mini-batch size (default 8)")
     parser.add_argument("--steps", type=positive_int, default=6,
                         help="training steps per run (default 6)")
-    parser.add_argument("--gpu-mem", type=positive_float, default=0.1,
+    parser.add_argument("--autotune-gpu-mem", type=positive_float, default=0.1,
                         help="device memory budget in GiB that LMS plans "
                              "for (lms.autotune_gpu_mem; default 0.1, well "
                              "below the ~0.16 GiB one step needs at the "
@@ -247,16 +247,16 @@ def main(argv=None):
     print("LMS demo: a ResNet-style CNN, %dx%d images, batch %d, %d steps; "
           "device budget %.2f GiB" % (args.image_size, args.image_size,
                                       args.batch_size, args.steps,
-                                      args.gpu_mem))
+                                      args.autotune_gpu_mem))
     print("Device: " + describe_device())
     images, labels = make_data(args)
 
     print()
     print("=== 1. Training WITH LMS (auto-tuned for %.2f GiB) ===" %
-          args.gpu_mem)
+          args.autotune_gpu_mem)
     sys.stdout.flush()
     lms = LMS()  # every swap parameter on auto
-    lms.autotune_gpu_mem = args.gpu_mem
+    lms.autotune_gpu_mem = args.autotune_gpu_mem
     lms.autotune_plot = True
     lms.plot_dir = args.plot_dir
     # fit() tells the callback its batch size; with a generator, set
@@ -267,7 +267,7 @@ def main(argv=None):
     print_plan(lms, run_metadata)
     if lms.last_run.plan is None:
         print("LMS was not needed: the model fits the budget. Lower "
-              "--gpu-mem or raise --image-size to see it swap.")
+              "--autotune-gpu-mem or raise --image-size to see it swap.")
 
     print()
     print("=== 2. Training WITHOUT LMS (the reference) ===")
@@ -280,8 +280,8 @@ def main(argv=None):
     verdict, ok = compare(lms_losses, plain_losses)
     if lms.last_run.plan is None:
         verdict, ok = ("VERDICT: NOT SHOWN - the model fits %.2f GiB without "
-                       "LMS, so LMS swapped nothing; lower --gpu-mem"
-                       % args.gpu_mem), False
+                       "LMS, so LMS swapped nothing; lower --autotune-gpu-mem"
+                       % args.autotune_gpu_mem), False
     print()
     print(verdict)
     return 0 if ok else 1

@@ -90,8 +90,8 @@ def test_cli_errors_name_flag_value_and_fix(capsys):
     cases = [
         (["--batch-size", "0"], "argument --batch-size: must be an int >= 1; "
                                 "got '0'"),
-        (["--gpu-mem", "-2"], "argument --gpu-mem: must be a number > 0; "
-                              "got '-2'"),
+        (["--autotune-gpu-mem", "-2"],
+         "argument --autotune-gpu-mem: must be a number > 0; got '-2'"),
         (["--swapin-ahead", "0"], "argument --swapin-ahead: must be -1 "
                                   "(auto) or an int >= 1; got '0'"),
         (["--swapin-groupby", "-5"], "argument --swapin-groupby: must be -1 "

@@ -110,12 +110,12 @@ def plan_json(capsys, *argv):
 
 
 def gpu_mem_for(nbytes):
-    """--gpu-mem value whose budget is `nbytes`."""
+    """--autotune-gpu-mem value whose budget is `nbytes`."""
     return "%.9f" % (nbytes / autotune.mem_ratio() / _GIB)
 
 
 def peak_without(capsys, path, *extra):
-    code, report = plan_json(capsys, path, "--gpu-mem", "1000", "--no-plots",
+    code, report = plan_json(capsys, path, "--autotune-gpu-mem", "1000", "--no-plots",
                              *extra)
     assert code == 0, report
     assert report["lms_needed"] is False, report
@@ -149,7 +149,7 @@ def test_keras_h5_fits_with_lms_and_matches_training_rewrite(
     gpu_mem = gpu_mem_for(0.6 * peak)
     plot_dir = tmp_path / "plots"
     code, report = plan_json(capsys, saved["h5"], "--batch-size", BATCH,
-                             "--gpu-mem", gpu_mem, "--plot-dir", plot_dir)
+                             "--autotune-gpu-mem", gpu_mem, "--plot-dir", plot_dir)
     assert code == 0, report
     assert report["kind"] == "Keras model (.h5)"
     assert report["training"] is True
@@ -190,7 +190,7 @@ def test_keras_savedmodel_without_training_config(saved, capsys):
     peak = peak_without(capsys, saved["keras_savedmodel"], "--batch-size",
                         BATCH)
     code, out, _ = run_cli(capsys, saved["keras_savedmodel"], "--batch-size",
-                           BATCH, "--gpu-mem", gpu_mem_for(0.6 * peak),
+                           BATCH, "--autotune-gpu-mem", gpu_mem_for(0.6 * peak),
                            "--no-plots")
     assert code == 0, out
     assert "Keras SavedModel" in out
@@ -204,14 +204,14 @@ def test_keras_savedmodel_without_training_config(saved, capsys):
 def test_cannot_fit_exits_1_with_the_reason(saved, capsys):
     peak = peak_without(capsys, saved["h5"], "--batch-size", BATCH)
     code, out, _ = run_cli(capsys, saved["h5"], "--batch-size", BATCH,
-                           "--gpu-mem", gpu_mem_for(0.02 * peak),
+                           "--autotune-gpu-mem", gpu_mem_for(0.02 * peak),
                            "--no-plots")
     assert code == 1, out
     assert "no parameter set that fits" in out
     assert "RESULT: does NOT fit" in out
     assert "Try a smaller batch size" in out
     code, report = plan_json(capsys, saved["h5"], "--batch-size", BATCH,
-                             "--gpu-mem", gpu_mem_for(0.02 * peak),
+                             "--autotune-gpu-mem", gpu_mem_for(0.02 * peak),
                              "--no-plots")
     assert code == 1
     assert report["fits"] is False and "no parameter set" in report["error"]
@@ -220,7 +220,7 @@ def test_cannot_fit_exits_1_with_the_reason(saved, capsys):
 
 def test_metagraph_auto_and_fixed_parameters(saved, capsys):
     peak = peak_without(capsys, saved["meta"])
-    code, report = plan_json(capsys, saved["meta"], "--gpu-mem",
+    code, report = plan_json(capsys, saved["meta"], "--autotune-gpu-mem",
                              gpu_mem_for(0.75 * peak), "--no-plots")
     assert code == 0, report
     assert report["kind"] == "MetaGraph" and report["training"]
@@ -230,7 +230,7 @@ def test_metagraph_auto_and_fixed_parameters(saved, capsys):
 
     fixed = ("--swapout-threshold", 2, "--swapin-ahead", 1,
              "--swapin-groupby", 0, "--sync-mode", 3)
-    code, report = plan_json(capsys, saved["meta"], "--gpu-mem", "1000",
+    code, report = plan_json(capsys, saved["meta"], "--autotune-gpu-mem", "1000",
                              "--no-plots", *fixed)
     assert code == 0, report
     assert report["tuned"] is False and report["lms_needed"]
@@ -239,7 +239,7 @@ def test_metagraph_auto_and_fixed_parameters(saved, capsys):
     fixed_peak = report["with_lms"]["peak_bytes"]
     assert fixed_peak < peak
     # Fixed parameters are not tuned: a budget below their plan fails.
-    code, out, _ = run_cli(capsys, saved["meta"], "--gpu-mem",
+    code, out, _ = run_cli(capsys, saved["meta"], "--autotune-gpu-mem",
                            gpu_mem_for(0.9 * fixed_peak), "--no-plots",
                            *fixed)
     assert code == 1, out
@@ -259,7 +259,7 @@ def test_oracle_measures_both_steps_beside_the_simulator(saved, capsys):
     gives for those two graphs measured on their own."""
     peak = peak_without(capsys, saved["meta"])
     gpu_mem = gpu_mem_for(0.75 * peak)
-    code, report = plan_json(capsys, saved["meta"], "--gpu-mem", gpu_mem,
+    code, report = plan_json(capsys, saved["meta"], "--autotune-gpu-mem", gpu_mem,
                              "--no-plots", "--oracle")
     assert code == 0, report
     measured = report["oracle"]
@@ -282,7 +282,7 @@ def test_oracle_measures_both_steps_beside_the_simulator(saved, capsys):
         "fits": after.runtime_gpu_peak_bytes <= report["budget_bytes"]}
     assert after.runtime_gpu_peak_bytes < before.runtime_gpu_peak_bytes
 
-    code, out, _ = run_cli(capsys, saved["meta"], "--gpu-mem", gpu_mem,
+    code, out, _ = run_cli(capsys, saved["meta"], "--autotune-gpu-mem", gpu_mem,
                            "--no-plots", "--oracle")
     assert code == 0
     assert "Oracle (Grappler's virtual GPU" in out
@@ -290,8 +290,19 @@ def test_oracle_measures_both_steps_beside_the_simulator(saved, capsys):
         after.raw_gpu_peak_bytes) in out
 
 
+def test_old_memory_flag_still_works_and_warns(saved, capsys):
+    code, new = plan_json(capsys, saved["meta"], "--autotune-gpu-mem", "1",
+                          "--no-plots")
+    old_code = cli.main(["plan", saved["meta"], "--gpu-mem", "1",
+                         "--no-plots", "--json"])
+    out, err = capsys.readouterr()
+    assert (old_code, json.loads(out)) == (code, new)
+    assert ("warning: --gpu-mem is deprecated; use --autotune-gpu-mem"
+            in err)
+
+
 def test_oracle_needs_a_train_op(saved, capsys):
-    code, _, err = run_cli(capsys, saved["inference"], "--gpu-mem", "1",
+    code, _, err = run_cli(capsys, saved["inference"], "--autotune-gpu-mem", "1",
                            "--no-plots", "--oracle")
     assert code == 2
     assert "--oracle needs the op that runs one training step" in err
@@ -299,22 +310,22 @@ def test_oracle_needs_a_train_op(saved, capsys):
 
 def test_inference_savedmodel_is_planned_as_inference(saved, capsys):
     code, out, _ = run_cli(capsys, saved["inference"], "--batch-size", 4,
-                           "--gpu-mem", "1", "--no-plots")
+                           "--autotune-gpu-mem", "1", "--no-plots")
     assert code == 0, out
     assert "MetaGraph tagged serve" in out
     assert "nothing is trained" in out and "is_training=False" in out
     code, _, err = run_cli(capsys, saved["inference"], "--tag", "train",
-                           "--gpu-mem", "1")
+                           "--autotune-gpu-mem", "1")
     assert code == 2
     assert "no MetaGraph tagged train" in err and "--tag" in err
 
 
 def test_keras_inference_plans_the_forward_graph(saved, capsys):
     code, training = plan_json(capsys, saved["h5"], "--batch-size", BATCH,
-                               "--gpu-mem", "1", "--no-plots")
+                               "--autotune-gpu-mem", "1", "--no-plots")
     assert code == 0 and training["training"] is True
     code, report = plan_json(capsys, saved["h5"], "--batch-size", BATCH,
-                             "--gpu-mem", "1", "--no-plots", "--inference")
+                             "--autotune-gpu-mem", "1", "--no-plots", "--inference")
     assert code == 0, report
     assert report["training"] is False
     assert "forward graph only" in report["notes"][0]
@@ -324,7 +335,7 @@ def test_keras_inference_plans_the_forward_graph(saved, capsys):
 
 
 def test_missing_batch_size_names_the_flag(saved, capsys):
-    code, _, err = run_cli(capsys, saved["h5"], "--gpu-mem", "1",
+    code, _, err = run_cli(capsys, saved["h5"], "--autotune-gpu-mem", "1",
                            "--no-plots")
     assert code == 2
     assert "--batch-size" in err
@@ -336,17 +347,17 @@ def test_missing_batch_size_names_the_flag(saved, capsys):
 def test_no_gpu_and_no_budget_names_the_flag(saved, capsys):
     code, _, err = run_cli(capsys, saved["meta"], "--no-plots")
     assert code == 2
-    assert "no GPU" in err and "--gpu-mem" in err
+    assert "no GPU" in err and "--autotune-gpu-mem" in err
 
 
 def test_bad_paths_are_clear_errors(tmp_path, capsys):
-    code, _, err = run_cli(capsys, tmp_path / "missing.meta", "--gpu-mem", 1)
+    code, _, err = run_cli(capsys, tmp_path / "missing.meta", "--autotune-gpu-mem", 1)
     assert code == 2 and "does not exist" in err
     other = tmp_path / "notes.txt"
     other.write_text("hello")
-    code, _, err = run_cli(capsys, other, "--gpu-mem", 1)
+    code, _, err = run_cli(capsys, other, "--autotune-gpu-mem", 1)
     assert code == 2 and ".meta" in err and ".h5" in err
-    code, _, err = run_cli(capsys, tmp_path, "--gpu-mem", 1)
+    code, _, err = run_cli(capsys, tmp_path, "--autotune-gpu-mem", 1)
     assert code == 2 and "saved_model.pb" in err
 
 
@@ -374,7 +385,7 @@ def _run_module(*argv, cwd=None):
 def test_module_help_and_exit_status(saved, tmp_path):
     proc = _run_module("plan", "--help")
     assert proc.returncode == 0, proc.stderr
-    for flag in ("--batch-size", "--gpu-mem", "--swapout-threshold",
+    for flag in ("--batch-size", "--autotune-gpu-mem", "--swapout-threshold",
                  "--swapin-ahead", "--swapin-groupby", "--sync-mode",
                  "--serialization", "--serialization-by-size",
                  "--plot-dir", "--loss", "--optimizer", "--json"):
@@ -382,7 +393,7 @@ def test_module_help_and_exit_status(saved, tmp_path):
     proc = _run_module()
     assert proc.returncode == 2 and "plan" in proc.stderr
     # A budget far too small: the process itself exits with status 1.
-    proc = _run_module("plan", saved["meta"], "--gpu-mem", "0.00001",
+    proc = _run_module("plan", saved["meta"], "--autotune-gpu-mem", "0.00001",
                        "--no-plots", cwd=str(tmp_path))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "RESULT: does NOT fit" in proc.stdout
@@ -402,7 +413,7 @@ def test_tf2_function_savedmodel_is_refused(tmp_path):
     subprocess.run([sys.executable, "-c", script], check=True, timeout=300,
                    capture_output=True,
                    env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    proc = _run_module("plan", str(path), "--gpu-mem", "1", "--no-plots")
+    proc = _run_module("plan", str(path), "--autotune-gpu-mem", "1", "--no-plots")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "TensorFlow 2 functions" in proc.stderr
     assert "export_meta_graph" in proc.stderr
@@ -476,14 +487,14 @@ def test_model_saved_with_tf2_optimizer_is_planned(optimizer, fmt, tmp_path,
     else:
         assert set(applies) == {"ResourceApplyAdam"}, applies
     # The whole command plans it too.
-    code, report = plan_json(capsys, path, "--gpu-mem", "1000", "--no-plots",
+    code, report = plan_json(capsys, path, "--autotune-gpu-mem", "1000", "--no-plots",
                              "--batch-size", 4)
     assert code == 0 and report["fits"] is True, report
 
 
 def test_tf2_optimizer_without_legacy_twin_names_the_flag(tmp_path, capsys):
     path = _save_eager_model("adamw", tmp_path / "adamw.h5")
-    code, _, err = run_cli(capsys, path, "--gpu-mem", "1", "--no-plots",
+    code, _, err = run_cli(capsys, path, "--autotune-gpu-mem", "1", "--no-plots",
                            "--batch-size", 4)
     assert code == 2
     assert ("the model was saved with the optimizer AdamW, which cannot "
@@ -491,6 +502,6 @@ def test_tf2_optimizer_without_legacy_twin_names_the_flag(tmp_path, capsys):
             "equivalent in ") in err, err
     assert "pass a graph-mode optimizer with --optimizer" in err
     # ... and the flag works.
-    code, report = plan_json(capsys, path, "--gpu-mem", "1000", "--no-plots",
+    code, report = plan_json(capsys, path, "--autotune-gpu-mem", "1000", "--no-plots",
                              "--batch-size", 4, "--optimizer", "adam")
     assert code == 0, report

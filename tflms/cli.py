@@ -7,7 +7,7 @@ included), and reports what the simulator expects of one training step:
 * the graph summary (ops, edges, levels of the categorized topological sort,
   learning parameters);
 * the device memory peak without LMS and with the plan LMS applied, against
-  the budget (``--gpu-mem`` GiB, or the GPU's memory, times
+  the budget (``--autotune-gpu-mem`` GiB, or the GPU's memory, times
   ``TF_LMS_SIMULATOR_MEM_RATIO``);
 * the swapping parameters and the bytes moved per step, and what those bytes
   cost at common host-device link bandwidths;
@@ -117,7 +117,8 @@ def build_parser():
             "2: error."),
         epilog=("GRAPH is a MetaGraph file (.meta), a SavedModel folder, or a "
                 "Keras model (.h5, .keras, or a Keras SavedModel folder). "
-                "Example: tflms plan model.h5 --batch-size 32 --gpu-mem 16"))
+                "Example: tflms plan model.h5 --batch-size 32 "
+                "--autotune-gpu-mem 16"))
     _graph_arguments(plan)
     verify = commands.add_parser(
         "verify",
@@ -133,7 +134,7 @@ def build_parser():
         epilog=("GRAPH as for `tflms plan`; the train op comes from the "
                 "graph's train_op collection unless --train-op names it. "
                 "Example: tflms verify model.meta --batch-size 8 "
-                "--gpu-mem 4"))
+                "--autotune-gpu-mem 4"))
     _graph_arguments(verify)
     check = verify.add_argument_group("verification")
     check.add_argument("--steps", type=positive_int, default=3, metavar="N",
@@ -151,11 +152,11 @@ def build_parser():
 
 
 # LMS settings `tflms plan` and `tflms verify` take, in --help order, and
-# the flags that keep their shorter names.
+# the spellings of earlier versions they still accept.
 _SETTING_FLAGS = ("batch_size", "autotune_gpu_mem", "swapout_threshold",
                   "swapin_ahead", "swapin_groupby", "sync_mode",
                   "serialization", "serialization_by_size", "gpu_device")
-_SHORT_FLAGS = {"autotune_gpu_mem": "--gpu-mem"}
+_OLD_FLAGS = {"autotune_gpu_mem": ["--gpu-mem"]}
 
 
 def _graph_arguments(sub):
@@ -168,7 +169,7 @@ def _graph_arguments(sub):
     lms = sub.add_argument_group(
         "LMS settings", "As the LMS settings of the same names "
         "(docs/parameters.md); -1 lets the auto-tuner choose.")
-    S.add_arguments(lms, _SETTING_FLAGS, flag_names=_SHORT_FLAGS)
+    S.add_arguments(lms, _SETTING_FLAGS, aliases=_OLD_FLAGS)
     keras = sub.add_argument_group("Keras models")
     keras.add_argument("--loss", default=None,
                        help="loss to compile with (default: the saved one, "
@@ -641,7 +642,7 @@ def render(report, args):
                     _gib(r.trainable_bytes), _gib(r.variable_bytes)))
     lines.append("Batch size: %s" % (r.batch_size if r.batch_size else
                                      "not given (shapes must be static)"))
-    source = ("--gpu-mem %g GiB" % args.autotune_gpu_mem
+    source = ("--autotune-gpu-mem %g GiB" % args.autotune_gpu_mem
               if args.autotune_gpu_mem
               else "the GPU's memory")
     lines.append("Device budget: %s = %s x %s (TF_LMS_SIMULATOR_MEM_RATIO)"
@@ -738,8 +739,8 @@ def _run_command(args, work):
     try:
         return work()
     except autotune.NoGpuError as e:
-        print("%s %s For this command: pass --gpu-mem <GiB of the GPU you "
-              "plan for>." % (prefix, e), file=sys.stderr)
+        print("%s %s For this command: pass --autotune-gpu-mem <GiB of the "
+              "GPU you plan for>." % (prefix, e), file=sys.stderr)
     except simulator.BatchSizeError as e:
         print("%s %s. For this command: pass --batch-size N." % (prefix, e),
               file=sys.stderr)

@@ -401,10 +401,6 @@ def flag_of(name):
     return "--" + name.replace("_", "-")
 
 
-def _flag(name, style):
-    return flag_of(name) if style == "dash" else "--" + name
-
-
 class _DeprecatedAlias(argparse.Action):
     """A flag kept for old command lines: hidden from ``--help``, it warns
     on stderr and then does what the flag it stands for does."""
@@ -422,22 +418,19 @@ class _DeprecatedAlias(argparse.Action):
         setattr(namespace, self.dest, True if self.switch else values)
 
 
-def add_arguments(group, names=None, style="dash", flag_names=None,
-                  aliases=None):
+def add_arguments(group, names=None, aliases=None):
     """Add a flag for each setting in `names` (default: every setting that
     has one) to an argparse parser or group.
 
     Args:
       group: the parser or argument group.
       names: setting names, in the order wanted.
-      style: ``"dash"`` (``--swapout-threshold``, the one spelling of the
-        ``tflms`` command and the examples) or ``"underscore"``.
-      flag_names: ``{setting: flag}`` for flags not named after the setting.
       aliases: ``{setting: [old flag, ...]}``: deprecated spellings that
         still work, hidden from ``--help`` and warned about when used.
 
-    Every flag's destination is the setting's name, so `from_arguments`
-    reads them back.
+    Every flag is `flag_of` its setting, the one spelling of the ``tflms``
+    command and the examples, and its destination is the setting's name, so
+    `from_arguments` reads them back.
 
     Raises:
       ValueError: for a name in `names` or `aliases` that is not a setting
@@ -453,7 +446,7 @@ def add_arguments(group, names=None, style="dash", flag_names=None,
         flagged[n] for n in names]
     for field in chosen:
         meta = field.metadata
-        flag = (flag_names or {}).get(field.name) or _flag(field.name, style)
+        flag = flag_of(field.name)
         switch = meta["text"] is None
         if switch:
             group.add_argument(flag, dest=field.name, action="store_true",
