@@ -25,7 +25,7 @@ from tflms import cli
 from tflms import graph_index as gi
 from tflms import simulator
 
-import models
+from zoo import models
 
 BATCH = 16
 _GIB = float(1 << 30)
