@@ -5,7 +5,6 @@ make it a `SessionRunHook` and a Keras callback.
 `set_model()` / `set_params()` (Keras) only find the graph and call it.
 """
 
-import sys
 import time
 
 import tensorflow as tf
@@ -13,6 +12,7 @@ import tensorflow as tf
 from tflms import _compat
 from tflms import _keras
 from tflms import analysis
+from tflms import distributed
 from tflms import graph_index as gi
 from tflms import params as P
 from tflms import planner
@@ -277,10 +277,12 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
         if rewriter.is_rewritten(graph, self._device_filter):
             self._log.info("This model already has LMS swap operations; LMS "
                            "will not process it again.")
+            distributed.check_ranks_agree(graph, distributed.ALREADY_REWRITTEN)
             return None
         if self._not_needed == (graph, graph.version):
             self._log.info("LMS is not necessary for this unchanged graph "
                            "(decided before).", 1)
+            distributed.check_ranks_agree(graph, distributed.NOT_NEEDED)
             return None
 
         log = self._log
@@ -334,7 +336,7 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
             outcome = self._autotune(index, roles, ser_edges, deferral)
             if outcome is None:
                 self._not_needed = (graph, graph.version)
-                _check_ranks(graph, None)
+                distributed.check_ranks_agree(graph, distributed.NOT_NEEDED)
                 return None
             swap_params, only_tensors = outcome
             autotuned = True
@@ -364,7 +366,7 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
                len(result.swapin_ops), plan.swapin_bytes() / _GIB))
         log.info("Editing model for LMS, took: %.1f ms"
                  % ((time.perf_counter() - start) * 1000))
-        _check_ranks(graph, result)
+        distributed.check_ranks_agree(graph, distributed.REWRITTEN, result)
         return result
 
     def _roles(self, index):
@@ -608,19 +610,6 @@ class _StepGuard:
                 "never end. Check the graph with `tflms verify` (see "
                 "docs/plan.md) and report it; train without the LMS hook "
                 "meanwhile." % (value, self.RUNS))
-
-
-def _check_ranks(graph, result):
-    """In a Horovod job of 2+ ranks, make sure every rank rewrote its graph
-    the same way. Horovod matches collectives by op name, and a rewrite that
-    differs between ranks (e.g. auto-tuning against GPUs with different free
-    memory) renames them on one rank only: the job would hang at the first
-    step. This turns that into an error naming the ranks."""
-    hvd = sys.modules.get("horovod.tensorflow")
-    if hvd is None or not hvd.is_initialized() or hvd.size() < 2:
-        return
-    from tflms import distributed  # pylint: disable=import-outside-toplevel
-    distributed.check_same_rewrite(graph, result)
 
 
 def _with_serialization(plan, edges):
