@@ -11,6 +11,10 @@ TEST_TOOLS = [
     "pytest-xdist>=3",
     "hypothesis>=6",
     "scikit-learn>=1.3",
+    # Independent implementations of the levels tflms.topo computes, for
+    # tests/test_topo.py to compare with; tflms itself never imports them.
+    "networkx>=3.0",
+    "toposort>=1.7",
 ]
 
 setup(
@@ -29,8 +33,6 @@ setup(
         # No numpy bound of our own: TensorFlow brings its own (2.15 pins
         # numpy<2, 2.16+ accepts numpy 2).
         "numpy>=1.23.5",
-        "networkx>=3.0",
-        "toposort>=1.7",
     ],
     extras_require={
         # TensorFlow is not in install_requires on purpose: pick one stack

@@ -5,6 +5,9 @@ the batch size, a feed of random inputs (made only when asked, so that
 graphs too large to run can still be measured) and the variable
 initializer. Shapes are fully static, which the Grappler oracle needs.
 
+The real models come from the model zoo the tests use (`zoo.models`), at
+benchmark sizes:
+
 * `resnet50`: ``tf.keras.applications.ResNet50(weights=None)`` trained with
   Keras' own graph-mode train function. ``learning_phase="baked"`` builds it
   in training mode (batch norm without a ``cond`` on the learning phase), the
@@ -23,13 +26,13 @@ This module turns nothing on globally; the caller picks eager/graph mode.
 """
 
 import collections
-import contextlib
 import dataclasses
-import random
 from typing import Callable, Optional
 
 import numpy as np
 import tensorflow as tf
+
+from zoo import models as zoo
 
 __all__ = ["Built", "BUILDERS", "build", "resnet50", "unet3d", "transformer",
            "layered", "size_key"]
@@ -83,19 +86,13 @@ def _feed_maker(placeholders, seed):
     return make
 
 
-@contextlib.contextmanager
-def _seeded_keras(seed, baked):
-    """Pins Keras' unseeded initializers and, if `baked`, training mode."""
-    state = random.getstate()
-    random.seed(seed)
-    try:
-        if baked:
-            with tf.keras.backend.learning_phase_scope(1):
-                yield
-        else:
-            yield
-    finally:
-        random.setstate(state)
+def _from_zoo(name, builder, batch, description, **kwargs):
+    """Builds a zoo model in a new graph; its feed is drawn on each call."""
+    graph = tf.Graph()
+    with graph.as_default():
+        model = builder(batch=batch, **kwargs)
+    return Built(name, graph, model.train_op, model.loss, batch,
+                 model.init_op, model.make_inputs, description)
 
 
 def resnet50(image=224, batch=1, classes=10, learning_phase="baked",
@@ -108,57 +105,25 @@ def resnet50(image=224, batch=1, classes=10, learning_phase="baked",
       classes: output classes.
       learning_phase: "baked" (training-mode batch norm, no conds) or
         "placeholder" (Keras' learning-phase conds, as ``model.fit`` builds).
-      optimizer: "sgd" (momentum 0.9) or "adam" (Keras legacy optimizers).
+      optimizer: "sgd" (momentum 0.9, step 0.01) or "adam" (step 1e-3);
+        Keras legacy optimizers, with an accuracy metric, as
+        examples/Keras_ResNet50.py trains.
       seed: seed for weights and data.
 
     Returns:
       A `Built`.
     """
-    if learning_phase not in ("baked", "placeholder"):
-        raise ValueError("learning_phase must be 'baked' or 'placeholder'; "
-                         "got %r" % (learning_phase,))
-    graph = tf.Graph()
-    with graph.as_default(), _seeded_keras(seed,
-                                           learning_phase == "baked"):
-        _v1.set_random_seed(seed)
-        inp = tf.keras.Input(shape=(image, image, 3), batch_size=batch,
-                             name="image")
-        model = tf.keras.applications.ResNet50(weights=None, input_tensor=inp,
-                                               classes=classes)
-        labels = _v1.placeholder(tf.int32, [batch], name="labels")
-        legacy = tf.keras.optimizers.legacy
-        opt = (legacy.Adam(1e-3) if optimizer == "adam"
-               else legacy.SGD(0.01, momentum=0.9))
-        model.compile(optimizer=opt, loss="sparse_categorical_crossentropy",
-                      metrics=["accuracy"], target_tensors=[labels])
-        model._make_train_function()  # pylint: disable=protected-access
-        train_op = model.train_function.updates_op
-        loss = model.total_loss
-        init_op = _v1.variables_initializer(_v1.global_variables(),
-                                            name="init")
-    # Keras' learning phase, when not baked in, is a placeholder with a
-    # default: it is not fed.
-    placeholders = [(inp, 0), (labels, classes)]
-    return Built("resnet50", graph, train_op, loss, batch, init_op,
-                 _feed_maker(placeholders, seed),
-                 "Keras ResNet50 %dx%d, batch %d" % (image, image, batch))
-
-
-def _variable(name, shape, stddev):
-    return _v1.get_variable(
-        name, shape, initializer=_v1.truncated_normal_initializer(
-            stddev=stddev), use_resource=True)
-
-
-def _conv3d(x, filters, name):
-    with _v1.variable_scope(name):
-        cin = int(x.shape[-1])
-        w = _variable("kernel", [3, 3, 3, cin, filters],
-                      (2.0 / (27 * cin)) ** 0.5)
-        b = _v1.get_variable("bias", [filters],
-                             initializer=_v1.zeros_initializer(),
-                             use_resource=True)
-        return tf.nn.relu(tf.nn.conv3d(x, w, [1] * 5, "SAME") + b)
+    if optimizer not in ("sgd", "adam"):
+        raise ValueError("optimizer must be 'sgd' or 'adam'; got %r"
+                         % (optimizer,))
+    return _from_zoo(
+        "resnet50", zoo.keras_resnet50, batch,
+        "Keras ResNet50 %dx%d, batch %d" % (image, image, batch),
+        image=image, classes=classes, seed=seed,
+        learning_phase=learning_phase,
+        optimizer="adam" if optimizer == "adam" else "momentum",
+        learning_rate=1e-3 if optimizer == "adam" else 0.01,
+        metrics=["accuracy"])
 
 
 def unet3d(volume=64, batch=1, base_filters=16, depth=4, channels=1,
@@ -176,76 +141,17 @@ def unet3d(volume=64, batch=1, base_filters=16, depth=4, channels=1,
     Returns:
       A `Built`.
     """
-    step = 2 ** (depth - 1)
-    if volume % step:
-        raise ValueError("volume must be a multiple of %d for depth %d; got "
-                         "%d" % (step, depth, volume))
-    graph = tf.Graph()
-    with graph.as_default():
-        _v1.set_random_seed(seed)
-        shape = [batch, volume, volume, volume]
-        x = _v1.placeholder(tf.float32, shape + [channels], name="x")
-        y = _v1.placeholder(tf.float32, shape + [1], name="y")
-        h, skips = x, []
-        for level in range(depth):
-            filters = base_filters * 2 ** level
-            h = _conv3d(h, filters, "down%d_a" % level)
-            h = _conv3d(h, filters, "down%d_b" % level)
-            if level < depth - 1:
-                skips.append(h)
-                h = tf.nn.max_pool3d(h, 2, 2, "VALID", name="pool%d" % level)
-        for level in reversed(range(depth - 1)):
-            filters = base_filters * 2 ** level
-            skip = skips[level]
-            with _v1.variable_scope("up%d" % level):
-                w = _variable("kernel", [2, 2, 2, filters, int(h.shape[-1])],
-                              0.05)
-                h = tf.nn.conv3d_transpose(h, w, output_shape=skip.shape,
-                                           strides=[1, 2, 2, 2, 1])
-            h = tf.concat([h, skip], axis=-1, name="concat%d" % level)
-            h = _conv3d(h, filters, "up%d_a" % level)
-            h = _conv3d(h, filters, "up%d_b" % level)
-        with _v1.variable_scope("head"):
-            w = _variable("kernel", [1, 1, 1, int(h.shape[-1]), 1], 0.05)
-            logits = tf.nn.conv3d(h, w, [1] * 5, "SAME")
-        loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(
-            labels=y, logits=logits), name="loss")
-        train_op = _v1.train.MomentumOptimizer(0.01, 0.9).minimize(
-            loss, name="train")
-        init_op = _v1.variables_initializer(_v1.global_variables(),
-                                            name="init")
-    make = _feed_maker([(x, 0), (y, 0)], seed)
-    return Built("unet3d", graph, train_op, loss, batch, init_op, make,
-                 "3D U-Net %d^3, %d filters, depth %d, batch %d"
-                 % (volume, base_filters, depth, batch))
-
-
-def _dense(x, units, name, bias=True):
-    with _v1.variable_scope(name):
-        w = _variable("kernel", [int(x.shape[-1]), units],
-                      (1.0 / int(x.shape[-1])) ** 0.5)
-        y = tf.tensordot(x, w, axes=[[x.shape.ndims - 1], [0]])
-        if bias:
-            y += _v1.get_variable("bias", [units],
-                                  initializer=_v1.zeros_initializer(),
-                                  use_resource=True)
-        return y
-
-
-def _layer_norm(x, name):
-    with _v1.variable_scope(name):
-        d = int(x.shape[-1])
-        gamma = _v1.get_variable("gamma", [d], use_resource=True,
-                                 initializer=_v1.ones_initializer())
-        beta = _v1.get_variable("beta", [d], use_resource=True,
-                                initializer=_v1.zeros_initializer())
-        mean, var = tf.nn.moments(x, axes=[-1], keepdims=True)
-        return (x - mean) * tf.math.rsqrt(var + 1e-6) * gamma + beta
+    return _from_zoo(
+        "unet3d", zoo.unet3d, batch,
+        "3D U-Net %d^3, %d filters, depth %d, batch %d"
+        % (volume, base_filters, depth, batch),
+        volume=volume, base_filters=base_filters, depth=depth,
+        channels=channels, seed=seed)
 
 
 def transformer(layers=12, seq=512, d_model=512, heads=8, batch=4,
                 classes=10, seed=0):
-    """A post-norm Transformer encoder classifier, trained with Adam.
+    """A post-norm Transformer encoder classifier, trained with Adam (1e-4).
 
     Args:
       layers: encoder layers.
@@ -259,46 +165,12 @@ def transformer(layers=12, seq=512, d_model=512, heads=8, batch=4,
     Returns:
       A `Built`.
     """
-    if d_model % heads:
-        raise ValueError("d_model must be divisible by heads; got d_model=%d "
-                         "heads=%d" % (d_model, heads))
-    depth = d_model // heads
-    graph = tf.Graph()
-    with graph.as_default():
-        _v1.set_random_seed(seed)
-        x = _v1.placeholder(tf.float32, [batch, seq, d_model], name="x")
-        y = _v1.placeholder(tf.int32, [batch], name="y")
-
-        def split(t):
-            t = tf.reshape(t, [batch, seq, heads, depth])
-            return tf.transpose(t, [0, 2, 1, 3])
-
-        h = x + _variable("position", [seq, d_model], 0.02)
-        for i in range(layers):
-            with _v1.variable_scope("layer%d" % i):
-                q = split(_dense(h, d_model, "q"))
-                k = split(_dense(h, d_model, "k", bias=False))
-                v = split(_dense(h, d_model, "v"))
-                scores = tf.matmul(q, k, transpose_b=True) / float(
-                    np.sqrt(depth))
-                ctx = tf.matmul(tf.nn.softmax(scores, axis=-1), v)
-                ctx = tf.reshape(tf.transpose(ctx, [0, 2, 1, 3]),
-                                 [batch, seq, d_model])
-                h = _layer_norm(h + _dense(ctx, d_model, "o"), "ln1")
-                ff = tf.nn.relu(_dense(h, 4 * d_model, "ff1"))
-                h = _layer_norm(h + _dense(ff, d_model, "ff2"), "ln2")
-        logits = _dense(tf.reduce_mean(h, axis=1), classes, "logits")
-        loss = tf.reduce_mean(
-            tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y,
-                                                           logits=logits),
-            name="loss")
-        train_op = _v1.train.AdamOptimizer(1e-4).minimize(loss, name="train")
-        init_op = _v1.variables_initializer(_v1.global_variables(),
-                                            name="init")
-    make = _feed_maker([(x, 0), (y, classes)], seed)
-    return Built("transformer", graph, train_op, loss, batch, init_op, make,
-                 "Transformer encoder, %d layers, seq %d, d_model %d, "
-                 "batch %d" % (layers, seq, d_model, batch))
+    return _from_zoo(
+        "transformer", zoo.transformer_encoder, batch,
+        "Transformer encoder, %d layers, seq %d, d_model %d, batch %d"
+        % (layers, seq, d_model, batch),
+        layers=layers, seq=seq, d_model=d_model, heads=heads,
+        classes=classes, seed=seed, learning_rate=1e-4)
 
 
 def _node(graph_def, name, op, inputs=(), **attrs):

@@ -13,6 +13,17 @@ __all__ = ["render", "write_plots", "targets", "behind_tensorflow"]
 _GIB = float(1 << 30)
 
 
+# What IBM published for the original TFLMSv2, to set the capacity numbers
+# against (users know IBM's documents, not this project's history).
+_ORIGINAL_CLAIM = (
+    "IBM's announcement of the original TFLMSv2 (the PowerAI 1.6 article "
+    "on IBM Developer that introduced it, section \"More swapping allows "
+    "higher resolution\") claims resolution increases of about 10x for 2D "
+    "models (GoogleNet, ResNet50) and 5x for 3D models (3D U-Net), against "
+    "5x and 2.5x for TFLMSv1; the factor in pixels or voxels is the "
+    "comparable one if \"resolution\" meant data size.")
+
+
 def write_plots(data, out):
     """PNG plots into `out`; returns their file names."""
     sections = data.get("sections", {})
@@ -148,9 +159,7 @@ def findings(data):
             "; ".join(parts)))
     if caps:
         out.append("How much bigger (largest size whose oracle peak fits): "
-                   + " | ".join(caps) + ". The seeds claim about 10x for 2D "
-                   "models and 5x for 3D; the factor in pixels or voxels is "
-                   "the comparable one if they meant data size.")
+                   + " | ".join(caps) + ". " + _ORIGINAL_CLAIM)
     swap_nothing, swap_blind, swap_saved = [], [], []
     for r in sections.get("memory", []):
         c = r.get("configs", {})
@@ -272,10 +281,11 @@ below; every probe and repetition is in `results.json` in the output
 folder.
 
 There is no GPU on the benchmark machine. GPU memory is measured by the
-*oracle* (`tflms/oracle.py`): Grappler's virtual cluster with one simulated
-V100 and one CPU, compute ops on `/device:GPU:0`, which does not share code
-with tflms. TensorFlow's own memory optimizer is run offline on that same
-virtual cluster. Real runs (step time, allocator peaks) use the CPU.
+*oracle* (`tflms/oracle.py`, also behind `tflms plan --oracle`): Grappler's
+virtual cluster with one simulated V100 and one CPU, compute ops on
+`/device:GPU:0`, which shares no code with LMS's simulator or rewriter.
+TensorFlow's own memory optimizer is run offline on that same virtual
+cluster. Real runs (step time, allocator peaks) use the CPU.
 
 One adjustment applies to every oracle number (all methods alike): the
 virtual cluster gives each `Identity`, `StopGradient` and `PreventGradient`

@@ -1,11 +1,62 @@
 """Small deterministic graphs for the core tests (explicit seeds, explicit
 graphs, no global state)."""
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import tensorflow as tf
 
 # The same checks `tflms verify` makes for users.
 from tflms.verify import kernel_counts, unexecuted_nodes  # noqa: F401
+
+
+# Saves a small Keras 2 model compiled, in eager mode, with a TF2 optimizer
+# (Keras 2.11+ `keras.optimizers.SGD`, ...), which cannot build a graph-mode
+# train function: what users hand to `keras_models.load_model` and `tflms
+# plan`. In a subprocess because this test process has eager mode off.
+_SAVE_TF2_SCRIPT = """
+import sys
+import tensorflow as tf
+from tflms import _compat
+keras = _compat.keras2()
+keras.utils.set_random_seed(5)
+model = keras.Sequential([
+    keras.Input((12, 12, 3)),
+    keras.layers.Conv2D(8, 3, padding="same", activation="relu"),
+    keras.layers.Conv2D(8, 3, padding="same", activation="relu"),
+    keras.layers.GlobalAveragePooling2D(),
+    keras.layers.Dense(3)])
+optimizer = {
+    "sgd": lambda: keras.optimizers.SGD(0.05, momentum=0.9, nesterov=True),
+    "adam": lambda: keras.optimizers.Adam(0.002, beta_1=0.8),
+    "adamw": lambda: keras.optimizers.AdamW(0.001, weight_decay=0.01),
+}[sys.argv[1]]()
+model.compile(optimizer, "mse", metrics=["mae"])
+assert tf.executing_eagerly()
+assert not hasattr(model.optimizer, "get_updates"), type(model.optimizer)
+model.save(sys.argv[2])
+print("KERNEL0:", repr(model.weights[0].numpy().ravel().tolist()))
+"""
+
+
+def save_tf2_keras_model(optimizer, path):
+    """Saves the model above, compiled with `optimizer` ("sgd": SGD with
+    momentum 0.9, Nesterov, rate 0.05; "adam": Adam, rate 0.002, beta_1 0.8;
+    "adamw": AdamW, which has no legacy twin), to `path` (the suffix picks
+    the format). Input 12x12x3, 3 outputs, "mse" loss and an "mae" metric.
+
+    Returns:
+      (path as str, the first kernel's saved values, flattened).
+    """
+    out = subprocess.run([sys.executable, "-c", _SAVE_TF2_SCRIPT, optimizer,
+                          str(path)], capture_output=True, text=True,
+                         timeout=300, check=False,
+                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    kernel = out.stdout.split("KERNEL0:")[1].strip().splitlines()[0]
+    return str(path), np.array(eval(kernel))  # pylint: disable=eval-used
 
 
 def dense_net(depth=6, width=64, classes=10, batch=None, optimizer="sgd",

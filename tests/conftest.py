@@ -7,6 +7,13 @@ with a fixture that restores it.
 """
 
 import os
+import sys
+
+# The model zoo (zoo/) and the benchmarks live next to tests/, outside the
+# tflms package; make them importable however pytest was started.
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # oneDNN changes which kernels run and how TensorFlow rewrites graphs, and

@@ -43,11 +43,10 @@ if tf.executing_eagerly():
     tf.compat.v1.disable_eager_execution()
 
 try:  # pylint: disable=g-import-not-at-top
-    from tests import models
     from tests._graphs import assert_same_training, trace_options
 except ImportError:  # tests/ itself is on sys.path
-    import models
     from _graphs import assert_same_training, trace_options
+from zoo import models  # pylint: disable=g-import-not-at-top
 from tflms import LMS  # pylint: disable=g-import-not-at-top
 from tflms.lms import Outcome
 from tflms import analysis

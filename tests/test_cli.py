@@ -26,7 +26,8 @@ from tflms import graph_index as gi
 from tflms import oracle
 from tflms import simulator
 
-import models
+import _graphs
+from zoo import models
 
 BATCH = 16
 _GIB = float(1 << 30)
@@ -422,37 +423,8 @@ def test_tf2_function_savedmodel_is_refused(tmp_path):
 # ---- models compiled with TF2 optimizers in eager mode -------------------
 # Keras 2.11+ optimizers (tf.keras.optimizers.SGD, Adam...) cannot build a
 # graph-mode train function; `tflms plan` swaps in their
-# tf.keras.optimizers.legacy namesakes with the same settings.
-SAVE_TF2_SCRIPT = """
-import sys
-import tensorflow as tf
-from tflms import _compat
-keras = _compat.keras2()
-optimizer, path = sys.argv[1], sys.argv[2]
-model = keras.Sequential([
-    keras.Input((16, 16, 3)),
-    keras.layers.Conv2D(8, 3, padding="same", activation="relu"),
-    keras.layers.Conv2D(8, 3, padding="same", activation="relu"),
-    keras.layers.GlobalAveragePooling2D(),
-    keras.layers.Dense(4)])
-model.compile({
-    "sgd": lambda: keras.optimizers.SGD(0.05, momentum=0.9, nesterov=True),
-    "adam": lambda: keras.optimizers.Adam(0.002, beta_1=0.8),
-    "adamw": lambda: keras.optimizers.AdamW(0.001, weight_decay=0.01),
-}[optimizer](), "mse")
-assert tf.executing_eagerly()
-assert not hasattr(model.optimizer, "get_updates"), type(model.optimizer)
-model.save(path)
-"""
-
-
-def _save_eager_model(optimizer, path):
-    proc = subprocess.run(
-        [sys.executable, "-c", SAVE_TF2_SCRIPT, optimizer, str(path)],
-        capture_output=True, text=True, timeout=300, check=False,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return str(path)
+# tf.keras.optimizers.legacy namesakes with the same settings
+# (_graphs.save_tf2_keras_model saves such a model).
 
 
 def _apply_ops(graph):
@@ -465,7 +437,7 @@ def _apply_ops(graph):
 def test_model_saved_with_tf2_optimizer_is_planned(optimizer, fmt, tmp_path,
                                                    capsys):
     name = "model" if fmt == "savedmodel" else "model." + fmt
-    path = _save_eager_model(optimizer, tmp_path / name)
+    path, _ = _graphs.save_tf2_keras_model(optimizer, tmp_path / name)
     args = cli.build_parser().parse_args(["plan", path])
     loaded = cli.load_graph(path, args)
     assert loaded.training
@@ -493,8 +465,10 @@ def test_model_saved_with_tf2_optimizer_is_planned(optimizer, fmt, tmp_path,
 
 
 def test_tf2_optimizer_without_legacy_twin_names_the_flag(tmp_path, capsys):
-    path = _save_eager_model("adamw", tmp_path / "adamw.h5")
-    code, _, err = run_cli(capsys, path, "--autotune-gpu-mem", "1", "--no-plots",
+    path, _ = _graphs.save_tf2_keras_model("adamw",
+                                           tmp_path / "adamw.h5")
+    code, _, err = run_cli(capsys, path, "--autotune-gpu-mem", "1",
+                           "--no-plots",
                            "--batch-size", 4)
     assert code == 2
     assert ("the model was saved with the optimizer AdamW, which cannot "

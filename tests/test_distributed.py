@@ -168,6 +168,27 @@ def test_ranks_that_rewrite_differently_stop_with_an_error(tmp_path):
     assert "Timeout" not in out  # the watchdog did not have to fire
 
 
+def test_ranks_that_take_different_paths_stop_with_an_error(tmp_path):
+    """Rank 0's graph already has LMS's swap ops, rank 1's does not: LMS.run
+    returns early on rank 0 and rewrites on rank 1. The job runs no check
+    of its own. Were LMS.run to check only after a rewrite, rank 1's check
+    would meet rank 0's first training collective instead: a hang, or (as
+    seen here over Gloo) a Horovod shutdown whose message names neither the
+    ranks nor the cause. Checking on every path names both."""
+    code, out = _horovodrun(["--api", "session", "--variants", "1,1,0",
+                             "--rank0-prerewritten", "--out", str(tmp_path),
+                             "--watchdog", "120"], timeout=180)
+    assert code != 0
+    for rank in (0, 1):
+        assert ("RANK_MISMATCH rank %d: LMS took different paths on the "
+                "ranks of this job: rank 0 left the graph alone because it "
+                "already had LMS swap operations; rank 1 rewrote the graph. "
+                % rank) in out, out[-4000:]
+    assert ("Give every rank the same model (all built fresh, or all "
+            "restored from the same rewritten meta graph)") in out
+    assert "Timeout" not in out  # the watchdog did not have to fire
+
+
 def test_horovod_keras_callback_needs_the_shim():
     """Why `distributed.BroadcastGlobalVariablesCallback` exists: Horovod's
     own callback calls keras.backend.get_session(), gone in Keras 2.15."""
@@ -409,12 +430,20 @@ def test_rank_info_from_launcher_variables():
                     "worker": ["127.0.0.1:2", "127.0.0.1:3"]},
         "task": {"type": "worker", "index": 1}})}
     assert distributed.rank_info(tf_config) == distributed.RankInfo(
-        2, 3, 0, 1, "tf_config")
+        2, 3, 0, 1, "tf_config", "worker", 1)
+    # The local facts are read whatever the launcher (the auto-tuner's GPU
+    # and host budgets use them).
+    assert distributed.rank_info({"HOROVOD_LOCAL_RANK": "1",
+                                  "HOROVOD_LOCAL_SIZE": "4"}) == \
+        distributed.RankInfo(local_rank=1, local_size=4)
     with pytest.raises(ValueError, match=r"HOROVOD_RANK='x' must be an "
                        r"integer \(it is set by the job launcher"):
         distributed.rank_info({"HOROVOD_RANK": "x"})
-    with pytest.raises(ValueError, match="TF_CONFIG='{' is not JSON"):
+    with pytest.raises(ValueError, match="TF_CONFIG='{' is not JSON of an "
+                       "object"):
         distributed.rank_info({"TF_CONFIG": "{"})
+    with pytest.raises(ValueError, match=r"TF_CONFIG='\[1\]' is not JSON"):
+        distributed.rank_info({"TF_CONFIG": "[1]"})
 
 
 def test_host_budget_is_shared_by_the_local_ranks():
@@ -486,6 +515,51 @@ def test_check_same_rewrite_compares_every_rank():
                        r"\(2 distinct rewrites among 3 ranks\)"):
         distributed.check_same_rewrite(g1, r1,
                                        allgather=lambda f: [f, f, f3])
+
+
+def test_check_ranks_agree_compares_outcome_and_rewrite():
+    graph, result = _rewritten(**FIXED)
+    other, other_result = _rewritten(swapout_threshold=1, swapin_ahead=3,
+                                     swapin_groupby=0)
+    check = distributed.check_ranks_agree
+    # Not a multi-rank job: nothing to compare with, Horovod untouched.
+    for env in ({}, {"HOROVOD_RANK": "0", "HOROVOD_SIZE": "1"},
+                {"TF_CONFIG": json.dumps({
+                    "cluster": {"worker": ["a:1", "b:2"]},
+                    "task": {"type": "worker", "index": 0}})}):
+        assert check(graph, distributed.REWRITTEN, result, env=env) is None
+    gathered = []
+
+    def record(mine):
+        gathered.append(mine)
+        return [mine, mine]
+    mine = check(graph, distributed.REWRITTEN, result, allgather=record)
+    fingerprint = distributed.rewrite_fingerprint(graph, result)
+    assert gathered == [mine] and mine.endswith(fingerprint)
+    # A later run on the rewritten graph digests the swap ops it finds.
+    again = check(graph, distributed.ALREADY_REWRITTEN, allgather=record)
+    assert again.endswith(fingerprint) and len(again) == len(mine)
+    not_needed = check(graph, distributed.NOT_NEEDED, allgather=record)
+    assert len(not_needed) == len(mine)
+
+    with pytest.raises(distributed.RankMismatchError) as info:
+        check(graph, distributed.REWRITTEN, result,
+              allgather=lambda m: [m, not_needed, not_needed])
+    assert str(info.value).startswith(
+        "LMS took different paths on the ranks of this job: rank 0 rewrote "
+        "the graph; ranks 1, 2 left the graph alone because the step fits "
+        "without LMS. Horovod matches collectives by op name")
+    theirs = check(other, distributed.REWRITTEN, other_result,
+                   allgather=lambda m: [m])
+    with pytest.raises(distributed.RankMismatchError,
+                       match=r"differently on ranks \[1\] than on rank 0 "
+                       r"\(2 distinct rewrites among 2 ranks\)"):
+        check(graph, distributed.REWRITTEN, result,
+              allgather=lambda m: [m, theirs])
+    with pytest.raises(ValueError, match="outcome must be one of "
+                       "'rewritten', 'not needed', 'already rewritten'; "
+                       "got 'done'"):
+        check(graph, "done", result, allgather=record)
 
 
 def test_broadcast_callback_validates_root_rank():

@@ -26,7 +26,7 @@ import tensorflow as tf
 
 from tflms import LMS
 
-import models
+from zoo import models
 from _graphs import assert_same_training, trace_options
 
 pytestmark = pytest.mark.numerics

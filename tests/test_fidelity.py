@@ -87,10 +87,7 @@ import tensorflow as tf
 if tf.executing_eagerly():
     tf.compat.v1.disable_eager_execution()
 
-try:  # pylint: disable=g-import-not-at-top
-    from tests import models
-except ImportError:  # tests/ itself is on sys.path
-    import models
+from zoo import models  # pylint: disable=g-import-not-at-top
 from tflms import analysis  # pylint: disable=g-import-not-at-top
 from tflms import graph_index as gi
 from tflms import oracle

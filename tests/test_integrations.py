@@ -286,39 +286,7 @@ def test_keras3_model_gets_a_clear_error(tf_keras, mode):
     assert "`import tf_keras as keras`" in out.stdout
 
 
-# ---- models saved with TF2 optimizers ----------------------------------
-SAVE_TF2_SCRIPT = textwrap.dedent("""
-    import sys
-    import tensorflow as tf
-    from tflms import _compat
-    keras = _compat.keras2()
-    keras.utils.set_random_seed(5)
-    model = keras.Sequential([
-        keras.Input((12, 12, 3)),
-        keras.layers.Conv2D(8, 3, padding="same", activation="relu"),
-        keras.layers.Conv2D(8, 3, padding="same", activation="relu"),
-        keras.layers.GlobalAveragePooling2D(),
-        keras.layers.Dense(3)])
-    optimizer = {
-        "sgd": lambda: keras.optimizers.SGD(0.05, momentum=0.9,
-                                            nesterov=True),
-        "adamw": lambda: keras.optimizers.AdamW(0.001, weight_decay=0.01),
-    }[sys.argv[1]]()
-    model.compile(optimizer, "mse", metrics=["mae"])
-    assert not hasattr(model.optimizer, "get_updates")
-    model.save(sys.argv[2])
-    print("KERNEL0:", repr(model.weights[0].numpy().ravel().tolist()))
-""")
-
-
-def _save_tf2(optimizer, path):
-    out = subprocess.run([sys.executable, "-c", SAVE_TF2_SCRIPT, optimizer,
-                          str(path)], capture_output=True, text=True,
-                         timeout=300,
-                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
-    assert out.returncode == 0, out.stderr[-3000:]
-    kernel = out.stdout.split("KERNEL0:")[1].strip().splitlines()[0]
-    return str(path), np.array(eval(kernel))  # pylint: disable=eval-used
+# ---- models saved with TF2 optimizers (_graphs.save_tf2_keras_model) ---
 
 
 @pytest.mark.parametrize("fmt", ["h5", "keras"])
@@ -327,7 +295,8 @@ def test_callback_trains_model_saved_with_tf2_optimizer(fmt, tmp_path):
     then trains it as a callback, with the same losses as without LMS."""
     from tflms import keras_models  # pylint: disable=import-outside-toplevel
     from tflms import _compat  # pylint: disable=import-outside-toplevel
-    path, saved_kernel = _save_tf2("sgd", tmp_path / ("model." + fmt))
+    path, saved_kernel = _graphs.save_tf2_keras_model(
+        "sgd", tmp_path / ("model." + fmt))
     rng = np.random.RandomState(0)
     x, y = rng.rand(8, 12, 12, 3), rng.rand(8, 3)
 
@@ -361,7 +330,7 @@ def test_callback_trains_model_saved_with_tf2_optimizer(fmt, tmp_path):
 def test_tf2_optimizer_without_legacy_twin_is_a_clear_error(tmp_path):
     from tflms import UnsupportedStackError  # pylint: disable=import-outside-toplevel
     from tflms import keras_models  # pylint: disable=import-outside-toplevel
-    path, _ = _save_tf2("adamw", tmp_path / "model.h5")
+    path, _ = _graphs.save_tf2_keras_model("adamw", tmp_path / "model.h5")
     with pytest.raises(UnsupportedStackError) as info:
         keras_models.load_model(path)
     package = "keras" if not NEW_STACK else "tf_keras"

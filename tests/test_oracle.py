@@ -22,10 +22,7 @@ import tensorflow as tf
 if tf.executing_eagerly():
     tf.compat.v1.disable_eager_execution()
 
-try:  # pylint: disable=g-import-not-at-top
-    from tests import models
-except ImportError:  # tests/ itself is on sys.path (pytest rootdir-less run)
-    import models
+from zoo import models  # pylint: disable=g-import-not-at-top
 from tflms import oracle  # pylint: disable=g-import-not-at-top
 
 SHAPE = [1024, 1024]

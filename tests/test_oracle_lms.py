@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from tflms import LMS, oracle
 
-import models
+from zoo import models
 
 
 def _deep_cnn():

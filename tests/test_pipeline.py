@@ -11,7 +11,7 @@ from tflms import pipeline
 from tflms import simulator
 from tflms.settings import Settings
 
-import models
+from zoo import models
 
 FIXED = dict(swapout_threshold=3, swapin_ahead=2, swapin_groupby=1)
 

@@ -9,7 +9,7 @@ from tflms.lms import Outcome
 from tflms import graph_index as gi
 from tflms import rewriter
 
-import models
+from zoo import models
 from _graphs import dense_net, train_steps
 
 FIXED = dict(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0)

@@ -309,7 +309,7 @@ def test_incremental_levels_equal_a_fresh_sort(name, kwargs, monkeypatch):
     lookahead, grouping, every sync mode, with and without serialization
     edges) those equal Kahn levels computed from scratch, and the fast path
     is taken at least once."""
-    import models  # pylint: disable=import-outside-toplevel
+    from zoo import models  # pylint: disable=import-outside-toplevel
     from tflms import topo  # pylint: disable=import-outside-toplevel
     graph = tf.Graph()
     with graph.as_default():

@@ -14,7 +14,7 @@ from tflms import analysis
 from tflms import graph_index as gi
 from tflms import planner
 
-import models
+from zoo import models
 
 
 def _check_all_queries(index, roles, aheads):

@@ -18,7 +18,7 @@ import tensorflow as tf
 from tflms import LMS, Outcome, RunResult
 from tflms import verify as verifying
 
-import models
+from zoo import models
 
 pytestmark = pytest.mark.numerics
 

@@ -1,9 +1,8 @@
 """The ``[LMS][level]`` log lines, through `tf.compat.v1.logging`."""
 
-import json
-import os
-
 import tensorflow as tf
+
+from tflms import distributed
 
 __all__ = ["Logger", "rank_prefix"]
 
@@ -12,21 +11,18 @@ def rank_prefix():
     """``'[rank 3] '`` under Horovod/MPI, ``'[worker 1] '`` for a
     tf.distribute task described by ``TF_CONFIG``, else ''.
 
-    Read from the environment that launchers set, so no distributed package
-    needs to be imported.
+    From `distributed.rank_info`, which reads the environment that
+    launchers set; a malformed variable gives no prefix here (logging must
+    not fail), and the error where the value is used.
     """
-    for var in ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
-        value = os.environ.get(var)
-        if value is not None:
-            return "[rank %s] " % value
-    config = os.environ.get("TF_CONFIG")
-    if config:
-        try:
-            task = json.loads(config).get("task") or {}
-        except (ValueError, AttributeError):
-            return ""
-        if task.get("type"):
-            return "[%s %s] " % (task["type"], task.get("index", 0))
+    try:
+        info = distributed.rank_info()
+    except ValueError:
+        return ""
+    if info.launcher in ("horovod", "mpi"):
+        return "[rank %d] " % info.rank
+    if info.task_type:
+        return "[%s %d] " % (info.task_type, info.task_index)
     return ""
 
 

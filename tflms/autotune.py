@@ -35,6 +35,7 @@ import os
 
 import numpy as np
 
+from tflms import distributed
 from tflms import planner
 from tflms import simulator
 from tflms._logging import Logger
@@ -50,8 +51,6 @@ __all__ = [
     "mem_ratio",
     "device_budget",
     "host_budget",
-    "local_rank",
-    "local_size",
     "select_tensors",
     "tune",
 ]
@@ -65,9 +64,6 @@ _GIB = float(1 << 30)
 _SELECTION_ROUNDS = 12
 # Replays spent removing unneeded swaps from the chosen selection.
 _PRUNE_REPLAYS = 48
-
-_LOCAL_RANK_VARS = ("HOROVOD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK")
-_LOCAL_SIZE_VARS = ("HOROVOD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE")
 
 
 class AutotuneError(ValueError):
@@ -135,30 +131,6 @@ def mem_ratio(env=None):
     return value
 
 
-def _int_env(env, names, default):
-    for name in names:
-        text = env.get(name)
-        if text is None or text == "":
-            continue
-        try:
-            return int(text)
-        except ValueError:
-            raise ValueError("%s=%r must be an integer" % (name, text))
-    return default
-
-
-def local_rank(env=None):
-    """This process's rank on its node under Horovod / Open MPI, else None."""
-    return _int_env(os.environ if env is None else env, _LOCAL_RANK_VARS,
-                    None)
-
-
-def local_size(env=None):
-    """Processes on this node under Horovod / Open MPI, else 1."""
-    return max(1, _int_env(os.environ if env is None else env,
-                           _LOCAL_SIZE_VARS, 1))
-
-
 def _list_local_devices():
     # Imported lazily: listing devices initialises the GPU runtime.
     from tensorflow.python.client import device_lib  # pylint: disable=import-outside-toplevel
@@ -171,8 +143,7 @@ def _gpu_index(gpu_device, env):
         spec = tf.DeviceSpec.from_string(gpu_device)
         if spec.device_index is not None:
             return spec.device_index
-    rank = local_rank(env)
-    return rank if rank is not None else 0
+    return distributed.rank_info(env).local_rank
 
 
 def device_budget(gpu_mem_gib=None, gpu_device=None, env=None,
@@ -231,7 +202,7 @@ def host_budget(env=None):
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return 0
-    return int(total // local_size(env))
+    return int(total // distributed.rank_info(env).local_size)
 
 
 # ---- the search ----------------------------------------------------------
@@ -701,7 +672,7 @@ def tune(index, roles, requested, batch_size=None, gpu_mem_gib=None,
             "processes); the host may run out of memory. Use a smaller batch "
             "size or fewer processes per node."
             % (final.peak_host_bytes / _GIB, host_limit / _GIB,
-               local_size(env)))
+               distributed.rank_info(env).local_size))
     files = _plots(plot_dir, index, roles, batch_size, without, final, budget,
                    log)
     return TuneOutcome(params=params, only_tensors=only, budget_bytes=budget,

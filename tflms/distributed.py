@@ -11,12 +11,15 @@ differ (different swap-in triggers, say) can end up with differently
 numbered allreduce ops, and then each rank waits forever for the others to
 submit a tensor they never submit: the job hangs at its first step, with
 no error. tflms plans deterministically (same graph, same parameters, same
-rewrite); `check_same_rewrite` proves it across the ranks of a Horovod job
-and turns a mismatch into an error instead of a hang.
+rewrite); `check_ranks_agree`, which `LMS.run` calls on every rank before
+each of its returns, proves it across the ranks of a Horovod job and turns
+a mismatch into an error instead of a hang. `check_same_rewrite` is the
+same check for callers that edit graphs themselves.
 
 This module also provides what Horovod's Keras integration lacks on Keras
-2.15 in graph mode (`BroadcastGlobalVariablesCallback`), and reads rank
-facts from the environment that launchers set (`rank_info`).
+2.15 in graph mode (`BroadcastGlobalVariablesCallback`), and is the one
+place that reads rank facts from the environment that launchers set
+(`rank_info`; the auto-tuner's budgets and the log prefix use it).
 
 Horovod is imported lazily, only by the functions that need it.
 """
@@ -26,19 +29,22 @@ import dataclasses
 import hashlib
 import json
 import os
-import sys
 
 import tensorflow as tf
 
 from tflms import _compat
-from tflms import autotune
+from tflms import rewriter
 
 __all__ = [
     "HOROVOD_INSTALL_HINT",
     "RankInfo",
     "RankMismatchError",
+    "REWRITTEN",
+    "NOT_NEEDED",
+    "ALREADY_REWRITTEN",
     "rank_info",
     "rewrite_fingerprint",
+    "check_ranks_agree",
     "check_same_rewrite",
     "BroadcastGlobalVariablesCallback",
 ]
@@ -51,8 +57,24 @@ HOROVOD_INSTALL_HINT = (
     "--no-cache-dir horovod==0.28.1 (needs cmake and g++; "
     "tools/install_test_deps.sh does it for a checkout of tflms)")
 
+# The variables job launchers set, by priority: Horovod's (horovodrun),
+# Open MPI's (mpirun), then PMI's (Slurm, MPICH). Read only here.
 _RANK_VARS = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
 _SIZE_VARS = ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+_LOCAL_RANK_VARS = ("HOROVOD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK")
+_LOCAL_SIZE_VARS = ("HOROVOD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE")
+
+# What `LMS.run` did with a graph; every rank must do the same.
+REWRITTEN = "rewritten"
+NOT_NEEDED = "not needed"
+ALREADY_REWRITTEN = "already rewritten"
+_OUTCOME_TEXT = {
+    REWRITTEN: "rewrote the graph",
+    NOT_NEEDED: "left the graph alone because the step fits without LMS",
+    ALREADY_REWRITTEN: "left the graph alone because it already had LMS "
+                       "swap operations",
+}
+_OUTCOME_WIDTH = max(len(k) for k in _OUTCOME_TEXT)
 
 
 class RankMismatchError(RuntimeError):
@@ -71,6 +93,9 @@ class RankInfo:
       local_size: processes on this node; the host memory LMS plans with is
         divided by it.
       launcher: 'horovod', 'mpi', 'tf_config' or None.
+      task_type: the ``TF_CONFIG`` task type ('chief', 'worker', ...), or
+        None.
+      task_index: the ``TF_CONFIG`` task index, or None.
     """
 
     rank: int = 0
@@ -78,6 +103,8 @@ class RankInfo:
     local_rank: int = 0
     local_size: int = 1
     launcher: object = None
+    task_type: object = None
+    task_index: object = None
 
 
 def _int(env, names):
@@ -98,29 +125,35 @@ def rank_info(env=None):
 
     Reads Horovod's (``HOROVOD_RANK``...), Open MPI's
     (``OMPI_COMM_WORLD_RANK``...) and PMI's variables, then tf.distribute's
-    ``TF_CONFIG`` (rank = index among the chief and workers). No
-    distributed package is imported.
+    ``TF_CONFIG`` (rank = index among the chief and workers). The local
+    rank and size are read whenever a launcher set them. No distributed
+    package is imported.
+
+    Args:
+      env: environment mapping (default `os.environ`).
 
     Raises:
       ValueError: if one of those variables is not an integer, or TF_CONFIG
-        is not JSON.
+        is not a JSON object.
     """
     env = os.environ if env is None else env
+    local = dict(local_rank=_int(env, _LOCAL_RANK_VARS) or 0,
+                 local_size=max(1, _int(env, _LOCAL_SIZE_VARS) or 1))
     rank = _int(env, _RANK_VARS)
     if rank is not None:
         launcher = "horovod" if env.get("HOROVOD_RANK") not in (
             None, "") else "mpi"
         size = _int(env, _SIZE_VARS)
         return RankInfo(rank=rank, size=size if size is not None else rank + 1,
-                        local_rank=autotune.local_rank(env) or 0,
-                        local_size=autotune.local_size(env),
-                        launcher=launcher)
+                        launcher=launcher, **local)
     text = env.get("TF_CONFIG")
     if text:
         try:
             config = json.loads(text)
         except ValueError:
-            raise ValueError("TF_CONFIG=%r is not JSON; see the "
+            config = None
+        if not isinstance(config, dict):
+            raise ValueError("TF_CONFIG=%r is not JSON of an object; see the "
                              "tf.distribute documentation for its format"
                              % (text,))
         cluster = config.get("cluster", {})
@@ -131,9 +164,9 @@ def rank_info(env=None):
         rank = index + (len(cluster.get("chief", []))
                         if kind == "worker" else 0)
         return RankInfo(rank=rank, size=max(1, len(members)), local_rank=0,
-                        local_size=autotune.local_size(env),
-                        launcher="tf_config")
-    return RankInfo()
+                        local_size=local["local_size"], launcher="tf_config",
+                        task_type=kind, task_index=index if kind else None)
+    return RankInfo(**local)
 
 
 def _tensor_label(tensor):
@@ -149,15 +182,19 @@ def rewrite_fingerprint(graph, result):
 
     Args:
       graph: the rewritten `tf.Graph`.
-      result: the `rewriter.RewriteResult` of `LMS.run` (``lms.last_result``),
-        or None when LMS changed nothing.
+      result: the `RunResult` of `LMS.run` (``lms.last_run``) or its
+        `rewriter.RewriteResult`, or None when LMS changed nothing.
 
     Returns:
       A hex string.
     """
-    digest = hashlib.sha256()
     names = () if result is None else (
         tuple(result.swapout_ops) + tuple(result.swapin_ops))
+    return _fingerprint(graph, names)
+
+
+def _fingerprint(graph, names):
+    digest = hashlib.sha256()
     for name in sorted(names):
         op = graph.get_operation_by_name(name)
         consumers = sorted(
@@ -186,6 +223,20 @@ def _horovod():
     return hvd
 
 
+def _marked_op_names(graph):
+    """Names of the ops an earlier LMS run added (they carry its marker)."""
+    names = []
+    for op in graph.get_operations():
+        if "lms/" not in op.name:  # reading attributes of the rest is slow
+            continue
+        try:
+            if op.get_attr(rewriter.SWAP_MARKER_ATTR):
+                names.append(op.name)
+        except ValueError:
+            pass
+    return names
+
+
 def _horovod_allgather_strings(text):
     """Every rank's `text` (same length on all ranks), through Horovod."""
     hvd = _horovod()
@@ -209,7 +260,7 @@ def check_same_rewrite(graph, result, allgather=None):
 
     Args:
       graph: the rewritten `tf.Graph`.
-      result: ``lms.last_result`` (None if LMS changed nothing).
+      result: ``lms.last_run`` (or None if LMS changed nothing).
       allgather: callable(str) -> list of every rank's str, for other
         engines or tests; default: Horovod's allgather.
 
@@ -227,31 +278,127 @@ def check_same_rewrite(graph, result, allgather=None):
             return fingerprint
         allgather = _horovod_allgather_strings
     everyone = list(allgather(fingerprint))
-    groups = collections.OrderedDict()
-    for rank, value in enumerate(everyone):
-        groups.setdefault(value, []).append(rank)
-    if len(groups) > 1:
-        differing = [r for r, v in enumerate(everyone) if v != everyone[0]]
-        raise RankMismatchError(
-            "LMS rewrote the graph differently on ranks %s than on rank 0 "
-            "(%d distinct rewrites among %d ranks). Horovod matches "
-            "collectives by op name, and different graphs can name them "
-            "differently, which hangs the job at its first step. Give every "
-            "rank the same model, the same LMS parameters and, with "
-            "auto-tuning, the same budget: set lms.autotune_gpu_mem to the "
-            "same GiB on every rank, or pass swapout_threshold, swapin_ahead "
-            "and swapin_groupby explicitly."
-            % (differing, len(groups), len(everyone)))
+    if len(set(everyone)) > 1:
+        raise RankMismatchError(_rewrites_differ(everyone))
     return fingerprint
 
 
-def check_ranks_agree(graph, run_result):
-    """After `LMS.run`, in a Horovod job of two or more ranks, raise unless
-    every rank made the same rewrite (`check_same_rewrite`)."""
-    hvd = sys.modules.get("horovod.tensorflow")
-    if hvd is None or not hvd.is_initialized() or hvd.size() < 2:
-        return
-    check_same_rewrite(graph, run_result.rewrite)
+def _why_and_fix(same_model="the same model"):
+    return (
+        "Horovod matches collectives by op name, and different graphs can "
+        "name them differently, which hangs the job at its first step. Give "
+        "every rank %s, the same LMS parameters and, with auto-tuning, the "
+        "same budget: set lms.autotune_gpu_mem to the same GiB on every "
+        "rank, or pass swapout_threshold, swapin_ahead and swapin_groupby "
+        "explicitly." % same_model)
+
+
+def _rewrites_differ(fingerprints):
+    differing = [r for r, v in enumerate(fingerprints)
+                 if v != fingerprints[0]]
+    return ("LMS rewrote the graph differently on ranks %s than on rank 0 "
+            "(%d distinct rewrites among %d ranks). %s"
+            % (differing, len(set(fingerprints)), len(fingerprints),
+               _why_and_fix()))
+
+
+def _horovod_peers(info):
+    """An allgather over Horovod's ranks, or None when this process has no
+    Horovod peers to wait for.
+
+    Under horovodrun (HOROVOD_RANK set) Horovod is initialised if the
+    caller has not done it yet: every rank runs the same program, and
+    `hvd.init()` is idempotent. Under a plain MPI launcher Horovod is used
+    only if the program imported and initialised it: an MPI job that does
+    not use Horovod has no Horovod collectives to hang on.
+    """
+    if info.launcher == "horovod":
+        hvd = _horovod()
+        if not hvd.is_initialized():
+            hvd.init()
+    else:
+        try:
+            import horovod.tensorflow as hvd  # pylint: disable=import-outside-toplevel
+        except ImportError:
+            return None
+        if not hvd.is_initialized():
+            return None
+    if hvd.size() < 2:
+        return None
+    return _horovod_allgather_strings
+
+
+def check_ranks_agree(graph, outcome, result=None, env=None, allgather=None):
+    """Raise unless every rank of the job did the same with its graph.
+
+    `LMS.run` calls this on every rank before each of its returns: after
+    rewriting (`REWRITTEN`), after finding LMS not needed (`NOT_NEEDED`)
+    and after finding the graph already rewritten (`ALREADY_REWRITTEN`).
+    In a Horovod job of two or more ranks, told by the launcher's
+    environment (`rank_info`), it runs one allgather of the outcome and a
+    digest of the swap ops in a separate graph and session, so a rank
+    that took another path or made another rewrite stops every rank with
+    an error naming the ranks, where otherwise the job would hang at its
+    first step. Elsewhere it returns None at once.
+
+    Every rank must call it the same number of times (one per `LMS.run`),
+    which running the same program gives.
+
+    Args:
+      graph: the `tf.Graph` LMS.run was given.
+      outcome: `REWRITTEN`, `NOT_NEEDED` or `ALREADY_REWRITTEN`.
+      result: the `rewriter.RewriteResult` with `REWRITTEN`, else None.
+        With `ALREADY_REWRITTEN` and None, the digest covers every op an
+        earlier LMS run added to `graph`.
+      env: environment mapping (default `os.environ`).
+      allgather: callable(str) -> list of every rank's str, in rank order,
+        for other engines or tests; given, the check runs whatever the
+        environment says.
+
+    Returns:
+      The string this rank contributed (outcome and digest), or None when
+      there was no one to compare with.
+
+    Raises:
+      ValueError: for an unknown `outcome`.
+      RankMismatchError: naming the ranks and what each did.
+    """
+    if outcome not in _OUTCOME_TEXT:
+        raise ValueError("outcome must be one of %s; got %r" % (
+            ", ".join(repr(k) for k in _OUTCOME_TEXT), outcome))
+    if allgather is None:
+        info = rank_info(env)
+        if info.size < 2 or info.launcher not in ("horovod", "mpi"):
+            return None
+        allgather = _horovod_peers(info)
+        if allgather is None:
+            return None
+    if result is not None:
+        fingerprint = rewrite_fingerprint(graph, result)
+    elif outcome == ALREADY_REWRITTEN:
+        fingerprint = _fingerprint(graph, _marked_op_names(graph))
+    else:
+        fingerprint = rewrite_fingerprint(graph, None)
+    # Fixed width: Horovod's allgather stacks every rank's row.
+    mine = outcome.ljust(_OUTCOME_WIDTH) + fingerprint
+    everyone = list(allgather(mine))
+    if len(set(everyone)) == 1:
+        return mine
+    outcomes = [v[:_OUTCOME_WIDTH].rstrip() for v in everyone]
+    if len(set(outcomes)) == 1:
+        raise RankMismatchError(_rewrites_differ(
+            [v[_OUTCOME_WIDTH:] for v in everyone]))
+    groups = collections.OrderedDict()
+    for rank, kind in enumerate(outcomes):
+        groups.setdefault(kind, []).append(rank)
+    raise RankMismatchError(
+        "LMS took different paths on the ranks of this job: %s. %s"
+        % ("; ".join("rank%s %s %s" % ("s" if len(ranks) > 1 else "",
+                                         ", ".join(map(str, ranks)),
+                                         _OUTCOME_TEXT.get(kind, repr(kind)))
+                     for kind, ranks in groups.items()),
+           _why_and_fix("the same model (all built fresh, or all restored "
+                        "from the same rewritten meta graph)")))
 
 
 class BroadcastGlobalVariablesCallback(_compat.CallbackBase):
@@ -308,7 +455,7 @@ class BroadcastGlobalVariablesCallback(_compat.CallbackBase):
             return
         if self.lms is not None:
             check_same_rewrite(
-                graph, self.lms.last_run.rewrite if self.lms.last_run else None)
+                graph, self.lms.last_run)
         with graph.as_default(), tf.device(self.device):
             broadcast = hvd.broadcast_global_variables(self.root_rank)
         session.run(broadcast)

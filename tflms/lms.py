@@ -57,9 +57,11 @@ _FUNCTION_MESSAGE = (
 class Outcome(enum.Enum):
     """What `LMS.run` did to a graph."""
 
-    REWRITTEN = "rewritten"
-    NOT_NEEDED = "not needed"
-    ALREADY_REWRITTEN = "already rewritten"
+    # The values are what `distributed.check_ranks_agree` compares across
+    # the ranks of a job.
+    REWRITTEN = distributed.REWRITTEN
+    NOT_NEEDED = distributed.NOT_NEEDED
+    ALREADY_REWRITTEN = distributed.ALREADY_REWRITTEN
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -264,7 +266,8 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
         # Every rank of a multi-process job reaches this line whatever it
         # decided, so a rank that decided otherwise is an error here rather
         # than a hang at the first collective.
-        distributed.check_ranks_agree(graph, result)
+        distributed.check_ranks_agree(graph, result.outcome.value,
+                                      result.rewrite)
         return result
 
     def _run(self, graph, start):

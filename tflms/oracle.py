@@ -7,6 +7,12 @@ Grappler *virtual* cluster (one simulated GPU and one simulated CPU, no real
 hardware needed), which places every op, schedules it with an analytical cost
 model and reports when each tensor is allocated and freed.
 
+Users reach it through ``tflms plan --oracle`` (a second opinion on a
+plan's predicted peak, before renting the GPU) or by calling `peak_memory`;
+the tests and benchmarks use it to check the simulator. ``LMS.run`` never
+calls it: it relies on private TensorFlow APIs
+(``tensorflow.python.grappler``), which training must not depend on.
+
 Four numbers come out of one call to `peak_memory`:
 
 ``raw_gpu_peak_bytes``

@@ -6,11 +6,22 @@ imports TensorFlow: a job sets TF_CPP_MIN_LOG_LEVEL and the repository path
 first.
 """
 
+import faulthandler
+import json
+import os
+import sys
+
 import numpy as np
 import tensorflow as tf
 
+from tflms import LMS
 from tflms import analysis
 from tflms import graph_index as gi
+
+# The mirrored jobs' two towers (logical CPUs standing in for GPUs; CPU:0 is
+# the host) and the fixed LMS settings every job uses.
+TOWERS = ("/cpu:1", "/cpu:2")
+FIXED = dict(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0)
 
 
 def setup_cpu_devices(count, host_index):
@@ -56,6 +67,40 @@ def model_fn(features, labels, mode):
     train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
         loss, global_step=tf.compat.v1.train.get_global_step())
     return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train)
+
+
+def lms_for_mode(mode):
+    """The LMS objects of a mirrored job's MODE: 'none' (no LMS), 'one' (one
+    LMS for every tower) or 'per_device' (one LMS per tower, gpu_device
+    set)."""
+    if mode == "none":
+        return []
+    if mode == "one":
+        return [LMS(**FIXED)]
+    if mode == "per_device":
+        return [LMS(gpu_device=d, **FIXED) for d in TOWERS]
+    raise ValueError("MODE must be 'none', 'one' or 'per_device'; got %r"
+                     % (mode,))
+
+
+def run_mirrored_modes(train):
+    """A mirrored job's main: ``JOB OUT_DIR MODE[,MODE...]`` runs
+    ``train(out, mode)`` for each mode in one process, on three logical
+    CPUs (CPU:0 the host), and dumps tracebacks if it hangs."""
+    out, modes = sys.argv[1], sys.argv[2].split(",")
+    faulthandler.dump_traceback_later(200, exit=True)
+    setup_cpu_devices(3, host_index=0)
+    for mode in modes:
+        train(out, mode)
+
+
+def save_result(out, stem, mode, weights, record):
+    """Writes OUT/STEM.npz (`weights`: name -> array) and OUT/STEM.json
+    (`record`), then prints 'done MODE'."""
+    np.savez(os.path.join(out, stem + ".npz"), **weights)
+    with open(os.path.join(out, stem + ".json"), "w", encoding="utf-8") as f:
+        json.dump(record, f)
+    print("done", mode, flush=True)
 
 
 def describe_swaps(graph, lms_list):

@@ -16,26 +16,19 @@ devices of the swapped tensor's producer, of the swap op, of its consumers
 and triggers; which swap ops ran).
 """
 
-import faulthandler
-import json
 import os
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from tflms import LMS  # noqa: E402
-
-from _common import TraceHook, make_input_fn, model_fn  # noqa: E402
-from _common import describe_swaps, setup_cpu_devices  # noqa: E402
-
-TOWERS = ("/cpu:1", "/cpu:2")
-FIXED = dict(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0)
+from _common import TOWERS, TraceHook, make_input_fn, model_fn  # noqa: E402
+from _common import describe_swaps, lms_for_mode, run_mirrored_modes  # noqa: E402
+from _common import save_result  # noqa: E402
 
 
 class DescribeHook(tf.compat.v1.train.SessionRunHook):
@@ -52,12 +45,7 @@ class DescribeHook(tf.compat.v1.train.SessionRunHook):
 
 def train(out, mode):
     strategy = tf.distribute.MirroredStrategy(list(TOWERS))
-    if mode == "none":
-        lms_list = []
-    elif mode == "one":
-        lms_list = [LMS(**FIXED)]
-    else:
-        lms_list = [LMS(gpu_device=d, **FIXED) for d in TOWERS]
+    lms_list = lms_for_mode(mode)
     trace, describe = TraceHook(), DescribeHook(lms_list)
     est = tf.compat.v1.estimator.Estimator(
         model_fn, model_dir=os.path.join(out, "model_" + mode),
@@ -66,22 +54,11 @@ def train(out, mode):
     est.train(make_input_fn(0), steps=3, hooks=lms_list + [describe, trace])
     names = [n for n in est.get_variable_names()
              if n.startswith(("dense", "logits"))]
-    np.savez(os.path.join(out, mode + ".npz"),
-             **{n: est.get_variable_value(n) for n in names})
-    with open(os.path.join(out, mode + ".json"), "w", encoding="utf-8") as f:
-        json.dump({"replicas": strategy.num_replicas_in_sync,
-                   "swaps": describe.swaps,
-                   "executed": sorted(trace.executed)}, f)
-    print("done", mode, flush=True)
-
-
-def main():
-    out, modes = sys.argv[1], sys.argv[2].split(",")
-    faulthandler.dump_traceback_later(200, exit=True)
-    setup_cpu_devices(3, host_index=0)
-    for mode in modes:
-        train(out, mode)
+    save_result(out, mode, mode,
+                {n: est.get_variable_value(n) for n in names},
+                {"replicas": strategy.num_replicas_in_sync,
+                 "swaps": describe.swaps, "executed": sorted(trace.executed)})
 
 
 if __name__ == "__main__":
-    main()
+    run_mirrored_modes(train)

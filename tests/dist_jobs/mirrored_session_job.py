@@ -13,8 +13,6 @@ Usage: mirrored_session_job.py OUT_DIR MODE[,MODE...], MODE one of 'none',
 which ops ran, losses).
 """
 
-import faulthandler
-import json
 import os
 import sys
 
@@ -26,13 +24,10 @@ import tensorflow as tf  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from tflms import LMS  # noqa: E402
+from _common import TOWERS, describe_swaps, executed_names  # noqa: E402
+from _common import lms_for_mode, mlp_loss, run_mirrored_modes  # noqa: E402
+from _common import save_result  # noqa: E402
 
-from _common import describe_swaps, executed_names, mlp_loss  # noqa: E402
-from _common import setup_cpu_devices  # noqa: E402
-
-TOWERS = ("/cpu:1", "/cpu:2")
-FIXED = dict(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0)
 STEPS = 3
 
 
@@ -64,12 +59,7 @@ def train(out, mode):
         variables = [v for v in tf.compat.v1.global_variables()
                      if v.name.startswith(("dense", "logits"))]
         init = tf.compat.v1.global_variables_initializer()
-    if mode == "none":
-        lms_list = []
-    elif mode == "one":
-        lms_list = [LMS(**FIXED)]
-    else:
-        lms_list = [LMS(gpu_device=d, **FIXED) for d in TOWERS]
+    lms_list = lms_for_mode(mode)
     for lms in lms_list:
         lms.run(graph)
     options = tf.compat.v1.RunOptions(
@@ -84,23 +74,12 @@ def train(out, mode):
                                          run_metadata=metadata)))
             executed |= executed_names(metadata)
         values = sess.run(variables)
-    np.savez(os.path.join(out, "session_%s.npz" % mode),
-             **{v.name: value for v, value in zip(variables, values)})
-    with open(os.path.join(out, "session_%s.json" % mode), "w",
-              encoding="utf-8") as f:
-        json.dump({"replicas": strategy.num_replicas_in_sync,
-                   "swaps": describe_swaps(graph, lms_list), "losses": losses,
-                   "executed": sorted(executed)}, f)
-    print("done", mode, flush=True)
-
-
-def main():
-    out, modes = sys.argv[1], sys.argv[2].split(",")
-    faulthandler.dump_traceback_later(200, exit=True)
-    setup_cpu_devices(3, host_index=0)
-    for mode in modes:
-        train(out, mode)
+    save_result(out, "session_" + mode, mode,
+                {v.name: value for v, value in zip(variables, values)},
+                {"replicas": strategy.num_replicas_in_sync,
+                 "swaps": describe_swaps(graph, lms_list), "losses": losses,
+                 "executed": sorted(executed)})
 
 
 if __name__ == "__main__":
-    main()
+    run_mirrored_modes(train)

@@ -1,4 +1,9 @@
-"""A zoo of small, real training graphs for tests and benchmarks.
+"""The model zoo: real training graphs for the tests and the benchmarks.
+
+One builder per model family, used by ``tests/`` (small sizes, exact
+numerics) and by ``benchmarks/models.py`` (large sizes, which wraps each
+graph in its own ``tf.Graph`` for timing and memory measurements). It is not
+part of the ``tflms`` package.
 
 Every builder adds one training step to the *current default graph*, in
 ``tf.compat.v1`` graph mode, and returns a `Model`. The caller owns the graph
@@ -11,7 +16,9 @@ and passes explicit op seeds to every initializer it creates, and the feed
 data come from ``numpy.random.RandomState(seed)``. Two builds with the same
 arguments in fresh graphs therefore start from identical weights and see
 identical data, which lets tests compare a graph rewritten by LMS with an
-untouched twin. Keras models whose layers we do not construct ourselves
+untouched twin. The feed is drawn only when ``Model.inputs`` is first read,
+so a graph too large to run (a benchmark's capacity search) can still be
+built and measured. Keras models whose layers we do not construct ourselves
 (``tf.keras.applications``) draw unseeded initializer seeds from Keras' seed
 generator; the builders pin that generator to ``seed`` for the duration of the
 build only.
@@ -22,7 +29,7 @@ All placeholders have fully defined shapes, which the memory oracle needs.
 import contextlib
 import dataclasses
 import random
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -52,7 +59,8 @@ class Model:
       loss: scalar loss tensor.
       train_op: the op that runs one training step (gradients, variable
         updates and, where present, batch-norm statistic updates).
-      inputs: placeholder -> numpy array to feed for one step.
+      make_inputs: returns placeholder -> numpy array to feed for one step
+        (read it through ``inputs``, which draws it once).
       variables: every global variable the model created (weights,
         optimizer slots, batch-norm statistics, Keras counters).
       init_op: initializes ``variables``.
@@ -63,11 +71,20 @@ class Model:
     name: str
     loss: tf.Tensor
     train_op: tf.Operation
-    inputs: Dict[tf.Tensor, np.ndarray]
+    make_inputs: Callable[[], Dict[tf.Tensor, np.ndarray]]
     variables: List[tf.Variable]
     init_op: tf.Operation
     graph: tf.Graph
     keras_model: Optional[object] = None
+    _inputs: Optional[Dict[tf.Tensor, np.ndarray]] = dataclasses.field(
+        default=None, init=False, repr=False)
+
+    @property
+    def inputs(self) -> Dict[tf.Tensor, np.ndarray]:
+        """Placeholder -> numpy array to feed for one step (drawn once)."""
+        if self._inputs is None:
+            self._inputs = self.make_inputs()
+        return self._inputs
 
     @property
     def feed_dict(self) -> Dict[tf.Tensor, np.ndarray]:
@@ -80,12 +97,16 @@ class Model:
         return [self.train_op, self.loss]
 
 
-def _finish(name, loss, train_op, inputs, keras_model=None) -> Model:
+def _finish(name, loss, train_op, seed, draw_inputs,
+            keras_model=None) -> Model:
+    """Wraps a built step; `draw_inputs(rng)` makes the feed from a fresh
+    ``RandomState(seed)``, so every read of it gives the same numbers."""
     graph = loss.graph
     with graph.as_default():
         variables = list(_v1.global_variables())
         init_op = _v1.variables_initializer(variables, name="init")
-    return Model(name=name, loss=loss, train_op=train_op, inputs=inputs,
+    return Model(name=name, loss=loss, train_op=train_op,
+                 make_inputs=lambda: draw_inputs(np.random.RandomState(seed)),
                  variables=variables, init_op=init_op, graph=graph,
                  keras_model=keras_model)
 
@@ -111,7 +132,7 @@ class _Seeds:
 def _graph_seed(seed):
     # Per-graph seed: it only affects the graph being built.
     _v1.set_random_seed(seed)
-    return _Seeds(seed), np.random.RandomState(seed)
+    return _Seeds(seed)
 
 
 def _variable(name, shape, initializer):
@@ -119,8 +140,33 @@ def _variable(name, shape, initializer):
                             initializer=initializer, use_resource=True)
 
 
-def _labels(rng, batch, classes):
-    return rng.randint(0, classes, size=(batch,)).astype(np.int32)
+
+
+def _classifier_inputs(x, y, classes):
+    """Feed maker for a float input `x` and integer class labels `y`."""
+    def draw(rng):
+        return {x: rng.standard_normal(x.shape.as_list()).astype(np.float32),
+                y: rng.randint(0, classes, size=y.shape.as_list()).astype(
+                    np.int32)}
+    return draw
+
+
+def _sgd_after_updates(loss, learning_rate, global_step=None):
+    """Plain SGD step that first runs the UPDATE_OPS (batch-norm moving
+    statistics): the TF1 idiom, which makes them control inputs of the
+    train op."""
+    update_ops = _v1.get_collection(_v1.GraphKeys.UPDATE_OPS)
+    with tf.control_dependencies(update_ops):
+        return _v1.train.GradientDescentOptimizer(learning_rate).minimize(
+            loss, global_step=global_step, name="train")
+
+
+def _logits(h, classes, seeds):
+    """A dense layer from the features `h` (batch, n) to `classes` logits."""
+    with _v1.variable_scope("logits"):
+        w = _variable("kernel", [h.shape[-1], classes], seeds.glorot())
+        b = _variable("bias", [classes], tf.zeros_initializer())
+        return tf.matmul(h, w) + b
 
 
 def _classification_loss(logits, labels):
@@ -149,7 +195,7 @@ def mlp(depth: int = 8, width: int = 256, batch: int = 32, seed: int = 0,
     Returns:
       A `Model`.
     """
-    seeds, rng = _graph_seed(seed)
+    seeds = _graph_seed(seed)
     with _v1.variable_scope("mlp"):
         x = _v1.placeholder(tf.float32, [batch, width], name="x")
         y = _v1.placeholder(tf.int32, [batch], name="y")
@@ -159,16 +205,12 @@ def mlp(depth: int = 8, width: int = 256, batch: int = 32, seed: int = 0,
                 w = _variable("kernel", [width, width], seeds.glorot())
                 b = _variable("bias", [width], tf.zeros_initializer())
                 h = tf.nn.relu(tf.matmul(h, w) + b)
-        with _v1.variable_scope("logits"):
-            w = _variable("kernel", [width, classes], seeds.glorot())
-            b = _variable("bias", [classes], tf.zeros_initializer())
-            logits = tf.matmul(h, w) + b
+        logits = _logits(h, classes, seeds)
         loss = _classification_loss(logits, y)
         opt = _v1.train.MomentumOptimizer(learning_rate, momentum=0.9)
         train_op = opt.minimize(loss, name="train")
-    inputs = {x: rng.standard_normal((batch, width)).astype(np.float32),
-              y: _labels(rng, batch, classes)}
-    return _finish("mlp", loss, train_op, inputs)
+    return _finish("mlp", loss, train_op, seed,
+                   _classifier_inputs(x, y, classes))
 
 
 def _conv2d(x, filters, kernel, stride, seeds, name):
@@ -199,7 +241,7 @@ def cnn_bn(image: int = 32, channels: int = 16, depth: int = 4, batch: int = 8,
     Returns:
       A `Model`.
     """
-    seeds, rng = _graph_seed(seed)
+    seeds = _graph_seed(seed)
     with _v1.variable_scope("cnn_bn"):
         x = _v1.placeholder(tf.float32, [batch, image, image, 3], name="x")
         y = _v1.placeholder(tf.int32, [batch], name="y")
@@ -213,18 +255,11 @@ def cnn_bn(image: int = 32, channels: int = 16, depth: int = 4, batch: int = 8,
             h = _v1.layers.batch_normalization(h, training=True, name=f"bn{i}")
             h = tf.nn.relu(h)
         h = tf.reduce_mean(h, axis=[1, 2])
-        with _v1.variable_scope("logits"):
-            w = _variable("kernel", [filters, classes], seeds.glorot())
-            b = _variable("bias", [classes], tf.zeros_initializer())
-            logits = tf.matmul(h, w) + b
+        logits = _logits(h, classes, seeds)
         loss = _classification_loss(logits, y)
-        update_ops = _v1.get_collection(_v1.GraphKeys.UPDATE_OPS)
-        with tf.control_dependencies(update_ops):
-            train_op = _v1.train.GradientDescentOptimizer(
-                learning_rate).minimize(loss, name="train")
-    inputs = {x: rng.standard_normal((batch, image, image, 3)).astype(np.float32),
-              y: _labels(rng, batch, classes)}
-    return _finish("cnn_bn", loss, train_op, inputs)
+        train_op = _sgd_after_updates(loss, learning_rate)
+    return _finish("cnn_bn", loss, train_op, seed,
+                   _classifier_inputs(x, y, classes))
 
 
 def cnn_bias(image: int = 16, channels: int = 4, depth: int = 2,
@@ -253,7 +288,7 @@ def cnn_bias(image: int = 16, channels: int = 4, depth: int = 2,
     Returns:
       A `Model` whose ``variables`` include the global step.
     """
-    seeds, rng = _graph_seed(seed)
+    seeds = _graph_seed(seed)
     with _v1.variable_scope("cnn_bias"):
         x = _v1.placeholder(tf.float32, [batch, image, image, 1], name="x")
         y = _v1.placeholder(tf.int32, [batch], name="y")
@@ -279,14 +314,9 @@ def cnn_bias(image: int = 16, channels: int = 4, depth: int = 2,
                                   name="logits")
         loss = _classification_loss(logits, y)
         global_step = _v1.train.get_or_create_global_step()
-        update_ops = _v1.get_collection(_v1.GraphKeys.UPDATE_OPS)
-        with tf.control_dependencies(update_ops):
-            train_op = _v1.train.GradientDescentOptimizer(
-                learning_rate).minimize(loss, global_step=global_step,
-                                        name="train")
-    inputs = {x: rng.standard_normal((batch, image, image, 1)).astype(np.float32),
-              y: _labels(rng, batch, classes)}
-    return _finish("cnn_bias", loss, train_op, inputs)
+        train_op = _sgd_after_updates(loss, learning_rate, global_step)
+    return _finish("cnn_bias", loss, train_op, seed,
+                   _classifier_inputs(x, y, classes))
 
 
 def lstm(steps: int = 10, units: int = 32, batch: int = 4, seed: int = 0,
@@ -317,7 +347,7 @@ def lstm(steps: int = 10, units: int = 32, batch: int = 4, seed: int = 0,
       A `Model`.
     """
     features = units if features is None else features
-    seeds, rng = _graph_seed(seed)
+    seeds = _graph_seed(seed)
     with _v1.variable_scope("lstm"):
         x = _v1.placeholder(tf.float32, [batch, steps, features], name="x")
         y = _v1.placeholder(tf.int32, [batch], name="y")
@@ -331,16 +361,12 @@ def lstm(steps: int = 10, units: int = 32, batch: int = 4, seed: int = 0,
             outputs, _ = _v1.nn.dynamic_rnn(cell, x, dtype=tf.float32,
                                             swap_memory=swap_memory)
             last = outputs[:, -1, :]
-        with _v1.variable_scope("logits"):
-            w = _variable("kernel", [units, classes], seeds.glorot())
-            b = _variable("bias", [classes], tf.zeros_initializer())
-            logits = tf.matmul(last, w) + b
+        logits = _logits(last, classes, seeds)
         loss = _classification_loss(logits, y)
         train_op = _v1.train.GradientDescentOptimizer(learning_rate).minimize(
             loss, name="train")
-    inputs = {x: rng.standard_normal((batch, steps, features)).astype(np.float32),
-              y: _labels(rng, batch, classes)}
-    return _finish("lstm", loss, train_op, inputs)
+    return _finish("lstm", loss, train_op, seed,
+                   _classifier_inputs(x, y, classes))
 
 
 def _conv3d(x, filters, seeds, name, kernel=3):
@@ -376,7 +402,7 @@ def unet3d(volume: int = 16, base_filters: int = 4, depth: int = 3,
     """
     if volume % (2 ** (depth - 1)):
         raise ValueError(f"volume {volume} not divisible by 2**{depth - 1}")
-    seeds, rng = _graph_seed(seed)
+    seeds = _graph_seed(seed)
     shape = [batch, volume, volume, volume]
     with _v1.variable_scope("unet3d"):
         x = _v1.placeholder(tf.float32, shape + [channels], name="x")
@@ -409,11 +435,11 @@ def unet3d(volume: int = 16, base_filters: int = 4, depth: int = 3,
             name="loss")
         train_op = _v1.train.MomentumOptimizer(learning_rate, 0.9).minimize(
             loss, name="train")
-    inputs = {
-        x: rng.standard_normal(shape + [channels]).astype(np.float32),
-        y: (rng.random_sample(shape + [1]) > 0.5).astype(np.float32),
-    }
-    return _finish("unet3d", loss, train_op, inputs)
+
+    def draw(rng):
+        return {x: rng.standard_normal(shape + [channels]).astype(np.float32),
+                y: (rng.random_sample(shape + [1]) > 0.5).astype(np.float32)}
+    return _finish("unet3d", loss, train_op, seed, draw)
 
 
 def _layer_norm(x, name):
@@ -462,7 +488,7 @@ def transformer_encoder(layers: int = 4, seq: int = 64, d_model: int = 64,
     if d_model % heads:
         raise ValueError(f"d_model {d_model} not divisible by heads {heads}")
     depth = d_model // heads
-    seeds, rng = _graph_seed(seed)
+    seeds = _graph_seed(seed)
 
     def split_heads(t):
         t = tf.reshape(t, [batch, seq, heads, depth])
@@ -492,9 +518,8 @@ def transformer_encoder(layers: int = 4, seq: int = 64, d_model: int = 64,
         loss = _classification_loss(logits, y)
         train_op = _v1.train.AdamOptimizer(learning_rate).minimize(
             loss, name="train")
-    inputs = {x: rng.standard_normal((batch, seq, d_model)).astype(np.float32),
-              y: _labels(rng, batch, classes)}
-    return _finish("transformer_encoder", loss, train_op, inputs)
+    return _finish("transformer_encoder", loss, train_op, seed,
+                   _classifier_inputs(x, y, classes))
 
 
 # ---------------------------------------------------------------------------
@@ -502,14 +527,14 @@ def transformer_encoder(layers: int = 4, seq: int = 64, d_model: int = 64,
 # ---------------------------------------------------------------------------
 
 @contextlib.contextmanager
-def _keras_build_scope(seed):
+def _keras_build_scope(seed, baked=True):
     """Pins Keras' unseeded-initializer seeds and training mode, then restores.
 
     Keras initializers without a seed draw one from a thread-local generator
     (or Python's ``random``); pinning it makes ``tf.keras.applications``
-    models reproducible. Building inside ``learning_phase_scope(1)`` bakes
-    training-mode batch norm into the graph instead of a ``cond`` on the
-    ``keras_learning_phase`` placeholder.
+    models reproducible. Building inside ``learning_phase_scope(1)``
+    (`baked`) bakes training-mode batch norm into the graph instead of a
+    ``cond`` on the ``keras_learning_phase`` placeholder.
     """
     from tflms import _compat  # pylint: disable=g-import-not-at-top
     try:
@@ -524,7 +549,10 @@ def _keras_build_scope(seed):
         holder.generator = random.Random(seed)
     random.seed(seed)
     try:
-        with tf.keras.backend.learning_phase_scope(1):
+        if baked:
+            with tf.keras.backend.learning_phase_scope(1):
+                yield
+        else:
             yield
     finally:
         random.setstate(py_state)
@@ -535,15 +563,33 @@ def _keras_build_scope(seed):
                 del holder.generator
 
 
-def _keras_training(model, labels, name, rng_inputs, learning_rate):
-    model.compile(optimizer=tf.keras.optimizers.legacy.SGD(learning_rate),
+# Keras 2 legacy optimizers by name: the graph-mode train function needs
+# them (the TF2 optimizers have no `get_updates`).
+_KERAS_OPTIMIZERS = {
+    "sgd": lambda lr: tf.keras.optimizers.legacy.SGD(lr),
+    "momentum": lambda lr: tf.keras.optimizers.legacy.SGD(lr, momentum=0.9),
+    "adam": lambda lr: tf.keras.optimizers.legacy.Adam(lr),
+}
+
+
+def _keras_training(model, inp, labels, name, seed, classes, learning_rate,
+                    optimizer="sgd", metrics=()):
+    try:
+        make_optimizer = _KERAS_OPTIMIZERS[optimizer]
+    except KeyError:
+        raise ValueError(
+            "optimizer must be one of %s; got %r"
+            % (", ".join(sorted(_KERAS_OPTIMIZERS)), optimizer)) from None
+    model.compile(optimizer=make_optimizer(learning_rate),
                   loss="sparse_categorical_crossentropy",
-                  target_tensors=[labels])
+                  metrics=list(metrics) or None, target_tensors=[labels])
     model._make_train_function()  # pylint: disable=protected-access
     function = model.train_function
     train_op = function.updates_op
     loss = model.total_loss
-    return _finish(name, loss, train_op, rng_inputs, keras_model=model)
+    return _finish(name, loss, train_op, seed,
+                   _classifier_inputs(inp, labels, classes),
+                   keras_model=model)
 
 
 def _keras_block(h, filters, stride, seeds, name):
@@ -590,7 +636,7 @@ def keras_resnet(image: int = 32, batch: int = 2, seed: int = 0,
     Returns:
       A `Model` with ``keras_model`` set.
     """
-    seeds, rng = _graph_seed(seed)
+    seeds = _graph_seed(seed)
     layers = tf.keras.layers
     with _keras_build_scope(seed):
         inp = tf.keras.Input(shape=(image, image, 3), batch_size=batch,
@@ -613,16 +659,14 @@ def keras_resnet(image: int = 32, batch: int = 2, seed: int = 0,
             name="predictions")(h)
         model = tf.keras.Model(inp, out, name="keras_resnet")
         labels = _v1.placeholder(tf.int32, [batch], name="labels")
-        inputs = {
-            inp: rng.standard_normal((batch, image, image, 3)).astype(np.float32),
-            labels: _labels(rng, batch, classes),
-        }
-        return _keras_training(model, labels, "keras_resnet", inputs,
+        return _keras_training(model, inp, labels, "keras_resnet", seed, classes,
                                learning_rate)
 
 
 def keras_resnet50(image: int = 64, batch: int = 1, seed: int = 0,
-                   classes: int = 10, learning_rate: float = 0.01) -> Model:
+                   classes: int = 10, learning_rate: float = 0.01,
+                   learning_phase: str = "baked", optimizer: str = "sgd",
+                   metrics: Sequence[str] = ()) -> Model:
     """``tf.keras.applications.ResNet50(weights=None)`` with a training step.
 
     Args:
@@ -630,24 +674,29 @@ def keras_resnet50(image: int = 64, batch: int = 1, seed: int = 0,
       batch: batch size (fixed in the input layer).
       seed: seed for weights and data.
       classes: number of output classes.
-      learning_rate: SGD step size.
+      learning_rate: optimizer step size.
+      learning_phase: "baked" (training-mode batch norm, no conds) or
+        "placeholder" (Keras' learning-phase conds, the graph
+        ``model.fit`` builds; the phase has a default and need not be fed).
+      optimizer: Keras legacy optimizer: "sgd", "momentum" (SGD with
+        momentum 0.9) or "adam".
+      metrics: passed to ``compile`` (their ops join the train step).
 
     Returns:
       A `Model` with ``keras_model`` set.
     """
-    _, rng = _graph_seed(seed)
-    with _keras_build_scope(seed):
+    if learning_phase not in ("baked", "placeholder"):
+        raise ValueError("learning_phase must be 'baked' or 'placeholder'; "
+                         "got %r" % (learning_phase,))
+    _graph_seed(seed)
+    with _keras_build_scope(seed, baked=learning_phase == "baked"):
         inp = tf.keras.Input(shape=(image, image, 3), batch_size=batch,
                              name="image")
         model = tf.keras.applications.ResNet50(weights=None, input_tensor=inp,
                                                classes=classes)
         labels = _v1.placeholder(tf.int32, [batch], name="labels")
-        inputs = {
-            inp: rng.standard_normal((batch, image, image, 3)).astype(np.float32),
-            labels: _labels(rng, batch, classes),
-        }
-        return _keras_training(model, labels, "keras_resnet50", inputs,
-                               learning_rate)
+        return _keras_training(model, inp, labels, "keras_resnet50", seed, classes,
+                               learning_rate, optimizer, metrics)
 
 
 BUILDERS = {
