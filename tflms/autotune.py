@@ -617,13 +617,16 @@ def tune(index, roles, requested, batch_size=None, gpu_mem_gib=None,
              "(%s)" % (without.peak_device_bytes / _GIB, without.peak_level,
                        without.peak_op))
 
-    if _all_auto(requested) and without.fits(budget):
+    def not_needed():
         files = _plots(plot_dir, index, roles, batch_size, without, None,
                        budget, log)
         return TuneOutcome(params=None, only_tensors=None,
                            budget_bytes=budget, host_budget_bytes=host_limit,
                            without_lms=without, simulations=sims.count,
                            plot_files=files)
+
+    if _all_auto(requested) and without.fits(budget):
+        return not_needed()
 
     max_level = index.num_levels
     try:
@@ -659,12 +662,7 @@ def tune(index, roles, requested, batch_size=None, gpu_mem_gib=None,
                  "%.3f GiB the step needs without LMS, which fits; "
                  "not swapping." % (final.peak_device_bytes / _GIB,
                                     without.peak_device_bytes / _GIB))
-        files = _plots(plot_dir, index, roles, batch_size, without, None,
-                       budget, log)
-        return TuneOutcome(params=None, only_tensors=None,
-                           budget_bytes=budget, host_budget_bytes=host_limit,
-                           without_lms=without, simulations=sims.count,
-                           plot_files=files)
+        return not_needed()
     if host_limit and final.peak_host_bytes > host_limit:
         log.warning(
             "The LMS plan needs %.2f GiB of host memory at its peak, more than "

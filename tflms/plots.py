@@ -80,14 +80,7 @@ def memory_figure(timeline_bytes, budget_bytes, title):
     Raises:
       ImportError: without matplotlib.
     """
-    classes = _figure_class()
-    if classes is None:
-        raise ImportError("matplotlib is needed for LMS plots: "
-                          + _INSTALL_HINT)
-    figure_cls, canvas_cls = classes
-    fig = figure_cls(figsize=(8, 4.5), dpi=100)
-    canvas_cls(fig)
-    ax = fig.add_subplot(1, 1, 1)
+    fig, ax = _new_figure()
     gib = [b / _GIB for b in timeline_bytes]
     ax.plot(range(len(gib)), gib, color="tab:blue", linewidth=1.2,
             label="expected device memory")
@@ -103,8 +96,8 @@ def memory_figure(timeline_bytes, budget_bytes, title):
     return fig
 
 
-def histogram_figure(histogram, title="Swap-candidate edges by level distance"):
-    """Bar chart of `distance_histogram` output.
+def _new_figure():
+    """An 8x4.5 inch figure with an Agg canvas and one axes.
 
     Raises:
       ImportError: without matplotlib.
@@ -116,7 +109,16 @@ def histogram_figure(histogram, title="Swap-candidate edges by level distance"):
     figure_cls, canvas_cls = classes
     fig = figure_cls(figsize=(8, 4.5), dpi=100)
     canvas_cls(fig)
-    ax = fig.add_subplot(1, 1, 1)
+    return fig, fig.add_subplot(1, 1, 1)
+
+
+def histogram_figure(histogram, title="Swap-candidate edges by level distance"):
+    """Bar chart of `distance_histogram` output.
+
+    Raises:
+      ImportError: without matplotlib.
+    """
+    fig, ax = _new_figure()
     ax.bar([d for d, _, _ in histogram], [n for _, n, _ in histogram],
            width=1.0, color="tab:green")
     ax.set_xlabel("distance (levels from producer to consumer)")
