@@ -281,4 +281,6 @@ def test_index_fields_are_the_same_for_both_constructors():
             == [f.name for f in dataclasses.fields(index)])
     assert all(len(getattr(literal, f.name)) == literal.num_ops
                for f in dataclasses.fields(literal)
-               if f.name not in ("ops", "ops_by_level", "id_of"))
+               if f.name not in ("ops", "ops_by_level", "id_of",
+                                 "planned_edges"))
+    assert literal.planned_edges == index.planned_edges == ()
