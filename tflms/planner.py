@@ -299,6 +299,12 @@ def _data_reaches(index, op, consumer):
     return False
 
 
+_UNKNOWN = object()  # a fast search could not answer
+# Ops with several inputs above the trigger window that one spine search
+# follows before it leaves the answer to the walk.
+_BRANCH_LIMIT = 256
+
+
 class TriggerFinder:
     """`_find_trigger` for many swap-ins of one index, fast on deep graphs.
 
@@ -312,8 +318,11 @@ class TriggerFinder:
     and binary lifting over that chain reaches any level in O(log levels)
     steps. When that op may start a swap-in it is taken: it has the level
     the full search would pick, and the simulator sees only levels. When it
-    may not, the full search runs. Answers are remembered per (consumer,
-    ahead, lowest allowed level) across the plans of one search.
+    may not, the full search's answer is computed by `_latest_trigger`
+    (same answer, logarithmic time on chain-shaped graphs), and only where
+    that cannot answer does the full search walk the graph. Answers are
+    remembered per (consumer, ahead, lowest allowed level) across the plans
+    of one search.
     """
 
     def __init__(self, index, roles):
@@ -322,6 +331,8 @@ class TriggerFinder:
         self._cache = {}
         self._reaches = {}
         self._jumps = None
+        self._spine = None
+        self._best_by_device = {}
 
     def _build_jumps(self):
         index = self.index
@@ -369,10 +380,166 @@ class TriggerFinder:
                                        first_consumer):
                 trigger = op
             else:
-                trigger = _find_trigger(self.index, self.roles, src,
-                                        first_consumer, ahead)
+                trigger = self._latest_trigger(first_consumer, lower, upper)
+                if trigger is _UNKNOWN:
+                    trigger = _find_trigger(self.index, self.roles, src,
+                                            first_consumer, ahead)
         self._cache[key] = trigger
         return trigger
+
+    # ---- the full search without the walk --------------------------------
+    # `_find_trigger` answers with the best data ancestor of the consumer
+    # below `upper` that may trigger, best meaning highest level, then
+    # lowest id (or None if that one is below `lower`). Its walk covers
+    # every ancestor between the consumer and the window: `swapin_ahead`
+    # levels of the graph for every swap-in, which on a deep graph is most
+    # of the planning time. The same best op follows from three arrays:
+    #
+    # * best[v]: the best op that may trigger among v and its data
+    #   ancestors (one pass in level order; per consumer device, since a
+    #   trigger must be on its consumer's device);
+    # * the *spine* of v: its data input of highest level (ties: lowest id),
+    #   and side[v], the highest level of its other data inputs;
+    # * rest[v]: the best of best[] over those other inputs.
+    #
+    # While the spine ops from the consumer down to `upper` have their other
+    # inputs below `upper` (side < upper), the ancestors below `upper` are
+    # those of the other inputs of these ops plus those of the first spine
+    # op below `upper`, so the answer is the best of their rest[] and that
+    # op's best[]: a path maximum, answered by binary lifting over the spine
+    # in O(log levels). An op with a second input at or above `upper` (a
+    # join, as in a residual block) starts a spine search from each such
+    # input; each join is expanded once. Ranks encode (level, -id) as one
+    # integer.
+
+    def _build_spine(self):
+        index = self.index
+        levels = index.levels
+        n = index.num_ops
+        spine = np.full(n, -1, dtype=np.int64)
+        side = np.full(n, -1, dtype=np.int64)
+        for v in range(n):
+            ins = index.fanins[v]
+            if not ins:
+                continue
+            top = ins[0]
+            for p in ins[1:]:
+                if levels[p] > levels[top]:
+                    top = p
+            spine[v] = top
+            high = -1
+            for p in ins:
+                if p != top and levels[p] > high:
+                    high = levels[p]
+            side[v] = high
+        jumps, sides = [spine], [side]
+        while (1 << len(jumps)) <= index.num_levels:
+            prev, prev_side = jumps[-1], sides[-1]
+            nxt = np.maximum(prev, 0)
+            jumps.append(np.where(prev >= 0, prev[nxt], -1))
+            # side over the 2**k ops from v (only used where the jump exists)
+            sides.append(np.where(prev >= 0,
+                                  np.maximum(prev_side, prev_side[nxt]),
+                                  prev_side))
+        self._spine = (spine, jumps, sides)
+
+    def _best_tables(self, device):
+        """rest[] lifted like the spine, for consumers placed on `device`."""
+        tables = self._best_by_device.get(device)
+        if tables is not None:
+            return tables
+        index, roles = self.index, self.roles
+        levels = index.levels
+        n = index.num_ops
+        spine = self._spine[0]
+        same = {}
+        best = [-1] * n
+        for level_ops in index.ops_by_level:
+            for v in level_ops:
+                b = -1
+                if v in roles.triggers:
+                    d = index.devices[v]
+                    ok = same.get(d)
+                    if ok is None:
+                        ok = same[d] = analysis.same_device(d, device)
+                    if ok:
+                        b = levels[v] * n + (n - 1 - v)
+                for p in index.fanins[v]:
+                    if best[p] > b:
+                        b = best[p]
+                best[v] = b
+        rest = np.full(n, -1, dtype=np.int64)
+        for v in range(n):
+            top = spine[v]
+            r = -1
+            for p in index.fanins[v]:
+                if p != top and best[p] > r:
+                    r = best[p]
+            rest[v] = r
+        rests = [rest]
+        for jump in self._spine[1][:-1]:
+            prev = rests[-1]
+            rests.append(np.where(jump >= 0,
+                                  np.maximum(prev, prev[np.maximum(jump, 0)]),
+                                  prev))
+        tables = (best, rests)
+        self._best_by_device[device] = tables
+        return tables
+
+    def _latest_trigger(self, consumer, lower, upper):
+        """`_find_trigger`'s answer for the window ``[lower, upper)``, or
+        `_UNKNOWN` when the spines cannot give it cheaply."""
+        index = self.index
+        levels = index.levels
+        if levels[consumer] < upper:
+            return _UNKNOWN
+        if self._spine is None:
+            self._build_spine()
+        spine, jumps, sides = self._spine
+        best, rests = self._best_tables(index.devices[consumer])
+        found = -1
+        top = len(jumps) - 1
+        stack, branched = [consumer], set()
+        while stack:
+            v = stack.pop()
+            # Down v's spine while the ops stay at or above `upper` and
+            # their other inputs below it.
+            for k in range(top, -1, -1):
+                w = int(jumps[k][v])
+                if w >= 0 and levels[w] >= upper and sides[k][v] < upper:
+                    r = int(rests[k][v])
+                    if r > found:
+                        found = r
+                    v = w
+            if sides[0][v] < upper:
+                # The next spine op is below `upper` (or there is none).
+                r = int(rests[0][v])
+                below = int(spine[v])
+                if below >= 0 and best[below] > r:
+                    r = best[below]
+                if r > found:
+                    found = r
+                continue
+            # v has several inputs at or above `upper`: follow each.
+            if v in branched:
+                continue
+            branched.add(v)
+            if len(branched) > _BRANCH_LIMIT:
+                return _UNKNOWN  # as slow as the walk: let it answer
+            for p in index.fanins[v]:
+                if levels[p] >= upper:
+                    stack.append(p)
+                elif best[p] > found:
+                    found = best[p]
+        if found < 0:
+            return None
+        n = index.num_ops
+        op = n - 1 - found % n
+        if levels[op] < lower:
+            return None
+        if op in self.roles.fused_with.get(consumer, ()):
+            return _UNKNOWN  # the next best may be anywhere: walk
+        return op
 
     def may_also_start(self, trigger, consumer):
         """True if `trigger`, found for an earlier consumer of the same
