@@ -25,6 +25,7 @@ earliest consumer, a trigger at least `swapin_ahead` levels before that),
 so a plan can never create a cycle.
 """
 
+import array
 import dataclasses
 
 import numpy as np
@@ -300,6 +301,10 @@ def _data_reaches(index, op, consumer):
 
 
 _UNKNOWN = object()  # a fast search could not answer
+
+
+def _int_array(values):
+    return array.array("q", np.asarray(values, dtype=np.int64).tobytes())
 # Ops with several inputs above the trigger window that one spine search
 # follows before it leaves the answer to the walk.
 _BRANCH_LIMIT = 256
@@ -441,7 +446,10 @@ class TriggerFinder:
             sides.append(np.where(prev >= 0,
                                   np.maximum(prev_side, prev_side[nxt]),
                                   prev_side))
-        self._spine = (spine, jumps, sides)
+        # array('q') reads single entries as Python ints several times
+        # faster than numpy does, and the searches read one at a time.
+        self._spine = (_int_array(spine), [_int_array(j) for j in jumps],
+                       [_int_array(x) for x in sides])
 
     def _best_tables(self, device):
         """rest[] lifted like the spine, for consumers placed on `device`."""
@@ -478,11 +486,22 @@ class TriggerFinder:
             rest[v] = r
         rests = [rest]
         for jump in self._spine[1][:-1]:
+            jump = np.frombuffer(jump, dtype=np.int64)
             prev = rests[-1]
             rests.append(np.where(jump >= 0,
                                   np.maximum(prev, prev[np.maximum(jump, 0)]),
                                   prev))
-        tables = (best, rests)
+        # cap[u]: the best rank of all that may trigger below level u. A
+        # search that found it can stop: nothing can beat it.
+        cap = [-1] * (index.num_levels + 1)
+        for lvl, level_ops in enumerate(index.ops_by_level):
+            top = cap[lvl]
+            for v in level_ops:
+                if v in roles.triggers and levels[v] * n + (n - 1 - v) > top \
+                        and same.get(index.devices[v]):
+                    top = levels[v] * n + (n - 1 - v)
+            cap[lvl + 1] = top
+        tables = (best, [_int_array(r) for r in rests], cap)
         self._best_by_device[device] = tables
         return tables
 
@@ -496,25 +515,26 @@ class TriggerFinder:
         if self._spine is None:
             self._build_spine()
         spine, jumps, sides = self._spine
-        best, rests = self._best_tables(index.devices[consumer])
+        best, rests, cap = self._best_tables(index.devices[consumer])
+        most = cap[upper]
         found = -1
         top = len(jumps) - 1
         stack, branched = [consumer], set()
-        while stack:
+        while stack and found < most:
             v = stack.pop()
             # Down v's spine while the ops stay at or above `upper` and
             # their other inputs below it.
             for k in range(top, -1, -1):
-                w = int(jumps[k][v])
+                w = jumps[k][v]
                 if w >= 0 and levels[w] >= upper and sides[k][v] < upper:
-                    r = int(rests[k][v])
+                    r = rests[k][v]
                     if r > found:
                         found = r
                     v = w
             if sides[0][v] < upper:
                 # The next spine op is below `upper` (or there is none).
-                r = int(rests[0][v])
-                below = int(spine[v])
+                r = rests[0][v]
+                below = spine[v]
                 if below >= 0 and best[below] > r:
                     r = best[below]
                 if r > found:
@@ -526,7 +546,11 @@ class TriggerFinder:
             branched.add(v)
             if len(branched) > _BRANCH_LIMIT:
                 return _UNKNOWN  # as slow as the walk: let it answer
-            for p in index.fanins[v]:
+            ins = [p for p in index.fanins[v] if best[p] > found]
+            # Lowest level searched first: it reaches the window soonest,
+            # and what it finds prunes the rest (best[] bounds a search).
+            ins.sort(key=lambda p: -levels[p])
+            for p in ins:
                 if levels[p] >= upper:
                     stack.append(p)
                 elif best[p] > found:
@@ -541,15 +565,54 @@ class TriggerFinder:
             return _UNKNOWN  # the next best may be anywhere: walk
         return op
 
+    def _reaches_by_spine(self, op, consumer):
+        """`_data_reaches` by the spines: True if `op` is a data ancestor of
+        `consumer`, or `_UNKNOWN`. Only inputs above `op`'s level can lead
+        to it, so a spine is followed (by lifting) while its other inputs
+        are below that level, and each join above it is expanded once."""
+        index = self.index
+        levels = index.levels
+        if self._spine is None:
+            self._build_spine()
+        spine, jumps, sides = self._spine
+        floor = levels[op]
+        top = len(jumps) - 1
+        stack, branched = [consumer], set()
+        while stack:
+            v = stack.pop()
+            for k in range(top, -1, -1):
+                w = jumps[k][v]
+                if w >= 0 and levels[w] > floor and sides[k][v] < floor:
+                    v = w
+            if sides[0][v] < floor:
+                if spine[v] == op:
+                    return True
+                continue
+            if v in branched:
+                continue
+            branched.add(v)
+            if len(branched) > _BRANCH_LIMIT:
+                return _UNKNOWN
+            if op in index.fanins[v]:
+                return True
+            # Lowest level searched first: it reaches `op`'s level soonest.
+            stack.extend(sorted((p for p in index.fanins[v]
+                                 if levels[p] > floor),
+                                key=lambda p: -levels[p]))
+        return False
+
     def may_also_start(self, trigger, consumer):
         """True if `trigger`, found for an earlier consumer of the same
         swap-in, may start it for `consumer` as well: it reaches `consumer`
         through data edges and TensorFlow does not merge the two."""
         key = (trigger, consumer)
         if key not in self._reaches:
-            self._reaches[key] = (
-                consumer not in self.roles.fused_with.get(trigger, ())
-                and _data_reaches(self.index, trigger, consumer))
+            reaches = False
+            if consumer not in self.roles.fused_with.get(trigger, ()):
+                reaches = self._reaches_by_spine(trigger, consumer)
+                if reaches is _UNKNOWN:
+                    reaches = _data_reaches(self.index, trigger, consumer)
+            self._reaches[key] = reaches
         return self._reaches[key]
 
 
