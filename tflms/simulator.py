@@ -323,6 +323,7 @@ class SimulationModel:
         self.resident_device_bytes = resident[DEVICE]
         self.resident_host_bytes = resident[HOST]
         self.unknown_tensors = tuple(unknown)
+        self._freed_cache = (None, {})
         self._build_successors(extra_edges)
 
     # ---- construction helpers -------------------------------------------
@@ -589,6 +590,18 @@ class SimulationModel:
         Returns:
           A list of inclusive ``(first, last)`` level ranges, ascending.
         """
+        # The tuner asks again about the same swaps with the same levels
+        # (every candidate pool starts from the replay without swaps).
+        cached_levels, answers = self._freed_cache
+        if cached_levels is not levels:
+            answers = {}
+            self._freed_cache = (levels, answers)
+        found = answers.get(swap)
+        if found is None:
+            found = answers[swap] = self._freed_levels(swap, levels)
+        return list(found)
+
+    def _freed_levels(self, swap, levels):
         b = self.buffer_of(swap.producer, swap.output)
         if b == _NO_BUFFER:
             return []
