@@ -338,6 +338,8 @@ class TriggerFinder:
         self._jumps = None
         self._spine = None
         self._best_by_device = {}
+        # make_plan's answers per tensor, shared by the plans of a search.
+        self.swap_memo = {}
 
     def _build_jumps(self):
         index = self.index
@@ -674,54 +676,77 @@ def make_plan(index, roles, params, batch_size=None, edges=None,
 
     swaps = []
     unplanned = 0
+    # A tensor's swap depends only on its rerouted consumers and on the
+    # parameters other than the threshold: the plans of one search share it.
+    memo = triggers.swap_memo
+    settings = (params.swapin_ahead, groupby, params.sync_mode, batch_size)
     for (p, out), consumers in by_tensor.items():
-        swap_ins = []
-        pending = _group_consumers(index, consumers, groupby)
-        while pending:
-            group = pending.pop(0)
-            first = group[0][0]
-            trigger = None
-            if not params.sync_swapin:
-                trigger = triggers.find(p, first, params.swapin_ahead)
-            if trigger is not None:
-                group, rest = _split_for_trigger(triggers, trigger, group)
-                if rest:
-                    pending.insert(0, rest)
-                if (swap_ins and not swap_ins[-1].synchronous
-                        and swap_ins[-1].triggers == (trigger,)):
-                    # Two groups that would start at the same moment are one
-                    # swap-in (Grappler would merge the twins anyway).
-                    merged = swap_ins[-1].consumers + tuple(group)
-                    swap_ins[-1] = SwapInPlan(merged, (trigger,), False)
-                else:
-                    swap_ins.append(SwapInPlan(tuple(group), (trigger,),
-                                               False))
-                continue
-            inputs = _sync_inputs(index, roles, first)
-            inputs = tuple(i for i in inputs if index.levels[i] > index.levels[p])
-            if inputs:
-                swap_ins.append(SwapInPlan(tuple(group), inputs, True))
-            else:
-                # Nothing can hold the swap-in back: it would run right after
-                # the swap-out and keep the tensor on the device, so moving
-                # it would only cost transfers.
-                unplanned += 1
-        if not swap_ins:
-            continue
-        waiters = ()
-        if params.sync_swapout:
-            rerouted = {c for s in swap_ins for c, _ in s.consumers}
-            remaining = set(index.fanouts[p]) | set(index.control_outputs[p])
-            fused = roles.fused_with.get(p, ())
-            waiters = tuple(sorted(c for c in remaining - rerouted
-                                   if c in roles.waiters and c not in fused))
-        swaps.append(SwapPlan(
-            producer=p, output=out,
-            nbytes=gi.tensor_bytes(index, p, out, batch_size),
-            swap_ins=tuple(swap_ins), waiters=waiters))
+        key = (p, out, tuple(consumers), settings)
+        known = memo.get(key)
+        if known is None:
+            known = memo[key] = _plan_swap(index, roles, params, groupby,
+                                           triggers, batch_size, p, out,
+                                           consumers)
+        swap, missed = known
+        unplanned += missed
+        if swap is not None:
+            swaps.append(swap)
     return Plan(params=params, swaps=tuple(swaps), serialization_edges=(),
                 num_levels=index.num_levels, unplanned_groups=unplanned,
                 deferral_edges=tuple(deferral))
+
+
+def _plan_swap(index, roles, params, groupby, triggers, batch_size, p, out,
+               consumers):
+    """The `SwapPlan` of tensor ``(p, out)`` read by `consumers` far away
+    (None if no swap-in can be started in time), and how many swap-in
+    groups were left on the device."""
+    unplanned = 0
+    swap_ins = []
+    pending = _group_consumers(index, consumers, groupby)
+    while pending:
+        group = pending.pop(0)
+        first = group[0][0]
+        trigger = None
+        if not params.sync_swapin:
+            trigger = triggers.find(p, first, params.swapin_ahead)
+        if trigger is not None:
+            group, rest = _split_for_trigger(triggers, trigger, group)
+            if rest:
+                pending.insert(0, rest)
+            if (swap_ins and not swap_ins[-1].synchronous
+                    and swap_ins[-1].triggers == (trigger,)):
+                # Two groups that would start at the same moment are one
+                # swap-in (Grappler would merge the twins anyway).
+                merged = swap_ins[-1].consumers + tuple(group)
+                swap_ins[-1] = SwapInPlan(merged, (trigger,), False)
+            else:
+                swap_ins.append(SwapInPlan(tuple(group), (trigger,),
+                                           False))
+            continue
+        inputs = _sync_inputs(index, roles, first)
+        inputs = tuple(i for i in inputs
+                   if index.levels[i] > index.levels[p])
+        if inputs:
+            swap_ins.append(SwapInPlan(tuple(group), inputs, True))
+        else:
+            # Nothing can hold the swap-in back: it would run right after
+            # the swap-out and keep the tensor on the device, so moving
+            # it would only cost transfers.
+            unplanned += 1
+    if not swap_ins:
+        return None, unplanned
+    waiters = ()
+    if params.sync_swapout:
+        rerouted = {c for s in swap_ins for c, _ in s.consumers}
+        remaining = set(index.fanouts[p]) | set(index.control_outputs[p])
+        fused = roles.fused_with.get(p, ())
+        waiters = tuple(sorted(c for c in remaining - rerouted
+                               if c in roles.waiters and c not in fused))
+    return SwapPlan(
+        producer=p, output=out,
+        nbytes=gi.tensor_bytes(index, p, out, batch_size),
+        swap_ins=tuple(swap_ins), waiters=waiters), unplanned
 
 
 def parse_serialization(spec):
