@@ -219,9 +219,14 @@ def build_index(graph, extra_control_edges=()):
     in_cond, in_loop = [], []
     consumers = []
     stateful_by_type = {}  # an op def is per type
+    # Each TensorFlow accessor is a call into C; on graphs of 10^5 ops they
+    # are most of the indexing time, so each is asked once per op and
+    # itemsizes once per dtype.
+    itemsize_of = {}
     for op in ops:
+        op_type = op.type
         names.append(op.name)
-        types.append(op.type)
+        types.append(op_type)
         devices.append(op.device)
         inputs.append(tuple((id_of[t.op.name], t.value_index)
                             for t in op.inputs))
@@ -229,20 +234,28 @@ def build_index(graph, extra_control_edges=()):
                                             for c in op.control_inputs})))
         outs = op.outputs
         output_shapes.append(tuple(_static_shape(t) for t in outs))
-        output_itemsizes.append(tuple(_itemsize(t.dtype) for t in outs))
+        sizes = []
+        for t in outs:
+            dtype = t.dtype
+            size = itemsize_of.get(dtype)
+            if size is None:
+                size = itemsize_of[dtype] = _itemsize(dtype)
+            sizes.append(size)
+        output_itemsizes.append(tuple(sizes))
         consumers.append([[] for _ in outs])
-        variable_bytes.append(_variable_bytes(op))
+        variable_bytes.append(_variable_bytes(op)
+                              if op_type in _VARIABLE_HOLDER_TYPES else 0)
         # Ops that write through a reference input (Assign, ApplyMomentum...
         # on v1 ref variables) are not stateful in their op defs, but they
         # change state all the same.
-        stateful = stateful_by_type.get(op.type)
+        stateful = stateful_by_type.get(op_type)
         if stateful is None:
             op_def = op.op_def
             stateful = bool(op_def.is_stateful) or any(
                 arg.is_ref for arg in op_def.input_arg)
-            stateful_by_type[op.type] = stateful
+            stateful_by_type[op_type] = stateful
         is_stateful.append(stateful)
-        if op.type.startswith("FusedBatchNorm"):
+        if op_type.startswith("FusedBatchNorm"):
             bn_is_training.append(bool(op.get_attr("is_training")))
         else:
             bn_is_training.append(None)
@@ -251,11 +264,15 @@ def build_index(graph, extra_control_edges=()):
         in_loop.append(kind == "while")
 
     control_outputs = [[] for _ in range(n)]
-    fanouts = [set() for _ in range(n)]
+    # Consumers come in increasing id order, so each fanout list is sorted
+    # and a repeated consumer is its last entry.
+    fanouts = [[] for _ in range(n)]
     for i in range(n):
         for slot, (producer, out) in enumerate(inputs[i]):
             consumers[producer][out].append((i, slot))
-            fanouts[producer].add(i)
+            fanout = fanouts[producer]
+            if not fanout or fanout[-1] != i:
+                fanout.append(i)
         for c in control_inputs[i]:
             control_outputs[c].append(i)
 
@@ -280,7 +297,7 @@ def build_index(graph, extra_control_edges=()):
         control_inputs=tuple(control_inputs),
         control_outputs=tuple(tuple(c) for c in control_outputs),
         fanins=tuple(tuple(sorted({p for p, _ in ins})) for ins in inputs),
-        fanouts=tuple(tuple(sorted(f)) for f in fanouts),
+        fanouts=tuple(tuple(f) for f in fanouts),
         output_shapes=tuple(output_shapes),
         output_itemsizes=tuple(output_itemsizes),
         variable_bytes=tuple(variable_bytes),
