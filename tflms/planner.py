@@ -26,6 +26,7 @@ so a plan can never create a cycle.
 """
 
 import array
+import bisect
 import dataclasses
 
 import numpy as np
@@ -338,8 +339,11 @@ class TriggerFinder:
         self._jumps = None
         self._spine = None
         self._best_by_device = {}
-        # make_plan's answers per tensor, shared by the plans of a search.
-        self.swap_memo = {}
+        # make_plan's candidate edges by tensor, and its answers per tensor,
+        # shared by the plans of a search (valid for one list of edges).
+        self._edges = None
+        self._tensor_edges = ()
+        self._swap_memo = {}
 
     def _build_jumps(self):
         index = self.index
@@ -567,6 +571,30 @@ class TriggerFinder:
             return _UNKNOWN  # the next best may be anywhere: walk
         return op
 
+    def _use_edges(self, edges):
+        if edges is self._edges:
+            return
+        grouped = []
+        for p, out, consumer, slot, distance in edges:
+            if not grouped or grouped[-1][:2] != (p, out):
+                grouped.append((p, out, [], []))
+            grouped[-1][2].append((consumer, slot))
+            grouped[-1][3].append(distance)
+        self._edges = edges
+        self._tensor_edges = tuple(grouped)
+        self._swap_memo = {}
+
+    def tensor_edges(self, edges):
+        """`candidate_edges` grouped by tensor: ``(producer, output,
+        [(consumer, slot)], [distance])``, distances ascending."""
+        self._use_edges(edges)
+        return self._tensor_edges
+
+    def swap_memo_for(self, edges):
+        """make_plan's memo of swaps for plans made from `edges`."""
+        self._use_edges(edges)
+        return self._swap_memo
+
     def _reaches_by_spine(self, op, consumer):
         """`_data_reaches` by the spines: True if `op` is a data ancestor of
         `consumer`, or `_UNKNOWN`. Only inputs above `op`'s level can lead
@@ -666,27 +694,28 @@ def make_plan(index, roles, params, batch_size=None, edges=None,
     if triggers is None:
         triggers = TriggerFinder(index, roles)
     deferred = {op for _, op in deferral}
-    by_tensor = {}
-    for p, out, consumer, slot, distance in edges:
-        if distance <= threshold or p in deferred:
-            continue
-        if only_tensors is not None and (p, out) not in only_tensors:
-            continue
-        by_tensor.setdefault((p, out), []).append((consumer, slot))
-
     swaps = []
     unplanned = 0
     # A tensor's swap depends only on its rerouted consumers and on the
     # parameters other than the threshold: the plans of one search share it.
-    memo = triggers.swap_memo
+    # Its consumers are sorted by distance, so those past the threshold are
+    # the ones from the first such position on, which names them.
+    memo = triggers.swap_memo_for(edges)
     settings = (params.swapin_ahead, groupby, params.sync_mode, batch_size)
-    for (p, out), consumers in by_tensor.items():
-        key = (p, out, tuple(consumers), settings)
+    for p, out, consumers, distances in triggers.tensor_edges(edges):
+        if p in deferred:
+            continue
+        if only_tensors is not None and (p, out) not in only_tensors:
+            continue
+        first = bisect.bisect_right(distances, threshold)
+        if first == len(distances):
+            continue
+        key = (p, out, first, settings)
         known = memo.get(key)
         if known is None:
             known = memo[key] = _plan_swap(index, roles, params, groupby,
                                            triggers, batch_size, p, out,
-                                           consumers)
+                                           consumers[first:])
         swap, missed = known
         unplanned += missed
         if swap is not None:
