@@ -577,16 +577,25 @@ class TriggerFinder:
         grouped = []
         for p, out, consumer, slot, distance in edges:
             if not grouped or grouped[-1][:2] != (p, out):
-                grouped.append((p, out, [], []))
+                grouped.append((p, out, [], [], []))
             grouped[-1][2].append((consumer, slot))
             grouped[-1][3].append(distance)
+        for _, _, _, distances, widest in grouped:
+            # widest[k]: the largest level gap between consecutive
+            # consumers from the k-th on.
+            gap = 0
+            widest.extend([0] * len(distances))
+            for k in range(len(distances) - 2, -1, -1):
+                gap = max(gap, distances[k + 1] - distances[k])
+                widest[k] = gap
         self._edges = edges
         self._tensor_edges = tuple(grouped)
         self._swap_memo = {}
 
     def tensor_edges(self, edges):
         """`candidate_edges` grouped by tensor: ``(producer, output,
-        [(consumer, slot)], [distance])``, distances ascending."""
+        [(consumer, slot)], [distance], [widest gap from here on])``,
+        distances ascending."""
         self._use_edges(edges)
         return self._tensor_edges
 
@@ -700,9 +709,11 @@ def make_plan(index, roles, params, batch_size=None, edges=None,
     # parameters other than the threshold: the plans of one search share it.
     # Its consumers are sorted by distance, so those past the threshold are
     # the ones from the first such position on, which names them.
+    # A groupby no smaller than the widest gap between those consumers puts
+    # them all in one group, whatever its value (-1 in the key).
     memo = triggers.swap_memo_for(edges)
-    settings = (params.swapin_ahead, groupby, params.sync_mode, batch_size)
-    for p, out, consumers, distances in triggers.tensor_edges(edges):
+    settings = (params.swapin_ahead, params.sync_mode, batch_size)
+    for p, out, consumers, distances, widest in triggers.tensor_edges(edges):
         if p in deferred:
             continue
         if only_tensors is not None and (p, out) not in only_tensors:
@@ -710,7 +721,8 @@ def make_plan(index, roles, params, batch_size=None, edges=None,
         first = bisect.bisect_right(distances, threshold)
         if first == len(distances):
             continue
-        key = (p, out, first, settings)
+        key = (p, out, first, groupby if groupby < widest[first] else -1,
+               settings)
         known = memo.get(key)
         if known is None:
             known = memo[key] = _plan_swap(index, roles, params, groupby,
