@@ -30,6 +30,7 @@ without LMS and the smallest plan's peak, and names the memory plots
 (written even then when ``plot_dir`` is set).
 """
 
+import collections
 import dataclasses
 import os
 
@@ -65,6 +66,8 @@ _GIB = float(1 << 30)
 _SELECTION_ROUNDS = 12
 # Replays spent removing unneeded swaps from the chosen selection.
 _PRUNE_REPLAYS = 48
+# Replays remembered by content (see `_Simulations.replay`).
+_RECENT_REPLAYS = 4
 
 _LOCAL_RANK_VARS = ("HOROVOD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK")
 _LOCAL_SIZE_VARS = ("HOROVOD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE")
@@ -248,6 +251,7 @@ class _Simulations:
         self.count = 0
         self._cache = {}
         self._no_swaps = {}  # control edges -> replay of a plan without swaps
+        self._recent = collections.OrderedDict()  # (swaps, edges) -> result
         # Shared by the dozens of plans one search makes.
         self._triggers = planner.TriggerFinder(index, roles)
         self.smallest = None  # (peak, params) of the lowest peak seen
@@ -270,7 +274,20 @@ class _Simulations:
             if result is None:
                 result = self._no_swaps[key] = self.model.replay(plan, False)
             return result
-        return self.model.replay(plan, detail=detail)
+        if plan is None or detail:
+            return self.model.replay(plan, detail=detail)
+        # Candidate pools at nearby thresholds often select the same swaps;
+        # the last few replays are kept (a result holds per-level arrays).
+        key = (plan.swaps, plan.control_edges)
+        result = self._recent.get(key)
+        if result is None:
+            result = self.model.replay(plan, detail=False)
+            self._recent[key] = result
+            if len(self._recent) > _RECENT_REPLAYS:
+                self._recent.popitem(last=False)
+        else:
+            self._recent.move_to_end(key)
+        return result
 
     def play(self, params):
         """True if the plan for `params` fits; logs it when it does."""
