@@ -21,6 +21,9 @@ benchmark sizes:
 * `layered`: a synthetic graph of about ``num_ops`` ops shaped like a
   training step (a forward pass of layers and a mirrored backward pass that
   reads every forward activation again), for graph-size scaling.
+* `deep_mlp`: a deep, narrow MLP of about ``num_ops`` ops built with the
+  TF1 API (dense layers with bias and ReLU, plain SGD): thousands of levels
+  with a small tensor at each, the shape that stresses planning the most.
 
 This module turns nothing on globally; the caller picks eager/graph mode.
 """
@@ -35,7 +38,7 @@ import tensorflow as tf
 from zoo import models as zoo
 
 __all__ = ["Built", "BUILDERS", "build", "resnet50", "unet3d", "transformer",
-           "layered", "size_key"]
+           "layered", "deep_mlp", "size_key"]
 
 _v1 = tf.compat.v1
 
@@ -279,11 +282,79 @@ def layered(num_ops=10000, width=256, batch=64, seed=0):
                  "synthetic MLP step, %d layers of %d" % (layers, width))
 
 
+# Ops the training graph of `deep_mlp` has per layer: MatMul, BiasAdd,
+# Relu; ReluGrad, BiasAddGrad, two MatMuls and two gradient tuples (a NoOp
+# and two Identity ops each); two ApplyGradientDescent; two VariableV2, their
+# Assign and read Identity.
+DEEP_MLP_OPS_PER_LAYER = 21
+# Placeholders, shared initial values, loss and its gradient, train, init.
+_DEEP_MLP_FIXED_OPS = 27
+
+
+def deep_mlp_layers(num_ops):
+    """Layers of the `deep_mlp` with about `num_ops` ops."""
+    return max(2, (num_ops - _DEEP_MLP_FIXED_OPS) // DEEP_MLP_OPS_PER_LAYER)
+
+
+def deep_mlp(num_ops=10000, width=32, batch=32, seed=0):
+    """A deep, narrow MLP trained with SGD, of about `num_ops` ops.
+
+    Built op by op with ``tf.compat.v1`` as a TF1 user would: layer ``i`` is
+    ``relu(bias_add(matmul(h, kernel_i), bias_i))`` on reference variables,
+    the loss a mean squared error, the step
+    ``tf.compat.v1.train.GradientDescentOptimizer.minimize``. Every
+    activation is ``batch x width`` (4 KiB by default): the graph has one
+    level per op of the long forward and backward chains and thousands of
+    equally small swap candidates, so the planner's per-level and
+    per-candidate work dominates, not any one large tensor. All kernels start
+    from one shared initial value (which keeps the graph small to build;
+    the values do not matter for planning).
+
+    Args:
+      num_ops: approximate number of ops (see `deep_mlp_layers`).
+      width: features per layer.
+      batch: rows of every activation.
+      seed: seed for the shared initial kernel and the data.
+
+    Returns:
+      A `Built`.
+    """
+    layers = deep_mlp_layers(num_ops)
+    graph = tf.Graph()
+    with graph.as_default():
+        _v1.set_random_seed(seed)
+        x = _v1.placeholder(tf.float32, [batch, width], name="x")
+        y = _v1.placeholder(tf.float32, [batch, width], name="y")
+        rng = np.random.RandomState(seed)
+        kernel0 = tf.constant(
+            rng.standard_normal((width, width)).astype(np.float32)
+            / np.sqrt(width), name="kernel_init")
+        bias0 = tf.zeros([width], name="bias_init")
+        h = x
+        for i in range(layers):
+            with _v1.variable_scope("dense%d" % i):
+                w = _v1.get_variable("kernel", initializer=kernel0,
+                                     use_resource=False)
+                b = _v1.get_variable("bias", initializer=bias0,
+                                     use_resource=False)
+                h = tf.nn.relu(tf.nn.bias_add(tf.matmul(h, w), b))
+        loss = tf.reduce_mean(tf.square(h - y), name="loss")
+        train_op = _v1.train.GradientDescentOptimizer(0.01).minimize(
+            loss, name="train")
+        init_op = _v1.variables_initializer(_v1.global_variables(),
+                                            name="init")
+    return Built("deep_mlp", graph, train_op, loss, batch, init_op,
+                 _feed_maker([(x, 0), (y, 0)], seed),
+                 "deep narrow MLP, %d layers of %d, batch %d, SGD"
+                 % (layers, width, batch))
+
+
 BUILDERS = collections.OrderedDict([
     ("resnet50", resnet50),
     ("unet3d", unet3d),
     ("transformer", transformer),
     ("layered", layered),
+    ("deep_mlp", deep_mlp),
 ])
 
 # The argument a capacity search grows, per builder and dimension.

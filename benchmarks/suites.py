@@ -41,6 +41,18 @@ def _timing_layered(sizes, reps, timeout):
              "soft_limit_s": timeout / 2} for n in sizes]
 
 
+def _timing_deep_mlp(sizes, reps, timeout):
+    # Half of the activation bytes above the resident ones must go: about
+    # half of the layers' activations are swapped (4,764 tensors at 200k
+    # ops). Fixed: the first half of the layers, whose activations wait
+    # longest for the backward pass.
+    return [{"model": "deep_mlp",
+             "label": "deep narrow MLP %dk ops" % (n // 1000),
+             "kwargs": {"num_ops": n}, "budget_fraction": 0.5,
+             "fixed": [0.5, 8, 4, 0], "reps": reps, "timeout_s": timeout,
+             "soft_limit_s": timeout / 2} for n in sizes]
+
+
 def _resnet_timing(label, control_flow, budget_gib, reps, timeout):
     # The graph a user of examples/Keras_ResNet50.py gets (Adam, accuracy
     # metric, Keras' learning-phase conds): v1 control flow is the ~11k-op
@@ -60,7 +72,7 @@ SMOKE = {
          "kwargs": {"num_ops": 2000, "width": 32, "batch": 8},
          "budget_fraction": 0.5, "fixed": _layered_fixed(2000), "reps": 2,
          "timeout_s": 120},
-    ],
+    ] + _timing_deep_mlp([2000], 1, 120),
     "memory": [
         {"model": "unet3d", "kwargs": _unet(32, 8, 3), "budget_gib": 0.008,
          "fixed": [0.25, 5, 5, 0], "timeout_s": 120},
@@ -95,7 +107,8 @@ QUICK = {
          "kwargs": {"layers": 6, "seq": 512, "d_model": 512, "batch": 4},
          "budget_fraction": 0.5, "fixed": "tuned", "reps": 2,
          "timeout_s": 150},
-    ] + _timing_layered([5000], 2, 120) + _timing_layered([10000], 1, 150),
+    ] + _timing_layered([5000], 2, 120) + _timing_layered([10000], 1, 150)
+      + _timing_deep_mlp([5000], 2, 120) + _timing_deep_mlp([10000], 1, 150),
     "memory": [
         {"model": "resnet50", "kwargs": _resnet(1024), "budget_gib": 1.0,
          "fixed": [40, 10, 5, 0], "timeout_s": 240},
@@ -155,7 +168,10 @@ FULL = {
          "timeout_s": 900},
     ] + _timing_layered([5000, 10000], 3, 400)
       + _timing_layered([20000], 1, 400) + _timing_layered([50000], 1, 300)
-      + _timing_layered([200000], 1, 600),
+      + _timing_layered([200000], 1, 600)
+      + _timing_deep_mlp([5000, 10000], 3, 400)
+      + _timing_deep_mlp([20000], 1, 400) + _timing_deep_mlp([50000], 1, 300)
+      + _timing_deep_mlp([200000], 1, 900),
     "memory": [
         {"model": "resnet50", "kwargs": _resnet(2048), "budget_gib": 4.0,
          "fixed": [40, 10, 5, 0], "timeout_s": 600},

@@ -15,7 +15,8 @@ as it calls them:
 
 The reported time of each phase is the median over the repetitions. The
 growth exponent is the slope of log(time) against log(ops) over the
-synthetic graphs (same structure, different sizes), by least squares.
+graphs of one synthetic family (same structure, different sizes), by least
+squares, reported per family.
 """
 
 import math
@@ -24,7 +25,12 @@ import time
 
 from benchmarks import common
 
-__all__ = ["run", "growth_exponent", "tables"]
+__all__ = ["run", "growth_exponent", "tables", "exponents",
+           "exponents_by_family", "SYNTHETIC_FAMILIES"]
+
+# Model families built at many sizes with the same structure: the graphs
+# the growth exponents are fitted over.
+SYNTHETIC_FAMILIES = ("layered", "deep_mlp")
 
 
 def budget_gib(case, index, roles, batch):
@@ -202,20 +208,31 @@ def _cell(summary, phase, error=None, limit=None):
     return "%s (%s)" % (_fmt_s(wall), _fmt_s(cpu))
 
 
-def exponents(results):
-    """Growth exponents of CPU time per phase over the synthetic graphs:
-    {phase: (exponent or None, number of sizes)}."""
+def exponents(results, family="layered"):
+    """Growth exponents of CPU time per phase over the graphs of one
+    synthetic family: {phase: (exponent or None, number of sizes)}."""
     exps = {}
     for phase in ("analysis", "tune", "rewrite", "fixed", "auto_total"):
         pts = []
         for r in results:
-            if r.get("case", {}).get("model") != "layered":
+            if r.get("case", {}).get("model") != family:
                 continue
             value = summarize(r).get(phase + "_cpu_s")
             if value:
                 pts.append((r["ops"], value))
         exps[phase] = (growth_exponent(pts), len(pts))
     return exps
+
+
+def exponents_by_family(results):
+    """`exponents` of every synthetic family measured at two sizes or more:
+    {family: {phase: (exponent or None, number of sizes)}}."""
+    out = {}
+    for family in SYNTHETIC_FAMILIES:
+        exps = exponents(results, family)
+        if any(value is not None for value, _ in exps.values()):
+            out[family] = exps
+    return out
 
 
 def tables(results):
@@ -253,19 +270,23 @@ def tables(results):
              if r.get("tune_error")]
     if notes:
         text += "\n\n" + "\n".join(notes)
-    exps = exponents(results)
-    parts = []
-    for key, label in (("analysis", "analysis"), ("tune", "tune"),
-                       ("rewrite", "rewrite"), ("fixed", "fixed edit"),
-                       ("auto_total", "auto total")):
-        value, n = exps[key]
-        if value is not None:
-            parts.append("%s %.2f" % (label, value))
-    if parts:
-        text += ("\n\nGrowth exponent k (time ~ ops^k, least squares on "
-                 "log CPU time over the %d synthetic graphs that finished "
-                 "each phase): %s." % (max(n for _, n in exps.values()),
-                                       ", ".join(parts)))
+    lines = []
+    for family, exps in exponents_by_family(results).items():
+        parts = []
+        for key, label in (("analysis", "analysis"), ("tune", "tune"),
+                           ("rewrite", "rewrite"), ("fixed", "fixed edit"),
+                           ("auto_total", "auto total")):
+            value, _ = exps[key]
+            if value is not None:
+                parts.append("%s %.2f" % (label, value))
+        lines.append("| %s | %d | %s |" % (
+            family, max(n for _, n in exps.values()), ", ".join(parts)))
+    if lines:
+        text += ("\n\nGrowth exponent k per synthetic family (time ~ ops^k, "
+                 "least squares on log CPU time over the graphs of the "
+                 "family that finished each phase):\n\n"
+                 "| family | sizes | exponents |\n|---|---:|---|\n"
+                 + "\n".join(lines))
     return text
 
 

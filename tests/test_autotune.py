@@ -372,3 +372,75 @@ def test_greedy_cover_covers_what_can_be_covered_without_waste(seed):
     for i in picked:
         rest = [j for j in picked if j != i]
         assert not np.all(freed_by(rest) >= target), (i, picked)
+
+
+def _plain_greedy_cover(cover, sizes, moved, need):
+    """The cover step written plainly, one numpy slice per range: what
+    `autotune._greedy_cover` must pick, however it gets there."""
+    need = np.maximum(need, 0)
+    gain = np.array([sum(float(np.minimum(need[lo:hi], sizes[i]).sum())
+                         for lo, hi in cover[i])
+                     for i in range(len(cover))], dtype=np.float64)
+    score = gain / np.maximum(moved, 1)
+    order = np.lexsort((np.arange(len(sizes)), sizes, -score))
+    remaining = need.copy()
+    picked = []
+    for i in order:
+        if gain[i] <= 0 or not np.any(remaining > 0):
+            break
+        if not any((remaining[lo:hi] > 0).any() for lo, hi in cover[i]):
+            continue
+        picked.append(int(i))
+        for lo, hi in cover[i]:
+            remaining[lo:hi] -= sizes[i]
+    freed = np.zeros(len(need))
+    for i in picked:
+        for lo, hi in cover[i]:
+            freed[lo:hi] += sizes[i]
+    target = np.minimum(need, freed)
+    for i in sorted(picked, key=lambda r: (-moved[r], r)):
+        if all(np.all(freed[lo:hi] - sizes[i] >= target[lo:hi])
+               for lo, hi in cover[i]):
+            for lo, hi in cover[i]:
+                freed[lo:hi] -= sizes[i]
+            picked.remove(i)
+    return picked
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_greedy_cover_picks_what_the_plain_version_picks(seed):
+    """Long ranges over many levels (the block structure's partial and
+    whole blocks) and few distinct sizes (shared prefix sums)."""
+    rng = np.random.RandomState(seed)
+    levels = rng.randint(1, 700)
+    rows = rng.randint(1, 80)
+    need = rng.randint(-50, 400, size=levels).astype(np.float64)
+    sizes = rng.choice([0, 7, 30, 64, 100], size=rows).astype(np.float64)
+    moved = sizes * rng.randint(2, 4, size=rows)
+    cover = []
+    for _ in range(rows):
+        ranges, cursor = [], rng.randint(0, levels)
+        while cursor < levels and rng.rand() < 0.8:
+            end = min(levels, cursor + rng.randint(1, 300))
+            ranges.append((cursor, end))
+            cursor = end + rng.randint(1, 40)
+        cover.append(ranges)
+    assert (autotune._greedy_cover(cover, sizes, moved, need)  # pylint: disable=protected-access
+            == _plain_greedy_cover(cover, sizes, moved, need))
+
+
+def test_block_max_matches_an_array():
+    rng = np.random.RandomState(0)
+    for n in (1, 15, 16, 17, 300, 1000):
+        values = rng.randint(-100, 100, size=n).astype(np.int64)
+        blocks = autotune._BlockMax(values)  # pylint: disable=protected-access
+        for _ in range(300):
+            lo = rng.randint(0, n + 1)
+            hi = rng.randint(lo, n + 1)
+            if rng.rand() < 0.5:
+                amount = int(rng.randint(-50, 50))
+                blocks.add(lo, hi, amount)
+                values[lo:hi] += amount
+            elif lo < hi:
+                assert blocks.max(lo, hi) == values[lo:hi].max()
+            assert blocks.top() == values.max()

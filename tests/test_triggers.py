@@ -71,6 +71,52 @@ def test_finder_with_serialization_levels(v1_control_flow):
     assert _check_all_queries(relevelled, roles, (1, 2, 4)) > 5
 
 
+def _check_spine_searches(index, roles, aheads):
+    """The spine searches give exactly the walks' answers: the trigger op
+    itself (not only its level) and data reachability."""
+    finder = planner.TriggerFinder(index, roles)
+    levels = index.levels
+    answered = 0
+    for p, _, consumer, _, _ in planner.candidate_edges(index, roles):
+        for ahead in aheads:
+            lower, upper = planner._trigger_window(levels, p, consumer, ahead)  # pylint: disable=protected-access
+            if upper <= lower:
+                continue
+            fast = finder._latest_trigger(consumer, lower, upper)  # pylint: disable=protected-access
+            if fast is planner._UNKNOWN:  # pylint: disable=protected-access
+                continue
+            answered += 1
+            assert fast == planner._find_trigger(index, roles, p, consumer,  # pylint: disable=protected-access
+                                                 ahead), (p, consumer, ahead)
+            if fast is None:
+                continue
+            for op in (fast, p):
+                reaches = finder._reaches_by_spine(op, consumer)  # pylint: disable=protected-access
+                assert reaches is not planner._UNKNOWN  # pylint: disable=protected-access
+                assert reaches == planner._data_reaches(index, op, consumer)  # pylint: disable=protected-access
+            # A later op at the trigger's level reaches nothing below it.
+            assert not finder._reaches_by_spine(consumer, fast)  # pylint: disable=protected-access
+    return answered
+
+
+@pytest.mark.parametrize("name, kwargs", [
+    ("cnn_bn", dict(image=12, channels=6, depth=6, batch=2)),
+    ("transformer_encoder", dict(layers=2, seq=8, d_model=16, heads=2,
+                                 batch=2)),
+    ("keras_resnet", dict(image=16, batch=2, blocks=(1, 1))),
+])
+def test_spine_searches_agree_with_the_walks(name, kwargs):
+    """Residual joins, attention's several paths and gradient tuples (whose
+    identities take their level from a control input) all need more than
+    one spine."""
+    graph = tf.Graph()
+    with graph.as_default():
+        model = models.BUILDERS[name](seed=2, **kwargs)
+    index = gi.build_index(model.graph)
+    roles = analysis.classify_ops(index)
+    assert _check_spine_searches(index, roles, (0, 1, 2, 3, 7, 20, 60)) > 20
+
+
 # ---- ops TensorFlow merges at run time (oneDNN) --------------------------
 def _cnn_bias_index():
     graph = tf.Graph()

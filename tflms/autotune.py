@@ -30,6 +30,7 @@ without LMS and the smallest plan's peak, and names the memory plots
 (written even then when ``plot_dir`` is set).
 """
 
+import collections
 import dataclasses
 import os
 
@@ -64,6 +65,8 @@ _GIB = float(1 << 30)
 _SELECTION_ROUNDS = 12
 # Replays spent removing unneeded swaps from the chosen selection.
 _PRUNE_REPLAYS = 48
+# Replays remembered by content (see `_Simulations.replay`).
+_RECENT_REPLAYS = 4
 
 
 class AutotuneError(ValueError):
@@ -221,6 +224,8 @@ class _Simulations:
         self.edges = planner.candidate_edges(index, roles)
         self.count = 0
         self._cache = {}
+        self._no_swaps = {}  # control edges -> replay of a plan without swaps
+        self._recent = collections.OrderedDict()  # (swaps, edges) -> result
         # Shared by the dozens of plans one search makes.
         self._triggers = planner.TriggerFinder(index, roles)
         self.smallest = None  # (peak, params) of the lowest peak seen
@@ -234,7 +239,29 @@ class _Simulations:
 
     def replay(self, plan, detail=False):
         self.count += 1
-        return self.model.replay(plan, detail=detail)
+        if plan is not None and not plan.swaps and not detail:
+            # Every candidate pool of the tensor selection starts from the
+            # plan without swaps; replaying it once is enough, and sharing
+            # its levels lets the model reuse its freed_levels answers.
+            key = plan.control_edges
+            result = self._no_swaps.get(key)
+            if result is None:
+                result = self._no_swaps[key] = self.model.replay(plan, False)
+            return result
+        if plan is None or detail:
+            return self.model.replay(plan, detail=detail)
+        # Candidate pools at nearby thresholds often select the same swaps;
+        # the last few replays are kept (a result holds per-level arrays).
+        key = (plan.swaps, plan.control_edges)
+        result = self._recent.get(key)
+        if result is None:
+            result = self.model.replay(plan, detail=False)
+            self._recent[key] = result
+            if len(self._recent) > _RECENT_REPLAYS:
+                self._recent.popitem(last=False)
+        else:
+            self._recent.move_to_end(key)
+        return result
 
     def play(self, params):
         """True if the plan for `params` fits; logs it when it does."""
@@ -420,13 +447,19 @@ def select_tensors(model, plan, budget, replay=None, rounds=_SELECTION_ROUNDS,
         # cover[i]: the ranges [lo, hi) of over-budget levels (indices into
         # `over`) at which swap i frees its bytes.
         cover = [[] for _ in swaps]
+        rows, starts, ends = [], [], []
         for i, s in enumerate(swaps):
             if chosen[i] or sizes[i] == 0:
                 continue
             for a, z in model.freed_levels(s, result.levels):
-                lo, hi = np.searchsorted(over, [a, z + 1])
-                if lo < hi:
-                    cover[i].append((int(lo), int(hi)))
+                rows.append(i)
+                starts.append(a)
+                ends.append(z + 1)
+        los = np.searchsorted(over, starts).tolist()
+        his = np.searchsorted(over, ends).tolist()
+        for i, lo, hi in zip(rows, los, his):
+            if lo < hi:
+                cover[i].append((lo, hi))
         picked = _greedy_cover(cover, sizes, moved,
                                excess[over].astype(np.float64))
         if picked:
@@ -453,45 +486,130 @@ def _greedy_cover(cover, sizes, moved, need):
     tensor taken early can be made useless by a larger, necessary one).
     Re-scoring after each pick would cost O(picks * rows * levels), cubic in
     the graph; the select-and-replay rounds of `select_tensors` correct what
-    a static score misses. Work is proportional to the ranges' total length.
+    a static score misses.
+
+    Byte counts are whole numbers, so the work is done in int64 (exactly
+    what float64 gave). Scores come from prefix sums, one per distinct
+    tensor size; the walks use `_BlockMax`, so a range costs O(sqrt(levels))
+    however long it is (ranges span most of a deep graph's levels).
     """
-    need = np.maximum(need, 0)
-    gain = np.array([sum(float(np.minimum(need[lo:hi], sizes[i]).sum())
-                         for lo, hi in cover[i])
-                     for i in range(len(cover))], dtype=np.float64)
+    need = np.maximum(need, 0).astype(np.int64)
+    isizes = np.asarray(sizes).astype(np.int64)
+    gain = _cover_gains(cover, isizes, need)
     score = gain / np.maximum(moved, 1)
     order = np.lexsort((np.arange(len(sizes)), sizes, -score))
-    remaining = need.copy()
-    still_needed = int(np.count_nonzero(remaining > 0))
+    remaining = _BlockMax(need)
     picked = []
     for i in order:
-        if gain[i] <= 0 or still_needed == 0:
+        if gain[i] <= 0 or remaining.top() <= 0:
             break
-        if not any((remaining[lo:hi] > 0).any() for lo, hi in cover[i]):
+        if not any(remaining.max(lo, hi) > 0 for lo, hi in cover[i]):
             continue
         picked.append(int(i))
+        size = int(isizes[i])
         for lo, hi in cover[i]:
-            part = remaining[lo:hi]
-            before = np.count_nonzero(part > 0)
-            part -= sizes[i]
-            still_needed -= before - np.count_nonzero(part > 0)
+            remaining.add(lo, hi, -size)
     if not picked:
         return []
     # freed[j]: bytes the picks free at level j (a difference array).
-    delta = np.zeros(len(need) + 1, dtype=np.float64)
+    delta = np.zeros(len(need) + 1, dtype=np.int64)
     for i in picked:
         for lo, hi in cover[i]:
-            delta[lo] += sizes[i]
-            delta[hi] -= sizes[i]
+            delta[lo] += isizes[i]
+            delta[hi] -= isizes[i]
     freed = np.cumsum(delta[:-1])
     target = np.minimum(need, freed)  # what the picks can cover at all
+    # A pick is redundant when freed - size >= target on all its ranges,
+    # that is when max(target - freed) <= -size there.
+    shortfall = _BlockMax(target - freed)
+    dropped = set()
     for i in sorted(picked, key=lambda r: (-moved[r], r)):
-        if all(np.all(freed[lo:hi] - sizes[i] >= target[lo:hi])
-               for lo, hi in cover[i]):
+        size = int(isizes[i])
+        if all(shortfall.max(lo, hi) <= -size for lo, hi in cover[i]):
             for lo, hi in cover[i]:
-                freed[lo:hi] -= sizes[i]
-            picked.remove(i)
-    return picked
+                shortfall.add(lo, hi, size)
+            dropped.add(i)
+    return [i for i in picked if i not in dropped]
+
+
+def _cover_gains(cover, sizes, need):
+    """gain[i]: sum over candidate i's ranges of min(need, sizes[i])."""
+    gain = np.zeros(len(cover), dtype=np.int64)
+    rows, los, his = [], [], []
+    for i, ranges in enumerate(cover):
+        for lo, hi in ranges:
+            rows.append(i)
+            los.append(lo)
+            his.append(hi)
+    if not rows:
+        return gain.astype(np.float64)
+    rows = np.asarray(rows, dtype=np.int64)
+    los = np.asarray(los, dtype=np.int64)
+    his = np.asarray(his, dtype=np.int64)
+    row_sizes = sizes[rows]
+    for size in np.unique(row_sizes):
+        mine = row_sizes == size
+        prefix = np.concatenate(
+            ([0], np.cumsum(np.minimum(need, size), dtype=np.int64)))
+        np.add.at(gain, rows[mine], prefix[his[mine]] - prefix[los[mine]])
+    return gain.astype(np.float64)
+
+
+class _BlockMax:
+    """Range add and range max over an int64 array, by blocks of about
+    sqrt(n) entries with a pending add per block: each call is a few numpy
+    operations on at most a block or the block maxima."""
+
+    _EMPTY = -(1 << 62)  # padding and the max of an empty range
+
+    def __init__(self, values):
+        n = len(values)
+        width = max(16, int(np.sqrt(n)))
+        blocks = max(1, -(-n // width))
+        padded = np.full(blocks * width, self._EMPTY, dtype=np.int64)
+        padded[:n] = values
+        self.width = width
+        self.values = padded.reshape(blocks, width)
+        self.pending = np.zeros(blocks, dtype=np.int64)
+        self.block_max = self.values.max(axis=1)
+
+    def top(self):
+        """The largest value."""
+        return int(self.block_max.max())
+
+    def max(self, lo, hi):
+        """The largest value in [lo, hi) (`_EMPTY` if the range is)."""
+        if lo >= hi:
+            return self._EMPTY
+        b0, s = divmod(lo, self.width)
+        b1, e = divmod(hi - 1, self.width)
+        v, pend = self.values, self.pending
+        if b0 == b1:
+            return int(v[b0, s:e + 1].max() + pend[b0])
+        best = int(v[b0, s:].max() + pend[b0])
+        best = max(best, int(v[b1, :e + 1].max() + pend[b1]))
+        if b1 > b0 + 1:
+            best = max(best, int(self.block_max[b0 + 1:b1].max()))
+        return best
+
+    def add(self, lo, hi, amount):
+        """Add `amount` to every value in [lo, hi)."""
+        if lo >= hi:
+            return
+        b0, s = divmod(lo, self.width)
+        b1, e = divmod(hi - 1, self.width)
+        v, pend = self.values, self.pending
+        if b0 == b1:
+            v[b0, s:e + 1] += amount
+            self.block_max[b0] = v[b0].max() + pend[b0]
+            return
+        v[b0, s:] += amount
+        self.block_max[b0] = v[b0].max() + pend[b0]
+        v[b1, :e + 1] += amount
+        self.block_max[b1] = v[b1].max() + pend[b1]
+        if b1 > b0 + 1:
+            pend[b0 + 1:b1] += amount
+            self.block_max[b0 + 1:b1] += amount
 
 
 def prune_swaps(plan, budget, replay, result, limit=_PRUNE_REPLAYS):

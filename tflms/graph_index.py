@@ -374,12 +374,19 @@ def build_index(graph, extra_control_edges=()):
     stateful_by_type = {}  # an op def is per type
     memo = {}  # function name -> holds a collective
     trainable = _trainable_bytes_by_op(graph, id_of)
+    # Each TensorFlow accessor is a call into C; on graphs of 10^5 ops they
+    # are most of the indexing time, so itemsizes are asked once per dtype
+    # and variable sizes only of variable ops.
+    itemsize_of = {}
     for i, op in enumerate(ops):
         outs = op.outputs
+        for t in outs:
+            if t.dtype not in itemsize_of:
+                itemsize_of[t.dtype] = _itemsize(t.dtype)
         # Ops that write through a reference input (Assign, ApplyMomentum...
         # on v1 ref variables) are not stateful in their op defs, but they
         # change state all the same.
-        stateful = stateful_by_type.get(op.type)
+        stateful = stateful_by_type.get(op_type)
         if stateful is None:
             op_def = op.op_def
             stateful = bool(op_def.is_stateful) or any(
@@ -393,8 +400,9 @@ def build_index(graph, extra_control_edges=()):
             control_inputs=tuple(sorted({id_of[c.name]
                                          for c in op.control_inputs})),
             output_shapes=tuple(_static_shape(t) for t in outs),
-            output_itemsizes=tuple(_itemsize(t.dtype) for t in outs),
-            variable_bytes=_variable_bytes(op),
+            output_itemsizes=tuple(itemsize_of[t.dtype] for t in outs),
+            variable_bytes=(_variable_bytes(op)
+                            if op.type in _VARIABLE_HOLDER_TYPES else 0),
             is_stateful=stateful,
             bn_is_training=(bool(op.get_attr("is_training"))
                             if op.type.startswith("FusedBatchNorm")
@@ -439,11 +447,15 @@ def _assemble(ops, cols, id_of, extra_control_edges):
     inputs = cols.inputs
     consumers = [[[] for _ in shapes] for shapes in cols.output_shapes]
     control_outputs = [[] for _ in range(n)]
-    fanouts = [set() for _ in range(n)]
+    # Consumers come in increasing id order, so each fanout list is sorted
+    # and a repeated consumer is its last entry.
+    fanouts = [[] for _ in range(n)]
     for i in range(n):
         for slot, (producer, out) in enumerate(inputs[i]):
             consumers[producer][out].append((i, slot))
-            fanouts[producer].add(i)
+            fanout = fanouts[producer]
+            if not fanout or fanout[-1] != i:
+                fanout.append(i)
         for c in cols.control_inputs[i]:
             control_outputs[c].append(i)
 
@@ -468,7 +480,7 @@ def _assemble(ops, cols, id_of, extra_control_edges):
         control_inputs=tuple(cols.control_inputs),
         control_outputs=tuple(tuple(c) for c in control_outputs),
         fanins=tuple(tuple(sorted({p for p, _ in ins})) for ins in inputs),
-        fanouts=tuple(tuple(sorted(f)) for f in fanouts),
+        fanouts=tuple(tuple(f) for f in fanouts),
         output_shapes=tuple(cols.output_shapes),
         output_itemsizes=tuple(cols.output_itemsizes),
         variable_bytes=tuple(cols.variable_bytes),

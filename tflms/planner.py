@@ -25,6 +25,8 @@ earliest consumer, a trigger at least `swapin_ahead` levels before that),
 so a plan can never create a cycle.
 """
 
+import array
+import bisect
 import dataclasses
 
 import numpy as np
@@ -299,6 +301,16 @@ def _data_reaches(index, op, consumer):
     return False
 
 
+_UNKNOWN = object()  # a fast search could not answer
+
+
+def _int_array(values):
+    return array.array("q", np.asarray(values, dtype=np.int64).tobytes())
+# Ops with several inputs above the trigger window that one spine search
+# follows before it leaves the answer to the walk.
+_BRANCH_LIMIT = 256
+
+
 class TriggerFinder:
     """`_find_trigger` for many swap-ins of one index, fast on deep graphs.
 
@@ -312,8 +324,11 @@ class TriggerFinder:
     and binary lifting over that chain reaches any level in O(log levels)
     steps. When that op may start a swap-in it is taken: it has the level
     the full search would pick, and the simulator sees only levels. When it
-    may not, the full search runs. Answers are remembered per (consumer,
-    ahead, lowest allowed level) across the plans of one search.
+    may not, the full search's answer is computed by `_latest_trigger`
+    (same answer, logarithmic time on chain-shaped graphs), and only where
+    that cannot answer does the full search walk the graph. Answers are
+    remembered per (consumer, ahead, lowest allowed level) across the plans
+    of one search.
     """
 
     def __init__(self, index, roles):
@@ -322,6 +337,13 @@ class TriggerFinder:
         self._cache = {}
         self._reaches = {}
         self._jumps = None
+        self._spine = None
+        self._best_by_device = {}
+        # make_plan's candidate edges by tensor, and its answers per tensor,
+        # shared by the plans of a search (valid for one list of edges).
+        self._edges = None
+        self._tensor_edges = ()
+        self._swap_memo = {}
 
     def _build_jumps(self):
         index = self.index
@@ -369,10 +391,254 @@ class TriggerFinder:
                                        first_consumer):
                 trigger = op
             else:
-                trigger = _find_trigger(self.index, self.roles, src,
-                                        first_consumer, ahead)
+                trigger = self._latest_trigger(first_consumer, lower, upper)
+                if trigger is _UNKNOWN:
+                    trigger = _find_trigger(self.index, self.roles, src,
+                                            first_consumer, ahead)
         self._cache[key] = trigger
         return trigger
+
+    # ---- the full search without the walk --------------------------------
+    # `_find_trigger` answers with the best data ancestor of the consumer
+    # below `upper` that may trigger, best meaning highest level, then
+    # lowest id (or None if that one is below `lower`). Its walk covers
+    # every ancestor between the consumer and the window: `swapin_ahead`
+    # levels of the graph for every swap-in, which on a deep graph is most
+    # of the planning time. The same best op follows from three arrays:
+    #
+    # * best[v]: the best op that may trigger among v and its data
+    #   ancestors (one pass in level order; per consumer device, since a
+    #   trigger must be on its consumer's device);
+    # * the *spine* of v: its data input of highest level (ties: lowest id),
+    #   and side[v], the highest level of its other data inputs;
+    # * rest[v]: the best of best[] over those other inputs.
+    #
+    # While the spine ops from the consumer down to `upper` have their other
+    # inputs below `upper` (side < upper), the ancestors below `upper` are
+    # those of the other inputs of these ops plus those of the first spine
+    # op below `upper`, so the answer is the best of their rest[] and that
+    # op's best[]: a path maximum, answered by binary lifting over the spine
+    # in O(log levels). An op with a second input at or above `upper` (a
+    # join, as in a residual block) starts a spine search from each such
+    # input; each join is expanded once. Ranks encode (level, -id) as one
+    # integer.
+
+    def _build_spine(self):
+        index = self.index
+        levels = index.levels
+        n = index.num_ops
+        spine = np.full(n, -1, dtype=np.int64)
+        side = np.full(n, -1, dtype=np.int64)
+        for v in range(n):
+            ins = index.fanins[v]
+            if not ins:
+                continue
+            top = ins[0]
+            for p in ins[1:]:
+                if levels[p] > levels[top]:
+                    top = p
+            spine[v] = top
+            high = -1
+            for p in ins:
+                if p != top and levels[p] > high:
+                    high = levels[p]
+            side[v] = high
+        jumps, sides = [spine], [side]
+        while (1 << len(jumps)) <= index.num_levels:
+            prev, prev_side = jumps[-1], sides[-1]
+            nxt = np.maximum(prev, 0)
+            jumps.append(np.where(prev >= 0, prev[nxt], -1))
+            # side over the 2**k ops from v (only used where the jump exists)
+            sides.append(np.where(prev >= 0,
+                                  np.maximum(prev_side, prev_side[nxt]),
+                                  prev_side))
+        # array('q') reads single entries as Python ints several times
+        # faster than numpy does, and the searches read one at a time.
+        self._spine = (_int_array(spine), [_int_array(j) for j in jumps],
+                       [_int_array(x) for x in sides])
+
+    def _best_tables(self, device):
+        """rest[] lifted like the spine, for consumers placed on `device`."""
+        tables = self._best_by_device.get(device)
+        if tables is not None:
+            return tables
+        index, roles = self.index, self.roles
+        levels = index.levels
+        n = index.num_ops
+        spine = self._spine[0]
+        same = {}
+        best = [-1] * n
+        for level_ops in index.ops_by_level:
+            for v in level_ops:
+                b = -1
+                if v in roles.triggers:
+                    d = index.devices[v]
+                    ok = same.get(d)
+                    if ok is None:
+                        ok = same[d] = analysis.same_device(d, device)
+                    if ok:
+                        b = levels[v] * n + (n - 1 - v)
+                for p in index.fanins[v]:
+                    if best[p] > b:
+                        b = best[p]
+                best[v] = b
+        rest = np.full(n, -1, dtype=np.int64)
+        for v in range(n):
+            top = spine[v]
+            r = -1
+            for p in index.fanins[v]:
+                if p != top and best[p] > r:
+                    r = best[p]
+            rest[v] = r
+        rests = [rest]
+        for jump in self._spine[1][:-1]:
+            jump = np.frombuffer(jump, dtype=np.int64)
+            prev = rests[-1]
+            rests.append(np.where(jump >= 0,
+                                  np.maximum(prev, prev[np.maximum(jump, 0)]),
+                                  prev))
+        # cap[u]: the best rank of all that may trigger below level u. A
+        # search that found it can stop: nothing can beat it.
+        cap = [-1] * (index.num_levels + 1)
+        for lvl, level_ops in enumerate(index.ops_by_level):
+            top = cap[lvl]
+            for v in level_ops:
+                if v in roles.triggers and levels[v] * n + (n - 1 - v) > top \
+                        and same.get(index.devices[v]):
+                    top = levels[v] * n + (n - 1 - v)
+            cap[lvl + 1] = top
+        tables = (best, [_int_array(r) for r in rests], cap)
+        self._best_by_device[device] = tables
+        return tables
+
+    def _latest_trigger(self, consumer, lower, upper):
+        """`_find_trigger`'s answer for the window ``[lower, upper)``, or
+        `_UNKNOWN` when the spines cannot give it cheaply."""
+        index = self.index
+        levels = index.levels
+        if levels[consumer] < upper:
+            return _UNKNOWN
+        if self._spine is None:
+            self._build_spine()
+        spine, jumps, sides = self._spine
+        best, rests, cap = self._best_tables(index.devices[consumer])
+        most = cap[upper]
+        found = -1
+        top = len(jumps) - 1
+        stack, branched = [consumer], set()
+        while stack and found < most:
+            v = stack.pop()
+            # Down v's spine while the ops stay at or above `upper` and
+            # their other inputs below it.
+            for k in range(top, -1, -1):
+                w = jumps[k][v]
+                if w >= 0 and levels[w] >= upper and sides[k][v] < upper:
+                    r = rests[k][v]
+                    if r > found:
+                        found = r
+                    v = w
+            if sides[0][v] < upper:
+                # The next spine op is below `upper` (or there is none).
+                r = rests[0][v]
+                below = spine[v]
+                if below >= 0 and best[below] > r:
+                    r = best[below]
+                if r > found:
+                    found = r
+                continue
+            # v has several inputs at or above `upper`: follow each.
+            if v in branched:
+                continue
+            branched.add(v)
+            if len(branched) > _BRANCH_LIMIT:
+                return _UNKNOWN  # as slow as the walk: let it answer
+            ins = [p for p in index.fanins[v] if best[p] > found]
+            # Lowest level searched first: it reaches the window soonest,
+            # and what it finds prunes the rest (best[] bounds a search).
+            ins.sort(key=lambda p: -levels[p])
+            for p in ins:
+                if levels[p] >= upper:
+                    stack.append(p)
+                elif best[p] > found:
+                    found = best[p]
+        if found < 0:
+            return None
+        n = index.num_ops
+        op = n - 1 - found % n
+        if levels[op] < lower:
+            return None
+        if op in self.roles.fused_with.get(consumer, ()):
+            return _UNKNOWN  # the next best may be anywhere: walk
+        return op
+
+    def _use_edges(self, edges):
+        if edges is self._edges:
+            return
+        grouped = []
+        for p, out, consumer, slot, distance in edges:
+            if not grouped or grouped[-1][:2] != (p, out):
+                grouped.append((p, out, [], [], []))
+            grouped[-1][2].append((consumer, slot))
+            grouped[-1][3].append(distance)
+        for _, _, _, distances, widest in grouped:
+            # widest[k]: the largest level gap between consecutive
+            # consumers from the k-th on.
+            gap = 0
+            widest.extend([0] * len(distances))
+            for k in range(len(distances) - 2, -1, -1):
+                gap = max(gap, distances[k + 1] - distances[k])
+                widest[k] = gap
+        self._edges = edges
+        self._tensor_edges = tuple(grouped)
+        self._swap_memo = {}
+
+    def tensor_edges(self, edges):
+        """`candidate_edges` grouped by tensor: ``(producer, output,
+        [(consumer, slot)], [distance], [widest gap from here on])``,
+        distances ascending."""
+        self._use_edges(edges)
+        return self._tensor_edges
+
+    def swap_memo_for(self, edges):
+        """make_plan's memo of swaps for plans made from `edges`."""
+        self._use_edges(edges)
+        return self._swap_memo
+
+    def _reaches_by_spine(self, op, consumer):
+        """`_data_reaches` by the spines: True if `op` is a data ancestor of
+        `consumer`, or `_UNKNOWN`. Only inputs above `op`'s level can lead
+        to it, so a spine is followed (by lifting) while its other inputs
+        are below that level, and each join above it is expanded once."""
+        index = self.index
+        levels = index.levels
+        if self._spine is None:
+            self._build_spine()
+        spine, jumps, sides = self._spine
+        floor = levels[op]
+        top = len(jumps) - 1
+        stack, branched = [consumer], set()
+        while stack:
+            v = stack.pop()
+            for k in range(top, -1, -1):
+                w = jumps[k][v]
+                if w >= 0 and levels[w] > floor and sides[k][v] < floor:
+                    v = w
+            if sides[0][v] < floor:
+                if spine[v] == op:
+                    return True
+                continue
+            if v in branched:
+                continue
+            branched.add(v)
+            if len(branched) > _BRANCH_LIMIT:
+                return _UNKNOWN
+            if op in index.fanins[v]:
+                return True
+            # Lowest level searched first: it reaches `op`'s level soonest.
+            stack.extend(sorted((p for p in index.fanins[v]
+                                 if levels[p] > floor),
+                                key=lambda p: -levels[p]))
+        return False
 
     def may_also_start(self, trigger, consumer):
         """True if `trigger`, found for an earlier consumer of the same
@@ -380,9 +646,12 @@ class TriggerFinder:
         through data edges and TensorFlow does not merge the two."""
         key = (trigger, consumer)
         if key not in self._reaches:
-            self._reaches[key] = (
-                consumer not in self.roles.fused_with.get(trigger, ())
-                and _data_reaches(self.index, trigger, consumer))
+            reaches = False
+            if consumer not in self.roles.fused_with.get(trigger, ()):
+                reaches = self._reaches_by_spine(trigger, consumer)
+                if reaches is _UNKNOWN:
+                    reaches = _data_reaches(self.index, trigger, consumer)
+            self._reaches[key] = reaches
         return self._reaches[key]
 
 
@@ -434,65 +703,92 @@ def make_plan(index, roles, params, batch_size=None, edges=None,
     if triggers is None:
         triggers = TriggerFinder(index, roles)
     deferred = {op for _, op in deferral}
-    by_tensor = {}
-    for p, out, consumer, slot, distance in edges:
-        if distance <= threshold or p in deferred:
+    swaps = []
+    unplanned = 0
+    # A tensor's swap depends only on its rerouted consumers and on the
+    # parameters other than the threshold: the plans of one search share it.
+    # Its consumers are sorted by distance, so those past the threshold are
+    # the ones from the first such position on, which names them.
+    # A groupby no smaller than the widest gap between those consumers puts
+    # them all in one group, whatever its value (-1 in the key).
+    memo = triggers.swap_memo_for(edges)
+    settings = (params.swapin_ahead, params.sync_mode, batch_size)
+    for p, out, consumers, distances, widest in triggers.tensor_edges(edges):
+        if p in deferred:
             continue
         if only_tensors is not None and (p, out) not in only_tensors:
             continue
-        by_tensor.setdefault((p, out), []).append((consumer, slot))
-
-    swaps = []
-    unplanned = 0
-    for (p, out), consumers in by_tensor.items():
-        swap_ins = []
-        pending = _group_consumers(index, consumers, groupby)
-        while pending:
-            group = pending.pop(0)
-            first = group[0][0]
-            trigger = None
-            if not params.sync_swapin:
-                trigger = triggers.find(p, first, params.swapin_ahead)
-            if trigger is not None:
-                group, rest = _split_for_trigger(triggers, trigger, group)
-                if rest:
-                    pending.insert(0, rest)
-                if (swap_ins and not swap_ins[-1].synchronous
-                        and swap_ins[-1].triggers == (trigger,)):
-                    # Two groups that would start at the same moment are one
-                    # swap-in (Grappler would merge the twins anyway).
-                    merged = swap_ins[-1].consumers + tuple(group)
-                    swap_ins[-1] = SwapInPlan(merged, (trigger,), False)
-                else:
-                    swap_ins.append(SwapInPlan(tuple(group), (trigger,),
-                                               False))
-                continue
-            inputs = _sync_inputs(index, roles, first)
-            inputs = tuple(i for i in inputs if index.levels[i] > index.levels[p])
-            if inputs:
-                swap_ins.append(SwapInPlan(tuple(group), inputs, True))
-            else:
-                # Nothing can hold the swap-in back: it would run right after
-                # the swap-out and keep the tensor on the device, so moving
-                # it would only cost transfers.
-                unplanned += 1
-        if not swap_ins:
+        first = bisect.bisect_right(distances, threshold)
+        if first == len(distances):
             continue
-        waiters = ()
-        if params.sync_swapout:
-            rerouted = {c for s in swap_ins for c, _ in s.consumers}
-            remaining = set(index.fanouts[p]) | set(index.control_outputs[p])
-            fused = roles.fused_with.get(p, ())
-            waiters = tuple(sorted(c for c in remaining - rerouted
-                                   if c in roles.waiters and c not in fused))
-        swaps.append(SwapPlan(
-            producer=p, output=out,
-            nbytes=gi.tensor_bytes(index, p, out, batch_size),
-            swap_ins=tuple(swap_ins), waiters=waiters))
+        key = (p, out, first, groupby if groupby < widest[first] else -1,
+               settings)
+        known = memo.get(key)
+        if known is None:
+            known = memo[key] = _plan_swap(index, roles, params, groupby,
+                                           triggers, batch_size, p, out,
+                                           consumers[first:])
+        swap, missed = known
+        unplanned += missed
+        if swap is not None:
+            swaps.append(swap)
     return Plan(params=params, swaps=tuple(swaps),
                 serialization_edges=tuple(index.planned_edges),
                 num_levels=index.num_levels, unplanned_groups=unplanned,
                 deferral_edges=tuple(deferral))
+
+
+def _plan_swap(index, roles, params, groupby, triggers, batch_size, p, out,
+               consumers):
+    """The `SwapPlan` of tensor ``(p, out)`` read by `consumers` far away
+    (None if no swap-in can be started in time), and how many swap-in
+    groups were left on the device."""
+    unplanned = 0
+    swap_ins = []
+    pending = _group_consumers(index, consumers, groupby)
+    while pending:
+        group = pending.pop(0)
+        first = group[0][0]
+        trigger = None
+        if not params.sync_swapin:
+            trigger = triggers.find(p, first, params.swapin_ahead)
+        if trigger is not None:
+            group, rest = _split_for_trigger(triggers, trigger, group)
+            if rest:
+                pending.insert(0, rest)
+            if (swap_ins and not swap_ins[-1].synchronous
+                    and swap_ins[-1].triggers == (trigger,)):
+                # Two groups that would start at the same moment are one
+                # swap-in (Grappler would merge the twins anyway).
+                merged = swap_ins[-1].consumers + tuple(group)
+                swap_ins[-1] = SwapInPlan(merged, (trigger,), False)
+            else:
+                swap_ins.append(SwapInPlan(tuple(group), (trigger,),
+                                           False))
+            continue
+        inputs = _sync_inputs(index, roles, first)
+        inputs = tuple(i for i in inputs
+                   if index.levels[i] > index.levels[p])
+        if inputs:
+            swap_ins.append(SwapInPlan(tuple(group), inputs, True))
+        else:
+            # Nothing can hold the swap-in back: it would run right after
+            # the swap-out and keep the tensor on the device, so moving
+            # it would only cost transfers.
+            unplanned += 1
+    if not swap_ins:
+        return None, unplanned
+    waiters = ()
+    if params.sync_swapout:
+        rerouted = {c for s in swap_ins for c, _ in s.consumers}
+        remaining = set(index.fanouts[p]) | set(index.control_outputs[p])
+        fused = roles.fused_with.get(p, ())
+        waiters = tuple(sorted(c for c in remaining - rerouted
+                               if c in roles.waiters and c not in fused))
+    return SwapPlan(
+        producer=p, output=out,
+        nbytes=gi.tensor_bytes(index, p, out, batch_size),
+        swap_ins=tuple(swap_ins), waiters=waiters), unplanned
 
 
 def levels_over_size(index, roles, gib, batch_size=None):

@@ -116,15 +116,16 @@ def _outside_user_context(graph, device):
         graph._set_control_flow_context(saved_ctx)  # pylint: disable=protected-access
 
 
-def _new_identity(graph, tensor, name, device):
-    with _outside_user_context(graph, device):
-        # The op itself, without tf.identity's op-def library pass, which
-        # is a third of the cost of a swap op on large graphs.
-        dtype = tensor.dtype.base_dtype
-        return graph._create_op_internal(  # pylint: disable=protected-access
-            "Identity", [tensor], [dtype], name=name,
-            attrs={"T": attr_value_pb2.AttrValue(
-                type=dtype.as_datatype_enum)}).outputs[0]
+def _new_identity(graph, tensor, name):
+    """An Identity of `tensor`; call inside `_outside_user_context` (entered
+    once for all swap ops: entering it costs as much as making the op)."""
+    # The op itself, without tf.identity's op-def library pass, which is a
+    # third of the cost of a swap op on large graphs.
+    dtype = tensor.dtype.base_dtype
+    return graph._create_op_internal(  # pylint: disable=protected-access
+        "Identity", [tensor], [dtype], name=name,
+        attrs={"T": attr_value_pb2.AttrValue(
+            type=dtype.as_datatype_enum)}).outputs[0]
 
 
 def _new_marker(graph, device):
@@ -192,23 +193,22 @@ def apply_plan(graph, index, plan, cpu_device):
     for a, b in plan.control_edges:
         add_controls(ops[b], [ops[a]])
 
-    for swap in plan.swaps:
-        tensor = ops[swap.producer].outputs[swap.output]
-        swapout = _new_identity(graph, tensor,
-                                swap_op_name("swapout", tensor.name),
-                                cpu_device)
-        swapouts.append(swapout.op.name)
-        for sin in swap.swap_ins:
-            swapin = _new_identity(graph, swapout,
-                                   swap_op_name("swapin", tensor.name),
-                                   cpu_device)
-            swapins.append(swapin.op.name)
-            for consumer, slot in sin.consumers:
-                ops[consumer]._update_input(slot, swapin)  # pylint: disable=protected-access
-                rerouted += 1
-            add_controls(swapin.op, [ops[t] for t in sin.triggers])
-        for w in swap.waiters:
-            add_controls(ops[w], [swapout.op])
+    with _outside_user_context(graph, cpu_device):
+        for swap in plan.swaps:
+            tensor = ops[swap.producer].outputs[swap.output]
+            swapout = _new_identity(graph, tensor,
+                                    swap_op_name("swapout", tensor.name))
+            swapouts.append(swapout.op.name)
+            for sin in swap.swap_ins:
+                swapin = _new_identity(graph, swapout,
+                                       swap_op_name("swapin", tensor.name))
+                swapins.append(swapin.op.name)
+                for consumer, slot in sin.consumers:
+                    ops[consumer]._update_input(slot, swapin)  # pylint: disable=protected-access
+                    rerouted += 1
+                add_controls(swapin.op, [ops[t] for t in sin.triggers])
+            for w in swap.waiters:
+                add_controls(ops[w], [swapout.op])
 
     for op, controls in pending_controls.items():
         if controls:

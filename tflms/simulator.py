@@ -324,6 +324,7 @@ class SimulationModel:
         self.resident_device_bytes = resident[DEVICE]
         self.resident_host_bytes = resident[HOST]
         self.unknown_tensors = tuple(unknown)
+        self._freed_cache = (None, {})
         self._build_successors(extra_edges)
 
     # ---- construction helpers -------------------------------------------
@@ -408,6 +409,45 @@ class SimulationModel:
         return self._tensor_buffer[self._out_base[op_id] + output]
 
     # ---- replay -----------------------------------------------------------
+    def _levels_with(self, swap_nodes, control_edges, num_nodes, shortened):
+        """Levels of the graph with the swap nodes and control edges added,
+        when some original op may move: pushed forward from the graph's
+        levels, or by Kahn's algorithm when an edge was removed."""
+        n = self.num_ops
+        succ = list(self._base_succ)
+        copied = set()
+
+        def own(v):
+            if v < n and v not in copied:
+                succ[v] = list(succ[v])
+                copied.add(v)
+            return succ[v]
+
+        for p, so, waiters, ins in swap_nodes:
+            p_succ = own(p)
+            p_succ.append(so)
+            succ.append([])
+            for si, sin in ins:
+                succ.append([c for c, _ in sin.consumers])
+                succ[so].append(si)
+                for t in sin.triggers:
+                    own(t).append(si)
+                for c, _ in sin.consumers:
+                    p_succ.remove(c)
+            succ[so].extend(waiters)
+        for a, b in control_edges:
+            own(a).append(b)
+        assert len(succ) == num_nodes
+        levels = None
+        if not shortened:
+            levels = topo.raise_levels(
+                self._base_levels, succ,
+                copied | set(range(self._num_base_nodes, len(succ))),
+                max_steps=len(succ))
+        if levels is None:
+            levels = topo.kahn_levels(len(succ), succ)
+        return levels
+
     def replay(self, plan=None, detail=True):
         """Simulate one iteration of the graph rewritten with `plan`.
 
@@ -422,36 +462,42 @@ class SimulationModel:
         swaps = plan.swaps if plan is not None else ()
         control_edges = plan.control_edges if plan is not None else ()
         n = self.num_ops
-        succ = list(self._base_succ)
-        copied = set()
-
-        def own(v):
-            if v < n and v not in copied:
-                succ[v] = list(succ[v])
-                copied.add(v)
-            return succ[v]
-
-        extra_bytes, extra_space, extra_alloc, extra_names = [], [], [], []
-        extra_use_buf, extra_use_node = [], []
-        masked = []
+        out_base = self._out_base
+        tensor_bytes = self._tensor_bytes
+        tensor_buffer = self._tensor_buffer
+        base_levels = self._base_levels
         nbuf = len(self.buf_name)
         names = self.index.names
+
+        # Swap ops are nodes numbered after the graph's (and gate) nodes,
+        # in plan order: each swap-out, then its swap-ins. One pass records
+        # their edges, buffers and reads, and their levels from the graph's
+        # levels: a swap-out one above its source, a swap-in one above its
+        # swap-out and triggers.
+        extra_bytes, extra_space, extra_alloc, extra_names = [], [], [], []
+        extra_use_buf, extra_use_node = [], []
+        swap_nodes = []      # (producer, swap-out node, waiters, swap-ins)
+        new_levels = []      # levels of the swap nodes, in node order
         swapout_bytes = swapin_bytes = 0
         rerouted = {}        # (consumer, slot) -> device copy buffer
-        base_levels = self._base_levels
-        shortened = False
+        shortened = False    # a rerouted edge held up its consumer's level
+        moved = False        # some original op must move (or may)
+        node = self._num_base_nodes
         for swap in swaps:
-            p, out = swap.producer, swap.output
-            size = self.tensor_size(p, out)
+            p = swap.producer
+            t = out_base[p] + swap.output
+            size = tensor_bytes[t]
+            b = tensor_buffer[t]
             swapout_bytes += size
             swapin_bytes += size * len(swap.swap_ins)
-            b = self.buffer_of(p, out)
-            so = len(succ)
-            succ.append([])
-            tname = _tensor_name(self.index, p, out)
+            so = node
+            node += 1
+            so_level = base_levels[p] + 1
+            new_levels.append(so_level)
+            if detail:
+                tname = _safe(_tensor_name(self.index, p, swap.output))
+                extra_names.append("lms/swapout_%s" % tname)
             # The swap-out reads the tensor and owns a host buffer.
-            p_succ = own(p)
-            p_succ.append(so)
             if b != _NO_BUFFER:
                 extra_use_buf.append(b)
                 extra_use_node.append(so)
@@ -459,48 +505,57 @@ class SimulationModel:
             extra_bytes.append(size)
             extra_space.append(HOST)
             extra_alloc.append(so)
-            extra_names.append("lms/swapout_%s" % _safe(tname))
+            ins = []
             for sin in swap.swap_ins:
-                si = len(succ)
-                consumers = [c for c, _ in sin.consumers]
-                succ.append(consumers)
-                succ[so].append(si)
-                for t in sin.triggers:
-                    own(t).append(si)
+                si = node
+                node += 1
+                ins.append((si, sin))
+                si_level = so_level
+                for trig in sin.triggers:
+                    if base_levels[trig] > si_level:
+                        si_level = base_levels[trig]
+                si_level += 1
+                new_levels.append(si_level)
                 extra_use_buf.append(host_buf)
                 extra_use_node.append(si)
                 copy_buf = nbuf + len(extra_bytes)
                 extra_bytes.append(size)
                 extra_space.append(DEVICE)
                 extra_alloc.append(si)
-                extra_names.append("lms/swapin_%s (device copy)"
-                                   % _safe(tname))
+                if detail:
+                    extra_names.append("lms/swapin_%s (device copy)" % tname)
                 for c, slot in sin.consumers:
                     rerouted[(c, slot)] = copy_buf
                     # The rerouted input no longer reads the producer. That
                     # can lower the consumer only if the producer was its
                     # latest input (then levels are computed afresh).
-                    p_succ.remove(c)
                     if base_levels[c] - base_levels[p] < 2:
                         shortened = True
+                    if base_levels[c] <= si_level:
+                        moved = True
                     extra_use_buf.append(copy_buf)
                     extra_use_node.append(c)
-            succ[so].extend(swap.waiters)
+            for w in swap.waiters:
+                if base_levels[w] <= so_level:
+                    moved = True
+            swap_nodes.append((p, so, swap.waiters, ins))
+        masked = []
         for u, copy_buf in self._rerouted_uses(rerouted):
             masked.append(u)
             extra_use_buf.append(copy_buf)
             extra_use_node.append(int(self.use_node[u]))
         for a, b in control_edges:
-            own(a).append(b)
+            if base_levels[b] <= base_levels[a]:
+                moved = True
 
-        levels = None
-        if not shortened:
-            levels = topo.raise_levels(
-                self._base_levels, succ,
-                copied | set(range(self._num_base_nodes, len(succ))),
-                max_steps=len(succ))
-        if levels is None:
-            levels = topo.kahn_levels(len(succ), succ)
+        if not (shortened or moved):
+            # No original op moves: the levels are the graph's, plus the
+            # swap nodes' computed above (what `raise_levels` would find).
+            levels = list(base_levels)
+            levels.extend(new_levels)
+        else:
+            levels = self._levels_with(swap_nodes, control_edges, node,
+                                       shortened)
         levels = np.asarray(levels, dtype=np.int64)
         num_levels = int(levels.max()) + 1 if len(levels) else 0
 
@@ -590,6 +645,18 @@ class SimulationModel:
         Returns:
           A list of inclusive ``(first, last)`` level ranges, ascending.
         """
+        # The tuner asks again about the same swaps with the same levels
+        # (every candidate pool starts from the replay without swaps).
+        cached_levels, answers = self._freed_cache
+        if cached_levels is not levels:
+            answers = {}
+            self._freed_cache = (levels, answers)
+        found = answers.get(swap)
+        if found is None:
+            found = answers[swap] = self._freed_levels(swap, levels)
+        return list(found)
+
+    def _freed_levels(self, swap, levels):
         b = self.buffer_of(swap.producer, swap.output)
         if b == _NO_BUFFER:
             return []
