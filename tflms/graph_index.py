@@ -379,10 +379,12 @@ def build_index(graph, extra_control_edges=()):
     # and variable sizes only of variable ops.
     itemsize_of = {}
     for i, op in enumerate(ops):
+        op_type = op.type
         outs = op.outputs
-        for t in outs:
-            if t.dtype not in itemsize_of:
-                itemsize_of[t.dtype] = _itemsize(t.dtype)
+        dtypes = [t.dtype for t in outs]
+        for dtype in dtypes:
+            if dtype not in itemsize_of:
+                itemsize_of[dtype] = _itemsize(dtype)
         # Ops that write through a reference input (Assign, ApplyMomentum...
         # on v1 ref variables) are not stateful in their op defs, but they
         # change state all the same.
@@ -391,25 +393,25 @@ def build_index(graph, extra_control_edges=()):
             op_def = op.op_def
             stateful = bool(op_def.is_stateful) or any(
                 arg.is_ref for arg in op_def.input_arg)
-            stateful_by_type[op.type] = stateful
+            stateful_by_type[op_type] = stateful
         kind = _control_flow_kind(op)
         cols.add(
-            name=op.name, type=op.type, device=op.device,
+            name=op.name, type=op_type, device=op.device,
             inputs=tuple((id_of[t.op.name], t.value_index)
                          for t in op.inputs),
             control_inputs=tuple(sorted({id_of[c.name]
                                          for c in op.control_inputs})),
             output_shapes=tuple(_static_shape(t) for t in outs),
-            output_itemsizes=tuple(itemsize_of[t.dtype] for t in outs),
+            output_itemsizes=tuple(itemsize_of[d] for d in dtypes),
             variable_bytes=(_variable_bytes(op)
-                            if op.type in _VARIABLE_HOLDER_TYPES else 0),
+                            if op_type in _VARIABLE_HOLDER_TYPES else 0),
             is_stateful=stateful,
             bn_is_training=(bool(op.get_attr("is_training"))
-                            if op.type.startswith("FusedBatchNorm")
+                            if op_type.startswith("FusedBatchNorm")
                             else None),
             in_v1_cond=kind == "cond",
             in_v1_loop=kind == "while",
-            calls_collective=op.type in FUNCTION_CALL_TYPES and any(
+            calls_collective=op_type in FUNCTION_CALL_TYPES and any(
                 _function_has_collective(graph, f, memo)
                 for f in _called_functions(op.node_def)),
             trainable_bytes=trainable.get(i, 0))
