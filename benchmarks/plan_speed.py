@@ -109,7 +109,7 @@ def main(argv=None):
             setattr(module, func_name, func)
     if profiler:
         profiler.dump_stats(args.profile)
-    plan = lms.last_plan if result else None
+    plan = result.plan
     print("%s: %d ops, %s" % (built.description, num_ops,
                               "fixed %s" % args.fixed if args.fixed
                               else "auto-tuned to %.4f GiB" % budget))
