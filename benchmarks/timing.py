@@ -2,7 +2,8 @@
 
 For each graph, every repetition builds the model afresh (building is timed
 but is not LMS time) and measures the three steps of `tflms.LMS.run`, called
-as it calls them:
+as it calls them (with Python's cyclic garbage collector paused, as
+`LMS.run` pauses it):
 
 * analysis: `graph_index.build_index`;
 * tune: `pipeline.plan` with every swap parameter on auto and the case's
@@ -74,7 +75,7 @@ def run(case):
     # Imported once the graph mode is chosen.
     from benchmarks import models  # pylint: disable=import-outside-toplevel
     from tflms import LMS  # pylint: disable=import-outside-toplevel
-    from tflms import autotune, pipeline, rewriter  # pylint: disable=import-outside-toplevel
+    from tflms import _gc, autotune, pipeline, rewriter  # pylint: disable=import-outside-toplevel
     from tflms import graph_index as gi  # pylint: disable=import-outside-toplevel
     from tflms.settings import Settings  # pylint: disable=import-outside-toplevel
 
@@ -98,7 +99,7 @@ def run(case):
             built = models.build(case["model"], **case["kwargs"])
         out.update(ops=built.num_ops, description=built.description)
 
-        with _Clock(row, "analysis"):
+        with _Clock(row, "analysis"), _gc.paused():
             index = gi.build_index(built.graph)
         out.update(levels=index.num_levels, edges=index.num_edges)
         if rep == 0:
@@ -120,14 +121,14 @@ def run(case):
         settings = Settings(batch_size=built.batch_size,
                             autotune_gpu_mem=out["budget_gib"])
         try:
-            with _Clock(row, "tune"):
+            with _Clock(row, "tune"), _gc.paused():
                 planned = pipeline.plan(index, settings)
             row["simulations"] = planned.tune.simulations
         except autotune.AutotuneError as err:
             out["tune_error"] = str(err).split(": the")[0]
         if planned is not None:  # no rewrite when nothing fits
             swaps = 0
-            with _Clock(row, "rewrite"):
+            with _Clock(row, "rewrite"), _gc.paused():
                 if planned.needed:
                     result = rewriter.apply_plan(built.graph, planned.index,
                                                  planned.plan,

@@ -130,3 +130,32 @@ def test_lms_from_settings_keeps_every_value():
     with pytest.raises(ValueError, match="settings must be a "
                                          "tflms.settings.Settings"):
         LMS.from_settings({"batch_size": 4})
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_run_pauses_the_garbage_collector_and_restores_it(enabled,
+                                                          monkeypatch):
+    """LMS.run plans with Python's cyclic collector off (see tflms._gc) and
+    leaves it as it found it, also when planning raises."""
+    import gc  # pylint: disable=import-outside-toplevel
+    seen = []
+    real_plan = pipeline.plan
+
+    def spy(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return real_plan(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "plan", spy)
+    was = gc.isenabled()
+    try:
+        (gc.enable if enabled else gc.disable)()
+        graph, _ = cnn()
+        assert LMS(**FIXED).run(graph).rewritten
+        assert gc.isenabled() is enabled
+        graph, _ = cnn()
+        with pytest.raises(ValueError, match="gpu_device"):
+            LMS(gpu_device="/device:GPU:7", **FIXED).run(graph)
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert seen == [False]

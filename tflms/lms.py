@@ -12,6 +12,7 @@ import time
 import tensorflow as tf
 
 from tflms import _compat
+from tflms import _gc
 from tflms import _keras
 from tflms import analysis
 from tflms import distributed
@@ -259,7 +260,8 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
                            % decided[2].outcome.value, 1)
             result = decided[2]
         else:
-            result = self._run(graph, start)
+            with _gc.paused():
+                result = self._run(graph, start)
             if result.planned is not None:
                 self._decided = (graph, graph.version, result)
         self.last_run = result
