@@ -11,7 +11,6 @@ from `graph_index.from_edges`.
 import dataclasses
 
 from tflms import graph_index as gi
-from tflms import topo
 
 __all__ = [
     "NEVER_SWAPPED_TYPES",
