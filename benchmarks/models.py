@@ -326,9 +326,11 @@ def deep_mlp(num_ops=10000, width=32, batch=32, seed=0):
         x = _v1.placeholder(tf.float32, [batch, width], name="x")
         y = _v1.placeholder(tf.float32, [batch, width], name="y")
         rng = np.random.RandomState(seed)
+        # Divided before the cast: with NumPy 2, float32 / np.float64 is
+        # float64, which MatMul would refuse beside the float32 inputs.
         kernel0 = tf.constant(
-            rng.standard_normal((width, width)).astype(np.float32)
-            / np.sqrt(width), name="kernel_init")
+            (rng.standard_normal((width, width)) / np.sqrt(width))
+            .astype(np.float32), name="kernel_init")
         bias0 = tf.zeros([width], name="bias_init")
         h = x
         for i in range(layers):
