@@ -363,12 +363,6 @@ class Settings:
         return AUTO in (self.swapout_threshold, self.swapin_ahead,
                         self.swapin_groupby)
 
-    @property
-    def filters(self):
-        """The non-empty include/exclude sets, by name."""
-        return {name: getattr(self, name) for name in FILTER_NAMES
-                if getattr(self, name)}
-
 
 def _filter_field(name, doc):
     """Give the eight filter fields their descriptions (they share all but
