@@ -444,3 +444,77 @@ def test_block_max_matches_an_array():
             elif lo < hi:
                 assert blocks.max(lo, hi) == values[lo:hi].max()
             assert blocks.top() == values.max()
+
+
+# ---- search cost bounds ----------------------------------------------------
+@pytest.mark.parametrize("largest", [1, 2, 37, 500, 999, 1000])
+def test_largest_passing_is_exact_at_resolution_one(largest):
+    assert autotune._largest_passing(lambda v: v <= largest, 1, 1000) \
+        == largest
+
+
+@pytest.mark.parametrize("resolution", [2, 7, 75])
+@pytest.mark.parametrize("largest", [1, 5, 400, 77000])
+def test_largest_passing_stops_within_its_resolution(resolution, largest):
+    probes = []
+
+    def passes(v):
+        probes.append(v)
+        return v <= largest
+
+    found = autotune._largest_passing(passes, 1, 77000, resolution)
+    assert largest - resolution < found <= largest
+    assert found == 1 or found in probes  # only values seen to pass
+    # Binary search down to `resolution` values: log2(77000 / resolution)
+    # probes, plus one.
+    assert len(probes) <= int(np.log2(77000 / resolution)) + 2
+
+
+def test_search_resolution_is_exact_for_graphs_up_to_1024_levels():
+    assert autotune._search_resolution(1) == 1
+    assert autotune._search_resolution(1024) == 1
+    assert autotune._search_resolution(2047) == 1
+    assert autotune._search_resolution(2048) == 2
+    assert autotune._search_resolution(76925) == 75
+
+
+def test_selection_pools_halve_then_are_bounded():
+    assert autotune._selection_thresholds(333) == [
+        333, 166, 83, 41, 20, 10, 5, 2, 1]
+    assert autotune._selection_thresholds(512) == [
+        512, 256, 128, 64, 32, 16, 8, 4, 2, 1]
+    big = autotune._selection_thresholds(38440)
+    assert len(big) == autotune._SELECTION_POOLS
+    assert big[0] == 38440 and big[-1] == 1
+    assert big == sorted(set(big), reverse=True)
+    # Evenly spaced on a log scale: neighbours differ by about 38440^(1/9).
+    ratios = [a / b for a, b in zip(big, big[1:])]
+    assert all(2.5 < r < 4.5 for r in ratios), ratios
+
+
+def test_prune_replays_only_removals_the_estimates_allow():
+    index, roles = uneven_chain()
+    model = simulator.SimulationModel(index, roles)
+    plan = planner.make_plan(index, roles, planner.SwapParams(1, 1, 0, 0))
+    budget = 6 * MIB
+    result = model.replay(plan, detail=False)
+    assert result.fits(budget) and len(plan.swaps) > 1
+    replayed = []
+
+    def replay(p):
+        replayed.append(len(p.swaps))
+        return model.replay(p, detail=False)
+
+    gated, gated_result = autotune.prune_swaps(plan, budget, replay, result,
+                                               model=model)
+    gated_replays = len(replayed)
+    del replayed[:]
+    full, _ = autotune.prune_swaps(plan, budget, replay, result)
+    assert gated_result.fits(budget)
+    # The same swaps survive, with fewer replays: removing the one that is
+    # needed would put the peak over the budget by the estimates, so it is
+    # never tried.
+    assert full.swaps and len(full.swaps) < len(plan.swaps)
+    assert names(index, ((s.producer, s.output) for s in gated.swaps)) \
+        == names(index, ((s.producer, s.output) for s in full.swaps))
+    assert gated_replays < len(replayed) == len(plan.swaps)

@@ -67,6 +67,13 @@ _SELECTION_ROUNDS = 12
 _PRUNE_REPLAYS = 48
 # Replays remembered by content (see `_Simulations.replay`).
 _RECENT_REPLAYS = 4
+# The binary searches resolve a parameter to 1/_SEARCH_STEPS of the graph's
+# levels (exactly, up to that many levels): a fixed number of plays per
+# search whatever the depth, instead of one more per doubling.
+_SEARCH_STEPS = 1024
+# Most candidate pools the tensor selection tries (see
+# `_selection_thresholds`); a bound, so that tuning stays linear in the graph.
+_SELECTION_POOLS = 10
 
 
 class AutotuneError(ValueError):
@@ -292,14 +299,16 @@ class _Simulations:
         return self._cache[params]
 
 
-def _largest_passing(passes, known_good, high):
+def _largest_passing(passes, known_good, high, resolution=1):
     """Largest value in [known_good, high] that passes, by binary search.
 
     Assumes `passes(known_good)` is True and the property is (mostly)
-    monotone; a value is only returned if it was seen to pass.
+    monotone; a value is only returned if it was seen to pass. The search
+    stops once fewer than `resolution` values are left undecided, so the
+    answer is at most ``resolution - 1`` below the largest (exact for 1).
     """
     best, lo, hi = known_good, known_good + 1, high
-    while lo <= hi:
+    while hi - lo + 1 >= resolution and lo <= hi:
         mid = (lo + hi) // 2
         if passes(mid):
             best, lo = mid, mid + 1
@@ -321,23 +330,31 @@ def _search_at_sync(sims, requested, sync, max_level):
     def params(t_, a_, g_):
         return planner.SwapParams(t_, a_, g_, sync)
 
+    step = _search_resolution(max_level)
     if not sims.play(params(t, a, g)):
         return None
     if auto_t:
         t = _largest_passing(lambda v: sims.play(params(v, a, g)), t,
-                             max_level)
+                             max_level, step)
     swapin_sync = params(t, a, g).sync_swapin
     # With synchronous swap-ins, ahead and groupby are not used.
     if auto_a and not swapin_sync:
         a = _largest_passing(lambda v: sims.play(params(t, v, g)), a,
-                             max_level)
+                             max_level, step)
     if auto_g and not swapin_sync:
         if sims.play(params(t, a, max_level)):
             g = max_level
         else:
             g = _largest_passing(lambda v: sims.play(params(t, a, v)), g,
-                                 max_level)
+                                 max_level, step)
     return params(t, a, g)
+
+
+def _search_resolution(max_level):
+    """How close to the largest passing value a search gets in a graph of
+    `max_level` levels: exact up to `_SEARCH_STEPS` levels, then within
+    1/_SEARCH_STEPS of the depth (75 levels of a 77,000-level graph)."""
+    return max(1, max_level // _SEARCH_STEPS)
 
 
 def _cannot_fit(sims, requested):
@@ -440,7 +457,8 @@ def select_tensors(model, plan, budget, replay=None, rounds=_SELECTION_ROUNDS,
         result = replay(subset)
         if result.fits(budget):
             if prune:
-                return prune_swaps(subset, budget, replay, result)
+                return prune_swaps(subset, budget, replay, result,
+                                   model=model)
             return subset, result
         excess = result.device_timeline - budget
         over = np.nonzero(excess > 0)[0]
@@ -612,11 +630,16 @@ class _BlockMax:
             self.block_max[b0 + 1:b1] += amount
 
 
-def prune_swaps(plan, budget, replay, result, limit=_PRUNE_REPLAYS):
+def prune_swaps(plan, budget, replay, result, limit=_PRUNE_REPLAYS,
+                model=None):
     """Drop swaps a fitting plan does not need.
 
     Tries removing one swap at a time, the most bytes moved first, and keeps
-    each removal whose replay still fits (at most `limit` replays).
+    each removal whose replay still fits (at most `limit` tries). With a
+    `model`, a removal that by `SimulationModel.freed_levels` would put a
+    level of the current replay over the budget is not replayed at all: the
+    swap is kept. (A selection usually needs every swap it made, and a
+    replay of a deep graph costs as much as planning it.)
 
     Returns:
       ``(plan, result)``.
@@ -626,6 +649,9 @@ def prune_swaps(plan, budget, replay, result, limit=_PRUNE_REPLAYS):
         -(swaps[i].nbytes or 0) * (1 + len(swaps[i].swap_ins)), i))
     keep = [True] * len(swaps)
     for i in order[:limit]:
+        if model is not None and _removal_overflows(model, swaps[i], result,
+                                                    budget):
+            continue
         keep[i] = False
         trial = dataclasses.replace(
             plan, swaps=tuple(s for s, k in zip(swaps, keep) if k))
@@ -637,10 +663,23 @@ def prune_swaps(plan, budget, replay, result, limit=_PRUNE_REPLAYS):
     return plan, result
 
 
-def _selection_thresholds(found):
+def _removal_overflows(model, swap, result, budget):
+    """True if, by the estimates, not swapping `swap` puts some level of
+    `result` (a replay that fits) over `budget`."""
+    size = model.tensor_size(swap.producer, swap.output)
+    if not size:
+        return False
+    timeline = result.device_timeline
+    return any(int(timeline[a:z + 1].max()) + size > budget
+               for a, z in model.freed_levels(swap, result.levels))
+
+
+def _selection_thresholds(found, most=_SELECTION_POOLS):
     """Thresholds whose swaps are the candidate pools for selection: the
     one found, then halving down to 1 (a lower threshold offers more tensors
-    and longer gaps to choose from)."""
+    and longer gaps to choose from). When halving would take more than
+    `most` pools (a threshold above 2**(most - 1)), `most` thresholds spaced
+    evenly on a log scale between the one found and 1 instead."""
     values = []
     t = found
     while t >= 1:
@@ -648,7 +687,11 @@ def _selection_thresholds(found):
         t //= 2
     if values[-1] != 1:
         values.append(1)
-    return values
+    if len(values) <= most:
+        return values
+    ratio = found ** (1.0 / (most - 1))
+    spaced = [found] + [int(found / ratio ** k) for k in range(1, most - 1)]
+    return sorted(set(spaced + [1]), reverse=True)
 
 
 def _select_best(sims, model, params, plan, budget):
@@ -675,7 +718,7 @@ def _select_best(sims, model, params, plan, budget):
     if best is None:
         return None
     trial, subset, result = best
-    subset, _ = prune_swaps(subset, budget, sims.replay, result)
+    subset, _ = prune_swaps(subset, budget, sims.replay, result, model=model)
     return trial, subset
 
 

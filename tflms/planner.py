@@ -529,8 +529,12 @@ class TriggerFinder:
         while stack and found < most:
             v = stack.pop()
             # Down v's spine while the ops stay at or above `upper` and
-            # their other inputs below it.
-            for k in range(top, -1, -1):
+            # their other inputs below it. Each spine step goes down at
+            # least one level, so jumps longer than levels[v] - upper land
+            # below `upper`: the lifting starts at the longest that can
+            # land (a query costs the log of its distance, not of the depth).
+            reach = max(levels[v] - upper, 0).bit_length() - 1
+            for k in range(min(top, reach), -1, -1):
                 w = jumps[k][v]
                 if w >= 0 and levels[w] >= upper and sides[k][v] < upper:
                     r = rests[k][v]
@@ -619,7 +623,9 @@ class TriggerFinder:
         stack, branched = [consumer], set()
         while stack:
             v = stack.pop()
-            for k in range(top, -1, -1):
+            # Only jumps shorter than levels[v] - floor can stay above it.
+            reach = max(levels[v] - floor - 1, 0).bit_length() - 1
+            for k in range(min(top, reach), -1, -1):
                 w = jumps[k][v]
                 if w >= 0 and levels[w] > floor and sides[k][v] < floor:
                     v = w

@@ -398,6 +398,10 @@ class SimulationModel:
         self._base_succ = succ
         self._num_base_nodes = len(succ)
         self._base_levels = levels
+        # The same levels as an array: a replay that moves no original op
+        # appends the swap nodes' levels to it instead of converting the
+        # whole list again.
+        self._base_level_array = np.asarray(levels, dtype=np.int64)
 
     # ---- queries ----------------------------------------------------------
     def tensor_size(self, op_id, output):
@@ -551,12 +555,12 @@ class SimulationModel:
         if not (shortened or moved):
             # No original op moves: the levels are the graph's, plus the
             # swap nodes' computed above (what `raise_levels` would find).
-            levels = list(base_levels)
-            levels.extend(new_levels)
+            levels = np.concatenate((self._base_level_array,
+                                     np.asarray(new_levels, dtype=np.int64)))
         else:
-            levels = self._levels_with(swap_nodes, control_edges, node,
-                                       shortened)
-        levels = np.asarray(levels, dtype=np.int64)
+            levels = np.asarray(
+                self._levels_with(swap_nodes, control_edges, node, shortened),
+                dtype=np.int64)
         num_levels = int(levels.max()) + 1 if len(levels) else 0
 
         if extra_bytes:
