@@ -18,6 +18,8 @@ benchmark sizes:
 * `unet3d`: a 3D U-Net (two 3x3x3 convs per level, max pooling, transposed
   conv upsampling, skip concatenations) for voxel-wise segmentation.
 * `transformer`: a post-norm Transformer encoder from raw TF ops, Adam.
+* `mlp`: a ReLU MLP with plain SGD and resource or TF1 reference variables
+  (the simulator-fidelity case of issue 15).
 * `layered`: a synthetic graph of about ``num_ops`` ops shaped like a
   training step (a forward pass of layers and a mirrored backward pass that
   reads every forward activation again), for graph-size scaling.
@@ -38,7 +40,7 @@ import tensorflow as tf
 from zoo import models as zoo
 
 __all__ = ["Built", "BUILDERS", "build", "resnet50", "unet3d", "transformer",
-           "layered", "deep_mlp", "size_key"]
+           "mlp", "layered", "deep_mlp", "size_key"]
 
 _v1 = tf.compat.v1
 
@@ -127,6 +129,34 @@ def resnet50(image=224, batch=1, classes=10, learning_phase="baked",
         optimizer="adam" if optimizer == "adam" else "momentum",
         learning_rate=1e-3 if optimizer == "adam" else 0.01,
         metrics=["accuracy"])
+
+
+def mlp(depth=16, width=1024, batch=4096, variables="resource", classes=10,
+        seed=0):
+    """A ReLU MLP trained with plain SGD (issue 15's fidelity case).
+
+    Args:
+      depth: hidden layers.
+      width: input and hidden width.
+      batch: batch size.
+      variables: "resource" (resource variables) or "ref" (TF1 reference
+        variables, VariableV2: what ``tf.compat.v1.get_variable`` makes
+        under ``disable_v2_behavior()``).
+      classes: output classes.
+      seed: seed for weights and data.
+
+    Returns:
+      A `Built`.
+    """
+    if variables not in ("resource", "ref"):
+        raise ValueError("variables must be 'resource' or 'ref'; got %r"
+                         % (variables,))
+    return _from_zoo(
+        "mlp", zoo.mlp, batch,
+        "MLP %d x %d, batch %d, SGD, %s variables"
+        % (depth, width, batch, variables),
+        depth=depth, width=width, classes=classes, seed=seed,
+        optimizer="sgd", resource_variables=variables == "resource")
 
 
 def unet3d(volume=64, batch=1, base_filters=16, depth=4, channels=1,
@@ -355,6 +385,7 @@ BUILDERS = collections.OrderedDict([
     ("resnet50", resnet50),
     ("unet3d", unet3d),
     ("transformer", transformer),
+    ("mlp", mlp),
     ("layered", layered),
     ("deep_mlp", deep_mlp),
 ])

@@ -244,18 +244,18 @@ def findings(data):
                       100 * sorted(gaps)[len(gaps) // 2],
                       "more than" if max(gaps) > headroom else "within",
                       stopped, len(sections.get("capacity", []))))
-    errs = []
-    for r in sections.get("fidelity", []):
-        if r.get("sim_none") and r.get("oracle_none"):
-            errs.append(abs(r["sim_none"] - r["oracle_none"])
-                        / float(r["oracle_none"]))
-        if r.get("sim_lms") and r.get("oracle_lms"):
-            errs.append(abs(r["sim_lms"] - r["oracle_lms"])
-                        / float(r["oracle_lms"]))
+    errs = fidelity.errors(sections.get("fidelity", []))
     if errs:
-        out.append("The simulator is within %.1f%% of the oracle on every "
-                   "model of section 5 (mean absolute error %.1f%%)."
-                   % (100 * max(errs), 100 * sum(errs) / len(errs)))
+        worst = max(errs, key=lambda e: abs(e[1]))
+        off = [label for label, e in errs if abs(e) > fidelity.TOLERANCE]
+        out.append("The simulator is within %.1f%% of the oracle's runtime "
+                   "replay on %d of %d peaks of section 5 (without LMS and "
+                   "with every plan; worst %+.1f%%, %s; mean absolute error "
+                   "%.1f%%)%s." % (
+                       100 * fidelity.TOLERANCE, len(errs) - len(off),
+                       len(errs), 100 * worst[1], worst[0],
+                       100 * sum(abs(e) for _, e in errs) / len(errs),
+                       "" if not off else "; off by more: " + "; ".join(off)))
     families = timing.exponents_by_family(sections.get("timing", []))
     for family, exps in families.items():
         parts = ["%s %.2f" % (label, exps[key][0]) for key, label in (
@@ -300,7 +300,8 @@ on (and Grappler removes most of them before a real run). `tf.gradients`
 adds an `Identity` per gradient of every `Add` (`tuple/control_dependency`),
 so the as-given count can be 10-20% too high at a backward-pass peak. Those
 ops are bypassed before measuring (`benchmarks/measure.py`,
-`forward_identities`); section 5 shows both numbers. Swap ops, which move
+`forward_identities`); section 5 measures the graphs as given, since
+the runtime replay forwards those buffers itself. Swap ops, which move
 data between devices, are kept.
 
 Times are given as wall time and, in brackets, CPU time of the benchmark
@@ -361,14 +362,19 @@ auto-tuning finds a plan *and* the oracle confirms the rewritten graph fits.
     "fidelity": """\
 ## 5. Simulator fidelity
 
-Peaks of one training step without LMS as the simulator predicts them, as
-the oracle measures them on the simulated GPU, and as this machine's CPU
-allocator records them (FULL_TRACE allocation records, Grappler off so the
-graph is the same; "outputs" excludes kernel scratch, "all" includes it;
-variables and constants added). The CPU runs ops in parallel on its own
-schedule and may forward buffers in place, so it is a check of scale, not an
-exact reference. With LMS, the simulator is compared with the oracle only
-(on a CPU a swap moves nothing).
+Peaks of one training step, without LMS and with each auto-tuned plan, as
+the simulator predicts them and as the oracle's runtime replay measures them
+on the simulated GPU (Grappler's schedule replayed with TensorFlow's buffer
+rules: forwarding ops allocate nothing, every variable is resident and
+counted once, swapped-in copies live until their last GPU reader).
+Grappler's own count is shown beside it: every Identity, Reshape and
+variable read a buffer of its own, no variable counted. Without LMS, this
+machine's CPU allocator is shown too (FULL_TRACE allocation records, Grappler
+off so the graph is the same; "outputs" excludes kernel scratch, "all"
+includes it; variables and constants added). The CPU runs ops in parallel on
+its own schedule and may forward buffers in place, so it is a check of
+scale, not an exact reference; with LMS it is not compared (on a CPU a swap
+moves nothing).
 """,
 }
 

@@ -66,6 +66,20 @@ def _resnet_timing(label, control_flow, budget_gib, reps, timeout):
 
 _FALLBACK = [0.1, 3, 2, 0]
 
+
+def _fractions(*shares):
+    """Plans of a fidelity case: budgets as shares of the activations."""
+    return [{"budget_fraction": f} for f in shares]
+
+
+def _mlp_fidelity(variables, budgets, timeout, **kwargs):
+    # Issue 15's case: ref variables under disable_v2_behavior (v1 graph
+    # mode, as its user had it), resource variables in v2 graph mode.
+    return {"model": "mlp", "kwargs": dict(kwargs, variables=variables),
+            "control_flow": "v1" if variables == "ref" else "v2",
+            "budgets": budgets, "fallback_fixed": _FALLBACK,
+            "timeout_s": timeout}
+
 SMOKE = {
     "timing": [
         {"model": "layered", "label": "synthetic 2k ops",
@@ -89,8 +103,13 @@ SMOKE = {
     ],
     "fidelity": [
         {"model": "unet3d", "kwargs": _unet(16, 4, 3),
-         "budget_fraction": 0.7, "fallback_fixed": _FALLBACK,
+         "budgets": _fractions(0.7), "fallback_fixed": _FALLBACK,
          "timeout_s": 120},
+        # Tensors of 256 KiB: ops of about a microsecond in the virtual
+        # cluster; smaller ones share one truncated microsecond, where the
+        # runtime replay releases a swapped-out tensor only at its end.
+        _mlp_fidelity("ref", _fractions(0.5), 120, depth=8, width=256,
+                      batch=256),
     ],
 }
 
@@ -137,13 +156,18 @@ QUICK = {
          "timeout_s": 150},
     ],
     "fidelity": [
-        {"model": "unet3d", "kwargs": _unet(32, 8), "budget_fraction": 0.8,
-         "fallback_fixed": _FALLBACK, "timeout_s": 150},
+        {"model": "unet3d", "kwargs": _unet(32, 8),
+         "budgets": _fractions(0.8, 0.5), "fallback_fixed": _FALLBACK,
+         "timeout_s": 150},
         {"model": "transformer",
          "kwargs": {"layers": 2, "seq": 128, "d_model": 128, "heads": 4,
                     "batch": 2},
-         "budget_fraction": 0.8, "fallback_fixed": _FALLBACK,
+         "budgets": _fractions(0.8, 0.5), "fallback_fixed": _FALLBACK,
          "timeout_s": 150},
+        _mlp_fidelity("ref", _fractions(0.5), 150, depth=16, width=256,
+                      batch=512),
+        _mlp_fidelity("resource", _fractions(0.5), 150, depth=16,
+                      width=256, batch=512),
     ],
 }
 
@@ -212,14 +236,26 @@ FULL = {
          "timeout_s": 600},
     ],
     "fidelity": [
-        {"model": "resnet50", "kwargs": _resnet(128), "budget_fraction": 0.8,
-         "fallback_fixed": _FALLBACK, "timeout_s": 600},
-        {"model": "unet3d", "kwargs": _unet(48, 8), "budget_fraction": 0.8,
-         "fallback_fixed": _FALLBACK, "timeout_s": 600},
+        {"model": "resnet50", "kwargs": _resnet(128),
+         "budgets": _fractions(0.8, 0.5), "fallback_fixed": _FALLBACK,
+         "timeout_s": 900},
+        # At 128x128 the weights and the optimizer's gradients leave the
+        # tuner nothing to fit (the fixed fallback plan is measured); at
+        # 224x224, batch 4, activations dominate and it tunes both budgets.
+        {"model": "resnet50", "kwargs": _resnet(224, 4), "real": False,
+         "budgets": _fractions(0.8, 0.5), "fallback_fixed": _FALLBACK,
+         "timeout_s": 900},
+        {"model": "unet3d", "kwargs": _unet(48, 8),
+         "budgets": _fractions(0.8, 0.5), "fallback_fixed": _FALLBACK,
+         "timeout_s": 600},
         {"model": "transformer",
          "kwargs": {"layers": 4, "seq": 256, "d_model": 256, "batch": 2},
-         "budget_fraction": 0.8, "fallback_fixed": _FALLBACK,
+         "budgets": _fractions(0.8, 0.5), "fallback_fixed": _FALLBACK,
          "timeout_s": 600},
+        # The issue's size and budget (0.25 GiB), and half the activations.
+        _mlp_fidelity("ref", [{"budget_gib": 0.25}] + _fractions(0.5), 600),
+        _mlp_fidelity("resource", [{"budget_gib": 0.25}] + _fractions(0.5),
+                      600),
     ],
 }
 

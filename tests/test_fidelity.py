@@ -76,6 +76,21 @@ Measured on this machine (TF 2.15.1 CPU), in MiB, error = sim / ref - 1:
     keras_resnet50 283.32  275.66 (+2.8%)  244.16 (+16.0%) 283.32 (0.0%)
     unet3d          10.56   11.36 (-7.0%)    9.55 (+10.5%)  10.56 (0.0%)
 
+With and without LMS. `test_simulator_matches_the_runtime_replay_with_and_without_lms`
+takes the case of issue 15 (a 16-layer MLP, plain SGD, TF1 reference
+variables), smaller: width 256, batch 512, with reference and with resource
+variables. Auto-tuned to 60% of its simulated peak, the simulator's peak
+with the plan must be within 5% of the runtime replay of the rewritten
+graph, and that replay within the budget. Measured (MiB):
+
+    variables  without LMS: sim / runtime   with LMS: sim / runtime / raw
+    ref        13.54 / 13.54                8.04 / 8.04 / 12.77
+    resource   13.54 / 13.54                8.04 / 8.04 / 8.75
+
+Before the oracle counted a reference variable once, its runtime replay
+added every ``VariableV2`` output as a buffer beside the resident variable:
+17.56 and 12.06 MiB for the ref variant, 4 MiB (the parameters) more.
+
 Run with ``-rP`` to see the table of the current run.
 """
 
@@ -88,7 +103,9 @@ if tf.executing_eagerly():
     tf.compat.v1.disable_eager_execution()
 
 from zoo import models  # pylint: disable=g-import-not-at-top
-from tflms import analysis  # pylint: disable=g-import-not-at-top
+from tflms import LMS  # pylint: disable=g-import-not-at-top
+from tflms import analysis
+from tflms import autotune
 from tflms import graph_index as gi
 from tflms import oracle
 from tflms import simulator
@@ -233,3 +250,70 @@ def test_simulated_peak_matches_independent_measurements(name,
     assert abs(errors["oracle"]) <= ORACLE_TOLERANCE, line
     assert abs(errors["real"]) <= REAL_TOLERANCE, line
     assert abs(errors["runtime"]) <= RUNTIME_TOLERANCE, line
+
+
+# ---- with and without LMS: the simulator against the runtime replay -------
+# The issue 15 case at a size that runs in seconds: a 16-layer MLP with plain
+# SGD, its variables TF1 reference variables (VariableV2, what
+# tf.compat.v1.get_variable makes under disable_v2_behavior) or resource
+# variables. Parameters: 16 x 256 KiB = 4 MiB, activations 512 KiB each.
+LMS_TOLERANCE = 0.05
+MLP_SIZE = dict(depth=16, width=256, batch=512, optimizer="sgd")
+# Budget for the plan: a share of the simulated peak without LMS, low
+# enough that about half the activations must leave the device.
+MLP_BUDGET_SHARE = 0.6
+
+
+def _sgd_mlp(resource_variables):
+    graph = tf.Graph()
+    with graph.as_default():
+        return models.mlp(resource_variables=resource_variables, **MLP_SIZE)
+
+
+@pytest.mark.parametrize("resource_variables", [False, True],
+                         ids=["ref", "resource"])
+def test_simulator_matches_the_runtime_replay_with_and_without_lms(
+        resource_variables, monkeypatch):
+    monkeypatch.delenv(autotune.MEM_RATIO_ENV, raising=False)
+    model = _sgd_mlp(resource_variables)
+    types = {op.type for op in model.graph.get_operations()}
+    assert ("VarHandleOp" in types) == resource_variables
+    assert ("VariableV2" in types) != resource_variables
+    index = gi.build_index(model.graph)
+    without = simulator.SimulationModel(
+        index, analysis.classify_ops(index)).replay(None)
+    measured = oracle.peak_memory(model.graph, model.train_op)
+    parameters = analysis.learning_parameter_bytes(index)
+    assert parameters == 16 * (256 * 256 + 256) * 4 + (256 * 10 + 10) * 4
+    # Every variable once (resident), both sides.
+    assert without.resident_device_bytes >= parameters
+    assert sum(t.nbytes for t in measured.runtime_live_at_peak
+               if t.variable) == parameters
+    err_none = _error(without.peak_device_bytes,
+                      measured.runtime_gpu_peak_bytes)
+
+    gpu_mem_gib = (MLP_BUDGET_SHARE * without.peak_device_bytes
+                   / autotune.DEFAULT_MEM_RATIO / (1 << 30))
+    budget = autotune.device_budget(gpu_mem_gib)
+    lms = LMS()
+    lms.autotune_gpu_mem = gpu_mem_gib
+    result = lms.run(model.graph)
+    assert result.rewritten and result.swapout_ops
+    predicted = result.planned.with_lms.peak_device_bytes
+    assert predicted <= budget
+    replayed = oracle.peak_memory(model.graph, model.train_op)
+    err_lms = _error(predicted, replayed.runtime_gpu_peak_bytes)
+    line = ("FIDELITY mlp %-8s | without LMS sim %.2f MiB runtime %.2f MiB "
+            "(%+.2f%%) | budget %.2f MiB, with LMS sim %.2f MiB runtime "
+            "%.2f MiB (%+.2f%%), Grappler raw %.2f MiB" % (
+                "resource" if resource_variables else "ref",
+                without.peak_device_bytes / MIB,
+                measured.runtime_gpu_peak_bytes / MIB, 100 * err_none,
+                budget / MIB, predicted / MIB,
+                replayed.runtime_gpu_peak_bytes / MIB, 100 * err_lms,
+                replayed.raw_gpu_peak_bytes / MIB))
+    print(line)
+    assert abs(err_none) <= LMS_TOLERANCE, line
+    assert abs(err_lms) <= LMS_TOLERANCE, line
+    # The plan the simulator accepted fits where it runs.
+    assert replayed.runtime_gpu_peak_bytes <= budget, line

@@ -105,3 +105,31 @@ def test_keras_builders_do_not_leak_seed_state():
     expected = random.Random(1234).random()
     _build("keras_resnet")
     assert random.random() == expected
+
+
+def _mlp(**kwargs):
+    graph = tf.Graph()
+    with graph.as_default():
+        return models.mlp(seed=3, **dict(TINY["mlp"], **kwargs))
+
+
+def test_mlp_with_ref_variables_trains_like_resource_variables():
+    ref = _mlp(optimizer="sgd", resource_variables=False)
+    resource = _mlp(optimizer="sgd")
+    types = {op.type for op in ref.graph.get_operations()}
+    assert {"VariableV2", "ApplyGradientDescent"} <= types
+    assert "VarHandleOp" not in types
+    assert "ResourceApplyGradientDescent" in {
+        op.type for op in resource.graph.get_operations()}
+    initial_ref, losses_ref = _train(ref, steps=3)
+    initial_res, losses_res = _train(resource, steps=3)
+    for a, b in zip(initial_ref, initial_res):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(losses_ref, losses_res, rtol=1e-6)
+
+
+def test_mlp_refuses_an_unknown_optimizer():
+    with pytest.raises(ValueError,
+                       match=r"^optimizer must be 'momentum' or 'sgd'; "
+                             r"got 'adam'$"):
+        _mlp(optimizer="adam")

@@ -278,6 +278,33 @@ def test_runtime_peak_counts_variables_not_reads():
                    for t in result.runtime_live_at_peak)
 
 
+def test_runtime_peak_counts_ref_variables_once():
+    """x -> a1 -> a2 -> out = a2 * v -> assign(v, out), v a v1 ref variable
+    (VariableV2) of S bytes.
+
+    The VariableV2 output and the Assign output are references to v's
+    buffer, which is resident: 3 S (first reached at a1: v, x and a1), as
+    for a resource variable. Counting the VariableV2 output as a buffer of
+    its own (live from the step's start to its last reader) gave 4 S.
+    """
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, SHAPE, name="x")
+        v = tf.compat.v1.get_variable(
+            "v", SHAPE, initializer=tf.compat.v1.zeros_initializer(),
+            use_resource=False)
+        a1 = tf.math.sin(x, name="a1")
+        a2 = tf.math.sin(a1, name="a2")
+        out = tf.multiply(a2, v, name="out")
+        update = tf.compat.v1.assign(v, out, name="update")
+    assert v.op.type == "VariableV2"
+    result = oracle.peak_memory(graph, update)
+    assert result.runtime_gpu_peak_bytes == 3 * S
+    assert sorted((t.name, t.variable) for t in result.runtime_live_at_peak
+                  if t.nbytes) == [("a1:0", False), ("v", True),
+                                   ("x:0", False)]
+
+
 def test_scheduler_cross_check():
     graph, out = _swap_graph()
     result = oracle.peak_memory(graph, out, scheduler_check=True)

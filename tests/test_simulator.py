@@ -153,6 +153,37 @@ def test_variables_are_resident_and_reads_add_nothing():
     assert not any("ReadVariableOp" in n or "Read/" in n for n in names)
 
 
+def test_ref_variables_are_resident_and_their_references_add_nothing():
+    """A v1 ref variable w (VariableV2, 1 MiB), y = x * w, assign(w, y),
+    z = identity(assign) * 2, q = z + x.
+
+    Levels: x, w 0; w/read 1; y 2; assign 3; after 4; z 5; q 6. The
+    VariableV2 and Assign outputs are references to w's buffer (0 bytes in
+    the index), so w counts once, as resident; identity(assign) forwards
+    that reference. Buffers: x [0, 6], y [2, 3], z [5, 6], q [6, 6].
+    """
+    g = tf.Graph()
+    with g.as_default():
+        w = tf.compat.v1.get_variable(
+            "w", [512, 512], initializer=tf.compat.v1.zeros_initializer(),
+            use_resource=False)
+        x = tf.compat.v1.placeholder(tf.float32, [512, 512], name="x")
+        y = tf.math.multiply(x, w, name="y")
+        assign = tf.compat.v1.assign(w, y, name="assign")
+        z = tf.math.multiply(tf.identity(assign, name="after"), 2.0, name="z")
+        tf.math.add(z, x, name="q")
+    index = gi.build_index(g)
+    assert index.output_itemsizes[index.id_of["w"]] == (0,)
+    assert index.output_itemsizes[index.id_of["assign"]] == (0,)
+    assert index.variable_bytes[index.id_of["w"]] == MIB
+    model = simulator.SimulationModel(index, analysis.classify_ops(index))
+    result = model.replay(None)
+    assert model.resident_device_bytes == MIB + 4  # w and the constant 2.0
+    assert (result.device_timeline - model.resident_device_bytes).tolist() \
+        == [m * MIB for m in (1, 1, 2, 2, 1, 2, 3)]
+    assert result.peak_op == "q"
+
+
 def test_cpu_tensor_read_on_device_gets_a_device_copy():
     g = tf.Graph()
     with g.as_default():

@@ -144,3 +144,57 @@ def test_u_graph_with_one_swap(sync_mode, timeline, peak_level):
     assert result.host_timeline.tolist() == [
         U if 2 <= lvl <= swapin_level else 0 for lvl in range(len(timeline))]
     assert result.peak_host_bytes == U
+
+
+def sgd_layer(ref):
+    """One SGD layer as `build_index` reads it, with a v1 ref variable
+    (``ref``) or a resource variable: y = x @ w, g = x^T @ y (1024 B),
+    dx = y @ w^T, then w -= lr * g. w holds 1024 bytes; the reference
+    outputs of VariableV2 and ApplyGradientDescent count 0 bytes (item size
+    0), as the resource handle does.
+
+    Levels: x, w, lr 0; read 1; y 2; g 3, dx 3; update 4; train 5.
+    Buffers: x [0, 3] (512 B), y [2, 3] (512), g [3, 4] (1024), dx [3, 3]
+    (512, nobody reads it). Resident: w and lr, 1028 bytes.
+    """
+    if ref:
+        holder = ("w", "VariableV2", {"outputs": [((16, 16), 0)],
+                                      "variable_bytes": 1024,
+                                      "trainable": True, "stateful": True})
+        read = ("read", "Identity", {"outputs": [((16, 16), 4)]})
+        update = ("update", "ApplyGradientDescent",
+                  {"outputs": [((16, 16), 0)], "stateful": True})
+    else:
+        holder = ("w", "VarHandleOp", {"outputs": [((), 0)],
+                                       "variable_bytes": 1024,
+                                       "trainable": True, "stateful": True})
+        read = ("read", "ReadVariableOp", {"outputs": [((16, 16), 4)],
+                                           "stateful": True})
+        update = ("update", "ResourceApplyGradientDescent",
+                  {"outputs": [], "stateful": True})
+    return gi.from_edges(
+        [("x", "Placeholder", {"outputs": [((8, 16), 4)]}), holder,
+         ("lr", "Const", {"outputs": [4]}), read,
+         ("y", "MatMul", {"outputs": [((8, 16), 4)]}),
+         ("g", "MatMul", {"outputs": [((16, 16), 4)]}),
+         ("dx", "MatMul", {"outputs": [((8, 16), 4)]}),
+         update, ("train", "NoOp", {"outputs": []})],
+        edges=[("w", "read"), ("x", "y"), ("read", "y"), ("x", "g"),
+               ("y", "g"), ("y", "dx"), ("read", "dx"), ("w", "update"),
+               ("lr", "update"), ("g", "update")],
+        control_edges=[("update", "train"), ("dx", "train")])
+
+
+@pytest.mark.parametrize("ref", [True, False])
+def test_each_variable_counts_once_whatever_its_kind(ref):
+    index = sgd_layer(ref)
+    assert index.levels == (0, 0, 0, 1, 2, 3, 3, 4, 5)
+    result = model_of(index).replay(None)
+    assert result.resident_device_bytes == 1024 + 4
+    # Levels 0-5: x; x; x+y; x+y+g+dx; g; nothing.
+    assert result.device_timeline.tolist() == [
+        1028 + b for b in (512, 512, 1024, 2560, 1024, 0)]
+    assert result.peak_device_bytes == 1028 + 2560
+    assert dict(result.live_at_peak) == {
+        "<resident variables and constants>": 1028, "x:0": 512, "y:0": 512,
+        "g:0": 1024, "dx:0": 512}

@@ -89,6 +89,14 @@ FUNCTION_CALL_TYPES = frozenset({
 # Element sizes of dtypes whose tensors are not plain buffers of numbers.
 _OPAQUE_DTYPES = frozenset({tf.resource, tf.variant, tf.string})
 
+# A reference output (a v1 ref variable's VariableV2, and the ref outputs of
+# Assign, Apply*, Scatter*, RefSwitch... that update or route it) is the
+# variable's own buffer handed on (the kernels call set_output_ref or
+# forward_ref_input_to_ref_output), so it counts no bytes: the variable is
+# counted once, in `variable_bytes`. TemporaryVariable is the exception: its
+# ref output is a buffer it allocates during the step.
+_ALLOCATING_REF_TYPES = frozenset({"TemporaryVariable"})
+
 # Where an op of a literal graph (`from_edges`) runs unless told otherwise.
 DEFAULT_DEVICE = "/device:GPU:0"
 
@@ -179,7 +187,9 @@ class GraphIndex:
       output_shapes: per op, a tuple per output: ``None`` for unknown rank,
         else a tuple of dims with ``None`` for unknown dims.
       output_itemsizes: per op, bytes per element of each output (0 for
-        resource, variant and string tensors, which hold no activations).
+        resource, variant and string tensors, which hold no activations,
+        and for reference outputs, which are a variable's buffer, counted
+        in `variable_bytes`; TemporaryVariable's own buffer is counted).
       variable_bytes: per op, bytes of the variable it holds (VarHandleOp,
         VariableV2), else 0. Variables are resident for the whole step.
       is_stateful: per op, True if its op def is stateful (random numbers,
@@ -290,8 +300,8 @@ def _static_shape(tensor):
 
 
 def _itemsize(dtype):
-    if dtype in _OPAQUE_DTYPES:
-        return 0
+    if dtype in _OPAQUE_DTYPES or dtype != dtype.base_dtype:
+        return 0  # opaque, or a reference to a variable's buffer
     try:
         return dtype.size
     except (TypeError, ValueError):
@@ -402,7 +412,10 @@ def build_index(graph, extra_control_edges=()):
             control_inputs=tuple(sorted({id_of[c.name]
                                          for c in op.control_inputs})),
             output_shapes=tuple(_static_shape(t) for t in outs),
-            output_itemsizes=tuple(itemsize_of[d] for d in dtypes),
+            output_itemsizes=(
+                tuple(itemsize_of[d] for d in dtypes)
+                if op_type not in _ALLOCATING_REF_TYPES
+                else tuple(_itemsize(d.base_dtype) for d in dtypes)),
             variable_bytes=(_variable_bytes(op)
                             if op_type in _VARIABLE_HOLDER_TYPES else 0),
             is_stateful=stateful,
@@ -564,8 +577,10 @@ def from_edges(ops, edges=(), control_edges=(),
         tensor of ``n`` bytes, of shape ``(1, n)`` and 1-byte elements, so
         rank 2 and swappable) or a pair ``(shape, itemsize)`` with `shape`
         None (unknown rank) or a tuple of dims (None: unknown, the batch
-        dimension). Default: as many outputs as `edges` read (at least
-        one), of unknown shape and no bytes;
+        dimension; itemsize 0 for a tensor with no buffer of its own, such
+        as a resource handle or a v1 ref variable's reference). Default: as
+        many outputs as `edges` read (at least one), of unknown shape and no
+        bytes;
         ``variable_bytes`` (int, bytes of the variable the op holds);
         ``trainable`` (bool: its `variable_bytes` are learning parameters);
         ``stateful``, ``in_v1_cond``, ``in_v1_loop``, ``calls_collective``

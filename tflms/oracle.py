@@ -56,7 +56,13 @@ Four numbers come out of one call to `peak_memory`:
       ``ExpandDims``: their kernels call ``set_output(k, input(k))`` or
       share the buffer under a new shape) allocate nothing; their readers
       extend the life of the forwarded buffer. ``ReadVariableOp`` returns the
-      variable's own buffer, so it allocates nothing either.
+      variable's own buffer, so it allocates nothing either, and neither
+      does any reference output (a v1 ref variable's ``VariableV2``, and
+      the ref outputs of ``Assign``, ``Apply*``, ``Scatter*``,
+      ``RefSwitch``...): the kernels hand on a reference to the variable's
+      buffer (``set_output_ref``, ``forward_ref_input_to_ref_output``).
+      ``TemporaryVariable``, whose ref output is a buffer it allocates, is
+      the exception.
     * Variables (``VarHandleOp``, ``VariableV2``) not placed on a CPU occupy
       the GPU for the whole step, at the size of their ``shape`` attribute
       (``InferFromTrace`` counts no variable, only each read's output).
@@ -126,6 +132,7 @@ as zero bytes.
 """
 
 import dataclasses
+import functools
 import re
 from typing import Iterable, Optional, Sequence, Union
 
@@ -134,6 +141,7 @@ import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 from tensorflow.core.protobuf import device_properties_pb2
 from tensorflow.core.protobuf import meta_graph_pb2
+from tensorflow.python.framework import op_def_registry
 from tensorflow.python.grappler import cluster as gcluster
 from tensorflow.python.grappler import item as gitem
 
@@ -169,6 +177,9 @@ FORWARDING_TYPES = frozenset({
 # ReadVariableOp returns the variable's own buffer (outside copy-on-read
 # mode, which only sparse gathers turn on).
 VARIABLE_READ_TYPES = frozenset({"ReadVariableOp"})
+# The one op whose reference output is a buffer of its own, allocated in the
+# step; every other ref output refers to a variable's resident buffer.
+ALLOCATING_REF_TYPES = frozenset({"TemporaryVariable"})
 VARIABLE_TYPES = frozenset({"VarHandleOp", "VariableV2"})
 
 
@@ -543,6 +554,26 @@ def _replay(step_stats, graph_def, gpu_device, correct):
     return peak, at_peak, transfers
 
 
+@functools.lru_cache(maxsize=None)
+def _ref_output_ports(op_type: str) -> frozenset:
+    """Output ports of `op_type` that are references to a variable's buffer.
+
+    Ports are counted through the op def's output args up to the first
+    list-valued one (no registered op has a reference output after one).
+    Unknown op types (functions of the graph's library) have none.
+    """
+    op_def = op_def_registry.get(op_type)
+    if op_def is None or op_type in ALLOCATING_REF_TYPES:
+        return frozenset()
+    ports = set()
+    for port, arg in enumerate(op_def.output_arg):
+        if arg.number_attr or arg.type_list_attr:
+            break
+        if arg.is_ref:
+            ports.add(port)
+    return frozenset(ports)
+
+
 def _variable_bytes(node) -> int:
     dtype = tf.as_dtype(node.attr["dtype"].type)
     dims = [d.size for d in node.attr["shape"].shape.dim]
@@ -638,7 +669,8 @@ def _runtime_replay(step_stats, graph_def, gpu_device, static_bytes=None):
             if placement.get(name) != gpu_device:
                 return (f"Recv_{name}_{port}{recv_suffix}", 0)
             node = nodes.get(name)
-            if node is not None and node.op in VARIABLE_READ_TYPES:
+            if node is not None and (node.op in VARIABLE_READ_TYPES
+                                     or port in _ref_output_ports(node.op)):
                 return None
             if node is None or node.op not in FORWARDING_TYPES:
                 return key

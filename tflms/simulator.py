@@ -31,7 +31,9 @@ Memory model (what is counted, and why):
   their input buffer on the same memory space, so their output is the same
   buffer as their input (its life is extended by their readers, its bytes
   are not added again). ``ReadVariableOp`` outputs and the outputs of
-  variable holders alias the variable and add nothing. When a swap-in
+  variable holders alias the variable and add nothing, and so do reference
+  outputs (of a v1 ref variable, and of ``Assign``/``Apply*`` on one), to
+  which the index gives 0 bytes. When a swap-in
   feeds such an op (Keras' optimizers pass every gradient through one
   ``IdentityN``), the op forwards the swap-in's device copy, so the readers
   of its output keep the copy alive, not the swapped-out original.

@@ -135,9 +135,11 @@ def _graph_seed(seed):
     return _Seeds(seed)
 
 
-def _variable(name, shape, initializer):
+def _variable(name, shape, initializer, resource=True):
+    """A float32 variable: a resource variable, or with ``resource=False`` a
+    TF1 reference variable (VariableV2, read through an Identity)."""
     return _v1.get_variable(name, shape=shape, dtype=tf.float32,
-                            initializer=initializer, use_resource=True)
+                            initializer=initializer, use_resource=resource)
 
 
 
@@ -161,11 +163,12 @@ def _sgd_after_updates(loss, learning_rate, global_step=None):
             loss, global_step=global_step, name="train")
 
 
-def _logits(h, classes, seeds):
+def _logits(h, classes, seeds, resource=True):
     """A dense layer from the features `h` (batch, n) to `classes` logits."""
     with _v1.variable_scope("logits"):
-        w = _variable("kernel", [h.shape[-1], classes], seeds.glorot())
-        b = _variable("bias", [classes], tf.zeros_initializer())
+        w = _variable("kernel", [h.shape[-1], classes], seeds.glorot(),
+                      resource)
+        b = _variable("bias", [classes], tf.zeros_initializer(), resource)
         return tf.matmul(h, w) + b
 
 
@@ -181,8 +184,10 @@ def _classification_loss(logits, labels):
 # ---------------------------------------------------------------------------
 
 def mlp(depth: int = 8, width: int = 256, batch: int = 32, seed: int = 0,
-        classes: int = 10, learning_rate: float = 0.01) -> Model:
-    """A ReLU multilayer perceptron trained with momentum SGD.
+        classes: int = 10, learning_rate: float = 0.01,
+        optimizer: str = "momentum",
+        resource_variables: bool = True) -> Model:
+    """A ReLU multilayer perceptron trained with momentum SGD or plain SGD.
 
     Args:
       depth: number of hidden layers.
@@ -191,10 +196,17 @@ def mlp(depth: int = 8, width: int = 256, batch: int = 32, seed: int = 0,
       seed: seed for weights and data.
       classes: number of output classes.
       learning_rate: optimizer step size.
+      optimizer: "momentum" (0.9) or "sgd" (plain gradient descent).
+      resource_variables: False makes TF1 reference variables (VariableV2),
+        what ``tf.compat.v1.get_variable`` gives under
+        ``tf.compat.v1.disable_v2_behavior()``.
 
     Returns:
       A `Model`.
     """
+    if optimizer not in ("momentum", "sgd"):
+        raise ValueError("optimizer must be 'momentum' or 'sgd'; got %r"
+                         % (optimizer,))
     seeds = _graph_seed(seed)
     with _v1.variable_scope("mlp"):
         x = _v1.placeholder(tf.float32, [batch, width], name="x")
@@ -202,12 +214,17 @@ def mlp(depth: int = 8, width: int = 256, batch: int = 32, seed: int = 0,
         h = x
         for i in range(depth):
             with _v1.variable_scope(f"dense{i}"):
-                w = _variable("kernel", [width, width], seeds.glorot())
-                b = _variable("bias", [width], tf.zeros_initializer())
+                w = _variable("kernel", [width, width], seeds.glorot(),
+                              resource_variables)
+                b = _variable("bias", [width], tf.zeros_initializer(),
+                              resource_variables)
                 h = tf.nn.relu(tf.matmul(h, w) + b)
-        logits = _logits(h, classes, seeds)
+        logits = _logits(h, classes, seeds, resource_variables)
         loss = _classification_loss(logits, y)
-        opt = _v1.train.MomentumOptimizer(learning_rate, momentum=0.9)
+        if optimizer == "sgd":
+            opt = _v1.train.GradientDescentOptimizer(learning_rate)
+        else:
+            opt = _v1.train.MomentumOptimizer(learning_rate, momentum=0.9)
         train_op = opt.minimize(loss, name="train")
     return _finish("mlp", loss, train_op, seed,
                    _classifier_inputs(x, y, classes))
