@@ -243,3 +243,17 @@ def test_level_starts_fill_levels_without_timed_ops():
     index = chain()
     step = model(index).predict(None, num_levels=8)
     assert np.array_equal(step.level_start_s, [0, 0, 2, 4, 6, 8, 11, 11])
+
+
+def test_a_hidden_plan_exposes_exactly_nothing_with_inexact_times():
+    # Op times in thirds of a second do not add up exactly in floating
+    # point; the step without LMS is summed in the plan's order, so a plan
+    # whose copies all hide still shows exactly 0.
+    index = chain()
+    gpu = steptime.Gpu("thirds", 1.0, 1.0, 1.0, 3000.0, 1, "test")
+    plan = plan_of(index, [swap(index, "a", [("d", 0)], ["b"])])
+    step = steptime.StepTimeModel(
+        index, analysis.classify_ops(index), gpu=gpu,
+        interconnect=link(1e6), launch_overhead_s=0.1).predict(plan)
+    assert step.exposed_transfer_s == 0.0
+    assert step.with_lms_s == step.without_lms_s

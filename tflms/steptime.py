@@ -53,6 +53,7 @@ times; docs/performance.md compares them with published throughput.
 import bisect
 import dataclasses
 import heapq
+import math
 
 import numpy as np
 
@@ -284,7 +285,8 @@ class StepTime:
       gpu, interconnect: names of the hardware.
       without_lms_s: the step without a plan (the sum of the op times).
       with_lms_s: the step with the plan (equal without one).
-      compute_s: busy time of the compute stream (equal to `without_lms_s`).
+      compute_s: busy time of the compute stream (`without_lms_s` up to
+        rounding).
       swapout_bytes, swapin_bytes: bytes each way.
       swapout_busy_s, swapin_busy_s: busy time of each copy stream.
       level_start_s: float numpy array, when each level of the (planned)
@@ -349,6 +351,7 @@ class StepTimeModel:
         self.op_seconds = np.asarray(
             [self._op_seconds(i) if self.runs[i] else 0.0
              for i in range(index.num_ops)], dtype=np.float64)
+        self._without = None
 
     # ---- per-op cost -------------------------------------------------------
     def _bytes(self, op_id, output):
@@ -510,12 +513,12 @@ class StepTimeModel:
                 out_start_s=out_start[s], out_end_s=out_end[s],
                 out_done_level=bisect.bisect_left(level_start, out_end[s]),
                 swap_ins=tuple(ins)))
-        compute = float(self.op_seconds.sum())
+        compute = math.fsum(self.op_seconds)
         swapin_bytes = sum(sizes[s] * len(swap.swap_ins)
                            for s, swap in enumerate(swaps))
         return StepTime(
             gpu=self.gpu.name, interconnect=self.interconnect.name,
-            without_lms_s=compute,
+            without_lms_s=self._without_lms_s(),
             with_lms_s=max(clock, d2h_free, h2d_free),
             compute_s=compute,
             swapout_bytes=int(sum(sizes)), swapin_bytes=int(swapin_bytes),
@@ -523,6 +526,19 @@ class StepTimeModel:
             swapin_busy_s=swapin_bytes / bandwidth,
             level_start_s=level_start, op_start_s=op_start,
             op_end_s=op_end, swaps=tuple(timings))
+
+    def _without_lms_s(self):
+        # Accumulated in the graph's level order, as `predict` accumulates
+        # a plan's step: a plan that moves no op and makes nothing wait then
+        # gives exactly this sum, and the exposed time is exactly 0.
+        if self._without is None:
+            levels = self.index.levels
+            clock = 0.0
+            for i in sorted((i for i in range(self.index.num_ops)
+                             if self.runs[i]), key=lambda i: (levels[i], i)):
+                clock += self.op_seconds[i]
+            self._without = clock
+        return self._without
 
     @staticmethod
     def _level_starts(order, levels, num_levels, op_start, op_end):
