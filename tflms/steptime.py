@@ -40,7 +40,9 @@ and the level at which each swap-in copy starts
 (`SwapInTiming.start_level`: the copy occupies the device from then) are
 plain data for the simulator to use later; it does not use them yet.
 
-Not modelled: overlapping kernels (several streams, or ops of one level
+Not modelled: the variable and slot bytes an optimizer update reads and
+writes through resource handles (handles have no size in the index; only
+the gradient counts), overlapping kernels (several streams, or ops of one level
 running concurrently), cuDNN algorithm choice, fusion (XLA, Grappler's
 remapper), caches, host-side op scheduling, input pipelines, clocks below
 their boost rate, and copy efficiency below the link's peak rate.
