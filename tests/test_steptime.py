@@ -257,3 +257,32 @@ def test_a_hidden_plan_exposes_exactly_nothing_with_inexact_times():
         interconnect=link(1e6), launch_overhead_s=0.1).predict(plan)
     assert step.exposed_transfer_s == 0.0
     assert step.with_lms_s == step.without_lms_s
+
+
+def test_a_convolution_of_a_tensorflow_graph_at_its_roofline():
+    """On a real graph: the convolution's time is its FLOPs at the peak or
+    its bytes at the bandwidth, whichever is larger, plus the overhead;
+    the reshape forwards its buffer and costs nothing."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 16, 16, 8], name="x")
+        w = tf.compat.v1.get_variable("w", [3, 3, 8, 32])
+        y = tf.nn.conv2d(x, w, 1, "SAME", name="conv")
+        tf.reshape(y, [-1, 16 * 16 * 32], name="flat")
+    index = gi.build_index(graph)
+    roles = analysis.classify_ops(index)
+    batch = 4
+    flops = 2 * batch * 16 * 16 * 32 * 3 * 3 * 8
+    nbytes = 4 * (batch * 16 * 16 * 8 + 3 * 3 * 8 * 32 + batch * 16 * 16 * 32)
+    for gpu in ("V100-SXM2-16GB", "A100-SXM4-80GB"):
+        model = steptime.StepTimeModel(index, roles, batch, gpu=gpu)
+        spec = steptime.GPUS[gpu]
+        conv = index.id_of["conv"]
+        assert gi.op_flops(index, conv, batch) == flops
+        assert model.bytes_touched(conv) == nbytes
+        assert model.op_seconds[conv] == max(
+            flops / spec.tensor_flops,
+            nbytes / spec.memory_bandwidth) + steptime.LAUNCH_OVERHEAD_S
+        assert model.op_seconds[index.id_of["flat"]] == 0
+        assert model.predict().without_lms_s == model.op_seconds[conv]
