@@ -219,6 +219,17 @@ def test_levels_that_are_not_the_plans_are_refused():
         model(index).predict(plan)
 
 
+def test_levels_of_another_graph_are_refused():
+    step_model = model(chain())
+    with pytest.raises(ValueError, match=r"^levels must give one level per "
+                       r"op of the index \(6\); got 2$"):
+        step_model.predict(None, levels=[0, 1])
+    with pytest.raises(ValueError, match=r"^num_levels must be at least one "
+                       r"past the highest op level \(6\); got 5; pass the "
+                       r"replay's num_levels with its levels$"):
+        step_model.predict(None, num_levels=5)
+
+
 def test_named_hardware_and_bad_names():
     gpu = steptime.gpu_named("A100-SXM4-40GB")
     assert (gpu.tensor_flops, gpu.memory_bandwidth) == (156e12, 1555e9)

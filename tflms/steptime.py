@@ -404,7 +404,8 @@ class StepTimeModel:
 
         Raises:
           ValueError: if `levels` put a swap-in's reader before its
-            triggers (levels that are not the plan's).
+            triggers (levels that are not the plan's), or `levels` or
+            `num_levels` do not fit the index.
         """
         index = self.index
         n = index.num_ops
@@ -414,8 +415,14 @@ class StepTimeModel:
         if len(levels) != n:
             raise ValueError("levels must give one level per op of the "
                              "index (%d); got %d" % (n, len(levels)))
+        needed = int(levels.max()) + 1 if n else 0
         if num_levels is None:
-            num_levels = int(levels.max()) + 1 if n else 0
+            num_levels = needed
+        elif num_levels < needed:
+            raise ValueError(
+                "num_levels must be at least one past the highest op level "
+                "(%d); got %d; pass the replay's num_levels with its levels"
+                % (needed, num_levels))
         order = sorted((i for i in range(n) if self.runs[i]),
                        key=lambda i: (levels[i], i))
         swaps = plan.swaps if plan is not None else ()
