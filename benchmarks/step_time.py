@@ -2,7 +2,7 @@
 
     python benchmarks/step_time.py            # under a minute on 2 cores
     python benchmarks/step_time.py --doc docs/benchmarks.md
-    python benchmarks/step_time.py --no-grappler --lms-batch 256
+    python benchmarks/step_time.py --no-grappler --lms-case 224:256
 
 Prints two markdown tables (docs/benchmarks.md, "Step-time model"):
 
@@ -13,9 +13,10 @@ Prints two markdown tables (docs/benchmarks.md, "Step-time model"):
    precision, and the step time of Grappler's virtual cluster for the same
    graph (`tflms.oracle`, its analytical cost model on device properties of
    the same GPU).
-2. An auto-tuned LMS plan for ResNet50 at a batch that does not fit 16 GiB
-   without LMS: the predicted step without and with the plan, and the
-   exposed transfer time, over PCIe 4.0 x16 and NVLink 2.0.
+2. Auto-tuned LMS plans for ResNet50 at sizes that do not fit 16 GiB
+   without LMS (224x224 at batch 384, 6592x6592 at batch 1): the predicted
+   step without and with the plan, and the exposed transfer time, over
+   PCIe 4.0 x16 and NVLink 2.0.
 
 These are benchmarks, not tests: nothing here asserts a time. With
 ``--doc PATH`` the section ("Step-time model") replaces the one between
@@ -122,19 +123,20 @@ def throughput_rows(grappler=True):
 
 
 def lms_rows(batch, gpu_mem_gib, gpu="V100-SXM2-16GB",
-             links=("pcie4", "nvlink2")):
+             links=("pcie4", "nvlink2"), image=224):
     """The step without and with an auto-tuned plan over each link."""
     from benchmarks import models  # pylint: disable=import-outside-toplevel
     from tflms import graph_index as gi  # pylint: disable=import-outside-toplevel
     from tflms import pipeline, steptime  # pylint: disable=import-outside-toplevel
     from tflms.settings import Settings  # pylint: disable=import-outside-toplevel
     start = time.perf_counter()
-    built = models.resnet50(image=224, batch=batch, classes=1000)
+    built = models.resnet50(image=image, batch=batch, classes=1000)
     index = gi.build_index(built.graph)
     planned = pipeline.plan(index, Settings(batch_size=batch,
                                             autotune_gpu_mem=gpu_mem_gib))
-    print("# tuned ResNet50 batch %d for %g GiB in %.0f s" % (
-        batch, gpu_mem_gib, time.perf_counter() - start), file=sys.stderr)
+    print("# tuned ResNet50 %dx%d batch %d for %g GiB in %.0f s" % (
+        image, image, batch, gpu_mem_gib, time.perf_counter() - start),
+        file=sys.stderr)
     rows = []
     for link in links:
         model = steptime.StepTimeModel(planned.index, planned.roles, batch,
@@ -145,7 +147,8 @@ def lms_rows(batch, gpu_mem_gib, gpu="V100-SXM2-16GB",
             step = model.predict(planned.plan, planned.with_lms.levels,
                                  planned.with_lms.num_levels)
         rows.append({
-            "batch": batch, "gpu": gpu, "gpu_mem_gib": gpu_mem_gib,
+            "batch": batch, "image": image, "gpu": gpu,
+            "gpu_mem_gib": gpu_mem_gib,
             "link": steptime.interconnect_named(link).label,
             "params": planned.params,
             "swaps": len(planned.plan.swaps) if planned.plan else 0,
@@ -185,18 +188,19 @@ def throughput_table(rows):
 
 
 def lms_table(rows):
-    lines = ["| batch | link | plan | swapped out / in | step without "
+    lines = ["| ResNet50 | link | plan | swapped out / in | step without "
              "LMS | step with LMS | exposed transfer | link busy out / in |",
-             "|---:|---|---|---:|---:|---:|---:|---:|"]
+             "|---|---|---|---:|---:|---:|---:|---:|"]
     for r in rows:
         p = r["params"]
         plan = ("no plan needed" if p is None else
                 "%d swaps, %d swap-ins, sync_mode %d, peak %s" % (
                     r["swaps"], r["swap_ins"], p.sync_mode,
                     common.fmt_bytes(r["peak"])))
-        lines.append("| %d | %s | %s | %s / %s | %s | %s | %s (%+.0f%%) | "
-                     "%s / %s |" % (
-                         r["batch"], r["link"], plan,
+        lines.append("| %dx%d, batch %d | %s | %s | %s / %s | %s | %s | "
+                     "%s (%+.0f%%) | %s / %s |" % (
+                         r["image"], r["image"], r["batch"], r["link"],
+                         plan,
                          common.fmt_bytes(r["out_bytes"]),
                          common.fmt_bytes(r["in_bytes"]),
                          _ms(r["without_s"]), _ms(r["with_s"]),
@@ -242,11 +246,15 @@ step time, tight on a V100 in FP32 and loose on tensor-core GPUs; they are
 best used to compare plans of one model on one GPU (what the tuner needs),
 where the roofline errors are common to both sides.
 
-The plan table times an auto-tuned plan for a batch that needs LMS on a 16
-GiB V100 (198 is the largest batch that fits without it): asynchronous
-copies over NVLink 2.0 hide behind the compute; over PCIe 4.0 x16 they do
-not, and the step grows by the exposed time shown. No GPU was used: every
-number here is a prediction or a published figure.
+The plan table times auto-tuned plans on a 16 GiB V100 at sizes that need
+LMS. At 224x224, batch 384 (198 fits without LMS) the tuner keeps the
+copies asynchronous: over NVLink 2.0 they hide behind the compute, over
+PCIe 4.0 x16 part of them does not. At 6592x6592, batch 1 (issue 15's
+case; about 3072 fits without LMS) the tuner needs synchronous swap-ins
+(sync_mode 2) and moves several times the step's device memory each way;
+the device then waits for every copy back, and the step grows by the
+exposed time shown even over NVLink 2.0. No GPU was used: every number here
+is a prediction or a published figure.
 """
 
 
@@ -283,17 +291,31 @@ def _section(throughput, plan, command):
 
 def plan_title(rows):
     r = rows[0]
-    return "Auto-tuned plan for ResNet50 224x224, batch %d, %g GiB, on %s:" \
-        % (r["batch"], r["gpu_mem_gib"], r["gpu"])
+    return "Auto-tuned plans for ResNet50 (%g GiB, sizes that do not fit "\
+        "without LMS) on %s:" % (r["gpu_mem_gib"], r["gpu"])
+
+
+def _case(text):
+    try:
+        image, batch = (int(v) for v in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            "--lms-case must be IMAGE:BATCH such as 224:384; got %r"
+            % text) from None
+    return image, batch
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--no-grappler", action="store_true",
                         help="skip the virtual cluster's estimate (slow)")
-    parser.add_argument("--lms-batch", type=int, default=384,
-                        help="ResNet50 batch for the LMS plan (default 384; "
-                             "198 is the largest that fits 16 GiB without)")
+    parser.add_argument("--lms-case", action="append", default=None,
+                        metavar="IMAGE:BATCH", type=_case,
+                        help="ResNet50 input side and batch to tune an LMS "
+                             "plan for (repeatable; default 224:384 and "
+                             "6592:1: 198 is the largest batch at 224 and "
+                             "about 3072 the largest side at batch 1 that "
+                             "fit 16 GiB without LMS)")
     parser.add_argument("--gpu-mem", type=float, default=16.0,
                         help="GiB the plan is tuned for (default 16)")
     parser.add_argument("--doc", default=None, metavar="PATH",
@@ -302,7 +324,9 @@ def main(argv=None):
     args = parser.parse_args(argv)
     common.setup_tensorflow("v2")
     throughput = throughput_rows(grappler=not args.no_grappler)
-    plan = lms_rows(args.lms_batch, args.gpu_mem)
+    plan = []
+    for image, batch in args.lms_case or [(224, 384), (6592, 1)]:
+        plan.extend(lms_rows(batch, args.gpu_mem, image=image))
     command = "python benchmarks/step_time.py" + "".join(
         " " + a for a in (sys.argv[1:] if argv is None else argv)
         if not a.startswith("--doc") and a != args.doc)
