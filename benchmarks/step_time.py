@@ -234,12 +234,14 @@ by one.
 _READING = """\
 How far off: on the V100 the prediction is within about 6% of the
 published FP32 throughput, and would be closer still for v1.5's extra
-FLOPs; most of its step is convolutions at FP32 peak, which cuDNN comes
-near on large batches. On the A100 it is far too fast: at TF32's 156
-TFLOP/s the convolutions take a small share of the step, the rest is
-memory-bound ops at full HBM bandwidth, and neither rate is reached in
-practice (cuDNN's TF32 kernels run well below peak, and HBM bandwidth
-below its 1,555 GB/s). Grappler's virtual cluster knows no tensor cores
+FLOPs. Most of its predicted step is convolutions at the FP32 peak (the
+FLOP-bound column), and the published step leaves little room below it, so
+those kernels run near peak there. On the A100 it is far too fast: at
+TF32's 156 TFLOP/s the convolutions take a small share of the predicted
+step, the rest is memory-bound ops at full HBM bandwidth, and the published
+step is about 1.6 times longer, so the kernels there run well below those
+peaks (which of the two falls shorter, this comparison cannot say).
+Grappler's virtual cluster knows no tensor cores
 (its peak is SMs x FP32 cores x clock), so on the A100 it is slow by about
 as much as the model is fast. Read the predictions as lower bounds on the
 step time, tight on a V100 in FP32 and loose on tensor-core GPUs; they are
