@@ -126,17 +126,10 @@ def _measure(tf, name, build, args):
         rows.append(row)
         return rows
     planned = pipeline.simulate_plan(result.planned)
-    model = steptime.StepTimeModel(planned.index, planned.roles,
-                                   swapped.batch_size, gpu=args.gpu,
-                                   interconnect=args.interconnect)
-    if planned.plan is None:
-        row["sim_peak"] = planned.without_lms.peak_device_bytes
-        row["predicted_s"] = model.predict().without_lms_s
-    else:
-        row["sim_peak"] = planned.with_lms.peak_device_bytes
-        row["predicted_s"] = model.predict(
-            planned.plan, planned.with_lms.levels,
-            planned.with_lms.num_levels).with_lms_s
+    row["sim_peak"] = (planned.without_lms if planned.plan is None
+                       else planned.with_lms).peak_device_bytes
+    row["predicted_s"] = steptime.predict_planned(
+        planned, gpu=args.gpu, interconnect=args.interconnect).with_lms_s
     rows.append(_run(tf, swapped, args, row))
     return rows
 

@@ -139,13 +139,7 @@ def lms_rows(batch, gpu_mem_gib, gpu="V100-SXM2-16GB",
         file=sys.stderr)
     rows = []
     for link in links:
-        model = steptime.StepTimeModel(planned.index, planned.roles, batch,
-                                       gpu=gpu, interconnect=link)
-        if planned.plan is None:
-            step = model.predict()
-        else:
-            step = model.predict(planned.plan, planned.with_lms.levels,
-                                 planned.with_lms.num_levels)
+        step = steptime.predict_planned(planned, gpu=gpu, interconnect=link)
         rows.append({
             "batch": batch, "image": image, "gpu": gpu,
             "gpu_mem_gib": gpu_mem_gib,

@@ -144,6 +144,22 @@ def test_sync_mode_2_from_the_planner_waits_for_the_whole_copy():
     assert model(index, 250.0).predict(plan).exposed_transfer_s == 4
 
 
+def test_a_planned_step_from_the_pipeline():
+    from tflms import pipeline  # pylint: disable=import-outside-toplevel
+    from tflms.settings import Settings  # pylint: disable=import-outside-toplevel
+    settings = Settings(swapout_threshold=2, swapin_ahead=1,
+                        swapin_groupby=0, sync_mode=2)
+    planned = pipeline.plan(chain(), settings)
+    with pytest.raises(ValueError, match=r"^the plan has not been "
+                       r"simulated, and its levels are needed; pass "
+                       r"pipeline.simulate_plan\(planned\)$"):
+        steptime.predict_planned(planned)
+    step = steptime.predict_planned(
+        pipeline.simulate_plan(planned), gpu=SLOW_GPU,
+        interconnect=link(1000.0), launch_overhead_s=0.0)
+    assert (step.without_lms_s, step.with_lms_s) == (11, 12)
+
+
 def test_two_swap_ins_queue_on_one_link():
     # d reads a, b and e (3000 B in, 1000 out: 4 s); without LMS 12 s.
     # At 250 B/s a copy takes 4 s. Out: a 2-6 s; b, made at 4 s, waits for

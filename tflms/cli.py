@@ -532,8 +532,14 @@ def plan_graph(loaded, args, graph_name):
                   "swapin_groupby": p.swapin_groupby,
                   "sync_mode": p.sync_mode}
     shown = with_lms if plan is not None else without
-    step_time = _step_time(index, roles, settings.batch_size, plan,
-                           with_lms, args)
+    if run is not None:
+        step = steptime.predict_planned(planned, gpu=args.gpu,
+                                        interconnect=args.interconnect)
+    else:
+        step = steptime.StepTimeModel(
+            index, roles, settings.batch_size, gpu=args.gpu,
+            interconnect=args.interconnect).predict()
+    step_time = _step_time(step, plan)
     oracle_peaks = None
     if args.oracle:
         oracle_peaks = _oracle_peaks(
@@ -564,17 +570,11 @@ def plan_graph(loaded, args, graph_name):
         oracle=oracle_peaks)
 
 
-def _step_time(index, roles, batch_size, plan, with_lms, args):
+def _step_time(step, plan):
     """The step-time model's prediction for the report (milliseconds)."""
-    model = steptime.StepTimeModel(index, roles, batch_size, gpu=args.gpu,
-                                   interconnect=args.interconnect)
-    if plan is None:
-        step = model.predict()
-    else:
-        step = model.predict(plan, with_lms.levels, with_lms.num_levels)
     return {
         "gpu": step.gpu,
-        "interconnect": model.interconnect.label,
+        "interconnect": steptime.interconnect_named(step.interconnect).label,
         "without_lms_ms": step.without_lms_s * 1e3,
         "with_lms_ms": None if plan is None else step.with_lms_s * 1e3,
         "exposed_transfer_ms": (None if plan is None

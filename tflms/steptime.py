@@ -76,6 +76,7 @@ __all__ = [
     "gpu_named",
     "interconnect_named",
     "StepTimeModel",
+    "predict_planned",
     "StepTime",
     "SwapTiming",
     "SwapInTiming",
@@ -566,3 +567,30 @@ class StepTimeModel:
                 starts[level] = done
             done = max(done, by_level.get(level, done))
         return starts
+
+
+def predict_planned(planned, gpu=DEFAULT_GPU,
+                    interconnect=DEFAULT_INTERCONNECT,
+                    launch_overhead_s=LAUNCH_OVERHEAD_S):
+    """The `StepTime` of a `pipeline.Planned`: its plan (if any) timed at
+    the levels of its with-LMS simulation.
+
+    Args:
+      planned: a `pipeline.Planned` with its simulations
+        (`pipeline.simulate_plan`; auto-tuned ones have them).
+      gpu, interconnect, launch_overhead_s: as for `StepTimeModel`.
+
+    Raises:
+      ValueError: `planned` has a plan but no with-LMS simulation.
+    """
+    model = StepTimeModel(planned.index, planned.roles,
+                          planned.settings.batch_size, gpu=gpu,
+                          interconnect=interconnect,
+                          launch_overhead_s=launch_overhead_s)
+    if planned.plan is None:
+        return model.predict()
+    if planned.with_lms is None:
+        raise ValueError("the plan has not been simulated, and its levels "
+                         "are needed; pass pipeline.simulate_plan(planned)")
+    return model.predict(planned.plan, planned.with_lms.levels,
+                         planned.with_lms.num_levels)
