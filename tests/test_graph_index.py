@@ -323,12 +323,15 @@ def test_flops_agree_with_tensorflows_statistics():
         m = tf.compat.v1.get_variable("m", [10, 200])
         product = tf.matmul(flat, m, transpose_b=True)
         batched = tf.matmul(tf.ones([3, 4, 5]), tf.ones([3, 5, 6]))
+        d = tf.compat.v1.get_variable("d", [3, 3, 3, 2])
+        depthwise = tf.compat.v1.nn.depthwise_conv2d_native(
+            x, d, [1, 1, 1, 1], "SAME", name="Depthwise")
         loss = (tf.reduce_sum(product) + tf.reduce_sum(conv3d)
-                + tf.reduce_sum(batched))
-        tf.compat.v1.gradients(loss, [x, w, m, v, k])
+                + tf.reduce_sum(batched) + tf.reduce_sum(depthwise))
+        tf.compat.v1.gradients(loss, [x, w, m, v, k, d])
     index = gi.build_index(graph)
     by_name = {op.name: op for op in graph.get_operations()}
-    for name in ("Conv2D", "Conv3D", "MatMul"):
+    for name in ("Conv2D", "Conv3D", "MatMul", "Depthwise"):
         op = by_name[name]
         assert index.flops[index.id_of[name]] == (_tf_flops(graph, op), 0)
     assert index.flops[index.id_of["Conv2D"]] == (2 * 4 * 5 * 5 * 8 * 27, 0)
@@ -337,7 +340,10 @@ def test_flops_agree_with_tensorflows_statistics():
                                        "Conv2DBackpropFilter")),
                            ("Conv3D", ("Conv3DBackpropInputV2",
                                        "Conv3DBackpropFilterV2")),
-                           ("MatMul", ("MatMul",))):
+                           ("MatMul", ("MatMul",)),
+                           ("Depthwise", (
+                               "DepthwiseConv2dNativeBackpropInput",
+                               "DepthwiseConv2dNativeBackpropFilter"))):
         want = index.flops[index.id_of[forward]]
         found = [index.flops[i] for i, op in enumerate(index.types)
                  if op in grads and index.names[i].startswith(

@@ -3,8 +3,9 @@
 `build_index` walks the graph a single time and records, per operation id
 (ids are positions in ``graph.get_operations()``, i.e. creation order):
 names, types, devices, data inputs and consumers per tensor, control inputs
-and outputs, static output shapes and element sizes, variable sizes, and
-the few control-flow facts LMS needs. Levels of the categorized topological
+and outputs, static output shapes and element sizes, variable sizes, the
+floating-point operations of matrix products and convolutions (for the
+step-time model), and the few control-flow facts LMS needs. Levels of the categorized topological
 sort are computed from it. Every analysis (planning, simulation, tuning)
 answers its questions from this index with integer ids and never touches
 the `tf.Graph` again, which keeps the analysis pure, deterministic and
