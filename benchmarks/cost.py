@@ -21,17 +21,11 @@ Two parts:
 
 from benchmarks import common
 from benchmarks import timing
+# One table of links for the library and the benchmarks: (label, GB/s per
+# direction, theoretical peak), with its sources in tflms/steptime.py.
+from tflms.steptime import LINKS
 
 __all__ = ["LINKS", "run", "transfer_table", "tables"]
-
-# Bandwidth per direction, GB/s (10^9 bytes/s), theoretical peak.
-LINKS = (
-    ("PCIe 3.0 x16", 15.75),
-    ("PCIe 4.0 x16", 31.5),
-    ("PCIe 5.0 x16", 63.0),
-    ("NVLink 2.0 (CPU-GPU, 3 bricks, POWER9)", 75.0),
-    ("NVLink-C2C (Grace Hopper)", 450.0),
-)
 
 _PLANS = (("tf_swap", "TF swapping"), ("tflms_fixed", "tflms fixed"),
           ("tflms_auto", "tflms auto"))

@@ -43,6 +43,7 @@ if __package__ in (None, ""):
 from benchmarks import common  # noqa: E402  pylint: disable=wrong-import-position
 from benchmarks import report  # noqa: E402  pylint: disable=wrong-import-position
 from benchmarks import suites  # noqa: E402  pylint: disable=wrong-import-position
+from benchmarks import step_time  # noqa: E402  pylint: disable=wrong-import-position
 
 SECTIONS = ("timing", "memory", "capacity", "cost", "fidelity")
 DEFAULT_DOC = os.path.join(common.ROOT, "docs", "benchmarks.md")
@@ -192,8 +193,17 @@ def main(argv=None):
             and not args.from_json:
         doc = DEFAULT_DOC
     if doc:
+        # The step-time section comes from benchmarks/step_time.py, not
+        # from this suite: keep it.
+        kept = None
+        if os.path.exists(doc):
+            with open(doc, encoding="utf-8") as f:
+                kept = step_time.section_of(f.read())
+        text = report.render(data, for_doc=True)
+        if kept:
+            text = step_time.with_section(text, kept)
         with open(doc, "w", encoding="utf-8") as f:
-            f.write(report.render(data, for_doc=True))
+            f.write(text)
         log("[bench] wrote %s" % doc)
     return 0
 

@@ -320,3 +320,43 @@ def test_memory_note_compares_oracle_with_simulator():
     assert "params 1/2/3/0" in note
     assert "simulator: 2.00 GiB (oracle +10.0%)" in note
     assert note.endswith("fits")
+
+
+def test_gpu_measure_says_it_needs_a_gpu(tmp_path):
+    """Without a GPU (none visible to CUDA) the command stops before
+    building anything, with the message and exit status 2."""
+    from benchmarks import gpu_measure  # pylint: disable=import-outside-toplevel
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", "gpu_measure.py"),
+         "--model", "resnet50"], cwd=str(tmp_path), env=env,
+        capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == gpu_measure.EXIT_CANNOT_RUN == 2, proc.stderr
+    assert gpu_measure.NO_GPU_MESSAGE in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_step_time_tables_show_the_ratios():
+    from benchmarks import step_time  # pylint: disable=import-outside-toplevel
+    text = step_time.throughput_table([{
+        "gpu": "V100-SXM2-16GB", "batch": 128, "precision": "FP32",
+        "published": 400.0, "predicted": 500.0, "step_s": 0.256,
+        "launch_s": 0.0075, "kernels": 1500, "flops": 3e12,
+        "flop_bound_s": 0.2,
+        "grappler": 250.0, "grappler_step_s": 0.512}])
+    assert text.splitlines()[2] == (
+        "| V100-SXM2-16GB | 128 | FP32 | 500 img/s | 400 img/s | 1.25 | "
+        "250 img/s (512.0 ms) | 256.0 ms | 200.0 ms | 7.5 ms | 1500 | "
+        "3e+12 |")
+
+
+def test_step_time_section_is_replaced_or_appended():
+    from benchmarks import step_time  # pylint: disable=import-outside-toplevel
+    section = "%s\nnew\n%s" % (step_time.BEGIN, step_time.END)
+    assert step_time.section_of("# Doc\n") is None
+    appended = step_time.with_section("# Doc\n\n", section)
+    assert appended == "# Doc\n\n" + section + "\n"
+    assert step_time.section_of(appended) == section
+    old = "# Doc\n\n%s\nold\n%s\n\nafter\n" % (step_time.BEGIN, step_time.END)
+    assert step_time.with_section(old, section) == (
+        "# Doc\n\n" + section + "\n\nafter\n")

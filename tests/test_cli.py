@@ -479,3 +479,56 @@ def test_tf2_optimizer_without_legacy_twin_names_the_flag(tmp_path, capsys):
     code, report = plan_json(capsys, path, "--autotune-gpu-mem", "1000", "--no-plots",
                              "--batch-size", 4, "--optimizer", "adam")
     assert code == 0, report
+
+
+def test_plan_prints_the_predicted_step_time(saved, capsys):
+    """The step-time block is `steptime.StepTimeModel` on the plan LMS
+    made, for the chosen GPU and link (defaults: V100, PCIe 4.0)."""
+    from tflms import pipeline, steptime  # pylint: disable=import-outside-toplevel
+    from tflms.settings import Settings  # pylint: disable=import-outside-toplevel
+    fixed = ("--swapout-threshold", 2, "--swapin-ahead", 1,
+             "--swapin-groupby", 0, "--sync-mode", 3)
+    hardware = ("--gpu", "A100-SXM4-40GB", "--interconnect", "pcie3")
+    code, report = plan_json(capsys, saved["meta"], "--autotune-gpu-mem",
+                             "1000", "--no-plots", *fixed, *hardware)
+    assert code == 0, report
+    planned = pipeline.plan(
+        gi.build_index(_meta_graph(saved["meta"])),
+        Settings(swapout_threshold=2, swapin_ahead=1, swapin_groupby=0,
+                 sync_mode=3, autotune_gpu_mem=1000), simulate=True)
+    step = steptime.StepTimeModel(
+        planned.index, planned.roles, None, gpu="A100-SXM4-40GB",
+        interconnect="pcie3").predict(planned.plan, planned.with_lms.levels,
+                                      planned.with_lms.num_levels)
+    assert report["step_time"] == {
+        "gpu": "A100-SXM4-40GB", "interconnect": "PCIe 3.0 x16",
+        "without_lms_ms": step.without_lms_s * 1e3,
+        "with_lms_ms": step.with_lms_s * 1e3,
+        "exposed_transfer_ms": step.exposed_transfer_s * 1e3}
+    # Synchronous copies: the device waits, but never longer than the
+    # links are busy (while it waits, some copy is running).
+    assert 0 < step.exposed_transfer_s <= (step.swapout_busy_s
+                                           + step.swapin_busy_s)
+    code, out, _ = run_cli(capsys, saved["meta"], "--autotune-gpu-mem",
+                           "1000", "--no-plots", *fixed, *hardware)
+    assert code == 0
+    assert ("Predicted step time on A100-SXM4-40GB, copies over PCIe 3.0 "
+            "x16 (step-time model: peak rates, one op at a time):\n"
+            "  without LMS: %10.2f ms\n"
+            "  with LMS:    %10.2f ms  (exposed transfer time %.2f ms)\n"
+            % (step.without_lms_s * 1e3, step.with_lms_s * 1e3,
+               step.exposed_transfer_s * 1e3)) in out
+
+    code, report = plan_json(capsys, saved["meta"], "--autotune-gpu-mem",
+                             "1000", "--no-plots")
+    assert code == 0 and not report["lms_needed"]
+    t = report["step_time"]
+    assert (t["gpu"], t["interconnect"]) == ("V100-SXM2-16GB",
+                                             "PCIe 4.0 x16")
+    assert t["with_lms_ms"] is None and t["exposed_transfer_ms"] is None
+    # The same graph on the slower GPU takes longer.
+    assert t["without_lms_ms"] > step.without_lms_s * 1e3
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["plan", saved["meta"], "--gpu", "P100"])
+    assert exit_.value.code == 2
+    assert "argument --gpu: invalid choice: 'P100'" in capsys.readouterr().err

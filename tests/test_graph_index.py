@@ -189,8 +189,13 @@ BAD_LITERALS = [
      r"\[1024\]\}; got \[1024\]$"),
     (dict(ops=[("x", "Relu", {"devcie": "/cpu:0"})]),
      r"^ops\[0\] \('x'\): unknown fact 'devcie'; the facts are "
-     r"bn_is_training, calls_collective, device, in_v1_cond, in_v1_loop, "
-     r"outputs, stateful, trainable, variable_bytes$"),
+     r"bn_is_training, calls_collective, device, flops, in_v1_cond, "
+     r"in_v1_loop, outputs, stateful, trainable, variable_bytes$"),
+    (dict(ops=[("x", "MatMul", {"flops": -1})]),
+     r"^ops\[0\] \('x'\): flops must be an int >= 0 or a \(fixed, "
+     r"per_example\) pair of ints >= 0 such as \(0, 2048\); got -1$"),
+    (dict(ops=[("x", "MatMul", {"flops": (1, 2, 3)})]),
+     r"^ops\[0\] \('x'\): flops must be .*; got \(1, 2, 3\)$"),
     (dict(ops=[("x", "Relu")], edges=[("y", "x")]),
      r"^edges\[0\]: no op named 'y'; edges name ops of `ops`$"),
     (dict(ops=[("x", "Relu")], edges=[("x", "y")]),
@@ -284,3 +289,85 @@ def test_index_fields_are_the_same_for_both_constructors():
                if f.name not in ("ops", "ops_by_level", "id_of",
                                  "planned_edges"))
     assert literal.planned_edges == index.planned_edges == ()
+
+
+# ---- FLOPs -------------------------------------------------------------------
+def test_literal_flops():
+    index = gi.from_edges([("a", "MatMul", {"flops": 12}),
+                           ("b", "Conv2D", {"flops": (5, 7)}),
+                           ("c", "Relu")])
+    assert index.flops == ((12, 0), (5, 7), (0, 0))
+    assert gi.op_flops(index, 0) == 12
+    assert gi.op_flops(index, 1, batch_size=3) == 26
+    assert gi.op_flops(index, 1) is None
+    assert gi.op_flops(index, 2, batch_size=3) == 0
+
+
+def _tf_flops(graph, op):
+    from tensorflow.python.framework import ops as tf_ops  # pylint: disable=import-outside-toplevel
+    return tf_ops.get_stats_for_node_def(graph, op.node_def, "flops").value
+
+
+def test_flops_agree_with_tensorflows_statistics():
+    """Forward ops at static shapes: the index's count is TensorFlow's
+    registered statistic; their gradients cost the forward op's count."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [4, 9, 9, 3])
+        w = tf.compat.v1.get_variable("w", [3, 3, 3, 8])
+        conv = tf.nn.conv2d(x, w, 2, "SAME")
+        v = tf.compat.v1.placeholder(tf.float32, [2, 5, 6, 6, 2])
+        k = tf.compat.v1.get_variable("k", [2, 3, 3, 2, 4])
+        conv3d = tf.nn.conv3d(v, k, [1, 1, 1, 1, 1], "VALID")
+        flat = tf.reshape(conv, [4, 5 * 5 * 8])
+        m = tf.compat.v1.get_variable("m", [10, 200])
+        product = tf.matmul(flat, m, transpose_b=True)
+        batched = tf.matmul(tf.ones([3, 4, 5]), tf.ones([3, 5, 6]))
+        d = tf.compat.v1.get_variable("d", [3, 3, 3, 2])
+        depthwise = tf.compat.v1.nn.depthwise_conv2d_native(
+            x, d, [1, 1, 1, 1], "SAME", name="Depthwise")
+        loss = (tf.reduce_sum(product) + tf.reduce_sum(conv3d)
+                + tf.reduce_sum(batched) + tf.reduce_sum(depthwise))
+        tf.compat.v1.gradients(loss, [x, w, m, v, k, d])
+    index = gi.build_index(graph)
+    by_name = {op.name: op for op in graph.get_operations()}
+    for name in ("Conv2D", "Conv3D", "MatMul", "Depthwise"):
+        op = by_name[name]
+        assert index.flops[index.id_of[name]] == (_tf_flops(graph, op), 0)
+    assert index.flops[index.id_of["Conv2D"]] == (2 * 4 * 5 * 5 * 8 * 27, 0)
+    assert index.flops[index.id_of["MatMul_1"]] == (2 * 3 * 4 * 6 * 5, 0)
+    for forward, grads in (("Conv2D", ("Conv2DBackpropInput",
+                                       "Conv2DBackpropFilter")),
+                           ("Conv3D", ("Conv3DBackpropInputV2",
+                                       "Conv3DBackpropFilterV2")),
+                           ("MatMul", ("MatMul",)),
+                           ("Depthwise", (
+                               "DepthwiseConv2dNativeBackpropInput",
+                               "DepthwiseConv2dNativeBackpropFilter"))):
+        want = index.flops[index.id_of[forward]]
+        found = [index.flops[i] for i, op in enumerate(index.types)
+                 if op in grads and index.names[i].startswith(
+                     "gradients/%s_grad/" % forward)]
+        assert found and all(f == want for f in found), (forward, found)
+    assert all(index.flops[i] == (0, 0) for i, t in enumerate(index.types)
+               if t not in gi.FLOP_TYPES)
+
+
+def test_flops_grow_with_an_unknown_batch():
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 6])
+        w = tf.compat.v1.get_variable("w", [6, 5])
+        y = tf.matmul(x, w)
+        tf.compat.v1.gradients(tf.reduce_sum(y), [w])
+        z = tf.compat.v1.placeholder(tf.float32, [None, None])
+        tf.matmul(z, w[:, :1] * tf.ones([1, 7]), name="unknown")
+    index = gi.build_index(graph)
+    assert index.flops[index.id_of["MatMul"]] == (0, 60)
+    # The weight gradient x^T dy: its output is known, its inner dimension
+    # is the batch.
+    assert index.flops[index.id_of[
+        "gradients/MatMul_grad/MatMul_1"]] == (0, 60)
+    assert gi.op_flops(index, index.id_of["MatMul"], 32) == 60 * 32
+    # Two unknown dimensions: no count.
+    assert index.flops[index.id_of["unknown"]] == (0, 0)

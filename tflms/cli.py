@@ -49,6 +49,7 @@ from tflms import pipeline
 from tflms import plots as plotting
 from tflms import settings as S
 from tflms import simulator
+from tflms import steptime
 from tflms._argparse_types import positive_int
 from tflms.lms import LMS
 
@@ -58,15 +59,9 @@ __all__ = ["LINKS", "PlanError", "build_parser", "load_graph", "plan_graph",
 _GIB = float(1 << 30)
 _MIB = float(1 << 20)
 
-# (name, GB/s per direction). Theoretical peak rates; real copies reach
-# roughly 80-90% of them.
-LINKS = (
-    ("PCIe 3.0 x16", 15.75),
-    ("PCIe 4.0 x16", 31.5),
-    ("PCIe 5.0 x16", 63.0),
-    ("NVLink 2.0 (POWER9-V100, 3 links)", 75.0),
-    ("NVLink-C2C (Grace Hopper)", 450.0),
-)
+# (name, GB/s per direction): `steptime.LINKS`, theoretical peak rates;
+# real copies reach roughly 80-90% of them.
+LINKS = steptime.LINKS
 
 _KERAS_EXTENSIONS = (".h5", ".hdf5", ".keras")
 _FUNCTION_CALL_TYPES = frozenset({"PartitionedCall",
@@ -120,6 +115,18 @@ def build_parser():
                 "Example: tflms plan model.h5 --batch-size 32 "
                 "--autotune-gpu-mem 16"))
     _graph_arguments(plan)
+    timing = plan.add_argument_group(
+        "step time", "Hardware for the predicted step time "
+        "(tflms.steptime; docs/performance.md).")
+    timing.add_argument("--gpu", default=steptime.DEFAULT_GPU,
+                        choices=list(steptime.GPUS),
+                        help="GPU whose published peak rates time the ops "
+                             "(default %(default)s)")
+    timing.add_argument("--interconnect",
+                        default=steptime.DEFAULT_INTERCONNECT,
+                        choices=list(steptime.INTERCONNECTS),
+                        help="CPU-GPU link the copies use (default "
+                             "%(default)s: PCIe 4.0 x16)")
     verify = commands.add_parser(
         "verify",
         help="train a saved graph a few steps with and without LMS and "
@@ -422,6 +429,7 @@ class PlanReport:
     swapout_ops: int
     swapin_ops: int
     transfer_ms: dict
+    step_time: dict
     plots: list
     fits: bool
     error: object = None
@@ -524,6 +532,14 @@ def plan_graph(loaded, args, graph_name):
                   "swapin_groupby": p.swapin_groupby,
                   "sync_mode": p.sync_mode}
     shown = with_lms if plan is not None else without
+    if run is not None:
+        step = steptime.predict_planned(planned, gpu=args.gpu,
+                                        interconnect=args.interconnect)
+    else:
+        step = steptime.StepTimeModel(
+            index, roles, settings.batch_size, gpu=args.gpu,
+            interconnect=args.interconnect).predict()
+    step_time = _step_time(step, plan)
     oracle_peaks = None
     if args.oracle:
         oracle_peaks = _oracle_peaks(
@@ -548,9 +564,22 @@ def plan_graph(loaded, args, graph_name):
         swapout_ops=len(run.swapout_ops) if run else 0,
         swapin_ops=len(run.swapin_ops) if run else 0,
         transfer_ms=transfer_ms(swapout + swapin),
+        step_time=step_time,
         plots=[os.path.abspath(p) for p in plots],
         fits=error is None and bool(shown.fits(budget)), error=error,
         oracle=oracle_peaks)
+
+
+def _step_time(step, plan):
+    """The step-time model's prediction for the report (milliseconds)."""
+    return {
+        "gpu": step.gpu,
+        "interconnect": steptime.interconnect_named(step.interconnect).label,
+        "without_lms_ms": step.without_lms_s * 1e3,
+        "with_lms_ms": None if plan is None else step.with_lms_s * 1e3,
+        "exposed_transfer_ms": (None if plan is None
+                                else step.exposed_transfer_s * 1e3),
+    }
 
 
 def _static_batch(graph_def, fetches, batch_size):
@@ -705,6 +734,15 @@ def render(report, args):
         lines.append("  (theoretical peak rates; copies overlap with compute "
                      "when asynchronous, and a full-duplex link can move "
                      "swap-outs and swap-ins at the same time)")
+    t = r.step_time
+    lines.append("Predicted step time on %s, copies over %s (step-time "
+                 "model: peak rates, one op at a time):"
+                 % (t["gpu"], t["interconnect"]))
+    lines.append("  without LMS: %10.2f ms" % t["without_lms_ms"])
+    if t["with_lms_ms"] is not None:
+        lines.append("  with LMS:    %10.2f ms  (exposed transfer time "
+                     "%.2f ms)" % (t["with_lms_ms"],
+                                   t["exposed_transfer_ms"]))
     if r.plots:
         lines.append("")
         lines.append("Memory plots written:")

@@ -3,8 +3,9 @@
 `build_index` walks the graph a single time and records, per operation id
 (ids are positions in ``graph.get_operations()``, i.e. creation order):
 names, types, devices, data inputs and consumers per tensor, control inputs
-and outputs, static output shapes and element sizes, variable sizes, and
-the few control-flow facts LMS needs. Levels of the categorized topological
+and outputs, static output shapes and element sizes, variable sizes, the
+floating-point operations of matrix products and convolutions (for the
+step-time model), and the few control-flow facts LMS needs. Levels of the categorized topological
 sort are computed from it. Every analysis (planning, simulation, tuning)
 answers its questions from this index with integer ids and never touches
 the `tf.Graph` again, which keeps the analysis pure, deterministic and
@@ -37,6 +38,8 @@ __all__ = [
     "from_edges",
     "DEFAULT_DEVICE",
     "tensor_bytes",
+    "op_flops",
+    "FLOP_TYPES",
     "is_cpu_device",
     "DeviceKey",
     "parse_device",
@@ -85,6 +88,76 @@ FUNCTION_CALL_TYPES = frozenset({
     "If", "StatelessIf", "Case", "StatelessCase", "While", "StatelessWhile",
     "PartitionedCall", "StatefulPartitionedCall",
 })
+
+# Contractions whose floating-point operations the index counts, each a
+# function of (op, input shapes, output shapes) with every dimension known.
+# A multiply-add is two operations, as in TensorFlow's registered "flops"
+# statistics (``tf.compat.v1`` ``ops.get_stats_for_node_def``), which cover
+# the forward ops only, and need fully known shapes; the gradients here
+# cost what their forward op does (the same multiply-adds in another order).
+def _prod(dims):
+    total = 1
+    for d in dims:
+        total *= d
+    return total
+
+
+def _matmul_flops(op, ins, outs):
+    a = ins[0]
+    k = a[0] if op.get_attr("transpose_a") else a[1]
+    return 2 * k * _prod(outs[0])
+
+
+def _batch_matmul_flops(op, ins, outs):
+    a = ins[0]
+    k = a[-2] if op.get_attr("adj_x") else a[-1]
+    return 2 * k * _prod(outs[0])
+
+
+def _conv_flops(op, ins, outs):
+    # filter (..., in_depth, out_depth): each output element is a dot
+    # product over the window and the input depth.
+    return 2 * _prod(outs[0]) * _prod(ins[1][:-1])
+
+
+def _conv_backprop_input_flops(op, ins, outs):
+    # (input_sizes, filter, out_backprop)
+    return 2 * _prod(ins[2]) * _prod(ins[1][:-1])
+
+
+def _conv_backprop_filter_flops(op, ins, outs):
+    # (input, filter_sizes, out_backprop); the output is the filter.
+    return 2 * _prod(ins[2]) * _prod(outs[0][:-1])
+
+
+def _depthwise_flops(op, ins, outs):
+    return 2 * _prod(outs[0]) * _prod(ins[1][:-2])
+
+
+def _depthwise_backprop_input_flops(op, ins, outs):
+    return 2 * _prod(ins[2]) * _prod(ins[1][:-2])
+
+
+def _depthwise_backprop_filter_flops(op, ins, outs):
+    return 2 * _prod(ins[2]) * _prod(outs[0][:-2])
+
+
+_FLOP_RULES = {
+    "MatMul": _matmul_flops,
+    "BatchMatMul": _batch_matmul_flops,
+    "BatchMatMulV2": _batch_matmul_flops,
+    "BatchMatMulV3": _batch_matmul_flops,
+    "Conv2D": _conv_flops,
+    "Conv3D": _conv_flops,
+    "Conv2DBackpropInput": _conv_backprop_input_flops,
+    "Conv3DBackpropInputV2": _conv_backprop_input_flops,
+    "Conv2DBackpropFilter": _conv_backprop_filter_flops,
+    "Conv3DBackpropFilterV2": _conv_backprop_filter_flops,
+    "DepthwiseConv2dNative": _depthwise_flops,
+    "DepthwiseConv2dNativeBackpropInput": _depthwise_backprop_input_flops,
+    "DepthwiseConv2dNativeBackpropFilter": _depthwise_backprop_filter_flops,
+}
+FLOP_TYPES = frozenset(_FLOP_RULES)
 
 # Element sizes of dtypes whose tensors are not plain buffers of numbers.
 _OPAQUE_DTYPES = frozenset({tf.resource, tf.variant, tf.string})
@@ -206,6 +279,11 @@ class GraphIndex:
         directly or through further calls.
       trainable_bytes: per op, bytes of the trainable variables (the graph's
         ``trainable_variables`` collection, static shapes) whose op it is.
+      flops: per op, ``(fixed, per_example)``: floating-point operations of
+        one run are ``fixed + per_example * batch_size`` (`op_flops`).
+        Counted for matrix products and convolutions and their gradients
+        (`FLOP_TYPES`), a multiply-add being two; 0 for every other op,
+        whose time the step-time model takes from the bytes it touches.
       levels: per op, its level in the categorized topological sort.
       ops_by_level: per level, the op ids in increasing id order.
       id_of: op name -> id.
@@ -234,6 +312,7 @@ class GraphIndex:
     in_v1_loop: tuple
     calls_collective: tuple
     trainable_bytes: tuple
+    flops: tuple
     levels: tuple
     ops_by_level: tuple
     id_of: dict
@@ -319,6 +398,44 @@ def _variable_bytes(op):
     if not shape.is_fully_defined():
         return 0
     return shape.num_elements() * _itemsize(dtype)
+
+
+def _with_batch(shape, batch_size):
+    """A static shape with its first unknown dimension set to `batch_size`
+    (the convention of `tensor_bytes`); None if it stays unknown."""
+    if shape is None:
+        return None
+    dims = list(shape)
+    for k, d in enumerate(dims):
+        if d is None:
+            dims[k] = batch_size
+            break
+    return None if None in dims else dims
+
+
+def _flops_of(op):
+    """``(fixed, per_example)`` FLOPs of a `FLOP_TYPES` op; (0, 0) when a
+    shape it needs is unknown beyond the batch dimension.
+
+    Every count here is linear in the batch dimension (it enters one factor
+    of a product), so two evaluations, at batch sizes 1 and 2, give both
+    parts."""
+    rule = _FLOP_RULES[op.type]
+    ins = [_static_shape(t) for t in op.inputs]
+    outs = [_static_shape(t) for t in op.outputs]
+
+    def at(batch_size):
+        i = [_with_batch(s, batch_size) for s in ins]
+        o = [_with_batch(s, batch_size) for s in outs]
+        try:
+            return rule(op, i, o)
+        except (TypeError, IndexError, ValueError):
+            return None  # an unknown shape (None) or an unexpected rank
+
+    one, two = at(1), at(2)
+    if one is None or two is None:
+        return (0, 0)
+    return (int(2 * one - two), int(two - one))
 
 
 def _called_functions(node_def):
@@ -427,7 +544,8 @@ def build_index(graph, extra_control_edges=()):
             calls_collective=op_type in FUNCTION_CALL_TYPES and any(
                 _function_has_collective(graph, f, memo)
                 for f in _called_functions(op.node_def)),
-            trainable_bytes=trainable.get(i, 0))
+            trainable_bytes=trainable.get(i, 0),
+            flops=(_flops_of(op) if op_type in FLOP_TYPES else (0, 0)))
     return _assemble(ops, cols, id_of, extra_control_edges)
 
 
@@ -437,7 +555,7 @@ class _Columns:
     FIELDS = ("names", "types", "devices", "inputs", "control_inputs",
               "output_shapes", "output_itemsizes", "variable_bytes",
               "is_stateful", "bn_is_training", "in_v1_cond", "in_v1_loop",
-              "calls_collective", "trainable_bytes")
+              "calls_collective", "trainable_bytes", "flops")
 
     def __init__(self):
         for f in self.FIELDS:
@@ -445,11 +563,12 @@ class _Columns:
 
     def add(self, name, type, device, inputs, control_inputs, output_shapes,  # pylint: disable=redefined-builtin
             output_itemsizes, variable_bytes, is_stateful, bn_is_training,
-            in_v1_cond, in_v1_loop, calls_collective, trainable_bytes):
+            in_v1_cond, in_v1_loop, calls_collective, trainable_bytes,
+            flops):
         values = (name, type, device, inputs, control_inputs, output_shapes,
                   output_itemsizes, variable_bytes, is_stateful,
                   bn_is_training, in_v1_cond, in_v1_loop, calls_collective,
-                  trainable_bytes)
+                  trainable_bytes, flops)
         for f, v in zip(self.FIELDS, values):
             getattr(self, f).append(v)
 
@@ -505,6 +624,7 @@ def _assemble(ops, cols, id_of, extra_control_edges):
         in_v1_loop=tuple(cols.in_v1_loop),
         calls_collective=tuple(cols.calls_collective),
         trainable_bytes=tuple(cols.trainable_bytes),
+        flops=tuple(cols.flops),
         levels=tuple(levels),
         ops_by_level=tuple(tuple(g) for g in topo.group_by_level(levels)),
         id_of=id_of,
@@ -549,6 +669,7 @@ _LITERAL_FACTS = {
     "in_v1_cond": False,
     "in_v1_loop": False,
     "calls_collective": False,
+    "flops": 0,  # int, or a (fixed, per_example) pair
 }
 _BOOL_FACTS = ("trainable", "stateful", "in_v1_cond", "in_v1_loop",
                "calls_collective")
@@ -584,7 +705,10 @@ def from_edges(ops, edges=(), control_edges=(),
         ``variable_bytes`` (int, bytes of the variable the op holds);
         ``trainable`` (bool: its `variable_bytes` are learning parameters);
         ``stateful``, ``in_v1_cond``, ``in_v1_loop``, ``calls_collective``
-        (bool); ``bn_is_training`` (bool or None). See `GraphIndex`.
+        (bool); ``bn_is_training`` (bool or None); ``flops``: an int (the
+        op's floating-point operations) or a ``(fixed, per_example)`` pair
+        of ints (``fixed + per_example * batch_size``), default 0. See
+        `GraphIndex`.
       edges: data edges ``(tensor, consumer)``: `tensor` is ``'op'``
         (output 0) or ``'op:k'``; each consumer's input slots are numbered
         in the order its edges appear here.
@@ -680,8 +804,24 @@ def from_edges(ops, edges=(), control_edges=(),
             bn_is_training=facts["bn_is_training"],
             in_v1_cond=facts["in_v1_cond"], in_v1_loop=facts["in_v1_loop"],
             calls_collective=facts["calls_collective"],
-            trainable_bytes=int(variable_bytes) if facts["trainable"] else 0)
+            trainable_bytes=int(variable_bytes) if facts["trainable"] else 0,
+            flops=_literal_flops(facts["flops"], where))
     return _assemble(None, cols, id_of, ())
+
+
+def _literal_flops(flops, where):
+    """`from_edges`' ``flops`` fact -> ``(fixed, per_example)``."""
+    def count(v):
+        return (isinstance(v, numbers.Integral) and not isinstance(v, bool)
+                and v >= 0)
+    if count(flops):
+        return (int(flops), 0)
+    if isinstance(flops, (tuple, list)) and len(flops) == 2 and all(
+            count(v) for v in flops):
+        return (int(flops[0]), int(flops[1]))
+    raise ValueError(
+        "%s: flops must be an int >= 0 or a (fixed, per_example) pair of "
+        "ints >= 0 such as (0, 2048); got %r" % (where, flops))
 
 
 def _literal_op_id(name, id_of, where):
@@ -779,3 +919,23 @@ def tensor_bytes(index, op_id, output, batch_size=None):
             batch_used = True
         elements *= dim
     return elements * itemsize
+
+
+def op_flops(index, op_id, batch_size=None):
+    """Floating-point operations of one run of an op (`GraphIndex.flops`).
+
+    Args:
+      index: a `GraphIndex`.
+      op_id: the op.
+      batch_size: the batch size, for counts that grow with it.
+
+    Returns:
+      ``fixed + per_example * batch_size`` as an int, or None when the
+      count grows with the batch and no batch size is given.
+    """
+    fixed, per_example = index.flops[op_id]
+    if not per_example:
+        return fixed
+    if batch_size is None:
+        return None
+    return fixed + per_example * batch_size

@@ -1,0 +1,315 @@
+"""The step-time model on literal graphs whose timing is worked out by hand.
+
+Hardware with round numbers keeps every time exact: memory at 1000 bytes/s
+and 1000 FLOP/s, so an op reading one 1000-byte tensor and writing another
+takes 2 s; a link of 1000 bytes/s (or 250) moves a 1000-byte tensor in 1 s
+(or 4 s); no launch overhead unless a test sets one.
+"""
+
+import numpy as np
+import pytest
+
+from tflms import analysis
+from tflms import graph_index as gi
+from tflms import planner
+from tflms import simulator
+from tflms import steptime
+
+SLOW_GPU = steptime.Gpu("test-gpu", fp32_flops=1000.0, tensor_flops=1000.0,
+                        half_flops=4000.0, memory_bandwidth=1000.0,
+                        memory_bytes=1 << 20, source="a round test device")
+
+
+def link(bytes_per_s):
+    return steptime.Interconnect("test-link", "test link", bytes_per_s,
+                                 "a round test link")
+
+
+def model(index, bytes_per_s=1000.0, overhead=0.0, batch_size=None):
+    return steptime.StepTimeModel(
+        index, analysis.classify_ops(index), batch_size, gpu=SLOW_GPU,
+        interconnect=link(bytes_per_s), launch_overhead_s=overhead)
+
+
+def chain(extra_reader_of_a=False):
+    """x -> a -> b -> c -> e -> d(a, e), 1000 bytes per tensor.
+
+    Levels x 0, a 1, b 2, c 3, e 4, d 5. Op times: a, b, c, e 2 s (one
+    tensor in, one out); d 3 s (two in, one out). With
+    `extra_reader_of_a`, b also reads a (3 s)."""
+    edges = [("x", "a"), ("a", "b"), ("b", "c"), ("c", "e"), ("a", "d"),
+             ("e", "d")]
+    if extra_reader_of_a:
+        edges.append(("a", "b"))
+    return gi.from_edges(
+        [("x", "Placeholder", {"outputs": [1000]}),
+         ("a", "Relu", {"outputs": [1000]}),
+         ("b", "AddV2" if extra_reader_of_a else "Relu",
+          {"outputs": [1000]}),
+         ("c", "Relu", {"outputs": [1000]}),
+         ("e", "Relu", {"outputs": [1000]}),
+         ("d", "AddV2", {"outputs": [1000]})],
+        edges=edges)
+
+
+def plan_of(index, swaps, sync_mode=0):
+    return planner.Plan(params=planner.SwapParams(1, 1, 0, sync_mode),
+                        swaps=tuple(swaps), serialization_edges=(),
+                        num_levels=index.num_levels)
+
+
+def swap(index, tensor, readers, triggers, waiters=(), sync=False):
+    i = index.id_of
+    return planner.SwapPlan(
+        producer=i[tensor], output=0, nbytes=1000,
+        swap_ins=(planner.SwapInPlan(
+            consumers=tuple((i[r], slot) for r, slot in readers),
+            triggers=tuple(i[t] for t in triggers), synchronous=sync),),
+        waiters=tuple(i[w] for w in waiters))
+
+
+def test_compute_only_chain_is_the_sum_of_rooflines():
+    index = chain()
+    step = model(index).predict()
+    assert model(index).op_seconds.tolist() == [0, 2, 2, 2, 2, 3]
+    assert step.without_lms_s == step.with_lms_s == step.compute_s == 11
+    assert step.exposed_transfer_s == 0
+    assert step.level_start_s.tolist() == [0, 0, 2, 4, 6, 8]
+    assert step.op_end_s.tolist() == [0, 2, 4, 6, 8, 11]
+    assert step.swapout_bytes == step.swapin_bytes == 0 and step.swaps == ()
+
+
+def test_flops_bound_ops_and_launch_overhead():
+    # m: 1000 B in and out (2 s of memory) but 6000 FLOPs (6 s): compute
+    # bound; h: 2-byte outputs use the half-precision peak, 12000 / 4000 =
+    # 3 s (12 s at the float32 peak).
+    index = gi.from_edges(
+        [("x", "Placeholder", {"outputs": [1000]}),
+         ("m", "MatMul", {"outputs": [1000], "flops": 6000}),
+         ("h", "MatMul", {"outputs": [((1, 500), 2)], "flops": 12000}),
+         ("per_example", "MatMul", {"outputs": [((None, 250), 4)],
+                                    "flops": (1000, 500)}),
+         ("v", "Identity", {"outputs": [1000]})],
+        edges=[("x", "m"), ("m", "h"), ("h", "per_example"),
+               ("per_example", "v")])
+    times = model(index, overhead=0.25, batch_size=2).op_seconds.tolist()
+    # per_example: 1000 + 500 * 2 FLOPs = 2 s; reads 1000 B and writes
+    # 2 x 250 x 4 = 2000 B: 3 s of memory. v forwards its input: no kernel.
+    assert times == [0, 6.25, 3.25, 3.25, 0]
+
+
+def test_a_hidden_swap_costs_nothing():
+    # a's swap-out runs 2-3 s beside b; its swap-in, triggered by b (done at
+    # 4 s), runs 4-5 s, long before d starts at 8 s.
+    index = chain()
+    plan = plan_of(index, [swap(index, "a", [("d", 0)], ["b"])])
+    levels = simulator.SimulationModel(
+        index, analysis.classify_ops(index)).replay(plan)
+    step = model(index).predict(plan, levels.levels, levels.num_levels)
+    assert step.with_lms_s == step.without_lms_s == 11
+    assert step.exposed_transfer_s == 0
+    assert step.swapout_bytes == step.swapin_bytes == 1000
+    assert step.swapout_busy_s == step.swapin_busy_s == 1
+    (timing,) = step.swaps
+    assert (timing.out_start_s, timing.out_end_s) == (2, 3)
+    # Level 3 (c) is the first to start after the copy to the host ends.
+    assert timing.out_done_level == 3
+    (sin,) = timing.swap_ins
+    assert (sin.ready_s, sin.start_s, sin.end_s) == (4, 4, 5)
+    assert sin.start_level == 3
+
+
+def test_a_swap_in_triggered_just_before_its_reader_is_fully_exposed():
+    # Triggered by e (d's other input, as sync_mode 2 plans it): the copy
+    # runs 8-9 s and d waits for all of it.
+    index = chain()
+    plan = plan_of(index, [swap(index, "a", [("d", 0)], ["e"], sync=True)],
+                   sync_mode=2)
+    step = model(index).predict(plan)
+    assert step.with_lms_s == 12
+    assert step.exposed_transfer_s == 1
+    assert step.op_start_s[index.id_of["d"]] == 9
+    assert step.swaps[0].swap_ins[0].start_s == 8
+
+
+def test_sync_mode_2_from_the_planner_waits_for_the_whole_copy():
+    index = chain()
+    roles = analysis.classify_ops(index)
+    plan = planner.make_plan(index, roles, planner.SwapParams(2, 1, 0, 2))
+    assert [(s.producer, s.swap_ins[0].triggers, s.swap_ins[0].synchronous)
+            for s in plan.swaps] == [(index.id_of["a"],
+                                      (index.id_of["e"],), True)]
+    # 1 s of copy at 1000 B/s, exposed; 4 s at 250 B/s.
+    assert model(index).predict(plan).exposed_transfer_s == 1
+    assert model(index, 250.0).predict(plan).exposed_transfer_s == 4
+
+
+def test_a_planned_step_from_the_pipeline():
+    from tflms import pipeline  # pylint: disable=import-outside-toplevel
+    from tflms.settings import Settings  # pylint: disable=import-outside-toplevel
+    settings = Settings(swapout_threshold=2, swapin_ahead=1,
+                        swapin_groupby=0, sync_mode=2)
+    planned = pipeline.plan(chain(), settings)
+    with pytest.raises(ValueError, match=r"^the plan has not been "
+                       r"simulated, and its levels are needed; pass "
+                       r"pipeline.simulate_plan\(planned\)$"):
+        steptime.predict_planned(planned)
+    step = steptime.predict_planned(
+        pipeline.simulate_plan(planned), gpu=SLOW_GPU,
+        interconnect=link(1000.0), launch_overhead_s=0.0)
+    assert (step.without_lms_s, step.with_lms_s) == (11, 12)
+
+
+def test_two_swap_ins_queue_on_one_link():
+    # d reads a, b and e (3000 B in, 1000 out: 4 s); without LMS 12 s.
+    # At 250 B/s a copy takes 4 s. Out: a 2-6 s; b, made at 4 s, waits for
+    # the link: 6-10 s. In, both triggered by e (done at 8 s): a is ready
+    # at 8 s and copies 8-12 s; b is ready at 10 s (its swap-out) but the
+    # link is busy until 12 s: 12-16 s. d starts at 16 s and ends at 20 s.
+    index = gi.from_edges(
+        [("x", "Placeholder", {"outputs": [1000]}),
+         ("a", "Relu", {"outputs": [1000]}),
+         ("b", "Relu", {"outputs": [1000]}),
+         ("c", "Relu", {"outputs": [1000]}),
+         ("e", "Relu", {"outputs": [1000]}),
+         ("d", "AddN", {"outputs": [1000]})],
+        edges=[("x", "a"), ("a", "b"), ("b", "c"), ("c", "e"), ("a", "d"),
+               ("b", "d"), ("e", "d")])
+    plan = plan_of(index, [swap(index, "a", [("d", 0)], ["e"]),
+                           swap(index, "b", [("d", 1)], ["e"])])
+    step = model(index, 250.0).predict(plan)
+    assert step.without_lms_s == 12
+    a, b = step.swaps
+    assert (a.out_start_s, a.out_end_s, b.out_start_s, b.out_end_s) == (
+        2, 6, 6, 10)
+    assert [(s.ready_s, s.start_s, s.end_s) for s in
+            a.swap_ins + b.swap_ins] == [(8, 8, 12), (10, 12, 16)]
+    assert step.op_start_s[index.id_of["d"]] == 16
+    assert step.with_lms_s == 20
+    assert step.exposed_transfer_s == 8
+    assert step.swapout_busy_s == step.swapin_busy_s == 8
+
+
+def test_sync_mode_1_waiters_wait_for_the_swap_out():
+    # b reads a too (3 s) and waits for a's swap-out (2-3 s): b 3-6 s, c
+    # 6-8, e 8-10; the swap-in (triggered by b) is long done; d 10-13 s.
+    index = chain(extra_reader_of_a=True)
+    plan = plan_of(index, [swap(index, "a", [("d", 0)], ["b"],
+                                waiters=["b"])], sync_mode=1)
+    step = model(index).predict(plan)
+    assert step.without_lms_s == 12
+    assert step.op_start_s[index.id_of["b"]] == 3
+    assert step.with_lms_s == 13
+    assert step.exposed_transfer_s == 1
+
+
+def test_sync_mode_3_waits_both_ways():
+    # As above, and the swap-in is triggered by e (10 s): 10-11 s; d
+    # 11-14 s.
+    index = chain(extra_reader_of_a=True)
+    plan = plan_of(index, [swap(index, "a", [("d", 0)], ["e"],
+                                waiters=["b"], sync=True)], sync_mode=3)
+    step = model(index).predict(plan)
+    assert step.op_start_s[index.id_of["d"]] == 11
+    assert step.with_lms_s == 14
+    assert step.exposed_transfer_s == 2
+
+
+def test_a_copy_still_running_when_compute_ends_extends_the_step():
+    # The swap-in of a for d is triggered by b at 4 s; at 100 B/s the
+    # swap-out alone runs 2-12 s, the swap-in 12-22 s, so d waits until
+    # 22 s: 22-25 s.
+    index = chain()
+    plan = plan_of(index, [swap(index, "a", [("d", 0)], ["b"])])
+    step = model(index, 100.0).predict(plan)
+    assert step.with_lms_s == 25
+    assert step.exposed_transfer_s == 14
+
+
+def test_levels_that_are_not_the_plans_are_refused():
+    index = chain()
+    plan = plan_of(index, [swap(index, "a", [("b", 0)], ["e"])])
+    with pytest.raises(ValueError, match=r"^levels put a reader of the "
+                       r"swap-in of a:0 before its triggers or its "
+                       r"swap-out; pass the levels of the plan's replay"):
+        model(index).predict(plan)
+
+
+def test_levels_of_another_graph_are_refused():
+    step_model = model(chain())
+    with pytest.raises(ValueError, match=r"^levels must give one level per "
+                       r"op of the index \(6\); got 2$"):
+        step_model.predict(None, levels=[0, 1])
+    with pytest.raises(ValueError, match=r"^num_levels must be at least one "
+                       r"past the highest op level \(6\); got 5; pass the "
+                       r"replay's num_levels with its levels$"):
+        step_model.predict(None, num_levels=5)
+
+
+def test_named_hardware_and_bad_names():
+    gpu = steptime.gpu_named("A100-SXM4-40GB")
+    assert (gpu.tensor_flops, gpu.memory_bandwidth) == (156e12, 1555e9)
+    assert steptime.gpu_named("V100-SXM2-16GB").tensor_flops == 15.7e12
+    assert steptime.interconnect_named("pcie4").bytes_per_s == 31.5e9
+    assert [gbps for _, gbps in steptime.LINKS] == [15.75, 31.5, 63.0, 75.0,
+                                                    450.0]
+    with pytest.raises(ValueError, match=r"^gpu 'P100' is not known; use "
+                       r"one of V100-SXM2-16GB, V100-SXM2-32GB, "
+                       r"A100-SXM4-40GB, A100-SXM4-80GB, H100-SXM5-80GB$"):
+        steptime.gpu_named("P100")
+    with pytest.raises(ValueError, match=r"^interconnect 'pcie6' is not "
+                       r"known; use one of pcie3, pcie4, pcie5, nvlink2, "
+                       r"nvlink-c2c$"):
+        steptime.interconnect_named("pcie6")
+    with pytest.raises(ValueError, match=r"^launch_overhead_s must be >= 0 "
+                       r"seconds; got -1"):
+        model(chain(), overhead=-1)
+
+
+def test_level_starts_fill_levels_without_timed_ops():
+    index = chain()
+    step = model(index).predict(None, num_levels=8)
+    assert np.array_equal(step.level_start_s, [0, 0, 2, 4, 6, 8, 11, 11])
+
+
+def test_a_hidden_plan_exposes_exactly_nothing_with_inexact_times():
+    # Op times in thirds of a second do not add up exactly in floating
+    # point; the step without LMS is summed in the plan's order, so a plan
+    # whose copies all hide still shows exactly 0.
+    index = chain()
+    gpu = steptime.Gpu("thirds", 1.0, 1.0, 1.0, 3000.0, 1, "test")
+    plan = plan_of(index, [swap(index, "a", [("d", 0)], ["b"])])
+    step = steptime.StepTimeModel(
+        index, analysis.classify_ops(index), gpu=gpu,
+        interconnect=link(1e6), launch_overhead_s=0.1).predict(plan)
+    assert step.exposed_transfer_s == 0.0
+    assert step.with_lms_s == step.without_lms_s
+
+
+def test_a_convolution_of_a_tensorflow_graph_at_its_roofline():
+    """On a real graph: the convolution's time is its FLOPs at the peak or
+    its bytes at the bandwidth, whichever is larger, plus the overhead;
+    the reshape forwards its buffer and costs nothing."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 16, 16, 8], name="x")
+        w = tf.compat.v1.get_variable("w", [3, 3, 8, 32])
+        y = tf.nn.conv2d(x, w, 1, "SAME", name="conv")
+        tf.reshape(y, [-1, 16 * 16 * 32], name="flat")
+    index = gi.build_index(graph)
+    roles = analysis.classify_ops(index)
+    batch = 4
+    flops = 2 * batch * 16 * 16 * 32 * 3 * 3 * 8
+    nbytes = 4 * (batch * 16 * 16 * 8 + 3 * 3 * 8 * 32 + batch * 16 * 16 * 32)
+    for gpu in ("V100-SXM2-16GB", "A100-SXM4-80GB"):
+        model = steptime.StepTimeModel(index, roles, batch, gpu=gpu)
+        spec = steptime.GPUS[gpu]
+        conv = index.id_of["conv"]
+        assert gi.op_flops(index, conv, batch) == flops
+        assert model.bytes_touched(conv) == nbytes
+        assert model.op_seconds[conv] == max(
+            flops / spec.tensor_flops,
+            nbytes / spec.memory_bandwidth) + steptime.LAUNCH_OVERHEAD_S
+        assert model.op_seconds[index.id_of["flat"]] == 0
+        assert model.predict().without_lms_s == model.op_seconds[conv]

@@ -1,0 +1,596 @@
+"""How long one training step takes on a named GPU, with and without a plan.
+
+Pure: takes a `GraphIndex`, `OpRoles`, a batch size and a `planner.Plan`,
+imports no TensorFlow. The memory simulator says whether a plan fits; this
+model says what it costs in time.
+
+The model
+---------
+
+* **Compute.** Ops run one at a time on the GPU's compute stream, in the
+  order of the simulator's levels (level by level, a level's ops back to
+  back in op-id order). An op takes a roofline estimate
+  ``max(flops / peak_flops, bytes_touched / memory_bandwidth)`` plus
+  `LAUNCH_OVERHEAD_S`. FLOPs are the index's (`GraphIndex.flops`:
+  matrix products and convolutions and their gradients; every other op
+  counts as memory-bound); bytes touched are the op's input and output
+  tensors (`graph_index.tensor_bytes`). The peak is `Gpu.tensor_flops`
+  for ops with 4-byte outputs (float32 graphs) and `Gpu.half_flops` for
+  2-byte outputs. Ops that run no kernel (`NO_KERNEL_TYPES`: forwarding
+  ops, variable reads, constants, placeholders, v1 control flow) and ops
+  off the managed device take no time.
+* **Copies.** Swap-outs queue first in, first out on one device-to-host
+  copy stream, swap-ins on one host-to-device stream; both run beside the
+  compute stream at the interconnect's bandwidth per direction. A swap-out
+  can start when its tensor has been made; a swap-in when its triggers have
+  finished and its swap-out has finished. A reader of a swap-in waits until
+  the copy has finished. With ``sync_mode`` 1 or 3, the plan's waiters
+  (`planner.SwapPlan.waiters`) wait for the swap-out; with 2 or 3, each
+  swap-in is triggered by its reader's other inputs, so the reader waits
+  for the whole copy. Nothing else waits: with one compute stream, an op's
+  graph predecessors have finished before it starts.
+* **The step** ends when the compute stream and both copy streams are idle.
+  Without LMS it is the sum of the op times; the exposed transfer time is
+  the difference.
+
+Memory and time: the per-level start times (`StepTime.level_start_s`) and,
+per swap, the level at which its swap-out copy has finished
+(`SwapTiming.out_done_level`: the tensor stays on the device until then)
+and the level at which each swap-in copy starts
+(`SwapInTiming.start_level`: the copy occupies the device from then) are
+plain data for the simulator to use later; it does not use them yet.
+
+Not modelled: the variable and slot bytes an optimizer update reads and
+writes through resource handles (handles have no size in the index; only
+the gradient counts), overlapping kernels (several streams, or ops of one level
+running concurrently), cuDNN algorithm choice, fusion (XLA, Grappler's
+remapper), caches, host-side op scheduling, input pipelines, clocks below
+their boost rate, and copy efficiency below the link's peak rate.
+
+Hardware numbers are the vendors' published peak rates (sources in
+`GPUS` and `INTERCONNECTS`), so predictions are lower bounds on real step
+times; docs/performance.md compares them with published throughput.
+"""
+
+import bisect
+import dataclasses
+import heapq
+import math
+
+import numpy as np
+
+from tflms import graph_index as gi
+from tflms.analysis import initializer_only_ops
+from tflms.graph_index import CONTROL_FLOW_V1_TYPES
+
+__all__ = [
+    "Gpu",
+    "Interconnect",
+    "GPUS",
+    "INTERCONNECTS",
+    "LINKS",
+    "DEFAULT_GPU",
+    "DEFAULT_INTERCONNECT",
+    "LAUNCH_OVERHEAD_S",
+    "NO_KERNEL_TYPES",
+    "gpu_named",
+    "interconnect_named",
+    "StepTimeModel",
+    "predict_planned",
+    "StepTime",
+    "SwapTiming",
+    "SwapInTiming",
+]
+
+# What launching one kernel costs beyond its work: CUDA's launch latency
+# (a few microseconds) plus TensorFlow's executor bookkeeping per op. 5 us is
+# a round figure in that range; set it per model with `launch_overhead_s`.
+LAUNCH_OVERHEAD_S = 5e-6
+
+# Ops that run no GPU kernel in a step: they forward a buffer, hand out a
+# variable, or were materialized before the step (constants, fed inputs).
+NO_KERNEL_TYPES = frozenset({
+    "Identity", "IdentityN", "StopGradient", "PreventGradient", "Reshape",
+    "Squeeze", "ExpandDims", "Snapshot",
+    "ReadVariableOp", "VarHandleOp", "VariableV2", "Variable",
+    "VarHandleOpV2", "VarIsInitializedOp",
+    "Const", "Placeholder", "PlaceholderWithDefault", "NoOp",
+    "Shape", "ShapeN", "Size", "Rank",
+}) | CONTROL_FLOW_V1_TYPES
+
+
+@dataclasses.dataclass(frozen=True)
+class Gpu:
+    """A GPU's published peak rates.
+
+    Attributes:
+      name: the key in `GPUS`.
+      fp32_flops: FP32 FLOP/s on the CUDA cores.
+      tensor_flops: FLOP/s the matrix products and convolutions of a
+        float32 graph get: TF32 on the tensor cores of A100 and H100
+        (TensorFlow runs float32 matmuls and convolutions in TF32 there by
+        default since 2.4, ``tf.config.experimental.
+        enable_tensor_float_32_execution``), FP32 on V100 (whose tensor
+        cores take FP16 inputs only). Dense rates, not the "with sparsity"
+        ones.
+      half_flops: FP16 tensor-core FLOP/s (dense), for 2-byte outputs
+        (mixed precision).
+      memory_bandwidth: HBM bytes/s.
+      memory_bytes: device memory.
+      source: where the numbers come from.
+    """
+
+    name: str
+    fp32_flops: float
+    tensor_flops: float
+    half_flops: float
+    memory_bandwidth: float
+    memory_bytes: int
+    source: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Interconnect:
+    """A CPU-GPU link.
+
+    Attributes:
+      name: the key in `INTERCONNECTS`.
+      label: how tables show it.
+      bytes_per_s: peak data rate in each direction (links are full duplex,
+        so swap-outs and swap-ins each get this much).
+      source: where the number comes from.
+    """
+
+    name: str
+    label: str
+    bytes_per_s: float
+    source: str
+
+
+_T = 1e12
+_G = 1e9
+_GIB = 1 << 30
+_V100_SOURCE = ("NVIDIA Tesla V100 GPU Accelerator datasheet (SXM2: FP32 "
+                "15.7 TFLOPS, tensor 125 TFLOPS, HBM2 900 GB/s), "
+                "https://images.nvidia.com/content/technologies/volta/pdf/"
+                "tesla-volta-v100-datasheet-letter-fnl-web.pdf")
+_A100_SOURCE = ("NVIDIA A100 Tensor Core GPU datasheet (SXM: FP32 19.5 "
+                "TFLOPS, TF32 156 TFLOPS, FP16 312 TFLOPS dense; 40 GB "
+                "HBM2 1,555 GB/s, 80 GB HBM2e 2,039 GB/s), "
+                "https://www.nvidia.com/content/dam/en-zz/Solutions/"
+                "Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-"
+                "1758950-r4-web.pdf")
+_H100_SOURCE = ("NVIDIA H100 Tensor Core GPU datasheet (SXM: FP32 67 "
+                "TFLOPS; TF32 989 and FP16 1,979 TFLOPS with sparsity, half "
+                "that dense; HBM3 3.35 TB/s, 80 GB), "
+                "https://resources.nvidia.com/en-us-tensor-core/"
+                "nvidia-tensor-core-gpu-datasheet")
+
+GPUS = {g.name: g for g in (
+    Gpu("V100-SXM2-16GB", 15.7 * _T, 15.7 * _T, 125 * _T, 900 * _G,
+        16 * _GIB, _V100_SOURCE),
+    Gpu("V100-SXM2-32GB", 15.7 * _T, 15.7 * _T, 125 * _T, 900 * _G,
+        32 * _GIB, _V100_SOURCE),
+    Gpu("A100-SXM4-40GB", 19.5 * _T, 156 * _T, 312 * _T, 1555 * _G,
+        40 * _GIB, _A100_SOURCE),
+    Gpu("A100-SXM4-80GB", 19.5 * _T, 156 * _T, 312 * _T, 2039 * _G,
+        80 * _GIB, _A100_SOURCE),
+    Gpu("H100-SXM5-80GB", 67 * _T, 494.5 * _T, 989.5 * _T, 3350 * _G,
+        80 * _GIB, _H100_SOURCE),
+)}
+
+_PCIE_SOURCE = ("PCI-SIG PCI Express Base Specifications 3.0/4.0/5.0: 8, 16 "
+                "and 32 GT/s per lane with 128b/130b encoding; x16 carries "
+                "15.75, 31.5 and 63.0 GB/s per direction")
+INTERCONNECTS = {i.name: i for i in (
+    Interconnect("pcie3", "PCIe 3.0 x16", 15.75 * _G, _PCIE_SOURCE),
+    Interconnect("pcie4", "PCIe 4.0 x16", 31.5 * _G, _PCIE_SOURCE),
+    Interconnect("pcie5", "PCIe 5.0 x16", 63.0 * _G, _PCIE_SOURCE),
+    Interconnect(
+        "nvlink2", "NVLink 2.0 (POWER9-V100, 3 bricks)", 75.0 * _G,
+        "NVIDIA Tesla V100 datasheet (NVLink 2.0: 25 GB/s per brick per "
+        "direction) and IBM Power System AC922 (8335-GTH) technical "
+        "overview, IBM Redpaper REDP-5472 (3 bricks between a POWER9 and "
+        "each V100 in the 4-GPU model: 75 GB/s per direction)"),
+    Interconnect(
+        "nvlink-c2c", "NVLink-C2C (Grace Hopper)", 450.0 * _G,
+        "NVIDIA GH200 Grace Hopper Superchip datasheet (NVLink-C2C 900 "
+        "GB/s bidirectional, 450 GB/s per direction)"),
+)}
+
+# (label, GB/s per direction), for tables that list every link.
+LINKS = tuple((i.label, i.bytes_per_s / _G) for i in INTERCONNECTS.values())
+
+# V100: the GPU the original TFLMSv2 targeted (POWER9 AC922) and the
+# virtual cluster's (`tflms.oracle.gpu_properties`); PCIe 4.0: today's
+# common host link (issue 15 states it as the default).
+DEFAULT_GPU = "V100-SXM2-16GB"
+DEFAULT_INTERCONNECT = "pcie4"
+
+
+def gpu_named(name):
+    """The `Gpu` called `name` (a key of `GPUS`), or `name` if it is one.
+
+    Raises:
+      ValueError: naming the known GPUs.
+    """
+    if isinstance(name, Gpu):
+        return name
+    found = GPUS.get(name)
+    if found is None:
+        raise ValueError("gpu %r is not known; use one of %s"
+                         % (name, ", ".join(GPUS)))
+    return found
+
+
+def interconnect_named(name):
+    """The `Interconnect` called `name` (a key of `INTERCONNECTS`), or
+    `name` if it is one.
+
+    Raises:
+      ValueError: naming the known links.
+    """
+    if isinstance(name, Interconnect):
+        return name
+    found = INTERCONNECTS.get(name)
+    if found is None:
+        raise ValueError("interconnect %r is not known; use one of %s"
+                         % (name, ", ".join(INTERCONNECTS)))
+    return found
+
+
+@dataclasses.dataclass(frozen=True)
+class SwapInTiming:
+    """When one swap-in's copy ran.
+
+    Attributes:
+      ready_s: when its triggers and its swap-out had finished.
+      start_s, end_s: the copy on the host-to-device stream.
+      start_level: the level running when the copy starts (the last level
+        that started at or before `start_s`): the device copy occupies
+        memory from this level on.
+    """
+
+    ready_s: float
+    start_s: float
+    end_s: float
+    start_level: int
+
+
+@dataclasses.dataclass(frozen=True)
+class SwapTiming:
+    """When one swapped tensor's copies ran.
+
+    Attributes:
+      producer, output: the tensor.
+      nbytes: bytes per copy.
+      out_start_s, out_end_s: the swap-out on the device-to-host stream.
+      out_done_level: the first level that starts at or after `out_end_s`
+        (the number of levels if none): the tensor stays on the device
+        until this level.
+      swap_ins: a `SwapInTiming` per swap-in, in plan order.
+    """
+
+    producer: int
+    output: int
+    nbytes: int
+    out_start_s: float
+    out_end_s: float
+    out_done_level: int
+    swap_ins: tuple
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class StepTime:
+    """One predicted step. Times in seconds.
+
+    Attributes:
+      gpu, interconnect: names of the hardware.
+      without_lms_s: the step without a plan (the sum of the op times).
+      with_lms_s: the step with the plan (equal without one).
+      compute_s: busy time of the compute stream (`without_lms_s` up to
+        rounding).
+      swapout_bytes, swapin_bytes: bytes each way.
+      swapout_busy_s, swapin_busy_s: busy time of each copy stream.
+      level_start_s: float numpy array, when each level of the (planned)
+        step starts: its first op's start, or for a level without timed
+        ops, when the levels before it have finished.
+      op_start_s, op_end_s: float numpy arrays per op of the index (0 for
+        ops that do not run).
+      swaps: a `SwapTiming` per swap of the plan.
+    """
+
+    gpu: str
+    interconnect: str
+    without_lms_s: float
+    with_lms_s: float
+    compute_s: float
+    swapout_bytes: int
+    swapin_bytes: int
+    swapout_busy_s: float
+    swapin_busy_s: float
+    level_start_s: np.ndarray
+    op_start_s: np.ndarray
+    op_end_s: np.ndarray
+    swaps: tuple
+
+    @property
+    def exposed_transfer_s(self):
+        """How much longer the step takes with the plan."""
+        return self.with_lms_s - self.without_lms_s
+
+
+class StepTimeModel:
+    """Op times of a graph on one GPU and link; `predict` replays a plan.
+
+    Args:
+      index: a `GraphIndex` (the planning index, with its serialization
+        edges, when timing a `pipeline.Planned`).
+      roles: its `OpRoles` (which ops are on the device, which do not run).
+      batch_size: the first unknown dimension of every shape, or None.
+      gpu: a `Gpu` or a key of `GPUS`.
+      interconnect: an `Interconnect` or a key of `INTERCONNECTS`.
+      launch_overhead_s: seconds added to every op that runs a kernel.
+
+    Raises:
+      ValueError: an unknown GPU or link, or a negative overhead.
+    """
+
+    def __init__(self, index, roles, batch_size=None, gpu=DEFAULT_GPU,
+                 interconnect=DEFAULT_INTERCONNECT,
+                 launch_overhead_s=LAUNCH_OVERHEAD_S):
+        if not launch_overhead_s >= 0:
+            raise ValueError("launch_overhead_s must be >= 0 seconds; got "
+                             "%r" % (launch_overhead_s,))
+        self.index = index
+        self.roles = roles
+        self.batch_size = batch_size
+        self.gpu = gpu_named(gpu)
+        self.interconnect = interconnect_named(interconnect)
+        self.launch_overhead_s = launch_overhead_s
+        inactive = roles.inactive | initializer_only_ops(index)
+        self.runs = np.asarray([i not in inactive
+                                for i in range(index.num_ops)], dtype=bool)
+        self.op_seconds = np.asarray(
+            [self._op_seconds(i) if self.runs[i] else 0.0
+             for i in range(index.num_ops)], dtype=np.float64)
+        self._without = None
+
+    # ---- per-op cost -------------------------------------------------------
+    def _bytes(self, op_id, output):
+        return gi.tensor_bytes(self.index, op_id, output,
+                               self.batch_size) or 0
+
+    def bytes_touched(self, op_id):
+        """Bytes of an op's input and output tensors (unknown sizes: 0)."""
+        index = self.index
+        total = sum(self._bytes(p, k) for p, k in index.inputs[op_id])
+        return total + sum(self._bytes(op_id, k)
+                           for k in range(len(index.output_shapes[op_id])))
+
+    def peak_flops(self, op_id):
+        """The FLOP/s an op's products get: 2-byte outputs (FP16, bfloat16)
+        the half-precision tensor cores, others `Gpu.tensor_flops`."""
+        sizes = self.index.output_itemsizes[op_id]
+        if sizes and sizes[0] == 2:
+            return self.gpu.half_flops
+        return self.gpu.tensor_flops
+
+    def _op_seconds(self, op_id):
+        index = self.index
+        if (op_id not in self.roles.device_ops
+                or index.types[op_id] in NO_KERNEL_TYPES):
+            return 0.0
+        flops = gi.op_flops(index, op_id, self.batch_size) or 0
+        work = max(flops / self.peak_flops(op_id),
+                   self.bytes_touched(op_id) / self.gpu.memory_bandwidth)
+        return work + self.launch_overhead_s
+
+    # ---- one step ------------------------------------------------------
+    def predict(self, plan=None, levels=None, num_levels=None):
+        """Time one step of the graph rewritten with `plan`.
+
+        Args:
+          plan: a `planner.Plan`, or None for the step without LMS.
+          levels: per-op levels of the rewritten graph
+            (`simulator.SimulationResult.levels` of the plan's replay);
+            default: the index's levels, which are the plan's whenever it
+            moves no op (asynchronous plans).
+          num_levels: levels of the rewritten graph
+            (`SimulationResult.num_levels`, which counts the swap ops'
+            levels too); default: one past the highest op level.
+
+        Returns:
+          A `StepTime`.
+
+        Raises:
+          ValueError: if `levels` put a swap-in's reader before its
+            triggers (levels that are not the plan's), or `levels` or
+            `num_levels` do not fit the index.
+        """
+        index = self.index
+        n = index.num_ops
+        if levels is None:
+            levels = index.levels
+        levels = np.asarray(levels, dtype=np.int64)
+        if len(levels) != n:
+            raise ValueError("levels must give one level per op of the "
+                             "index (%d); got %d" % (n, len(levels)))
+        needed = int(levels.max()) + 1 if n else 0
+        if num_levels is None:
+            num_levels = needed
+        elif num_levels < needed:
+            raise ValueError(
+                "num_levels must be at least one past the highest op level "
+                "(%d); got %d; pass the replay's num_levels with its levels"
+                % (needed, num_levels))
+        order = sorted((i for i in range(n) if self.runs[i]),
+                       key=lambda i: (levels[i], i))
+        swaps = plan.swaps if plan is not None else ()
+        bandwidth = self.interconnect.bytes_per_s
+
+        # What each op waits for, and which copies it sets off.
+        swapouts_of = {}     # producer -> swap indexes
+        waits_out = {}       # op -> swap indexes whose swap-out it waits for
+        waits_in = {}        # op -> swap-in keys (swap, k) it reads
+        trigger_of = {}      # op -> swap-in keys it triggers
+        missing = {}         # swap-in key -> triggers not yet finished
+        sizes = []
+        for s, swap in enumerate(swaps):
+            sizes.append(self._bytes(swap.producer, swap.output))
+            swapouts_of.setdefault(swap.producer, []).append(s)
+            for w in swap.waiters:
+                waits_out.setdefault(w, []).append(s)
+            for k, sin in enumerate(swap.swap_ins):
+                key = (s, k)
+                for c, _ in sin.consumers:
+                    waits_in.setdefault(c, []).append(key)
+                live = {t for t in sin.triggers if self.runs[t]}
+                # The swap-out counts as one more thing to wait for.
+                missing[key] = len(live) + 1
+                for t in live:
+                    trigger_of.setdefault(t, []).append(key)
+
+        op_start = np.zeros(n, dtype=np.float64)
+        op_end = np.zeros(n, dtype=np.float64)
+        out_start = [0.0] * len(swaps)
+        out_end = [0.0] * len(swaps)
+        ready = {}           # swap-in key -> latest finish it waited for
+        in_times = {}        # swap-in key -> (ready, start, end)
+        queue = []           # ready swap-ins not yet copied: (ready, seq, key)
+        seq = [0]
+        d2h_free = h2d_free = 0.0
+        clock = 0.0
+
+        def finished(key, when):
+            ready[key] = max(ready.get(key, 0.0), when)
+            missing[key] -= 1
+            if missing[key] == 0:
+                heapq.heappush(queue, (ready[key], seq[0], key))
+                seq[0] += 1
+
+        def copy_in(key):
+            # Copies start in the order they became ready (FIFO); a copy
+            # another op needs later can only have become ready later.
+            nonlocal h2d_free
+            while key not in in_times:
+                if not queue:
+                    swap = swaps[key[0]]
+                    raise ValueError(
+                        "levels put a reader of the swap-in of %s:%d before "
+                        "its triggers or its swap-out; pass the levels of "
+                        "the plan's replay (simulator replay(plan).levels)"
+                        % (index.names[swap.producer], swap.output))
+                when, _, first = heapq.heappop(queue)
+                start = max(when, h2d_free)
+                h2d_free = start + sizes[first[0]] / bandwidth
+                in_times[first] = (when, start, h2d_free)
+            return in_times[key][2]
+
+        for i in order:
+            start = clock
+            for key in waits_in.get(i, ()):
+                start = max(start, copy_in(key))
+            for s in waits_out.get(i, ()):
+                start = max(start, out_end[s])
+            end = start + self.op_seconds[i]
+            op_start[i], op_end[i] = start, end
+            clock = end
+            for s in swapouts_of.get(i, ()):
+                out_start[s] = max(end, d2h_free)
+                d2h_free = out_end[s] = out_start[s] + sizes[s] / bandwidth
+                for k in range(len(swaps[s].swap_ins)):
+                    finished((s, k), out_end[s])
+            for key in trigger_of.get(i, ()):
+                finished(key, end)
+        # Copies nobody in the step waits for still run before it ends.
+        while queue:
+            copy_in(queue[0][2])
+
+        level_start = self._level_starts(order, levels, num_levels,
+                                         op_start, op_end)
+        timings = []
+        for s, swap in enumerate(swaps):
+            ins = []
+            for k in range(len(swap.swap_ins)):
+                when, start, end = in_times.get((s, k), (0.0, 0.0, 0.0))
+                ins.append(SwapInTiming(
+                    ready_s=when, start_s=start, end_s=end,
+                    start_level=max(0, bisect.bisect_right(
+                        level_start, start) - 1)))
+            timings.append(SwapTiming(
+                producer=swap.producer, output=swap.output, nbytes=sizes[s],
+                out_start_s=out_start[s], out_end_s=out_end[s],
+                out_done_level=bisect.bisect_left(level_start, out_end[s]),
+                swap_ins=tuple(ins)))
+        compute = math.fsum(self.op_seconds)
+        swapin_bytes = sum(sizes[s] * len(swap.swap_ins)
+                           for s, swap in enumerate(swaps))
+        return StepTime(
+            gpu=self.gpu.name, interconnect=self.interconnect.name,
+            without_lms_s=self._without_lms_s(),
+            with_lms_s=max(clock, d2h_free, h2d_free),
+            compute_s=compute,
+            swapout_bytes=int(sum(sizes)), swapin_bytes=int(swapin_bytes),
+            swapout_busy_s=sum(sizes) / bandwidth,
+            swapin_busy_s=swapin_bytes / bandwidth,
+            level_start_s=level_start, op_start_s=op_start,
+            op_end_s=op_end, swaps=tuple(timings))
+
+    def _without_lms_s(self):
+        # Accumulated in the graph's level order, as `predict` accumulates
+        # a plan's step: a plan that moves no op and makes nothing wait then
+        # gives exactly this sum, and the exposed time is exactly 0.
+        if self._without is None:
+            levels = self.index.levels
+            clock = 0.0
+            for i in sorted((i for i in range(self.index.num_ops)
+                             if self.runs[i]), key=lambda i: (levels[i], i)):
+                clock += self.op_seconds[i]
+            self._without = clock
+        return self._without
+
+    @staticmethod
+    def _level_starts(order, levels, num_levels, op_start, op_end):
+        starts = np.full(num_levels, np.nan)
+        for i in order:
+            if np.isnan(starts[levels[i]]):
+                starts[levels[i]] = op_start[i]
+        # A level without ops of its own starts when the ones before end.
+        done = 0.0
+        by_level = {}
+        for i in order:
+            by_level[levels[i]] = max(by_level.get(levels[i], 0.0),
+                                      op_end[i])
+        for level in range(num_levels):
+            if np.isnan(starts[level]):
+                starts[level] = done
+            done = max(done, by_level.get(level, done))
+        return starts
+
+
+def predict_planned(planned, gpu=DEFAULT_GPU,
+                    interconnect=DEFAULT_INTERCONNECT,
+                    launch_overhead_s=LAUNCH_OVERHEAD_S):
+    """The `StepTime` of a `pipeline.Planned`: its plan (if any) timed at
+    the levels of its with-LMS simulation.
+
+    Args:
+      planned: a `pipeline.Planned` with its simulations
+        (`pipeline.simulate_plan`; auto-tuned ones have them).
+      gpu, interconnect, launch_overhead_s: as for `StepTimeModel`.
+
+    Raises:
+      ValueError: `planned` has a plan but no with-LMS simulation.
+    """
+    model = StepTimeModel(planned.index, planned.roles,
+                          planned.settings.batch_size, gpu=gpu,
+                          interconnect=interconnect,
+                          launch_overhead_s=launch_overhead_s)
+    if planned.plan is None:
+        return model.predict()
+    if planned.with_lms is None:
+        raise ValueError("the plan has not been simulated, and its levels "
+                         "are needed; pass pipeline.simulate_plan(planned)")
+    return model.predict(planned.plan, planned.with_lms.levels,
+                         planned.with_lms.num_levels)
