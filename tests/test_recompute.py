@@ -175,7 +175,16 @@ def test_a_swapped_input_is_read_from_its_swap_in():
         producer=conv, output=0, nbytes=1000,
         swap_ins=(planner.SwapInPlan(((gbn, 1),), (index.id_of["gz"],),
                                      False),), waiters=())
-    assert recompute_of(index, "z", "gz", swaps=(late,)) is None
+    # A swap-in started after gz is started earlier instead, by the
+    # recompute's trigger (three levels ahead: swap-in, bn, relu).
+    rec_late = recompute_of(index, "z", "gz", swaps=(late,))
+    assert rec_late.inputs[0] == (("swapin", conv, 0, 0),)
+    assert rec_late.earlier_swap_ins == ((conv, 0, 0),)
+    assert rec_late.trigger == index.id_of["m3"]
+    assert planner.retrigger_swaps((late,), rec_late) == (
+        dataclasses.replace(late, swap_ins=(planner.SwapInPlan(
+            ((gbn, 1),), (index.id_of["m3"],), False),)),)
+    assert rec.earlier_swap_ins == ()
     plan = planner.Plan(params=PARAMS, swaps=(swap,), serialization_edges=(),
                         num_levels=index.num_levels, recomputes=(rec,))
     result = simulator.SimulationModel(index, roles).replay(plan)
@@ -209,14 +218,25 @@ def test_with_recomputes_replaces_accepted_swaps_only():
     assert refused is plan
 
 
-def test_a_conv_output_swapped_for_the_batch_norm_gradient_blocks_it():
-    # Threshold 3 swaps the conv output too, and its swap-in starts after
-    # gz: the clone of bn would have no input on the device, so z stays
-    # swapped (bringing the conv output back early is not planned).
+def test_a_conv_output_swapped_for_the_batch_norm_gradient_comes_back_earlier():
+    # Threshold 3 swaps the conv output too, brought back for gbn after gz:
+    # the hybrid plan starts that swap-in before the clones instead (it
+    # feeds the clone of bn and gbn) and recomputes z.
     index = resnet_like()
     roles = analysis.classify_ops(index)
     plan = planner.make_plan(index, roles, planner.SwapParams(3, 1, 0, 0))
-    z, conv = ids(index, "z", "conv")
+    z, conv, m3 = ids(index, "z", "conv", "m3")
     assert {(s.producer, s.output) for s in plan.swaps} == {(z, 0), (conv, 0)}
-    assert planner.with_recomputes(index, roles, plan,
-                                   lambda candidate, current: True) is plan
+    hybrid = planner.with_recomputes(index, roles, plan,
+                                     lambda candidate, current: True)
+    assert [(s.producer, [sin.triggers for sin in s.swap_ins])
+            for s in hybrid.swaps] == [(conv, [(m3,)])]
+    assert [(r.producer, r.earlier_swap_ins) for r in hybrid.recomputes] == [
+        (z, ((conv, 0, 0),))]
+    assert hybrid.moved_bytes() == 2000
+    result = simulator.SimulationModel(index, roles).replay(hybrid)
+    # conv's device copy [7, 11] (after m3 at 6, read by bn's clone at 8
+    # and gbn at 11); bn's clone at 8, z's at 9.
+    assert result.device_timeline.tolist() == [
+        100, 1100, 3020, 6000, 7000, 6000, 6000, 7000, 6030, 7020, 5011,
+        1002]

@@ -11,6 +11,9 @@ benchmark call it, so what is measured is what users run::
     parameters     the settings' own, or autotune.tune's when one is -1
     plan           planner.make_plan (or the tuner's chosen plan): swaps,
                    serialization and deferral edges, all in one Plan
+    recompute      with `Settings.recompute`, swaps replaced by recomputes
+                   (planner.with_recomputes): with tuning where a replay
+                   still fits the budget and `recompute_cost` is lower
     simulations    the step without and with the plan, when asked for
 
 It reads no TensorFlow object and edits nothing: the rewriter applies
@@ -26,7 +29,7 @@ from tflms._logging import Logger
 from tflms.settings import Settings
 
 __all__ = ["Planned", "classify", "plan", "simulate_plan",
-           "simulate_without"]
+           "simulate_without", "recompute_cost"]
 
 _GIB = float(1 << 30)
 
@@ -171,16 +174,68 @@ def plan(index, settings, roles=None, log=None, simulate=False, env=None,
     if settings.autotune_requested:
         outcome = _tune(index, roles, settings, deferral, log, env,
                         list_devices)
-        return dataclasses.replace(
+        planned = dataclasses.replace(
             planned, plan=outcome.plan, autotuned=True, tune=outcome,
             without_lms=outcome.without_lms, with_lms=outcome.with_lms,
             budget_bytes=outcome.budget_bytes)
+        if settings.recompute and outcome.plan is not None:
+            planned = _recompute_within_budget(planned, log)
+        return planned
 
     chosen = planner.make_plan(index, roles, _requested(settings),
                                batch_size=settings.batch_size,
                                deferral=deferral)
+    if settings.recompute:
+        # Fixed parameters give no budget to check against: every swap
+        # that can be recomputed is, which moves fewer bytes.
+        chosen = planner.with_recomputes(
+            index, roles, chosen, lambda candidate, current: True,
+            settings.batch_size)
+        _log_recomputes(log, chosen)
     planned = dataclasses.replace(planned, plan=chosen)
     return simulate_plan(planned) if simulate else planned
+
+
+def recompute_cost(plan):
+    """What the tuner minimises when it replaces swaps by recomputes: the
+    bytes a plan copies between device and host per step. A step-time
+    model can take its place (same signature, lower is better)."""
+    return plan.moved_bytes()
+
+
+def _recompute_within_budget(planned, log, cost=recompute_cost):
+    """`planned` with the tuner's swaps replaced by recomputes where a
+    replay of the plan still fits the budget and `cost` is lower."""
+    model = _model(planned.index, planned.roles, planned.settings)
+    budget = planned.budget_bytes
+
+    def accept(candidate, current):
+        if cost(candidate) >= cost(current):
+            return False
+        return model.replay(candidate, detail=False).fits(budget)
+
+    chosen = planner.with_recomputes(planned.index, planned.roles,
+                                     planned.plan, accept,
+                                     planned.settings.batch_size)
+    if chosen is planned.plan:
+        log.info("[Simulator] No swapped tensor can be recomputed within "
+                 "the budget")
+        return planned
+    _log_recomputes(log, chosen)
+    final = model.replay(chosen, detail=True)
+    log.info("[Simulator] With LMS and recomputes one step peaks at %.2f "
+             "GiB of %.2f GiB at level %d (%s)" % (
+                 final.peak_device_bytes / _GIB, budget / _GIB,
+                 final.peak_level, final.peak_op))
+    return dataclasses.replace(planned, plan=chosen, with_lms=final)
+
+
+def _log_recomputes(log, plan):
+    if plan.recomputes:
+        log.info("Recomputing %d swapped tensors (%.3f GiB) from cheap "
+                 "operations instead: %.3f GiB moved per step" % (
+                     len(plan.recomputes), plan.recompute_bytes() / _GIB,
+                     plan.moved_bytes() / _GIB))
 
 
 def simulate_plan(planned):

@@ -49,6 +49,7 @@ __all__ = [
     "deferral_edges",
     "make_plan",
     "plan_recompute",
+    "retrigger_swaps",
     "with_recomputes",
     "serialization_edges",
     "requirement_masks",
@@ -146,6 +147,11 @@ class RecomputePlan:
       trigger: the op every clone waits on through a control edge, so the
         clones run just before the first late reader (found as a
         swap-in's trigger is).
+      earlier_swap_ins: ``(op, output, j)`` of the swap-ins among `inputs`
+        that the plan's swaps start later than the clones need them: the
+        plan starts them at `trigger` instead (`retrigger_swaps`). The
+        batch-norm input that its gradient reads late is swapped anyway;
+        brought back a little earlier it also feeds the clones.
     """
 
     producer: int
@@ -155,6 +161,7 @@ class RecomputePlan:
     inputs: tuple
     consumers: tuple
     trigger: int
+    earlier_swap_ins: tuple = ()
 
     @property
     def first_consumer(self):
@@ -907,8 +914,9 @@ def _input_source(index, roles, tensor, level, rerouted, swaps_by_tensor):
     cloning its producer: ``('tensor', op, output)`` when the original is on
     the device until then (resident, or read by an op at `level` or later
     that the plan does not reroute), ``('swapin', op, output, j)`` when a
-    swap-in of it started before `level` and is read at or after it, else
-    None."""
+    swap-in of it started before `level` and is read at or after it, or
+    ``('later', op, output, j)`` when the first swap-in read at or after
+    `level` starts too late (it can be started earlier), else None."""
     q, k = tensor
     if index.types[q] in _RESIDENT_INPUT_TYPES and q not in roles.inactive:
         return ("tensor", q, k)
@@ -927,6 +935,9 @@ def _input_source(index, roles, tensor, level, rerouted, swaps_by_tensor):
             last = max(levels[c] for c, _ in sin.consumers)
             if started + 1 < level <= last:
                 return ("swapin", q, k, j)
+        for j, sin in enumerate(swap.swap_ins):
+            if min(levels[c] for c, _ in sin.consumers) >= level:
+                return ("later", q, k, j)
     return None
 
 
@@ -989,19 +1000,54 @@ def plan_recompute(index, roles, producer, output, consumers,
             stack.append(q)
     ops = tuple(sorted(cloned, key=lambda o: (levels[o], o)))
     position = {op: n for n, op in enumerate(ops)}
+    earlier = tuple(sorted(
+        src[1:] for src in sources.values() if src[0] == "later"))
+    for key, src in sources.items():
+        if src[0] == "later":
+            sources[key] = ("swapin",) + src[1:]
     inputs = tuple(
         tuple(("clone", position[q], k) if q in position
               else sources[(q, k)] for q, k in index.inputs[op])
         for op in ops)
     if triggers is None:
         triggers = TriggerFinder(index, roles)
-    trigger = triggers.find(producer, consumers[0][0], len(ops))
+    # A swap-in started at the trigger runs one level before the clones.
+    trigger = triggers.find(producer, consumers[0][0],
+                            len(ops) + (1 if earlier else 0))
     if trigger is None:
         return None
+    for q, k, j in earlier:
+        sin = swaps_by_tensor[(q, k)].swap_ins[j]
+        # The trigger must lead to the swap-in's own readers through data
+        # edges, as any swap-in trigger does (`_find_trigger` says why).
+        if not all(triggers.may_also_start(trigger, c)
+                   for c, _ in sin.consumers):
+            return None
     return RecomputePlan(
         producer=producer, output=output,
         nbytes=gi.tensor_bytes(index, producer, output, batch_size),
-        ops=ops, inputs=inputs, consumers=consumers, trigger=trigger)
+        ops=ops, inputs=inputs, consumers=consumers, trigger=trigger,
+        earlier_swap_ins=earlier)
+
+
+def retrigger_swaps(swaps, recompute):
+    """`swaps` with the swap-ins `recompute` needs earlier
+    (`RecomputePlan.earlier_swap_ins`) started by its trigger."""
+    if not recompute.earlier_swap_ins:
+        return tuple(swaps)
+    wanted = {}
+    for q, k, j in recompute.earlier_swap_ins:
+        wanted.setdefault((q, k), set()).add(j)
+    out = []
+    for swap in swaps:
+        js = wanted.get((swap.producer, swap.output))
+        if js:
+            swap = dataclasses.replace(swap, swap_ins=tuple(
+                SwapInPlan(sin.consumers, (recompute.trigger,), False)
+                if j in js else sin
+                for j, sin in enumerate(swap.swap_ins)))
+        out.append(swap)
+    return tuple(out)
 
 
 def with_recomputes(index, roles, plan, accept, batch_size=None,
@@ -1043,7 +1089,8 @@ def with_recomputes(index, roles, plan, accept, batch_size=None,
         if rec is None:
             continue
         candidate = dataclasses.replace(
-            current, swaps=others, recomputes=current.recomputes + (rec,))
+            current, swaps=retrigger_swaps(others, rec),
+            recomputes=current.recomputes + (rec,))
         if accept(candidate, current):
             current = candidate
             pinned.add(tensor)
