@@ -426,6 +426,9 @@ class PlanReport:
     fits: bool
     error: object = None
     oracle: object = None
+    recomputed_tensors: int = 0
+    recompute_bytes: int = 0
+    recompute_ops: int = 0
 
     def as_dict(self):
         return dataclasses.asdict(self)
@@ -550,7 +553,11 @@ def plan_graph(loaded, args, graph_name):
         transfer_ms=transfer_ms(swapout + swapin),
         plots=[os.path.abspath(p) for p in plots],
         fits=error is None and bool(shown.fits(budget)), error=error,
-        oracle=oracle_peaks)
+        oracle=oracle_peaks,
+        recomputed_tensors=len(plan.recomputes) if plan else 0,
+        recompute_bytes=int(plan.recompute_bytes()) if plan else 0,
+        recompute_ops=len(run.rewrite.recompute_ops)
+        if run and run.rewrite else 0)
 
 
 def _static_batch(graph_def, fetches, batch_size):
@@ -697,6 +704,12 @@ def render(report, args):
                      % (r.swapped_tensors, _gib(r.swapout_bytes),
                         r.swapout_ops, _gib(r.swapin_bytes), r.swapin_ops,
                         _gib(r.swapout_bytes + r.swapin_bytes)))
+        if r.recomputed_tensors:
+            lines.append("Recomputed per step instead of swapped: %d tensors "
+                         "(%s), made again by %d cloned operations just "
+                         "before their far readers"
+                         % (r.recomputed_tensors, _gib(r.recompute_bytes),
+                            r.recompute_ops))
         lines.append("Predicted transfer time per step (bytes moved / link "
                      "bandwidth per direction):")
         for name, gbps in LINKS:

@@ -227,6 +227,13 @@ def _recompute_within_budget(planned, log, cost=recompute_cost):
              "GiB of %.2f GiB at level %d (%s)" % (
                  final.peak_device_bytes / _GIB, budget / _GIB,
                  final.peak_level, final.peak_op))
+    settings = planned.settings
+    if settings.autotune_plot:
+        # The tuner drew the swap-only plan; draw the plan that is applied.
+        from tflms import plots  # pylint: disable=import-outside-toplevel
+        plots.write_plots(settings.plot_dir, planned.index, planned.roles,
+                          planned.without_lms, final, budget,
+                          batch_size=settings.batch_size, log=log)
     return dataclasses.replace(planned, plan=chosen, with_lms=final)
 
 
