@@ -77,3 +77,37 @@ def test_without_recompute_the_same_tensor_is_swapped():
                  swapin_groupby=0).run(graph)
     assert result.swapout_ops == ("lms/swapout_a_0",)
     assert result.planned.plan.recomputes == ()
+
+
+def test_tuned_plan_recomputes_within_the_budget():
+    # A Keras ResNet, auto-tuned for 60% of its simulated peak: with
+    # recompute the plan still fits (replayed again here) and moves fewer
+    # bytes than the swap-only plan at the same budget.
+    from tflms import graph_index as gi
+    from tflms import pipeline
+    from tflms import simulator
+    from tflms.settings import Settings
+    from zoo import models
+
+    graph = tf.Graph()
+    with graph.as_default():
+        models.keras_resnet(image=32, batch=4, blocks=(2, 2), seed=1)
+    index = gi.build_index(graph)
+    base = Settings()
+    without = pipeline.simulate_without(index, pipeline.classify(index, base),
+                                        base)
+    gib = 0.6 * without.peak_device_bytes / float(1 << 30)
+    env = {"TF_LMS_SIMULATOR_MEM_RATIO": "1"}
+    swap_only = pipeline.plan(index, base.replace(autotune_gpu_mem=gib),
+                              env=env)
+    hybrid = pipeline.plan(index, base.replace(autotune_gpu_mem=gib,
+                                               recompute=True), env=env)
+    assert swap_only.plan.recomputes == ()
+    assert hybrid.plan.recomputes
+    assert hybrid.budget_bytes == swap_only.budget_bytes
+    assert hybrid.plan.moved_bytes() < swap_only.plan.moved_bytes()
+    replayed = simulator.SimulationModel(hybrid.index, hybrid.roles).replay(
+        hybrid.plan)
+    assert replayed.peak_device_bytes == hybrid.with_lms.peak_device_bytes
+    assert replayed.fits(hybrid.budget_bytes)
+    assert replayed.recompute_bytes == hybrid.plan.recompute_bytes() > 0
