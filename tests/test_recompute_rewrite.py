@@ -111,3 +111,55 @@ def test_tuned_plan_recomputes_within_the_budget():
     assert replayed.peak_device_bytes == hybrid.with_lms.peak_device_bytes
     assert replayed.fits(hybrid.budget_bytes)
     assert replayed.recompute_bytes == hybrid.plan.recompute_bytes() > 0
+
+
+def test_fixed_parameters_recompute_only_within_the_swap_plans_peak():
+    # Swapping every tensor (threshold 1) brings each back just in time;
+    # recomputing all of them would hold the clones' inputs and
+    # intermediates longer (a higher peak), so only those that keep the
+    # swap-only plan's simulated peak are recomputed.
+    from tflms import graph_index as gi
+    from tflms import pipeline
+    from tflms.settings import Settings
+    from zoo import models
+
+    graph = tf.Graph()
+    with graph.as_default():
+        models.keras_resnet(image=64, batch=4, blocks=(2, 2), seed=1)
+    index = gi.build_index(graph)
+    fixed = Settings(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0)
+    swap_only = pipeline.plan(index, fixed, simulate=True)
+    hybrid = pipeline.plan(index, fixed.replace(recompute=True),
+                           simulate=True)
+    assert hybrid.plan.recomputes
+    assert hybrid.with_lms.peak_device_bytes <= \
+        swap_only.with_lms.peak_device_bytes
+    assert hybrid.plan.moved_bytes() < swap_only.plan.moved_bytes()
+    # Every replaceable swap replaced would peak higher: the check matters.
+    from tflms import planner
+    from tflms import simulator
+    everything = planner.with_recomputes(
+        hybrid.index, hybrid.roles, swap_only.plan,
+        lambda candidate, current: True)
+    assert len(everything.recomputes) > len(hybrid.plan.recomputes)
+    model = simulator.SimulationModel(hybrid.index, hybrid.roles)
+    assert model.replay(everything).peak_device_bytes > \
+        swap_only.with_lms.peak_device_bytes
+
+
+def test_fixed_parameters_without_sizes_warn_and_only_swap(lms_log):
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 8], name="x")
+        a = tf.nn.relu(x, name="a")
+        f = a
+        for i in range(1, 7):
+            f = tf.math.sin(f, name="f%d" % i)
+        tf.math.add(tf.math.multiply(f, a, name="late"), x, name="out")
+    result = LMS(swapout_threshold=3, swapin_ahead=1, swapin_groupby=0,
+                 recompute=True).run(graph)
+    assert result.swapout_ops == ("lms/swapout_a_0",)
+    assert result.planned.plan.recomputes == ()
+    assert any("Not recomputing: choosing what to recompute needs every "
+               "tensor's size" in line and "set lms.batch_size" in line
+               for line in lms_log())

@@ -164,7 +164,7 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
         swapin_groupby are then ignored); 3 both.
       recompute: also make swapped tensors again from cheap stateless ops
         just before their far readers, instead of swapping them, where
-        the plan still fits (see docs/parameters.md).
+        the simulated peak allows (see docs/parameters.md).
       serialization: levels whose ops are chained by control dependencies so
         they run one at a time: ints and Python slice strings, e.g.
         ``[1, '3:5']`` is levels 1, 3 and 4.

@@ -12,8 +12,9 @@ benchmark call it, so what is measured is what users run::
     plan           planner.make_plan (or the tuner's chosen plan): swaps,
                    serialization and deferral edges, all in one Plan
     recompute      with `Settings.recompute`, swaps replaced by recomputes
-                   (planner.with_recomputes): with tuning where a replay
-                   still fits the budget and `recompute_cost` is lower
+                   (planner.with_recomputes) where `recompute_cost` is
+                   lower and a replay still fits the budget (tuning) or
+                   peaks no higher than the swap-only plan (fixed)
     simulations    the step without and with the plan, when asked for
 
 It reads no TensorFlow object and edits nothing: the rewriter applies
@@ -185,14 +186,9 @@ def plan(index, settings, roles=None, log=None, simulate=False, env=None,
     chosen = planner.make_plan(index, roles, _requested(settings),
                                batch_size=settings.batch_size,
                                deferral=deferral)
-    if settings.recompute:
-        # Fixed parameters give no budget to check against: every swap
-        # that can be recomputed is, which moves fewer bytes.
-        chosen = planner.with_recomputes(
-            index, roles, chosen, lambda candidate, current: True,
-            settings.batch_size)
-        _log_recomputes(log, chosen)
     planned = dataclasses.replace(planned, plan=chosen)
+    if settings.recompute and chosen.swaps:
+        planned = _recompute_within_peak(planned, log)
     return simulate_plan(planned) if simulate else planned
 
 
@@ -235,6 +231,35 @@ def _recompute_within_budget(planned, log, cost=recompute_cost):
                           planned.without_lms, final, budget,
                           batch_size=settings.batch_size, log=log)
     return dataclasses.replace(planned, plan=chosen, with_lms=final)
+
+
+def _recompute_within_peak(planned, log, cost=recompute_cost):
+    """`planned` (fixed parameters) with swaps replaced by recomputes where
+    a replay peaks no higher than the swap-only plan and `cost` is lower:
+    fixed parameters give no budget, so the swap plan's own peak is the
+    memory a recompute must free as well."""
+    # Imported here: fixed-parameter edits without recompute never need
+    # the simulator.
+    from tflms import simulator  # pylint: disable=import-outside-toplevel
+    try:
+        model = _model(planned.index, planned.roles, planned.settings)
+        limit = model.replay(planned.plan, detail=False).peak_device_bytes
+    except simulator.BatchSizeError as e:
+        log.warning("Not recomputing: choosing what to recompute needs "
+                    "every tensor's size (%s); set lms.batch_size to "
+                    "recompute with fixed parameters" % e)
+        return planned
+
+    def accept(candidate, current):
+        if cost(candidate) >= cost(current):
+            return False
+        return model.replay(candidate, detail=False).fits(limit)
+
+    chosen = planner.with_recomputes(planned.index, planned.roles,
+                                     planned.plan, accept,
+                                     planned.settings.batch_size)
+    _log_recomputes(log, chosen)
+    return dataclasses.replace(planned, plan=chosen)
 
 
 def _log_recomputes(log, plan):

@@ -256,8 +256,9 @@ class Settings:
         "stateless operations that made it (ReLU, batch norm in training "
         "mode, add, concat, pooling...; at most four per tensor), instead "
         "of copying it out and back. The values are bit-identical. With "
-        "auto-tuning a swap is replaced when the plan still fits the budget; "
-        "with fixed parameters every swap that can be replaced is. Costs "
+        "auto-tuning a swap is replaced when the plan still fits the budget, "
+        "with fixed parameters when it peaks no higher than the swap-only "
+        "plan (which needs `batch_size` for unknown dimensions). Costs "
         "compute instead of transfers; off by default until step times are "
         "modelled.",
         flag="recompute swapped tensors from cheap operations where "
