@@ -244,10 +244,12 @@ def _recompute_within_peak(planned, log, cost=recompute_cost):
     try:
         model = _model(planned.index, planned.roles, planned.settings)
         limit = model.replay(planned.plan, detail=False).peak_device_bytes
-    except simulator.BatchSizeError as e:
+    except simulator.BatchSizeError:
         log.warning("Not recomputing: choosing what to recompute needs "
-                    "every tensor's size (%s); set lms.batch_size to "
-                    "recompute with fixed parameters" % e)
+                    "every tensor's size, and some shapes have an unknown "
+                    "batch dimension; set lms.batch_size = <your mini-batch "
+                    "size> to recompute with fixed parameters (the swaps "
+                    "are applied as planned)")
         return planned
 
     def accept(candidate, current):
