@@ -240,3 +240,39 @@ def test_a_conv_output_swapped_for_the_batch_norm_gradient_comes_back_earlier():
     assert result.device_timeline.tolist() == [
         100, 1100, 3020, 6000, 7000, 6000, 6000, 7000, 6030, 7020, 5011,
         1002]
+
+
+def test_an_aliasing_clone_forwards_its_input_buffer():
+    # s = reshape(relu(x)) read late; x is read later still. The clone of
+    # the Reshape forwards the clone of the Relu's buffer, as the original
+    # forwards the original's: the recompute adds one 400-byte buffer.
+    index = gi.from_edges(
+        [("x", "Placeholder", {"outputs": [100]}),
+         ("shape", "Const", {"outputs": [8]}),
+         ("r", "Relu", {"outputs": [400]}),
+         ("s", "Reshape", {"outputs": [400]})]
+        + [("m%d" % k, "Tanh", {"outputs": [10]}) for k in range(1, 5)]
+        + [("late", "Mul", {"outputs": [1]}),
+           ("later", "AddV2", {"outputs": [1]})],
+        edges=[("x", "r"), ("r", "s"), ("shape", "s"), ("s", "m1"),
+               ("m1", "m2"), ("m2", "m3"), ("m3", "m4"), ("m4", "late"),
+               ("s", "late"), ("late", "later"), ("x", "later")])
+    roles = analysis.classify_ops(index)
+    x, shape, r, s, m2, late = ids(index, "x", "shape", "r", "s", "m2",
+                                   "late")
+    rec = recompute_of(index, "s", "late")
+    assert rec == planner.RecomputePlan(
+        producer=s, output=0, nbytes=400, ops=(r, s),
+        inputs=((("tensor", x, 0),),
+                (("clone", 0, 0), ("tensor", shape, 0))),
+        consumers=((late, 1),), trigger=m2)
+    model = simulator.SimulationModel(index, roles)
+    resident = 8  # the shape constant
+    assert model.replay(None).device_timeline.tolist() == [
+        resident + b for b in (100, 500, 500, 510, 520, 520, 520, 511, 102)]
+    plan = planner.Plan(params=PARAMS, swaps=(), serialization_edges=(),
+                        num_levels=index.num_levels, recomputes=(rec,))
+    # r freed after m1 reads it through s (level 3); the clones at 5, 6;
+    # one buffer of 400 bytes until late at 7.
+    assert model.replay(plan).device_timeline.tolist() == [
+        resident + b for b in (100, 500, 500, 510, 120, 520, 520, 511, 102)]
