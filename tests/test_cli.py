@@ -247,6 +247,28 @@ def test_metagraph_auto_and_fixed_parameters(saved, capsys):
     assert "RESULT: does NOT fit" in out
 
 
+def test_recompute_is_reported_beside_the_swaps(saved, capsys):
+    fixed = ("--autotune-gpu-mem", "1000", "--no-plots",
+             "--swapout-threshold", 2, "--swapin-ahead", 1,
+             "--swapin-groupby", 0)
+    code, swap_only = plan_json(capsys, saved["meta"], *fixed)
+    assert code == 0 and swap_only["recomputed_tensors"] == 0
+    code, hybrid = plan_json(capsys, saved["meta"], *fixed, "--recompute")
+    assert code == 0, hybrid
+    # cnn_bn's six relu(batch_norm(conv)) outputs, two clones each.
+    assert hybrid["recomputed_tensors"] == 6
+    assert hybrid["recompute_ops"] == 12
+    assert hybrid["swapped_tensors"] == swap_only["swapped_tensors"] - 6
+    assert hybrid["recompute_bytes"] > 0
+    moved = hybrid["swapout_bytes"] + hybrid["swapin_bytes"]
+    assert moved < swap_only["swapout_bytes"] + swap_only["swapin_bytes"]
+    code, out, _ = run_cli(capsys, saved["meta"], *fixed, "--recompute")
+    assert code == 0
+    assert ("Recomputed per step instead of swapped: 6 tensors (%s), made "
+            "again by 12 cloned operations" % cli._gib(
+                hybrid["recompute_bytes"])) in out
+
+
 def _meta_graph(path):
     graph = tf.Graph()
     with graph.as_default():

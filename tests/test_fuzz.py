@@ -241,6 +241,8 @@ def lms_specs(draw, graph_spec):
             pool = list(FILTER_TYPES)
         filters[name] = set(draw(st.lists(st.sampled_from(pool), min_size=1,
                                           max_size=2)))
+    if draw(st.integers(0, 2)) == 0:
+        kwargs["recompute"] = True
     return LMSSpec(
         kwargs=kwargs,
         batch_size=draw(st.sampled_from((None, BATCH))),
@@ -355,6 +357,14 @@ def check_structure(graph, result, plan, index_before):
                 assert read.op.inputs[0].op.inputs[0] is tensor
                 for t in sin.triggers:
                     assert index_before.ops[t] in read.op.control_inputs
+    for rec in plan.recomputes:
+        tensor = index_before.ops[rec.producer].outputs[rec.output]
+        for consumer, slot in rec.consumers:
+            read = index_before.ops[consumer].inputs[slot]
+            assert read.op.name.startswith("lms/recompute_"), read.name
+            assert read.op.type == tensor.op.type
+            assert read.op.get_attr(rewriter.SWAP_MARKER_ATTR) is True
+            assert index_before.ops[rec.trigger] in read.op.control_inputs
     # Acyclic (build_index raises GraphCycleError on a cycle), every edge
     # goes forward.
     after = gi.build_index(graph)
@@ -400,16 +410,18 @@ def check_example(graph_spec, lms_spec, stats=None):
         stats["not needed"] += 1
         return "not needed"
     edited = signature(graph)
-    if result.swapout_ops:
+    added = result.swapout_ops or result.rewrite.recompute_ops
+    if added:
         check_structure(graph, result, lms.last_run.plan, index_before)
     again = make_lms(lms_spec).run(graph)
     assert signature(graph) == edited, "a second run changed the graph"
     assert (again.outcome is Outcome.ALREADY_REWRITTEN
-            or not result.swapout_ops), (
-        "a second run on a graph with swap ops did not find them")
+            or not added), (
+        "a second run on a graph with swap ops or clones did not find them")
     outcome = "swapped" if result.swapout_ops else "nothing to swap"
     stats[outcome] += 1
     stats["swap ops"] += len(result.swapout_ops) + len(result.swapin_ops)
+    stats["clones"] += len(result.rewrite.recompute_ops)
     if edited == before:
         return outcome
     (base_losses, base_weights), (losses, weights) = train_twins(
@@ -437,6 +449,7 @@ def test_random_graphs_and_parameters():
     assert stats["examples"] >= CI_EXAMPLES, stats
     assert stats["swapped"] >= CI_EXAMPLES // 4, stats
     assert stats["swap ops"] >= CI_EXAMPLES, stats
+    assert stats["clones"] >= 10, stats  # recompute=True is drawn too
     assert sum(v for k, v in stats.items() if k.startswith("error:")) >= 5, \
         stats
     print("fuzz outcomes:", dict(stats))

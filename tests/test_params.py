@@ -34,6 +34,7 @@ BAD_CONSTRUCTOR_ARGUMENTS = [
      r"serialization_by_size must be a number of GiB >= 0 .* got -1"),
     ({"debug_level": 3}, r"debug_level must be 1 or 2; got 3"),
     ({"debug": "yes"}, r"debug must be True or False; got 'yes'"),
+    ({"recompute": "on"}, r"recompute must be True or False; got 'on'"),
     ({"cpu_device": "/gpu:0"},
      r"cpu_device must name a CPU device such as '/cpu:0'; got '/gpu:0'"),
     ({"cpu_device": ""}, r"cpu_device must be a device string"),
@@ -50,11 +51,13 @@ def test_bad_constructor_arguments(kwargs, message):
 
 def test_good_constructor_arguments():
     lms = LMS(swapout_threshold=3, swapin_groupby=0, swapin_ahead=2,
-              sync_mode=3, serialization=[1, "3:5", " 7 ", "10:"],
+              sync_mode=3, recompute=True,
+              serialization=[1, "3:5", " 7 ", "10:"],
               serialization_by_size=0.5, debug=True, debug_level=2,
               cpu_device="/device:CPU:0", gpu_device="/device:GPU:1")
     assert (lms.swapout_threshold, lms.swapin_ahead, lms.swapin_groupby,
             lms.sync_mode) == (3, 2, 0, 3)
+    assert lms.recompute is True and LMS().recompute is False
     assert LMS().swapout_threshold == -1
 
 

@@ -161,7 +161,7 @@ def build_parser():
 # LMS settings `tflms plan` and `tflms verify` take, in --help order, and
 # the spellings of earlier versions they still accept.
 _SETTING_FLAGS = ("batch_size", "autotune_gpu_mem", "swapout_threshold",
-                  "swapin_ahead", "swapin_groupby", "sync_mode",
+                  "swapin_ahead", "swapin_groupby", "sync_mode", "recompute",
                   "serialization", "serialization_by_size", "gpu_device")
 _OLD_FLAGS = {"autotune_gpu_mem": ["--gpu-mem"]}
 
@@ -434,6 +434,9 @@ class PlanReport:
     fits: bool
     error: object = None
     oracle: object = None
+    recomputed_tensors: int = 0
+    recompute_bytes: int = 0
+    recompute_ops: int = 0
 
     def as_dict(self):
         return dataclasses.asdict(self)
@@ -567,7 +570,11 @@ def plan_graph(loaded, args, graph_name):
         step_time=step_time,
         plots=[os.path.abspath(p) for p in plots],
         fits=error is None and bool(shown.fits(budget)), error=error,
-        oracle=oracle_peaks)
+        oracle=oracle_peaks,
+        recomputed_tensors=len(plan.recomputes) if plan else 0,
+        recompute_bytes=int(plan.recompute_bytes()) if plan else 0,
+        recompute_ops=len(run.rewrite.recompute_ops)
+        if run and run.rewrite else 0)
 
 
 def _step_time(step, plan):
@@ -726,6 +733,12 @@ def render(report, args):
                      % (r.swapped_tensors, _gib(r.swapout_bytes),
                         r.swapout_ops, _gib(r.swapin_bytes), r.swapin_ops,
                         _gib(r.swapout_bytes + r.swapin_bytes)))
+        if r.recomputed_tensors:
+            lines.append("Recomputed per step instead of swapped: %d tensors "
+                         "(%s), made again by %d cloned operations just "
+                         "before their far readers"
+                         % (r.recomputed_tensors, _gib(r.recompute_bytes),
+                            r.recompute_ops))
         lines.append("Predicted transfer time per step (bytes moved / link "
                      "bandwidth per direction):")
         for name, gbps in LINKS:

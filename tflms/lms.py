@@ -162,6 +162,9 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
       sync_mode: 0 asynchronous transfers; 1 device ops wait for swap-outs;
         2 swap-ins wait for their consumer's other inputs (swapin_ahead and
         swapin_groupby are then ignored); 3 both.
+      recompute: also make swapped tensors again from cheap stateless ops
+        just before their far readers, instead of swapping them, where
+        the simulated peak allows (see docs/parameters.md).
       serialization: levels whose ops are chained by control dependencies so
         they run one at a time: ints and Python slice strings, e.g.
         ``[1, '3:5']`` is levels 1, 3 and 4.
@@ -179,6 +182,7 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
                  swapin_groupby=-1,
                  swapin_ahead=-1,
                  sync_mode=0,
+                 recompute=False,
                  serialization=(),
                  serialization_by_size=0,
                  debug=False,
@@ -189,7 +193,8 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
         self._settings = S.Settings(
             swapout_threshold=swapout_threshold,
             swapin_groupby=swapin_groupby, swapin_ahead=swapin_ahead,
-            sync_mode=sync_mode, serialization=serialization,
+            sync_mode=sync_mode, recompute=recompute,
+            serialization=serialization,
             serialization_by_size=serialization_by_size, debug=debug,
             debug_level=debug_level, cpu_device=cpu_device,
             gpu_device=gpu_device)
@@ -301,9 +306,15 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
         log.info(
             "Added %d operations to the model (%d swap-out operations "
             "(%.2f GiB) and %d swap-in operations (%.2f GiB))"
-            % (len(rewrite.swapout_ops) + len(rewrite.swapin_ops),
+            % (len(rewrite.swapout_ops) + len(rewrite.swapin_ops)
+               + len(rewrite.recompute_ops),
                len(rewrite.swapout_ops), plan.swapout_bytes() / _GIB,
                len(rewrite.swapin_ops), plan.swapin_bytes() / _GIB))
+        if plan.recomputes:
+            log.info("Recomputing %d tensors (%.2f GiB) instead of swapping "
+                     "them, with %d cloned operations"
+                     % (len(plan.recomputes), plan.recompute_bytes() / _GIB,
+                        len(rewrite.recompute_ops)))
         seconds = time.perf_counter() - start
         log.info("Editing model for LMS, took: %.1f ms" % (seconds * 1000))
         return RunResult(Outcome.REWRITTEN, planned, rewrite, seconds)
@@ -397,6 +408,16 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
             if swap.waiters:
                 log.info("Waiting for the swap-out: %s" % ", ".join(
                     index.names[w] for w in swap.waiters), 2, 4)
+        for rec in plan.recomputes:
+            name = "%s:%d" % (index.names[rec.producer], rec.output)
+            log.info("Recompute: %s (level %d, %s bytes) from %s" % (
+                name, lv[rec.producer], rec.nbytes, ", ".join(
+                    "%s (%s)" % (index.names[o], index.types[o])
+                    for o in rec.ops)), 1, 2)
+            log.info("Recompute for %s triggered by %s (level %d)" % (
+                ", ".join("%s (level %d)" % (index.names[c], lv[c])
+                          for c, _ in rec.consumers),
+                index.names[rec.trigger], lv[rec.trigger]), 1, 4)
 
     # ---- SessionRunHook -----------------------------------------------
     def begin(self):

@@ -11,6 +11,10 @@ benchmark call it, so what is measured is what users run::
     parameters     the settings' own, or autotune.tune's when one is -1
     plan           planner.make_plan (or the tuner's chosen plan): swaps,
                    serialization and deferral edges, all in one Plan
+    recompute      with `Settings.recompute`, swaps replaced by recomputes
+                   (planner.with_recomputes) where `recompute_cost` is
+                   lower and a replay still fits the budget (tuning) or
+                   peaks no higher than the swap-only plan (fixed)
     simulations    the step without and with the plan, when asked for
 
 It reads no TensorFlow object and edits nothing: the rewriter applies
@@ -26,7 +30,7 @@ from tflms._logging import Logger
 from tflms.settings import Settings
 
 __all__ = ["Planned", "classify", "plan", "simulate_plan",
-           "simulate_without"]
+           "simulate_without", "recompute_cost"]
 
 _GIB = float(1 << 30)
 
@@ -171,16 +175,101 @@ def plan(index, settings, roles=None, log=None, simulate=False, env=None,
     if settings.autotune_requested:
         outcome = _tune(index, roles, settings, deferral, log, env,
                         list_devices)
-        return dataclasses.replace(
+        planned = dataclasses.replace(
             planned, plan=outcome.plan, autotuned=True, tune=outcome,
             without_lms=outcome.without_lms, with_lms=outcome.with_lms,
             budget_bytes=outcome.budget_bytes)
+        if settings.recompute and outcome.plan is not None:
+            planned = _recompute_within_budget(planned, log)
+        return planned
 
     chosen = planner.make_plan(index, roles, _requested(settings),
                                batch_size=settings.batch_size,
                                deferral=deferral)
     planned = dataclasses.replace(planned, plan=chosen)
+    if settings.recompute and chosen.swaps:
+        planned = _recompute_within_peak(planned, log)
     return simulate_plan(planned) if simulate else planned
+
+
+def recompute_cost(plan):
+    """What the tuner minimises when it replaces swaps by recomputes: the
+    bytes a plan copies between device and host per step. A step-time
+    model can take its place (same signature, lower is better)."""
+    return plan.moved_bytes()
+
+
+def _recompute_within_budget(planned, log, cost=recompute_cost):
+    """`planned` with the tuner's swaps replaced by recomputes where a
+    replay of the plan still fits the budget and `cost` is lower."""
+    model = _model(planned.index, planned.roles, planned.settings)
+    budget = planned.budget_bytes
+
+    def accept(candidate, current):
+        if cost(candidate) >= cost(current):
+            return False
+        return model.replay(candidate, detail=False).fits(budget)
+
+    chosen = planner.with_recomputes(planned.index, planned.roles,
+                                     planned.plan, accept,
+                                     planned.settings.batch_size)
+    if chosen is planned.plan:
+        log.info("[Simulator] No swapped tensor can be recomputed within "
+                 "the budget")
+        return planned
+    _log_recomputes(log, chosen)
+    final = model.replay(chosen, detail=True)
+    log.info("[Simulator] With LMS and recomputes one step peaks at %.2f "
+             "GiB of %.2f GiB at level %d (%s)" % (
+                 final.peak_device_bytes / _GIB, budget / _GIB,
+                 final.peak_level, final.peak_op))
+    settings = planned.settings
+    if settings.autotune_plot:
+        # The tuner drew the swap-only plan; draw the plan that is applied.
+        from tflms import plots  # pylint: disable=import-outside-toplevel
+        plots.write_plots(settings.plot_dir, planned.index, planned.roles,
+                          planned.without_lms, final, budget,
+                          batch_size=settings.batch_size, log=log)
+    return dataclasses.replace(planned, plan=chosen, with_lms=final)
+
+
+def _recompute_within_peak(planned, log, cost=recompute_cost):
+    """`planned` (fixed parameters) with swaps replaced by recomputes where
+    a replay peaks no higher than the swap-only plan and `cost` is lower:
+    fixed parameters give no budget, so the swap plan's own peak is the
+    memory a recompute must free as well."""
+    # Imported here: fixed-parameter edits without recompute never need
+    # the simulator.
+    from tflms import simulator  # pylint: disable=import-outside-toplevel
+    try:
+        model = _model(planned.index, planned.roles, planned.settings)
+        limit = model.replay(planned.plan, detail=False).peak_device_bytes
+    except simulator.BatchSizeError:
+        log.warning("Not recomputing: choosing what to recompute needs "
+                    "every tensor's size, and some shapes have an unknown "
+                    "batch dimension; set lms.batch_size = <your mini-batch "
+                    "size> to recompute with fixed parameters (the swaps "
+                    "are applied as planned)")
+        return planned
+
+    def accept(candidate, current):
+        if cost(candidate) >= cost(current):
+            return False
+        return model.replay(candidate, detail=False).fits(limit)
+
+    chosen = planner.with_recomputes(planned.index, planned.roles,
+                                     planned.plan, accept,
+                                     planned.settings.batch_size)
+    _log_recomputes(log, chosen)
+    return dataclasses.replace(planned, plan=chosen)
+
+
+def _log_recomputes(log, plan):
+    if plan.recomputes:
+        log.info("Recomputing %d swapped tensors (%.3f GiB) from cheap "
+                 "operations instead: %.3f GiB moved per step" % (
+                     len(plan.recomputes), plan.recompute_bytes() / _GIB,
+                     plan.moved_bytes() / _GIB))
 
 
 def simulate_plan(planned):

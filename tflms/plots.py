@@ -165,9 +165,13 @@ def plot_figures(without_lms, with_lms, budget_bytes, histogram,
     if with_lms is not None:
         if with_lms_fits:
             name, title = "memory_with_lms.png", (
-                "Device memory with LMS (peak %.2f GiB, %.2f GiB swapped out)"
+                "Device memory with LMS (peak %.2f GiB, %.2f GiB swapped out"
                 % (with_lms.peak_device_bytes / _GIB,
                    with_lms.swapout_bytes / _GIB))
+            if with_lms.recompute_bytes:
+                title += ", %.2f GiB recomputed" % (
+                    with_lms.recompute_bytes / _GIB)
+            title += ")"
         else:
             name, title = "memory_smallest_plan.png", (
                 "Smallest LMS plan: peak %.2f GiB, over the %.2f GiB budget"

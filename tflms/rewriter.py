@@ -19,6 +19,18 @@ serialized ops (never fetched, so it never runs)::
     after:   (src) --t--> [lms/swapout_t] --> [lms/swapin_t] --> (consumer)
                                                    ^ ctrl
                                                (trigger)
+
+A recompute clones the ops that made a tensor (same type, attributes,
+device and output types) under ``lms/recompute_<tensor>/<op>``, with a
+control edge from its trigger to every clone, and reroutes the late
+readers to the last clone; the original ops are not touched::
+
+    before:  (x) --> (bn) --y--> (relu) --z--> (near) ...... (late)
+    after:   (x) --> (bn) --y--> (relu) --z--> (near)
+              |
+              +--> [lms/recompute_z/bn] --> [lms/recompute_z/relu] --> (late)
+                         ^ ctrl                    ^ ctrl
+                     (trigger)                 (trigger)
 """
 
 import contextlib
@@ -28,7 +40,7 @@ import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
 
 __all__ = ["SWAP_MARKER_ATTR", "SERIALIZATION_MARKER", "RewriteResult",
-           "apply_plan", "is_rewritten", "swap_op_name"]
+           "apply_plan", "is_rewritten", "swap_op_name", "clone_op_name"]
 
 # Attribute set on every op LMS adds; its presence means "already rewritten".
 SWAP_MARKER_ATTR = "_tflms"
@@ -39,6 +51,12 @@ _PROTECT_ATTRS = {
     "_grappler_do_not_remove": attr_value_pb2.AttrValue(b=True),
     SWAP_MARKER_ATTR: attr_value_pb2.AttrValue(b=True),
 }
+# Clones carry the marker only: Grappler must stay free to fuse them as it
+# fuses the originals (oneDNN's remapper makes batch norm + ReLU one
+# kernel, and a clone pair left unfused would round differently). Their
+# trigger's control edge, which the originals lack, keeps common-
+# subexpression elimination from merging a clone into its original.
+_CLONE_ATTRS = {SWAP_MARKER_ATTR: attr_value_pb2.AttrValue(b=True)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,13 +67,16 @@ class RewriteResult:
       swapout_ops / swapin_ops: names of the added ops, in plan order.
       control_edges: number of control edges added (triggers, sync waits,
         serialization).
-      rerouted_inputs: number of consumer inputs now reading a swap-in.
+      rerouted_inputs: number of consumer inputs now reading a swap-in or
+        a clone.
+      recompute_ops: names of the clones of recomputes, in plan order.
     """
 
     swapout_ops: tuple
     swapin_ops: tuple
     control_edges: int
     rerouted_inputs: int
+    recompute_ops: tuple = ()
 
 
 def swap_op_name(kind, tensor_name):
@@ -63,8 +84,15 @@ def swap_op_name(kind, tensor_name):
     return "lms/%s_%s" % (kind, tensor_name.replace("/", "_").replace(":", "_"))
 
 
+def clone_op_name(tensor_name, op_name):
+    """``lms/recompute_relu_0/bn`` style names: the clone of `op_name` made
+    to recompute `tensor_name`."""
+    return "%s/%s" % (swap_op_name("recompute", tensor_name),
+                      op_name.replace("/", "_"))
+
+
 def is_rewritten(graph, gpu_device_filter=None):
-    """True if the graph has swap ops added by LMS.
+    """True if the graph has swap ops or recompute clones added by LMS.
 
     Args:
       graph: a `tf.Graph`.
@@ -81,6 +109,10 @@ def is_rewritten(graph, gpu_device_filter=None):
             continue
         if op.type == "NoOp" and _has_marker(op):
             # Serialization without swaps (see SERIALIZATION_MARKER).
+            if gpu_device_filter is None or gpu_device_filter(op.device):
+                return True
+            continue
+        if "lms/recompute_" in op.name and _has_marker(op):
             if gpu_device_filter is None or gpu_device_filter(op.device):
                 return True
             continue
@@ -101,7 +133,7 @@ def _has_marker(op):
 
 
 @contextlib.contextmanager
-def _outside_user_context(graph, device):
+def _outside_user_context(graph, device, attrs=None):
     """Build ops on `device` outside any user context: no control
     dependencies, no name scope, no control-flow context inherited from
     where run() was called; with the attributes that mark LMS's ops."""
@@ -110,7 +142,7 @@ def _outside_user_context(graph, device):
     try:
         with graph.as_default(), tf.control_dependencies(None), \
                 graph.name_scope(None), tf.device(device), \
-                graph._attr_scope(_PROTECT_ATTRS):  # pylint: disable=protected-access
+                graph._attr_scope(_PROTECT_ATTRS if attrs is None else attrs):  # pylint: disable=protected-access
             yield
     finally:
         graph._set_control_flow_context(saved_ctx)  # pylint: disable=protected-access
@@ -126,6 +158,18 @@ def _new_identity(graph, tensor, name):
         "Identity", [tensor], [dtype], name=name,
         attrs={"T": attr_value_pb2.AttrValue(
             type=dtype.as_datatype_enum)}).outputs[0]
+
+
+def _new_clone(graph, op, inputs, name):
+    """A copy of `op` reading `inputs`: same type, attributes and output
+    types, on the device of the `_outside_user_context` it is made in.
+    Private attributes (``_class`` colocation and the like) are not copied:
+    they tie the original to its neighbours, not the clone."""
+    attrs = {k: v for k, v in op.node_def.attr.items()
+             if not k.startswith("_")}
+    return graph._create_op_internal(  # pylint: disable=protected-access
+        op.type, list(inputs), [t.dtype for t in op.outputs], name=name,
+        attrs=attrs)
 
 
 def _new_marker(graph, device):
@@ -169,16 +213,16 @@ def apply_plan(graph, index, plan, cpu_device):
             "the graph has %d ops but was indexed with %d; index it again "
             "before applying a plan" % (len(graph.get_operations()),
                                         index.num_ops))
-    for swap in plan.swaps:
-        tensor = ops[swap.producer].outputs[swap.output]
-        for sin in swap.swap_ins:
-            for consumer, slot in sin.consumers:
-                if ops[consumer].inputs[slot] is not tensor:
-                    raise ValueError(
-                        "input %d of %s is not %s any more; index the graph "
-                        "again" % (slot, ops[consumer].name, tensor.name))
+    for producer, output, consumers in _rerouted(plan):
+        tensor = ops[producer].outputs[output]
+        for consumer, slot in consumers:
+            if ops[consumer].inputs[slot] is not tensor:
+                raise ValueError(
+                    "input %d of %s is not %s any more; index the graph "
+                    "again" % (slot, ops[consumer].name, tensor.name))
 
-    swapouts, swapins = [], []
+    swapouts, swapins, clones = [], [], []
+    swapin_of = {}  # (producer, output, k) -> k-th swap-in of that tensor
     control_edges = 0
     rerouted = 0
     pending_controls = {}  # op -> list of control inputs, applied in one call
@@ -199,10 +243,11 @@ def apply_plan(graph, index, plan, cpu_device):
             swapout = _new_identity(graph, tensor,
                                     swap_op_name("swapout", tensor.name))
             swapouts.append(swapout.op.name)
-            for sin in swap.swap_ins:
+            for k, sin in enumerate(swap.swap_ins):
                 swapin = _new_identity(graph, swapout,
                                        swap_op_name("swapin", tensor.name))
                 swapins.append(swapin.op.name)
+                swapin_of[(swap.producer, swap.output, k)] = swapin
                 for consumer, slot in sin.consumers:
                     ops[consumer]._update_input(slot, swapin)  # pylint: disable=protected-access
                     rerouted += 1
@@ -210,16 +255,50 @@ def apply_plan(graph, index, plan, cpu_device):
             for w in swap.waiters:
                 add_controls(ops[w], [swapout.op])
 
+    for rec in plan.recomputes:
+        tensor = ops[rec.producer].outputs[rec.output]
+        made = []
+        for op_id, sources in zip(rec.ops, rec.inputs):
+            op = ops[op_id]
+            inputs = []
+            for src in sources:
+                if src[0] == "clone":
+                    inputs.append(made[src[1]].outputs[src[2]])
+                elif src[0] == "swapin":
+                    inputs.append(swapin_of[src[1:]])
+                else:
+                    inputs.append(ops[src[1]].outputs[src[2]])
+            with _outside_user_context(graph, op.device, _CLONE_ATTRS):
+                clone = _new_clone(graph, op, inputs,
+                                   clone_op_name(tensor.name, op.name))
+            made.append(clone)
+            clones.append(clone.name)
+            add_controls(clone, [ops[rec.trigger]])
+        for consumer, slot in rec.consumers:
+            ops[consumer]._update_input(slot, made[-1].outputs[rec.output])  # pylint: disable=protected-access
+            rerouted += 1
+
     for op, controls in pending_controls.items():
         if controls:
             op._add_control_inputs(controls)  # pylint: disable=protected-access
             control_edges += len(controls)
 
-    if plan.control_edges and not swapouts:
+    if plan.control_edges and not swapouts and not clones:
         # Nothing else would tell a second run that this graph is done.
         _new_marker(graph, ops[plan.control_edges[0][0]].device)
 
     return RewriteResult(swapout_ops=tuple(swapouts),
                          swapin_ops=tuple(swapins),
                          control_edges=control_edges,
-                         rerouted_inputs=rerouted)
+                         rerouted_inputs=rerouted,
+                         recompute_ops=tuple(clones))
+
+
+def _rerouted(plan):
+    """``(producer, output, consumers)`` of every tensor whose readers the
+    plan reroutes (to swap-ins or to clones)."""
+    for swap in plan.swaps:
+        for sin in swap.swap_ins:
+            yield swap.producer, swap.output, sin.consumers
+    for rec in plan.recomputes:
+        yield rec.producer, rec.output, rec.consumers

@@ -249,6 +249,20 @@ class Settings:
         flag="0 async, 1 sync swap-outs, 2 sync swap-ins, 3 both "
              "(default 0)",
         text=T.choice_int((0, 1, 2, 3)), metavar="{0,1,2,3}")
+    recompute: bool = _setting(
+        False, _checker("check_bool"),
+        "Also consider making a swapped tensor again, just before its far "
+        "readers, from tensors on the device then, by cloning the cheap "
+        "stateless operations that made it (ReLU, batch norm in training "
+        "mode, add, concat, pooling...; at most four per tensor), instead "
+        "of copying it out and back. The values are bit-identical. With "
+        "auto-tuning a swap is replaced when the plan still fits the budget, "
+        "with fixed parameters when it peaks no higher than the swap-only "
+        "plan (which needs `batch_size` for unknown dimensions). Costs "
+        "compute instead of transfers; off by default until step times are "
+        "modelled.",
+        flag="recompute swapped tensors from cheap operations where "
+             "possible, instead of swapping them")
     serialization: tuple = _setting(
         (), _check_serialization,
         "Levels whose operations run one at a time, chained by control "

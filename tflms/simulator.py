@@ -46,6 +46,12 @@ Memory model (what is counted, and why):
   host op runs, freed after the copy's last device reader. A swap-out
   (CPU ``Identity`` of a device tensor) owns a host buffer of the tensor's
   size; its swap-ins forward that host buffer.
+* **Recomputes.** Each clone of a `planner.RecomputePlan` is a node
+  one level after its trigger and its inputs; its outputs are device
+  buffers (or, for aliasing types, its input's) living until their last
+  reader. The late readers read the last clone, so the original buffer is
+  freed after its early readers, and the inputs the clones read live until
+  the clones ran (a swap-in read by a clone keeps its device copy).
 * **Not modelled.** Kernel scratch space (e.g. cuDNN workspaces), allocator
   fragmentation and the runtime's own reservations; callers leave headroom
   for these with a memory ratio below 1. Element-wise kernels that reuse
@@ -145,6 +151,7 @@ class SimulationResult:
       levels: int64 numpy array, the level of every original op.
       swapout_bytes: bytes the plan moves to the host (one copy per tensor).
       swapin_bytes: bytes the plan moves back (one copy per swap-in).
+      recompute_bytes: bytes of the tensors the plan makes again.
     """
 
     peak_device_bytes: int
@@ -160,6 +167,7 @@ class SimulationResult:
     levels: np.ndarray
     swapout_bytes: int
     swapin_bytes: int
+    recompute_bytes: int = 0
 
     def fits(self, budget_bytes):
         return self.peak_device_bytes <= budget_bytes
@@ -415,8 +423,11 @@ class SimulationModel:
         return self._tensor_buffer[self._out_base[op_id] + output]
 
     # ---- replay -----------------------------------------------------------
-    def _levels_with(self, swap_nodes, control_edges, num_nodes, shortened):
-        """Levels of the graph with the swap nodes and control edges added,
+    def _levels_with(self, swap_nodes, control_edges, num_nodes, shortened,
+                     clone_nodes=(), clone_reroutes=()):
+        """Levels of the graph with the swap nodes, clone nodes (after the
+        swap nodes, ``(node, predecessors)``), the clones' rerouted readers
+        (``(producer, last clone, consumers)``) and control edges added,
         when some original op may move: pushed forward from the graph's
         levels, or by Kahn's algorithm when an edge was removed."""
         n = self.num_ops
@@ -441,6 +452,16 @@ class SimulationModel:
                 for c, _ in sin.consumers:
                     p_succ.remove(c)
             succ[so].extend(waiters)
+        for cn, preds in clone_nodes:
+            assert cn == len(succ)
+            succ.append([])
+            for v in preds:
+                own(v).append(cn)
+        for p, last, consumers in clone_reroutes:
+            p_succ = own(p)
+            for c, _ in consumers:
+                succ[last].append(c)
+                p_succ.remove(c)
         for a, b in control_edges:
             own(a).append(b)
         assert len(succ) == num_nodes
@@ -466,6 +487,7 @@ class SimulationModel:
           A `SimulationResult`.
         """
         swaps = plan.swaps if plan is not None else ()
+        recomputes = plan.recomputes if plan is not None else ()
         control_edges = plan.control_edges if plan is not None else ()
         n = self.num_ops
         out_base = self._out_base
@@ -489,6 +511,7 @@ class SimulationModel:
         shortened = False    # a rerouted edge held up its consumer's level
         moved = False        # some original op must move (or may)
         node = self._num_base_nodes
+        swapin_of = {}       # (producer, output, k) -> (node, copy buffer)
         for swap in swaps:
             p = swap.producer
             t = out_base[p] + swap.output
@@ -528,6 +551,7 @@ class SimulationModel:
                 extra_bytes.append(size)
                 extra_space.append(DEVICE)
                 extra_alloc.append(si)
+                swapin_of[(p, swap.output, len(ins) - 1)] = (si, copy_buf)
                 if detail:
                     extra_names.append("lms/swapin_%s (device copy)" % tname)
                 for c, slot in sin.consumers:
@@ -545,11 +569,88 @@ class SimulationModel:
                 if base_levels[w] <= so_level:
                     moved = True
             swap_nodes.append((p, so, swap.waiters, ins))
+
+        # Recomputes: one node per clone, after the swap nodes. A clone
+        # runs one level after its trigger and its inputs; its outputs are
+        # device buffers from then to their last reader (aliasing types
+        # forward their input's buffer, as the originals do); the late
+        # readers read the last clone, so the original buffer is freed
+        # after its early readers.
+        base_nodes = self._num_base_nodes
+        clone_nodes, clone_reroutes = [], []
+        recompute_bytes = 0
+        index = self.index
+        for rec in recomputes:
+            p = rec.producer
+            recompute_bytes += tensor_bytes[out_base[p] + rec.output]
+            if detail:
+                rname = "lms/recompute_%s" % _safe(
+                    _tensor_name(index, p, rec.output))
+            nodes, bufs = [], []
+            for op, sources in zip(rec.ops, rec.inputs):
+                cn = node
+                node += 1
+                preds = [rec.trigger]
+                level = base_levels[rec.trigger]
+                in_bufs = []
+                for src in sources:
+                    if src[0] == "clone":
+                        v, b = nodes[src[1]], bufs[src[1]][src[2]]
+                    elif src[0] == "swapin":
+                        v, b = swapin_of[(src[1], src[2], src[3])]
+                    else:
+                        v = src[1]
+                        b = tensor_buffer[out_base[v] + src[2]]
+                    preds.append(v)
+                    v_level = (base_levels[v] if v < base_nodes
+                               else new_levels[v - base_nodes])
+                    level = max(level, v_level)
+                    in_bufs.append(b)
+                    if b != _NO_BUFFER:
+                        extra_use_buf.append(b)
+                        extra_use_node.append(cn)
+                new_levels.append(level + 1)
+                out_bufs = []
+                for k in range(len(index.output_shapes[op])):
+                    slot = _alias_slot(index.types[op], k, index.inputs[op],
+                                       ())
+                    if slot is not None and slot < len(in_bufs):
+                        out_bufs.append(in_bufs[slot])
+                        continue
+                    size = tensor_bytes[out_base[op] + k]
+                    if size == 0:
+                        out_bufs.append(_NO_BUFFER)
+                        continue
+                    out_bufs.append(nbuf + len(extra_bytes))
+                    extra_bytes.append(size)
+                    extra_space.append(DEVICE)
+                    extra_alloc.append(cn)
+                    if detail:
+                        extra_names.append("%s/%s:%d" % (
+                            rname, _safe(index.names[op]), k))
+                nodes.append(cn)
+                bufs.append(out_bufs)
+                clone_nodes.append((cn, preds))
+            last = nodes[-1]
+            last_level = new_levels[last - base_nodes]
+            out_buf = bufs[-1][rec.output]
+            for c, slot in rec.consumers:
+                rerouted[(c, slot)] = out_buf
+                if base_levels[c] - base_levels[p] < 2:
+                    shortened = True
+                if base_levels[c] <= last_level:
+                    moved = True
+                if out_buf != _NO_BUFFER:
+                    extra_use_buf.append(out_buf)
+                    extra_use_node.append(c)
+            clone_reroutes.append((p, last, rec.consumers))
+
         masked = []
         for u, copy_buf in self._rerouted_uses(rerouted):
             masked.append(u)
-            extra_use_buf.append(copy_buf)
-            extra_use_node.append(int(self.use_node[u]))
+            if copy_buf != _NO_BUFFER:
+                extra_use_buf.append(copy_buf)
+                extra_use_node.append(int(self.use_node[u]))
         for a, b in control_edges:
             if base_levels[b] <= base_levels[a]:
                 moved = True
@@ -561,7 +662,8 @@ class SimulationModel:
                                      np.asarray(new_levels, dtype=np.int64)))
         else:
             levels = np.asarray(
-                self._levels_with(swap_nodes, control_edges, node, shortened),
+                self._levels_with(swap_nodes, control_edges, node, shortened,
+                                  clone_nodes, clone_reroutes),
                 dtype=np.int64)
         num_levels = int(levels.max()) + 1 if len(levels) else 0
 
@@ -619,6 +721,8 @@ class SimulationModel:
                 node = int(buf_alloc[j])
                 peak_op = names[node] if node < n else all_names[j].split(
                     " ")[0]
+                if peak_op.startswith("lms/recompute_"):
+                    peak_op = peak_op.rpartition(":")[0]  # the clone op
         return SimulationResult(
             peak_device_bytes=peak,
             peak_level=peak_level,
@@ -633,7 +737,8 @@ class SimulationModel:
             num_levels=num_levels,
             levels=levels[:n],
             swapout_bytes=swapout_bytes,
-            swapin_bytes=swapin_bytes)
+            swapin_bytes=swapin_bytes,
+            recompute_bytes=recompute_bytes)
 
     def freed_levels(self, swap, levels):
         """Levels at which swapping one tensor frees its device bytes.

@@ -263,7 +263,11 @@ def verify(load, lms, steps=3, batch_size=None, train_op_names=(),
             different.append(name)
 
     nodes, executed = _node_names(md), _executed(md)
-    added = list(result.swapout_ops) + list(result.swapin_ops)
+    # Recompute clones count as swap ops here: each one Grappler kept must
+    # have run (one fused into another clone or merged with a twin is gone
+    # from the optimized graph, as a merged swap op is).
+    added = list(result.swapout_ops) + list(result.swapin_ops) + list(
+        result.rewrite.recompute_ops if result.rewrite else ())
     not_run = sorted(unexecuted_nodes(md) - unexecuted_nodes(base_md))
     swaps_not_run = [n for n in added if n in nodes and n not in executed]
     kernels, base_kernels = kernel_counts(md), kernel_counts(base_md)

@@ -1,0 +1,93 @@
+"""Trains a zoo model without LMS and with LMS and recompute, in this
+process, and prints what `test_recompute_training.py` checks, as JSON.
+
+Run as a script (``python tests/_recompute_training.py MODEL``) in a
+subprocess: the test chooses `TF_ENABLE_ONEDNN_OPTS` for it, which
+TensorFlow reads once when it loads.
+"""
+
+import json
+import os
+import sys
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [_HERE, os.path.dirname(_HERE)]
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from tflms import LMS  # noqa: E402
+
+import test_equivalence as eq  # noqa: E402
+from _graphs import unexecuted_nodes  # noqa: E402
+
+SIZES = {
+    "cnn_bn": dict(image=12, channels=6, depth=4, batch=2),
+    # ConcatV2 of parallel convs, then batch norm and pooling.
+    "cnn_branchy": dict(image=8, channels=3, depth=2, branches=3, batch=2),
+    "keras_resnet": dict(image=16, batch=2, blocks=(1, 1)),
+}
+
+
+def main(name):
+    tf.compat.v1.disable_eager_execution()
+    eq.SIZES.update(SIZES)
+    base_losses, base_weights, base_md = eq.train(eq.build(name))
+    model = eq.build(name)
+    result = LMS(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0,
+                 recompute=True).run(model.graph)
+    losses, weights, md = eq.train(model)
+    ran = {n.node_name for d in md.step_stats.dev_stats for n in d.node_stats}
+    optimized = {n.name for pg in md.partition_graphs for n in pg.node}
+    clones = result.rewrite.recompute_ops
+    # A clone gone from the optimized graph was fused by Grappler into the
+    # clone it reads (batch norm + ReLU with oneDNN), or merged with a twin
+    # (two recomputes cloning the same op with the same trigger): those
+    # are named, and must have run.
+    memo = {}
+
+    def signature(name):
+        # What a clone computes: its type and inputs, clones by signature.
+        if name not in memo:
+            op = model.graph.get_operation_by_name(name)
+            memo[name] = (op.type, tuple(
+                (signature(t.op.name), t.value_index) if t.op.name in clones
+                else t.name for t in op.inputs),
+                tuple(sorted(c.name for c in op.control_inputs)))
+        return memo[name]
+
+    gone = {}
+    for name in clones:
+        if name not in optimized:
+            inputs = [t.op.name for t in
+                      model.graph.get_operation_by_name(name).inputs]
+            gone[name] = [i for i in inputs
+                          if i in clones and i in optimized] or [
+                c for c in clones if c != name and c in optimized
+                and signature(c) == signature(name)]
+    index = result.planned.index
+    print(json.dumps({
+        "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS"),
+        "recomputed": [index.names[r.producer]
+                       for r in result.planned.plan.recomputes],
+        "cloned_types": sorted({index.types[o]
+                                for r in result.planned.plan.recomputes
+                                for o in r.ops}),
+        "clones": list(result.rewrite.recompute_ops),
+        "clones_ran": [c for c in clones if c in ran],
+        "clones_gone": gone,
+        "swapouts": len(result.swapout_ops),
+        "unrun": sorted(unexecuted_nodes(md) - unexecuted_nodes(base_md)),
+        "same_losses": losses == base_losses,
+        "losses": [float(x) for x in losses],
+        "same_weights": all(np.array_equal(a, b)
+                            for a, b in zip(base_weights, weights)),
+        "weights": len(weights),
+        "rewritten_again": LMS(swapout_threshold=1, swapin_ahead=1,
+                               swapin_groupby=0, recompute=True).run(
+                                   model.graph).outcome.name,
+    }))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

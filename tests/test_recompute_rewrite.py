@@ -1,0 +1,165 @@
+"""The rewriter's side of recompute: clones made beside the originals, late
+readers rerouted, the trigger's control edge, the same values, and the
+guard against rewriting twice when a plan has recomputes only."""
+
+import numpy as np
+import tensorflow as tf
+
+from tflms import LMS
+from tflms import rewriter
+
+
+def relu_read_late():
+    """a = relu(x) read by `late` after six sines; x is read last by `out`,
+    so a can be made again from x just before `late`."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [4, 8], name="x")
+        a = tf.nn.relu(x, name="a")
+        f = a
+        for i in range(1, 7):
+            f = tf.math.sin(f, name="f%d" % i)
+        late = tf.math.multiply(f, a, name="late")
+        tf.math.add(late, x, name="out")
+    return graph
+
+
+def run_out(graph, value):
+    with tf.compat.v1.Session(graph=graph) as sess:
+        return sess.run("out:0", {"x:0": value})
+
+
+def test_late_reader_reads_a_clone_and_the_original_stays():
+    graph = relu_read_late()
+    value = np.linspace(-2, 2, 32, dtype=np.float32).reshape(4, 8)
+    expected = run_out(graph, value)
+    before = len(graph.get_operations())
+    result = LMS(swapout_threshold=3, swapin_ahead=1, swapin_groupby=0,
+                 recompute=True).run(graph)
+    plan = result.planned.plan
+    assert plan.swaps == () and len(plan.recomputes) == 1
+    assert result.rewrite.recompute_ops == ("lms/recompute_a_0/a",)
+    assert result.swapout_ops == () and result.swapin_ops == ()
+    assert len(graph.get_operations()) == before + 1
+    clone = graph.get_operation_by_name("lms/recompute_a_0/a")
+    assert clone.type == "Relu"
+    assert [t.name for t in clone.inputs] == ["x:0"]
+    assert clone.get_attr("T") == tf.float32
+    assert clone.get_attr(rewriter.SWAP_MARKER_ATTR)
+    trigger = result.planned.index.names[plan.recomputes[0].trigger]
+    assert [c.name for c in clone.control_inputs] == [trigger]
+    assert trigger in ("f3", "f4", "f5")
+    late = graph.get_operation_by_name("late")
+    assert [t.name for t in late.inputs] == ["f6:0",
+                                             "lms/recompute_a_0/a:0"]
+    assert [c.name for c in graph.get_tensor_by_name("a:0").consumers()] \
+        == ["f1"]
+    np.testing.assert_array_equal(run_out(graph, value), expected)
+
+
+def test_a_graph_with_recomputes_only_is_not_rewritten_twice():
+    graph = relu_read_late()
+    LMS(swapout_threshold=3, swapin_ahead=1, swapin_groupby=0,
+        recompute=True).run(graph)
+    assert rewriter.is_rewritten(graph)
+    assert not rewriter.is_rewritten(graph, lambda device: "GPU" in device)
+    snapshot = graph.as_graph_def().SerializeToString(deterministic=True)
+    again = LMS(swapout_threshold=3, swapin_ahead=1, swapin_groupby=0,
+                recompute=True).run(graph)
+    assert again.outcome.name == "ALREADY_REWRITTEN"
+    assert graph.as_graph_def().SerializeToString(
+        deterministic=True) == snapshot
+
+
+def test_without_recompute_the_same_tensor_is_swapped():
+    graph = relu_read_late()
+    result = LMS(swapout_threshold=3, swapin_ahead=1,
+                 swapin_groupby=0).run(graph)
+    assert result.swapout_ops == ("lms/swapout_a_0",)
+    assert result.planned.plan.recomputes == ()
+
+
+def test_tuned_plan_recomputes_within_the_budget():
+    # A Keras ResNet, auto-tuned for 60% of its simulated peak: with
+    # recompute the plan still fits (replayed again here) and moves fewer
+    # bytes than the swap-only plan at the same budget.
+    from tflms import graph_index as gi
+    from tflms import pipeline
+    from tflms import simulator
+    from tflms.settings import Settings
+    from zoo import models
+
+    graph = tf.Graph()
+    with graph.as_default():
+        models.keras_resnet(image=32, batch=4, blocks=(2, 2), seed=1)
+    index = gi.build_index(graph)
+    base = Settings()
+    without = pipeline.simulate_without(index, pipeline.classify(index, base),
+                                        base)
+    gib = 0.6 * without.peak_device_bytes / float(1 << 30)
+    env = {"TF_LMS_SIMULATOR_MEM_RATIO": "1"}
+    swap_only = pipeline.plan(index, base.replace(autotune_gpu_mem=gib),
+                              env=env)
+    hybrid = pipeline.plan(index, base.replace(autotune_gpu_mem=gib,
+                                               recompute=True), env=env)
+    assert swap_only.plan.recomputes == ()
+    assert hybrid.plan.recomputes
+    assert hybrid.budget_bytes == swap_only.budget_bytes
+    assert hybrid.plan.moved_bytes() < swap_only.plan.moved_bytes()
+    replayed = simulator.SimulationModel(hybrid.index, hybrid.roles).replay(
+        hybrid.plan)
+    assert replayed.peak_device_bytes == hybrid.with_lms.peak_device_bytes
+    assert replayed.fits(hybrid.budget_bytes)
+    assert replayed.recompute_bytes == hybrid.plan.recompute_bytes() > 0
+
+
+def test_fixed_parameters_recompute_only_within_the_swap_plans_peak():
+    # Swapping every tensor (threshold 1) brings each back just in time;
+    # recomputing all of them would hold the clones' inputs and
+    # intermediates longer (a higher peak), so only those that keep the
+    # swap-only plan's simulated peak are recomputed.
+    from tflms import graph_index as gi
+    from tflms import pipeline
+    from tflms.settings import Settings
+    from zoo import models
+
+    graph = tf.Graph()
+    with graph.as_default():
+        models.keras_resnet(image=64, batch=4, blocks=(2, 2), seed=1)
+    index = gi.build_index(graph)
+    fixed = Settings(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0)
+    swap_only = pipeline.plan(index, fixed, simulate=True)
+    hybrid = pipeline.plan(index, fixed.replace(recompute=True),
+                           simulate=True)
+    assert hybrid.plan.recomputes
+    assert hybrid.with_lms.peak_device_bytes <= \
+        swap_only.with_lms.peak_device_bytes
+    assert hybrid.plan.moved_bytes() < swap_only.plan.moved_bytes()
+    # Every replaceable swap replaced would peak higher: the check matters.
+    from tflms import planner
+    from tflms import simulator
+    everything = planner.with_recomputes(
+        hybrid.index, hybrid.roles, swap_only.plan,
+        lambda candidate, current: True)
+    assert len(everything.recomputes) > len(hybrid.plan.recomputes)
+    model = simulator.SimulationModel(hybrid.index, hybrid.roles)
+    assert model.replay(everything).peak_device_bytes > \
+        swap_only.with_lms.peak_device_bytes
+
+
+def test_fixed_parameters_without_sizes_warn_and_only_swap(lms_log):
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 8], name="x")
+        a = tf.nn.relu(x, name="a")
+        f = a
+        for i in range(1, 7):
+            f = tf.math.sin(f, name="f%d" % i)
+        tf.math.add(tf.math.multiply(f, a, name="late"), x, name="out")
+    result = LMS(swapout_threshold=3, swapin_ahead=1, swapin_groupby=0,
+                 recompute=True).run(graph)
+    assert result.swapout_ops == ("lms/swapout_a_0",)
+    assert result.planned.plan.recomputes == ()
+    assert any("Not recomputing: choosing what to recompute needs every "
+               "tensor's size" in line and "set lms.batch_size" in line
+               for line in lms_log())
