@@ -12,6 +12,7 @@ from tflms import autotune
 from tflms import graph_index as gi
 from tflms import planner
 from tflms import simulator
+from tflms import steptime
 from tflms._logging import Logger
 
 from tests import _graphs
@@ -43,6 +44,10 @@ def uneven_chain():
 
 
 def tune(index, roles, mib, requested=AUTO, **kwargs):
+    """`autotune.tune` for `mib` MiB exactly; copies count as instant unless
+    an `interconnect` is given (these tests pin the search's own choices;
+    the copy-time tests below pass one)."""
+    kwargs.setdefault("interconnect", "instant")
     return autotune.tune(index, roles, requested, gpu_mem_gib=mib / 1024.0,
                          env=EXACT, log=Logger(), **kwargs)
 
@@ -518,3 +523,66 @@ def test_prune_replays_only_removals_the_estimates_allow():
     assert names(index, ((s.producer, s.output) for s in gated.swaps)) \
         == names(index, ((s.producer, s.output) for s in full.swaps))
     assert gated_replays < len(replayed) == len(plan.swaps)
+
+
+# ---- copies that take time -------------------------------------------------
+def test_the_tuned_plan_fits_with_its_copies_timed():
+    """At 6 MiB the search swaps f2 (1 MiB, made at level 2) with
+    asynchronous copies, peaking at 5.5 MiB + 16 bytes at level 7 with
+    instant copies. On a V100 over PCIe 4.0 its copy to the host takes
+    1 MiB / 31.5 GB/s = 33.3 us, while levels 3-7 start within 29.3 us of
+    its start: f2 stays on the device through level 7, one MiB more at the
+    peak, over the budget. The tuner then asks for synchronous swap-outs
+    (f2's remaining reader waits for the copy), which fit. NVLink-C2C
+    copies it in 2.3 us, within level 3: the asynchronous plan is kept."""
+    index, roles = uneven_chain()
+    budget = 6 * MIB
+    instant = tune(index, roles, 6)
+    assert instant.params == planner.SwapParams(8, 14, 14, 0)
+    assert [index.names[s.producer] for s in instant.plan.swaps] == ["f2"]
+    assert instant.with_lms.peak_device_bytes == 5 * MIB + MIB // 2 + 16
+    memory = simulator.SimulationModel(index, roles)
+    pcie4 = steptime.StepTimeModel(index, roles, interconnect="pcie4")
+    late, step = steptime.replay_in_time(memory, pcie4, instant.plan)
+    assert steptime.copy_levels(step).held_through == (7,)
+    assert late.peak_device_bytes == 6 * MIB + MIB // 2 + 16 > budget
+    assert late.peak_level == 7 and ("f2:0", MIB) in late.live_at_peak
+
+    timed = tune(index, roles, 6, interconnect="pcie4")
+    assert timed.params == planner.SwapParams(8, 14, 14, 1)
+    assert timed.with_lms.peak_device_bytes == 5 * MIB + MIB // 2 + 16
+    again, _ = steptime.replay_in_time(memory, pcie4, timed.plan)
+    assert again.peak_device_bytes == timed.with_lms.peak_device_bytes
+
+    fast = tune(index, roles, 6, interconnect="nvlink-c2c")
+    assert fast.params == instant.params and fast.plan == instant.plan
+    assert fast.with_lms.peak_device_bytes == \
+        instant.with_lms.peak_device_bytes
+
+
+def test_the_search_again_is_logged(caplog):
+    index, roles = uneven_chain()
+    logging.getLogger("tensorflow").propagate = True
+    with caplog.at_level(logging.INFO, logger="tensorflow"):
+        tune(index, roles, 6, interconnect="pcie4")
+    assert ("[Simulator] With copies timed at PCIe 4.0 x16 the plan peaks "
+            "at 0.006 GiB, over the 0.006 GiB budget; searching again for "
+            "sync_mode 1") in caplog.text
+
+
+def test_no_plan_fitting_in_time_names_the_link_and_the_fixes(monkeypatch):
+    # Without a second search, the asynchronous plan above is the last.
+    monkeypatch.setattr(autotune, "_TIME_ROUNDS", 0)
+    index, roles = uneven_chain()
+    with pytest.raises(autotune.AutotuneError, match=(
+            r"^LMS auto-tuning found no plan that fits in 0\.006 GiB "
+            r"\(6\.0 MiB\) once its copies take the time they take at "
+            r"interconnect='pcie4' \(PCIe 4\.0 x16\): the last plan found "
+            r"peaks at 0\.006 GiB \(6\.5 MiB\) with them, because swapped "
+            r"tensors stay on the device until their copy to the host has "
+            r"finished\. Use the interconnect this machine has \(a faster "
+            r"one finishes copies sooner\), sync_mode=1 or 3 \(operations "
+            r"wait for the swap-outs\), a smaller batch size, a larger "
+            r"lms\.autotune_gpu_mem, or interconnect='instant' to plan as if "
+            r"copies took no time\.$")):
+        tune(index, roles, 6, interconnect="pcie4")

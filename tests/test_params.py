@@ -74,6 +74,14 @@ BAD_PROPERTIES = [
     ("incl_input_by_types", {"Conv2D", 3},
      r"incl_input_by_types must hold non-empty strings; got 3"),
     ("plot_dir", "", r"plot_dir must be a folder path"),
+    ("interconnect", "pcie6",
+     r"^interconnect must be one of pcie3, pcie4, pcie5, nvlink2, "
+     r"nvlink-c2c, or 'instant' to count copies as taking no time; got "
+     r"'pcie6'$"),
+    ("gpu", "P100",
+     r"^gpu must be one of V100-SXM2-16GB, V100-SXM2-32GB, A100-SXM4-40GB, "
+     r"A100-SXM4-80GB, H100-SXM5-80GB \(the GPU whose op times pace the "
+     r"copies when counting their memory\); got 'P100'$"),
 ] + [(name, value, message % name)
      for name in FILTERS for value, message in (
          ("conv1", r"%s must be a set of strings, e.g. \{'conv1'\}; "

@@ -198,3 +198,44 @@ def test_each_variable_counts_once_whatever_its_kind(ref):
     assert dict(result.live_at_peak) == {
         "<resident variables and constants>": 1028, "x:0": 512, "y:0": 512,
         "g:0": 1024, "dx:0": 512}
+
+
+def test_copy_levels_hold_the_swapped_tensor_and_allocate_its_copy_early():
+    """The one-swap plan of `test_u_graph_with_one_swap` (sync_mode 0: f1
+    swapped out at level 2, back at level 7 for g1) with copies that take
+    time: f1 is still being copied to the host through level 4, so it
+    lives [1, 4] instead of [1, 2]; its copy back starts in level 5, so the
+    device copy lives [5, 8] instead of [7, 8]. Levels 3 and 4 gain f1,
+    levels 5 and 6 the copy: 5 U at level 5 (f2, f3, f4, g4 and the copy),
+    as much as without LMS."""
+    index = u_graph()
+    roles = analysis.classify_ops(index)
+    plan = planner.make_plan(index, roles, planner.SwapParams(5, 1, 0, 0))
+    model = simulator.SimulationModel(index, roles)
+    timed = model.replay(plan, copy_levels=simulator.CopyLevels(
+        held_through=(4,), allocated_from=((5,),)))
+    assert timed.device_timeline.tolist() == [
+        U * k for k in (1, 2, 2, 3, 4, 5, 5, 4, 3)]
+    assert timed.peak_device_bytes == 5 * U
+    assert timed.peak_level == 5
+    assert sorted(name for name, _ in timed.live_at_peak) == [
+        "f2:0", "f3:0", "f4:0", "g4:0", "lms/swapin_f1_0 (device copy)"]
+    # Levels already inside the instant lifetimes change nothing.
+    same = model.replay(plan, copy_levels=simulator.CopyLevels(
+        held_through=(1,), allocated_from=((7,),)))
+    assert same.device_timeline.tolist() == model.replay(
+        plan).device_timeline.tolist()
+
+
+def test_copy_levels_must_match_the_plan():
+    index = u_graph()
+    roles = analysis.classify_ops(index)
+    plan = planner.make_plan(index, roles, planner.SwapParams(5, 1, 0, 0))
+    with pytest.raises(ValueError, match=(
+            r"^copy_levels must have one held_through level per swap and "
+            r"one allocated_from level per swap-in of the plan \(swap-ins "
+            r"per swap \[1\]\); got 2 and \[1, 1\]; make it from the plan's "
+            r"own step time \(steptime.copy_levels\)$")):
+        simulator.SimulationModel(index, roles).replay(
+            plan, copy_levels=simulator.CopyLevels(
+                held_through=(4, 4), allocated_from=((5,), (5,))))

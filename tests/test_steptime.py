@@ -259,7 +259,8 @@ def test_named_hardware_and_bad_names():
         steptime.gpu_named("P100")
     with pytest.raises(ValueError, match=r"^interconnect 'pcie6' is not "
                        r"known; use one of pcie3, pcie4, pcie5, nvlink2, "
-                       r"nvlink-c2c$"):
+                       r"nvlink-c2c, or 'instant' for copies that take no "
+                       r"time$"):
         steptime.interconnect_named("pcie6")
     with pytest.raises(ValueError, match=r"^launch_overhead_s must be >= 0 "
                        r"seconds; got -1"):
@@ -313,3 +314,63 @@ def test_a_convolution_of_a_tensorflow_graph_at_its_roofline():
             nbytes / spec.memory_bandwidth) + steptime.LAUNCH_OVERHEAD_S
         assert model.op_seconds[index.id_of["flat"]] == 0
         assert model.predict().without_lms_s == model.op_seconds[conv]
+
+
+def test_copy_levels_of_a_step():
+    # a's swap-out ends at 3 s, after level 2 (b) started at 2 s and before
+    # level 3 (c) at 4 s: held through level 2. Its swap-in starts at 4 s,
+    # when level 3 starts.
+    index = chain()
+    plan = plan_of(index, [swap(index, "a", [("d", 0)], ["b"])])
+    memory = simulator.SimulationModel(index, analysis.classify_ops(index))
+    replayed = memory.replay(plan)
+    step = model(index).predict(plan, replayed.levels, replayed.num_levels)
+    assert steptime.copy_levels(step) == simulator.CopyLevels(
+        held_through=(2,), allocated_from=((3,),))
+    # At 250 bytes/s the swap-out runs 2-6 s: level 3 (c, from 4 s) starts
+    # before it ends, level 4 (e, 6 s) does not; the swap-in waits for it
+    # and starts at 6 s, in level 4.
+    step = model(index, bytes_per_s=250.0).predict(
+        plan, replayed.levels, replayed.num_levels)
+    assert steptime.copy_levels(step) == simulator.CopyLevels(
+        held_through=(3,), allocated_from=((4,),))
+
+
+@pytest.mark.parametrize("bytes_per_s, timeline", [
+    # 1000 bytes/s, or 10^12: every copy ends within the level the
+    # simulator already gives it; exactly the replay with instant copies.
+    (1000.0, (1, 2, 2, 3, 3, 3)),
+    (1e12, (1, 2, 2, 3, 3, 3)),
+    # 250 bytes/s: a (1000 B) is still being copied during level 3, on top
+    # of b, c and the swap-in's copy: 1000 bytes more at the peak.
+    (250.0, (1, 2, 2, 4, 3, 3)),
+])
+def test_replay_in_time_counts_the_copy_to_the_host(bytes_per_s, timeline):
+    index = chain()
+    roles = analysis.classify_ops(index)
+    plan = plan_of(index, [swap(index, "a", [("d", 0)], ["b"])])
+    memory = simulator.SimulationModel(index, roles)
+    instant = memory.replay(plan)
+    assert instant.device_timeline.tolist() == [1000, 2000, 2000, 3000,
+                                                3000, 3000]
+    result, step = steptime.replay_in_time(memory, model(index, bytes_per_s),
+                                           plan)
+    assert result.device_timeline.tolist() == [1000 * k for k in timeline]
+    assert result.peak_device_bytes == 1000 * max(timeline)
+    assert result.levels.tolist() == instant.levels.tolist()
+    assert step.swaps[0].nbytes == 1000
+    if bytes_per_s == 250.0:
+        assert result.peak_level == 3
+        assert ("a:0", 1000) in result.live_at_peak
+
+
+def test_instant_is_a_link_of_infinite_speed():
+    assert steptime.interconnect_named("instant") is steptime.INSTANT
+    index = chain()
+    plan = plan_of(index, [swap(index, "a", [("d", 0)], ["b"])])
+    step = steptime.StepTimeModel(
+        index, analysis.classify_ops(index), gpu=SLOW_GPU,
+        interconnect="instant", launch_overhead_s=0.0).predict(plan)
+    assert step.exposed_transfer_s == 0
+    assert step.swapout_busy_s == step.swapin_busy_s == 0
+    assert (step.swaps[0].out_start_s, step.swaps[0].out_end_s) == (2, 2)

@@ -39,6 +39,7 @@ import numpy as np
 from tflms import distributed
 from tflms import planner
 from tflms import simulator
+from tflms import steptime
 from tflms._logging import Logger
 from tflms.settings import AUTO
 
@@ -74,6 +75,10 @@ _SEARCH_STEPS = 1024
 # Most candidate pools the tensor selection tries (see
 # `_selection_thresholds`); a bound, so that tuning stays linear in the graph.
 _SELECTION_POOLS = 10
+# Searches run again with a smaller budget when the chosen plan does not fit
+# once its copies take time (see `_fit_in_time`); each one lowers the
+# budget below the last plan's peak with instant copies by its excess.
+_TIME_ROUNDS = 3
 
 
 class AutotuneError(ValueError):
@@ -722,6 +727,130 @@ def _select_best(sims, model, params, plan, budget):
     return trial, subset
 
 
+def _choose(sims, model, requested, max_level, select, log):
+    """Search the parameters for `sims.budget`, then (threshold on auto,
+    `select`) the tensors; copies count as instant here.
+
+    Returns:
+      ``(params, plan, only_tensors, threshold_result)``: the chosen plan,
+      the tensors it swaps when a selection was chosen (else None), and the
+      detailed replay of the threshold-only plan when a selection was tried.
+
+    Raises:
+      AutotuneError: nothing fits `sims.budget`.
+    """
+    params = _search(sims, requested, max_level, log)
+    _, plan, _ = sims.cached(params)
+    only = None
+    threshold_result = None
+    final_plan = plan
+    if select and requested.swapout_threshold == AUTO and plan.swaps:
+        threshold_result = sims.replay(plan, detail=True)
+        best = _select_best(sims, model, params, plan, sims.budget)
+        if best is not None:
+            params, final_plan = best
+            only = frozenset((s.producer, s.output) for s in final_plan.swaps)
+            log.info("[Simulator] Swapping %d chosen tensors (swapout_threshold "
+                     "%d) is enough: %.3f GiB moved to the host instead of "
+                     "%.3f GiB with the threshold alone" % (
+                         len(final_plan.swaps), params.swapout_threshold,
+                         final_plan.swapout_bytes() / _GIB,
+                         plan.swapout_bytes() / _GIB))
+    return params, final_plan, only, threshold_result
+
+
+def _fit_in_time(sims, model, time_model, requested, max_level, select, log,
+                 chosen):
+    """The chosen plan checked with its copies' duration, and planned again
+    for a smaller budget while it does not fit.
+
+    The search replays hundreds of plans with instant copies; only the
+    plan it ends with is timed (`steptime.replay_in_time`: one step-time
+    prediction and one more replay). When copies that take time push that
+    plan over the budget by some excess, the search runs again, at most
+    `_TIME_ROUNDS` times: first for the plan's peak with instant copies
+    less that excess (so the next plan frees at least that much more),
+    then with synchronous swap-outs (sync_mode 1, or 3 from 2), whose
+    readers wait for the copies instead of the copies holding memory.
+
+    Args:
+      sims: the `_Simulations` `chosen` came from.
+      time_model: a `steptime.StepTimeModel`, or None to count copies as
+        instant.
+      chosen: what `_choose` returned.
+
+    Returns:
+      ``(chosen, final, replays)``: the plan that fits with copy times (as
+      `_choose` returns it), its detailed replay (with copy times), and
+      the number of replays run in all.
+
+    Raises:
+      AutotuneError: no plan fits once its copies take their time.
+    """
+    budget = sims.budget
+    if time_model is None:
+        return chosen, sims.replay(chosen[1], detail=True), sims.count
+    without = sims.without
+    link = time_model.interconnect.label
+    count = 0
+    planned_for = budget
+    sync_out = chosen[0].sync_mode in (1, 3)
+    for attempt in range(_TIME_ROUNDS + 1):
+        lowered = 0
+        if chosen is not None:
+            instant = sims.replay(chosen[1])
+            final, _ = steptime.replay_in_time(model, time_model, chosen[1],
+                                               instant=instant)
+            count += 1
+            if final.fits(budget):
+                return chosen, final, count + sims.count
+            lowered = min(planned_for, instant.peak_device_bytes) - (
+                final.peak_device_bytes - budget)
+            requested = dataclasses.replace(
+                requested, sync_mode=chosen[0].sync_mode)
+        if attempt == _TIME_ROUNDS:
+            break
+        # Next: a plan whose peak with instant copies is lower by at least
+        # what the copies' time added to this one; or, when that was tried
+        # already (or leaves nothing), synchronous swap-outs at the full
+        # budget: a swapped tensor's remaining readers wait for its copy to
+        # the host, so it is not held longer than the plan says.
+        if not sync_out and (attempt > 0 or lowered <= 0):
+            sync_out = True
+            requested = dataclasses.replace(
+                requested, sync_mode=requested.sync_mode | 1)
+            planned_for = budget
+            how = "sync_mode %d" % requested.sync_mode
+        elif lowered > 0:
+            planned_for = lowered
+            how = "%.3f GiB with instant copies" % (planned_for / _GIB)
+        else:
+            break
+        log.info("[Simulator] With copies timed at %s the plan peaks at "
+                 "%.3f GiB, over the %.3f GiB budget; searching again for "
+                 "%s" % (link, final.peak_device_bytes / _GIB,
+                         budget / _GIB, how))
+        count += sims.count
+        sims = _Simulations(sims.index, sims.roles, model, planned_for,
+                            sims.batch_size, log, sims.deferral)
+        sims.without = without
+        try:
+            chosen = _choose(sims, model, requested, max_level, select, log)
+        except AutotuneError:
+            chosen = None
+    raise AutotuneError(
+        "LMS auto-tuning found no plan that fits in %s once its copies take "
+        "the time they take at interconnect=%r (%s): the last plan found "
+        "peaks at %s with them, because swapped tensors "
+        "stay on the device until their copy to the host has finished. Use "
+        "the interconnect this machine has (a faster one finishes copies "
+        "sooner), sync_mode=1 or 3 (operations wait for the swap-outs), a "
+        "smaller batch size, a larger lms.autotune_gpu_mem, or "
+        "interconnect='instant' to plan as if copies took no time." % (
+            _gib(budget), time_model.interconnect.name, link,
+            _gib(final.peak_device_bytes)))
+
+
 # ---- entry point ---------------------------------------------------------
 def _all_auto(p):
     return (p.swapout_threshold == AUTO and p.swapin_ahead == AUTO
@@ -730,7 +859,9 @@ def _all_auto(p):
 
 def tune(index, roles, requested, batch_size=None, gpu_mem_gib=None,
          gpu_device=None, plot_dir=None, log=None, serialization_edges=(),
-         select=True, env=None, list_devices=None, deferral_edges=()):
+         select=True, env=None, list_devices=None, deferral_edges=(),
+         gpu=steptime.DEFAULT_GPU,
+         interconnect=steptime.DEFAULT_INTERCONNECT):
     """Choose swapping parameters for a graph by simulation.
 
     Args:
@@ -749,6 +880,11 @@ def tune(index, roles, requested, batch_size=None, gpu_mem_gib=None,
         (the replay without LMS does not).
       env: environment mapping (default `os.environ`).
       list_devices: device lister for `device_budget` (tests).
+      gpu, interconnect: the hardware the chosen plan's copies are timed
+        on (`Settings.gpu`, `Settings.interconnect`): the plan returned
+        fits the budget with swapped tensors held on the device until their
+        copy to the host has finished. ``interconnect="instant"``: copies
+        count as instant.
 
     Returns:
       A `TuneOutcome`.
@@ -763,6 +899,11 @@ def tune(index, roles, requested, batch_size=None, gpu_mem_gib=None,
     host_limit = host_budget(env)
     model = simulator.SimulationModel(index, roles, batch_size,
                                       extra_edges=serialization_edges)
+    link = steptime.interconnect_named(interconnect)
+    time_model = None
+    if link.bytes_per_s != steptime.INSTANT.bytes_per_s:
+        time_model = steptime.StepTimeModel(index, roles, batch_size, gpu,
+                                            link)
     if model.unknown_tensors:
         log.info("%d tensors have no static size and count as 0 bytes in "
                  "the simulation (first: %s)"
@@ -791,27 +932,13 @@ def tune(index, roles, requested, batch_size=None, gpu_mem_gib=None,
 
     max_level = index.num_levels
     try:
-        params = _search(sims, requested, max_level, log)
+        chosen = _choose(sims, model, requested, max_level, select, log)
     except AutotuneError as err:
         raise _with_plots(err, sims, plot_dir, index, roles, batch_size,
                           without, budget, log) from None
-    _, plan, _ = sims.cached(params)
-    only = None
-    threshold_result = None
-    final_plan = plan
-    if select and requested.swapout_threshold == AUTO and plan.swaps:
-        threshold_result = sims.replay(plan, detail=True)
-        best = _select_best(sims, model, params, plan, budget)
-        if best is not None:
-            params, final_plan = best
-            only = frozenset((s.producer, s.output) for s in final_plan.swaps)
-            log.info("[Simulator] Swapping %d chosen tensors (swapout_threshold "
-                     "%d) is enough: %.3f GiB moved to the host instead of "
-                     "%.3f GiB with the threshold alone" % (
-                         len(final_plan.swaps), params.swapout_threshold,
-                         final_plan.swapout_bytes() / _GIB,
-                         plan.swapout_bytes() / _GIB))
-    final = sims.replay(final_plan, detail=True)
+    (params, final_plan, only, threshold_result), final, count = \
+        _fit_in_time(sims, model, time_model, requested, max_level, select,
+                     log, chosen)
     log.info("[Simulator] With LMS one step peaks at %.2f GiB of %.2f GiB at "
              "level %d (%s)" % (final.peak_device_bytes / _GIB, budget / _GIB,
                                 final.peak_level, final.peak_op))
@@ -838,7 +965,7 @@ def tune(index, roles, requested, batch_size=None, gpu_mem_gib=None,
                        host_budget_bytes=host_limit, without_lms=without,
                        with_lms=final, plan=final_plan,
                        threshold_only=threshold_result,
-                       simulations=sims.count, plot_files=files)
+                       simulations=count, plot_files=files)
 
 
 def _plots(plot_dir, index, roles, batch_size, without, with_lms, budget,

@@ -115,18 +115,6 @@ def build_parser():
                 "Example: tflms plan model.h5 --batch-size 32 "
                 "--autotune-gpu-mem 16"))
     _graph_arguments(plan)
-    timing = plan.add_argument_group(
-        "step time", "Hardware for the predicted step time "
-        "(tflms.steptime; docs/performance.md).")
-    timing.add_argument("--gpu", default=steptime.DEFAULT_GPU,
-                        choices=list(steptime.GPUS),
-                        help="GPU whose published peak rates time the ops "
-                             "(default %(default)s)")
-    timing.add_argument("--interconnect",
-                        default=steptime.DEFAULT_INTERCONNECT,
-                        choices=list(steptime.INTERCONNECTS),
-                        help="CPU-GPU link the copies use (default "
-                             "%(default)s: PCIe 4.0 x16)")
     verify = commands.add_parser(
         "verify",
         help="train a saved graph a few steps with and without LMS and "
@@ -162,7 +150,8 @@ def build_parser():
 # the spellings of earlier versions they still accept.
 _SETTING_FLAGS = ("batch_size", "autotune_gpu_mem", "swapout_threshold",
                   "swapin_ahead", "swapin_groupby", "sync_mode", "recompute",
-                  "serialization", "serialization_by_size", "gpu_device")
+                  "serialization", "serialization_by_size", "gpu_device",
+                  "interconnect", "gpu")
 _OLD_FLAGS = {"autotune_gpu_mem": ["--gpu-mem"]}
 
 
@@ -536,12 +525,12 @@ def plan_graph(loaded, args, graph_name):
                   "sync_mode": p.sync_mode}
     shown = with_lms if plan is not None else without
     if run is not None:
-        step = steptime.predict_planned(planned, gpu=args.gpu,
-                                        interconnect=args.interconnect)
+        step = steptime.predict_planned(planned, gpu=settings.gpu,
+                                        interconnect=settings.interconnect)
     else:
         step = steptime.StepTimeModel(
-            index, roles, settings.batch_size, gpu=args.gpu,
-            interconnect=args.interconnect).predict()
+            index, roles, settings.batch_size, gpu=settings.gpu,
+            interconnect=settings.interconnect).predict()
     step_time = _step_time(step, plan)
     oracle_peaks = None
     if args.oracle:

@@ -6,6 +6,7 @@ import numbers
 
 import numpy as np
 
+from tflms import hardware
 from tflms.settings import AUTO
 
 # TensorFlow is imported by the device checks only: tflms.settings, which
@@ -24,6 +25,8 @@ __all__ = [
     "check_gpu_device",
     "check_batch_size",
     "check_gpu_mem",
+    "check_gpu",
+    "check_interconnect",
     "check_name_set",
     "check_plot_dir",
 ]
@@ -145,6 +148,25 @@ def check_gpu_mem(value):
             "autotune_gpu_mem must be a positive number of GiB or None (use "
             "the GPU's own memory); got %r" % (value,))
     return float(value)
+
+
+def check_gpu(value):
+    if value not in hardware.GPUS:
+        raise ValueError(
+            "gpu must be one of %s (the GPU whose op times pace the copies "
+            "when counting their memory); got %r"
+            % (", ".join(hardware.GPUS), value))
+    return value
+
+
+def check_interconnect(value):
+    if value != hardware.INSTANT.name and value not in hardware.INTERCONNECTS:
+        raise ValueError(
+            "interconnect must be one of %s, or %r to count copies as "
+            "taking no time; got %r" % (
+                ", ".join(hardware.INTERCONNECTS), hardware.INSTANT.name,
+                value))
+    return value
 
 
 def check_name_set(name, value):

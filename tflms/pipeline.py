@@ -324,7 +324,8 @@ def _tune(index, roles, settings, deferral, log, env, list_devices):
         gpu_device=settings.gpu_device,
         plot_dir=settings.plot_dir if settings.autotune_plot else None,
         log=log, deferral_edges=deferral, env=env,
-        list_devices=list_devices)
+        list_devices=list_devices, gpu=settings.gpu,
+        interconnect=settings.interconnect)
     if outcome.params is None:
         log.info("LMS is not necessary: the model fits in %.2f GiB "
                  "without swapping. Turned LMS off."

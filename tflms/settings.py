@@ -20,6 +20,7 @@ import re
 import sys
 
 from tflms import _argparse_types as T
+from tflms import hardware
 
 __all__ = [
     "AUTO",
@@ -331,6 +332,34 @@ class Settings:
              "GPU's). The budget is this times TF_LMS_SIMULATOR_MEM_RATIO "
              "(default 0.9)",
         text=T.positive_float, metavar="GIB")
+    interconnect: str = _setting(
+        hardware.DEFAULT_INTERCONNECT, _checker("check_interconnect"),
+        "The CPU-GPU link the auto-tuner counts copy times at: a swapped "
+        "tensor stays on the device until its copy to the host has "
+        "finished, and a swapped-in copy occupies the device from the start "
+        "of its copy, as predicted by the step-time model "
+        "(docs/performance.md) on `gpu` and this link. The chosen plan "
+        "fits the budget with copies that take that long. One of %s, or "
+        "`'instant'`: copies take no time (the tuner's accounting before "
+        "copy times were counted). `tflms plan` also predicts the step time "
+        "on it." % ", ".join("`'%s'` (%s)" % (name, link.label) for name, link
+                             in hardware.INTERCONNECTS.items()),
+        kind=PROPERTY,
+        flag="CPU-GPU link copies are timed at: %s, or instant (default "
+             "%s)" % (", ".join(hardware.INTERCONNECTS),
+                      hardware.DEFAULT_INTERCONNECT),
+        text=str, metavar="LINK",
+        shown_default="`'%s'`" % hardware.DEFAULT_INTERCONNECT)
+    gpu: str = _setting(
+        hardware.DEFAULT_GPU, _checker("check_gpu"),
+        "The GPU whose published peak rates time the operations when the "
+        "auto-tuner counts copy times (see `interconnect`): faster "
+        "operations leave a copy fewer of them to hide behind. One of %s."
+        % ", ".join("`'%s'`" % name for name in hardware.GPUS),
+        kind=PROPERTY,
+        flag="GPU whose peak rates time the ops: %s (default %s)" % (
+            ", ".join(hardware.GPUS), hardware.DEFAULT_GPU),
+        text=str, metavar="GPU")
     autotune_plot: bool = _setting(
         False, _checker("check_bool"),
         "Write the expected-memory plots and the distance histogram into "

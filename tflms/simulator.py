@@ -80,6 +80,7 @@ __all__ = [
     "OTHER",
     "ALIAS_TYPES",
     "BatchSizeError",
+    "CopyLevels",
     "SimulationResult",
     "SimulationModel",
     "initializer_only_ops",
@@ -129,6 +130,44 @@ def _alias_slot(op_type, output, inputs, inactive):
 
 class BatchSizeError(ValueError):
     """A tensor size needs the mini-batch size, and none was given."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CopyLevels:
+    """How long a plan's copies occupy device memory, in levels of the
+    plan's replay: what `SimulationModel.replay` needs to count copies that
+    take time (`steptime.copy_levels` makes it from a predicted step).
+
+    Attributes:
+      held_through: per swap of the plan, in plan order, the last level
+        that starts before its copy to the host has finished: the swapped
+        tensor's device buffer is not freed before the end of this level
+        (nor before its swap-out's level and its remaining readers, as
+        without copy times).
+      allocated_from: per swap, a tuple with one level per swap-in: the
+        first level that starts after its copy to the device has started;
+        the device copy is allocated no later than this level (nor later
+        than the swap-in's own level, as without copy times: the runtime
+        allocates the copy when it issues it, so a copy queued behind
+        others holds its memory while it waits).
+    """
+
+    held_through: tuple
+    allocated_from: tuple
+
+    def check_against(self, plan):
+        """Raise `ValueError` unless there is one entry per swap and
+        swap-in of `plan`."""
+        shape = [len(s.swap_ins) for s in plan.swaps]
+        if (len(self.held_through) != len(shape)
+                or [len(a) for a in self.allocated_from] != shape):
+            raise ValueError(
+                "copy_levels must have one held_through level per swap and "
+                "one allocated_from level per swap-in of the plan (swap-ins "
+                "per swap %s); got %d and %s; make it from the plan's own "
+                "step time (steptime.copy_levels)" % (
+                    shape, len(self.held_through),
+                    [len(a) for a in self.allocated_from]))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -475,18 +514,30 @@ class SimulationModel:
             levels = topo.kahn_levels(len(succ), succ)
         return levels
 
-    def replay(self, plan=None, detail=True):
+    def replay(self, plan=None, detail=True, copy_levels=None):
         """Simulate one iteration of the graph rewritten with `plan`.
 
         Args:
           plan: a `planner.Plan`, or None for the graph without LMS.
           detail: compute `live_at_peak` and `peak_op` (a few ms on large
             graphs); searches that only need the peak pass False.
+          copy_levels: a `CopyLevels` of this plan (at the levels of its
+            replay without them) to count copies that take time: each
+            swapped tensor's device buffer lives until its copy to the host
+            has finished, each swap-in's device copy from the start of its
+            copy. None: copies are instant (a swapped tensor is freed after
+            its swap-out's level, a copy allocated at its swap-in's level).
 
         Returns:
           A `SimulationResult`.
         """
         swaps = plan.swaps if plan is not None else ()
+        if copy_levels is not None:
+            copy_levels.check_against(plan)
+        # (buffer, level) pairs from copy_levels: device buffers held
+        # until a copy to the host ends, device copies allocated when their
+        # copy starts.
+        held, allocated = [], []
         recomputes = plan.recomputes if plan is not None else ()
         control_edges = plan.control_edges if plan is not None else ()
         n = self.num_ops
@@ -512,7 +563,7 @@ class SimulationModel:
         moved = False        # some original op must move (or may)
         node = self._num_base_nodes
         swapin_of = {}       # (producer, output, k) -> (node, copy buffer)
-        for swap in swaps:
+        for s_index, swap in enumerate(swaps):
             p = swap.producer
             t = out_base[p] + swap.output
             size = tensor_bytes[t]
@@ -530,6 +581,8 @@ class SimulationModel:
             if b != _NO_BUFFER:
                 extra_use_buf.append(b)
                 extra_use_node.append(so)
+                if copy_levels is not None:
+                    held.append((b, copy_levels.held_through[s_index]))
             host_buf = nbuf + len(extra_bytes)
             extra_bytes.append(size)
             extra_space.append(HOST)
@@ -551,6 +604,9 @@ class SimulationModel:
                 extra_bytes.append(size)
                 extra_space.append(DEVICE)
                 extra_alloc.append(si)
+                if copy_levels is not None:
+                    allocated.append((copy_buf, copy_levels.allocated_from[
+                        s_index][len(ins) - 1]))
                 swapin_of[(p, swap.output, len(ins) - 1)] = (si, copy_buf)
                 if detail:
                     extra_names.append("lms/swapin_%s (device copy)" % tname)
@@ -691,6 +747,12 @@ class SimulationModel:
         alloc = levels[buf_alloc]
         free = alloc.copy()
         np.maximum.at(free, use_buf, levels[use_node])
+        if held:
+            bufs, until = np.asarray(held, dtype=np.int64).T
+            np.maximum.at(free, bufs, np.minimum(until, num_levels - 1))
+        if allocated:
+            bufs, since = np.asarray(allocated, dtype=np.int64).T
+            np.minimum.at(alloc, bufs, np.maximum(since, 0))
 
         device = buf_space == DEVICE
         host = buf_space == HOST

@@ -38,7 +38,9 @@ per swap, the level at which its swap-out copy has finished
 (`SwapTiming.out_done_level`: the tensor stays on the device until then)
 and the level at which each swap-in copy starts
 (`SwapInTiming.start_level`: the copy occupies the device from then) are
-plain data for the simulator to use later; it does not use them yet.
+what the simulator needs to count copies that take time: `copy_levels`
+turns them into a `simulator.CopyLevels`, and `replay_in_time` replays a
+plan with them (what the auto-tuner checks its chosen plan with).
 
 Not modelled: the variable and slot bytes an optimizer update reads and
 writes through resource handles (handles have no size in the index; only
@@ -60,6 +62,12 @@ import math
 import numpy as np
 
 from tflms import graph_index as gi
+from tflms import simulator
+# The hardware tables live in `tflms.hardware` (standard library only, for
+# the settings' checks); they are re-exported here, where they are used.
+from tflms.hardware import (DEFAULT_GPU, DEFAULT_INTERCONNECT, GPUS, INSTANT,
+                            INTERCONNECTS, LINKS, Gpu, Interconnect,
+                            gpu_named, interconnect_named)
 from tflms.analysis import initializer_only_ops
 from tflms.graph_index import CONTROL_FLOW_V1_TYPES
 
@@ -68,6 +76,7 @@ __all__ = [
     "Interconnect",
     "GPUS",
     "INTERCONNECTS",
+    "INSTANT",
     "LINKS",
     "DEFAULT_GPU",
     "DEFAULT_INTERCONNECT",
@@ -77,6 +86,8 @@ __all__ = [
     "interconnect_named",
     "StepTimeModel",
     "predict_planned",
+    "copy_levels",
+    "replay_in_time",
     "StepTime",
     "SwapTiming",
     "SwapInTiming",
@@ -97,146 +108,6 @@ NO_KERNEL_TYPES = frozenset({
     "Const", "Placeholder", "PlaceholderWithDefault", "NoOp",
     "Shape", "ShapeN", "Size", "Rank",
 }) | CONTROL_FLOW_V1_TYPES
-
-
-@dataclasses.dataclass(frozen=True)
-class Gpu:
-    """A GPU's published peak rates.
-
-    Attributes:
-      name: the key in `GPUS`.
-      fp32_flops: FP32 FLOP/s on the CUDA cores.
-      tensor_flops: FLOP/s the matrix products and convolutions of a
-        float32 graph get: TF32 on the tensor cores of A100 and H100
-        (TensorFlow runs float32 matmuls and convolutions in TF32 there by
-        default since 2.4, ``tf.config.experimental.
-        enable_tensor_float_32_execution``), FP32 on V100 (whose tensor
-        cores take FP16 inputs only). Dense rates, not the "with sparsity"
-        ones.
-      half_flops: FP16 tensor-core FLOP/s (dense), for 2-byte outputs
-        (mixed precision).
-      memory_bandwidth: HBM bytes/s.
-      memory_bytes: device memory.
-      source: where the numbers come from.
-    """
-
-    name: str
-    fp32_flops: float
-    tensor_flops: float
-    half_flops: float
-    memory_bandwidth: float
-    memory_bytes: int
-    source: str
-
-
-@dataclasses.dataclass(frozen=True)
-class Interconnect:
-    """A CPU-GPU link.
-
-    Attributes:
-      name: the key in `INTERCONNECTS`.
-      label: how tables show it.
-      bytes_per_s: peak data rate in each direction (links are full duplex,
-        so swap-outs and swap-ins each get this much).
-      source: where the number comes from.
-    """
-
-    name: str
-    label: str
-    bytes_per_s: float
-    source: str
-
-
-_T = 1e12
-_G = 1e9
-_GIB = 1 << 30
-_V100_SOURCE = ("NVIDIA Tesla V100 GPU Accelerator datasheet (SXM2: FP32 "
-                "15.7 TFLOPS, tensor 125 TFLOPS, HBM2 900 GB/s), "
-                "https://images.nvidia.com/content/technologies/volta/pdf/"
-                "tesla-volta-v100-datasheet-letter-fnl-web.pdf")
-_A100_SOURCE = ("NVIDIA A100 Tensor Core GPU datasheet (SXM: FP32 19.5 "
-                "TFLOPS, TF32 156 TFLOPS, FP16 312 TFLOPS dense; 40 GB "
-                "HBM2 1,555 GB/s, 80 GB HBM2e 2,039 GB/s), "
-                "https://www.nvidia.com/content/dam/en-zz/Solutions/"
-                "Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-"
-                "1758950-r4-web.pdf")
-_H100_SOURCE = ("NVIDIA H100 Tensor Core GPU datasheet (SXM: FP32 67 "
-                "TFLOPS; TF32 989 and FP16 1,979 TFLOPS with sparsity, half "
-                "that dense; HBM3 3.35 TB/s, 80 GB), "
-                "https://resources.nvidia.com/en-us-tensor-core/"
-                "nvidia-tensor-core-gpu-datasheet")
-
-GPUS = {g.name: g for g in (
-    Gpu("V100-SXM2-16GB", 15.7 * _T, 15.7 * _T, 125 * _T, 900 * _G,
-        16 * _GIB, _V100_SOURCE),
-    Gpu("V100-SXM2-32GB", 15.7 * _T, 15.7 * _T, 125 * _T, 900 * _G,
-        32 * _GIB, _V100_SOURCE),
-    Gpu("A100-SXM4-40GB", 19.5 * _T, 156 * _T, 312 * _T, 1555 * _G,
-        40 * _GIB, _A100_SOURCE),
-    Gpu("A100-SXM4-80GB", 19.5 * _T, 156 * _T, 312 * _T, 2039 * _G,
-        80 * _GIB, _A100_SOURCE),
-    Gpu("H100-SXM5-80GB", 67 * _T, 494.5 * _T, 989.5 * _T, 3350 * _G,
-        80 * _GIB, _H100_SOURCE),
-)}
-
-_PCIE_SOURCE = ("PCI-SIG PCI Express Base Specifications 3.0/4.0/5.0: 8, 16 "
-                "and 32 GT/s per lane with 128b/130b encoding; x16 carries "
-                "15.75, 31.5 and 63.0 GB/s per direction")
-INTERCONNECTS = {i.name: i for i in (
-    Interconnect("pcie3", "PCIe 3.0 x16", 15.75 * _G, _PCIE_SOURCE),
-    Interconnect("pcie4", "PCIe 4.0 x16", 31.5 * _G, _PCIE_SOURCE),
-    Interconnect("pcie5", "PCIe 5.0 x16", 63.0 * _G, _PCIE_SOURCE),
-    Interconnect(
-        "nvlink2", "NVLink 2.0 (POWER9-V100, 3 bricks)", 75.0 * _G,
-        "NVIDIA Tesla V100 datasheet (NVLink 2.0: 25 GB/s per brick per "
-        "direction) and IBM Power System AC922 (8335-GTH) technical "
-        "overview, IBM Redpaper REDP-5472 (3 bricks between a POWER9 and "
-        "each V100 in the 4-GPU model: 75 GB/s per direction)"),
-    Interconnect(
-        "nvlink-c2c", "NVLink-C2C (Grace Hopper)", 450.0 * _G,
-        "NVIDIA GH200 Grace Hopper Superchip datasheet (NVLink-C2C 900 "
-        "GB/s bidirectional, 450 GB/s per direction)"),
-)}
-
-# (label, GB/s per direction), for tables that list every link.
-LINKS = tuple((i.label, i.bytes_per_s / _G) for i in INTERCONNECTS.values())
-
-# V100: the GPU the original TFLMSv2 targeted (POWER9 AC922) and the
-# virtual cluster's (`tflms.oracle.gpu_properties`); PCIe 4.0: today's
-# common host link (issue 15 states it as the default).
-DEFAULT_GPU = "V100-SXM2-16GB"
-DEFAULT_INTERCONNECT = "pcie4"
-
-
-def gpu_named(name):
-    """The `Gpu` called `name` (a key of `GPUS`), or `name` if it is one.
-
-    Raises:
-      ValueError: naming the known GPUs.
-    """
-    if isinstance(name, Gpu):
-        return name
-    found = GPUS.get(name)
-    if found is None:
-        raise ValueError("gpu %r is not known; use one of %s"
-                         % (name, ", ".join(GPUS)))
-    return found
-
-
-def interconnect_named(name):
-    """The `Interconnect` called `name` (a key of `INTERCONNECTS`), or
-    `name` if it is one.
-
-    Raises:
-      ValueError: naming the known links.
-    """
-    if isinstance(name, Interconnect):
-        return name
-    found = INTERCONNECTS.get(name)
-    if found is None:
-        raise ValueError("interconnect %r is not known; use one of %s"
-                         % (name, ", ".join(INTERCONNECTS)))
-    return found
 
 
 @dataclasses.dataclass(frozen=True)
@@ -594,3 +465,58 @@ def predict_planned(planned, gpu=DEFAULT_GPU,
                          "are needed; pass pipeline.simulate_plan(planned)")
     return model.predict(planned.plan, planned.with_lms.levels,
                          planned.with_lms.num_levels)
+
+
+def copy_levels(step):
+    """The `simulator.CopyLevels` of a predicted step: how long its plan's
+    copies occupy device memory, in the levels it was predicted at.
+
+    The simulator counts a buffer at a level when the buffer exists as the
+    level starts. So a swapped tensor is held through the last level that
+    starts before its copy to the host ends (``out_done_level - 1``), and a
+    swap-in's device copy is allocated from the first level that starts at
+    or after its copy starts. (A copy that starts in the middle of a level
+    is not counted in that level: the simulator's levels run their ops at
+    once, and counting the copy there would move it a level early whatever
+    the link's speed, only because of the order the step-time model gives
+    the ops of one level.)
+
+    Args:
+      step: a `StepTime` from `StepTimeModel.predict` with a plan.
+    """
+    starts = step.level_start_s
+    return simulator.CopyLevels(
+        held_through=tuple(t.out_done_level - 1 for t in step.swaps),
+        allocated_from=tuple(
+            tuple(bisect.bisect_left(starts, i.start_s) for i in t.swap_ins)
+            for t in step.swaps))
+
+
+def replay_in_time(memory_model, time_model, plan, detail=True,
+                   instant=None):
+    """Replay `plan` counting its copies' duration on `time_model`'s link.
+
+    The plan is replayed once with instant copies, for its levels; timed at
+    those levels (copies move no op to another level, so they are the
+    timed step's levels too); and replayed again with the `copy_levels`
+    of that step.
+
+    Args:
+      memory_model: a `simulator.SimulationModel`.
+      time_model: a `StepTimeModel` of the same index, roles and batch size.
+      plan: a `planner.Plan`.
+      detail: as for `SimulationModel.replay`.
+      instant: the plan's replay without copy times, if already made.
+
+    Returns:
+      ``(SimulationResult, StepTime)``: the replay with copy times, and the
+      predicted step.
+    """
+    if instant is None:
+        instant = memory_model.replay(plan, detail=False)
+    step = time_model.predict(plan, instant.levels, instant.num_levels)
+    if not plan.swaps:
+        return (memory_model.replay(plan, detail=True) if detail
+                else instant), step
+    return memory_model.replay(plan, detail=detail,
+                               copy_levels=copy_levels(step)), step
