@@ -338,11 +338,12 @@ class Settings:
         "tensor stays on the device until its copy to the host has "
         "finished, and a swapped-in copy occupies the device from the start "
         "of its copy, as predicted by the step-time model "
-        "(docs/performance.md) on `gpu` and this link. The chosen plan "
-        "fits the budget with copies that take that long. One of %s, or "
-        "`'instant'`: copies take no time (the tuner's accounting before "
-        "copy times were counted). `tflms plan` also predicts the step time "
-        "on it." % ", ".join("`'%s'` (%s)" % (name, link.label) for name, link
+        "(docs/performance.md) on `gpu` and this link. The plan the tuner "
+        "returns fits the budget with copies that take that long (by "
+        "default: at PCIe 4.0 x16 speed on a V100); fixed parameters are "
+        "applied as given. One of %s, or `'instant'`: copies take no time "
+        "(the tuner's accounting before copy times were counted). `tflms "
+        "plan` also predicts the step time on it." % ", ".join("`'%s'` (%s)" % (name, link.label) for name, link
                              in hardware.INTERCONNECTS.items()),
         kind=PROPERTY,
         flag="CPU-GPU link copies are timed at: %s, or instant (default "

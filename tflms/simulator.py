@@ -46,6 +46,15 @@ Memory model (what is counted, and why):
   host op runs, freed after the copy's last device reader. A swap-out
   (CPU ``Identity`` of a device tensor) owns a host buffer of the tensor's
   size; its swap-ins forward that host buffer.
+* **Copies that take time.** Without `CopyLevels` a copy is instant: a
+  swapped tensor is freed after its swap-out's level (and its remaining
+  readers'), a swap-in's copy is allocated at the swap-in's level. With
+  them (`replay(plan, copy_levels=...)`, made by `steptime.copy_levels`
+  from a predicted step) the swapped tensor also lives through every level
+  that starts before its copy to the host has finished, and the device
+  copy from the first level that starts after its copy has started, if
+  that is earlier. The levels do not change. The model stays plain data:
+  it never times anything itself.
 * **Recomputes.** Each clone of a `planner.RecomputePlan` is a node
   one level after its trigger and its inputs; its outputs are device
   buffers (or, for aliasing types, its input's) living until their last
