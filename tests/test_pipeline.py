@@ -9,6 +9,7 @@ from tflms import autotune
 from tflms import graph_index as gi
 from tflms import pipeline
 from tflms import simulator
+from tflms import steptime
 from tflms.settings import Settings
 
 from zoo import models
@@ -159,3 +160,27 @@ def test_run_pauses_the_garbage_collector_and_restores_it(enabled,
     finally:
         (gc.enable if was else gc.disable)()
     assert seen == [False]
+
+
+def test_the_tuned_plan_is_judged_with_its_copies_timed():
+    """`with_lms` is the replay with the copies' duration on the settings'
+    gpu and interconnect, and it fits; with 'instant' it is the replay
+    without."""
+    graph, _ = cnn()
+    budget = gib_for(0.7 * peak_without(graph, 8))
+    index = gi.build_index(graph)
+    for link in ("pcie3", "instant"):
+        planned = pipeline.plan(index, Settings(
+            batch_size=8, autotune_gpu_mem=budget, interconnect=link))
+        memory = simulator.SimulationModel(planned.index, planned.roles, 8)
+        if link == "instant":
+            expected = memory.replay(planned.plan)
+        else:
+            expected, _ = steptime.replay_in_time(
+                memory, steptime.StepTimeModel(
+                    planned.index, planned.roles, 8, interconnect=link),
+                planned.plan)
+        assert planned.with_lms.peak_device_bytes == \
+            expected.peak_device_bytes <= planned.budget_bytes
+        assert planned.with_lms.device_timeline.tolist() == \
+            expected.device_timeline.tolist()

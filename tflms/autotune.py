@@ -75,9 +75,9 @@ _SEARCH_STEPS = 1024
 # Most candidate pools the tensor selection tries (see
 # `_selection_thresholds`); a bound, so that tuning stays linear in the graph.
 _SELECTION_POOLS = 10
-# Searches run again with a smaller budget when the chosen plan does not fit
-# once its copies take time (see `_fit_in_time`); each one lowers the
-# budget below the last plan's peak with instant copies by its excess.
+# Most searches run again when the chosen plan does not fit once its copies
+# take time (see `_fit_in_time`): for a lower budget, then with synchronous
+# swap-outs. Each costs what the first search did.
 _TIME_ROUNDS = 3
 
 
@@ -820,15 +820,15 @@ def _fit_in_time(sims, model, time_model, requested, max_level, select, log,
             requested = dataclasses.replace(
                 requested, sync_mode=requested.sync_mode | 1)
             planned_for = budget
-            how = "sync_mode %d" % requested.sync_mode
+            how = "with sync_mode %d" % requested.sync_mode
         elif lowered > 0:
             planned_for = lowered
-            how = "%.3f GiB with instant copies" % (planned_for / _GIB)
+            how = "for %.3f GiB with instant copies" % (planned_for / _GIB)
         else:
             break
         log.info("[Simulator] With copies timed at %s the plan peaks at "
-                 "%.3f GiB, over the %.3f GiB budget; searching again for "
-                 "%s" % (link, final.peak_device_bytes / _GIB,
+                 "%.3f GiB, over the %.3f GiB budget; searching again %s"
+                 % (link, final.peak_device_bytes / _GIB,
                          budget / _GIB, how))
         count += sims.count
         sims = _Simulations(sims.index, sims.roles, model, planned_for,

@@ -217,8 +217,17 @@ def _recompute_within_budget(planned, log, cost=recompute_cost):
         log.info("[Simulator] No swapped tensor can be recomputed within "
                  "the budget")
         return planned
+    final = _replay_in_time(model, planned, chosen)
+    if not final.fits(budget):
+        # The swaps the recomputes kept were judged with instant copies;
+        # the tuner's plan fits with its copies timed, so it stays.
+        log.info("[Simulator] With recomputes and copies timed at %s one "
+                 "step would peak at %.2f GiB, over the %.2f GiB budget; "
+                 "keeping the swap-only plan" % (
+                     planned.settings.interconnect,
+                     final.peak_device_bytes / _GIB, budget / _GIB))
+        return planned
     _log_recomputes(log, chosen)
-    final = model.replay(chosen, detail=True)
     log.info("[Simulator] With LMS and recomputes one step peaks at %.2f "
              "GiB of %.2f GiB at level %d (%s)" % (
                  final.peak_device_bytes / _GIB, budget / _GIB,
@@ -231,6 +240,21 @@ def _recompute_within_budget(planned, log, cost=recompute_cost):
                           planned.without_lms, final, budget,
                           batch_size=settings.batch_size, log=log)
     return dataclasses.replace(planned, plan=chosen, with_lms=final)
+
+
+def _replay_in_time(model, planned, plan):
+    """The detailed replay of `plan`, with its copies timed on the
+    settings' gpu and interconnect (instant with ``'instant'``), as the
+    tuner judges its own plan."""
+    # Imported here, like the simulator: only tuning times copies.
+    from tflms import steptime  # pylint: disable=import-outside-toplevel
+    settings = planned.settings
+    link = steptime.interconnect_named(settings.interconnect)
+    if link is steptime.INSTANT or not plan.swaps:
+        return model.replay(plan, detail=True)
+    timing = steptime.StepTimeModel(planned.index, planned.roles,
+                                    settings.batch_size, settings.gpu, link)
+    return steptime.replay_in_time(model, timing, plan)[0]
 
 
 def _recompute_within_peak(planned, log, cost=recompute_cost):
