@@ -377,7 +377,8 @@ def check_structure(graph, result, plan, index_before):
 DOCUMENTED_ERRORS = {
     ValueError: ("no operation in the graph", "matches no operation"),
     simulator.BatchSizeError: ("without the mini-batch size",),
-    autotune.AutotuneError: ("found no parameter set",),
+    autotune.AutotuneError: ("found no parameter set",
+                             "found no plan that fits in"),
 }
 
 
