@@ -775,8 +775,8 @@ def _fit_in_time(sims, model, time_model, requested, max_level, select, log,
 
     Args:
       sims: the `_Simulations` `chosen` came from.
-      time_model: a `steptime.StepTimeModel`, or None to count copies as
-        instant.
+      time_model: a callable making the `steptime.StepTimeModel`, or None
+        to count copies as instant.
       chosen: what `_choose` returned.
 
     Returns:
@@ -790,6 +790,7 @@ def _fit_in_time(sims, model, time_model, requested, max_level, select, log,
     budget = sims.budget
     if time_model is None:
         return chosen, sims.replay(chosen[1], detail=True), sims.count
+    time_model = time_model()
     without = sims.without
     link = time_model.interconnect.label
     count = 0
@@ -902,8 +903,11 @@ def tune(index, roles, requested, batch_size=None, gpu_mem_gib=None,
     link = steptime.interconnect_named(interconnect)
     time_model = None
     if link.bytes_per_s != steptime.INSTANT.bytes_per_s:
-        time_model = steptime.StepTimeModel(index, roles, batch_size, gpu,
-                                            link)
+        # Made only when a plan is checked: timing every op costs about a
+        # second per 100,000 ops, which a step that fits without LMS (or a
+        # search that finds nothing) should not pay.
+        def time_model():
+            return steptime.StepTimeModel(index, roles, batch_size, gpu, link)
     if model.unknown_tensors:
         log.info("%d tensors have no static size and count as 0 bytes in "
                  "the simulation (first: %s)"
