@@ -74,6 +74,10 @@ BAD_PROPERTIES = [
     ("incl_input_by_types", {"Conv2D", 3},
      r"incl_input_by_types must hold non-empty strings; got 3"),
     ("plot_dir", "", r"plot_dir must be a folder path"),
+    ("gpu", "V100", r"gpu must name a GPU the step-time model knows: one of "
+                    r"V100-SXM2-16GB, .*; got 'V100'"),
+    ("interconnect", 4, r"interconnect must name a CPU-GPU link the "
+                        r"step-time model knows: one of pcie3, .*; got 4"),
 ] + [(name, value, message % name)
      for name in FILTERS for value, message in (
          ("conv1", r"%s must be a set of strings, e.g. \{'conv1'\}; "

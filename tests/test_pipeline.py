@@ -9,6 +9,7 @@ from tflms import autotune
 from tflms import graph_index as gi
 from tflms import pipeline
 from tflms import simulator
+from tflms import steptime
 from tflms.settings import Settings
 
 from zoo import models
@@ -159,3 +160,51 @@ def test_run_pauses_the_garbage_collector_and_restores_it(enabled,
     finally:
         (gc.enable if was else gc.disable)()
     assert seen == [False]
+
+
+def test_tuned_plan_carries_its_predicted_step_time_at_the_settings_hardware():
+    graph, _ = cnn()
+    budget = gib_for(0.7 * peak_without(graph, 8))
+    index = gi.build_index(graph)
+    for gpu, link in (("V100-SXM2-16GB", "pcie4"),
+                      ("A100-SXM4-40GB", "nvlink2")):
+        planned = pipeline.plan(index, Settings(
+            batch_size=8, autotune_gpu_mem=budget, gpu=gpu,
+            interconnect=link))
+        step = planned.step_time
+        assert planned.tune.step_time is step and planned.tune.timed_plans
+        assert (step.gpu, step.interconnect) == (gpu, link)
+        again = steptime.predict_planned(planned, gpu=gpu, interconnect=link)
+        assert step.with_lms_s == again.with_lms_s
+        assert step.exposed_transfer_s == again.exposed_transfer_s
+    # Chosen by bytes (as before the step-time model), nothing is timed.
+    by_bytes = pipeline.plan(index, Settings(
+        batch_size=8, autotune_gpu_mem=budget), by_step_time=False)
+    assert by_bytes.step_time is None and by_bytes.tune.timed_plans == 0
+
+
+def test_recompute_cost_is_the_predicted_step_then_the_bytes_moved():
+    graph, _ = cnn()
+    budget = gib_for(0.7 * peak_without(graph, 8))
+    planned = pipeline.plan(gi.build_index(graph), Settings(
+        batch_size=8, autotune_gpu_mem=budget))
+    plan = planned.plan
+    assert pipeline.recompute_cost(plan) == plan.moved_bytes()
+    timer = steptime.StepTimeModel(planned.index, planned.roles, 8)
+    assert pipeline.recompute_cost(plan, timer, planned.with_lms) == (
+        planned.step_time.with_lms_s, plan.moved_bytes())
+    with pytest.raises(ValueError, match=r"recompute_cost needs the plan's "
+                                         r"replay \(result=\)"):
+        pipeline.recompute_cost(plan, timer)
+
+
+def test_bad_gpu_or_interconnect_names_the_known_ones():
+    with pytest.raises(ValueError, match=r"gpu must name a GPU the step-time "
+                                         r"model knows: one of V100-SXM2-16GB"
+                                         r".*; got 'V100'"):
+        Settings(gpu="V100")
+    with pytest.raises(ValueError, match=r"interconnect must name a CPU-GPU "
+                                         r"link .*: one of pcie3, pcie4, "
+                                         r"pcie5, nvlink2, nvlink-c2c; got "
+                                         r"'pcie'"):
+        Settings(interconnect="pcie")

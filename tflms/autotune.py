@@ -21,6 +21,12 @@ or swapin_groupby is -1. It works only on plain data (`GraphIndex`,
    tensors that free the most over-budget bytes per byte moved, re-simulating
    after each round. The selection is returned as ``only_tensors`` and is
    used only if it fits and moves no more bytes than the threshold alone.
+5. With a GPU and a link named (``gpu``, ``interconnect``; `LMS.run` passes
+   the settings' own), the final choice is by time: among the few fitting
+   plans the search ended with (the threshold plan, the plans it had before
+   raising swapin_groupby and swapin_ahead, and the selection), the one
+   with the least step time predicted by `tflms.steptime` is used, ties
+   going to fewer bytes moved. Without them the selection rule of 4 stands.
 
 Every plan accepted here has been replayed by the simulator and fits the
 budget; see `tflms.simulator` for what it counts. A plan is never chosen
@@ -39,6 +45,7 @@ import numpy as np
 from tflms import distributed
 from tflms import planner
 from tflms import simulator
+from tflms import steptime
 from tflms._logging import Logger
 from tflms.settings import AUTO
 
@@ -104,6 +111,9 @@ class TuneOutcome:
         alone (None when params is None or the user set the threshold).
       simulations: number of replays run.
       plot_files: paths of the files written to plot_dir.
+      step_time: `steptime.StepTime` of the chosen plan, when the plan was
+        chosen by predicted step time (``gpu`` given), else None.
+      timed_plans: how many fitting plans were timed to choose it.
     """
 
     params: object
@@ -116,6 +126,8 @@ class TuneOutcome:
     threshold_only: object = None
     simulations: int = 0
     plot_files: tuple = ()
+    step_time: object = None
+    timed_plans: int = 0
 
 
 # ---- budgets -------------------------------------------------------------
@@ -730,7 +742,8 @@ def _all_auto(p):
 
 def tune(index, roles, requested, batch_size=None, gpu_mem_gib=None,
          gpu_device=None, plot_dir=None, log=None, serialization_edges=(),
-         select=True, env=None, list_devices=None, deferral_edges=()):
+         select=True, env=None, list_devices=None, deferral_edges=(),
+         gpu=None, interconnect=None):
     """Choose swapping parameters for a graph by simulation.
 
     Args:
@@ -749,6 +762,9 @@ def tune(index, roles, requested, batch_size=None, gpu_mem_gib=None,
         (the replay without LMS does not).
       env: environment mapping (default `os.environ`).
       list_devices: device lister for `device_budget` (tests).
+      gpu, interconnect: a `steptime.Gpu` and `steptime.Interconnect` (or
+        their names) to choose among the fitting plans by predicted step
+        time; None (both): choose by bytes moved.
 
     Returns:
       A `TuneOutcome`.
@@ -796,14 +812,17 @@ def tune(index, roles, requested, batch_size=None, gpu_mem_gib=None,
         raise _with_plots(err, sims, plot_dir, index, roles, batch_size,
                           without, budget, log) from None
     _, plan, _ = sims.cached(params)
+    found = params
     only = None
     threshold_result = None
     final_plan = plan
+    selection = None
     if select and requested.swapout_threshold == AUTO and plan.swaps:
         threshold_result = sims.replay(plan, detail=True)
         best = _select_best(sims, model, params, plan, budget)
         if best is not None:
             params, final_plan = best
+            selection = best
             only = frozenset((s.producer, s.output) for s in final_plan.swaps)
             log.info("[Simulator] Swapping %d chosen tensors (swapout_threshold "
                      "%d) is enough: %.3f GiB moved to the host instead of "
@@ -811,6 +830,19 @@ def tune(index, roles, requested, batch_size=None, gpu_mem_gib=None,
                          len(final_plan.swaps), params.swapout_threshold,
                          final_plan.swapout_bytes() / _GIB,
                          plan.swapout_bytes() / _GIB))
+    step_time = None
+    timed = 0
+    if gpu is not None or interconnect is not None:
+        candidates = _fitting_candidates(sims, requested, found, selection)
+        timer = steptime.StepTimeModel(
+            index, roles, batch_size,
+            gpu=steptime.DEFAULT_GPU if gpu is None else gpu,
+            interconnect=(steptime.DEFAULT_INTERCONNECT
+                          if interconnect is None else interconnect))
+        chosen, step_time = _fastest(candidates, timer, sims.replay,
+                                     budget, log)
+        timed = len(candidates)
+        params, final_plan, only = chosen
     final = sims.replay(final_plan, detail=True)
     log.info("[Simulator] With LMS one step peaks at %.2f GiB of %.2f GiB at "
              "level %d (%s)" % (final.peak_device_bytes / _GIB, budget / _GIB,
@@ -838,7 +870,87 @@ def tune(index, roles, requested, batch_size=None, gpu_mem_gib=None,
                        host_budget_bytes=host_limit, without_lms=without,
                        with_lms=final, plan=final_plan,
                        threshold_only=threshold_result,
-                       simulations=sims.count, plot_files=files)
+                       simulations=sims.count, plot_files=files,
+                       step_time=step_time, timed_plans=timed)
+
+
+def _fitting_candidates(sims, requested, found, selection):
+    """The fitting plans the final choice is made among, as
+    ``(params, plan, only_tensors, replay or None)``: the threshold plan `found`, the plans
+    at its threshold before the search raised swapin_groupby and then
+    swapin_ahead (later, more numerous swap-ins: more memory headroom
+    traded for less overlap, which a fast link may not need), and the
+    tensor `selection` (``(params, plan)`` or None). Only plans whose replay
+    fitted are offered; a handful, so timing them costs a few replays."""
+    start_a = 1 if requested.swapin_ahead == AUTO else requested.swapin_ahead
+    start_g = (0 if requested.swapin_groupby == AUTO
+               else requested.swapin_groupby)
+    offered = [found,
+               dataclasses.replace(found, swapin_groupby=start_g),
+               dataclasses.replace(found, swapin_ahead=start_a,
+                                   swapin_groupby=start_g)]
+    candidates = []
+    seen = set()
+    for params in offered:
+        if params in seen or params not in sims._cache:  # pylint: disable=protected-access
+            continue
+        seen.add(params)
+        ok, plan, result = sims.cached(params)
+        if ok:
+            candidates.append((params, plan, None, result))
+    if selection is not None:
+        params, plan = selection
+        candidates.append((params, plan, frozenset(
+            (s.producer, s.output) for s in plan.swaps), None))
+    return candidates
+
+
+def _fastest(candidates, timer, replay, budget, log):
+    """The candidate with the least predicted step time (ties: fewer bytes
+    moved, then fewer swaps, then the earlier one) and its `StepTime`.
+    A candidate without a replay is replayed (to time it at its own
+    levels); one whose replay does not fit `budget` is never returned, nor
+    timed.
+
+    Raises:
+      AutotuneError: no candidate fits (a bug in the search: it offers only
+        plans it saw fit).
+    """
+    best = best_key = best_step = None
+    for k, (params, plan, only, result) in enumerate(candidates):
+        if result is None:
+            result = replay(plan)
+        if not result.fits(budget):
+            continue
+        step = timer.predict(plan, result.levels, result.num_levels)
+        key = (step.with_lms_s, plan.moved_bytes(), len(plan.swaps), k)
+        log.info(
+            "[Simulator] %s%s: %d swaps, %.3f GiB moved, predicted step "
+            "%.1f ms (%.1f ms exposed transfer)" % (
+                _describe(params), " (selected tensors)" if only else "",
+                len(plan.swaps), plan.moved_bytes() / _GIB,
+                step.with_lms_s * 1e3, step.exposed_transfer_s * 1e3), 1)
+        if best_key is None or key < best_key:
+            best, best_key, best_step = (params, plan, only), key, step
+    if best is None:
+        raise AutotuneError(
+            "none of the %d plans offered for the final choice fits the "
+            "budget of %s; this is a bug in the search, please report it"
+            % (len(candidates), _gib(budget)))
+    log.info("[Simulator] Chose the fastest of %d fitting plans on %s over "
+             "%s: predicted step %.1f ms (%.1f ms without LMS), %.1f ms of "
+             "it exposed transfer, %.3f GiB moved" % (
+                 len(candidates), timer.gpu.name, timer.interconnect.label,
+                 best_step.with_lms_s * 1e3, best_step.without_lms_s * 1e3,
+                 best_step.exposed_transfer_s * 1e3,
+                 best[1].moved_bytes() / _GIB))
+    return best, best_step
+
+
+def _describe(params):
+    return ("swapout_threshold %d, swapin_ahead %d, swapin_groupby %d, "
+            "sync_mode %d" % (params.swapout_threshold, params.swapin_ahead,
+                              params.swapin_groupby, params.sync_mode))
 
 
 def _plots(plot_dir, index, roles, batch_size, without, with_lms, budget,

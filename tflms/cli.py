@@ -818,6 +818,11 @@ def _lms_from_args(args, loaded=None):
     overrides = {}
     if loaded is not None:
         overrides["is_training"] = loaded.training and not args.inference
+    # `tflms plan --gpu/--interconnect` time the report and also choose the
+    # tuned plan by its predicted step time on that hardware.
+    for name in ("gpu", "interconnect"):
+        if getattr(args, name, None) is not None:
+            overrides[name] = getattr(args, name)
     return LMS.from_settings(S.from_arguments(args, **overrides))
 
 

@@ -166,3 +166,22 @@ def check_plot_dir(name, value):
     if not isinstance(value, str) or not value:
         raise ValueError("%s must be a folder path; got %r" % (name, value))
     return value
+
+
+def check_gpu(value):
+    from tflms import steptime  # pylint: disable=import-outside-toplevel
+    if not isinstance(value, str) or value not in steptime.GPUS:
+        raise ValueError("gpu must name a GPU the step-time model knows: "
+                         "one of %s; got %r" % (", ".join(steptime.GPUS),
+                                                value))
+    return value
+
+
+def check_interconnect(value):
+    from tflms import steptime  # pylint: disable=import-outside-toplevel
+    if (not isinstance(value, str)
+            or value not in steptime.INTERCONNECTS):
+        raise ValueError("interconnect must name a CPU-GPU link the "
+                         "step-time model knows: one of %s; got %r"
+                         % (", ".join(steptime.INTERCONNECTS), value))
+    return value

@@ -9,12 +9,17 @@ benchmark call it, so what is measured is what users run::
                    planning index (graph_index.with_planned_edges)
     deferral       control edges delaying fills made long before use
     parameters     the settings' own, or autotune.tune's when one is -1
-    plan           planner.make_plan (or the tuner's chosen plan): swaps,
-                   serialization and deferral edges, all in one Plan
+    plan           planner.make_plan (or the tuner's chosen plan: of the
+                   fitting plans its search ended with, the one with the
+                   least predicted step time at the settings' `gpu` and
+                   `interconnect`): swaps, serialization and deferral
+                   edges, all in one Plan
     recompute      with `Settings.recompute`, swaps replaced by recomputes
                    (planner.with_recomputes) where `recompute_cost` is
-                   lower and a replay still fits the budget (tuning) or
-                   peaks no higher than the swap-only plan (fixed)
+                   lower (tuning: the predicted step time; fixed
+                   parameters: the bytes moved) and a replay still fits
+                   the budget (tuning) or peaks no higher than the
+                   swap-only plan (fixed)
     simulations    the step without and with the plan, when asked for
 
 It reads no TensorFlow object and edits nothing: the rewriter applies
@@ -69,6 +74,9 @@ class Planned:
         also None when `plan` is None).
       budget_bytes: device bytes the tuner planned for (None without
         tuning).
+      step_time: `steptime.StepTime` of `plan` at the settings' `gpu` and
+        `interconnect`, when auto-tuning chose the plan by it (None
+        otherwise; `steptime.predict_planned` times any plan).
     """
 
     index: object
@@ -83,6 +91,7 @@ class Planned:
     without_lms: object = None
     with_lms: object = None
     budget_bytes: object = None
+    step_time: object = None
 
     @property
     def needed(self):
@@ -125,7 +134,7 @@ def classify(index, settings):
 
 
 def plan(index, settings, roles=None, log=None, simulate=False, env=None,
-         list_devices=None):
+         list_devices=None, by_step_time=True):
     """Plan LMS for a graph: pure, deterministic, no graph edits.
 
     Args:
@@ -136,6 +145,10 @@ def plan(index, settings, roles=None, log=None, simulate=False, env=None,
       simulate: also replay the step without and with the plan when the
         tuner did not (the tuner always does).
       env, list_devices: for the device budget (tests).
+      by_step_time: let the tuner choose among the fitting plans by
+        predicted step time (`Settings.gpu`, `Settings.interconnect`);
+        False: by bytes moved, as before the step-time model (benchmarks
+        compare the two).
 
     Returns:
       A `Planned`.
@@ -174,11 +187,11 @@ def plan(index, settings, roles=None, log=None, simulate=False, env=None,
                       deferral_edges=deferral)
     if settings.autotune_requested:
         outcome = _tune(index, roles, settings, deferral, log, env,
-                        list_devices)
+                        list_devices, by_step_time)
         planned = dataclasses.replace(
             planned, plan=outcome.plan, autotuned=True, tune=outcome,
             without_lms=outcome.without_lms, with_lms=outcome.with_lms,
-            budget_bytes=outcome.budget_bytes)
+            budget_bytes=outcome.budget_bytes, step_time=outcome.step_time)
         if settings.recompute and outcome.plan is not None:
             planned = _recompute_within_budget(planned, log)
         return planned
@@ -192,37 +205,78 @@ def plan(index, settings, roles=None, log=None, simulate=False, env=None,
     return simulate_plan(planned) if simulate else planned
 
 
-def recompute_cost(plan):
-    """What the tuner minimises when it replaces swaps by recomputes: the
-    bytes a plan copies between device and host per step. A step-time
-    model can take its place (same signature, lower is better)."""
-    return plan.moved_bytes()
+def recompute_cost(plan, timer=None, result=None):
+    """What planning minimises when it replaces swaps by recomputes (lower
+    is better).
+
+    Args:
+      plan: a `planner.Plan`.
+      timer: a `steptime.StepTimeModel` of the planning index, or None.
+      result: the plan's `simulator.SimulationResult` (its levels time the
+        plan), needed with `timer`.
+
+    Returns:
+      With `timer`: ``(predicted step seconds, bytes moved)``, so a
+      recompute is taken when its clones cost less time than the copies they
+      save, and equal times go to fewer bytes moved. Without: the bytes a
+      plan copies between device and host per step.
+    """
+    if timer is None:
+        return plan.moved_bytes()
+    if result is None:
+        raise ValueError("recompute_cost needs the plan's replay (result=) "
+                         "to time it with a step-time model; got None")
+    step = timer.predict(plan, result.levels, result.num_levels)
+    return (step.with_lms_s, plan.moved_bytes())
+
+
+def _step_time_model(planned):
+    # Imported here: only tuned plans and recomputes are timed.
+    from tflms import steptime  # pylint: disable=import-outside-toplevel
+    settings = planned.settings
+    return steptime.StepTimeModel(planned.index, planned.roles,
+                                  settings.batch_size, gpu=settings.gpu,
+                                  interconnect=settings.interconnect)
 
 
 def _recompute_within_budget(planned, log, cost=recompute_cost):
     """`planned` with the tuner's swaps replaced by recomputes where a
-    replay of the plan still fits the budget and `cost` is lower."""
+    replay of the plan still fits the budget and `cost` (by predicted step
+    time at the settings' GPU and link) is lower."""
     model = _model(planned.index, planned.roles, planned.settings)
+    timer = _step_time_model(planned)
     budget = planned.budget_bytes
+    start = model.replay(planned.plan, detail=False)
+    # Plans accepted so far and their cost (kept alive, so ids stay theirs).
+    costs = {id(planned.plan): (planned.plan,
+                                cost(planned.plan, timer, start))}
 
     def accept(candidate, current):
-        if cost(candidate) >= cost(current):
+        result = model.replay(candidate, detail=False)
+        if not result.fits(budget):
             return False
-        return model.replay(candidate, detail=False).fits(budget)
+        value = cost(candidate, timer, result)
+        if value < costs[id(current)][1]:
+            costs[id(candidate)] = (candidate, value)
+            return True
+        return False
 
     chosen = planner.with_recomputes(planned.index, planned.roles,
                                      planned.plan, accept,
                                      planned.settings.batch_size)
     if chosen is planned.plan:
         log.info("[Simulator] No swapped tensor can be recomputed within "
-                 "the budget")
+                 "the budget in less predicted time than it is swapped")
         return planned
     _log_recomputes(log, chosen)
     final = model.replay(chosen, detail=True)
+    step = timer.predict(chosen, final.levels, final.num_levels)
     log.info("[Simulator] With LMS and recomputes one step peaks at %.2f "
-             "GiB of %.2f GiB at level %d (%s)" % (
+             "GiB of %.2f GiB at level %d (%s); predicted step %.1f ms, "
+             "%.1f ms of it exposed transfer, %.1f ms recomputing" % (
                  final.peak_device_bytes / _GIB, budget / _GIB,
-                 final.peak_level, final.peak_op))
+                 final.peak_level, final.peak_op, step.with_lms_s * 1e3,
+                 step.exposed_transfer_s * 1e3, step.recompute_s * 1e3))
     settings = planned.settings
     if settings.autotune_plot:
         # The tuner drew the swap-only plan; draw the plan that is applied.
@@ -230,14 +284,17 @@ def _recompute_within_budget(planned, log, cost=recompute_cost):
         plots.write_plots(settings.plot_dir, planned.index, planned.roles,
                           planned.without_lms, final, budget,
                           batch_size=settings.batch_size, log=log)
-    return dataclasses.replace(planned, plan=chosen, with_lms=final)
+    return dataclasses.replace(planned, plan=chosen, with_lms=final,
+                               step_time=step)
 
 
 def _recompute_within_peak(planned, log, cost=recompute_cost):
     """`planned` (fixed parameters) with swaps replaced by recomputes where
     a replay peaks no higher than the swap-only plan and `cost` is lower:
     fixed parameters give no budget, so the swap plan's own peak is the
-    memory a recompute must free as well."""
+    memory a recompute must free as well. The cost is the bytes moved:
+    the parameters were set by hand, so no step-time choice was asked for,
+    and a recompute here is a way to move less at the same peak."""
     # Imported here: fixed-parameter edits without recompute never need
     # the simulator.
     from tflms import simulator  # pylint: disable=import-outside-toplevel
@@ -313,7 +370,8 @@ def _serialization(index, roles, settings):
         index, roles, settings.serialization_levels, extra, excluded)
 
 
-def _tune(index, roles, settings, deferral, log, env, list_devices):
+def _tune(index, roles, settings, deferral, log, env, list_devices,
+          by_step_time=True):
     # Imported here: tuning pulls in the simulator, which fixed-parameter
     # users never need.
     from tflms import autotune  # pylint: disable=import-outside-toplevel
@@ -324,7 +382,9 @@ def _tune(index, roles, settings, deferral, log, env, list_devices):
         gpu_device=settings.gpu_device,
         plot_dir=settings.plot_dir if settings.autotune_plot else None,
         log=log, deferral_edges=deferral, env=env,
-        list_devices=list_devices)
+        list_devices=list_devices,
+        gpu=settings.gpu if by_step_time else None,
+        interconnect=settings.interconnect if by_step_time else None)
     if outcome.params is None:
         log.info("LMS is not necessary: the model fits in %.2f GiB "
                  "without swapping. Turned LMS off."

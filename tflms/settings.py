@@ -341,6 +341,20 @@ class Settings:
         "Folder for those files (created if needed).",
         kind=PROPERTY, flag="folder for the memory plots (default .lms)",
         text=str, metavar="DIR")
+    gpu: str = _setting(
+        "V100-SXM2-16GB", _checker("check_gpu"),
+        "The GPU whose predicted step time (`tflms.steptime`, from its "
+        "published peak rates) auto-tuning minimises among the plans that "
+        "fit, and `recompute` weighs against transfers: one of "
+        "`V100-SXM2-16GB`, `V100-SXM2-32GB`, `A100-SXM4-40GB`, "
+        "`A100-SXM4-80GB`, `H100-SXM5-80GB` (`tflms.steptime.GPUS`). It "
+        "does not set the memory budget (`autotune_gpu_mem` does).",
+        kind=PROPERTY)
+    interconnect: str = _setting(
+        "pcie4", _checker("check_interconnect"),
+        "The CPU-GPU link of that prediction: `pcie3`, `pcie4`, `pcie5` "
+        "(x16), `nvlink2` (POWER9-V100) or `nvlink-c2c` (Grace Hopper) "
+        "(`tflms.steptime.INTERCONNECTS`).", kind=PROPERTY)
     excl_output_by_scopes: frozenset = frozenset()
     excl_output_by_types: frozenset = frozenset()
     excl_input_by_scopes: frozenset = frozenset()
