@@ -256,11 +256,13 @@ class Settings:
         "stateless operations that made it (ReLU, batch norm in training "
         "mode, add, concat, pooling...; at most four per tensor), instead "
         "of copying it out and back. The values are bit-identical. With "
-        "auto-tuning a swap is replaced when the plan still fits the budget, "
-        "with fixed parameters when it peaks no higher than the swap-only "
-        "plan (which needs `batch_size` for unknown dimensions). Costs "
-        "compute instead of transfers; off by default until step times are "
-        "modelled.",
+        "auto-tuning a swap is replaced when the plan still fits the budget "
+        "and the predicted step (`gpu`, `interconnect`) is shorter, with "
+        "fixed parameters when it peaks no higher than the swap-only plan "
+        "and moves fewer bytes (which needs `batch_size` for unknown "
+        "dimensions). Costs compute instead of transfers; off by default: "
+        "it pays only where the link is the bottleneck (docs/benchmarks.md, "
+        "\"Cheaper plans at the same size\") and adds ops to the graph.",
         flag="recompute swapped tensors from cheap operations where "
              "possible, instead of swapping them")
     serialization: tuple = _setting(
