@@ -310,6 +310,12 @@ class _Simulations:
     def cached(self, params):
         return self._cache[params]
 
+    def fitting(self, params):
+        """``(plan, result)`` of `params` if it was played and fitted, else
+        None."""
+        ok, plan, result = self._cache.get(params, (False, None, None))
+        return (plan, result) if ok else None
+
 
 def _largest_passing(passes, known_good, high, resolution=1):
     """Largest value in [known_good, high] that passes, by binary search.
@@ -875,13 +881,19 @@ def tune(index, roles, requested, batch_size=None, gpu_mem_gib=None,
 
 
 def _fitting_candidates(sims, requested, found, selection):
-    """The fitting plans the final choice is made among, as
-    ``(params, plan, only_tensors, replay or None)``: the threshold plan `found`, the plans
-    at its threshold before the search raised swapin_groupby and then
-    swapin_ahead (later, more numerous swap-ins: more memory headroom
-    traded for less overlap, which a fast link may not need), and the
-    tensor `selection` (``(params, plan)`` or None). Only plans whose replay
-    fitted are offered; a handful, so timing them costs a few replays."""
+    """The fitting plans the final choice is made among.
+
+    They are the threshold plan `found`, the plans at its threshold before
+    the search raised swapin_groupby and then swapin_ahead (swap-ins later
+    or more numerous: they moved more bytes or overlapped less, but which
+    costs more time depends on the compute they hide behind), and the
+    tensor `selection` (``(params, plan)`` or None). Only plans whose
+    replay fitted are offered; a handful, so timing them costs a few
+    replays.
+
+    Returns:
+      A list of ``(params, plan, only_tensors, replay or None)``.
+    """
     start_a = 1 if requested.swapin_ahead == AUTO else requested.swapin_ahead
     start_g = (0 if requested.swapin_groupby == AUTO
                else requested.swapin_groupby)
@@ -892,12 +904,10 @@ def _fitting_candidates(sims, requested, found, selection):
     candidates = []
     seen = set()
     for params in offered:
-        if params in seen or params not in sims._cache:  # pylint: disable=protected-access
-            continue
+        fitted = None if params in seen else sims.fitting(params)
         seen.add(params)
-        ok, plan, result = sims.cached(params)
-        if ok:
-            candidates.append((params, plan, None, result))
+        if fitted is not None:
+            candidates.append((params, fitted[0], None, fitted[1]))
     if selection is not None:
         params, plan = selection
         candidates.append((params, plan, frozenset(
