@@ -554,3 +554,16 @@ def test_plan_prints_the_predicted_step_time(saved, capsys):
         cli.main(["plan", saved["meta"], "--gpu", "P100"])
     assert exit_.value.code == 2
     assert "argument --gpu: invalid choice: 'P100'" in capsys.readouterr().err
+
+
+def test_plan_hardware_flags_set_the_settings_the_tuner_chooses_with():
+    args = cli.build_parser().parse_args(
+        ["plan", "model.h5", "--gpu", "A100-SXM4-40GB",
+         "--interconnect", "nvlink2"])
+    settings = cli._lms_from_args(args).settings  # pylint: disable=protected-access
+    assert (settings.gpu, settings.interconnect) == ("A100-SXM4-40GB",
+                                                     "nvlink2")
+    defaults = cli._lms_from_args(  # pylint: disable=protected-access
+        cli.build_parser().parse_args(["plan", "model.h5"])).settings
+    assert (defaults.gpu, defaults.interconnect) == ("V100-SXM2-16GB",
+                                                     "pcie4")
