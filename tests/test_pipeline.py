@@ -5,9 +5,11 @@ import pytest
 import tensorflow as tf
 
 from tflms import LMS, Outcome
+from tflms import analysis
 from tflms import autotune
 from tflms import graph_index as gi
 from tflms import pipeline
+from tflms import planner
 from tflms import simulator
 from tflms import steptime
 from tflms.settings import Settings
@@ -208,3 +210,36 @@ def test_bad_gpu_or_interconnect_names_the_known_ones():
                                          r"pcie5, nvlink2, nvlink-c2c; got "
                                          r"'pcie'"):
         Settings(interconnect="pcie")
+
+
+def test_a_recompute_is_not_timed_when_the_compute_alone_is_slower():
+    # x -> a (Relu) -> b -> c -> d(a, c): every op 2000 bytes touched, 2 s
+    # at 1000 bytes/s; the step is 6 s of compute (a, b, c) + 3 s (d).
+    # Recomputing a adds its 2 s clone: at least 11 s, so never faster
+    # than a plan taking 9 s; against 11 s (a tie, which fewer bytes moved
+    # may break) or 12 s it is replayed and timed.
+    index = gi.from_edges(
+        [("x", "Placeholder", {"outputs": [1000]}),
+         ("a", "Relu", {"outputs": [1000]}),
+         ("b", "Relu", {"outputs": [1000]}),
+         ("c", "Relu", {"outputs": [1000]}),
+         ("d", "AddV2", {"outputs": [1000]})],
+        edges=[("x", "a"), ("a", "b"), ("b", "c"), ("a", "d"), ("c", "d")])
+    roles = analysis.classify_ops(index)
+    gpu = steptime.Gpu("round", 1000.0, 1000.0, 1000.0, 1000.0, 1 << 20,
+                       "a round test device")
+    timer = steptime.StepTimeModel(index, roles, gpu=gpu,
+                                   launch_overhead_s=0.0)
+    i = index.id_of
+    rec = planner.RecomputePlan(
+        producer=i["a"], output=0, nbytes=1000, ops=(i["a"],),
+        inputs=((("tensor", i["x"], 0),),), consumers=((i["d"], 1),),
+        trigger=i["c"])
+    candidate = planner.Plan(params=planner.SwapParams(1, 1, 0, 0),
+                             swaps=(), serialization_edges=(),
+                             num_levels=index.num_levels, recomputes=(rec,))
+    compute_s = 9.0
+    assert timer.op_seconds.tolist() == [0, 2, 2, 2, 3]
+    assert pipeline._slower_than(candidate, 9.0, timer, compute_s)  # pylint: disable=protected-access
+    assert not pipeline._slower_than(candidate, 11.0, timer, compute_s)  # pylint: disable=protected-access
+    assert not pipeline._slower_than(candidate, 12.0, timer, compute_s)  # pylint: disable=protected-access
