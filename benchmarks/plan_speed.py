@@ -3,6 +3,7 @@
     python benchmarks/plan_speed.py deep_mlp 200000               # auto-tuned
     python benchmarks/plan_speed.py layered 200000 --fixed 30768,8,4
     python benchmarks/plan_speed.py deep_mlp 50000 --profile out.prof
+    python benchmarks/plan_speed.py layered 200000 --recompute
     python benchmarks/plan_speed.py resnet50 --kwargs '{"image": 1024,
         "learning_phase": "placeholder", "optimizer": "adam"}' --budget-gib 1
 
@@ -55,6 +56,8 @@ def main(argv=None):
     parser.add_argument("--fraction", type=float, default=0.5)
     parser.add_argument("--budget-gib", type=float, default=None)
     parser.add_argument("--control-flow", default="v2")
+    parser.add_argument("--recompute", action="store_true",
+                        help="plan with recompute=True (what it costs)")
     parser.add_argument("--profile", default=None,
                         help="write cProfile stats of LMS.run here")
     args = parser.parse_args(argv)
@@ -73,10 +76,11 @@ def main(argv=None):
     num_ops = built.num_ops  # before the rewrite adds swap ops
     if args.fixed:
         t, a, g = (int(x) for x in args.fixed.split(","))
-        lms = LMS(swapout_threshold=t, swapin_ahead=a, swapin_groupby=g)
+        lms = LMS(swapout_threshold=t, swapin_ahead=a, swapin_groupby=g,
+                  recompute=args.recompute)
         budget = None
     else:
-        lms = LMS()
+        lms = LMS(recompute=args.recompute)
         if args.budget_gib is not None:
             budget = args.budget_gib
         else:
@@ -117,9 +121,15 @@ def main(argv=None):
         "%s %.2f" % (name, totals[name]) for _, name in _PHASES
         if name in totals)))
     if plan is not None:
-        print("plan: %s, %d swaps, %d swap-ins, %d bytes out"
+        print("plan: %s, %d swaps, %d swap-ins, %d recomputes, %d bytes out"
               % (plan.params, len(plan.swaps), plan.num_swap_ins,
-                 plan.swapout_bytes()))
+                 len(plan.recomputes), plan.swapout_bytes()))
+        step = result.planned.step_time
+        if step is not None:
+            print("predicted step %.1f ms on %s over %s, %.1f ms exposed "
+                  "transfer" % (step.with_lms_s * 1e3, step.gpu,
+                                step.interconnect,
+                                step.exposed_transfer_s * 1e3))
     else:
         print("plan: none (LMS not needed or nothing changed)")
 

@@ -45,9 +45,11 @@ def uneven_chain():
 
 def tune(index, roles, mib, requested=AUTO, **kwargs):
     """`autotune.tune` for `mib` MiB exactly; copies count as instant unless
-    an `interconnect` is given (these tests pin the search's own choices;
-    the copy-time tests below pass one)."""
+    an `interconnect` is given, and the final choice is by bytes moved
+    unless `by_step_time` is (these tests pin the search's own choices;
+    the copy-time and step-time tests below pass them)."""
     kwargs.setdefault("interconnect", "instant")
+    kwargs.setdefault("by_step_time", False)
     return autotune.tune(index, roles, requested, gpu_mem_gib=mib / 1024.0,
                          env=EXACT, log=Logger(), **kwargs)
 
@@ -588,3 +590,169 @@ def test_no_plan_fitting_in_time_names_the_link_and_the_fixes(monkeypatch):
             r"lms\.autotune_gpu_mem, or interconnect='instant' to plan as if "
             r"copies took no time\.$")):
         tune(index, roles, 6, interconnect="pcie4")
+
+
+# ---- the final choice by predicted step time -------------------------------
+# Round hardware (as in test_steptime): memory and FLOP/s at 1000 per second,
+# a link of 1000 bytes/s, no launch overhead; every time below is exact.
+ROUND_GPU = steptime.Gpu("round-gpu", fp32_flops=1000.0, tensor_flops=1000.0,
+                         half_flops=1000.0, memory_bandwidth=1000.0,
+                         memory_bytes=1 << 20, source="a round test device")
+ROUND_LINK = steptime.Interconnect("round-link", "round link", 1000.0,
+                                   "a round test link")
+
+
+def hidden_or_exposed_graph():
+    """x -> a -> b (500 B) -> c (2000 B) -> m1 -> m2 -> d(a, m2) -> e(b, d).
+
+    Tensors 1000 bytes unless noted. m1 and m2 are 10 s matrix products;
+    a, b, c, d, e take 2, 1.5, 2.5, 3, 2.5 s: the step without LMS takes
+    31.5 s and peaks at m1 (a, b, c, m1: 4500 bytes).
+    Swapping a until d (swap-in started by m1) frees 1000 bytes at m1 and
+    hides its copy behind m2: 2000 bytes moved, no time lost.
+    Swapping b until e (started by d) frees 500 bytes there, but e waits
+    0.5 s for its copy: 1000 bytes moved, 32 s.
+    """
+    index = gi.from_edges(
+        [("x", "Placeholder", {"outputs": [1000]}),
+         ("a", "Relu", {"outputs": [1000]}),
+         ("b", "Relu", {"outputs": [500]}),
+         ("c", "Relu", {"outputs": [2000]}),
+         ("m1", "MatMul", {"outputs": [1000], "flops": 10000}),
+         ("m2", "MatMul", {"outputs": [1000], "flops": 10000}),
+         ("d", "AddV2", {"outputs": [1000]}),
+         ("e", "AddV2", {"outputs": [1000]})],
+        edges=[("x", "a"), ("a", "b"), ("b", "c"), ("c", "m1"),
+               ("m1", "m2"), ("a", "d"), ("m2", "d"), ("b", "e"),
+               ("d", "e")])
+    return index, analysis.classify_ops(index)
+
+
+def _one_swap(index, tensor, reader, trigger, nbytes):
+    i = index.id_of
+    return planner.SwapPlan(
+        producer=i[tensor], output=0, nbytes=nbytes,
+        swap_ins=(planner.SwapInPlan(consumers=((i[reader], 0),),
+                                     triggers=(i[trigger],),
+                                     synchronous=False),),
+        waiters=())
+
+
+def _candidates(index):
+    def plan(*swaps):
+        return planner.Plan(params=planner.SwapParams(1, 1, 0, 0),
+                            swaps=swaps, serialization_edges=(),
+                            num_levels=index.num_levels)
+    return {"none": plan(),
+            "a": plan(_one_swap(index, "a", "d", "m1", 1000)),
+            "b": plan(_one_swap(index, "b", "e", "d", 500))}
+
+
+def _choose(index, roles, budget, order):
+    plans = _candidates(index)
+    timer = steptime.StepTimeModel(index, roles, gpu=ROUND_GPU,
+                                   interconnect=ROUND_LINK,
+                                   launch_overhead_s=0.0)
+    model = simulator.SimulationModel(index, roles)
+    offered = [(plans[name].params, plans[name], None, None)
+               for name in order]
+    (_, chosen, _), step = autotune._fastest(  # pylint: disable=protected-access
+        offered, timer, lambda p: model.replay(p, detail=False), budget,
+        Logger())
+    return next(k for k, p in plans.items() if p is chosen), step
+
+
+def test_final_choice_takes_the_faster_plan_not_the_one_moving_less():
+    index, roles = hidden_or_exposed_graph()
+    model = simulator.SimulationModel(index, roles)
+    plans = _candidates(index)
+    assert [model.replay(plans[k]).peak_device_bytes
+            for k in ("none", "a", "b")] == [4500, 3500, 4000]
+    # At 4000 bytes both swaps fit; b moves half the bytes, a is faster.
+    for order in (("b", "a"), ("a", "b"), ("none", "b", "a")):
+        name, step = _choose(index, roles, 4000, order)
+        assert name == "a"
+        assert step.with_lms_s == 31.5 and step.without_lms_s == 31.5
+        assert step.exposed_transfer_s == 0
+    timer = steptime.StepTimeModel(index, roles, gpu=ROUND_GPU,
+                                   interconnect=ROUND_LINK,
+                                   launch_overhead_s=0.0)
+    result_b = model.replay(plans["b"])
+    assert timer.predict(plans["b"], result_b.levels,
+                         result_b.num_levels).with_lms_s == 32.0
+
+
+def test_final_choice_breaks_equal_times_by_bytes_moved():
+    index, roles = hidden_or_exposed_graph()
+    # At 4500 bytes the step fits without swaps: as fast as swapping a,
+    # and nothing moved.
+    name, step = _choose(index, roles, 4500, ("a", "b", "none"))
+    assert name == "none" and step.with_lms_s == 31.5
+
+
+def test_final_choice_never_returns_a_plan_over_the_budget():
+    index, roles = hidden_or_exposed_graph()
+    # At 3999 bytes only a fits, however the others are timed.
+    assert _choose(index, roles, 3999, ("none", "b", "a"))[0] == "a"
+    with pytest.raises(autotune.AutotuneError,
+                       match=r"none of the 2 plans offered for the final "
+                             r"choice fits the budget of 0\.000 GiB \(0\.0 "
+                             r"MiB\)"):
+        _choose(index, roles, 3499, ("none", "b"))
+
+
+def test_tune_by_step_time_returns_the_fastest_fitting_plan():
+    index, roles = hidden_or_exposed_graph()
+    budget_mib = 4000 / MIB
+    # By bytes: the selection swaps b alone (1000 bytes moved); e waits
+    # 0.5 s for it. By time: the threshold plan at the search's first
+    # swapin_ahead (1) also swaps a, and brings b back one level earlier
+    # (started by m2): nothing waits. Seven ops launch a kernel.
+    by_bytes = tune(index, roles, budget_mib)
+    by_time = tune(index, roles, budget_mib, gpu=ROUND_GPU,
+                   interconnect=ROUND_LINK, by_step_time=True)
+    assert by_bytes.step_time is None and by_bytes.timed_plans == 0
+    assert names(index, by_bytes.only_tensors) == ["b"]
+    assert by_time.only_tensors is None
+    assert by_time.params == planner.SwapParams(4, 1, 0, 0)
+    assert names(index, [(s.producer, 0) for s in by_time.plan.swaps]) == [
+        "a", "b"]
+    assert by_time.with_lms.peak_device_bytes == 3500
+    assert by_time.with_lms.fits(4000)
+    overhead = 7 * steptime.LAUNCH_OVERHEAD_S
+    step = by_time.step_time
+    assert step.with_lms_s == pytest.approx(31.5 + overhead, abs=1e-12)
+    assert step.exposed_transfer_s == pytest.approx(0.0, abs=1e-12)
+    # The four fitting plans the search ended with: the threshold plan at
+    # its largest swapin_ahead and groupby (8, 8), before groupby (8, 0),
+    # at the first ahead (1, 0), and the selection.
+    assert by_time.timed_plans == 4
+    timer = steptime.StepTimeModel(index, roles, gpu=ROUND_GPU,
+                                   interconnect=ROUND_LINK)
+    old = timer.predict(by_bytes.plan, by_bytes.with_lms.levels,
+                        by_bytes.with_lms.num_levels)
+    assert old.with_lms_s == pytest.approx(32.0 + overhead, abs=1e-12)
+
+
+def test_a_plan_chosen_by_step_time_is_checked_with_its_copies_timed(caplog):
+    """At 6 MiB over PCIe 4.0 the fastest fitting plan with instant copies
+    holds its swapped tensors on the device while they are copied and
+    peaks over the budget: the tuner searches again (as for any plan) and
+    returns one that fits with its copies timed, still chosen by time."""
+    index, roles = uneven_chain()
+    budget = 6 * MIB
+    logging.getLogger("tensorflow").propagate = True
+    with caplog.at_level(logging.INFO, logger="tensorflow"):
+        timed = tune(index, roles, 6, interconnect="pcie4", by_step_time=True)
+    assert "Chose the fastest of" in caplog.text
+    assert ("over the 0.006 GiB budget; searching again" in caplog.text)
+    assert timed.step_time is not None and timed.timed_plans > 0
+    memory = simulator.SimulationModel(index, roles)
+    pcie4 = steptime.StepTimeModel(index, roles, interconnect="pcie4")
+    again, step = steptime.replay_in_time(memory, pcie4, timed.plan)
+    assert again.peak_device_bytes == timed.with_lms.peak_device_bytes
+    assert again.fits(budget)
+    assert step.with_lms_s == timed.step_time.with_lms_s
+    # With instant copies the choice is by bytes moved and nothing is timed.
+    instant = tune(index, roles, 6, by_step_time=True)
+    assert instant.step_time is None and instant.timed_plans == 0

@@ -556,3 +556,16 @@ def test_plan_prints_the_predicted_step_time(saved, capsys):
             "V100-SXM2-32GB, A100-SXM4-40GB, A100-SXM4-80GB, H100-SXM5-80GB "
             "(the GPU whose op times pace the copies when counting their "
             "memory); got 'P100'") in capsys.readouterr().err
+
+
+def test_plan_hardware_flags_set_the_settings_the_tuner_chooses_with():
+    args = cli.build_parser().parse_args(
+        ["plan", "model.h5", "--gpu", "A100-SXM4-40GB",
+         "--interconnect", "nvlink2"])
+    settings = cli._lms_from_args(args).settings  # pylint: disable=protected-access
+    assert (settings.gpu, settings.interconnect) == ("A100-SXM4-40GB",
+                                                     "nvlink2")
+    defaults = cli._lms_from_args(  # pylint: disable=protected-access
+        cli.build_parser().parse_args(["plan", "model.h5"])).settings
+    assert (defaults.gpu, defaults.interconnect) == ("V100-SXM2-16GB",
+                                                     "pcie4")

@@ -5,9 +5,11 @@ import pytest
 import tensorflow as tf
 
 from tflms import LMS, Outcome
+from tflms import analysis
 from tflms import autotune
 from tflms import graph_index as gi
 from tflms import pipeline
+from tflms import planner
 from tflms import simulator
 from tflms import steptime
 from tflms.settings import Settings
@@ -184,3 +186,83 @@ def test_the_tuned_plan_is_judged_with_its_copies_timed():
             expected.peak_device_bytes <= planned.budget_bytes
         assert planned.with_lms.device_timeline.tolist() == \
             expected.device_timeline.tolist()
+
+
+def test_tuned_plan_carries_its_predicted_step_time_at_the_settings_hardware():
+    graph, _ = cnn()
+    budget = gib_for(0.7 * peak_without(graph, 8))
+    index = gi.build_index(graph)
+    for gpu, link in (("V100-SXM2-16GB", "pcie4"),
+                      ("A100-SXM4-40GB", "nvlink2")):
+        planned = pipeline.plan(index, Settings(
+            batch_size=8, autotune_gpu_mem=budget, gpu=gpu,
+            interconnect=link))
+        step = planned.step_time
+        assert planned.tune.step_time is step and planned.tune.timed_plans
+        assert (step.gpu, step.interconnect) == (gpu, link)
+        again = steptime.predict_planned(planned, gpu=gpu, interconnect=link)
+        assert step.with_lms_s == again.with_lms_s
+        assert step.exposed_transfer_s == again.exposed_transfer_s
+    # Chosen by bytes (as before the step-time model), nothing is timed.
+    by_bytes = pipeline.plan(index, Settings(
+        batch_size=8, autotune_gpu_mem=budget), by_step_time=False)
+    assert by_bytes.step_time is None and by_bytes.tune.timed_plans == 0
+
+
+def test_recompute_cost_is_the_predicted_step_then_the_bytes_moved():
+    graph, _ = cnn()
+    budget = gib_for(0.7 * peak_without(graph, 8))
+    planned = pipeline.plan(gi.build_index(graph), Settings(
+        batch_size=8, autotune_gpu_mem=budget))
+    plan = planned.plan
+    assert pipeline.recompute_cost(plan) == plan.moved_bytes()
+    timer = steptime.StepTimeModel(planned.index, planned.roles, 8)
+    assert pipeline.recompute_cost(plan, timer, planned.with_lms) == (
+        planned.step_time.with_lms_s, plan.moved_bytes())
+    with pytest.raises(ValueError, match=r"recompute_cost needs the plan's "
+                                         r"replay \(result=\)"):
+        pipeline.recompute_cost(plan, timer)
+
+
+def test_bad_gpu_or_interconnect_names_the_known_ones():
+    with pytest.raises(ValueError, match=r"gpu must be one of V100-SXM2-16GB"
+                                         r", .*; got 'V100'"):
+        Settings(gpu="V100")
+    with pytest.raises(ValueError, match=r"interconnect must be one of "
+                                         r"pcie3, pcie4, pcie5, nvlink2, "
+                                         r"nvlink-c2c, or 'instant' .*; got "
+                                         r"'pcie'"):
+        Settings(interconnect="pcie")
+
+
+def test_a_recompute_is_not_timed_when_the_compute_alone_is_slower():
+    # x -> a (Relu) -> b -> c -> d(a, c): every op 2000 bytes touched, 2 s
+    # at 1000 bytes/s; the step is 6 s of compute (a, b, c) + 3 s (d).
+    # Recomputing a adds its 2 s clone: at least 11 s, so never faster
+    # than a plan taking 9 s; against 11 s (a tie, which fewer bytes moved
+    # may break) or 12 s it is replayed and timed.
+    index = gi.from_edges(
+        [("x", "Placeholder", {"outputs": [1000]}),
+         ("a", "Relu", {"outputs": [1000]}),
+         ("b", "Relu", {"outputs": [1000]}),
+         ("c", "Relu", {"outputs": [1000]}),
+         ("d", "AddV2", {"outputs": [1000]})],
+        edges=[("x", "a"), ("a", "b"), ("b", "c"), ("a", "d"), ("c", "d")])
+    roles = analysis.classify_ops(index)
+    gpu = steptime.Gpu("round", 1000.0, 1000.0, 1000.0, 1000.0, 1 << 20,
+                       "a round test device")
+    timer = steptime.StepTimeModel(index, roles, gpu=gpu,
+                                   launch_overhead_s=0.0)
+    i = index.id_of
+    rec = planner.RecomputePlan(
+        producer=i["a"], output=0, nbytes=1000, ops=(i["a"],),
+        inputs=((("tensor", i["x"], 0),),), consumers=((i["d"], 1),),
+        trigger=i["c"])
+    candidate = planner.Plan(params=planner.SwapParams(1, 1, 0, 0),
+                             swaps=(), serialization_edges=(),
+                             num_levels=index.num_levels, recomputes=(rec,))
+    compute_s = 9.0
+    assert timer.op_seconds.tolist() == [0, 2, 2, 2, 3]
+    assert pipeline._slower_than(candidate, 9.0, timer, compute_s)  # pylint: disable=protected-access
+    assert not pipeline._slower_than(candidate, 11.0, timer, compute_s)  # pylint: disable=protected-access
+    assert not pipeline._slower_than(candidate, 12.0, timer, compute_s)  # pylint: disable=protected-access

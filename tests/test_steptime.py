@@ -6,6 +6,8 @@ takes 2 s; a link of 1000 bytes/s (or 250) moves a 1000-byte tensor in 1 s
 (or 4 s); no launch overhead unless a test sets one.
 """
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -374,3 +376,20 @@ def test_instant_is_a_link_of_infinite_speed():
     assert step.exposed_transfer_s == 0
     assert step.swapout_busy_s == step.swapin_busy_s == 0
     assert (step.swaps[0].out_start_s, step.swaps[0].out_end_s) == (2, 2)
+
+
+def test_recompute_clones_run_before_their_first_late_reader():
+    # a is made again from x just before d: its clone takes a's 2 s on the
+    # compute stream (a plan of recomputes moves nothing).
+    index = chain()
+    i = index.id_of
+    rec = planner.RecomputePlan(
+        producer=i["a"], output=0, nbytes=1000, ops=(i["a"],),
+        inputs=((("tensor", i["x"], 0),),), consumers=((i["d"], 0),),
+        trigger=i["e"])
+    plan = dataclasses.replace(plan_of(index, ()), recomputes=(rec,))
+    step = model(index).predict(plan)
+    assert step.without_lms_s == 11 and step.with_lms_s == 13
+    assert step.recompute_s == 2 and step.exposed_transfer_s == 0
+    assert step.op_start_s[i["d"]] == 10 and step.op_end_s[i["d"]] == 13
+    assert step.swapout_bytes == step.swapin_bytes == 0

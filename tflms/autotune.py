@@ -21,6 +21,19 @@ or swapin_groupby is -1. It works only on plain data (`GraphIndex`,
    tensors that free the most over-budget bytes per byte moved, re-simulating
    after each round. The selection is returned as ``only_tensors`` and is
    used only if it fits and moves no more bytes than the threshold alone.
+5. Steps 3 and 4 count copies as instant. With ``by_step_time`` (as
+   `LMS.run` tunes) and a link that is not ``'instant'``, the final choice
+   is by time: among the few fitting plans the search ended with (the
+   threshold plan, the plans it had before raising swapin_groupby and
+   swapin_ahead, and the selection), the one with the least step time
+   predicted by `tflms.steptime` on ``gpu`` and ``interconnect`` is used,
+   ties going to fewer bytes moved. Otherwise the selection rule of 4
+   stands.
+6. The chosen plan is replayed once more with its copies timed on ``gpu``
+   and ``interconnect`` (a swapped tensor stays on the device until its
+   copy to the host has finished). If it no longer fits, steps 3-5 run
+   again for a lower budget, then with synchronous swap-outs
+   (`_fit_in_time`); ``interconnect='instant'`` skips this check.
 
 Every plan accepted here has been replayed by the simulator and fits the
 budget; see `tflms.simulator` for what it counts. A plan is never chosen
@@ -109,6 +122,10 @@ class TuneOutcome:
         alone (None when params is None or the user set the threshold).
       simulations: number of replays run.
       plot_files: paths of the files written to plot_dir.
+      step_time: `steptime.StepTime` of the chosen plan, when the plan was
+        chosen by predicted step time (``by_step_time`` and a link that is
+        not ``'instant'``), else None.
+      timed_plans: how many fitting plans were timed to choose it.
     """
 
     params: object
@@ -121,6 +138,8 @@ class TuneOutcome:
     threshold_only: object = None
     simulations: int = 0
     plot_files: tuple = ()
+    step_time: object = None
+    timed_plans: int = 0
 
 
 # ---- budgets -------------------------------------------------------------
@@ -302,6 +321,12 @@ class _Simulations:
 
     def cached(self, params):
         return self._cache[params]
+
+    def fitting(self, params):
+        """``(plan, result)`` of `params` if it was played and fitted, else
+        None."""
+        ok, plan, result = self._cache.get(params, (False, None, None))
+        return (plan, result) if ok else None
 
 
 def _largest_passing(passes, known_good, high, resolution=1):
@@ -727,28 +752,41 @@ def _select_best(sims, model, params, plan, budget):
     return trial, subset
 
 
-def _choose(sims, model, requested, max_level, select, log):
+def _choose(sims, model, requested, max_level, select, log, by_time=None):
     """Search the parameters for `sims.budget`, then (threshold on auto,
-    `select`) the tensors; copies count as instant here.
+    `select`) the tensors; copies count as instant here. With `by_time`,
+    the plan is the fastest of the fitting plans the search ended with
+    (`_fitting_candidates`, `_fastest`); without, the threshold plan or
+    the selection when it moves fewer bytes.
+
+    Args:
+      by_time: a callable making the `steptime.StepTimeModel` that times
+        the fitting plans, or None to choose by bytes moved.
 
     Returns:
-      ``(params, plan, only_tensors, threshold_result)``: the chosen plan,
-      the tensors it swaps when a selection was chosen (else None), and the
-      detailed replay of the threshold-only plan when a selection was tried.
+      ``(params, plan, only_tensors, threshold_result, step_time,
+      timed_plans)``: the chosen plan, the tensors it swaps when a
+      selection was chosen (else None), the detailed replay of the
+      threshold-only plan when a selection was tried, and (with
+      `by_time`) the chosen plan's `steptime.StepTime` and how many
+      plans were timed (else None and 0).
 
     Raises:
       AutotuneError: nothing fits `sims.budget`.
     """
     params = _search(sims, requested, max_level, log)
     _, plan, _ = sims.cached(params)
+    found = params
     only = None
     threshold_result = None
     final_plan = plan
+    selection = None
     if select and requested.swapout_threshold == AUTO and plan.swaps:
         threshold_result = sims.replay(plan, detail=True)
         best = _select_best(sims, model, params, plan, sims.budget)
         if best is not None:
             params, final_plan = best
+            selection = best
             only = frozenset((s.producer, s.output) for s in final_plan.swaps)
             log.info("[Simulator] Swapping %d chosen tensors (swapout_threshold "
                      "%d) is enough: %.3f GiB moved to the host instead of "
@@ -756,11 +794,17 @@ def _choose(sims, model, requested, max_level, select, log):
                          len(final_plan.swaps), params.swapout_threshold,
                          final_plan.swapout_bytes() / _GIB,
                          plan.swapout_bytes() / _GIB))
-    return params, final_plan, only, threshold_result
+    if by_time is None:
+        return params, final_plan, only, threshold_result, None, 0
+    candidates = _fitting_candidates(sims, requested, found, selection)
+    (params, final_plan, only), step_time = _fastest(
+        candidates, by_time(), sims.replay, sims.budget, log)
+    return (params, final_plan, only, threshold_result, step_time,
+            len(candidates))
 
 
 def _fit_in_time(sims, model, time_model, requested, max_level, select, log,
-                 chosen):
+                 chosen, by_time=None):
     """The chosen plan checked with its copies' duration, and planned again
     for a smaller budget while it does not fit.
 
@@ -778,6 +822,9 @@ def _fit_in_time(sims, model, time_model, requested, max_level, select, log,
       time_model: a callable making the `steptime.StepTimeModel`, or None
         to count copies as instant.
       chosen: what `_choose` returned.
+      by_time: what `_choose` chose with (each search again chooses the
+        same way); the plan chosen by predicted step time is checked here
+        like any other.
 
     Returns:
       ``(chosen, final, replays)``: the plan that fits with copy times (as
@@ -836,7 +883,8 @@ def _fit_in_time(sims, model, time_model, requested, max_level, select, log,
                             sims.batch_size, log, sims.deferral)
         sims.without = without
         try:
-            chosen = _choose(sims, model, requested, max_level, select, log)
+            chosen = _choose(sims, model, requested, max_level, select, log,
+                             by_time)
         except AutotuneError:
             chosen = None
     raise AutotuneError(
@@ -862,7 +910,7 @@ def tune(index, roles, requested, batch_size=None, gpu_mem_gib=None,
          gpu_device=None, plot_dir=None, log=None, serialization_edges=(),
          select=True, env=None, list_devices=None, deferral_edges=(),
          gpu=steptime.DEFAULT_GPU,
-         interconnect=steptime.DEFAULT_INTERCONNECT):
+         interconnect=steptime.DEFAULT_INTERCONNECT, by_step_time=True):
     """Choose swapping parameters for a graph by simulation.
 
     Args:
@@ -881,11 +929,15 @@ def tune(index, roles, requested, batch_size=None, gpu_mem_gib=None,
         (the replay without LMS does not).
       env: environment mapping (default `os.environ`).
       list_devices: device lister for `device_budget` (tests).
-      gpu, interconnect: the hardware the chosen plan's copies are timed
-        on (`Settings.gpu`, `Settings.interconnect`): the plan returned
+      gpu, interconnect: a `steptime.Gpu` and `steptime.Interconnect`
+        (or their names; `Settings.gpu`, `Settings.interconnect`): the
+        hardware the chosen plan's copies are timed on: the plan returned
         fits the budget with swapped tensors held on the device until their
         copy to the host has finished. ``interconnect="instant"``: copies
         count as instant.
+      by_step_time: choose among the fitting plans by predicted step
+        time on that hardware (`_fastest`); False, or an instant link:
+        by bytes moved (the selection rule).
 
     Returns:
       A `TuneOutcome`.
@@ -906,8 +958,16 @@ def tune(index, roles, requested, batch_size=None, gpu_mem_gib=None,
         # Made only when a plan is checked: timing every op costs about a
         # second per 100,000 ops, which a step that fits without LMS (or a
         # search that finds nothing) should not pay.
+        made = []
+
         def time_model():
-            return steptime.StepTimeModel(index, roles, batch_size, gpu, link)
+            if not made:
+                made.append(steptime.StepTimeModel(index, roles, batch_size,
+                                                   gpu, link))
+            return made[0]
+    # With instant copies every fitting plan takes the same time (no copy
+    # is waited for): the choice is by bytes moved, with no model to make.
+    by_time = time_model if by_step_time else None
     if model.unknown_tensors:
         log.info("%d tensors have no static size and count as 0 bytes in "
                  "the simulation (first: %s)"
@@ -936,13 +996,14 @@ def tune(index, roles, requested, batch_size=None, gpu_mem_gib=None,
 
     max_level = index.num_levels
     try:
-        chosen = _choose(sims, model, requested, max_level, select, log)
+        chosen = _choose(sims, model, requested, max_level, select, log,
+                         by_time)
     except AutotuneError as err:
         raise _with_plots(err, sims, plot_dir, index, roles, batch_size,
                           without, budget, log) from None
-    (params, final_plan, only, threshold_result), final, count = \
-        _fit_in_time(sims, model, time_model, requested, max_level, select,
-                     log, chosen)
+    (params, final_plan, only, threshold_result, step_time, timed), final, \
+        count = _fit_in_time(sims, model, time_model, requested, max_level,
+                             select, log, chosen, by_time)
     log.info("[Simulator] With LMS one step peaks at %.2f GiB of %.2f GiB at "
              "level %d (%s)" % (final.peak_device_bytes / _GIB, budget / _GIB,
                                 final.peak_level, final.peak_op))
@@ -969,7 +1030,91 @@ def tune(index, roles, requested, batch_size=None, gpu_mem_gib=None,
                        host_budget_bytes=host_limit, without_lms=without,
                        with_lms=final, plan=final_plan,
                        threshold_only=threshold_result,
-                       simulations=count, plot_files=files)
+                       simulations=count, plot_files=files,
+                       step_time=step_time, timed_plans=timed)
+
+
+def _fitting_candidates(sims, requested, found, selection):
+    """The fitting plans the final choice is made among.
+
+    They are the threshold plan `found`, the plans at its threshold before
+    the search raised swapin_groupby and then swapin_ahead (swap-ins later
+    or more numerous: they moved more bytes or overlapped less, but which
+    costs more time depends on the compute they hide behind), and the
+    tensor `selection` (``(params, plan)`` or None). Only plans whose
+    replay fitted are offered; a handful, so timing them costs a few
+    replays.
+
+    Returns:
+      A list of ``(params, plan, only_tensors, replay or None)``.
+    """
+    start_a = 1 if requested.swapin_ahead == AUTO else requested.swapin_ahead
+    start_g = (0 if requested.swapin_groupby == AUTO
+               else requested.swapin_groupby)
+    offered = [found,
+               dataclasses.replace(found, swapin_groupby=start_g),
+               dataclasses.replace(found, swapin_ahead=start_a,
+                                   swapin_groupby=start_g)]
+    candidates = []
+    seen = set()
+    for params in offered:
+        fitted = None if params in seen else sims.fitting(params)
+        seen.add(params)
+        if fitted is not None:
+            candidates.append((params, fitted[0], None, fitted[1]))
+    if selection is not None:
+        params, plan = selection
+        candidates.append((params, plan, frozenset(
+            (s.producer, s.output) for s in plan.swaps), None))
+    return candidates
+
+
+def _fastest(candidates, timer, replay, budget, log):
+    """The candidate with the least predicted step time (ties: fewer bytes
+    moved, then fewer swaps, then the earlier one) and its `StepTime`.
+    A candidate without a replay is replayed (to time it at its own
+    levels); one whose replay does not fit `budget` is never returned, nor
+    timed.
+
+    Raises:
+      AutotuneError: no candidate fits (a bug in the search: it offers only
+        plans it saw fit).
+    """
+    best = best_key = best_step = None
+    for k, (params, plan, only, result) in enumerate(candidates):
+        if result is None:
+            result = replay(plan)
+        if not result.fits(budget):
+            continue
+        step = timer.predict(plan, result.levels, result.num_levels)
+        key = (step.with_lms_s, plan.moved_bytes(), len(plan.swaps), k)
+        log.info(
+            "[Simulator] %s%s: %d swaps, %.3f GiB moved, predicted step "
+            "%.1f ms (%.1f ms exposed transfer)" % (
+                _describe(params), " (selected tensors)" if only else "",
+                len(plan.swaps), plan.moved_bytes() / _GIB,
+                step.with_lms_s * 1e3, step.exposed_transfer_s * 1e3), 1)
+        if best_key is None or key < best_key:
+            best, best_key, best_step = (params, plan, only), key, step
+    if best is None:
+        raise AutotuneError(
+            "none of the %d plans offered for the final choice fits the "
+            "budget of %s; this is a bug in the search, please report it"
+            % (len(candidates), _gib(budget)))
+    log.info("[Simulator] Chose the fastest of %d fitting plans on %s over "
+             "%s: predicted step %.1f ms (%.1f ms without LMS), %.1f ms of "
+             "it exposed transfer, %.3f GiB moved" % (
+                 len(candidates), timer.gpu.name, timer.interconnect.label,
+                 best_step.with_lms_s * 1e3, best_step.without_lms_s * 1e3,
+                 best_step.exposed_transfer_s * 1e3,
+                 best[1].moved_bytes() / _GIB))
+    return best, best_step
+
+
+def _describe(params):
+    return ("swapout_threshold %d, swapin_ahead %d, swapin_groupby %d, "
+            "sync_mode %d" % (params.swapout_threshold, params.swapin_ahead,
+                              params.swapin_groupby, params.sync_mode))
 
 
 def _plots(plot_dir, index, roles, batch_size, without, with_lms, budget,

@@ -188,3 +188,4 @@ def check_plot_dir(name, value):
     if not isinstance(value, str) or not value:
         raise ValueError("%s must be a folder path; got %r" % (name, value))
     return value
+

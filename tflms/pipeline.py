@@ -9,12 +9,18 @@ benchmark call it, so what is measured is what users run::
                    planning index (graph_index.with_planned_edges)
     deferral       control edges delaying fills made long before use
     parameters     the settings' own, or autotune.tune's when one is -1
-    plan           planner.make_plan (or the tuner's chosen plan): swaps,
+    plan           planner.make_plan (or the tuner's chosen plan: of the
+                   fitting plans its search ended with, the one with the
+                   least predicted step time at the settings' `gpu` and
+                   `interconnect`, replayed again with its copies timed
+                   there and searched again if it no longer fits): swaps,
                    serialization and deferral edges, all in one Plan
     recompute      with `Settings.recompute`, swaps replaced by recomputes
                    (planner.with_recomputes) where `recompute_cost` is
-                   lower and a replay still fits the budget (tuning) or
-                   peaks no higher than the swap-only plan (fixed)
+                   lower (tuning: the predicted step time; fixed
+                   parameters: the bytes moved) and a replay still fits
+                   the budget with copies timed (tuning) or peaks no
+                   higher than the swap-only plan (fixed)
     simulations    the step without and with the plan, when asked for
 
 It reads no TensorFlow object and edits nothing: the rewriter applies
@@ -22,6 +28,7 @@ It reads no TensorFlow object and edits nothing: the rewriter applies
 """
 
 import dataclasses
+import math
 
 from tflms import analysis
 from tflms import graph_index as gi
@@ -69,6 +76,9 @@ class Planned:
         also None when `plan` is None).
       budget_bytes: device bytes the tuner planned for (None without
         tuning).
+      step_time: `steptime.StepTime` of `plan` at the settings' `gpu` and
+        `interconnect`, when auto-tuning chose the plan by it (None
+        otherwise; `steptime.predict_planned` times any plan).
     """
 
     index: object
@@ -83,6 +93,7 @@ class Planned:
     without_lms: object = None
     with_lms: object = None
     budget_bytes: object = None
+    step_time: object = None
 
     @property
     def needed(self):
@@ -125,7 +136,7 @@ def classify(index, settings):
 
 
 def plan(index, settings, roles=None, log=None, simulate=False, env=None,
-         list_devices=None):
+         list_devices=None, by_step_time=True):
     """Plan LMS for a graph: pure, deterministic, no graph edits.
 
     Args:
@@ -136,6 +147,10 @@ def plan(index, settings, roles=None, log=None, simulate=False, env=None,
       simulate: also replay the step without and with the plan when the
         tuner did not (the tuner always does).
       env, list_devices: for the device budget (tests).
+      by_step_time: let the tuner choose among the fitting plans by
+        predicted step time (`Settings.gpu`, `Settings.interconnect`);
+        False: by bytes moved, as before the step-time model (benchmarks
+        compare the two).
 
     Returns:
       A `Planned`.
@@ -174,11 +189,11 @@ def plan(index, settings, roles=None, log=None, simulate=False, env=None,
                       deferral_edges=deferral)
     if settings.autotune_requested:
         outcome = _tune(index, roles, settings, deferral, log, env,
-                        list_devices)
+                        list_devices, by_step_time)
         planned = dataclasses.replace(
             planned, plan=outcome.plan, autotuned=True, tune=outcome,
             without_lms=outcome.without_lms, with_lms=outcome.with_lms,
-            budget_bytes=outcome.budget_bytes)
+            budget_bytes=outcome.budget_bytes, step_time=outcome.step_time)
         if settings.recompute and outcome.plan is not None:
             planned = _recompute_within_budget(planned, log)
         return planned
@@ -192,35 +207,87 @@ def plan(index, settings, roles=None, log=None, simulate=False, env=None,
     return simulate_plan(planned) if simulate else planned
 
 
-def recompute_cost(plan):
-    """What the tuner minimises when it replaces swaps by recomputes: the
-    bytes a plan copies between device and host per step. A step-time
-    model can take its place (same signature, lower is better)."""
-    return plan.moved_bytes()
+def recompute_cost(plan, timer=None, result=None):
+    """What planning minimises when it replaces swaps by recomputes (lower
+    is better).
+
+    Args:
+      plan: a `planner.Plan`.
+      timer: a `steptime.StepTimeModel` of the planning index, or None.
+      result: the plan's `simulator.SimulationResult` (its levels time the
+        plan), needed with `timer`.
+
+    Returns:
+      With `timer`: ``(predicted step seconds, bytes moved)``, so a
+      recompute is taken when its clones cost less time than the copies they
+      save, and equal times go to fewer bytes moved. Without: the bytes a
+      plan copies between device and host per step.
+    """
+    if timer is None:
+        return plan.moved_bytes()
+    if result is None:
+        raise ValueError("recompute_cost needs the plan's replay (result=) "
+                         "to time it with a step-time model; got None")
+    step = timer.predict(plan, result.levels, result.num_levels)
+    return (step.with_lms_s, plan.moved_bytes())
+
+
+def _step_time_model(planned):
+    # Imported here: only tuned plans and recomputes are timed.
+    from tflms import steptime  # pylint: disable=import-outside-toplevel
+    settings = planned.settings
+    return steptime.StepTimeModel(planned.index, planned.roles,
+                                  settings.batch_size, gpu=settings.gpu,
+                                  interconnect=settings.interconnect)
 
 
 def _recompute_within_budget(planned, log, cost=recompute_cost):
     """`planned` with the tuner's swaps replaced by recomputes where a
-    replay of the plan still fits the budget and `cost` is lower."""
+    replay of the plan still fits the budget with its copies timed (as the
+    tuner judges its own plan) and `cost` (by predicted step time at the
+    settings' GPU and link) is lower."""
     model = _model(planned.index, planned.roles, planned.settings)
+    timer = _step_time_model(planned)
     budget = planned.budget_bytes
+    start = model.replay(planned.plan, detail=False)
+    # Plans accepted so far and their cost (kept alive, so ids stay theirs).
+    costs = {id(planned.plan): (planned.plan,
+                                cost(planned.plan, timer, start))}
+    compute_s = math.fsum(timer.op_seconds)
 
     def accept(candidate, current):
-        if cost(candidate) >= cost(current):
+        if (cost is recompute_cost
+                and _slower_than(candidate, costs[id(current)][1][0], timer,
+                                 compute_s)):
             return False
-        return model.replay(candidate, detail=False).fits(budget)
+        result = model.replay(candidate, detail=False)
+        # Copies that take time only hold memory longer: a plan over the
+        # budget with instant copies is not timed.
+        if not result.fits(budget):
+            return False
+        timed, step = _replay_in_time(model, timer, candidate, detail=False,
+                                      instant=result)
+        if not timed.fits(budget):
+            return False
+        value = ((step.with_lms_s, candidate.moved_bytes())
+                 if cost is recompute_cost else cost(candidate, timer, result))
+        if value < costs[id(current)][1]:
+            costs[id(candidate)] = (candidate, value)
+            return True
+        return False
 
     chosen = planner.with_recomputes(planned.index, planned.roles,
                                      planned.plan, accept,
                                      planned.settings.batch_size)
     if chosen is planned.plan:
         log.info("[Simulator] No swapped tensor can be recomputed within "
-                 "the budget")
+                 "the budget in less predicted time than it is swapped")
         return planned
-    final = _replay_in_time(model, planned, chosen)
+    final, step = _replay_in_time(model, timer, chosen)
     if not final.fits(budget):
-        # The swaps the recomputes kept were judged with instant copies;
-        # the tuner's plan fits with its copies timed, so it stays.
+        # Every recompute taken was judged with its copies timed; this
+        # only guards the plan returned. The tuner's plan fits with its
+        # copies timed, so it stays.
         log.info("[Simulator] With recomputes and copies timed at %s one "
                  "step would peak at %.2f GiB, over the %.2f GiB budget; "
                  "keeping the swap-only plan" % (
@@ -229,9 +296,11 @@ def _recompute_within_budget(planned, log, cost=recompute_cost):
         return planned
     _log_recomputes(log, chosen)
     log.info("[Simulator] With LMS and recomputes one step peaks at %.2f "
-             "GiB of %.2f GiB at level %d (%s)" % (
+             "GiB of %.2f GiB at level %d (%s); predicted step %.1f ms, "
+             "%.1f ms of it exposed transfer, %.1f ms recomputing" % (
                  final.peak_device_bytes / _GIB, budget / _GIB,
-                 final.peak_level, final.peak_op))
+                 final.peak_level, final.peak_op, step.with_lms_s * 1e3,
+                 step.exposed_transfer_s * 1e3, step.recompute_s * 1e3))
     settings = planned.settings
     if settings.autotune_plot:
         # The tuner drew the swap-only plan; draw the plan that is applied.
@@ -239,29 +308,49 @@ def _recompute_within_budget(planned, log, cost=recompute_cost):
         plots.write_plots(settings.plot_dir, planned.index, planned.roles,
                           planned.without_lms, final, budget,
                           batch_size=settings.batch_size, log=log)
-    return dataclasses.replace(planned, plan=chosen, with_lms=final)
+    return dataclasses.replace(planned, plan=chosen, with_lms=final,
+                               step_time=step)
 
 
-def _replay_in_time(model, planned, plan):
-    """The detailed replay of `plan`, with its copies timed on the
-    settings' gpu and interconnect (instant with ``'instant'``), as the
-    tuner judges its own plan."""
+def _slower_than(candidate, step_s, timer, compute_s):
+    """True if `candidate` cannot take less than `step_s` seconds: the
+    compute stream alone runs every op and every clone one after the other,
+    so the step is never shorter than that sum. When the current plan's
+    copies are all hidden, every recompute fails this test, and neither its
+    replay nor its timing (each about a replay) is spent on it."""
+    # Clones count as `StepTimeModel.predict` times them: before a reader
+    # that runs.
+    clones_s = math.fsum(timer.op_seconds[op] for rec in candidate.recomputes
+                         if any(timer.runs[c] for c, _ in rec.consumers)
+                         for op in rec.ops)
+    bound = compute_s + clones_s
+    # Clear of float rounding: the sums are made in different orders.
+    return bound - step_s > 1e-9 * step_s
+
+
+def _replay_in_time(model, timer, plan, detail=True, instant=None):
+    """The replay of `plan` with its copies timed by `timer` (a
+    `steptime.StepTimeModel` on the settings' gpu and interconnect; copies
+    count as instant on ``'instant'``), as the tuner judges its own plan,
+    and its predicted `steptime.StepTime`."""
     # Imported here, like the simulator: only tuning times copies.
     from tflms import steptime  # pylint: disable=import-outside-toplevel
-    settings = planned.settings
-    link = steptime.interconnect_named(settings.interconnect)
-    if link is steptime.INSTANT or not plan.swaps:
-        return model.replay(plan, detail=True)
-    timing = steptime.StepTimeModel(planned.index, planned.roles,
-                                    settings.batch_size, settings.gpu, link)
-    return steptime.replay_in_time(model, timing, plan)[0]
+    if timer.interconnect is steptime.INSTANT:
+        if instant is None or detail:
+            instant = model.replay(plan, detail=detail)
+        return instant, timer.predict(plan, instant.levels,
+                                      instant.num_levels)
+    return steptime.replay_in_time(model, timer, plan, detail=detail,
+                                   instant=instant)
 
 
 def _recompute_within_peak(planned, log, cost=recompute_cost):
     """`planned` (fixed parameters) with swaps replaced by recomputes where
     a replay peaks no higher than the swap-only plan and `cost` is lower:
     fixed parameters give no budget, so the swap plan's own peak is the
-    memory a recompute must free as well."""
+    memory a recompute must free as well. The cost is the bytes moved:
+    the parameters were set by hand, so no step-time choice was asked for,
+    and a recompute here is a way to move less at the same peak."""
     # Imported here: fixed-parameter edits without recompute never need
     # the simulator.
     from tflms import simulator  # pylint: disable=import-outside-toplevel
@@ -337,7 +426,8 @@ def _serialization(index, roles, settings):
         index, roles, settings.serialization_levels, extra, excluded)
 
 
-def _tune(index, roles, settings, deferral, log, env, list_devices):
+def _tune(index, roles, settings, deferral, log, env, list_devices,
+          by_step_time=True):
     # Imported here: tuning pulls in the simulator, which fixed-parameter
     # users never need.
     from tflms import autotune  # pylint: disable=import-outside-toplevel
@@ -349,7 +439,7 @@ def _tune(index, roles, settings, deferral, log, env, list_devices):
         plot_dir=settings.plot_dir if settings.autotune_plot else None,
         log=log, deferral_edges=deferral, env=env,
         list_devices=list_devices, gpu=settings.gpu,
-        interconnect=settings.interconnect)
+        interconnect=settings.interconnect, by_step_time=by_step_time)
     if outcome.params is None:
         log.info("LMS is not necessary: the model fits in %.2f GiB "
                  "without swapping. Turned LMS off."

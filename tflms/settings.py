@@ -257,11 +257,14 @@ class Settings:
         "stateless operations that made it (ReLU, batch norm in training "
         "mode, add, concat, pooling...; at most four per tensor), instead "
         "of copying it out and back. The values are bit-identical. With "
-        "auto-tuning a swap is replaced when the plan still fits the budget, "
-        "with fixed parameters when it peaks no higher than the swap-only "
-        "plan (which needs `batch_size` for unknown dimensions). Costs "
-        "compute instead of transfers; off by default until step times are "
-        "modelled.",
+        "auto-tuning a swap is replaced when the plan still fits the budget "
+        "with its copies timed (`interconnect`) "
+        "and the predicted step (`gpu`, `interconnect`) is shorter, with "
+        "fixed parameters when it peaks no higher than the swap-only plan "
+        "and moves fewer bytes (which needs `batch_size` for unknown "
+        "dimensions). Costs compute instead of transfers; off by default: "
+        "it pays only where the link is the bottleneck (docs/benchmarks.md, "
+        "\"Cheaper plans at the same size\") and adds ops to the graph.",
         flag="recompute swapped tensors from cheap operations where "
              "possible, instead of swapping them")
     serialization: tuple = _setting(
@@ -342,9 +345,14 @@ class Settings:
         "returns fits the budget with copies that take that long (by "
         "default: at PCIe 4.0 x16 speed on a V100); fixed parameters are "
         "applied as given. One of %s, or `'instant'`: copies take no time "
-        "(the tuner's accounting before copy times were counted). `tflms "
-        "plan` also predicts the step time on it." % ", ".join("`'%s'` (%s)" % (name, link.label) for name, link
-                             in hardware.INTERCONNECTS.items()),
+        "(the tuner's accounting before copy times were counted; the "
+        "choice among fitting plans is then by bytes moved). Auto-tuning "
+        "also chooses, among the plans that fit, the one with the least "
+        "step time predicted on `gpu` and this link, and `recompute` "
+        "weighs clones against transfers on them. `tflms plan` also "
+        "predicts the step time on it." % ", ".join(
+            "`'%s'` (%s)" % (name, link.label)
+            for name, link in hardware.INTERCONNECTS.items()),
         kind=PROPERTY,
         flag="CPU-GPU link copies are timed at: %s, or instant (default "
              "%s)" % (", ".join(hardware.INTERCONNECTS),
@@ -354,8 +362,10 @@ class Settings:
     gpu: str = _setting(
         hardware.DEFAULT_GPU, _checker("check_gpu"),
         "The GPU whose published peak rates time the operations when the "
-        "auto-tuner counts copy times (see `interconnect`): faster "
-        "operations leave a copy fewer of them to hide behind. One of %s."
+        "auto-tuner counts copy times and predicts step times (see "
+        "`interconnect`): faster operations leave a copy fewer of them to "
+        "hide behind. It does not set the memory budget "
+        "(`autotune_gpu_mem` does). One of %s."
         % ", ".join("`'%s'`" % name for name in hardware.GPUS),
         kind=PROPERTY,
         flag="GPU whose peak rates time the ops: %s (default %s)" % (

@@ -29,6 +29,10 @@ The model
   swap-in is triggered by its reader's other inputs, so the reader waits
   for the whole copy. Nothing else waits: with one compute stream, an op's
   graph predecessors have finished before it starts.
+* **Recomputes.** The clones of a `planner.RecomputePlan` run on the
+  compute stream just before the first of its late readers, as long as the
+  ops they copy take, once the swap-ins they read have arrived
+  (`StepTime.recompute_s`).
 * **The step** ends when the compute stream and both copy streams are idle.
   Without LMS it is the sum of the op times; the exposed transfer time is
   the difference.
@@ -159,8 +163,10 @@ class StepTime:
       gpu, interconnect: names of the hardware.
       without_lms_s: the step without a plan (the sum of the op times).
       with_lms_s: the step with the plan (equal without one).
-      compute_s: busy time of the compute stream (`without_lms_s` up to
-        rounding).
+      compute_s: time of the graph's own ops on the compute stream
+        (`without_lms_s` up to rounding).
+      recompute_s: time of the plan's recompute clones on the compute
+        stream (0 without recomputes).
       swapout_bytes, swapin_bytes: bytes each way.
       swapout_busy_s, swapin_busy_s: busy time of each copy stream.
       level_start_s: float numpy array, when each level of the (planned)
@@ -176,6 +182,7 @@ class StepTime:
     without_lms_s: float
     with_lms_s: float
     compute_s: float
+    recompute_s: float
     swapout_bytes: int
     swapin_bytes: int
     swapout_busy_s: float
@@ -187,8 +194,9 @@ class StepTime:
 
     @property
     def exposed_transfer_s(self):
-        """How much longer the step takes with the plan."""
-        return self.with_lms_s - self.without_lms_s
+        """How much longer the step takes with the plan than without it,
+        beyond the time of its recompute clones: waiting for copies."""
+        return self.with_lms_s - self.without_lms_s - self.recompute_s
 
 
 class StepTimeModel:
@@ -322,6 +330,26 @@ class StepTimeModel:
                 for t in live:
                     trigger_of.setdefault(t, []).append(key)
 
+        # Recompute clones run on the compute stream just before the first
+        # of their late readers (their trigger has run by then), for as long
+        # as the ops they copy, after the swap-ins they read have arrived.
+        position = {op: k for k, op in enumerate(order)}
+        swap_of = {(swap.producer, swap.output): s
+                   for s, swap in enumerate(swaps)}
+        clones_before = {}   # op -> [(seconds, swap-in keys read)]
+        recomputes = plan.recomputes if plan is not None else ()
+        for rec in recomputes:
+            readers = [c for c, _ in rec.consumers if c in position]
+            if not readers:
+                continue
+            first = min(readers, key=position.get)
+            keys = tuple(
+                (swap_of[(src[1], src[2])], src[3])
+                for srcs in rec.inputs for src in srcs
+                if src[0] == "swapin" and (src[1], src[2]) in swap_of)
+            clones_before.setdefault(first, []).append(
+                (math.fsum(self.op_seconds[o] for o in rec.ops), keys))
+
         op_start = np.zeros(n, dtype=np.float64)
         op_end = np.zeros(n, dtype=np.float64)
         out_start = [0.0] * len(swaps)
@@ -358,7 +386,14 @@ class StepTimeModel:
                 in_times[first] = (when, start, h2d_free)
             return in_times[key][2]
 
+        recompute_s = 0.0
         for i in order:
+            for seconds, keys in clones_before.get(i, ()):
+                start = clock
+                for key in keys:
+                    start = max(start, copy_in(key))
+                clock = start + seconds
+                recompute_s += seconds
             start = clock
             for key in waits_in.get(i, ()):
                 start = max(start, copy_in(key))
@@ -401,7 +436,7 @@ class StepTimeModel:
             gpu=self.gpu.name, interconnect=self.interconnect.name,
             without_lms_s=self._without_lms_s(),
             with_lms_s=max(clock, d2h_free, h2d_free),
-            compute_s=compute,
+            compute_s=compute, recompute_s=recompute_s,
             swapout_bytes=int(sum(sizes)), swapin_bytes=int(swapin_bytes),
             swapout_busy_s=sum(sizes) / bandwidth,
             swapin_busy_s=swapin_bytes / bandwidth,
