@@ -65,6 +65,7 @@ BAD_PROPERTIES = [
     ("batch_size", 0, r"batch_size must be a positive int or None; got 0"),
     ("batch_size", 2.0, r"batch_size .* got 2.0"),
     ("is_training", "no", r"is_training must be True or False; got 'no'"),
+    ("order_peaks", "yes", r"order_peaks must be True or False; got 'yes'"),
     ("autotune_gpu_mem", 0, r"autotune_gpu_mem must be a positive number"),
     ("autotune_gpu_mem", "8", r"autotune_gpu_mem .* got '8'"),
     ("autotune_plot", 2, r"autotune_plot must be True or False; got 2"),

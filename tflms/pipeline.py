@@ -9,6 +9,11 @@ benchmark call it, so what is measured is what users run::
                    planning index (graph_index.with_planned_edges)
     deferral       control edges delaying fills made long before use
     parameters     the settings' own, or autotune.tune's when one is -1
+    ordering       when auto-tuning finds nothing that fits (and
+                   `Settings.order_peaks`): control edges that order the
+                   ops of the most aggressive plan's crowded levels
+                   (ordering.order_peaks), recorded in the planning index
+                   like serialization, then the search again
     plan           planner.make_plan (or the tuner's chosen plan: of the
                    fitting plans its search ended with, the one with the
                    least predicted step time at the settings' `gpu` and
@@ -29,12 +34,13 @@ It reads no TensorFlow object and edits nothing: the rewriter applies
 
 import dataclasses
 import math
+import sys
 
 from tflms import analysis
 from tflms import graph_index as gi
 from tflms import planner
 from tflms._logging import Logger
-from tflms.settings import Settings
+from tflms.settings import AUTO, Settings
 
 __all__ = ["Planned", "classify", "plan", "simulate_plan",
            "simulate_without", "recompute_cost"]
@@ -66,6 +72,10 @@ class Planned:
         levels), sorted.
       deferral_edges: `planner.deferral_edges` of the index (carried out by
         every plan).
+      ordering_edges: the control edges `ordering.order_peaks` added to
+        the planning index when auto-tuning found nothing that fits
+        without them (also in `index.planned_edges`, and so in the plan's
+        serialization edges, which the rewriter adds).
       plan: the complete `planner.Plan` (swaps, serialization and deferral
         edges), or None when LMS is not needed (auto-tuning found that the
         step fits without swapping).
@@ -87,6 +97,7 @@ class Planned:
     settings: Settings
     serialized_levels: tuple = ()
     deferral_edges: tuple = ()
+    ordering_edges: tuple = ()
     plan: object = None
     autotuned: bool = False
     tune: object = None
@@ -188,10 +199,13 @@ def plan(index, settings, roles=None, log=None, simulate=False, env=None,
                       serialized_levels=tuple(ser_levels),
                       deferral_edges=deferral)
     if settings.autotune_requested:
-        outcome = _tune(index, roles, settings, deferral, log, env,
-                        list_devices, by_step_time)
+        outcome, index, deferral, ordering_edges = _tune_ordered(
+            index, roles, settings, deferral, log, env, list_devices,
+            by_step_time)
         planned = dataclasses.replace(
-            planned, plan=outcome.plan, autotuned=True, tune=outcome,
+            planned, index=index, deferral_edges=deferral,
+            ordering_edges=ordering_edges,
+            plan=outcome.plan, autotuned=True, tune=outcome,
             without_lms=outcome.without_lms, with_lms=outcome.with_lms,
             budget_bytes=outcome.budget_bytes, step_time=outcome.step_time)
         if settings.recompute and outcome.plan is not None:
@@ -445,6 +459,96 @@ def _tune(index, roles, settings, deferral, log, env, list_devices,
                  "without swapping. Turned LMS off."
                  % (outcome.budget_bytes / _GIB))
     return outcome
+
+
+# Rounds of ordering and searching again when nothing fits: each round
+# orders the peak of the plan the last search could not fit.
+_ORDERING_ROUNDS = 3
+
+
+def _tune_ordered(index, roles, settings, deferral, log, env, list_devices,
+                  by_step_time):
+    """`_tune`, and when it finds nothing that fits, rounds of
+    `_peak_ordering` and `_tune` again on the index with those edges.
+
+    Returns:
+      ``(outcome, index, deferral, ordering_edges)``: the index and
+      deferral edges the outcome was planned on.
+
+    Raises:
+      autotune.AutotuneError: from the last search, when no round fits.
+    """
+    from tflms import autotune  # pylint: disable=import-outside-toplevel
+    try:
+        return (_tune(index, roles, settings, deferral, log, env,
+                      list_devices, by_step_time), index, deferral, ())
+    except autotune.AutotuneError:
+        if not settings.order_peaks:
+            raise
+        error = sys.exc_info()
+    found = ()
+    for _ in range(_ORDERING_ROUNDS):
+        edges = _peak_ordering(index, roles, settings, deferral, log, env,
+                               list_devices)
+        if not edges:
+            break
+        found += edges
+        index = gi.with_planned_edges(index, edges)
+        deferral = planner.deferral_edges(index, roles)
+        try:
+            return (_tune(index, roles, settings, deferral, log, env,
+                          list_devices, by_step_time), index, deferral,
+                    found)
+        except autotune.AutotuneError:
+            error = sys.exc_info()
+    raise error[1].with_traceback(error[2])
+
+
+def _peak_ordering(index, roles, settings, deferral, log, env,
+                   list_devices):
+    """Ordering edges for the most aggressive plan the settings allow
+    (every parameter on auto at its smallest; each sync mode from the
+    requested one up, the lowest ordered peak kept)."""
+    # pylint: disable=import-outside-toplevel
+    from tflms import autotune, ordering
+    budget = autotune.device_budget(settings.autotune_gpu_mem,
+                                    settings.gpu_device, env, list_devices)
+    model = _model(index, roles, settings)
+    requested = _requested(settings)
+
+    def given(value, smallest):
+        return smallest if value == AUTO else value
+
+    best = None
+    for sync in range(requested.sync_mode, 4):
+        params = planner.SwapParams(
+            given(requested.swapout_threshold, 1),
+            given(requested.swapin_ahead, 1),
+            given(requested.swapin_groupby, 0), sync)
+        plan = planner.make_plan(index, roles, params,
+                                 batch_size=settings.batch_size,
+                                 deferral=deferral)
+        found = ordering.order_peaks(model, plan, budget)
+        if best is None or (found.result.peak_device_bytes
+                            < best[0].result.peak_device_bytes):
+            best = (found, params)
+    found, params = best
+    if found.edges:
+        log.info("[Simulator] Nothing fits in %.2f GiB; ordering %d pairs "
+                 "of operations at the memory peaks lowers the plan with "
+                 "swapout_threshold %d, swapin_ahead %d, swapin_groupby %d, "
+                 "sync_mode %d from %.2f to %.2f GiB; searching again with "
+                 "them (%s)" % (
+                     budget / _GIB, len(found.edges),
+                     params.swapout_threshold, params.swapin_ahead,
+                     params.swapin_groupby, params.sync_mode,
+                     found.peak_before / _GIB,
+                     found.result.peak_device_bytes / _GIB,
+                     "; ".join("%s before %s" % (index.names[a],
+                                                 index.names[b])
+                               for a, b in found.edges[:3])
+                     + (" ..." if len(found.edges) > 3 else "")))
+    return found.edges
 
 
 def _device_summary(index):

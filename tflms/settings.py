@@ -325,6 +325,15 @@ class Settings:
         "learning-phase conditionals and which fused batch-norm operations "
         "run. Set `False` for inference-only graphs.",
         kind=PROPERTY)
+    order_peaks: bool = _setting(
+        True, _checker("check_bool"),
+        "When auto-tuning finds no plan that fits, look for control edges "
+        "that make one operation of a crowded level run before another (a "
+        "filter gradient that frees a swapped-in tensor before the input "
+        "gradient that allocates one as large), search again with them, and "
+        "keep them in the plan. They change when operations run, never "
+        "what they compute. `False`: report that nothing fits instead.",
+        kind=PROPERTY)
     autotune_gpu_mem: object = _setting(
         None, _checker("check_gpu_mem"),
         "GiB of device memory the auto-tuner plans for; `None` asks "

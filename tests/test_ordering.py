@@ -1,0 +1,155 @@
+"""Ordering edges (`tflms.ordering`): one op of a crowded level before
+another, found by replays, kept by the tuner when nothing fits without
+them, and harmless to training."""
+
+import pytest
+import tensorflow as tf
+
+from tflms import LMS
+from tflms import analysis
+from tflms import autotune
+from tflms import graph_index as gi
+from tflms import ordering
+from tflms import pipeline
+from tflms import planner
+from tflms import simulator
+from tflms.settings import Settings
+
+from zoo import models
+from _graphs import assert_same_training
+from test_equivalence import train
+
+U = 1000
+
+
+def crowded_graph():
+    """x (U) -> a (4U) -> b (U) -> g (U); then f = filter-gradient-like
+    Mul(a, g) (8 B) and i = input-gradient-like Relu(g) (4U) share level 4;
+    out = AddN(f, i).
+
+    Levels: x 0, a 1, b 2, g 3, f 4, i 4, out 5. Buffers (inclusive): x
+    [0, 1], a [1, 4], b [2, 3], g [3, 4], f [4, 5], i [4, 5], out [5, 5].
+    Level 4 holds a, g, f and i: 9U + 8, the peak. With f before i: f at 4,
+    i at 5, out at 6; level 4 holds a, g, f (5U + 8) and a is freed after
+    it; level 5 holds g, f, i (5U + 8): the peak is level 3's a, b, g (6U).
+    """
+    return gi.from_edges(
+        [("x", "Placeholder", {"outputs": [U]}),
+         ("a", "Relu", {"outputs": [4 * U]}),
+         ("b", "Relu", {"outputs": [U]}),
+         ("g", "Relu", {"outputs": [U]}),
+         ("f", "Mul", {"outputs": [8]}),
+         ("i", "Relu", {"outputs": [4 * U]}),
+         ("out", "AddN", {"outputs": [8]})],
+        edges=[("x", "a"), ("a", "b"), ("b", "g"), ("a", "f"), ("g", "f"),
+               ("g", "i"), ("f", "out"), ("i", "out")])
+
+
+def _no_swaps(index, roles):
+    return planner.make_plan(index, roles, planner.SwapParams(100, 1, 0, 0))
+
+
+def test_order_peaks_runs_the_freeing_op_first():
+    index = crowded_graph()
+    roles = analysis.classify_ops(index)
+    model = simulator.SimulationModel(index, roles)
+    plan = _no_swaps(index, roles)
+    assert plan.swaps == ()
+    found = ordering.order_peaks(model, plan, budget=0)
+    ids = {name: k for k, name in enumerate(index.names)}
+    assert found.edges == ((ids["f"], ids["i"]),)
+    assert found.peak_before == 9 * U + 8
+    assert found.result.peak_device_bytes == 6 * U
+    # The replay with the edge in the plan is the one order_peaks judged.
+    import dataclasses  # pylint: disable=import-outside-toplevel
+    with_edge = dataclasses.replace(
+        plan, serialization_edges=plan.serialization_edges + found.edges)
+    replayed = model.replay(with_edge)
+    assert replayed.device_timeline.tolist() == [
+        U, 5 * U, 5 * U, 6 * U, 5 * U + 8, 5 * U + 8, 4 * U + 16]
+    # Stops as soon as the target is met: nothing to do at 9U + 8.
+    assert ordering.order_peaks(model, plan, budget=9 * U + 8).edges == ()
+
+
+def test_an_edge_from_a_descendant_is_refused():
+    """out reads i: ``out -> i`` would close a cycle; ``f -> i`` does not.
+    Fusion partners count as one node: an edge into a partner of the first
+    op's own reader is a cycle too."""
+    index = crowded_graph()
+    roles = analysis.classify_ops(index)
+    ids = {name: k for k, name in enumerate(index.names)}
+    assert ordering._closes_cycle(index, roles, ids["out"], ids["i"])
+    assert not ordering._closes_cycle(index, roles, ids["f"], ids["i"])
+    merged = dataclasses_replace_fused(roles, ids["out"], ids["f"])
+    # f is now merged with out, which reads i: f -> i closes a cycle.
+    assert ordering._closes_cycle(index, merged, ids["f"], ids["i"])
+
+
+def dataclasses_replace_fused(roles, a, b):
+    import dataclasses  # pylint: disable=import-outside-toplevel
+    fused = dict(roles.fused_with)
+    fused[a] = frozenset({b})
+    fused[b] = frozenset({a})
+    return dataclasses.replace(roles, fused_with=fused)
+
+
+def _resnet():
+    graph = tf.Graph()
+    with graph.as_default():
+        model = models.BUILDERS["keras_resnet"](
+            seed=3, image=16, batch=2, blocks=(1, 1))
+    return model
+
+
+def _aggressive_peaks(graph):
+    """Lowest peak of the most aggressive plans over the sync modes,
+    without and with ordering edges."""
+    index = gi.build_index(graph)
+    roles = pipeline.classify(index, Settings())
+    model = simulator.SimulationModel(index, roles)
+    plain, ordered = [], []
+    for sync in range(4):
+        plan = planner.make_plan(index, roles,
+                                 planner.SwapParams(1, 1, 0, sync))
+        found = ordering.order_peaks(model, plan, budget=0)
+        plain.append(found.peak_before)
+        ordered.append(found.result.peak_device_bytes)
+    return min(plain), min(ordered)
+
+
+@pytest.mark.numerics
+def test_tuner_orders_peaks_when_nothing_fits_and_training_is_equal(
+        monkeypatch):
+    """A budget between the lowest peak without ordering and with it: the
+    tuner fails with `order_peaks` off, fits with it on, the edges are
+    control inputs of the rewritten graph, and three training steps give
+    the same losses and weights as without LMS."""
+    monkeypatch.setenv(autotune.MEM_RATIO_ENV, "1")
+    plain, ordered = _aggressive_peaks(_resnet().graph)
+    assert ordered < plain
+    budget_gib = (plain + ordered) / 2.0 / (1 << 30)
+
+    refused = _resnet()
+    lms = LMS()
+    lms.autotune_gpu_mem = budget_gib
+    lms.interconnect = "instant"
+    lms.order_peaks = False
+    with pytest.raises(autotune.AutotuneError, match="no parameter set"):
+        lms.run(refused.graph)
+
+    model = _resnet()
+    lms = LMS()
+    lms.autotune_gpu_mem = budget_gib
+    lms.interconnect = "instant"
+    result = lms.run(model.graph)
+    planned = result.planned
+    assert planned.ordering_edges
+    assert planned.with_lms.peak_device_bytes <= budget_gib * (1 << 30)
+    ops = model.graph.get_operations()
+    for a, b in planned.ordering_edges:
+        first = model.graph.get_operation_by_name(planned.index.names[a])
+        then = model.graph.get_operation_by_name(planned.index.names[b])
+        assert first in then.control_inputs
+    assert len(ops) > 0
+    assert_same_training(model.graph, result, train(_resnet()),
+                         train(model))
