@@ -472,6 +472,9 @@ def test_capacity_text_states_the_planning_ratio():
         assert said in facts and unsaid not in facts
         note = capacity.budget_note(data["sections"]["capacity"])
         assert ("conservative" in note) == (ratio < 1)
+    # `run.py --mem-ratio 1` is accepted: the worker's environment says 1.
+    from benchmarks import run  # pylint: disable=import-outside-toplevel
+    assert run._parse(["--mem-ratio", "1"]).mem_ratio == 1.0  # pylint: disable=protected-access
     # Results from before the workers recorded their ratio: the run's.
     assert "to 0.8 of each budget" in capacity.budget_note([search], 0.8)
     assert capacity.budget_note([search]) == ""
