@@ -25,6 +25,14 @@ it needs few probes (each probe builds the model at that size):
 
 Bisection assumes that a larger size never fits when a smaller one does
 not; every probe is kept in the JSON so that can be checked.
+
+What a size costs per step: every fitting probe without LMS and every
+tflms probe records the step `tflms.steptime` predicts for it
+(``predicted_step``; on `Settings().gpu`, the GPU the pipeline plans for):
+without LMS the graph's compute, with tflms the rewritten step over each of
+`benchmarks.measure.STEP_LINKS` and its exposed transfer time.
+`step_table` sets the step at the largest tflms size against the no-LMS
+step at the largest no-LMS size scaled by pixels, voxels or samples.
 """
 
 import math
@@ -32,7 +40,8 @@ import time
 
 from benchmarks import common
 
-__all__ = ["METHODS", "largest_fitting", "run", "tables"]
+__all__ = ["METHODS", "largest_fitting", "run", "tables", "scaled_steps",
+           "step_table", "budget_note"]
 
 METHODS = (("none", "no LMS"), ("tf_swap", "TF swapping"),
            ("tflms", "tflms (auto-tuned)"))
@@ -135,12 +144,16 @@ def run(case):
     """Worker: the three searches for one model, dimension and budget."""
     common.setup_tensorflow(case.get("control_flow", "v2"))
     from benchmarks import measure, models  # pylint: disable=import-outside-toplevel
+    from tflms import autotune  # pylint: disable=import-outside-toplevel
     budget = int(case["budget_gib"] * common.GIB)
     dim = case["dimension"]
     key = models.size_key(dim)
     k = _EXPONENT[dim]
     step = case["step"]
-    out = {"case": case, "probes": [], "results": {}, "done": False}
+    # The share of the budget tflms plans for, as this worker's environment
+    # gives it (`run.py --mem-ratio`): `budget_note` states it.
+    out = {"case": case, "probes": [], "results": {}, "done": False,
+           "mem_ratio": autotune.mem_ratio()}
 
     def build(size):
         kwargs = dict(case["kwargs"])
@@ -180,6 +193,16 @@ def run(case):
                                            str(err)[:200])
                 ok = False
             row["fits"] = ok
+            if ok and method == "none":
+                # Only sizes that fit: the largest is the baseline
+                # `step_table` scales. Outside the verdict above, so that a
+                # failed prediction cannot change what fits.
+                try:
+                    row["predicted_step"] = \
+                        measure.predicted_step_without_lms(built)
+                except Exception as err:  # pylint: disable=broad-except
+                    row["step_error"] = "%s: %s" % (type(err).__name__,
+                                                    str(err)[:200])
             row["probe_s"] = time.perf_counter() - start
             row.pop("top", None)
             out["probes"].append(row)
@@ -250,8 +273,126 @@ def _stopper(result):
     return "-"
 
 
+def _probe_at(result, method, size):
+    """The fitting probe of `method` at `size`, or None."""
+    for p in result.get("probes", []):
+        if p["method"] == method and p["size"] == size and p.get("fits"):
+            return p
+    return None
+
+
+def scaled_steps(result):
+    """The step costs `step_table` shows for one capacity result.
+
+    Returns:
+      None when either search found no size, or the probes predate
+      predicted steps; else a dict with none_size, none_step_s (no-LMS
+      compute there), tflms_size, scale ((tflms_size / none_size) ** k),
+      scaled_step_s (none_step_s * scale), compute_s (the compute of the
+      tflms graph at its size, no copies), gpu, and links: per link name,
+      with_lms_s, exposed_s and ratio (with_lms_s / scaled_step_s).
+    """
+    res = result.get("results", {})
+    none_size = res.get("none", {}).get("largest")
+    lms_size = res.get("tflms", {}).get("largest")
+    if not none_size or not lms_size:
+        return None
+    none = (_probe_at(result, "none", none_size) or {}).get("predicted_step")
+    lms = (_probe_at(result, "tflms", lms_size) or {}).get("predicted_step")
+    if not none or not lms:
+        return None
+    k = _EXPONENT.get(result.get("case", {}).get("dimension"), 1)
+    scale = (lms_size / float(none_size)) ** k
+    scaled = none["without_lms_s"] * scale
+    return {"none_size": none_size, "none_step_s": none["without_lms_s"],
+            "tflms_size": lms_size, "scale": scale, "scaled_step_s": scaled,
+            "compute_s": lms["without_lms_s"], "gpu": lms["gpu"],
+            "links": {link: dict(v, ratio=v["with_lms_s"] / scaled)
+                      for link, v in lms["links"].items()}}
+
+
+def _ms(seconds):
+    if seconds >= 1:
+        return "%.2f s" % seconds
+    return "%.1f ms" % (seconds * 1e3)
+
+
+def step_table(results):
+    """Markdown: the predicted step at the largest tflms size, against the
+    no-LMS step scaled to that size, with the paragraph that explains it."""
+    from benchmarks.measure import STEP_LINKS  # pylint: disable=import-outside-toplevel
+    from tflms import hardware  # pylint: disable=import-outside-toplevel
+    from tflms.settings import Settings  # pylint: disable=import-outside-toplevel
+    labels = [hardware.interconnect_named(l).label.split(" (")[0]
+              for l in STEP_LINKS]
+    lines = ["| model | grows | budget | tflms size | "
+             + " | ".join("step, %s (exposed)" % l for l in labels)
+             + " | compute alone | no LMS: size, step | scaled to tflms "
+             "size | " + " | ".join("%s / scaled" % l for l in labels)
+             + " |",
+             "|---|---|---:|---:|" + "---:|" * (2 * len(labels) + 3)]
+    gpus = set()
+    for r in results:
+        case = r.get("case", {})
+        steps = scaled_steps(r)
+        cells = ["-"] * (2 * len(labels) + 4)
+        if steps is not None:
+            gpus.add(steps["gpu"])
+            links = [steps["links"][l] for l in STEP_LINKS]
+            cells = ([str(steps["tflms_size"])]
+                     + ["%s (%s)" % (_ms(v["with_lms_s"]), _ms(v["exposed_s"]))
+                        for v in links]
+                     + [_ms(steps["compute_s"]),
+                        "%d, %s" % (steps["none_size"],
+                                    _ms(steps["none_step_s"])),
+                        "%s (x%.2f)" % (_ms(steps["scaled_step_s"]),
+                                        steps["scale"])]
+                     + ["%.2f" % v["ratio"] for v in links])
+        lines.append("| %s | %s | %g GiB | %s |" % (
+            case.get("label", case.get("model")), case.get("dimension"),
+            case.get("budget_gib", 0), " | ".join(cells)))
+    k_text = ", ".join("%s %d" % (d, k) for d, k in _EXPONENT.items())
+    tuned_for = hardware.interconnect_named(Settings().interconnect).label
+    lines += ["", (
+        "Predicted steps (`tflms.steptime` on %s; no GPU was used) at the "
+        "largest size tflms fits: the auto-tuned plan over each link (tuned "
+        "for %s), in brackets the time spent waiting for copies, and "
+        "*compute alone*, the same graph without copies. *Scaled* is the "
+        "no-LMS step at the largest size that fits without LMS times (tflms "
+        "size / no-LMS size)^k (k: %s; the factor in brackets): that step "
+        "grown with the data. The ratios are each tflms step over it: above "
+        "1, a pixel, voxel or sample costs more with tflms than without LMS "
+        "at its largest size." % (", ".join(sorted(gpus))
+                                   or Settings().gpu, tuned_for, k_text))]
+    return "\n".join(lines)
+
+
+def budget_note(results, default_ratio=None):
+    """A sentence stating the share of each budget tflms planned for
+    (``mem_ratio`` of each result, else `default_ratio`), and that every
+    method is judged against the whole budget."""
+    ratios = sorted({r.get("mem_ratio", default_ratio) for r in results}
+                    - {None})
+    if not ratios:
+        return ""
+    text = "tflms auto-tuned to %s of each budget " \
+        "(TF_LMS_SIMULATOR_MEM_RATIO, `benchmarks/run.py --mem-ratio`)" % (
+            " and ".join("%g" % r for r in ratios))
+    if ratios == [1.0]:
+        return text + (": it planned for the whole budget, the criterion "
+                       "every column is judged by (oracle peak at most the "
+                       "budget).")
+    return text + (", keeping the rest as headroom for what neither the "
+                   "simulator nor the oracle counts (kernel scratch, "
+                   "fragmentation); every column, tflms included, is judged "
+                   "by the oracle peak against the whole budget, so tflms "
+                   "sizes here are conservative (`--mem-ratio 1` plans for "
+                   "the whole budget).")
+
+
 def tables(results):
-    """Markdown for section 3."""
+    """Markdown for section 3: the largest sizes, then what they cost
+    per step (`step_table`)."""
     lines = ["| model | grows | budget | no LMS | TF swapping | tflms | "
              "TF vs no LMS | tflms vs no LMS | what stopped tflms | probes "
              "| time |",
@@ -282,7 +423,7 @@ def tables(results):
                          _factor(tf_size, base, k),
                          _factor(lms_size, base, k), _stopper(r),
                          len(r.get("probes", [])), r.get("wall_s", 0)))
-    return "\n".join(lines)
+    return "\n".join(lines) + "\n\n" + step_table(results)
 
 
 def plot(results, path):

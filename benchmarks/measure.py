@@ -13,7 +13,10 @@ returns plain dicts of numbers, ready for JSON:
   Grappler pass off, so that the result is what TensorFlow itself would swap
   or recompute for a GPU of the given size.
 * `apply_tflms`: the public `tflms.LMS` with fixed parameters or auto-tuned
-  to a budget.
+  to a budget, with the step time `tflms.steptime` predicts for its plan
+  over each of `STEP_LINKS`.
+* `predicted_step_without_lms`: the step time `tflms.steptime` predicts
+  for a graph as given.
 * `cpu_step_pair` and `cpu_allocator_peaks`: real runs on this machine's
   CPU.
 
@@ -61,15 +64,20 @@ from tensorflow.python.grappler import tf_optimizer
 from benchmarks import common
 from tflms import LMS
 from tflms import autotune
+from tflms import graph_index as gi
 from tflms import oracle
 from tflms import pipeline
+from tflms import steptime
+from tflms.settings import Settings
 
 __all__ = [
+    "STEP_LINKS",
     "GIB",
     "MIB",
     "oracle_peaks",
     "grappler_memory_optimize",
     "apply_tflms",
+    "predicted_step_without_lms",
     "tensor_bytes_of",
     "cpu_step_pair",
     "cpu_allocator_peaks",
@@ -87,6 +95,11 @@ _SWAP_OUT_OP = "_CopyFromGpuToHost"
 _SWAP_IN_OP = "_CopyFromHostToGpu"
 _MEM_MODES = ("SWAPPING_HEURISTICS", "RECOMPUTATION_HEURISTICS",
               "HEURISTICS")
+
+# The links a plan's step is predicted over (`tflms.hardware` names): PCIe
+# 4.0 x16, today's common host link and the tuner's default, and NVLink 2.0,
+# the POWER9-V100 link the original TFLMSv2 was built for.
+STEP_LINKS = ("pcie4", "nvlink2")
 
 
 # Ops whose kernel hands its input buffer on instead of allocating, with one
@@ -348,7 +361,10 @@ def apply_tflms(built, params=None, budget_gib=None):
       dict with status ("swapped", "not needed" or "no fit"), edit_s,
       swap_outs, swap_ins, swapout_bytes, swapin_bytes, params (the
       parameters used), sim_peak (the simulator's device peak for the
-      plan) and, for "no fit", the error text.
+      plan), predicted_step (`_predicted_steps`: the step with the plan
+      over each of `STEP_LINKS`; without a plan, the step as given; or
+      step_error when the step-time model rejects the plan) and, for
+      "no fit", the error text.
     """
     if params is None:
         lms = LMS()
@@ -380,7 +396,49 @@ def apply_tflms(built, params=None, budget_gib=None):
                    swapin_bytes=int(planned.plan.swapin_bytes()),
                    params=[p.swapout_threshold, p.swapin_ahead,
                            p.swapin_groupby, p.sync_mode])
+    if result.planned is not None:  # without a plan: the step as given
+        try:
+            out["predicted_step"] = _predicted_steps(
+                planned if result.rewritten else result.planned)
+        except ValueError as err:  # levels the step-time model rejects
+            out["step_error"] = str(err)[:200]
     return out
+
+
+def _predicted_steps(planned, gpu=None):
+    """`steptime.predict_planned` of `planned` over each of `STEP_LINKS`.
+
+    Returns:
+      dict with gpu (the name; default `Settings().gpu`, the GPU the
+      pipeline plans for), without_lms_s (the graph's own compute, the same
+      over every link) and links: per link name, with_lms_s, exposed_s
+      (waiting for copies) and recompute_s.
+    """
+    gpu = gpu or Settings().gpu
+    out = {"gpu": gpu, "links": {}}
+    for link in STEP_LINKS:
+        step = steptime.predict_planned(planned, gpu=gpu, interconnect=link)
+        out["without_lms_s"] = step.without_lms_s
+        out["links"][link] = {"with_lms_s": step.with_lms_s,
+                              "exposed_s": step.exposed_transfer_s,
+                              "recompute_s": step.recompute_s}
+    return out
+
+
+def predicted_step_without_lms(built, gpu=None):
+    """The step `tflms.steptime` predicts for `built.graph` as given (no
+    copies, so no link), as `tflms plan` predicts a graph it does not
+    rewrite.
+
+    Returns:
+      dict with gpu (default `Settings().gpu`) and without_lms_s.
+    """
+    gpu = gpu or Settings().gpu
+    index = gi.build_index(built.graph)
+    roles = pipeline.classify(index, Settings())
+    step = steptime.StepTimeModel(index, roles, built.batch_size,
+                                  gpu=gpu).predict()
+    return {"gpu": gpu, "without_lms_s": step.without_lms_s}
 
 
 def _session_config(grappler):

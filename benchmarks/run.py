@@ -150,6 +150,7 @@ def main(argv=None):
         cases = suites.suite(args.suite)
         data.setdefault("updates", []).append({
             "command": command, "sections": args.sections,
+            "mem_ratio": args.mem_ratio,
             "started": datetime.datetime.now().isoformat(timespec="seconds"),
             "machine": common.machine_info()})
         os.makedirs(args.out, exist_ok=True)
