@@ -71,6 +71,43 @@ def test_order_peaks_runs_the_freeing_op_first():
     assert ordering.order_peaks(model, plan, budget=9 * U + 8).edges == ()
 
 
+def early_graph():
+    """x (U) -> a (3U) -> b (3U) -> c (U) -> d = AddN(c, e) (U), and
+    e = Neg(x) (2U), made at level 1 from x alone and read only by d.
+
+    Levels: x 0, a 1, e 1, b 2, c 3, d 4. Buffers: x [0, 1], a [1, 2],
+    e [1, 4], b [2, 3], c [3, 4], d [4, 4]: 1, 6, 8, 6, 4 U; the peak is
+    8U at level 2 (a, b and e). The trigger for e is b, the data ancestor
+    of d one level before c: e moves to level 3, x lives [0, 3]: 1, 4, 7,
+    7, 4 U.
+    """
+    return gi.from_edges(
+        [("x", "Placeholder", {"outputs": [U]}),
+         ("a", "Relu", {"outputs": [3 * U]}),
+         ("b", "Relu", {"outputs": [3 * U]}),
+         ("c", "Relu", {"outputs": [U]}),
+         ("e", "Neg", {"outputs": [2 * U]}),
+         ("d", "AddN", {"outputs": [U]})],
+        edges=[("x", "a"), ("a", "b"), ("b", "c"), ("x", "e"), ("c", "d"),
+               ("e", "d")])
+
+
+def test_order_peaks_delays_a_tensor_made_long_before_its_reader():
+    index = early_graph()
+    roles = analysis.classify_ops(index)
+    model = simulator.SimulationModel(index, roles)
+    plan = _no_swaps(index, roles)
+    ids = {name: k for k, name in enumerate(index.names)}
+    assert model.replay(plan).device_timeline.tolist() == [
+        U, 6 * U, 8 * U, 6 * U, 4 * U]
+    found = ordering.order_peaks(model, plan, budget=0)
+    # e -> b would undo it (b now reaches e): refused, so one edge.
+    assert found.edges == ((ids["b"], ids["e"]),)
+    assert found.peak_before == 8 * U
+    assert found.result.device_timeline.tolist() == [
+        U, 4 * U, 7 * U, 7 * U, 4 * U]
+
+
 def test_an_edge_from_a_descendant_is_refused():
     """out reads i: ``out -> i`` would close a cycle; ``f -> i`` does not.
     Fusion partners count as one node: an edge into a partner of the first

@@ -2,7 +2,7 @@
 
 The finder takes the op on the consumer's critical path at the latest
 allowed level when it may trigger, and falls back to the full search
-(`planner._find_trigger`) otherwise. Either way the trigger must be one the
+(`planner.find_trigger`) otherwise. Either way the trigger must be one the
 full search could have picked: same level (the simulator sees only levels),
 a valid trigger on the consumer's device, an ancestor of the consumer.
 """
@@ -23,7 +23,7 @@ def _check_all_queries(index, roles, aheads):
     found = 0
     for p, _, consumer, _, distance in edges:
         for ahead in aheads:
-            full = planner._find_trigger(index, roles, p, consumer, ahead)  # pylint: disable=protected-access
+            full = planner.find_trigger(index, roles, p, consumer, ahead)
             fast = finder.find(p, consumer, ahead)
             assert (full is None) == (fast is None), (p, consumer, ahead)
             if full is None:
@@ -86,7 +86,7 @@ def _check_spine_searches(index, roles, aheads):
             if fast is planner._UNKNOWN:  # pylint: disable=protected-access
                 continue
             answered += 1
-            assert fast == planner._find_trigger(index, roles, p, consumer,  # pylint: disable=protected-access
+            assert fast == planner.find_trigger(index, roles, p, consumer,  # pylint: disable=protected-access
                                                  ahead), (p, consumer, ahead)
             if fast is None:
                 continue

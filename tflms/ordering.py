@@ -12,7 +12,9 @@ projection block the two branches' batch-norm gradients each hold a
 swapped-in input and a new output at once.
 
 `order_peaks` finds control edges ``(first, then)`` between ops of the same
-level of a plan's replay, or from a reader a few levels later to an
+level of a plan's replay, from an op just before the first reader of a
+tensor made long before the peak to its producer (what deferral does for
+fills, for any op), or from a reader a few levels later to an
 allocator at the peak, that lower the plan's peak, greedily, one edge per
 round, each judged by a full replay. An edge is refused when the second op
 reaches the first (`_closes_cycle`); the edges found for one plan are added to the planning index
@@ -37,6 +39,7 @@ import numpy as np
 
 from tflms import analysis
 from tflms import graph_index as gi
+from tflms import planner
 from tflms import topo
 
 __all__ = ["order_peaks", "OrderingResult", "MAX_REPLAYS"]
@@ -50,6 +53,10 @@ _PAIRS_PER_ROUND = 12
 # least this share of the peak: small ops do not move a peak, and leaving
 # them out keeps a round to a few replays.
 _MIN_SHARE = 1.0 / 64
+
+# Early tensors are counted down to a smaller share: several of a few
+# percent each (a U-Net's loss gradients at full resolution) add up.
+_MIN_EARLY_SHARE = 1.0 / 256
 
 # How many levels after the peak a first op may be: the last reader of a
 # buffer live at the peak often waits a level or two for a swap-in.
@@ -150,6 +157,60 @@ def _candidate_pairs(model, index, roles, result):
     return pairs[:_PAIRS_PER_ROUND]
 
 
+# Ops that pass a tensor on without computing: `tf.gradients` wraps every
+# gradient in ``tuple/control_dependency`` identities and a ``group_deps``
+# no-op, which read it right away; the tensor is needed by what reads them.
+_PASSING_TYPES = frozenset({"Identity", "Snapshot", "StopGradient", "NoOp",
+                            "IdentityN"})
+
+
+def _real_readers(index, op):
+    """The ops that read `op`'s outputs, through `_PASSING_TYPES`."""
+    readers, stack, seen = [], list(index.successors(op)), set()
+    while stack:
+        c = stack.pop()
+        if c in seen:
+            continue
+        seen.add(c)
+        if index.types[c] in _PASSING_TYPES:
+            stack.extend(index.successors(c))
+        else:
+            readers.append(c)
+    return readers
+
+
+def _early_pairs(model, ordered, roles, result):
+    """Edges that delay an op made long before the peak and read only after
+    it (a loss gradient that needs nothing but the labels and shapes, made
+    during the forward pass): from an op just before its first reader
+    (`planner.find_trigger` with ``swapin_ahead`` 1, on the index with the
+    edges found so far), largest first."""
+    index = ordered
+    levels = result.levels[:index.num_ops]
+    peak = result.peak_level
+    floor = max(1, int(result.peak_device_bytes * _MIN_EARLY_SHARE))
+    early = []
+    for op in np.flatnonzero(levels < peak).tolist():
+        if (op not in roles.waiters or index.in_v1_loop[op]
+                or index.is_stateful[op]):
+            continue
+        allocated, _ = _sizes(model, index, op)
+        if allocated < floor:
+            continue
+        readers = _real_readers(index, op)
+        if not readers or min(levels[c] for c in readers) <= peak:
+            continue
+        early.append((-allocated, op,
+                      min(readers, key=lambda c: (index.levels[c], c))))
+    early.sort()
+    pairs = []
+    for _, op, first in early[:_PAIRS_PER_ROUND]:
+        trigger = planner.find_trigger(index, roles, op, first, 1)
+        if trigger is not None:
+            pairs.append((trigger, op))
+    return pairs
+
+
 def order_peaks(model, plan, budget, max_replays=MAX_REPLAYS, target=None):
     """Greedy control edges that lower `plan`'s peak toward `target`.
 
@@ -177,7 +238,8 @@ def order_peaks(model, plan, budget, max_replays=MAX_REPLAYS, target=None):
     key = (result.peak_device_bytes, _excess(result, budget))
     while result.peak_device_bytes > target and spent < max_replays:
         best = None
-        for pair in _candidate_pairs(model, index, roles, result):
+        for pair in (_candidate_pairs(model, index, roles, result)
+                     + _early_pairs(model, ordered, roles, result)):
             if pair in tried or spent >= max_replays:
                 continue
             tried.add(pair)

@@ -47,6 +47,7 @@ __all__ = [
     "DEFERRABLE_TYPES",
     "candidate_edges",
     "deferral_edges",
+    "find_trigger",
     "make_plan",
     "plan_recompute",
     "retrigger_swaps",
@@ -237,7 +238,7 @@ def deferral_edges(index, roles, extra_edges=()):
     An op qualifies when it is an active device op outside loops whose
     output has rank >= 2 and whose earliest successor (data, control, or
     `extra_edges` such as serialization) is at least three levels later. Its
-    trigger is found as a swap-in's is (`_find_trigger` with
+    trigger is found as a swap-in's is (`find_trigger` with
     ``swapin_ahead=1``): an ancestor of that successor at a level in
     ``(level(op), level(successor) - 1)``. Every descendant of the op is at
     or after that successor, so the trigger is none of them and no cycle can
@@ -271,7 +272,7 @@ def deferral_edges(index, roles, extra_edges=()):
         first = min(successors, key=lambda c: (levels[c], c))
         if levels[first] - levels[op] < 3:
             continue
-        trigger = _find_trigger(index, roles, op, first, 1)
+        trigger = find_trigger(index, roles, op, first, 1)
         if trigger is not None:
             edges.append((trigger, op))
     return tuple(edges)
@@ -300,7 +301,7 @@ def _trigger_window(levels, src, first_consumer, ahead):
     return max(levels[src] + 1, upper - TRIGGER_SEARCH_LEVELS), upper
 
 
-def _find_trigger(index, roles, src, first_consumer, ahead):
+def find_trigger(index, roles, src, first_consumer, ahead):
     """The op that starts a swap-in: a *data* ancestor of the consumer that
     TensorFlow cannot merge with it (`may_trigger`), on the managed device
     and on the consumer's own device (towers of a multi-tower model start
@@ -371,7 +372,7 @@ _BRANCH_LIMIT = 256
 
 
 class TriggerFinder:
-    """`_find_trigger` for many swap-ins of one index, fast on deep graphs.
+    """`find_trigger` for many swap-ins of one index, fast on deep graphs.
 
     The full search walks every ancestor of the consumer down to the
     trigger window, ``swapin_ahead`` levels times the graph's width, for
@@ -436,7 +437,7 @@ class TriggerFinder:
 
     def find(self, src, first_consumer, ahead):
         """The trigger for a swap-in of `src` read first by
-        `first_consumer`, or None (same contract as `_find_trigger`)."""
+        `first_consumer`, or None (same contract as `find_trigger`)."""
         levels = self.index.levels
         key = (first_consumer, ahead, levels[src] + 1)
         if key in self._cache:
@@ -452,13 +453,13 @@ class TriggerFinder:
             else:
                 trigger = self._latest_trigger(first_consumer, lower, upper)
                 if trigger is _UNKNOWN:
-                    trigger = _find_trigger(self.index, self.roles, src,
+                    trigger = find_trigger(self.index, self.roles, src,
                                             first_consumer, ahead)
         self._cache[key] = trigger
         return trigger
 
     # ---- the full search without the walk --------------------------------
-    # `_find_trigger` answers with the best data ancestor of the consumer
+    # `find_trigger` answers with the best data ancestor of the consumer
     # below `upper` that may trigger, best meaning highest level, then
     # lowest id (or None if that one is below `lower`). Its walk covers
     # every ancestor between the consumer and the window: `swapin_ahead`
@@ -571,7 +572,7 @@ class TriggerFinder:
         return tables
 
     def _latest_trigger(self, consumer, lower, upper):
-        """`_find_trigger`'s answer for the window ``[lower, upper)``, or
+        """`find_trigger`'s answer for the window ``[lower, upper)``, or
         `_UNKNOWN` when the spines cannot give it cheaply."""
         index = self.index
         levels = index.levels
@@ -1019,7 +1020,7 @@ def plan_recompute(index, roles, producer, output, consumers,
     for q, k, j in earlier:
         sin = swaps_by_tensor[(q, k)].swap_ins[j]
         # The trigger must lead to the swap-in's own readers through data
-        # edges, as any swap-in trigger does (`_find_trigger` says why).
+        # edges, as any swap-in trigger does (`find_trigger` says why).
         if not all(triggers.may_also_start(trigger, c)
                    for c, _ in sin.consumers):
             return None
