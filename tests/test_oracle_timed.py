@@ -202,3 +202,19 @@ def test_other_types_are_rejected(bad):
     graph, out = _swap_chain()
     with pytest.raises(TypeError, match="interconnect must be None"):
         oracle.peak_memory(graph, out, interconnect=bad)
+
+
+def test_benchmark_oracle_peaks_takes_a_link():
+    from benchmarks import measure  # pylint: disable=import-outside-toplevel
+    graph, out = _swap_chain()
+    default = measure.oracle_peaks(graph, out.op)
+    assert "interconnect" not in default
+    slow = measure.oracle_peaks(graph, out.op, interconnect=1.0)
+    assert slow["interconnect"] == "1 B/s"
+    assert slow["gpu_peak"] == default["gpu_peak"] + S
+    fast = measure.oracle_peaks(graph, out.op, interconnect="nvlink-c2c")
+    assert fast["interconnect"] == "nvlink-c2c"
+    assert fast["gpu_peak"] == default["gpu_peak"]
+    assert {k: v for k, v in fast.items()
+            if k not in ("interconnect", "oracle_s")} == {
+                k: v for k, v in default.items() if k != "oracle_s"}
