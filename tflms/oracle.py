@@ -136,10 +136,10 @@ Four numbers come out of one call to `peak_memory`:
     releases only move later, so the timed peak is at least the instant
     one. Ops start on whole microseconds, so a link fast enough that
     every copy ends before the microsecond after it became ready moves no
-    release past an allocation and gives the instant peak exactly. ``interconnect="instant"``
-    (or an infinite rate) is the same as None. ``OracleResult.
-    timed_copies`` lists each copy's ready, start and end times,
-    ``interconnect`` the link used.
+    release past an allocation and gives the instant peak exactly.
+    ``interconnect="instant"`` (or an infinite rate) is the same as None.
+    ``OracleResult.timed_copies`` lists each copy's ready, start and end
+    times, ``OracleResult.interconnect`` the link used.
 
 ``scheduler_gpu_peak_bytes`` (optional, ``scheduler_check=True``)
     The virtual scheduler also keeps its own running memory count, which
