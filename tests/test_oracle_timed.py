@@ -60,6 +60,9 @@ def _peak_start_of(result, op_name):
 def test_none_and_instant_keep_todays_peak_and_record_no_copies():
     graph, out = _swap_chain()
     today = oracle.peak_memory(graph, out)
+    # big and b (4 S each), the swapped-in copy of a1 and the 12 + 4 bytes
+    # of the Reshape's shape and the reduction's axis (test_oracle.py).
+    assert today.runtime_gpu_peak_bytes == 9 * S + 16
     for interconnect in (None, "instant", hardware.INSTANT, math.inf):
         result = oracle.peak_memory(graph, out, interconnect=interconnect)
         assert result.runtime_gpu_peak_bytes == today.runtime_gpu_peak_bytes
