@@ -202,7 +202,8 @@ def forward_identities(graph_def, keep=()):
     return result, len(alias)
 
 
-def oracle_peaks(graph_or_def, fetch, place=True, forward=True):
+def oracle_peaks(graph_or_def, fetch, place=True, forward=True,
+                 interconnect=None):
     """GPU and host peaks of one step from `tflms.oracle.peak_memory`.
 
     Args:
@@ -211,6 +212,13 @@ def oracle_peaks(graph_or_def, fetch, place=True, forward=True):
       place: put every non-CPU op on the GPU first (`oracle.place_on_gpu`).
       forward: measure the graph after `forward_identities` (what a real
         runtime allocates); False measures it as given.
+      interconnect: None (the default) for the runtime peak with instant
+        copies; a link name from `tflms.hardware.INTERCONNECTS` (or a rate
+        in bytes/s) to hold swapped GPU buffers while their copies run at
+        that rate in the cluster's model times (``oracle.peak_memory``'s
+        ``interconnect``). Then gpu_peak is that timed peak (the instant
+        one needs a second call with None), and the dict also has
+        interconnect, the link's name; without it the dict is as before.
 
     Returns:
       dict with gpu_peak (the runtime peak, see the module docstring),
@@ -230,7 +238,11 @@ def oracle_peaks(graph_or_def, fetch, place=True, forward=True):
         graph_def, removed = forward_identities(
             graph_def, keep={fetch_name.split(":")[0]})
         graph_or_def, place = graph_def, False
-    result = oracle.peak_memory(graph_or_def, fetch, place=place)
+    result = oracle.peak_memory(graph_or_def, fetch, place=place,
+                                interconnect=interconnect)
+    extra = {}
+    if interconnect is not None:
+        extra["interconnect"] = result.interconnect
     return {
         "forwarded": removed,
         "gpu_peak": int(result.runtime_gpu_peak_bytes),
@@ -241,6 +253,7 @@ def oracle_peaks(graph_or_def, fetch, place=True, forward=True):
         "transfers": len(result.transfers),
         "top": [t.name for t in result.runtime_live_at_peak[:3]],
         "oracle_s": time.perf_counter() - start,
+        **extra,
     }
 
 

@@ -92,12 +92,54 @@ Four numbers come out of one call to `peak_memory`:
     runtime peak is two tensors where ``InferFromTrace`` counts five.
     ``runtime_live_at_peak`` lists the buffers live at this peak.
 
+    Copies take no time in this replay unless ``interconnect`` names a
+    link (below).
+
     This is the number to compare with what a GPU would allocate; it is not
     an upper bound. ``gpu_peak_bytes`` (raw plus the correction) remains the
     conservative number: it is never below what ``InferFromTrace`` reports,
     but may exceed the runtime peak by tens of percent on graphs with many
     ``IdentityN``/``ReadVariableOp`` outputs (and may be below it when
     variables dominate).
+
+``peak_memory(..., interconnect=...)`` (timed copies in the runtime replay)
+    By default (``interconnect=None``) the runtime replay, like the virtual
+    cluster, treats a copy between the GPU and the host as instant: a
+    swapped-out tensor's GPU buffer is freed as soon as its swap-out has
+    run, and a swapped-in copy is complete when its ``_Recv`` runs. With a
+    link (a name from `tflms.hardware.INTERCONNECTS` such as ``"pcie4"``,
+    or a rate in bytes/s per direction) the replay times the copies the
+    way `tflms.simulator` does with ``copy_levels``: one FIFO copy stream
+    each way, a copy taking ``nbytes / rate``.
+
+    * Device to host: one copy per GPU tensor that a CPU op (an LMS
+      swap-out) reads, ready when the first such op starts in the virtual
+      cluster's schedule, queued behind earlier device-to-host copies. The
+      tensor's GPU buffer is held until the copy ends (and its GPU readers,
+      as without).
+    * Host to device: one copy per ``Recv_..._on_<gpu>``, ready when the
+      ``_Recv`` starts (the scheduler runs it after the swap-in op; this is
+      when the runtime allocates the GPU copy and issues the copy) and not
+      before the device-to-host copy of the same data has ended (a swap-in
+      reads its swap-out), queued behind earlier host-to-device copies. The
+      GPU copy is allocated when it is issued, as without times, so a copy
+      waiting in the queue holds its memory, and it is held until the copy
+      ends or its last GPU reader ends, whichever is later.
+    * A copy's end releases like a zero-length op off the GPU: after
+      everything the GPU does at that nanosecond.
+
+    The times are the virtual cluster's model times: its analytical cost
+    model on the V100-like device of `gpu_properties` (or the ``gpu_props``
+    given), not a measurement, and ops are not delayed by the copies (a
+    reader of a swapped-in tensor is not made to wait for its copy; the
+    GPU copy is only held longer instead). Allocations never move and
+    releases only move later, so the timed peak is at least the instant
+    one. Ops start on whole microseconds, so a link fast enough that
+    every copy ends before the microsecond after it became ready moves no
+    release past an allocation and gives the instant peak exactly.
+    ``interconnect="instant"`` (or an infinite rate) is the same as None.
+    ``OracleResult.timed_copies`` lists each copy's ready, start and end
+    times, ``OracleResult.interconnect`` the link used.
 
 ``scheduler_gpu_peak_bytes`` (optional, ``scheduler_check=True``)
     The virtual scheduler also keeps its own running memory count, which
@@ -112,8 +154,11 @@ Four numbers come out of one call to `peak_memory`:
 
 Things the virtual cluster does that a reader should know:
 
-* Transfers are modelled as (almost) free: ``_Send``/``_Recv`` take about
-  1 ns. The oracle measures memory, not PCIe time.
+* Its transfers are (almost) free: ``_Send``/``_Recv`` take about 1 ns,
+  and nothing in the schedule waits for a copy. The raw and corrected
+  peaks keep that; the runtime peak counts copy durations at a named link
+  when ``peak_memory`` is given ``interconnect`` (above), still on the
+  cluster's schedule.
 * ``Identity`` allocates a fresh output in ``InferFromTrace``'s memory model
   (real TensorFlow forwards the buffer, as ``runtime_gpu_peak_bytes``
   does), so swap ops on the GPU side would be over-counted in the raw and
@@ -133,6 +178,8 @@ as zero bytes.
 
 import dataclasses
 import functools
+import math
+import numbers
 import re
 from typing import Iterable, Optional, Sequence, Union
 
@@ -145,11 +192,14 @@ from tensorflow.python.framework import op_def_registry
 from tensorflow.python.grappler import cluster as gcluster
 from tensorflow.python.grappler import item as gitem
 
+from tflms import hardware
+
 __all__ = [
     "GPU_DEVICE",
     "CPU_DEVICE",
     "LiveTensor",
     "Transfer",
+    "TimedCopy",
     "OracleResult",
     "gpu_properties",
     "cpu_properties",
@@ -231,6 +281,40 @@ class Transfer:
 
 
 @dataclasses.dataclass(frozen=True)
+class TimedCopy:
+    """A copy between the GPU and the host, timed on a link.
+
+    Only ``peak_memory(..., interconnect=...)`` makes these. Times are the
+    virtual cluster's model times (see the module docstring), nanoseconds.
+
+    Attributes:
+      tensor: ``"node:port"`` of the tensor copied, on the device it leaves:
+        the GPU tensor a CPU op (an LMS swap-out) reads, or the CPU tensor
+        (an LMS swap-in) a GPU op reads.
+      to_host: True for a device-to-host copy, False for host-to-device.
+      nbytes: bytes copied.
+      ready_ns: when the copy could start. Device to host: when the first
+        CPU op reading the tensor starts. Host to device: when the
+        scheduler's ``_Recv`` on the GPU starts (it follows the swap-in
+        op), and not before the device-to-host copy of the same data
+        (its swap-out's) has ended.
+      start_ns: when it starts on its direction's FIFO copy stream.
+      end_ns: ``start_ns`` plus ``nbytes`` at the link's rate, rounded up.
+      buffer: ``"node:port"`` of the GPU buffer the copy holds (the source
+        for device to host, the ``_Recv`` copy for host to device), or
+        ``""`` if it holds none (a variable's buffer is resident anyway).
+    """
+
+    tensor: str
+    to_host: bool
+    nbytes: int
+    ready_ns: int
+    start_ns: int
+    end_ns: int
+    buffer: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
 class OracleResult:
     """What the oracle measured for one graph.
 
@@ -256,6 +340,15 @@ class OracleResult:
         release when the last reader ends; see the module docstring).
       runtime_live_at_peak: buffers live at the runtime peak, largest first;
         variables have ``variable=True``.
+      runtime_peak_ns: when (model time, ns) the runtime replay reached
+        ``runtime_gpu_peak_bytes``.
+      interconnect: the link the runtime replay timed copies on: a name
+        from `tflms.hardware.INTERCONNECTS`, ``"<rate> B/s"`` for a rate
+        given as a number, or None for instant copies (the default).
+      interconnect_bytes_per_s: that link's rate per direction, or None.
+      timed_copies: the copies the runtime replay timed, `TimedCopy`, in
+        order of their start (device to host first at equal starts); empty
+        without ``interconnect``.
     """
 
     gpu_peak_bytes: int
@@ -271,6 +364,10 @@ class OracleResult:
     gpu_device: str = GPU_DEVICE
     runtime_gpu_peak_bytes: int = 0
     runtime_live_at_peak: tuple = ()
+    runtime_peak_ns: int = 0
+    interconnect: Optional[str] = None
+    interconnect_bytes_per_s: Optional[float] = None
+    timed_copies: tuple = ()
 
     @property
     def correction_bytes(self) -> int:
@@ -620,7 +717,66 @@ def _static_output_bytes(graph: _GraphLike) -> dict:
     return sizes
 
 
-def _runtime_replay(step_stats, graph_def, gpu_device, static_bytes=None):
+def _link(interconnect):
+    """``(name, bytes_per_s)`` of the `peak_memory` ``interconnect`` argument.
+
+    None, ``"instant"`` and an infinite rate are instant copies:
+    ``(None, None)``.
+
+    Raises:
+      ValueError: for an unknown link name or a rate that is not positive.
+      TypeError: for anything but None, a name, an `Interconnect` or a
+        number.
+    """
+    if interconnect is None:
+        return None, None
+    if isinstance(interconnect, (str, hardware.Interconnect)):
+        link = hardware.interconnect_named(interconnect)
+        if math.isinf(link.bytes_per_s):
+            return None, None
+        return link.name, float(link.bytes_per_s)
+    if (isinstance(interconnect, numbers.Real)
+            and not isinstance(interconnect, bool)):
+        rate = float(interconnect)
+        if not rate > 0:  # also rejects NaN
+            raise ValueError(
+                "interconnect must be a positive rate in bytes/s, got %r; "
+                "pass e.g. 31.5e9 (PCIe 4.0 x16), a link name (%s) or None "
+                "for instant copies"
+                % (interconnect, ", ".join(hardware.INTERCONNECTS)))
+        if math.isinf(rate):
+            return None, None
+        return "%g B/s" % rate, rate
+    raise TypeError(
+        "interconnect must be None, a link name (%s), a "
+        "tflms.hardware.Interconnect or a rate in bytes/s; got %r"
+        % (", ".join(hardware.INTERCONNECTS), interconnect))
+
+
+def _fifo_stream(requests, bytes_per_s):
+    """Times copies on one copy stream that runs them first in, first out.
+
+    Args:
+      requests: ``(ready_ns, tiebreak, key, nbytes)`` per copy. A copy
+        starts when it is ready and every copy ready before it (at equal
+        readiness: with a smaller tiebreak) has ended.
+      bytes_per_s: the stream's rate.
+
+    Returns:
+      dict ``key -> (start_ns, end_ns)``; ends are rounded up to whole
+      nanoseconds, so a copy of any bytes ends after it starts.
+    """
+    times = {}
+    free = 0.0
+    for ready, _, key, nbytes in sorted(requests, key=lambda r: r[:2]):
+        start = max(float(ready), free)
+        free = start + nbytes * 1e9 / bytes_per_s
+        times[key] = (int(math.ceil(start)), int(math.ceil(free)))
+    return times
+
+
+def _runtime_replay(step_stats, graph_def, gpu_device, static_bytes=None,
+                    bytes_per_s=None):
     """Replays the step with the TensorFlow runtime's buffer rules.
 
     Same step stats, microsecond times and swapped-in-copy correction as
@@ -628,16 +784,26 @@ def _runtime_replay(step_stats, graph_def, gpu_device, static_bytes=None):
     are resident, and a buffer is released when its last reader ends (before
     any allocation at the same timestamp). See the module docstring.
 
+    With ``bytes_per_s``, copies between the GPU and the host take time on
+    one FIFO stream per direction: a GPU buffer read by a CPU op is held
+    until its copy to the host has ended, and a GPU copy of a CPU tensor
+    until its copy from the host has ended (and its last GPU reader, as
+    without). Allocations do not move.
+
     Args:
       step_stats: the virtual scheduler's ``StepStats``.
       graph_def: the graph the item was built from.
       gpu_device: full name of the GPU device.
       static_bytes: `_static_output_bytes` of the graph, or None. A tensor
         (or a GPU copy of one) is counted at least at this size.
+      bytes_per_s: the link's rate per direction, or None for copies that
+        take no time.
 
     Returns:
-      ``(peak_bytes, live_at_peak)`` for the GPU, ``live_at_peak`` a list of
-      ``LiveTensor``, largest first.
+      ``(peak_bytes, live_at_peak, peak_ns, timed_copies)`` for the GPU:
+      ``live_at_peak`` a list of ``LiveTensor``, largest first; ``peak_ns``
+      when the peak was reached; ``timed_copies`` a list of `TimedCopy`
+      (empty without ``bytes_per_s``).
     """
     nodes = {node.name: node for node in graph_def.node}
     placement, times, sizes = {}, {}, {}
@@ -691,6 +857,18 @@ def _runtime_replay(step_stats, graph_def, gpu_device, static_bytes=None):
             return (end, 1, order[name], 1)
         return (end, 2, 0, 0)
 
+    def host_copy_origin(key):
+        # The GPU tensor of which CPU tensor `key` is the host copy (an LMS
+        # swap-in forwards its swap-out, which reads the swapped tensor), or
+        # None for a tensor made on the host.
+        while placement.get(key[0]) != gpu_device:
+            node = nodes.get(key[0])
+            if node is None or node.op not in FORWARDING_TYPES:
+                return None
+            data = [i for i in node.input if not i.startswith("^")]
+            key = _parse_input(data[key[1] if node.op == "IdentityN" else 0])
+        return key
+
     live = {}  # buffer -> [alloc ns, release key, transferred]
     for key in sizes:
         name = key[0]
@@ -700,6 +878,7 @@ def _runtime_replay(step_stats, graph_def, gpu_device, static_bytes=None):
             continue  # forwarded (or a variable read): no allocation
         transferred = name not in nodes and name.endswith(recv_suffix)
         live[key] = [times[name][0], release_key(name), transferred]
+    to_host_ready = {}  # GPU tensor read by a CPU op -> first such read
     for name in times:
         node = nodes.get(name)
         if node is None:
@@ -713,9 +892,20 @@ def _runtime_replay(step_stats, graph_def, gpu_device, static_bytes=None):
             # (an LMS swap-out) keeps the GPU tensor it copies alive.
             if not reader_on_gpu and placement[parsed[0]] != gpu_device:
                 continue
+            if not reader_on_gpu:
+                # The runtime sends a tensor to the host once, for its
+                # first CPU reader.
+                to_host_ready[parsed] = min(
+                    to_host_ready.get(parsed, times[name][0]), times[name][0])
             buffer = gpu_buffer(parsed)
             if buffer in live:
                 live[buffer][1] = max(live[buffer][1], release_key(name))
+
+    timed_copies = []
+    if bytes_per_s is not None:
+        timed_copies = _hold_for_copies(
+            live, sizes, times, order, placement, to_host_ready, recv_suffix,
+            gpu_device, gpu_buffer, host_copy_origin, bytes_per_s)
 
     step_end = max((end for _, end in times.values()), default=0)
     resident = []
@@ -737,12 +927,12 @@ def _runtime_replay(step_stats, graph_def, gpu_device, static_bytes=None):
         events.append(((alloc, 1, order.get(key[0], 0), 0), sizes[key], key))
         events.append((release, -sizes[key], key))
     current = sum(t.nbytes for t in resident)
-    peak, count, peak_keys = current, {}, []
-    for _, nbytes, key in sorted(events):
+    peak, count, peak_keys, peak_ns = current, {}, [], 0
+    for when, nbytes, key in sorted(events):
         current += nbytes
         count[key] = count.get(key, 0) + (1 if nbytes >= 0 else -1)
         if current > peak:
-            peak = current
+            peak, peak_ns = current, when[0]
             peak_keys = [k for k, n in count.items() if n > 0]
     at_peak = [LiveTensor(name=f"{k[0]}:{k[1]}", nbytes=sizes[k],
                           alloc_ns=live[k][0], dealloc_ns=live[k][1][0],
@@ -750,7 +940,68 @@ def _runtime_replay(step_stats, graph_def, gpu_device, static_bytes=None):
                for k in peak_keys]
     at_peak.extend(resident)
     at_peak.sort(key=lambda t: (-t.nbytes, t.name))
-    return peak, at_peak
+    return peak, at_peak, peak_ns, timed_copies
+
+
+def _hold_for_copies(live, sizes, times, order, placement, to_host_ready,
+                     recv_suffix, gpu_device, gpu_buffer, host_copy_origin,
+                     bytes_per_s):
+    """Times the step's copies and extends the GPU buffers they hold.
+
+    Part of `_runtime_replay` (its names): updates the release keys in
+    `live` and returns the `TimedCopy` list, by start.
+    """
+    def name(key):
+        return f"{key[0]}:{key[1]}"
+
+    # Device to host, in the order the scheduler reached the reads.
+    out_ready = dict(to_host_ready)
+    out_times = _fifo_stream(
+        [(ready, (order.get(key[0], 0), key), key, sizes.get(key, 0))
+         for key, ready in out_ready.items()], bytes_per_s)
+
+    # Host to device: the scheduler's _Recv copies. The runtime allocates
+    # the GPU copy when it issues it (when the _Recv starts), so a copy
+    # queued behind others holds its memory while it waits; its data
+    # cannot leave the host before it arrived there (a swap-in's copy
+    # waits for its swap-out's).
+    source_of = {}  # _Recv buffer -> CPU tensor it copies
+    for key in sizes:
+        if placement[key[0]] != gpu_device:
+            recv = (f"Recv_{key[0]}_{key[1]}{recv_suffix}", 0)
+            if recv in live:
+                source_of[recv] = key
+    in_ready = {}
+    for recv, source in source_of.items():
+        ready = times[recv[0]][0]
+        origin = host_copy_origin(source)
+        if origin in out_times:
+            ready = max(ready, out_times[origin][1])
+        in_ready[recv] = ready
+    in_times = _fifo_stream(
+        [(ready, order.get(recv[0], 0), recv, sizes[recv])
+         for recv, ready in in_ready.items()], bytes_per_s)
+
+    # A copy's end releases like a zero-length op off the GPU: after
+    # everything the GPU does at that nanosecond.
+    copies = []
+    for key, (start, end) in out_times.items():
+        buffer = gpu_buffer(key)
+        held = buffer is not None and buffer in live
+        if held:
+            live[buffer][1] = max(live[buffer][1], (end, 2, 0, 0))
+        copies.append(TimedCopy(
+            tensor=name(key), to_host=True, nbytes=int(sizes.get(key, 0)),
+            ready_ns=int(out_ready[key]), start_ns=start, end_ns=end,
+            buffer=name(buffer) if held else ""))
+    for recv, (start, end) in in_times.items():
+        live[recv][1] = max(live[recv][1], (end, 2, 0, 0))
+        copies.append(TimedCopy(
+            tensor=name(source_of[recv]), to_host=False,
+            nbytes=int(sizes[recv]), ready_ns=int(in_ready[recv]),
+            start_ns=start, end_ns=end, buffer=name(recv)))
+    copies.sort(key=lambda c: (c.start_ns, not c.to_host, c.tensor))
+    return copies
 
 
 _REQUIRES = re.compile(r"Graph requires (\d+) bytes of memory on device (\S+)")
@@ -782,7 +1033,8 @@ def peak_memory(graph: _GraphLike,
                 cpu_props: Optional[device_properties_pb2.DeviceProperties] = None,
                 gpu_device: str = GPU_DEVICE,
                 cpu_device: str = CPU_DEVICE,
-                scheduler_check: bool = False) -> OracleResult:
+                scheduler_check: bool = False,
+                interconnect=None) -> OracleResult:
     """Measures the GPU and host memory peaks of one step of ``graph``.
 
     Args:
@@ -800,10 +1052,22 @@ def peak_memory(graph: _GraphLike,
       cpu_device: full name of the simulated CPU.
       scheduler_check: if True, also obtain the virtual scheduler's own GPU
         peak (one more simulation).
+      interconnect: None (the default) for copies that take no time in the
+        runtime replay; or the link to time them on, by name (a key of
+        `tflms.hardware.INTERCONNECTS` such as ``"pcie4"``, or ``"instant"``),
+        as a `tflms.hardware.Interconnect`, or as a rate in bytes/s per
+        direction. Only ``runtime_gpu_peak_bytes`` (and its live tensors and
+        time) changes: swapped-out GPU buffers are held until their copies
+        to the host end (see the module docstring).
 
     Returns:
       An `OracleResult`.
+
+    Raises:
+      ValueError: for an unknown ``interconnect`` name or a rate that is
+        not positive.
     """
+    link_name, bytes_per_s = _link(interconnect)
     graph_def = place_on_gpu(graph) if place else _as_graph_def(graph)
     fetch_names = _fetch_names(fetches)
     meta = _metagraph(graph_def, fetch_names)
@@ -835,8 +1099,9 @@ def peak_memory(graph: _GraphLike,
                                  correct=False)
     corrected, live_at_peak, transfers = _replay(step_stats, graph_def,
                                                  gpu_device, correct=True)
-    runtime, runtime_live = _runtime_replay(step_stats, graph_def, gpu_device,
-                                            _static_output_bytes(graph))
+    runtime, runtime_live, runtime_peak_ns, timed_copies = _runtime_replay(
+        step_stats, graph_def, gpu_device, _static_output_bytes(graph),
+        bytes_per_s)
 
     scheduler_gpu = None
     if scheduler_check:
@@ -857,4 +1122,8 @@ def peak_memory(graph: _GraphLike,
         gpu_device=gpu_device,
         runtime_gpu_peak_bytes=int(runtime),
         runtime_live_at_peak=tuple(runtime_live),
+        runtime_peak_ns=int(runtime_peak_ns),
+        interconnect=link_name,
+        interconnect_bytes_per_s=bytes_per_s,
+        timed_copies=tuple(timed_copies),
     )
