@@ -190,3 +190,32 @@ def test_tuner_orders_peaks_when_nothing_fits_and_training_is_equal(
     assert len(ops) > 0
     assert_same_training(model.graph, result, train(_resnet()),
                          train(model))
+
+
+def test_tflms_plan_lists_the_ordering_edges(tmp_path, monkeypatch, capsys):
+    """`tflms plan` on the same model and budget: the JSON names the edges
+    the tuner kept, and the text lists them."""
+    import json  # pylint: disable=import-outside-toplevel
+    from tflms import cli  # pylint: disable=import-outside-toplevel
+    monkeypatch.setenv(autotune.MEM_RATIO_ENV, "1")
+    model = _resnet()
+    plain, ordered = _aggressive_peaks(model.graph)
+    budget = "%.12f" % ((plain + ordered) / 2.0 / (1 << 30))
+    meta = str(tmp_path / "resnet.meta")
+    with model.graph.as_default():
+        tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.TRAIN_OP,
+                                       model.train_op)
+        tf.compat.v1.train.export_meta_graph(filename=meta)
+    argv = ["plan", meta, "--autotune-gpu-mem", budget, "--no-plots",
+            "--interconnect", "instant"]
+    assert cli.main(argv + ["--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["fits"] and report["ordering_edges"]
+    names = {op.name for op in model.graph.get_operations()}
+    assert all(a in names and b in names for a, b in report["ordering_edges"])
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "Ordered at the memory peaks (nothing fitted without): %d " \
+        "control edges" % len(report["ordering_edges"]) in out
+    first, then = report["ordering_edges"][0]
+    assert "  %s before %s" % (first, then) in out

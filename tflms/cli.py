@@ -426,6 +426,7 @@ class PlanReport:
     recomputed_tensors: int = 0
     recompute_bytes: int = 0
     recompute_ops: int = 0
+    ordering_edges: list = dataclasses.field(default_factory=list)
 
     def as_dict(self):
         return dataclasses.asdict(self)
@@ -563,7 +564,11 @@ def plan_graph(loaded, args, graph_name):
         recomputed_tensors=len(plan.recomputes) if plan else 0,
         recompute_bytes=int(plan.recompute_bytes()) if plan else 0,
         recompute_ops=len(run.rewrite.recompute_ops)
-        if run and run.rewrite else 0)
+        if run and run.rewrite else 0,
+        ordering_edges=[[run.planned.index.names[a],
+                         run.planned.index.names[b]]
+                        for a, b in run.planned.ordering_edges]
+        if run else [])
 
 
 def _step_time(step, plan):
@@ -728,6 +733,12 @@ def render(report, args):
                          "before their far readers"
                          % (r.recomputed_tensors, _gib(r.recompute_bytes),
                             r.recompute_ops))
+        if r.ordering_edges:
+            lines.append("Ordered at the memory peaks (nothing fitted "
+                         "without): %d control edges, first op before "
+                         "second:" % len(r.ordering_edges))
+            for first, then in r.ordering_edges:
+                lines.append("  %s before %s" % (first, then))
         lines.append("Predicted transfer time per step (bytes moved / link "
                      "bandwidth per direction):")
         for name, gbps in LINKS:
