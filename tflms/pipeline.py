@@ -9,11 +9,13 @@ benchmark call it, so what is measured is what users run::
                    planning index (graph_index.with_planned_edges)
     deferral       control edges delaying fills made long before use
     parameters     the settings' own, or autotune.tune's when one is -1
-    ordering       when auto-tuning finds nothing that fits (and
-                   `Settings.order_peaks`): control edges that order the
-                   ops of the most aggressive plan's crowded levels
-                   (ordering.order_peaks), recorded in the planning index
-                   like serialization, then the search again
+    ordering       when auto-tuning finds nothing that fits, or only plans
+                   with synchronous swap-ins (and `Settings.order_peaks`):
+                   control edges that order the ops of the most aggressive
+                   plan's crowded levels (ordering.order_peaks), recorded
+                   in the planning index like serialization, then the
+                   search again (kept, in the second case, when its plan's
+                   predicted step is shorter)
     plan           planner.make_plan (or the tuner's chosen plan: of the
                    fitting plans its search ended with, the one with the
                    least predicted step time at the settings' `gpu` and
@@ -480,12 +482,15 @@ def _tune_ordered(index, roles, settings, deferral, log, env, list_devices,
     """
     from tflms import autotune  # pylint: disable=import-outside-toplevel
     try:
-        return (_tune(index, roles, settings, deferral, log, env,
-                      list_devices, by_step_time), index, deferral, ())
+        outcome = _tune(index, roles, settings, deferral, log, env,
+                        list_devices, by_step_time)
     except autotune.AutotuneError:
         if not settings.order_peaks:
             raise
         error = sys.exc_info()
+    else:
+        return _faster_ordered(outcome, index, roles, settings, deferral,
+                               log, env, list_devices, by_step_time)
     found = ()
     for _ in range(_ORDERING_ROUNDS):
         edges = _peak_ordering(index, roles, settings, deferral, log, env,
@@ -504,11 +509,51 @@ def _tune_ordered(index, roles, settings, deferral, log, env, list_devices,
     raise error[1].with_traceback(error[2])
 
 
+def _faster_ordered(outcome, index, roles, settings, deferral, log, env,
+                    list_devices, by_step_time):
+    """A plan that fits only with synchronous swap-ins (`sync_mode` 2 or
+    3) waits for every copy back: memory, not the link, decides its step.
+    Ordering the crowded levels of the most aggressive plan as far as it
+    goes leaves room for earlier, asynchronous swap-ins; the search runs
+    again with those edges and its plan is kept when its predicted step is
+    shorter. Returns what `_tune_ordered` returns."""
+    from tflms import autotune  # pylint: disable=import-outside-toplevel
+    plain = (outcome, index, deferral, ())
+    if (not settings.order_peaks or outcome.params is None
+            or outcome.params.sync_mode < 2 or outcome.step_time is None):
+        return plain
+    edges = _peak_ordering(index, roles, settings, deferral, log, env,
+                           list_devices, target=0)
+    if not edges:
+        return plain
+    ordered = gi.with_planned_edges(index, edges)
+    ordered_deferral = planner.deferral_edges(ordered, roles)
+    try:
+        other = _tune(ordered, roles, settings, ordered_deferral, Logger(),
+                      env, list_devices, by_step_time)
+    except autotune.AutotuneError:
+        return plain
+    before = outcome.step_time.with_lms_s
+    after = (other.step_time.with_lms_s if other.step_time is not None
+             else float("inf"))
+    keep = other.params is not None and after < before
+    log.info("[Simulator] The plan needs synchronous swap-ins (sync_mode "
+             "%d); with %d ordering edges the search finds sync_mode %s, "
+             "predicted step %.1f ms instead of %.1f ms: %s" % (
+                 outcome.params.sync_mode, len(edges),
+                 other.params.sync_mode if other.params else "-",
+                 after * 1e3, before * 1e3,
+                 "keeping the ordered plan" if keep else
+                 "keeping the plan without them"))
+    return (other, ordered, ordered_deferral, edges) if keep else plain
+
+
 def _peak_ordering(index, roles, settings, deferral, log, env,
-                   list_devices):
+                   list_devices, target=None):
     """Ordering edges for the most aggressive plan the settings allow
     (every parameter on auto at its smallest; each sync mode from the
-    requested one up, the lowest ordered peak kept)."""
+    requested one up, the lowest ordered peak kept), lowering its peak to
+    `target` bytes (default: the budget) or as far as the replays go."""
     # pylint: disable=import-outside-toplevel
     from tflms import autotune, ordering
     budget = autotune.device_budget(settings.autotune_gpu_mem,
@@ -528,19 +573,20 @@ def _peak_ordering(index, roles, settings, deferral, log, env,
         plan = planner.make_plan(index, roles, params,
                                  batch_size=settings.batch_size,
                                  deferral=deferral)
-        found = ordering.order_peaks(model, plan, budget)
+        found = ordering.order_peaks(model, plan, budget, target=target)
         if best is None or (found.result.peak_device_bytes
                             < best[0].result.peak_device_bytes):
             best = (found, params)
     found, params = best
     if found.edges:
-        log.info("[Simulator] Nothing fits in %.2f GiB; ordering %d pairs "
+        log.info("[Simulator] %s; ordering %d pairs "
                  "of operations at the memory peaks lowers the plan with "
                  "swapout_threshold %d, swapin_ahead %d, swapin_groupby %d, "
                  "sync_mode %d from %.2f to %.2f GiB; searching again with "
                  "them (%s)" % (
-                     budget / _GIB, len(found.edges),
-                     params.swapout_threshold, params.swapin_ahead,
+                     ("Nothing fits in %.2f GiB" % (budget / _GIB)
+                      if target is None else "Ordering the memory peaks"),
+                     len(found.edges), params.swapout_threshold, params.swapin_ahead,
                      params.swapin_groupby, params.sync_mode,
                      found.peak_before / _GIB,
                      found.result.peak_device_bytes / _GIB,

@@ -331,8 +331,11 @@ class Settings:
         "that make one operation of a crowded level run before another (a "
         "filter gradient that frees a swapped-in tensor before the input "
         "gradient that allocates one as large), search again with them, and "
-        "keep them in the plan. They change when operations run, never "
-        "what they compute. `False`: report that nothing fits instead.",
+        "keep them in the plan. When the plan found needs synchronous "
+        "swap-ins (`sync_mode` 2 or 3), also search with such edges and "
+        "keep them if that plan's predicted step is shorter. They change "
+        "when operations run, never what they compute. `False`: neither "
+        "(report that nothing fits; keep the synchronous plan).",
         kind=PROPERTY)
     autotune_gpu_mem: object = _setting(
         None, _checker("check_gpu_mem"),
