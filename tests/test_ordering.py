@@ -247,3 +247,29 @@ def test_a_plan_needing_synchronous_swap_ins_is_replaced_when_ordering_is_faster
              for a, b in ordered.ordering_edges]
     assert all("conv2_block1" in a and "conv2_block1" in b
                for a, b in names), names
+
+
+def test_synchronous_swap_ins_also_wait_for_ordering_edges():
+    """The U-shaped literal graph of test_simulator_literal: f1 is swapped
+    for g1. A synchronous swap-in (sync_mode 2) waits for g1's other input
+    g2; with an ordering edge ``(f3, g1)`` it waits for f3 too. An
+    asynchronous swap-in keeps its trigger, and an edge into another op
+    changes nothing."""
+    from test_simulator_literal import u_graph  # pylint: disable=import-outside-toplevel
+    index = u_graph()
+    roles = analysis.classify_ops(index)
+    ids = {name: k for k, name in enumerate(index.names)}
+    edge = ((ids["f3"], ids["g1"]),)
+    sync = planner.make_plan(index, roles, planner.SwapParams(5, 1, 0, 2))
+    waited = planner.wait_for_ordering(sync, edge)
+    assert [index.names[t] for t in sync.swaps[0].swap_ins[0].triggers] == [
+        "g2"]
+    assert [index.names[t] for t in waited.swaps[0].swap_ins[0].triggers] == [
+        "g2", "f3"]
+    assert planner.wait_for_ordering(sync, ((ids["f3"], ids["g2"]),)) is sync
+    eager = planner.make_plan(index, roles, planner.SwapParams(5, 1, 0, 0))
+    assert planner.wait_for_ordering(eager, edge) is eager
+    # The simulator starts the copy after both: level of g2 (7) + 1.
+    model = simulator.SimulationModel(index, roles)
+    assert model.replay(waited).device_timeline.tolist() == \
+        model.replay(sync).device_timeline.tolist()

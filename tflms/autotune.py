@@ -244,9 +244,10 @@ class _Simulations:
     """Plans and replays with memoisation and the "Found" log lines."""
 
     def __init__(self, index, roles, model, budget, batch_size, log,
-                 deferral=()):
+                 deferral=(), ordering=()):
         self.index = index
         self.deferral = tuple(deferral)
+        self.ordering = tuple(ordering)
         self.roles = roles
         self.model = model
         self.budget = budget
@@ -263,10 +264,11 @@ class _Simulations:
         self.without = None   # SimulationResult of the unmodified graph
 
     def plan(self, params):
-        return planner.make_plan(self.index, self.roles, params,
+        plan = planner.make_plan(self.index, self.roles, params,
                                  batch_size=self.batch_size, edges=self.edges,
                                  triggers=self._triggers,
                                  deferral=self.deferral)
+        return planner.wait_for_ordering(plan, self.ordering)
 
     def replay(self, plan, detail=False):
         self.count += 1
@@ -910,7 +912,8 @@ def tune(index, roles, requested, batch_size=None, gpu_mem_gib=None,
          gpu_device=None, plot_dir=None, log=None, serialization_edges=(),
          select=True, env=None, list_devices=None, deferral_edges=(),
          gpu=steptime.DEFAULT_GPU,
-         interconnect=steptime.DEFAULT_INTERCONNECT, by_step_time=True):
+         interconnect=steptime.DEFAULT_INTERCONNECT, by_step_time=True,
+         ordering_edges=()):
     """Choose swapping parameters for a graph by simulation.
 
     Args:
@@ -938,6 +941,9 @@ def tune(index, roles, requested, batch_size=None, gpu_mem_gib=None,
       by_step_time: choose among the fitting plans by predicted step
         time on that hardware (`_fastest`); False, or an instant link:
         by bytes moved (the selection rule).
+      ordering_edges: the `ordering.order_peaks` edges among the index's
+        planned edges: synchronous swap-ins into their second ops also
+        wait for their first (`planner.wait_for_ordering`).
 
     Returns:
       A `TuneOutcome`.
@@ -973,7 +979,7 @@ def tune(index, roles, requested, batch_size=None, gpu_mem_gib=None,
                  "the simulation (first: %s)"
                  % (len(model.unknown_tensors), model.unknown_tensors[0]), 1)
     sims = _Simulations(index, roles, model, budget, batch_size, log,
-                        deferral_edges)
+                        deferral_edges, ordering_edges)
     log.info("[Simulator] Searching values for swapout_threshold, "
              "swapin_ahead, swapin_groupby and sync_mode for a budget of "
              "%.2f GiB" % (budget / _GIB))

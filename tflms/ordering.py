@@ -245,9 +245,9 @@ def order_peaks(model, plan, budget, max_replays=MAX_REPLAYS, target=None):
             tried.add(pair)
             if _closes_cycle(ordered, roles, *pair):
                 continue
-            trial = dataclasses.replace(
+            trial = planner.wait_for_ordering(dataclasses.replace(
                 plan, serialization_edges=plan.serialization_edges
-                + tuple(edges) + (pair,))
+                + tuple(edges) + (pair,)), tuple(edges) + (pair,))
             spent += 1
             try:
                 r = model.replay(trial, detail=False)

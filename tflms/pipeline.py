@@ -443,7 +443,7 @@ def _serialization(index, roles, settings):
 
 
 def _tune(index, roles, settings, deferral, log, env, list_devices,
-          by_step_time=True):
+          by_step_time=True, ordering_edges=()):
     # Imported here: tuning pulls in the simulator, which fixed-parameter
     # users never need.
     from tflms import autotune  # pylint: disable=import-outside-toplevel
@@ -455,7 +455,8 @@ def _tune(index, roles, settings, deferral, log, env, list_devices,
         plot_dir=settings.plot_dir if settings.autotune_plot else None,
         log=log, deferral_edges=deferral, env=env,
         list_devices=list_devices, gpu=settings.gpu,
-        interconnect=settings.interconnect, by_step_time=by_step_time)
+        interconnect=settings.interconnect, by_step_time=by_step_time,
+        ordering_edges=ordering_edges)
     if outcome.params is None:
         log.info("LMS is not necessary: the model fits in %.2f GiB "
                  "without swapping. Turned LMS off."
@@ -494,7 +495,7 @@ def _tune_ordered(index, roles, settings, deferral, log, env, list_devices,
     found = ()
     for _ in range(_ORDERING_ROUNDS):
         edges = _peak_ordering(index, roles, settings, deferral, log, env,
-                               list_devices)
+                               list_devices, found=found)
         if not edges:
             break
         found += edges
@@ -502,8 +503,8 @@ def _tune_ordered(index, roles, settings, deferral, log, env, list_devices,
         deferral = planner.deferral_edges(index, roles)
         try:
             return (_tune(index, roles, settings, deferral, log, env,
-                          list_devices, by_step_time), index, deferral,
-                    found)
+                          list_devices, by_step_time, found), index,
+                    deferral, found)
         except autotune.AutotuneError:
             error = sys.exc_info()
     raise error[1].with_traceback(error[2])
@@ -530,7 +531,7 @@ def _faster_ordered(outcome, index, roles, settings, deferral, log, env,
     ordered_deferral = planner.deferral_edges(ordered, roles)
     try:
         other = _tune(ordered, roles, settings, ordered_deferral, Logger(),
-                      env, list_devices, by_step_time)
+                      env, list_devices, by_step_time, edges)
     except autotune.AutotuneError:
         return plain
     before = outcome.step_time.with_lms_s
@@ -549,11 +550,12 @@ def _faster_ordered(outcome, index, roles, settings, deferral, log, env,
 
 
 def _peak_ordering(index, roles, settings, deferral, log, env,
-                   list_devices, target=None):
+                   list_devices, target=None, found=()):
     """Ordering edges for the most aggressive plan the settings allow
     (every parameter on auto at its smallest; each sync mode from the
     requested one up, the lowest ordered peak kept), lowering its peak to
-    `target` bytes (default: the budget) or as far as the replays go."""
+    `target` bytes (default: the budget) or as far as the replays go.
+    `found`: ordering edges already in the index (earlier rounds)."""
     # pylint: disable=import-outside-toplevel
     from tflms import autotune, ordering
     budget = autotune.device_budget(settings.autotune_gpu_mem,
@@ -570,13 +572,14 @@ def _peak_ordering(index, roles, settings, deferral, log, env,
             given(requested.swapout_threshold, 1),
             given(requested.swapin_ahead, 1),
             given(requested.swapin_groupby, 0), sync)
-        plan = planner.make_plan(index, roles, params,
-                                 batch_size=settings.batch_size,
-                                 deferral=deferral)
-        found = ordering.order_peaks(model, plan, budget, target=target)
-        if best is None or (found.result.peak_device_bytes
+        plan = planner.wait_for_ordering(
+            planner.make_plan(index, roles, params,
+                              batch_size=settings.batch_size,
+                              deferral=deferral), found)
+        result = ordering.order_peaks(model, plan, budget, target=target)
+        if best is None or (result.result.peak_device_bytes
                             < best[0].result.peak_device_bytes):
-            best = (found, params)
+            best = (result, params)
     found, params = best
     if found.edges:
         log.info("[Simulator] %s; ordering %d pairs "

@@ -48,6 +48,7 @@ __all__ = [
     "candidate_edges",
     "deferral_edges",
     "find_trigger",
+    "wait_for_ordering",
     "make_plan",
     "plan_recompute",
     "retrigger_swaps",
@@ -276,6 +277,55 @@ def deferral_edges(index, roles, extra_edges=()):
         if trigger is not None:
             edges.append((trigger, op))
     return tuple(edges)
+
+
+def wait_for_ordering(plan, ordering_edges):
+    """`plan` with each synchronous swap-in also waiting for the first ops
+    of the ordering edges into its consumers.
+
+    A synchronous swap-in starts when its consumer's other inputs are ready
+    (sync modes 2 and 3); an ordering edge ``(first, consumer)`` makes
+    `first` one more of them, so the copy waits for it too instead of
+    occupying the device while the consumer cannot run (in ResNet50's
+    projection block, the second branch's swapped-in input would otherwise
+    arrive while the first branch's tensors are still live). Only ops that
+    precede *every* consumer of the swap-in are added: the path ``first ->
+    consumer`` exists already, so no new ordering between graph ops, and no
+    cycle, can follow.
+
+    Args:
+      plan: a `Plan`.
+      ordering_edges: ``(first_id, then_id)`` control edges
+        (`ordering.order_peaks`).
+
+    Returns:
+      The plan, changed only in those swap-ins' triggers.
+    """
+    preds = {}
+    for a, b in ordering_edges:
+        preds.setdefault(b, set()).add(a)
+    if not preds or not plan.swaps:
+        return plan
+    swaps, changed = [], False
+    for swap in plan.swaps:
+        ins, swap_changed = [], False
+        for sin in swap.swap_ins:
+            if sin.synchronous:
+                common = None
+                for c, _ in sin.consumers:
+                    before = preds.get(c, set())
+                    common = before if common is None else common & before
+                extra = sorted((common or set()) - set(sin.triggers))
+                if extra:
+                    sin = dataclasses.replace(
+                        sin, triggers=tuple(sin.triggers) + tuple(extra))
+                    swap_changed = True
+            ins.append(sin)
+        if swap_changed:
+            swap = dataclasses.replace(swap, swap_ins=tuple(ins))
+            changed = True
+        swaps.append(swap)
+    return dataclasses.replace(plan, swaps=tuple(swaps)) if changed else plan
 
 
 def _group_consumers(index, consumers, groupby):
