@@ -273,3 +273,32 @@ def test_synchronous_swap_ins_also_wait_for_ordering_edges():
     model = simulator.SimulationModel(index, roles)
     assert model.replay(waited).device_timeline.tolist() == \
         model.replay(sync).device_timeline.tolist()
+
+
+def test_resnet50_at_8000_fits_16_gib_with_copies_timed():
+    """Keras ResNet50 at 8000x8000, batch 1, in 16 GiB (14.4 GiB planned),
+    copies timed at PCIe 4.0: nothing fits without ordering (the first
+    projection block's two branches hold four 3.8 GiB tensors at once);
+    with it the tuner's plan fits with copies timed, its synchronous
+    swap-ins wait for the ordering edges, and the search that copy times
+    force (synchronous swap-outs) keeps the edges."""
+    from benchmarks import models as bench_models  # pylint: disable=import-outside-toplevel
+    built = bench_models.build("resnet50", image=8000, batch=1)
+    index = gi.build_index(built.graph)
+    env = {autotune.MEM_RATIO_ENV: "0.9"}
+    settings = Settings(autotune_gpu_mem=16, batch_size=1)
+    roles = pipeline.classify(index, settings)
+    with pytest.raises(autotune.AutotuneError, match="no parameter set"):
+        pipeline.plan(index, Settings(autotune_gpu_mem=16, batch_size=1,
+                                      order_peaks=False),
+                      roles=roles, env=env)
+    planned = pipeline.plan(index, settings, roles=roles, env=env)
+    assert planned.ordering_edges
+    assert planned.params.sync_mode == 3
+    assert planned.with_lms.peak_device_bytes <= planned.budget_bytes
+    firsts = {a for a, _ in planned.ordering_edges}
+    seconds = {b for _, b in planned.ordering_edges}
+    waiting = [sin for s in planned.plan.swaps for sin in s.swap_ins
+               if sin.synchronous and all(c in seconds
+                                          for c, _ in sin.consumers)]
+    assert waiting and all(set(sin.triggers) & firsts for sin in waiting)

@@ -882,7 +882,8 @@ def _fit_in_time(sims, model, time_model, requested, max_level, select, log,
                          budget / _GIB, how))
         count += sims.count
         sims = _Simulations(sims.index, sims.roles, model, planned_for,
-                            sims.batch_size, log, sims.deferral)
+                            sims.batch_size, log, sims.deferral,
+                            sims.ordering)
         sims.without = without
         try:
             chosen = _choose(sims, model, requested, max_level, select, log,

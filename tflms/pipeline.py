@@ -472,7 +472,8 @@ _ORDERING_ROUNDS = 3
 def _tune_ordered(index, roles, settings, deferral, log, env, list_devices,
                   by_step_time):
     """`_tune`, and when it finds nothing that fits, rounds of
-    `_peak_ordering` and `_tune` again on the index with those edges.
+    `_peak_orderings` and `_tune` again on the index with each set of
+    edges.
 
     Returns:
       ``(outcome, index, deferral, ordering_edges)``: the index and
@@ -494,19 +495,26 @@ def _tune_ordered(index, roles, settings, deferral, log, env, list_devices,
                                log, env, list_devices, by_step_time)
     found = ()
     for _ in range(_ORDERING_ROUNDS):
-        edges = _peak_ordering(index, roles, settings, deferral, log, env,
-                               list_devices, found=found)
-        if not edges:
+        candidates = _peak_orderings(index, roles, settings, deferral, log,
+                                     env, list_devices, found=found)
+        if not candidates:
             break
-        found += edges
-        index = gi.with_planned_edges(index, edges)
+        for edges in candidates:
+            ordered = gi.with_planned_edges(index, edges)
+            ordered_deferral = planner.deferral_edges(ordered, roles)
+            log.info("[Simulator] Searching again with %d ordering edges"
+                     % len(found + edges))
+            try:
+                return (_tune(ordered, roles, settings, ordered_deferral,
+                              log, env, list_devices, by_step_time,
+                              found + edges), ordered, ordered_deferral,
+                        found + edges)
+            except autotune.AutotuneError:
+                error = sys.exc_info()
+        # Nothing fitted with any of them: order the lowest peak further.
+        found += candidates[0]
+        index = gi.with_planned_edges(index, candidates[0])
         deferral = planner.deferral_edges(index, roles)
-        try:
-            return (_tune(index, roles, settings, deferral, log, env,
-                          list_devices, by_step_time, found), index,
-                    deferral, found)
-        except autotune.AutotuneError:
-            error = sys.exc_info()
     raise error[1].with_traceback(error[2])
 
 
@@ -523,10 +531,11 @@ def _faster_ordered(outcome, index, roles, settings, deferral, log, env,
     if (not settings.order_peaks or outcome.params is None
             or outcome.params.sync_mode < 2 or outcome.step_time is None):
         return plain
-    edges = _peak_ordering(index, roles, settings, deferral, log, env,
-                           list_devices, target=0)
-    if not edges:
+    candidates = _peak_orderings(index, roles, settings, deferral, log,
+                                 env, list_devices, target=0)
+    if not candidates:
         return plain
+    edges = candidates[0]
     ordered = gi.with_planned_edges(index, edges)
     ordered_deferral = planner.deferral_edges(ordered, roles)
     try:
@@ -549,13 +558,20 @@ def _faster_ordered(outcome, index, roles, settings, deferral, log, env,
     return (other, ordered, ordered_deferral, edges) if keep else plain
 
 
-def _peak_ordering(index, roles, settings, deferral, log, env,
-                   list_devices, target=None, found=()):
-    """Ordering edges for the most aggressive plan the settings allow
-    (every parameter on auto at its smallest; each sync mode from the
-    requested one up, the lowest ordered peak kept), lowering its peak to
-    `target` bytes (default: the budget) or as far as the replays go.
-    `found`: ordering edges already in the index (earlier rounds)."""
+def _peak_orderings(index, roles, settings, deferral, log, env,
+                    list_devices, target=None, found=()):
+    """Ordering edges for the most aggressive plans the settings allow
+    (every parameter on auto at its smallest), one set per sync mode from
+    the requested one up, each lowering that plan's peak to `target` bytes
+    (default: the budget) or as far as the replays go. `found`: ordering
+    edges already in the index (earlier rounds).
+
+    Returns:
+      The distinct non-empty edge tuples, lowest ordered peak first (then
+      the higher sync mode: its plans also fit when copies take time).
+      Different sync modes may order the same level in opposite ways, so
+      the sets are tried one at a time, never merged.
+    """
     # pylint: disable=import-outside-toplevel
     from tflms import autotune, ordering
     budget = autotune.device_budget(settings.autotune_gpu_mem,
@@ -566,7 +582,7 @@ def _peak_ordering(index, roles, settings, deferral, log, env,
     def given(value, smallest):
         return smallest if value == AUTO else value
 
-    best = None
+    results = []
     for sync in range(requested.sync_mode, 4):
         params = planner.SwapParams(
             given(requested.swapout_threshold, 1),
@@ -577,27 +593,31 @@ def _peak_ordering(index, roles, settings, deferral, log, env,
                               batch_size=settings.batch_size,
                               deferral=deferral), found)
         result = ordering.order_peaks(model, plan, budget, target=target)
-        if best is None or (result.result.peak_device_bytes
-                            < best[0].result.peak_device_bytes):
-            best = (result, params)
-    found, params = best
-    if found.edges:
-        log.info("[Simulator] %s; ordering %d pairs "
-                 "of operations at the memory peaks lowers the plan with "
-                 "swapout_threshold %d, swapin_ahead %d, swapin_groupby %d, "
-                 "sync_mode %d from %.2f to %.2f GiB; searching again with "
-                 "them (%s)" % (
+        if result.edges:
+            results.append((result.result.peak_device_bytes, -sync, result,
+                            params))
+    results.sort(key=lambda r: (r[0], r[1]))
+    orderings, seen = [], set()
+    for _, _, result, params in results:
+        if result.edges in seen:
+            continue
+        seen.add(result.edges)
+        orderings.append(result.edges)
+        log.info("[Simulator] %s; ordering %d pairs of operations at the "
+                 "memory peaks lowers the plan with swapout_threshold %d, "
+                 "swapin_ahead %d, swapin_groupby %d, sync_mode %d from "
+                 "%.2f to %.2f GiB (%s)" % (
                      ("Nothing fits in %.2f GiB" % (budget / _GIB)
                       if target is None else "Ordering the memory peaks"),
-                     len(found.edges), params.swapout_threshold, params.swapin_ahead,
-                     params.swapin_groupby, params.sync_mode,
-                     found.peak_before / _GIB,
-                     found.result.peak_device_bytes / _GIB,
+                     len(result.edges), params.swapout_threshold,
+                     params.swapin_ahead, params.swapin_groupby,
+                     params.sync_mode, result.peak_before / _GIB,
+                     result.result.peak_device_bytes / _GIB,
                      "; ".join("%s before %s" % (index.names[a],
                                                  index.names[b])
-                               for a, b in found.edges[:3])
-                     + (" ..." if len(found.edges) > 3 else "")))
-    return found.edges
+                               for a, b in result.edges[:3])
+                     + (" ..." if len(result.edges) > 3 else "")), 1)
+    return orderings
 
 
 def _device_summary(index):
