@@ -138,14 +138,14 @@ def _resnet():
     return model
 
 
-def _aggressive_peaks(graph):
-    """Lowest peak of the most aggressive plans over the sync modes,
-    without and with ordering edges."""
+def _aggressive_peaks(graph, from_sync=0):
+    """Lowest peak of the most aggressive plans over the sync modes from
+    `from_sync` up, without and with ordering edges."""
     index = gi.build_index(graph)
     roles = pipeline.classify(index, Settings())
     model = simulator.SimulationModel(index, roles)
     plain, ordered = [], []
-    for sync in range(4):
+    for sync in range(from_sync, 4):
         plan = planner.make_plan(index, roles,
                                  planner.SwapParams(1, 1, 0, sync))
         found = ordering.order_peaks(model, plan, budget=0)
@@ -155,19 +155,22 @@ def _aggressive_peaks(graph):
 
 
 @pytest.mark.numerics
+@pytest.mark.parametrize("sync_mode", [0, 3])
 def test_tuner_orders_peaks_when_nothing_fits_and_training_is_equal(
-        monkeypatch):
+        monkeypatch, sync_mode):
     """A budget between the lowest peak without ordering and with it: the
     tuner fails with `order_peaks` off, fits with it on, the edges are
     control inputs of the rewritten graph, and three training steps give
-    the same losses and weights as without LMS."""
+    the same losses and weights as without LMS, every swap op having run.
+    With `sync_mode` 3 the swap-ins into the ordered ops also wait for the
+    edges' first ops (`planner.wait_for_ordering`)."""
     monkeypatch.setenv(autotune.MEM_RATIO_ENV, "1")
-    plain, ordered = _aggressive_peaks(_resnet().graph)
+    plain, ordered = _aggressive_peaks(_resnet().graph, sync_mode)
     assert ordered < plain
     budget_gib = (plain + ordered) / 2.0 / (1 << 30)
 
     refused = _resnet()
-    lms = LMS()
+    lms = LMS(sync_mode=sync_mode)
     lms.autotune_gpu_mem = budget_gib
     lms.interconnect = "instant"
     lms.order_peaks = False
@@ -175,7 +178,7 @@ def test_tuner_orders_peaks_when_nothing_fits_and_training_is_equal(
         lms.run(refused.graph)
 
     model = _resnet()
-    lms = LMS()
+    lms = LMS(sync_mode=sync_mode)
     lms.autotune_gpu_mem = budget_gib
     lms.interconnect = "instant"
     result = lms.run(model.graph)
@@ -188,6 +191,10 @@ def test_tuner_orders_peaks_when_nothing_fits_and_training_is_equal(
         then = model.graph.get_operation_by_name(planned.index.names[b])
         assert first in then.control_inputs
     assert len(ops) > 0
+    if sync_mode == 3:
+        firsts = {a for a, _ in planned.ordering_edges}
+        assert any(set(sin.triggers) & firsts
+                   for s in planned.plan.swaps for sin in s.swap_ins)
     assert_same_training(model.graph, result, train(_resnet()),
                          train(model))
 
