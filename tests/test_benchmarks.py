@@ -482,3 +482,25 @@ def test_capacity_text_states_the_planning_ratio():
     assert capacity.scaled_steps(search) is None
     assert capacity.step_table([search]).splitlines()[2].endswith(
         " | - | - | - | - | - | - | - | - |")
+
+
+def test_goal_plans_script_measures_a_plan_instant_and_timed():
+    """benchmarks/goal_plans.py on a 24^3 U-Net tuned for 16 MiB: one
+    JSON line and a table row; a slower link never lowers the oracle's
+    timed peak, and a link never lowers it below the instant replay."""
+    env = dict(os.environ, TF_LMS_SIMULATOR_MEM_RATIO="0.9",
+               TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", "goal_plans.py"),
+         "--case", "unet3d:24", "--gpu-mem", "0.016", "--links",
+         "nvlink2,pcie4"],
+        capture_output=True, text=True, env=env, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.strip().splitlines()
+    row = json.loads(lines[0])
+    assert row["status"] == "swapped" and len(row["params"]) == 4
+    assert row["oracle_instant_gib"] <= row["oracle_nvlink2_gib"] \
+        <= row["oracle_pcie4_gib"]
+    assert row["sim_peak_gib"] <= 0.016
+    assert lines[-1].startswith("| 3D U-Net 24^3 | %s |" % ", ".join(
+        str(p) for p in row["params"]))
