@@ -309,3 +309,10 @@ def test_resnet50_at_8000_fits_16_gib_with_copies_timed():
                if sin.synchronous and all(c in seconds
                                           for c, _ in sin.consumers)]
     assert waiting and all(set(sin.triggers) & firsts for sin in waiting)
+
+
+def test_replay_bound_shrinks_with_the_graph():
+    assert ordering.replays_for(6000) == ordering.MAX_REPLAYS
+    assert ordering.replays_for(50000) == 40
+    assert ordering.replays_for(200000) == 13
+    assert ordering.replays_for(0) == ordering.MAX_REPLAYS

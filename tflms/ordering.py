@@ -42,11 +42,22 @@ from tflms import graph_index as gi
 from tflms import planner
 from tflms import topo
 
-__all__ = ["order_peaks", "OrderingResult", "MAX_REPLAYS"]
+__all__ = ["order_peaks", "OrderingResult", "MAX_REPLAYS", "replays_for"]
 
 # Replays one search may spend. One round tries at most `_PAIRS_PER_ROUND`
-# edges; on the models of the benchmarks a peak needs 1-6 rounds.
+# edges; on the models of the benchmarks a peak needs 1-6 rounds. On deep
+# graphs a replay costs about a second per 500,000 ops, so the bound
+# shrinks with the graph (`replays_for`) to keep ordering, which only runs
+# when nothing fits or a plan needs synchronous swap-ins, within seconds.
 MAX_REPLAYS = 96
+_REPLAYED_OPS = 2000000  # ops replayed per search on a large graph
+_MIN_REPLAYS = 13        # one full round and the replay before it
+
+
+def replays_for(num_ops):
+    """Replays `order_peaks` may spend on a graph of `num_ops` ops."""
+    return max(_MIN_REPLAYS, min(MAX_REPLAYS, _REPLAYED_OPS // max(1,
+                                                                   num_ops)))
 _PAIRS_PER_ROUND = 12
 
 # An op takes part only if it allocates (second op) or reads (first op) at

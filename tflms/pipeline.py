@@ -592,7 +592,9 @@ def _peak_orderings(index, roles, settings, deferral, log, env,
             planner.make_plan(index, roles, params,
                               batch_size=settings.batch_size,
                               deferral=deferral), found)
-        result = ordering.order_peaks(model, plan, budget, target=target)
+        result = ordering.order_peaks(
+            model, plan, budget, target=target,
+            max_replays=ordering.replays_for(index.num_ops))
         if result.edges:
             results.append((result.result.peak_device_bytes, -sync, result,
                             params))
