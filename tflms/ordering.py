@@ -11,15 +11,17 @@ input gradient writes a tensor as large as it; in a ResNet's first
 projection block the two branches' batch-norm gradients each hold a
 swapped-in input and a new output at once.
 
-`order_peaks` finds control edges ``(first, then)`` between ops of the same
-level of a plan's replay, from an op just before the first reader of a
-tensor made long before the peak to its producer (what deferral does for
-fills, for any op), or from a reader a few levels later to an
-allocator at the peak, that lower the plan's peak, greedily, one edge per
-round, each judged by a full replay. An edge is refused when the second op
-reaches the first (`_closes_cycle`); the edges found for one plan are added to the planning index
-(`graph_index.with_planned_edges`, like serialization) so that every plan
-the tuner makes afterwards keeps them and chooses its triggers around them.
+`order_peaks` lowers a plan's peak greedily, one control edge
+``(first, then)`` per round, each candidate judged by a full replay. A
+candidate is either a large reader at the peak level (or a few levels
+after it) before a large allocator at the peak level, or, for a tensor
+made before the peak and read only after it, an edge from an op just
+before its first reader to its producer (what deferral does for fills,
+for any op). An edge is refused when the second op reaches the first
+(`_closes_cycle`). The edges found for one plan are added to the planning
+index (`graph_index.with_planned_edges`, like serialization), so every
+plan the tuner makes afterwards keeps them and chooses its triggers around
+them.
 
 A control edge changes when an op runs, never what it computes. It is
 only placed between ops that may carry one (`OpRoles.triggers` as the
