@@ -18,9 +18,8 @@ import tensorflow as tf
 from tflms import LMS, hardware, oracle
 
 from zoo import models
-
-SHAPE = [1024, 1024]
-S = 4 * 1024 * 1024  # one float32 tensor of SHAPE
+# The swap graph and its tensor size S (one float32 tensor of SHAPE).
+from test_oracle import S, SHAPE, _swap_graph  # pylint: disable=import-private-name
 
 
 def _swap_chain():
@@ -32,21 +31,7 @@ def _swap_chain():
     GPU buffer is gone by then (its readers a2 and the swap-out ended); on
     a slow link it is still being copied, so the peak grows by exactly S.
     """
-    graph = tf.Graph()
-    with graph.as_default():
-        x = tf.compat.v1.placeholder(tf.float32, SHAPE, name="x")
-        a1 = tf.math.sin(x, name="a1")
-        a2 = tf.math.sin(a1, name="a2")
-        a3 = tf.math.sin(a2, name="a3")
-        with tf.device("/cpu:0"):
-            swap_out = tf.identity(a1, name="lms/swapout_a1")
-            with tf.control_dependencies([a2.op]):
-                swap_in = tf.identity(swap_out, name="lms/swapin_a1")
-        big = tf.tile(a3, [2, 2], name="big")
-        b = tf.math.sin(big, name="b")
-        c = tf.reduce_sum(tf.reshape(b, [4] + SHAPE), axis=0, name="c")
-        out = tf.add(c, swap_in, name="out")
-    return graph, out
+    return _swap_graph(delay=True)
 
 
 def _peak_start_of(result, op_name):
