@@ -60,6 +60,8 @@ def replays_for(num_ops):
     """Replays `order_peaks` may spend on a graph of `num_ops` ops."""
     return max(_MIN_REPLAYS, min(MAX_REPLAYS, _REPLAYED_OPS // max(1,
                                                                    num_ops)))
+
+
 _PAIRS_PER_ROUND = 12
 
 # An op takes part only if it allocates (second op) or reads (first op) at
@@ -105,19 +107,26 @@ def _eligible(index, roles, op):
         not index.in_v1_loop[op]
 
 
-def _closes_cycle(ordered, roles, first, then):
+def _planned_preds(index):
+    """op -> the ops its planned edges (serialization, ordering) wait on."""
+    preds = {}
+    for a, b in index.planned_edges:
+        preds.setdefault(b, []).append(a)
+    return preds
+
+
+def _closes_cycle(ordered, roles, first, then, preds=None):
     """True if the edge ``first -> then`` would close a cycle in the graph
-    with the edges found so far (`ordered`: the index with them planned),
-    counting the merges TensorFlow may make: the merged node of `first`
-    takes over the edge, so a path from `then` (or a partner of it) to
-    `first` (or a partner of it) would be a cycle."""
+    with the edges found so far (`ordered`: the index with them planned;
+    `preds`: its `_planned_preds`, made here when not given), counting the
+    merges TensorFlow may make: the merged node of `first` takes over the
+    edge, so a path from `then` (or a partner of it) to `first` (or a
+    partner of it) would be a cycle."""
     group_first = {first} | set(roles.fused_with.get(first, ()))
     group_then = {then} | set(roles.fused_with.get(then, ()))
     if group_first & group_then:
         return True
-    extra = {}
-    for a, b in ordered.planned_edges:
-        extra.setdefault(b, []).append(a)
+    extra = _planned_preds(ordered) if preds is None else preds
     lowest = min(ordered.levels[v] for v in group_then)
     for v in group_first:
         if ordered.levels[v] > lowest and analysis.ancestors_within(
@@ -173,8 +182,8 @@ def _candidate_pairs(model, index, roles, result):
 # Ops that pass a tensor on without computing: `tf.gradients` wraps every
 # gradient in ``tuple/control_dependency`` identities and a ``group_deps``
 # no-op, which read it right away; the tensor is needed by what reads them.
-_PASSING_TYPES = frozenset({"Identity", "Snapshot", "StopGradient", "NoOp",
-                            "IdentityN"})
+# pylint: disable-next=protected-access
+_PASSING_TYPES = analysis._FORWARDING_TYPES | {"NoOp", "IdentityN"}
 
 
 def _real_readers(index, op):
@@ -246,6 +255,7 @@ def order_peaks(model, plan, budget, max_replays=MAX_REPLAYS, target=None):
     before = result.peak_device_bytes
     edges = []
     ordered = index
+    preds = _planned_preds(ordered)
     spent = 1
     tried = set()
     key = (result.peak_device_bytes, _excess(result, budget))
@@ -256,7 +266,7 @@ def order_peaks(model, plan, budget, max_replays=MAX_REPLAYS, target=None):
             if pair in tried or spent >= max_replays:
                 continue
             tried.add(pair)
-            if _closes_cycle(ordered, roles, *pair):
+            if _closes_cycle(ordered, roles, *pair, preds=preds):
                 continue
             trial = planner.wait_for_ordering(dataclasses.replace(
                 plan, serialization_edges=plan.serialization_edges
@@ -276,5 +286,6 @@ def order_peaks(model, plan, budget, max_replays=MAX_REPLAYS, target=None):
         key, pair, result = best
         edges.append(pair)
         ordered = gi.with_planned_edges(ordered, (pair,))
+        preds.setdefault(pair[1], []).append(pair[0])
     return OrderingResult(edges=tuple(edges), result=result,
                           peak_before=before, replays=spent)

@@ -499,9 +499,10 @@ def _tune_ordered(index, roles, settings, deferral, log, env, list_devices,
                                      env, list_devices, found=found)
         if not candidates:
             break
+        lowest = None
         for edges in candidates:
-            ordered = gi.with_planned_edges(index, edges)
-            ordered_deferral = planner.deferral_edges(ordered, roles)
+            ordered, ordered_deferral = _with_ordering(index, roles, edges)
+            lowest = lowest or (ordered, ordered_deferral)
             log.info("[Simulator] Searching again with %d ordering edges"
                      % len(found + edges))
             try:
@@ -513,9 +514,15 @@ def _tune_ordered(index, roles, settings, deferral, log, env, list_devices,
                 error = sys.exc_info()
         # Nothing fitted with any of them: order the lowest peak further.
         found += candidates[0]
-        index = gi.with_planned_edges(index, candidates[0])
-        deferral = planner.deferral_edges(index, roles)
+        index, deferral = lowest
     raise error[1].with_traceback(error[2])
+
+
+def _with_ordering(index, roles, edges):
+    """The planning index with ordering `edges` planned, and its deferral
+    edges (the delayed fills' triggers follow the new levels)."""
+    ordered = gi.with_planned_edges(index, edges)
+    return ordered, planner.deferral_edges(ordered, roles)
 
 
 def _faster_ordered(outcome, index, roles, settings, deferral, log, env,
@@ -536,8 +543,7 @@ def _faster_ordered(outcome, index, roles, settings, deferral, log, env,
     if not candidates:
         return plain
     edges = candidates[0]
-    ordered = gi.with_planned_edges(index, edges)
-    ordered_deferral = planner.deferral_edges(ordered, roles)
+    ordered, ordered_deferral = _with_ordering(index, roles, edges)
     try:
         other = _tune(ordered, roles, settings, ordered_deferral, Logger(),
                       env, list_devices, by_step_time, edges)
