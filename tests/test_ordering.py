@@ -222,7 +222,7 @@ def test_tflms_plan_lists_the_ordering_edges(tmp_path, monkeypatch, capsys):
     assert all(a in names and b in names for a, b in report["ordering_edges"])
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
-    assert "Ordered at the memory peaks (nothing fitted without): %d " \
+    assert "Ordered at the memory peaks (docs/autotuning.md, step 8): %d " \
         "control edges" % len(report["ordering_edges"]) in out
     first, then = report["ordering_edges"][0]
     assert "  %s before %s" % (first, then) in out

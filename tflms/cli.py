@@ -734,8 +734,10 @@ def render(report, args):
                          % (r.recomputed_tensors, _gib(r.recompute_bytes),
                             r.recompute_ops))
         if r.ordering_edges:
-            lines.append("Ordered at the memory peaks (nothing fitted "
-                         "without): %d control edges, first op before "
+            # Kept when nothing fitted without them, or when they gave a
+            # plan a shorter step than synchronous swap-ins.
+            lines.append("Ordered at the memory peaks (docs/autotuning.md, "
+                         "step 8): %d control edges, first op before "
                          "second:" % len(r.ordering_edges))
             for first, then in r.ordering_edges:
                 lines.append("  %s before %s" % (first, then))
