@@ -1,7 +1,9 @@
 """Training with LMS and recompute gives bit-identical numbers.
 
 Each model trains three steps from the same seed without LMS and with LMS
-(every tensor swapped, ``swapout_threshold=1``) and ``recompute=True``, in a
+(every tensor swapped, ``swapout_threshold=1``, or auto-tuned for half the
+peak on a slow link, where convolutions are cloned too) and
+``recompute=True``, in a
 subprocess with oneDNN explicitly off and on (TensorFlow reads
 `TF_ENABLE_ONEDNN_OPTS` once, when it loads). The recomputed values are
 the same kernels on the same inputs, so losses and weights must be equal
@@ -30,6 +32,9 @@ EXPECTED_TYPES = {
     "cnn_bn": {"FusedBatchNormV3", "Relu"},
     "cnn_branchy": {"ConcatV2", "FusedBatchNormV3", "MaxPool"},
     "keras_resnet": {"AddV2", "FusedBatchNormV3", "Relu"},
+    # Auto-tuned, each recompute judged by predicted step time: the clones
+    # go through convolutions (`_recompute_training.tuned_lms`).
+    "keras_resnet_64:tuned": {"Conv2D", "FusedBatchNormV3", "Relu"},
 }
 
 

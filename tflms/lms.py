@@ -163,8 +163,10 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
         2 swap-ins wait for their consumer's other inputs (swapin_ahead and
         swapin_groupby are then ignored); 3 both.
       recompute: also make swapped tensors again from cheap stateless ops
-        just before their far readers, instead of swapping them, where
-        the simulated peak allows (see docs/parameters.md).
+        (with auto-tuning, through convolutions too, where the predicted
+        step is shorter) just before their far readers, instead of
+        swapping them, where the simulated peak allows (see
+        docs/parameters.md).
       serialization: levels whose ops are chained by control dependencies so
         they run one at a time: ints and Python slice strings, e.g.
         ``[1, '3:5']`` is levels 1, 3 and 4.

@@ -292,9 +292,15 @@ def _recompute_within_budget(planned, log, cost=recompute_cost):
             return True
         return False
 
+    # Each recompute here is timed, so clones of convolutions and matrix
+    # products are offered too: one is taken only where it shortens the
+    # predicted step.
+    clone_types = (planner.TIMED_RECOMPUTABLE_TYPES
+                   if cost is recompute_cost else planner.RECOMPUTABLE_TYPES)
     chosen = planner.with_recomputes(planned.index, planned.roles,
                                      planned.plan, accept,
-                                     planned.settings.batch_size)
+                                     planned.settings.batch_size,
+                                     clone_types=clone_types)
     if chosen is planned.plan:
         log.info("[Simulator] No swapped tensor can be recomputed within "
                  "the budget in less predicted time than it is swapped")

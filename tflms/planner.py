@@ -40,6 +40,7 @@ __all__ = [
     "SwapPlan",
     "RecomputePlan",
     "RECOMPUTABLE_TYPES",
+    "TIMED_RECOMPUTABLE_TYPES",
     "MAX_RECOMPUTE_OPS",
     "Plan",
     "TriggerFinder",
@@ -921,6 +922,16 @@ RECOMPUTABLE_TYPES = frozenset({
     "ConcatV2", "MaxPool", "AvgPool", "MaxPool3D", "AvgPool3D",
     "Reshape", "Cast", "Identity", "Pad",
 })
+# Ops a recompute may also clone when each recompute is judged by predicted
+# step time (auto-tuning): deterministic like the ones above, but their cost
+# is in FLOPs, so a clone pays only where the copies it saves are exposed
+# and take longer than it does. On the GPU a clone runs with the original's
+# shapes and attributes, so TensorFlow's autotuner picks the same
+# convolution algorithm for both; cuDNN's forward algorithms are
+# deterministic (its nondeterminism is in the backward passes' atomics).
+TIMED_RECOMPUTABLE_TYPES = RECOMPUTABLE_TYPES | frozenset({
+    "Conv2D", "Conv3D", "DepthwiseConv2dNative", "MatMul", "BatchMatMulV2",
+})
 _BATCH_NORM_TYPES = frozenset({
     "FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3"})
 
@@ -936,11 +947,12 @@ MAX_RECOMPUTE_OPS = 4
 _RESIDENT_INPUT_TYPES = frozenset({"Const", "ReadVariableOp"})
 
 
-def _may_clone(index, roles, op):
-    """True if a recompute may clone `op`: a cheap deterministic op on the
-    managed device, active, outside control-flow frames and collectives."""
+def _may_clone(index, roles, op, clone_types=RECOMPUTABLE_TYPES):
+    """True if a recompute may clone `op`: a deterministic op of
+    `clone_types` on the managed device, active, outside control-flow
+    frames and collectives."""
     t = index.types[op]
-    return (t in RECOMPUTABLE_TYPES
+    return (t in clone_types
             and op in roles.device_ops and op not in roles.inactive
             and not index.is_stateful[op]
             and not index.in_v1_cond[op] and not index.in_v1_loop[op]
@@ -993,14 +1005,15 @@ def _input_source(index, roles, tensor, level, rerouted, swaps_by_tensor):
 
 
 def plan_recompute(index, roles, producer, output, consumers,
-                   batch_size=None, swaps=(), recomputes=(), triggers=None):
+                   batch_size=None, swaps=(), recomputes=(), triggers=None,
+                   clone_types=RECOMPUTABLE_TYPES):
     """The cheapest way to make tensor ``(producer, output)`` again for its
     late readers `consumers`, or None.
 
     Walks back from the producer over data inputs: an input that is on the
     device when the first late reader runs (see `_input_source`) is read
-    as it is; any other input's producer must be cloned too (it must be a
-    `RECOMPUTABLE_TYPES` op, see `_may_clone`), up to `MAX_RECOMPUTE_OPS`
+    as it is; any other input's producer must be cloned too (it must be of
+    `clone_types`, see `_may_clone`), up to `MAX_RECOMPUTE_OPS`
     ops. Cloning exactly the producers of the inputs that are not available
     is the smallest set that can work. The clones wait on a trigger found
     as a swap-in's is, `len(ops)` levels ahead of the first late reader, so
@@ -1016,11 +1029,14 @@ def plan_recompute(index, roles, producer, output, consumers,
         (their rerouted readers do not keep a tensor on the device; their
         swap-ins may be read).
       triggers: a `TriggerFinder` for the same index and roles.
+      clone_types: the op types that may be cloned: `RECOMPUTABLE_TYPES`
+        (cheap ops), or `TIMED_RECOMPUTABLE_TYPES` (convolutions and matrix
+        products too) where a step-time model judges each recompute.
 
     Returns:
       A `RecomputePlan`, or None.
     """
-    if not consumers or not _may_clone(index, roles, producer):
+    if not consumers or not _may_clone(index, roles, producer, clone_types):
         return None
     levels = index.levels
     consumers = tuple(sorted(consumers, key=lambda c: (levels[c[0]], c)))
@@ -1045,7 +1061,7 @@ def plan_recompute(index, roles, producer, output, consumers,
                 continue
             q = tensor[0]
             if len(cloned) >= MAX_RECOMPUTE_OPS or not _may_clone(
-                    index, roles, q):
+                    index, roles, q, clone_types):
                 return None
             cloned.add(q)
             stack.append(q)
@@ -1102,7 +1118,7 @@ def retrigger_swaps(swaps, recompute):
 
 
 def with_recomputes(index, roles, plan, accept, batch_size=None,
-                    triggers=None):
+                    triggers=None, clone_types=RECOMPUTABLE_TYPES):
     """`plan` with swaps replaced by recomputes where `accept` agrees.
 
     Each swapped tensor, most bytes moved first, is tried: its swap-ins'
@@ -1118,6 +1134,7 @@ def with_recomputes(index, roles, plan, accept, batch_size=None,
       accept: callable ``(candidate Plan, current Plan) -> bool``.
       batch_size: for tensor sizes.
       triggers: a `TriggerFinder` for the same index and roles.
+      clone_types: as for `plan_recompute`.
 
     Returns:
       A `Plan` (the same object when nothing was replaced).
@@ -1136,7 +1153,7 @@ def with_recomputes(index, roles, plan, accept, batch_size=None,
         consumers = tuple(c for sin in swap.swap_ins for c in sin.consumers)
         rec = plan_recompute(index, roles, swap.producer, swap.output,
                              consumers, batch_size, others,
-                             current.recomputes, triggers)
+                             current.recomputes, triggers, clone_types)
         if rec is None:
             continue
         candidate = dataclasses.replace(
