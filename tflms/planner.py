@@ -929,6 +929,8 @@ RECOMPUTABLE_TYPES = frozenset({
 # shapes and attributes, so TensorFlow's autotuner picks the same
 # convolution algorithm for both; cuDNN's forward algorithms are
 # deterministic (its nondeterminism is in the backward passes' atomics).
+# Transposed convolutions (`Conv2DBackpropInput`...) are left out for that
+# reason: their kernel is a backward-data pass.
 TIMED_RECOMPUTABLE_TYPES = RECOMPUTABLE_TYPES | frozenset({
     "Conv2D", "Conv3D", "DepthwiseConv2dNative", "MatMul", "BatchMatMulV2",
 })
