@@ -179,3 +179,46 @@ def test_fixed_parameters_without_sizes_warn_and_only_swap(lms_log):
     assert any("Not recomputing: choosing what to recompute needs every "
                "tensor's size" in line and "set lms.batch_size" in line
                for line in lms_log())
+
+
+def test_recompute_looks_only_for_free_clones_when_every_copy_is_hidden(
+        monkeypatch):
+    # Timed on a slow link the copies are exposed and clones through
+    # convolutions are looked for; on NVLink-C2C the compute hides every
+    # copy, a step cannot get shorter, and only clones that take no time
+    # (which alone could keep the step as it is) are looked for.
+    from tflms import graph_index as gi
+    from tflms import pipeline
+    from tflms import planner
+    from tflms import steptime
+    from tflms.settings import Settings
+    from zoo import models
+
+    graph = tf.Graph()
+    with graph.as_default():
+        models.keras_resnet(image=64, batch=4, blocks=(2, 2), seed=1)
+    index = gi.build_index(graph)
+    looked_for = []
+    real = planner.with_recomputes
+
+    def spy(*args, **kwargs):
+        looked_for.append(kwargs["clone_types"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(planner, "with_recomputes", spy)
+    env = {"TF_LMS_SIMULATOR_MEM_RATIO": "1"}
+    results = {}
+    for link in ("pcie3", "nvlink-c2c"):
+        base = Settings(gpu="H100-SXM5-80GB", interconnect=link)
+        without = pipeline.simulate_without(
+            index, pipeline.classify(index, base), base)
+        gib = 0.6 * without.peak_device_bytes / float(1 << 30)
+        results[link] = pipeline.plan(index, base.replace(
+            autotune_gpu_mem=gib, recompute=True), env=env)
+    assert looked_for == [planner.TIMED_RECOMPUTABLE_TYPES,
+                          planner.TIMED_RECOMPUTABLE_TYPES
+                          & steptime.NO_KERNEL_TYPES]
+    assert results["pcie3"].plan.recomputes
+    hidden = results["nvlink-c2c"]
+    assert hidden.plan.recomputes == ()
+    assert hidden.step_time.exposed_transfer_s == 0
