@@ -475,10 +475,10 @@ def _recompute_within_peak(planned, log, cost=recompute_cost):
 
 def _log_recomputes(log, plan):
     if plan.recomputes:
-        log.info("Recomputing %d swapped tensors (%.3f GiB) from cheap "
-                 "operations instead: %.3f GiB moved per step" % (
-                     len(plan.recomputes), plan.recompute_bytes() / _GIB,
-                     plan.moved_bytes() / _GIB))
+        log.info("Recomputing %d swapped tensors (%.3f GiB) by cloning the "
+                 "operations that made them instead: %.3f GiB moved per step"
+                 % (len(plan.recomputes), plan.recompute_bytes() / _GIB,
+                    plan.moved_bytes() / _GIB))
 
 
 def simulate_plan(planned):

@@ -267,8 +267,8 @@ class Settings:
         "dimensions). Costs compute instead of transfers; off by default: "
         "it pays only where the link is the bottleneck (docs/benchmarks.md, "
         "\"Cheaper plans at the same size\") and adds ops to the graph.",
-        flag="recompute swapped tensors from cheap operations where "
-             "possible, instead of swapping them")
+        flag="recompute swapped tensors by cloning the operations that "
+             "made them, where that pays, instead of swapping them")
     serialization: tuple = _setting(
         (), _check_serialization,
         "Levels whose operations run one at a time, chained by control "
