@@ -339,15 +339,7 @@ def _recompute_within_budget(planned, log, cost=recompute_cost):
                  final.peak_device_bytes / _GIB, budget / _GIB,
                  final.peak_level, final.peak_op, step.with_lms_s * 1e3,
                  step.exposed_transfer_s * 1e3, step.recompute_s * 1e3))
-    settings = planned.settings
-    if settings.autotune_plot:
-        # The tuner drew the swap-only plan; draw the plan that is applied.
-        from tflms import plots  # pylint: disable=import-outside-toplevel
-        plots.write_plots(settings.plot_dir, planned.index, planned.roles,
-                          planned.without_lms, final, budget,
-                          batch_size=settings.batch_size, log=log)
-    return dataclasses.replace(planned, plan=chosen, with_lms=final,
-                               step_time=step)
+    return _replaced_plan(planned, chosen, final, step, log)
 
 
 def _fewer_swapout_waits(planned, log):
@@ -397,14 +389,20 @@ def _fewer_swapout_waits(planned, log):
                 planned.settings.interconnect, step.with_lms_s * 1e3,
                 planned.step_time.with_lms_s * 1e3
                 if planned.step_time is not None else float("nan")))
+    return _replaced_plan(planned, current, final, step, log)
+
+
+def _replaced_plan(planned, plan, replay, step, log):
+    """`planned` with the tuner's plan replaced by `plan` (its timed
+    `replay` and predicted `step`); the memory plots, which the tuner drew
+    for its own plan, are drawn again for the one applied."""
     settings = planned.settings
     if settings.autotune_plot:
-        # The tuner drew the plan with every wait; draw the one applied.
         from tflms import plots  # pylint: disable=import-outside-toplevel
         plots.write_plots(settings.plot_dir, planned.index, planned.roles,
-                          planned.without_lms, final, budget,
+                          planned.without_lms, replay, planned.budget_bytes,
                           batch_size=settings.batch_size, log=log)
-    return dataclasses.replace(planned, plan=current, with_lms=final,
+    return dataclasses.replace(planned, plan=plan, with_lms=replay,
                                step_time=step)
 
 
