@@ -59,6 +59,7 @@ def test_unet_352_waits_only_for_its_largest_copy(monkeypatch):
     waited = [by_time.index.names[s.producer] for s in plan.swaps
               if s.waiters]
     assert waited == ["unet3d/concat0"]
+    assert len(by_time.unwaited) == 13 and by_bytes.unwaited == ()
     timed, step = _replay(by_time, plan)
     assert timed.fits(by_time.budget_bytes)
     assert timed.peak_device_bytes == by_time.with_lms.peak_device_bytes
@@ -117,6 +118,11 @@ def test_a_plan_with_some_waits_dropped_trains_as_without_lms(
     assert len(waited) == 7
     assert any("9 of 16 swap-outs no longer make their readers wait" in line
                for line in lms_log())
+    assert any("except for 9 swap-outs, whose waits the plan does not need "
+               "to fit" in line for line in lms_log())
+    assert len(planned.unwaited) == 9
+    assert {(s.producer, s.output) for s in plan.swaps if not s.waiters} \
+        == set(planned.unwaited)
     graph = model.graph
     names = planned.index.names
     swapouts = dict(zip(((s.producer, s.output) for s in plan.swaps),

@@ -297,8 +297,10 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
                              seconds=time.perf_counter() - start)
 
         plan = planned.plan
+        swapped = {(s.producer, s.output) for s in plan.swaps}
         self._log_parameters(plan.params, planned.autotuned,
-                             planned.only_tensors)
+                             planned.only_tensors,
+                             [t for t in planned.unwaited if t in swapped])
         if plan.unplanned_groups:
             log.info("%d swap-in groups had no op to start them in time and "
                      "were left on the device" % plan.unplanned_groups, 1)
@@ -364,7 +366,7 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
                          len(roles.fused_with),
                          ", ".join("+".join(p) for p in pairs)))
 
-    def _log_parameters(self, p, autotuned, only_tensors=None):
+    def _log_parameters(self, p, autotuned, only_tensors=None, unwaited=()):
         log = self._log
         hand_set = ("LMS(swapout_threshold=%d, swapin_ahead=%d, "
                     "swapin_groupby=%d, sync_mode=%d)"
@@ -386,6 +388,10 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
             else ""
         log.info("sync_mode: %d (%s)" % (p.sync_mode,
                                          _SYNC_MODE_TEXT[p.sync_mode]), indent=2)
+        if unwaited:
+            log.info("except for %d swap-outs, whose waits the plan does "
+                     "not need to fit (docs/autotuning.md, step 9)"
+                     % len(unwaited), indent=2)
         log.info("swapout_threshold: %d" % p.swapout_threshold, indent=2)
         log.info("swapin_ahead: %d%s" % (p.swapin_ahead, ignored), indent=2)
         log.info("swapin_groupby: %d%s" % (p.swapin_groupby, ignored),

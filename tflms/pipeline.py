@@ -81,8 +81,13 @@ class Planned:
         every plan).
       ordering_edges: the control edges `ordering.order_peaks` added to
         the planning index when auto-tuning found nothing that fits
-        without them (also in `index.planned_edges`, and so in the plan's
-        serialization edges, which the rewriter adds).
+        without them, or a faster plan with them (also in
+        `index.planned_edges`, and so in the plan's serialization edges,
+        which the rewriter adds).
+      unwaited: ``(producer, output)`` of the swapped tensors whose
+        swap-outs the tuner's `sync_mode` would make their readers wait
+        for, and whose waits were dropped because the plan fits without
+        them and its predicted step is shorter (`_fewer_swapout_waits`).
       plan: the complete `planner.Plan` (swaps, serialization and deferral
         edges), or None when LMS is not needed (auto-tuning found that the
         step fits without swapping).
@@ -105,6 +110,7 @@ class Planned:
     serialized_levels: tuple = ()
     deferral_edges: tuple = ()
     ordering_edges: tuple = ()
+    unwaited: tuple = ()
     plan: object = None
     autotuned: bool = False
     tune: object = None
@@ -389,7 +395,9 @@ def _fewer_swapout_waits(planned, log):
                 planned.settings.interconnect, step.with_lms_s * 1e3,
                 planned.step_time.with_lms_s * 1e3
                 if planned.step_time is not None else float("nan")))
-    return _replaced_plan(planned, current, final, step, log)
+    return dataclasses.replace(
+        _replaced_plan(planned, current, final, step, log),
+        unwaited=tuple((s.producer, s.output) for s in freed))
 
 
 def _replaced_plan(planned, plan, replay, step, log):
