@@ -297,10 +297,8 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
                              seconds=time.perf_counter() - start)
 
         plan = planned.plan
-        swapped = {(s.producer, s.output) for s in plan.swaps}
         self._log_parameters(plan.params, planned.autotuned,
-                             planned.only_tensors,
-                             [t for t in planned.unwaited if t in swapped])
+                             planned.only_tensors, planned.unwaited)
         if plan.unplanned_groups:
             log.info("%d swap-in groups had no op to start them in time and "
                      "were left on the device" % plan.unplanned_groups, 1)

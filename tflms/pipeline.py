@@ -308,17 +308,18 @@ def _recompute_within_budget(planned, log, cost=recompute_cost):
     # Each recompute here is timed, so clones of convolutions and matrix
     # products are offered too: one is taken only where it shortens the
     # predicted step.
-    clone_types = (planner.TIMED_RECOMPUTABLE_TYPES
-                   if cost is recompute_cost else planner.RECOMPUTABLE_TYPES)
-    step_s = costs[id(planned.plan)][1][0] if cost is recompute_cost else None
-    if step_s is not None and step_s - compute_s <= 1e-9 * step_s:
-        # The compute hides every copy, and no recompute can change that
-        # (a step is never shorter than its compute): only clones that take
-        # no time pass `_slower_than`, so only those are looked for. The
-        # 200,000-op deep MLP (`benchmarks/plan_speed.py deep_mlp 200000
-        # --recompute`) plans in 18.9 s instead of 39.1 s.
-        from tflms import steptime  # pylint: disable=import-outside-toplevel
-        clone_types = clone_types & steptime.NO_KERNEL_TYPES
+    clone_types = planner.RECOMPUTABLE_TYPES
+    if cost is recompute_cost:
+        clone_types = planner.TIMED_RECOMPUTABLE_TYPES
+        step_s = costs[id(planned.plan)][1][0]
+        if step_s - compute_s <= 1e-9 * step_s:
+            # The compute hides every copy, and no recompute can change
+            # that (a step is never shorter than its compute): only clones
+            # that take no time pass `_slower_than`, so only those are
+            # looked for. The 200,000-op deep MLP (`benchmarks/plan_speed.py
+            # deep_mlp 200000 --recompute`) plans in 18.9 s, not 39.1 s.
+            from tflms import steptime  # pylint: disable=import-outside-toplevel
+            clone_types = clone_types & steptime.NO_KERNEL_TYPES
     chosen = planner.with_recomputes(planned.index, planned.roles,
                                      planned.plan, accept,
                                      planned.settings.batch_size,
@@ -364,15 +365,18 @@ def _fewer_swapout_waits(planned, log):
     plan = planned.plan
     waited = sorted((s for s in plan.swaps if s.waiters),
                     key=lambda s: (-(s.nbytes or 0), s.producer, s.output))
-    if not waited:
+    # Without a predicted step (copies instant) a wait costs no time, so
+    # no dropped wait could shorten it.
+    if not waited or planned.step_time is None:
         return planned
     # Imported here: only tuned plans with synchronous swap-outs need it.
     from tflms import ordering  # pylint: disable=import-outside-toplevel
     model = _model(planned.index, planned.roles, planned.settings)
     timer = _step_time_model(planned)
     budget = planned.budget_bytes
-    _, step = _replay_in_time(model, timer, plan, detail=False)
-    best = step.with_lms_s
+    # The tuner timed its plan at the levels of its replay, as
+    # `_replay_in_time` does.
+    best = planned.step_time.with_lms_s
     current = plan
     freed = []
     for swap in waited[:ordering.replays_for(planned.index.num_ops)]:
@@ -393,11 +397,11 @@ def _fewer_swapout_waits(planned, log):
                 sum(s.nbytes or 0 for s in freed) / _GIB,
                 final.peak_device_bytes / _GIB, budget / _GIB,
                 planned.settings.interconnect, step.with_lms_s * 1e3,
-                planned.step_time.with_lms_s * 1e3
-                if planned.step_time is not None else float("nan")))
-    return dataclasses.replace(
-        _replaced_plan(planned, current, final, step, log),
-        unwaited=tuple((s.producer, s.output) for s in freed))
+                planned.step_time.with_lms_s * 1e3))
+    return _replaced_plan(
+        dataclasses.replace(planned, unwaited=tuple(
+            (s.producer, s.output) for s in freed)),
+        current, final, step, log)
 
 
 def _replaced_plan(planned, plan, replay, step, log):
@@ -410,8 +414,11 @@ def _replaced_plan(planned, plan, replay, step, log):
         plots.write_plots(settings.plot_dir, planned.index, planned.roles,
                           planned.without_lms, replay, planned.budget_bytes,
                           batch_size=settings.batch_size, log=log)
-    return dataclasses.replace(planned, plan=plan, with_lms=replay,
-                               step_time=step)
+    # A tensor recomputed instead is no longer swapped: no wait to drop.
+    swapped = {(s.producer, s.output) for s in plan.swaps}
+    return dataclasses.replace(
+        planned, plan=plan, with_lms=replay, step_time=step,
+        unwaited=tuple(t for t in planned.unwaited if t in swapped))
 
 
 def _slower_than(candidate, step_s, timer, compute_s):

@@ -505,7 +505,7 @@ class TriggerFinder:
                 trigger = self._latest_trigger(first_consumer, lower, upper)
                 if trigger is _UNKNOWN:
                     trigger = find_trigger(self.index, self.roles, src,
-                                            first_consumer, ahead)
+                                           first_consumer, ahead)
         self._cache[key] = trigger
         return trigger
 
