@@ -10,6 +10,15 @@ import tensorflow as tf
 
 # The same checks `tflms verify` makes for users.
 from tflms.verify import kernel_counts, unexecuted_nodes  # noqa: F401
+from zoo import models as zoo_models
+
+
+def zoo_model(name, seed=3, **sizes):
+    """The model zoo's `name` (`zoo.models.BUILDERS`) built with `seed` and
+    `sizes` in a graph of its own; returns the builder's model."""
+    graph = tf.Graph()
+    with graph.as_default():
+        return zoo_models.BUILDERS[name](seed=seed, **sizes)
 
 
 # Saves a small Keras 2 model compiled, in eager mode, with a TF2 optimizer

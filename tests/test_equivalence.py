@@ -26,8 +26,7 @@ import tensorflow as tf
 
 from tflms import LMS
 
-from zoo import models
-from _graphs import assert_same_training, trace_options
+from _graphs import assert_same_training, trace_options, zoo_model
 
 pytestmark = pytest.mark.numerics
 
@@ -64,11 +63,7 @@ _BUILDER_OF = {"lstm_unrolled": "lstm", "cnn_branchy": "cnn_bias"}
 
 
 def build(name):
-    builder = models.BUILDERS[_BUILDER_OF.get(name, name)]
-    graph = tf.Graph()
-    with graph.as_default():
-        model = builder(seed=3, **SIZES[name])
-    return model
+    return zoo_model(_BUILDER_OF.get(name, name), **SIZES[name])
 
 
 def train(model, steps=3):

@@ -15,8 +15,7 @@ from tflms import planner
 from tflms import simulator
 from tflms.settings import Settings
 
-from zoo import models
-from _graphs import assert_same_training
+from _graphs import assert_same_training, zoo_model
 from test_equivalence import train
 
 U = 1000
@@ -131,11 +130,7 @@ def dataclasses_replace_fused(roles, a, b):
 
 
 def _resnet():
-    graph = tf.Graph()
-    with graph.as_default():
-        model = models.BUILDERS["keras_resnet"](
-            seed=3, image=16, batch=2, blocks=(1, 1))
-    return model
+    return zoo_model("keras_resnet", image=16, batch=2, blocks=(1, 1))
 
 
 def _aggressive_peaks(graph, from_sync=0):

@@ -6,7 +6,6 @@ allocated during its copy, and trains as without LMS."""
 import dataclasses
 
 import pytest
-import tensorflow as tf
 
 from tflms import LMS
 from tflms import autotune
@@ -16,8 +15,7 @@ from tflms import simulator
 from tflms import steptime
 from tflms.settings import Settings
 
-from zoo import models
-from _graphs import assert_same_training
+from _graphs import assert_same_training, zoo_model
 from test_equivalence import train
 
 _GIB = float(1 << 30)
@@ -76,10 +74,9 @@ def test_unet_352_waits_only_for_its_largest_copy(monkeypatch):
 
 
 def test_fixed_parameters_keep_every_wait():
-    graph = tf.Graph()
-    with graph.as_default():
-        models.keras_resnet(image=64, batch=4, blocks=(2, 2), seed=1)
-    index = gi.build_index(graph)
+    model = zoo_model("keras_resnet", seed=1, image=64, batch=4,
+                      blocks=(2, 2))
+    index = gi.build_index(model.graph)
     planned = pipeline.plan(index, Settings(
         swapout_threshold=7, swapin_ahead=1, swapin_groupby=0, sync_mode=3))
     assert planned.plan.swaps
@@ -87,11 +84,7 @@ def test_fixed_parameters_keep_every_wait():
 
 
 def _resnet64():
-    graph = tf.Graph()
-    with graph.as_default():
-        model = models.BUILDERS["keras_resnet"](
-            seed=3, image=64, batch=4, blocks=(2, 2))
-    return model
+    return zoo_model("keras_resnet", image=64, batch=4, blocks=(2, 2))
 
 
 @pytest.mark.numerics
