@@ -9,8 +9,9 @@ tensors a_{k-2} (freed 1 ns later), a_{k-1} and a_k are live: 3 S, or 2 S
 for a chain of one op.
 
 The runtime peak (``runtime_gpu_peak_bytes``) replays the same schedule
-with TensorFlow's buffer rules: an op's inputs are released when it ends,
-before the next op allocates, so such a chain holds 2 S; forwarding ops
+with TensorFlow's buffer rules: a GPU op's inputs are released when it is
+launched, after its outputs are allocated, so such a chain holds 2 S; a
+swapped-in copy is allocated when the host sends it; forwarding ops
 (Identity, Reshape, ...) and variable reads allocate nothing; variables
 are resident for the whole step; tensors are sized by their static shapes;
 zero-length ops of one microsecond take turns in execution order.
@@ -231,7 +232,8 @@ def test_runtime_peak_keeps_swapped_in_copy_live():
     swapped-in a1, which stays live until ``out`` reads it: 9 S + 16. The
     Reshape of b forwards its buffer; a1, a2 and a3 are released by then.
     Without the correction (copy freed after the transfer) it would be
-    8 S + 16."""
+    8 S + 16. Without ``delay`` the copy is allocated earlier, when a1's
+    swap-in is sent, which does not move this peak."""
     for delay in (False, True):
         graph, out = _swap_graph(delay=delay)
         result = oracle.peak_memory(graph, out)
@@ -242,12 +244,124 @@ def test_runtime_peak_keeps_swapped_in_copy_live():
         assert [t.name for t in copies] == [transfer.recv_node + ":0"]
         (copy,) = copies
         assert copy.nbytes == S
-        assert copy.alloc_ns == transfer.start_ns
-        # Released when `out` ends; InferFromTrace's rule adds 1 ns.
-        assert copy.dealloc_ns == transfer.corrected_end_ns - 1
+        if delay:
+            assert copy.alloc_ns == transfer.start_ns
+        else:
+            # Sent as soon as a1 has ended (the swap-in waits for nothing
+            # else), while a2 runs; its _Recv runs after a2.
+            assert copy.alloc_ns < transfer.start_ns
+        # Released when `out` is launched, at its start; InferFromTrace's
+        # rule keeps it until 1 ns after `out` ends.
+        assert transfer.start_ns < copy.dealloc_ns < \
+            transfer.corrected_end_ns - 1
         assert sorted(t.name for t in result.runtime_live_at_peak
                       if t.nbytes >= S) == sorted(
                           ["b:0", "big:0", transfer.recv_node + ":0"])
+
+
+def _late_swap_in(trigger_name, readers):
+    """x -> a1 -> m = tile(a1) (4 S); ``readers`` (name -> op) read m, the
+    one named `trigger_name` also starts the swap-in of a1, and ``out``
+    adds the swapped-in a1 to a reduction (S) of each reader's output."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, SHAPE, name="x")
+        a1 = tf.math.sin(x, name="a1")
+        m = tf.tile(a1, [2, 2], name="m")
+        made = {name: op(m, name=name) for name, op in readers.items()}
+        with tf.device("/cpu:0"):
+            swap_out = tf.identity(a1, name="lms/swapout_a1")
+            with tf.control_dependencies([made[trigger_name].op]):
+                swap_in = tf.identity(swap_out, name="lms/swapin_a1")
+        sums = [tf.reduce_sum(tf.reshape(t, [2, 1024, 2, 1024]), axis=[0, 2])
+                for t in made.values()]
+        out = tf.add_n([swap_in] + sums, name="out")
+    return oracle.peak_memory(graph, out)
+
+
+def test_runtime_copy_allocated_when_the_host_sends_it():
+    """`_late_swap_in` with one reader ``t = sin(m)`` (4 S) that starts the
+    swap-in, and ``big = sin(t)`` (4 S) reading it.
+
+    The virtual scheduler runs the swap-in on the CPU when ``t`` ends and
+    queues its ``_Recv`` on the GPU behind ``big``, which became ready at
+    that moment too. TensorFlow's rendezvous allocates the GPU copy when
+    the swap-in is sent, and ``big``, ready no earlier, may be launched
+    after it: at ``big``'s launch t, big and the copy are live, 9 S and the
+    two small constants (24 bytes). With the copy allocated at the
+    ``_Recv``'s turn, after ``big`` has released t, the peak would be
+    8 S + 24.
+    """
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, SHAPE, name="x")
+        a1 = tf.math.sin(x, name="a1")
+        t = tf.math.sin(tf.tile(a1, [2, 2]), name="t")
+        with tf.device("/cpu:0"):
+            swap_out = tf.identity(a1, name="lms/swapout_a1")
+            with tf.control_dependencies([t.op]):
+                swap_in = tf.identity(swap_out, name="lms/swapin_a1")
+        big = tf.math.sin(t, name="big")
+        total = tf.reduce_sum(tf.reshape(big, [2, 1024, 2, 1024]),
+                              axis=[0, 2], name="total")
+        out = tf.add(swap_in, total, name="out")
+    result = oracle.peak_memory(graph, out)
+    (transfer,) = result.transfers
+    copy_name = transfer.recv_node + ":0"
+    live = {t.name: t for t in result.runtime_live_at_peak}
+    assert sorted(name for name, t in live.items() if t.nbytes >= S) == \
+        sorted(["big:0", "t:0", copy_name])
+    assert result.runtime_gpu_peak_bytes == 9 * S + 24
+    # Allocated when t ended and big started, before the _Recv's turn.
+    assert live[copy_name].alloc_ns == live["big:0"].alloc_ns
+    assert live[copy_name].alloc_ns < transfer.start_ns
+
+
+def test_runtime_copy_after_the_ops_ready_before_it_was_sent():
+    """`_late_swap_in` with two readers of m (4 S each): ``p = sin(m)``
+    starts the swap-in, ``q = cos(m)`` was ready as early but runs after
+    ``p``. When ``p`` ends, the swap-in is sent and ``q`` is launched; q
+    was waiting already, so it is launched first and releases m (its last
+    reader) before the copy is allocated. Peak at q's launch: m, p and q,
+    12 S and four small constants (48 bytes); with the copy counted first
+    it would be 13 S + 48."""
+    result = _late_swap_in("p", {"p": tf.math.sin, "q": tf.math.cos})
+    (transfer,) = result.transfers
+    live = {t.name: t for t in result.runtime_live_at_peak}
+    assert result.runtime_gpu_peak_bytes == 12 * S + 48
+    assert sorted(name for name, t in live.items() if t.nbytes >= S) == [
+        "m:0", "p:0", "q:0"]
+    assert transfer.recv_node + ":0" not in live
+
+
+def test_runtime_copy_waits_for_the_swap_ins_trigger():
+    """x -> a1 -> t = tile(a1) (4 S) -> big = sin(t); the swap-in of a1
+    waits for ``t``. The virtual scheduler starts the swap-in on the CPU
+    with ``t`` (it takes an op's ready time from the input it processed
+    last, here the swap-out), but the GPU copy is allocated no earlier
+    than ``t``'s end, here when its ``_Recv`` runs, just before ``big``.
+    Peak at ``big``'s launch: t, big and the copy, 9 S + 24."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, SHAPE, name="x")
+        a1 = tf.math.sin(x, name="a1")
+        t = tf.tile(a1, [2, 2], name="t")
+        with tf.device("/cpu:0"):
+            swap_out = tf.identity(a1, name="lms/swapout_a1")
+            with tf.control_dependencies([t.op]):
+                swap_in = tf.identity(swap_out, name="lms/swapin_a1")
+        big = tf.math.sin(t, name="big")
+        total = tf.reduce_sum(tf.reshape(big, [2, 1024, 2, 1024]),
+                              axis=[0, 2], name="total")
+        out = tf.add(swap_in, total, name="out")
+    result = oracle.peak_memory(graph, out)
+    (transfer,) = result.transfers
+    live = {t.name: t for t in result.runtime_live_at_peak}
+    copy = live[transfer.recv_node + ":0"]
+    assert result.runtime_gpu_peak_bytes == 9 * S + 24
+    # t ends when big starts; the swap-in ran in the schedule when t began.
+    assert copy.alloc_ns == transfer.start_ns == live["big:0"].alloc_ns
+    assert copy.alloc_ns > live["t:0"].alloc_ns
 
 
 def test_runtime_peak_counts_variables_not_reads():

@@ -66,17 +66,19 @@ Four numbers come out of one call to `peak_memory`:
     * Variables (``VarHandleOp``, ``VariableV2``) not placed on a CPU occupy
       the GPU for the whole step, at the size of their ``shape`` attribute
       (``InferFromTrace`` counts no variable, only each read's output).
-    * A buffer is released when its last reader ends, and at one timestamp
-      releases come before allocations. ``InferFromTrace`` releases it 1 ns
-      after the reader ends; ops shorter than 1 us share a truncated
-      timestamp, so each op of a chain overlaps the input of the op before
-      it, and a chain of zero-cost forwarding ops keeps several inputs live
-      together. Within one truncated microsecond, ops that start and end
-      there (zero-length ops in the schedule) take turns in the GPU's
-      execution order, each allocating its outputs before it releases its
-      inputs, so an op's inputs and outputs are always counted together;
-      a zero-length reader on another device (an LMS swap-out) releases
-      after everything the GPU does in that microsecond.
+    * A GPU op releases the buffers it is the last reader of when it is
+      launched, right after allocating its outputs, so an op's inputs and
+      outputs are always counted together and nothing else is: TensorFlow
+      allocates and frees a GPU tensor on the host as kernels are queued
+      (the stream's order keeps a freed buffer from being overwritten
+      while a queued kernel still reads it), not when the kernel has run.
+      The GPU's ops take turns in its execution order. ``InferFromTrace``
+      releases a buffer 1 ns after its reader ends instead; ops shorter
+      than 1 us share a truncated timestamp, so there each op of a chain
+      overlaps the input of the op before it, and a chain of zero-cost
+      forwarding ops keeps several inputs live together. A host op that
+      reads a GPU buffer (an LMS swap-out) releases it when it ends, after
+      everything the GPU launches in that microsecond if it took no time.
 
     * Sizes: a tensor whose static shape TensorFlow's shape inference
       knows is counted at that size. Grappler's own inference, which sizes
@@ -87,10 +89,23 @@ Four numbers come out of one call to `peak_memory`:
 
     The swapped-in-copy correction is kept: a ``Recv_..._on_<gpu>`` copy is
     a GPU buffer live until its last GPU reader (through forwarding ops)
-    ends. A GPU buffer read by a CPU op (an LMS swap-out) lives until that
-    read ends. For a chain ``x -> sin -> Identity -> Reshape -> cos`` the
-    runtime peak is two tensors where ``InferFromTrace`` counts five.
-    ``runtime_live_at_peak`` lists the buffers live at this peak.
+    is launched. It is allocated when the host sends the tensor, at the end
+    of the host op that made it (an LMS swap-in), if that comes before the
+    ``_Recv``'s turn in the GPU's schedule: TensorFlow's ``_Recv`` has no
+    inputs and waits from the start of the step, and the intra-process
+    rendezvous allocates the GPU copy in its callback as soon as the
+    ``_Send`` runs, while the virtual scheduler queues the ``_Recv`` behind
+    the GPU ops ready before it. The host op's end is the latest end of it
+    and of everything it waits for: the scheduler may start a host op
+    before a GPU op it waits for (a swap-in's trigger) has ended. The copy
+    comes after the GPU ops launched in that microsecond that were ready
+    before it was sent (they were queued first) and before those that
+    became ready then (a reader of another swapped-in copy, which on a GPU
+    waits for that copy to arrive). A GPU buffer read by a CPU op (an LMS
+    swap-out) lives until that read ends. For a chain ``x -> sin ->
+    Identity -> Reshape -> cos`` the runtime peak is two tensors where
+    ``InferFromTrace`` counts five. ``runtime_live_at_peak`` lists the
+    buffers live at this peak.
 
     Copies take no time in this replay unless ``interconnect`` names a
     link (below).
@@ -118,13 +133,13 @@ Four numbers come out of one call to `peak_memory`:
       tensor's GPU buffer is held until the copy ends (and its GPU readers,
       as without).
     * Host to device: one copy per ``Recv_..._on_<gpu>``, ready when the
-      ``_Recv`` starts (the scheduler runs it after the swap-in op; this is
-      when the runtime allocates the GPU copy and issues the copy) and not
-      before the device-to-host copy of the same data has ended (a swap-in
-      reads its swap-out), queued behind earlier host-to-device copies. The
-      GPU copy is allocated when it is issued, as without times, so a copy
-      waiting in the queue holds its memory, and it is held until the copy
-      ends or its last GPU reader ends, whichever is later.
+      GPU copy is allocated (when the host sends the tensor, above; this
+      is when the runtime issues the copy) and not before the
+      device-to-host copy of the same data has ended (a swap-in reads its
+      swap-out), queued behind earlier host-to-device copies. The GPU copy
+      is allocated when it is issued, as without times, so a copy waiting
+      in the queue holds its memory, and it is held until the copy ends or
+      its last GPU reader is launched, whichever is later.
     * A copy's end releases like a zero-length op off the GPU: after
       everything the GPU does at that nanosecond.
 
@@ -294,9 +309,10 @@ class TimedCopy:
       to_host: True for a device-to-host copy, False for host-to-device.
       nbytes: bytes copied.
       ready_ns: when the copy could start. Device to host: when the first
-        CPU op reading the tensor starts. Host to device: when the
-        scheduler's ``_Recv`` on the GPU starts (it follows the swap-in
-        op), and not before the device-to-host copy of the same data
+        CPU op reading the tensor starts. Host to device: when the GPU
+        copy is allocated (the host sends the tensor: the swap-in op has
+        ended, or the scheduler's ``_Recv`` on the GPU starts, if that is
+        earlier), and not before the device-to-host copy of the same data
         (its swap-out's) has ended.
       start_ns: when it starts on its direction's FIFO copy stream.
       end_ns: ``start_ns`` plus ``nbytes`` at the link's rate, rounded up.
@@ -337,7 +353,8 @@ class OracleResult:
       gpu_device: the full name of the simulated GPU.
       runtime_gpu_peak_bytes: GPU peak of the same schedule under the
         TensorFlow runtime's buffer rules (forwarding, resident variables,
-        release when the last reader ends; see the module docstring).
+        release when the last reader is launched, swapped-in copies
+        allocated when sent; see the module docstring).
       runtime_live_at_peak: buffers live at the runtime peak, largest first;
         variables have ``variable=True``.
       runtime_peak_ns: when (model time, ns) the runtime replay reached
@@ -781,8 +798,9 @@ def _runtime_replay(step_stats, graph_def, gpu_device, static_bytes=None,
 
     Same step stats, microsecond times and swapped-in-copy correction as
     `_replay`; forwarding ops and variable reads allocate nothing, variables
-    are resident, and a buffer is released when its last reader ends (before
-    any allocation at the same timestamp). See the module docstring.
+    are resident, a buffer is released when its last GPU reader is launched
+    (or its last host reader ends), and a host tensor's GPU copy is
+    allocated when the host sends it. See the module docstring.
 
     With ``bytes_per_s``, copies between the GPU and the host take time on
     one FIFO stream per direction: a GPU buffer read by a CPU op is held
@@ -844,17 +862,17 @@ def _runtime_replay(step_stats, graph_def, gpu_device, static_bytes=None,
             key = _parse_input(data[port if node.op == "IdentityN" else 0])
 
     def release_key(name):
-        # When, within the truncated microsecond it ends in, op `name` lets
-        # go of its inputs. Ops that took time ended before any op that
-        # starts in that microsecond: first. A zero-length op: right after
-        # its own allocations, in the GPU's execution order. A zero-length
-        # op elsewhere (an LMS swap-out, whose copy takes time on a real
+        # When op `name` lets go of its inputs. A GPU op: when it is
+        # launched (its start), right after its own allocations, in the
+        # GPU's execution order. Host ops that took time: when they end,
+        # before any op that starts in that microsecond. A zero-length op
+        # elsewhere (an LMS swap-out, whose copy takes time on a real
         # machine): after everything the GPU does in that microsecond.
         start, end = times[name]
+        if name in order:
+            return (start, 1, order[name], 1)
         if start < end:
             return (end, 0, 0, 0)
-        if name in order:
-            return (end, 1, order[name], 1)
         return (end, 2, 0, 0)
 
     def host_copy_origin(key):
@@ -869,6 +887,19 @@ def _runtime_replay(step_stats, graph_def, gpu_device, static_bytes=None,
             key = _parse_input(data[key[1] if node.op == "IdentityN" else 0])
         return key
 
+    # The host tensor each _Recv copies. TensorFlow's intra-process
+    # rendezvous allocates the GPU copy when the tensor is sent, at the end
+    # of its producer on the host (the _Recv, which has no inputs, waits
+    # from the start of the step), not when the virtual scheduler gets to
+    # the _Recv in the GPU's queue, which may be after GPU ops that were
+    # ready earlier.
+    sent_from = {}
+    for key in sizes:
+        if placement[key[0]] != gpu_device:
+            sent_from[(f"Recv_{key[0]}_{key[1]}{recv_suffix}", 0)] = key
+    sent_early = set()  # copies allocated before their _Recv ran
+    host_done = {}  # host op -> when it has ended, see _host_done
+
     live = {}  # buffer -> [alloc ns, release key, transferred]
     for key in sizes:
         name = key[0]
@@ -877,7 +908,15 @@ def _runtime_replay(step_stats, graph_def, gpu_device, static_bytes=None,
         if name in nodes and gpu_buffer(key) != key:
             continue  # forwarded (or a variable read): no allocation
         transferred = name not in nodes and name.endswith(recv_suffix)
-        live[key] = [times[name][0], release_key(name), transferred]
+        alloc = times[name][0]
+        source = sent_from.get(key) if transferred else None
+        if source is not None:
+            sent = _host_done(source[0], nodes, times, placement, gpu_device,
+                              host_done)
+            if sent < alloc:
+                alloc = sent
+                sent_early.add(key)
+        live[key] = [alloc, release_key(name), transferred]
     to_host_ready = {}  # GPU tensor read by a CPU op -> first such read
     for name in times:
         node = nodes.get(name)
@@ -904,8 +943,8 @@ def _runtime_replay(step_stats, graph_def, gpu_device, static_bytes=None,
     timed_copies = []
     if bytes_per_s is not None:
         timed_copies = _hold_for_copies(
-            live, sizes, times, order, placement, to_host_ready, recv_suffix,
-            gpu_device, gpu_buffer, host_copy_origin, bytes_per_s)
+            live, sizes, times, order, to_host_ready, sent_from, gpu_buffer,
+            host_copy_origin, bytes_per_s)
 
     step_end = max((end for _, end in times.values()), default=0)
     resident = []
@@ -920,11 +959,27 @@ def _runtime_replay(step_stats, graph_def, gpu_device, static_bytes=None,
                 name=node.name, nbytes=_variable_bytes(node), alloc_ns=0,
                 dealloc_ns=step_end, variable=True))
 
-    # An allocation sorts with the zero-length ops of its microsecond, by
-    # execution order, before the releases of its own op.
+    # An allocation sorts with the ops launched in its microsecond, by
+    # execution order, before the releases of its own op. A copy sent from
+    # the host before its _Recv's turn comes after the GPU ops launched in
+    # that microsecond that were ready before it was sent, and before those
+    # that became ready then (a reader of another copy, which waits for
+    # that copy to arrive).
+    launched_at = {}
+    for name, position in order.items():
+        launched_at.setdefault(times[name][0], []).append((position, name))
+
+    def sent_position(sent_ns):
+        later = [position for position, name in launched_at.get(sent_ns, ())
+                 if _gpu_ready(name, nodes, times, placement, gpu_device,
+                               recv_suffix, host_done) >= sent_ns]
+        return min(later) - 0.5 if later else len(order)
+
     events = []
     for key, (alloc, release, _) in live.items():
-        events.append(((alloc, 1, order.get(key[0], 0), 0), sizes[key], key))
+        position = (sent_position(alloc) if key in sent_early
+                    else order.get(key[0], 0))
+        events.append(((alloc, 1, position, 0), sizes[key], key))
         events.append((release, -sizes[key], key))
     current = sum(t.nbytes for t in resident)
     peak, count, peak_keys, peak_ns = current, {}, [], 0
@@ -943,9 +998,65 @@ def _runtime_replay(step_stats, graph_def, gpu_device, static_bytes=None,
     return peak, at_peak, peak_ns, timed_copies
 
 
-def _hold_for_copies(live, sizes, times, order, placement, to_host_ready,
-                     recv_suffix, gpu_device, gpu_buffer, host_copy_origin,
-                     bytes_per_s):
+def _host_done(name, nodes, times, placement, gpu_device, memo):
+    """When host op `name` has really ended, in the step stats' times.
+
+    The virtual scheduler makes an op ready at the end of the input it
+    processed last, not of the one that ended last, so a host op may start
+    in the schedule before a GPU op it waits for (an LMS swap-in's trigger)
+    has ended. An op ends no earlier than its own end and every input's,
+    data or control, host inputs counted the same way (`memo` keeps them).
+    """
+    stack = [name]
+    while stack:
+        op = stack[-1]
+        if op in memo:
+            stack.pop()
+            continue
+        node = nodes.get(op)
+        inputs = [] if node is None else [
+            text.lstrip("^").partition(":")[0] for text in node.input]
+        inputs = [i for i in inputs if i in times]
+        pending = [i for i in inputs
+                   if placement[i] != gpu_device and i not in memo]
+        if pending:
+            stack.extend(pending)
+            continue
+        done = times[op][1]
+        for i in inputs:
+            done = max(done, memo[i] if placement[i] != gpu_device
+                       else times[i][1])
+        memo[op] = done
+        stack.pop()
+    return memo[name]
+
+
+def _gpu_ready(name, nodes, times, placement, gpu_device, recv_suffix,
+               host_done):
+    """When GPU op `name` could start: every input has ended (a GPU input),
+    been copied (a host tensor: its _Recv has run) or been done on the host
+    (a control input from a host op, `_host_done`)."""
+    ready = 0
+    node = nodes.get(name)
+    for text in ([] if node is None else node.input):
+        control = text.startswith("^")
+        source, _, port = text.lstrip("^").partition(":")
+        if source not in times:
+            continue
+        if placement[source] == gpu_device:
+            ready = max(ready, times[source][1])
+            continue
+        recv = f"Recv_{source}_{port or 0}{recv_suffix}"
+        if not control and recv in times:
+            ready = max(ready, times[recv][0])
+        else:
+            ready = max(ready, _host_done(source, nodes, times, placement,
+                                          gpu_device, host_done))
+    return ready
+
+
+def _hold_for_copies(live, sizes, times, order, to_host_ready, sent_from,
+                     gpu_buffer, host_copy_origin, bytes_per_s):
     """Times the step's copies and extends the GPU buffers they hold.
 
     Part of `_runtime_replay` (its names): updates the release keys in
@@ -961,19 +1072,14 @@ def _hold_for_copies(live, sizes, times, order, placement, to_host_ready,
          for key, ready in out_ready.items()], bytes_per_s)
 
     # Host to device: the scheduler's _Recv copies. The runtime allocates
-    # the GPU copy when it issues it (when the _Recv starts), so a copy
-    # queued behind others holds its memory while it waits; its data
+    # the GPU copy when it issues it (when the host tensor is sent), so a
+    # copy queued behind others holds its memory while it waits; its data
     # cannot leave the host before it arrived there (a swap-in's copy
     # waits for its swap-out's).
-    source_of = {}  # _Recv buffer -> CPU tensor it copies
-    for key in sizes:
-        if placement[key[0]] != gpu_device:
-            recv = (f"Recv_{key[0]}_{key[1]}{recv_suffix}", 0)
-            if recv in live:
-                source_of[recv] = key
+    source_of = {recv: key for recv, key in sent_from.items() if recv in live}
     in_ready = {}
     for recv, source in source_of.items():
-        ready = times[recv[0]][0]
+        ready = live[recv][0]  # when the copy was allocated and issued
         origin = host_copy_origin(source)
         if origin in out_times:
             ready = max(ready, out_times[origin][1])
