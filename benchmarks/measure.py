@@ -374,7 +374,9 @@ def apply_tflms(built, params=None, budget_gib=None):
       dict with status ("swapped", "not needed" or "no fit"), edit_s,
       swap_outs, swap_ins, swapout_bytes, swapin_bytes, params (the
       parameters used), sim_peak (the simulator's device peak for the
-      plan), predicted_step (`_predicted_steps`: the step with the plan
+      plan, copies timed at the tuner's interconnect), sim_instant_peak
+      (the same plan with copies instant, as `oracle_peaks` replays them
+      by default: the number to compare with its gpu_peak), predicted_step (`_predicted_steps`: the step with the plan
       over each of `STEP_LINKS`; without a plan, the step as given; or
       step_error when the step-time model rejects the plan) and, for
       "no fit", the error text.
@@ -403,6 +405,8 @@ def apply_tflms(built, params=None, budget_gib=None):
         planned = pipeline.simulate_plan(result.planned)
         p = planned.params
         out["sim_peak"] = int(planned.with_lms.peak_device_bytes)
+        out["sim_instant_peak"] = int(
+            pipeline.instant_replay(planned).peak_device_bytes)
         out.update(swap_outs=len(result.swapout_ops),
                    swap_ins=len(result.swapin_ops),
                    swapout_bytes=int(planned.plan.swapout_bytes()),

@@ -225,9 +225,12 @@ def findings(data):
     gaps = []
     for r in sections.get("capacity", []):
         for p in r.get("probes", []):
-            if p.get("method") == "tflms" and p.get("sim_peak") and \
-                    p.get("gpu_peak"):
-                gaps.append(p["gpu_peak"] / float(p["sim_peak"]) - 1)
+            # Like for like: the oracle's runtime replay treats copies
+            # as instant, so it is set beside the simulator's count with
+            # instant copies (older results have only the timed one).
+            sim = p.get("sim_instant_peak") or p.get("sim_peak")
+            if p.get("method") == "tflms" and sim and p.get("gpu_peak"):
+                gaps.append(p["gpu_peak"] / float(sim) - 1)
     if gaps:
         stopped = sum(1 for r in sections.get("capacity", [])
                       if capacity._stopper(r).split(": ", 1)[-1]  # pylint: disable=protected-access
@@ -246,7 +249,8 @@ def findings(data):
             against = "with"
         out.append("Measured by the oracle, the auto-tuned plans of the "
                    "capacity searches peak %+.1f%% to %+.1f%% against what "
-                   "the simulator predicted for them (median %+.1f%%), %s "
+                   "the simulator counts for them with copies instant, as "
+                   "the oracle replays them (median %+.1f%%), %s "
                    "%s; in %d of %d searches the oracle, not the lack of a "
                    "plan, stopped tflms (section 3, last columns of the "
                    "first table)."

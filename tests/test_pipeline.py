@@ -186,6 +186,11 @@ def test_the_tuned_plan_is_judged_with_its_copies_timed():
             expected.peak_device_bytes <= planned.budget_bytes
         assert planned.with_lms.device_timeline.tolist() == \
             expected.device_timeline.tolist()
+        # The count beside the oracle's instant replay: copies instant.
+        instant = pipeline.instant_replay(planned)
+        assert instant.device_timeline.tolist() == \
+            memory.replay(planned.plan).device_timeline.tolist()
+        assert instant.peak_device_bytes <= planned.with_lms.peak_device_bytes
 
 
 def test_tuned_plan_carries_its_predicted_step_time_at_the_settings_hardware():

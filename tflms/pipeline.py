@@ -50,7 +50,7 @@ from tflms._logging import Logger
 from tflms.settings import AUTO, Settings
 
 __all__ = ["Planned", "classify", "plan", "simulate_plan",
-           "simulate_without", "recompute_cost"]
+           "instant_replay", "simulate_without", "recompute_cost"]
 
 _GIB = float(1 << 30)
 
@@ -504,6 +504,18 @@ def simulate_plan(planned):
         planned, without_lms=model.replay(None, detail=True),
         with_lms=(None if planned.plan is None
                   else model.replay(planned.plan, detail=True)))
+
+
+def instant_replay(planned):
+    """The simulator's replay of `planned`'s plan with copies that take no
+    time (`SimulationResult`), or None without a plan. The tuner's
+    `Planned.with_lms` counts copies at `Settings.interconnect`; this is
+    the count to set beside a replay that treats copies as instant, such
+    as `tflms.oracle`'s runtime peak."""
+    if planned.plan is None:
+        return None
+    model = _model(planned.index, planned.roles, planned.settings)
+    return model.replay(planned.plan, detail=True)
 
 
 def simulate_without(index, roles, settings):
