@@ -259,29 +259,35 @@ def test_runtime_peak_keeps_swapped_in_copy_live():
                           ["b:0", "big:0", transfer.recv_node + ":0"])
 
 
-def _late_swap_in(trigger_name, readers):
-    """x -> a1 -> m = tile(a1) (4 S); ``readers`` (name -> op) read m, the
-    one named `trigger_name` also starts the swap-in of a1, and ``out``
-    adds the swapped-in a1 to a reduction (S) of each reader's output."""
+def _swap_in_after(make_readers):
+    """x -> a1 (S) and the GPU ops ``make_readers(a1)`` makes, which
+    returns ``(trigger, outputs)``: a1 goes out to the CPU and comes back
+    through ``lms/swapin_a1`` once ``trigger`` has ended, and ``out`` adds
+    the swapped-in a1 to a reduction (S) of each of ``outputs``
+    (4 S each)."""
     graph = tf.Graph()
     with graph.as_default():
         x = tf.compat.v1.placeholder(tf.float32, SHAPE, name="x")
         a1 = tf.math.sin(x, name="a1")
-        m = tf.tile(a1, [2, 2], name="m")
-        made = {name: op(m, name=name) for name, op in readers.items()}
+        trigger, outputs = make_readers(a1)
         with tf.device("/cpu:0"):
             swap_out = tf.identity(a1, name="lms/swapout_a1")
-            with tf.control_dependencies([made[trigger_name].op]):
+            with tf.control_dependencies([trigger.op]):
                 swap_in = tf.identity(swap_out, name="lms/swapin_a1")
         sums = [tf.reduce_sum(tf.reshape(t, [2, 1024, 2, 1024]), axis=[0, 2])
-                for t in made.values()]
+                for t in outputs]
         out = tf.add_n([swap_in] + sums, name="out")
     return oracle.peak_memory(graph, out)
 
 
+def _then_big(t):
+    """``t`` starts the swap-in; ``big = sin(t)`` is reduced."""
+    return t, [tf.math.sin(t, name="big")]
+
+
 def test_runtime_copy_allocated_when_the_host_sends_it():
-    """`_late_swap_in` with one reader ``t = sin(m)`` (4 S) that starts the
-    swap-in, and ``big = sin(t)`` (4 S) reading it.
+    """`_swap_in_after`: ``t = sin(tile(a1))`` (4 S) starts the swap-in,
+    ``big = sin(t)`` (4 S) reads it.
 
     The virtual scheduler runs the swap-in on the CPU when ``t`` ends and
     queues its ``_Recv`` on the GPU behind ``big``, which became ready at
@@ -292,20 +298,8 @@ def test_runtime_copy_allocated_when_the_host_sends_it():
     ``_Recv``'s turn, after ``big`` has released t, the peak would be
     8 S + 24.
     """
-    graph = tf.Graph()
-    with graph.as_default():
-        x = tf.compat.v1.placeholder(tf.float32, SHAPE, name="x")
-        a1 = tf.math.sin(x, name="a1")
-        t = tf.math.sin(tf.tile(a1, [2, 2]), name="t")
-        with tf.device("/cpu:0"):
-            swap_out = tf.identity(a1, name="lms/swapout_a1")
-            with tf.control_dependencies([t.op]):
-                swap_in = tf.identity(swap_out, name="lms/swapin_a1")
-        big = tf.math.sin(t, name="big")
-        total = tf.reduce_sum(tf.reshape(big, [2, 1024, 2, 1024]),
-                              axis=[0, 2], name="total")
-        out = tf.add(swap_in, total, name="out")
-    result = oracle.peak_memory(graph, out)
+    result = _swap_in_after(lambda a1: _then_big(
+        tf.math.sin(tf.tile(a1, [2, 2]), name="t")))
     (transfer,) = result.transfers
     copy_name = transfer.recv_node + ":0"
     live = {t.name: t for t in result.runtime_live_at_peak}
@@ -318,14 +312,20 @@ def test_runtime_copy_allocated_when_the_host_sends_it():
 
 
 def test_runtime_copy_after_the_ops_ready_before_it_was_sent():
-    """`_late_swap_in` with two readers of m (4 S each): ``p = sin(m)``
-    starts the swap-in, ``q = cos(m)`` was ready as early but runs after
+    """`_swap_in_after` with m = tile(a1) (4 S) and two readers of it
+    (4 S each): ``p = sin(m)`` starts the swap-in, ``q = cos(m)`` was
+    ready as early but runs after
     ``p``. When ``p`` ends, the swap-in is sent and ``q`` is launched; q
     was waiting already, so it is launched first and releases m (its last
     reader) before the copy is allocated. Peak at q's launch: m, p and q,
     12 S and four small constants (48 bytes); with the copy counted first
     it would be 13 S + 48."""
-    result = _late_swap_in("p", {"p": tf.math.sin, "q": tf.math.cos})
+    def readers(a1):
+        m = tf.tile(a1, [2, 2], name="m")
+        p = tf.math.sin(m, name="p")
+        return p, [p, tf.math.cos(m, name="q")]
+
+    result = _swap_in_after(readers)
     (transfer,) = result.transfers
     live = {t.name: t for t in result.runtime_live_at_peak}
     assert result.runtime_gpu_peak_bytes == 12 * S + 48
@@ -335,26 +335,14 @@ def test_runtime_copy_after_the_ops_ready_before_it_was_sent():
 
 
 def test_runtime_copy_waits_for_the_swap_ins_trigger():
-    """x -> a1 -> t = tile(a1) (4 S) -> big = sin(t); the swap-in of a1
-    waits for ``t``. The virtual scheduler starts the swap-in on the CPU
-    with ``t`` (it takes an op's ready time from the input it processed
-    last, here the swap-out), but the GPU copy is allocated no earlier
-    than ``t``'s end, here when its ``_Recv`` runs, just before ``big``.
-    Peak at ``big``'s launch: t, big and the copy, 9 S + 24."""
-    graph = tf.Graph()
-    with graph.as_default():
-        x = tf.compat.v1.placeholder(tf.float32, SHAPE, name="x")
-        a1 = tf.math.sin(x, name="a1")
-        t = tf.tile(a1, [2, 2], name="t")
-        with tf.device("/cpu:0"):
-            swap_out = tf.identity(a1, name="lms/swapout_a1")
-            with tf.control_dependencies([t.op]):
-                swap_in = tf.identity(swap_out, name="lms/swapin_a1")
-        big = tf.math.sin(t, name="big")
-        total = tf.reduce_sum(tf.reshape(big, [2, 1024, 2, 1024]),
-                              axis=[0, 2], name="total")
-        out = tf.add(swap_in, total, name="out")
-    result = oracle.peak_memory(graph, out)
+    """`_swap_in_after`: ``t = tile(a1)`` (4 S) starts the swap-in,
+    ``big = sin(t)`` reads it. The virtual scheduler starts the swap-in on
+    the CPU with ``t`` (it takes an op's ready time from the input it
+    processed last, here the swap-out), but the GPU copy is allocated no
+    earlier than ``t``'s end, here when its ``_Recv`` runs, just before
+    ``big``. Peak at ``big``'s launch: t, big and the copy, 9 S + 24."""
+    result = _swap_in_after(
+        lambda a1: _then_big(tf.tile(a1, [2, 2], name="t")))
     (transfer,) = result.transfers
     live = {t.name: t for t in result.runtime_live_at_peak}
     copy = live[transfer.recv_node + ":0"]
