@@ -542,6 +542,12 @@ def _sanitized(device: str) -> str:
     return device.replace(":", "_")
 
 
+def _recv_name(source: str, port, gpu_device: str) -> str:
+    """The virtual scheduler's _Recv node that copies ``source:port`` onto
+    `gpu_device`; its output 0 is the GPU copy."""
+    return f"Recv_{source}_{port}_on_{_sanitized(gpu_device)}"
+
+
 def _parse_input(name: str):
     """Returns (node, port) of a data input, or None for a control input."""
     if name.startswith("^"):
@@ -625,9 +631,8 @@ def _replay(step_stats, graph_def, gpu_device, correct):
 
     transfers = []
     if correct:
-        prefix_dev = "_on_" + _sanitized(gpu_device)
         for (src, port), readers in gpu_readers.items():
-            recv = f"Recv_{src}_{port}{prefix_dev}"
+            recv = _recv_name(src, port, gpu_device)
             live = tensors.get((recv, 0))
             if live is None:
                 continue
@@ -840,7 +845,7 @@ def _runtime_replay(step_stats, graph_def, gpu_device, static_bytes=None,
                     .allocated_bytes)
     recv_suffix = "_on_" + _sanitized(gpu_device)
     for (name, port), nbytes in (static_bytes or {}).items():
-        for key in ((name, port), (f"Recv_{name}_{port}{recv_suffix}", 0)):
+        for key in ((name, port), (_recv_name(name, port, gpu_device), 0)):
             if key in sizes and sizes[key] < nbytes:
                 sizes[key] = nbytes
 
@@ -851,7 +856,7 @@ def _runtime_replay(step_stats, graph_def, gpu_device, static_bytes=None,
         while True:
             name, port = key
             if placement.get(name) != gpu_device:
-                return (f"Recv_{name}_{port}{recv_suffix}", 0)
+                return (_recv_name(name, port, gpu_device), 0)
             node = nodes.get(name)
             if node is not None and (node.op in VARIABLE_READ_TYPES
                                      or port in _ref_output_ports(node.op)):
@@ -896,7 +901,7 @@ def _runtime_replay(step_stats, graph_def, gpu_device, static_bytes=None,
     sent_from = {}
     for key in sizes:
         if placement[key[0]] != gpu_device:
-            sent_from[(f"Recv_{key[0]}_{key[1]}{recv_suffix}", 0)] = key
+            sent_from[(_recv_name(*key, gpu_device), 0)] = key
     sent_early = set()  # copies allocated before their _Recv ran
     host_done = {}  # host op -> when it has ended, see _host_done
 
@@ -969,10 +974,16 @@ def _runtime_replay(step_stats, graph_def, gpu_device, static_bytes=None,
     for name, position in order.items():
         launched_at.setdefault(times[name][0], []).append((position, name))
 
+    ready_ns = {}  # GPU op -> when it could start, see _gpu_ready
+
     def sent_position(sent_ns):
-        later = [position for position, name in launched_at.get(sent_ns, ())
-                 if _gpu_ready(name, nodes, times, placement, gpu_device,
-                               recv_suffix, host_done) >= sent_ns]
+        later = []
+        for position, name in launched_at.get(sent_ns, ()):
+            if name not in ready_ns:
+                ready_ns[name] = _gpu_ready(name, nodes, times, placement,
+                                            gpu_device, host_done)
+            if ready_ns[name] >= sent_ns:
+                later.append(position)
         return min(later) - 0.5 if later else len(order)
 
     events = []
@@ -1031,8 +1042,7 @@ def _host_done(name, nodes, times, placement, gpu_device, memo):
     return memo[name]
 
 
-def _gpu_ready(name, nodes, times, placement, gpu_device, recv_suffix,
-               host_done):
+def _gpu_ready(name, nodes, times, placement, gpu_device, host_done):
     """When GPU op `name` could start: every input has ended (a GPU input),
     been copied (a host tensor: its _Recv has run) or been done on the host
     (a control input from a host op, `_host_done`)."""
@@ -1046,7 +1056,7 @@ def _gpu_ready(name, nodes, times, placement, gpu_device, recv_suffix,
         if placement[source] == gpu_device:
             ready = max(ready, times[source][1])
             continue
-        recv = f"Recv_{source}_{port or 0}{recv_suffix}"
+        recv = _recv_name(source, port or 0, gpu_device)
         if not control and recv in times:
             ready = max(ready, times[recv][0])
         else:
