@@ -193,6 +193,20 @@ def test_the_tuned_plan_is_judged_with_its_copies_timed():
         assert instant.peak_device_bytes <= planned.with_lms.peak_device_bytes
 
 
+def test_instant_replay_of_a_fixed_plan_is_its_simulated_peak():
+    """A fixed-parameter plan's `with_lms` (from `simulate_plan`) already
+    counts copies as instant: `instant_replay` gives that result, equal to
+    a replay of the plan."""
+    graph, _ = cnn()
+    index = gi.build_index(graph)
+    planned = pipeline.simulate_plan(pipeline.plan(index, Settings(
+        batch_size=8, sync_mode=0, **FIXED)))
+    assert pipeline.instant_replay(planned) is planned.with_lms
+    memory = simulator.SimulationModel(planned.index, planned.roles, 8)
+    assert planned.with_lms.device_timeline.tolist() == \
+        memory.replay(planned.plan).device_timeline.tolist()
+
+
 def test_tuned_plan_carries_its_predicted_step_time_at_the_settings_hardware():
     graph, _ = cnn()
     budget = gib_for(0.7 * peak_without(graph, 8))

@@ -95,7 +95,9 @@ class Planned:
       tune: the `autotune.TuneOutcome`, or None without tuning.
       without_lms / with_lms: `simulator.SimulationResult` of one step
         without LMS and with `plan` (None when not simulated; with_lms is
-        also None when `plan` is None).
+        also None when `plan` is None). The tuner's with_lms counts copies
+        at `Settings.interconnect`; a fixed-parameter plan's
+        (`simulate_plan`) counts them as instant.
       budget_bytes: device bytes the tuner planned for (None without
         tuning).
       step_time: `steptime.StepTime` of `plan` at the settings' `gpu` and
@@ -514,6 +516,8 @@ def instant_replay(planned):
     as `tflms.oracle`'s runtime peak."""
     if planned.plan is None:
         return None
+    if not planned.autotuned and planned.with_lms is not None:
+        return planned.with_lms  # `simulate_plan` replayed it so already
     model = _model(planned.index, planned.roles, planned.settings)
     return model.replay(planned.plan, detail=True)
 
