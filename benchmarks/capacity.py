@@ -266,8 +266,9 @@ def _stopper(result):
         if p.get("gpu_peak") is not None:
             text = "at %d: oracle %s" % (failing,
                                          common.fmt_bytes(p["gpu_peak"]))
-            if p.get("sim_peak"):
-                text += ", simulator %s" % common.fmt_bytes(p["sim_peak"])
+            sim = common.sim_beside_oracle(p)
+            if sim:
+                text += ", simulator %s" % common.fmt_bytes(sim)
             return text
         return "at %d: %s" % (failing, p.get("error", "?")[:60])
     return "-"

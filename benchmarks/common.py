@@ -18,12 +18,21 @@ import time
 
 __all__ = ["ROOT", "RESULT_PREFIX", "GIB", "MIB", "emit", "run_case",
            "machine_info", "setup_tensorflow", "fmt_bytes", "median",
-           "fixed_params", "new_axes", "save_figure"]
+           "fixed_params", "new_axes", "save_figure", "sim_beside_oracle"]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULT_PREFIX = "BENCH_RESULT "
 GIB = float(1 << 30)
 MIB = float(1 << 20)
+
+
+def sim_beside_oracle(row):
+    """The simulator's peak to set beside the oracle's runtime peak in a
+    result row of `measure.apply_tflms`: its count with copies instant, as
+    the oracle replays them (``sim_instant_peak``), or in older results,
+    which have only the tuner's count with copies timed, ``sim_peak``;
+    None without either."""
+    return row.get("sim_instant_peak") or row.get("sim_peak")
 
 
 def fmt_bytes(nbytes):

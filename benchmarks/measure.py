@@ -376,7 +376,8 @@ def apply_tflms(built, params=None, budget_gib=None):
       parameters used), sim_peak (the simulator's device peak for the
       plan, copies timed at the tuner's interconnect), sim_instant_peak
       (the same plan with copies instant, as `oracle_peaks` replays them
-      by default: the number to compare with its gpu_peak), predicted_step (`_predicted_steps`: the step with the plan
+      by default: the number to compare with its gpu_peak),
+      predicted_step (`_predicted_steps`: the step with the plan
       over each of `STEP_LINKS`; without a plan, the step as given; or
       step_error when the step-time model rejects the plan) and, for
       "no fit", the error text.

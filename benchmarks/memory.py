@@ -119,9 +119,7 @@ def _note(key, values, none, budget):
                                                 values["params"]))
         if values.get("sim_peak"):
             text = "simulator: %s" % common.fmt_bytes(values["sim_peak"])
-            # The oracle's replay treats copies as instant: compared with
-            # the simulator's count with instant copies where there is one.
-            instant = values.get("sim_instant_peak") or values["sim_peak"]
+            instant = common.sim_beside_oracle(values)
             if instant != values["sim_peak"]:
                 text += " (%s with copies instant)" % common.fmt_bytes(
                     instant)

@@ -3,6 +3,7 @@
 import os
 
 from benchmarks import capacity
+from benchmarks import common
 from benchmarks import cost
 from benchmarks import fidelity
 from benchmarks import memory
@@ -225,10 +226,7 @@ def findings(data):
     gaps = []
     for r in sections.get("capacity", []):
         for p in r.get("probes", []):
-            # Like for like: the oracle's runtime replay treats copies
-            # as instant, so it is set beside the simulator's count with
-            # instant copies (older results have only the timed one).
-            sim = p.get("sim_instant_peak") or p.get("sim_peak")
+            sim = common.sim_beside_oracle(p)
             if p.get("method") == "tflms" and sim and p.get("gpu_peak"):
                 gaps.append(p["gpu_peak"] / float(sim) - 1)
     if gaps:

@@ -488,6 +488,11 @@ def test_capacity_text_states_the_planning_ratio():
                                            mem_ratio=0.9)]}}
     assert "peak +5.0% to +5.0% against what the simulator counts" in \
         " ".join(report.findings(data))
+    # Where the oracle stopped the search, the same count is named.
+    stopped = dict(search, probes=[timed],
+                   results={"tflms": {"smallest_failing": 8}})
+    assert capacity._stopper(stopped) == (  # pylint: disable=protected-access
+        "at 8: oracle 1.05 GiB, simulator 1.00 GiB")
     # `run.py --mem-ratio 1` is accepted: the worker's environment says 1.
     from benchmarks import run  # pylint: disable=import-outside-toplevel
     assert run._parse(["--mem-ratio", "1"]).mem_ratio == 1.0  # pylint: disable=protected-access
