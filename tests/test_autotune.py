@@ -194,9 +194,23 @@ def test_nothing_fits_reports_the_miss():
     assert "fits in 0.002 GiB (2.0 MiB)" in message
     assert "needs 0.003 GiB (3.0 MiB), 0.001 GiB (1.0 MiB, %d bytes) too " \
         "much" % (smallest - 2 * MIB) in message
-    for hint in ("smaller batch size", "serialization", "sync_mode=3",
-                 "autotune_gpu_mem"):
+    # The plan it names is the one whose replay gave that peak.
+    assert "the smallest plan it found (swapout_threshold 1, swapin_ahead " \
+        "1, swapin_groupby 0, sync_mode 2) needs 0.003 GiB" in message
+    for hint in ("smaller batch size", "serialization", "autotune_gpu_mem"):
         assert hint in message
+    # It searched every sync mode, so it does not suggest one.
+    assert "(searched sync_modes 0 to 3)" in message
+    assert "sync_mode=" not in message
+
+
+def test_no_fit_from_sync_mode_3_says_so():
+    index, roles = uneven_chain()
+    with pytest.raises(autotune.AutotuneError) as err:
+        tune(index, roles, 2, planner.SwapParams(-1, -1, -1, 3))
+    message = str(err.value)
+    assert "(searched sync_mode 3)" in message
+    assert "sync_mode 3) needs" in message and "sync_mode=" not in message
 
 
 def test_user_set_parameters_are_kept():
@@ -291,7 +305,7 @@ def test_nothing_fits_states_both_peaks():
         tune(index, roles, 2)
     message = str(err.value)
     assert "Without LMS one step needs 0.006 GiB (6.5 MiB)" in message
-    assert "smallest plan (swapout_threshold 1, swapin_ahead 1, " \
+    assert "smallest plan it found (swapout_threshold 1, swapin_ahead 1, " \
         "swapin_groupby 0, sync_mode 2) needs 0.003 GiB (3.0 MiB)" in message
     assert "No plan lowers" not in message
 

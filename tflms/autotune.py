@@ -412,17 +412,22 @@ def _cannot_fit(sims, requested):
             facts += (" %s of the peak are variables, optimizer slots and "
                       "constants, which stay on the device."
                       % _gib(without.resident_device_bytes))
+    # `_search` raises this only after trying every sync mode from the
+    # requested one to 3, so a sync_mode is never advice here.
+    tried = ("sync_mode %d" % requested.sync_mode if requested.sync_mode >= 3
+             else "sync_modes %d to 3" % max(requested.sync_mode, 0))
     return AutotuneError(
-        "LMS auto-tuning found no parameter set that fits in %s: the "
-        "smallest plan (swapout_threshold %d, swapin_ahead %d, "
-        "swapin_groupby %d, sync_mode %d) needs %s, %s too much.%s "
-        "Try a smaller batch size, serialization (lms.serialization or "
-        "serialization_by_size) to run large levels one op at a time, "
-        "sync_mode=3, or a larger lms.autotune_gpu_mem / %s if the GPU "
-        "really has more memory.%s"
-        % (_gib(sims.budget), params.swapout_threshold, params.swapin_ahead,
-           params.swapin_groupby, params.sync_mode, _gib(peak),
-           _gib(peak - sims.budget, exact=True), facts, MEM_RATIO_ENV, hint))
+        "LMS auto-tuning found no parameter set that fits in %s (searched "
+        "%s): the smallest plan it found (swapout_threshold %d, "
+        "swapin_ahead %d, swapin_groupby %d, sync_mode %d) needs %s, %s too "
+        "much.%s Try a smaller batch size, serialization (lms.serialization "
+        "or serialization_by_size) to run large levels one op at a time, or "
+        "a larger lms.autotune_gpu_mem / %s if the GPU really has more "
+        "memory.%s"
+        % (_gib(sims.budget), tried, params.swapout_threshold,
+           params.swapin_ahead, params.swapin_groupby, params.sync_mode,
+           _gib(peak), _gib(peak - sims.budget, exact=True), facts,
+           MEM_RATIO_ENV, hint))
 
 
 def _gib(nbytes, exact=False):
