@@ -2,6 +2,7 @@
 
 import builtins
 import logging
+import math
 import os
 
 import pytest
@@ -111,8 +112,48 @@ def test_without_matplotlib_a_warning_says_how_to_install(tmp_path,
 
 
 def assert_labelled(fig):
+    assert fig.axes
+    for ax in fig.axes:
+        assert ax.get_xlabel() and ax.get_ylabel() and ax.get_title()
+
+
+def _visible_fraction(ax, height):
+    """How far up its axes a bar of `height` reaches (0 to 1), on the axes'
+    own scale."""
+    low, high = ax.get_ylim()
+    if ax.get_yscale() == "log":
+        return (math.log(height) - math.log(low)) / (
+            math.log(high) - math.log(low))
+    return (height - low) / (high - low)
+
+
+def test_histogram_shows_the_far_tail_beside_hundreds_of_short_edges():
+    # As in a ResNet: 431 edges of distance 1, a handful of long ones.
+    histogram = [(1, 431, 431 * MIB), (2, 60, 60 * MIB), (40, 1, MIB // 4),
+                 (95, 2, 4 * MIB)]
+    fig = plots.histogram_figure(histogram)
+    edges, sizes = fig.axes
+    assert edges.get_yscale() == "log" and sizes.get_yscale() == "log"
+    assert edges.get_ylabel() == "edges"
+    assert sizes.get_ylabel() == "bytes (MiB)"
+    assert sizes.get_xlabel().startswith("distance")
+    for ax, heights in ((edges, [431, 60, 1, 2]),
+                        (sizes, [431, 60, 0.25, 4])):
+        bars = [p.get_height() for p in ax.patches]
+        assert bars == pytest.approx(heights)
+        # A lone edge at distance 40 reaches at least a tenth of the way up
+        # (on a linear scale: 1/431 of it).
+        assert min(_visible_fraction(ax, h) for h in heights) >= 0.1
+    assert edges.get_legend().get_texts()[0].get_text() == \
+        "longest: 95 levels"
+
+
+def test_histogram_without_sizes_has_one_panel():
+    fig = plots.histogram_figure([(1, 4, 0), (3, 2, 0)])
     (ax,) = fig.axes
-    assert ax.get_xlabel() and ax.get_ylabel() and ax.get_title()
+    assert ax.get_yscale() == "log"
+    assert ax.get_title() == ("Swap-candidate edges by level distance "
+                              "(log scale)")
 
 
 def test_every_written_figure_has_labelled_axes(tmp_path):

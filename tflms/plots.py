@@ -12,7 +12,9 @@ Files written into the plot folder:
   ``memory_smallest_plan.png`` shows the plan that came closest instead.
 * ``distance_histogram.png`` and ``distance_histogram.tsv``: how many
   swap-candidate edges (device tensor to a later device reader) span each
-  level distance, and their bytes. Thresholds act on this distance.
+  level distance, and their bytes (log scales, so that the few long edges
+  LMS swaps show beside hundreds of short ones). Thresholds act on this
+  distance.
 """
 
 import os
@@ -31,6 +33,8 @@ __all__ = [
 
 _GIB = float(1 << 30)
 _INSTALL_HINT = "pip install matplotlib (or pip install tflms[plot])"
+# Why `write_plots` wrote only the TSV, for `tflms plan`'s report.
+MISSING_MATPLOTLIB = "matplotlib is not installed; to get them: " + _INSTALL_HINT
 
 
 def distance_histogram(index, roles, batch_size=None, edges=None):
@@ -96,8 +100,9 @@ def memory_figure(timeline_bytes, budget_bytes, title):
     return fig
 
 
-def _new_figure():
-    """An 8x4.5 inch figure with an Agg canvas and one axes.
+def _new_figure(columns=1):
+    """An 8x4.5 inch figure with an Agg canvas and `columns` axes side by
+    side; returns the first.
 
     Raises:
       ImportError: without matplotlib.
@@ -109,24 +114,54 @@ def _new_figure():
     figure_cls, canvas_cls = classes
     fig = figure_cls(figsize=(8, 4.5), dpi=100)
     canvas_cls(fig)
-    return fig, fig.add_subplot(1, 1, 1)
+    axes = [fig.add_subplot(1, columns, k + 1) for k in range(columns)]
+    return fig, axes[0]
 
 
 def histogram_figure(histogram, title="Swap-candidate edges by level distance"):
-    """Bar chart of `distance_histogram` output.
+    """Bar chart of `distance_histogram` output: edges per distance and,
+    when any size is known, their bytes, both on log scales.
+
+    Short edges (distance 1, a tensor read by the next level) outnumber the
+    long ones by hundreds, and on a linear scale the long ones, which are
+    the tensors LMS can swap, would be invisible; on a log scale a single
+    edge at the far tail still shows. The longest distance is marked.
 
     Raises:
       ImportError: without matplotlib.
     """
-    fig, ax = _new_figure()
-    ax.bar([d for d, _, _ in histogram], [n for _, n, _ in histogram],
-           width=1.0, color="tab:green")
+    distances = [d for d, _, _ in histogram]
+    counts = [n for _, n, _ in histogram]
+    sizes = [b / float(1 << 20) for _, _, b in histogram]
+    panels = 2 if any(sizes) else 1
+    fig, ax = _new_figure(columns=panels)
+    _log_bars(ax, distances, counts, "tab:green", "edges")
+    ax.set_title(title + " (log scale)", fontsize="medium")
     ax.set_xlabel("distance (levels from producer to consumer)")
-    ax.set_ylabel("edges")
-    ax.set_title(title)
-    ax.grid(True, axis="y", alpha=0.3)
+    if distances:
+        ax.axvline(max(distances), color="tab:red", linestyle=":",
+                   linewidth=1.0,
+                   label="longest: %d levels" % max(distances))
+        ax.legend(loc="upper right")
+    if panels == 2:
+        ax = fig.axes[1]
+        _log_bars(ax, distances, sizes, "tab:purple", "bytes (MiB)")
+        ax.set_title("Their bytes (log scale)", fontsize="medium")
+        ax.set_xlabel("distance (levels)")
     fig.tight_layout()
     return fig
+
+
+def _log_bars(ax, distances, heights, color, label):
+    """Bars on a log y axis whose bottom lies a factor of 3 below the
+    smallest non-zero height, so that every non-zero bar is visible."""
+    ax.bar(distances, heights, width=1.0, color=color)
+    ax.set_ylabel(label)
+    ax.set_yscale("log")
+    shown = [h for h in heights if h > 0]
+    if shown:
+        ax.set_ylim(min(shown) / 3.0, max(shown) * 2.0)
+    ax.grid(True, axis="y", alpha=0.3)
 
 
 def write_histogram_tsv(path, histogram):
