@@ -2,7 +2,12 @@
 (TensorFlow 2.15.1, and 2.16+ with tf-keras)."""
 from setuptools import find_packages, setup
 
-TF_LATEST = ["tensorflow-cpu>=2.16", "tf-keras>=2.16"]
+# The `tensorflow` distribution, not `tensorflow-cpu`: tf-keras requires
+# `tensorflow` by name, so `tensorflow-cpu` next to it would install a second
+# TensorFlow into the same site-packages (two distributions owning the same
+# files). `tensorflow` runs on machines without a GPU as well; its CUDA
+# libraries come only with the `and-cuda` extra (the `gpu` extra below).
+TF_LATEST = ["tensorflow>=2.16", "tf-keras>=2.16"]
 TF_215 = ["tensorflow-cpu==2.15.1"]
 TEST_TOOLS = [
     "matplotlib>=3.5",
@@ -36,10 +41,13 @@ setup(
     ],
     extras_require={
         # TensorFlow is not in install_requires on purpose: pick one stack
-        # per environment. `tf` / `gpu`: the newest TensorFlow with tf-keras
-        # (Keras 2, which the LMS callback needs; tf-keras pins the matching
-        # TensorFlow minor version). `tf215` / `gpu215`: TensorFlow 2.15.1,
-        # whose tf.keras is Keras 2 and which still has tf.estimator.
+        # per environment; each extra installs exactly one TensorFlow
+        # distribution (tools/install_test_deps.sh checks it). `tf` / `cpu`
+        # / `gpu`: the newest TensorFlow with tf-keras (Keras 2, which the
+        # LMS callback needs; tf-keras pins the matching TensorFlow minor
+        # version). `tf215` / `gpu215`: TensorFlow 2.15.1, whose tf.keras is
+        # Keras 2 and which still has tf.estimator (no tf-keras, so the small
+        # tensorflow-cpu build is safe there).
         "tf": TF_LATEST,
         "cpu": TF_LATEST,
         "gpu": ["tensorflow[and-cuda]>=2.16", "tf-keras>=2.16"],

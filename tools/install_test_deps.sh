@@ -11,6 +11,13 @@
 #              (Horovod 0.28.1 does not build against TensorFlow 2.16+; run
 #              the tests with TF_USE_LEGACY_KERAS=1, see tools/ci_tf_latest.sh)
 #
+# Afterwards it checks the venv and fails (exit 1) unless `pip check` passes
+# and exactly one TensorFlow distribution (tensorflow or tensorflow-cpu) is
+# installed: two of them own the same files, and removing either breaks the
+# other. A venv made by an earlier setup.py, whose `tf` extra installed
+# tensorflow-cpu beside tf-keras's tensorflow, is repaired first: both are
+# uninstalled and the extra installs one again.
+#
 # Idempotent: Horovod (about 6 minutes to build on 2 cores) is rebuilt only
 # when `import horovod.tensorflow` fails in the venv. Needs a C++17 compiler
 # and cmake (Debian: apt-get install g++ cmake).
@@ -29,7 +36,41 @@ HOROVOD_VERSION="0.28.1"
 if [ ! -x "$PY" ]; then
     python3.11 -m venv "$VENV"
 fi
+# The one TensorFlow distribution each stack's extra installs (setup.py).
+case "$STACK" in
+    tf) WANT_TF=tensorflow; OTHER_TF=tensorflow-cpu ;;
+    tf215) WANT_TF=tensorflow-cpu; OTHER_TF=tensorflow ;;
+esac
+if "$PIP" show -q "$OTHER_TF" >/dev/null 2>&1; then
+    echo "$VENV has $OTHER_TF, which the '$STACK' extra does not install;" \
+         "uninstalling it and $WANT_TF (they share files) before installing"
+    "$PIP" uninstall -q -y "$OTHER_TF" "$WANT_TF"
+fi
 "$PIP" install -q -e ".[$STACK,test]"
+
+# Exactly one TensorFlow distribution, and consistent requirements.
+if ! "$PIP" check; then
+    echo "pip check failed in $VENV (above); fix the requirements or" \
+         "remove the venv and run $0 again" >&2
+    exit 1
+fi
+"$PY" - "$VENV" "$STACK" "$WANT_TF" <<'PYEOF'
+import importlib.metadata as md
+import sys
+
+venv, stack, want = sys.argv[1:]
+found = sorted({d.metadata["Name"].lower().replace("_", "-")
+                for d in md.distributions()} &
+               {"tensorflow", "tensorflow-cpu", "tensorflow-gpu",
+                "tf-nightly", "tf-nightly-cpu", "intel-tensorflow"})
+if found != [want]:
+    sys.exit("%s must hold exactly one TensorFlow distribution, %s (the "
+             "'%s' extra); it holds %s. Remove the venv and run "
+             "tools/install_test_deps.sh %s %s again."
+             % (venv, want, stack, ", ".join(found) or "none", venv, stack))
+print("%s: one TensorFlow distribution, %s %s; pip check passed"
+      % (venv, want, md.version(want)))
+PYEOF
 
 if [ "$STACK" = tf ]; then
     echo "stack tf: not building Horovod (0.28.1 does not build against" \
