@@ -11,9 +11,14 @@ The reason is required, and such a block is still compiled. Blocks that use
 tf.estimator or Horovod are only compiled on TensorFlow 2.16+ (tf.estimator
 was removed there, Horovod does not build; tests/_stack.py).
 Blocks in other languages (sh, text...) are not run.
+
+A block runs as a reader would run it (tests/_doc_blocks.py): without the
+variables only the test suite sets, TF_USE_LEGACY_KERAS among them, unless
+the paragraph right above the block says "set `NAME=value`". So on
+TensorFlow 2.16+ a program that needs Keras 2 must say how it gets it.
+tools/newcomer.py runs the README's programs the same way in a given venv.
 """
 
-import glob
 import os
 import re
 import subprocess
@@ -21,91 +26,55 @@ import sys
 
 import pytest
 
+import _doc_blocks
+from _doc_blocks import ROOT, doc_files, python_blocks
 from _stack import ESTIMATOR_REASON, HOROVOD_REASON, NEW_STACK
 from tflms import settings
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT = 240
-
-_FENCE = re.compile(r"^```python[ \t]*$")
-_NOT_RUN = re.compile(r"^<!--\s*not-run:\s*(\S.*?)\s*-->$")
-
-
-def doc_files():
-    files = [os.path.join(ROOT, "README.md")]
-    files += sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
-    files.append(os.path.join(ROOT, "DEVELOPERS.md"))
-    return [f for f in files if os.path.exists(f)]
-
-
-def python_blocks(path):
-    """``(first line number, code, not-run reason or None)`` per block."""
-    with open(path, encoding="utf-8") as f:
-        lines = f.read().splitlines()
-    blocks = []
-    i = 0
-    while i < len(lines):
-        if not _FENCE.match(lines[i]):
-            i += 1
-            continue
-        start = i + 1
-        end = start
-        while end < len(lines) and lines[end].rstrip() != "```":
-            end += 1
-        if end == len(lines):
-            raise AssertionError("%s:%d: unclosed ```python block"
-                                 % (path, i + 1))
-        prev = i - 1
-        while prev >= 0 and not lines[prev].strip():
-            prev -= 1
-        match = _NOT_RUN.match(lines[prev].strip()) if prev >= 0 else None
-        blocks.append((start + 1, "\n".join(lines[start:end]) + "\n",
-                       match.group(1) if match else None))
-        i = end + 1
-    return blocks
+NEW_STACK_REASONS = {"tf.estimator": ESTIMATOR_REASON,
+                     "Horovod": HOROVOD_REASON}
 
 
 def all_blocks():
     params = []
     for path in doc_files():
         rel = os.path.relpath(path, ROOT)
-        for line, code, reason in python_blocks(path):
-            params.append(pytest.param(code, reason,
-                                       id="%s:%d" % (rel, line)))
+        for block in python_blocks(path):
+            params.append(pytest.param(block,
+                                       id="%s:%d" % (rel, block.line)))
     return params
 
 
 BLOCKS = all_blocks()
 
 
-@pytest.mark.parametrize("code, reason", BLOCKS)
-def test_doc_block_runs(code, reason, tmp_path):
-    if reason is not None:
+@pytest.mark.parametrize("block", BLOCKS)
+def test_doc_block_runs(block, tmp_path):
+    if block.not_run is not None:
         # Marked in the docs as not runnable here (the reason is in the
         # docs): it must still be valid Python.
-        compile(code, "<doc block: %s>" % reason, "exec")
+        compile(block.code, "<doc block: %s>" % block.not_run, "exec")
         return
-    if NEW_STACK and "estimator." in code:
-        compile(code, "<doc block>", "exec")
-        pytest.skip(ESTIMATOR_REASON)
-    if NEW_STACK and "import horovod" in code:
-        compile(code, "<doc block>", "exec")
-        pytest.skip(HOROVOD_REASON)
-    script = tmp_path / "block.py"
-    script.write_text(code, encoding="utf-8")
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
-    env.pop("TF_LMS_SIMULATOR_MEM_RATIO", None)
-    proc = subprocess.run([sys.executable, str(script)], cwd=str(tmp_path),
-                          env=env, capture_output=True, text=True,
-                          timeout=TIMEOUT, check=False)
+    lacks = _doc_blocks.new_stack_lacks(block.code)
+    if NEW_STACK and lacks:
+        compile(block.code, "<doc block>", "exec")
+        pytest.skip(NEW_STACK_REASONS[lacks])
+    # The reader's environment: this one, without what only the suite sets
+    # (tools/ci_tf_latest.sh sets TF_USE_LEGACY_KERAS for the tests, not
+    # for the docs' readers), with what the text above the block says.
+    proc = _doc_blocks.run(sys.executable, block, tmp_path,
+                           dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+                           TIMEOUT)
     assert proc.returncode == 0, (
-        "block failed with status %d\n--- code\n%s--- stdout\n%s\n--- stderr"
-        "\n%s" % (proc.returncode, code, proc.stdout[-2000:],
-                  proc.stderr[-4000:]))
+        "block failed with status %d (environment: %s)\n--- code\n%s"
+        "--- stdout\n%s\n--- stderr\n%s" % (
+            proc.returncode, block.env or "no variable from the text",
+            block.code, proc.stdout[-2000:], proc.stderr[-4000:]))
 
 
 def test_docs_have_runnable_blocks():
-    runnable = [b for b in BLOCKS if b.values[1] is None]
+    runnable = [b for b in BLOCKS if b.values[0].not_run is None]
     assert len(runnable) >= 8, "expected the docs to carry runnable code"
     skipped = len(BLOCKS) - len(runnable)
     assert skipped <= 3, ("not-run is for rare cases; %d blocks use it"
@@ -118,11 +87,52 @@ def test_block_extraction(tmp_path):
         "text\n```python\nprint(1)\n```\n\n<!-- not-run: needs a GPU -->\n\n"
         "```python\nimport gpu\n```\n```sh\nls\n```\n", encoding="utf-8")
     blocks = python_blocks(str(doc))
-    assert blocks == [(3, "print(1)\n", None),
-                      (9, "import gpu\n", "needs a GPU")]
+    assert blocks == [(3, "print(1)\n", None, {}),
+                      (9, "import gpu\n", "needs a GPU", {})]
     doc.write_text("```python\nprint(1)\n", encoding="utf-8")
     with pytest.raises(AssertionError, match="unclosed"):
         python_blocks(str(doc))
+
+
+def test_block_environment_is_the_readers(tmp_path):
+    """The suite's TF_USE_LEGACY_KERAS does not reach a block; a variable
+    the paragraph right above tells the reader to set does."""
+    doc = tmp_path / "x.md"
+    doc.write_text(
+        "Before you start,\nset `TF_USE_LEGACY_KERAS=1` and run:\n\n"
+        "<!-- not-run: example -->\n```python\nprint(2)\n```\n\n"
+        "Set `A=1` in one paragraph.\n\nNot this one: `B=2`.\n\n"
+        "```python\nimport os\nprint(os.environ.get('TF_USE_LEGACY_KERAS'))\n"
+        "```\n", encoding="utf-8")
+    told, untold = python_blocks(str(doc))
+    assert told.env == {"TF_USE_LEGACY_KERAS": "1"}
+    assert untold.env == {}
+    suite = {"TF_USE_LEGACY_KERAS": "1", "TF_LMS_SIMULATOR_MEM_RATIO": "0.5",
+             "PATH": os.environ["PATH"]}
+    assert _doc_blocks.environment(told, suite) == {
+        "TF_USE_LEGACY_KERAS": "1", "PATH": os.environ["PATH"],
+        "PYTHONUNBUFFERED": "1"}
+    proc = _doc_blocks.run(sys.executable, untold, tmp_path, suite, 60)
+    assert (proc.returncode, proc.stdout) == (0, "None\n")
+
+
+def test_newcomer_runs_the_readme_programs_as_written(tmp_path):
+    """tools/newcomer.py: a bare environment plus what the text says, one
+    line per program, status 1 when one fails."""
+    readme = tmp_path / "README.md"
+    readme.write_text(
+        "```python\nimport os\nassert 'HOME' in os.environ\n"
+        "assert 'TF_CPP_MIN_LOG_LEVEL' not in os.environ\n```\n\n"
+        "Then set `LMS_DOC_X=7`:\n\n```python\nimport os, sys\n"
+        "sys.exit(int(os.environ['LMS_DOC_X']))\n```\n", encoding="utf-8")
+    venv = os.path.dirname(os.path.dirname(sys.executable))
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "tools", "newcomer.py"), venv,
+         "--readme", str(readme)], capture_output=True, text=True,
+        timeout=120, check=False, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "PASS README.md:2" in proc.stdout
+    assert "FAIL README.md:10 (status 7; LMS_DOC_X=7)" in proc.stdout
 
 
 def test_relative_links_resolve():

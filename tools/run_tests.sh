@@ -6,7 +6,8 @@
 # AVX512_BF16 or AMX, and oneDNN changes both the kernels and the graph
 # rewrites that run. So the mode is never left to the CPU:
 #   1. TensorFlow 2.15.1 (VENV, made by tools/install_test_deps.sh): the
-#      whole suite, TF_ENABLE_ONEDNN_OPTS=0;
+#      whole suite, TF_ENABLE_ONEDNN_OPTS=0, then the README's programs as
+#      a newcomer runs them (tools/newcomer.py: bare environment);
 #   2. the same venv: every test that trains with and without LMS (marker
 #      `numerics`) again with TF_ENABLE_ONEDNN_OPTS=1;
 #   3. the newest TensorFlow with tf-keras (.venv-tf-latest, installed by
@@ -22,6 +23,8 @@ PY="$VENV/bin/python"
 status=0
 echo "== TensorFlow $("$PY" -c 'import tensorflow as tf; print(tf.__version__)' 2>/dev/null), oneDNN off: whole suite"
 TF_ENABLE_ONEDNN_OPTS=0 "$PY" -m pytest "$@" || status=1
+echo "== the README's programs as a newcomer runs them"
+"$PY" tools/newcomer.py "$VENV" || status=1
 echo "== oneDNN on: tests marked numerics"
 TF_ENABLE_ONEDNN_OPTS=1 "$PY" -m pytest -m numerics "$@" || status=1
 echo "== newest TensorFlow with tf-keras, oneDNN on: whole suite"
