@@ -576,3 +576,171 @@ def test_plan_hardware_flags_set_the_settings_the_tuner_chooses_with():
         cli.build_parser().parse_args(["plan", "model.h5"])).settings
     assert (defaults.gpu, defaults.interconnect) == ("V100-SXM2-16GB",
                                                      "pcie4")
+
+
+# ---- the command as a program: fast help, quiet TensorFlow, progress -------
+def _tflms(*argv, env=None):
+    return subprocess.run([sys.executable, "-m", "tflms"] + list(argv),
+                          capture_output=True, text=True, timeout=300,
+                          env=env)
+
+
+def test_help_and_argument_errors_do_not_import_tensorflow():
+    script = ("import sys\n"
+              "from tflms import __main__ as m\n"
+              "for argv in (['--help'], ['plan'], ['plan', '--help'],\n"
+              "             ['verify', 'x.meta', '--steps', '0']):\n"
+              "    sys.argv = ['tflms'] + argv\n"
+              "    try:\n"
+              "        m.main()\n"
+              "    except SystemExit as e:\n"
+              "        print('exit', e.code)\n"
+              "print('tensorflow imported:', 'tensorflow' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True,
+                         text=True, timeout=120)
+    assert out.stdout.count("exit 0") == 2, out.stdout
+    assert out.stdout.count("exit 2") == 2, out.stdout
+    assert "tensorflow imported: False" in out.stdout, out.stdout
+
+
+def test_the_program_hides_tensorflow_log_lines_unless_asked(tmp_path):
+    env = dict(os.environ)
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)
+    missing = str(tmp_path / "missing.meta")
+    out = _tflms("plan", missing, "--autotune-gpu-mem", "1", env=env)
+    assert out.returncode == 2
+    # Only the error: no oneDNN, CPU-feature or CUDA lines from TensorFlow.
+    assert out.stderr.strip().splitlines() == [
+        "tflms plan: error: %s does not exist" % missing], out.stderr
+    # The user's own setting wins (0: every line), and the library
+    # entry point never sets the variable.
+    env["TF_CPP_MIN_LOG_LEVEL"] = "0"
+    code = ("import os, sys\nfrom tflms import cli\n"
+            "cli.main(['plan', %r, '--autotune-gpu-mem', '1'])\n"
+            "print(os.environ.get('TF_CPP_MIN_LOG_LEVEL'))\n" % missing)
+    env.pop("TF_CPP_MIN_LOG_LEVEL")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                         text=True, timeout=300, env=env)
+    assert out.stdout.strip() == "None", out.stdout
+
+
+def test_plan_progress_lines_on_stderr(saved, capsys):
+    code, out, err = run_cli(capsys, saved["meta"], "--autotune-gpu-mem",
+                             "1000", "--no-plots", "--progress")
+    assert code == 0
+    phases = [line.split("] ", 1)[1] for line in err.splitlines()
+              if line.startswith("tflms plan [")]
+    assert phases[0] == "loading %s ..." % saved["meta"]
+    assert phases[1].startswith("planning ") and phases[1].endswith(
+        " ops: index, roles, auto-tuning, rewrite ...")
+    assert phases[-2:] == ["predicting the step time ...", "done"]
+    assert "RESULT: fits" in out and "tflms plan [" not in out
+    # Not a terminal and no --progress: no lines.
+    code, _, err = run_cli(capsys, saved["meta"], "--autotune-gpu-mem",
+                           "1000", "--no-plots")
+    assert code == 0 and "tflms plan [" not in err
+
+
+def test_verify_refuses_the_options_of_plan(capsys):
+    for flag in (["--oracle"], ["--plot-dir", "plots"], ["--no-plots"]):
+        with pytest.raises(SystemExit) as exc:
+            cli.main(["verify", "model.meta"] + flag)
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert ("tflms verify: error: %s is an option of `tflms plan`, not "
+                "of `tflms verify`" % flag[0]) in err
+        assert "Remove %s, or run `tflms plan GRAPH %s`" % (
+            flag[0], flag[0]) in err
+    verify_help = cli.build_parser()._subparsers._group_actions[0].choices[  # pylint: disable=protected-access
+        "verify"].format_help()
+    assert "--oracle" not in verify_help and "--plot-dir" not in verify_help
+
+
+def test_without_matplotlib_plan_says_plots_were_not_written(
+        saved, capsys, tmp_path, monkeypatch):
+    from tflms import plots  # pylint: disable=import-outside-toplevel
+    monkeypatch.setattr(plots, "_figure_class", lambda: None)
+    code, out, _ = run_cli(capsys, saved["meta"], "--autotune-gpu-mem",
+                           "1000", "--plot-dir", tmp_path)
+    assert code == 0
+    assert ("Memory plots NOT written: matplotlib is not installed; to get "
+            "them: pip install matplotlib (or pip install tflms[plot]). "
+            "Written instead:\n  %s" % (tmp_path / "distance_histogram.tsv")
+            ) in out
+    assert "Memory plots written:" not in out
+
+
+def test_fixed_plan_that_does_not_fit_suggests_only_what_was_not_set(
+        saved, capsys):
+    peak = peak_without(capsys, saved["meta"])
+    fixed = ["--swapout-threshold", 2, "--swapin-ahead", 1,
+             "--swapin-groupby", 0]
+    gpu_mem = gpu_mem_for(0.02 * peak)
+    code, out, _ = run_cli(capsys, saved["meta"], "--autotune-gpu-mem",
+                           gpu_mem, "--no-plots", *fixed, "--sync-mode", 3)
+    assert code == 1, out
+    result = out.split("RESULT: ")[1]
+    assert "Try a smaller --batch-size, --serialization or " \
+        "--serialization-by-size, or --swapout-threshold and " \
+        "--swapin-ahead and --swapin-groupby at -1 (auto) instead of " \
+        "fixed." in result
+    code, out, _ = run_cli(capsys, saved["meta"], "--autotune-gpu-mem",
+                           gpu_mem, "--no-plots", *fixed,
+                           "--serialization-by-size", "0.0001")
+    result = out.split("RESULT: ")[1]
+    assert "--serialization" not in result and "--sync-mode 3" in result
+
+
+# ---- Keras files that are not (Keras 2) models ----------------------------
+def test_text_file_named_h5_is_not_a_model(tmp_path, capsys):
+    for name in ("notes.h5", "notes.keras"):
+        path = tmp_path / name
+        path.write_text("not a model")
+        code, _, err = run_cli(capsys, path, "--autotune-gpu-mem", 1)
+        assert code == 2
+        assert "custom layers" not in err
+        assert ("tflms plan: error: %s is not %s" % (
+            path, "an HDF5 file" if name.endswith(".h5")
+            else "a zip archive")) in err
+        assert "check the path, or save the model again" in err
+
+
+def _fake_keras3_files(root):
+    """A .keras archive and an .h5 file that say Keras 3.5.0 wrote them
+    (what Keras 2 cannot read)."""
+    import h5py  # pylint: disable=import-outside-toplevel
+    import zipfile  # pylint: disable=import-outside-toplevel
+    archive = root / "k3.keras"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("metadata.json", json.dumps(
+            {"keras_version": "3.5.0", "date_saved": "2024-01-01"}))
+        z.writestr("config.json", json.dumps(
+            {"module": "keras", "class_name": "Sequential",
+             "config": {"name": "s", "layers": [
+                 {"module": "keras.layers", "class_name": "InputLayer",
+                  "config": {"batch_shape": [None, 3], "name": "x"}}]}}))
+        z.writestr("model.weights.h5", b"")
+    h5 = root / "k3.h5"
+    with h5py.File(h5, "w") as f:
+        f.attrs["keras_version"] = "3.5.0"
+        f.attrs["backend"] = "tensorflow"
+        f.attrs["model_config"] = json.dumps(
+            {"class_name": "Sequential", "config": {"name": "s", "layers": [
+                {"class_name": "InputLayer",
+                 "config": {"batch_shape": [None, 3], "name": "x"}}]}})
+    return archive, h5
+
+
+def test_keras3_file_error_leads_with_the_hint(tmp_path, capsys):
+    for path in _fake_keras3_files(tmp_path):
+        code, _, err = run_cli(capsys, path, "--autotune-gpu-mem", 1)
+        assert code == 2
+        assert err.startswith(
+            "tflms plan: error: %s was saved by Keras 3.5.0, and Keras 2 "
+            "(" % path), err
+        assert ("Build the model with Keras 2 (`import tf_keras as keras`, "
+                "or tf.keras with TF_USE_LEGACY_KERAS=1 set before Python "
+                "starts) and save it from there") in err
+        # Keras 2's own error comes last.
+        assert err.index("Keras 2's own error") > err.index("Build the model")
+        assert "custom layers" not in err

@@ -157,9 +157,24 @@ def keras_backend_for(model):
     return keras2_backend()
 
 
+_KERAS2_INSTALLED_HOWTO = (
+    "use the tf-keras %s that is installed: either set the environment "
+    "variable TF_USE_LEGACY_KERAS=1 before Python starts (then tf.keras is "
+    "Keras 2) or build the model with `import tf_keras as keras`")
+
+
+def _keras2_howto():
+    """How to get Keras 2: use tf_keras when it is importable, else install
+    it."""
+    installed = keras2() if TF_VERSION >= (2, 16, 0) else None
+    if installed is not None:
+        return _KERAS2_INSTALLED_HOWTO % getattr(installed, "__version__", "")
+    return _KERAS2_HOWTO % (TF_VERSION[0], TF_VERSION[1])
+
+
 def keras3_message(what):
-    """Why Keras 3 cannot be used, and what to do instead."""
-    major, minor = TF_VERSION[0], TF_VERSION[1]
+    """Why Keras 3 cannot be used, and what to do instead (installing
+    tf-keras only when it is not importable)."""
     return (
         "%s needs Keras 2 (graph mode and a Session), but with %s tf.keras "
         "is Keras 3, which runs eagerly or in tf.function and has no graph "
@@ -167,7 +182,7 @@ def keras3_message(what):
         "tf.compat.v1.disable_eager_execution() before building the model. "
         "Without Keras, build the graph yourself and call "
         "LMS().run(graph) before creating the tf.compat.v1.Session."
-        % (what, tf_version_text(), _KERAS2_HOWTO % (major, minor)))
+        % (what, tf_version_text(), _keras2_howto()))
 
 
 def keras3_model_message(model):

@@ -29,29 +29,57 @@ Accepted graphs:
 
 Exit status: 0 when one step fits the budget (with or without LMS), 1 when
 it cannot fit, 2 for bad arguments or a graph that cannot be planned.
+
+While it works, ``tflms plan`` prints one short line per phase on stderr
+(``tflms plan [  4.1 s] planning 12,345 ops: ...``) when stderr is a
+terminal, or always with ``--progress`` (never with ``--no-progress``); the
+report itself goes to stdout. Run as a program (``tflms``, ``python -m
+tflms``), the command sets ``TF_CPP_MIN_LOG_LEVEL=2`` for its own process
+unless the user set it or passed ``--verbose``, which hides TensorFlow's
+C++ INFO and WARNING lines (CPU features, oneDNN, CUDA probing); importing
+`tflms.cli` as a library changes nothing.
 """
 
 import argparse
 import dataclasses
+import importlib
 import json
 import os
 import sys
+import time
 
-import tensorflow as tf
-from google.protobuf import text_format
-from tensorflow.core.protobuf import saved_model_pb2
-
-from tflms import _compat
-from tflms import autotune
-from tflms import graph_index as gi
-from tflms import keras_models
-from tflms import pipeline
-from tflms import plots as plotting
+from tflms import hardware
 from tflms import settings as S
-from tflms import simulator
-from tflms import steptime
 from tflms._argparse_types import positive_int
-from tflms.lms import LMS
+
+
+class _Lazy:
+    """A module imported on its first attribute access.
+
+    TensorFlow takes seconds to import; ``tflms --help`` and argument errors
+    must not wait for it, so this module imports only the standard library
+    and the TensorFlow-free `tflms.settings` up front, and everything that
+    loads TensorFlow through these stand-ins once a command runs."""
+
+    def __init__(self, name):
+        self._name = name
+
+    def __getattr__(self, attr):
+        return getattr(importlib.import_module(self._name), attr)
+
+
+tf = _Lazy("tensorflow")
+text_format = _Lazy("google.protobuf.text_format")
+saved_model_pb2 = _Lazy("tensorflow.core.protobuf.saved_model_pb2")
+_compat = _Lazy("tflms._compat")
+autotune = _Lazy("tflms.autotune")
+gi = _Lazy("tflms.graph_index")
+keras_models = _Lazy("tflms.keras_models")
+pipeline = _Lazy("tflms.pipeline")
+plotting = _Lazy("tflms.plots")
+simulator = _Lazy("tflms.simulator")
+steptime = _Lazy("tflms.steptime")
+_lms = _Lazy("tflms.lms")
 
 __all__ = ["LINKS", "PlanError", "build_parser", "load_graph", "plan_graph",
            "main"]
@@ -61,7 +89,7 @@ _MIB = float(1 << 20)
 
 # (name, GB/s per direction): `steptime.LINKS`, theoretical peak rates;
 # real copies reach roughly 80-90% of them.
-LINKS = steptime.LINKS
+LINKS = hardware.LINKS
 
 _KERAS_EXTENSIONS = (".h5", ".hdf5", ".keras")
 _FUNCTION_CALL_TYPES = frozenset({"PartitionedCall",
@@ -73,6 +101,30 @@ EXIT_FITS, EXIT_DOES_NOT_FIT, EXIT_ERROR = 0, 1, 2
 class PlanError(Exception):
     """A graph that cannot be loaded or planned; the message says why and
     what to do."""
+
+
+class _Progress:
+    """`tflms plan`'s progress lines on stderr, one per phase, each with the
+    seconds since the command started; silent when off."""
+
+    def __init__(self, command, enabled, stream=None):
+        self._prefix = "tflms %s" % command
+        self._stream = stream if stream is not None else sys.stderr
+        if enabled is None:
+            enabled = bool(getattr(self._stream, "isatty", None)
+                           and self._stream.isatty())
+        self.enabled = enabled
+        self._start = time.monotonic()
+
+    def __call__(self, text):
+        if self.enabled:
+            print("%s [%5.1f s] %s" % (self._prefix,
+                                       time.monotonic() - self._start, text),
+                  file=self._stream, flush=True)
+
+
+def _silent(_):
+    """A progress callback that prints nothing."""
 
 
 @dataclasses.dataclass
@@ -114,7 +166,7 @@ def build_parser():
                 "Keras model (.h5, .keras, or a Keras SavedModel folder). "
                 "Example: tflms plan model.h5 --batch-size 32 "
                 "--autotune-gpu-mem 16"))
-    _graph_arguments(plan)
+    _graph_arguments(plan, plan_output=True)
     verify = commands.add_parser(
         "verify",
         help="train a saved graph a few steps with and without LMS and "
@@ -131,6 +183,9 @@ def build_parser():
                 "Example: tflms verify model.meta --batch-size 8 "
                 "--autotune-gpu-mem 4"))
     _graph_arguments(verify)
+    for flag in _PLAN_ONLY_FLAGS:
+        verify.add_argument(flag, action=_PlanOnly, nargs=0,
+                            help=argparse.SUPPRESS)
     check = verify.add_argument_group("verification")
     check.add_argument("--steps", type=positive_int, default=3, metavar="N",
                        help="training steps per copy (default 3)")
@@ -155,8 +210,10 @@ _SETTING_FLAGS = ("batch_size", "autotune_gpu_mem", "swapout_threshold",
 _OLD_FLAGS = {"autotune_gpu_mem": ["--gpu-mem"]}
 
 
-def _graph_arguments(sub):
-    """Arguments `plan` and `verify` share: the graph and LMS's settings.
+def _graph_arguments(sub, plan_output=False):
+    """Arguments `plan` and `verify` share: the graph and LMS's settings;
+    with `plan_output`, `plan`'s own flags for plots, the oracle and
+    progress lines.
 
     The settings' flags come from `tflms.settings` (names, converters,
     defaults and help), like the example scripts'."""
@@ -181,6 +238,25 @@ def _graph_arguments(sub):
                        help="plan for inference: lms.is_training = False, "
                             "and for Keras models the forward graph only "
                             "(no loss, no train function)")
+    other.add_argument("--json", action="store_true",
+                       help="print the report as one JSON object")
+    other.add_argument("-v", "--verbose", action="store_true",
+                       help="show LMS's own [LMS] log lines and "
+                            "TensorFlow's INFO and WARNING lines (on "
+                            "stderr)")
+    if plan_output:
+        _plan_output_arguments(other)
+
+
+# `plan`'s output flags, which `verify` (it trains and compares, it draws
+# and measures nothing) refuses instead of ignoring.
+_PLAN_ONLY_FLAGS = ("--plot-dir", "--no-plots", "--oracle", "--progress",
+                    "--no-progress")
+
+
+def _plan_output_arguments(other):
+    """`plan`'s flags for plots, the oracle and progress lines, added to
+    its argument group `other`."""
     S.add_arguments(other, ("plot_dir",))
     other.add_argument("--no-plots", action="store_true",
                        help="do not write plots")
@@ -190,10 +266,23 @@ def _graph_arguments(sub):
                             "TensorFlow's own placement and schedule, "
                             "replayed with the executor's buffer rules); "
                             "slower than the simulator")
-    other.add_argument("--json", action="store_true",
-                       help="print the report as one JSON object")
-    other.add_argument("-v", "--verbose", action="store_true",
-                       help="show LMS's own [LMS] log lines (on stderr)")
+    other.add_argument("--progress", action=argparse.BooleanOptionalAction,
+                       default=None,
+                       help="one line per phase (loading, planning, plots) "
+                            "on stderr while it works; default: when stderr "
+                            "is a terminal")
+
+
+class _PlanOnly(argparse.Action):
+    """`verify`'s answer to `plan`'s output flags: an argument error."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(
+            "%s is an option of `tflms plan`, not of `tflms verify`: verify "
+            "trains the graph on this machine's CPU with and without LMS and "
+            "compares the results; it writes no plots and measures no "
+            "memory. Remove %s, or run `tflms plan GRAPH %s` for that."
+            % (option_string, option_string, option_string))
 
 
 # ---- loading ---------------------------------------------------------------
@@ -233,8 +322,14 @@ def _load_keras(path, graph, args):
         except _compat.UnsupportedStackError as e:
             raise PlanError(str(e)) from None
         except (ImportError, IOError, OSError, ValueError, TypeError) as e:
+            problem = keras_models.not_a_model_file(path)
+            if problem is not None:
+                raise PlanError(problem) from None
             keras3 = ""
-            if _compat.TF_VERSION >= (2, 16, 0):
+            if _compat.TF_VERSION >= (2, 16, 0) and \
+                    keras_models.saved_keras_version(path) is None:
+                # A file that does not name its Keras version may still
+                # be Keras 3's (the ones that do are UnsupportedStackError).
                 keras3 = (" A model saved by Keras 3 (tf.keras without "
                           "TF_USE_LEGACY_KERAS=1 on TensorFlow 2.16+) cannot "
                           "be loaded by Keras 2: save it from a tf_keras "
@@ -427,6 +522,7 @@ class PlanReport:
     recompute_bytes: int = 0
     recompute_ops: int = 0
     ordering_edges: list = dataclasses.field(default_factory=list)
+    plots_missing: object = None
 
     def as_dict(self):
         return dataclasses.asdict(self)
@@ -460,7 +556,7 @@ def transfer_ms(nbytes):
     return {name: nbytes / (gbps * 1e9) * 1e3 for name, gbps in LINKS}
 
 
-def plan_graph(loaded, args, graph_name):
+def plan_graph(loaded, args, graph_name, progress=_silent):
     """Run LMS on the loaded graph and measure the result.
 
     The graph is rewritten by `LMS.run` as it would be before training;
@@ -468,6 +564,8 @@ def plan_graph(loaded, args, graph_name):
     (`pipeline.plan`, the same steps every user of LMS runs).
     A plan that does not fit is reported (``fits`` False, and ``error``
     holds the auto-tuner's message when it found nothing).
+
+    `progress(text)` is called at the start of each phase.
 
     Raises:
       autotune.NoGpuError, simulator.BatchSizeError, ValueError: bad input.
@@ -481,6 +579,10 @@ def plan_graph(loaded, args, graph_name):
         fetches = _oracle_fetches(graph)
         before = graph.as_graph_def()
     error = None
+    progress("planning %s ops: index, roles, %s, rewrite ..." % (
+        "{:,}".format(len(graph.get_operations())),
+        "auto-tuning" if settings.autotune_requested
+        else "plan with the given parameters"))
     try:
         run = lms.run(graph)
     except autotune.AutotuneError as e:
@@ -509,11 +611,15 @@ def plan_graph(loaded, args, graph_name):
     plan = run.plan if run is not None else None
 
     plots = []
+    plots_missing = None
     if not args.no_plots:
+        progress("writing plots to %s ..." % settings.plot_dir)
         plots = list(plotting.write_plots(
             settings.plot_dir, index, roles, without,
             with_lms if plan is not None else None, budget,
             batch_size=settings.batch_size))
+        if not any(p.endswith(".png") for p in plots):
+            plots_missing = plotting.MISSING_MATPLOTLIB
 
     swapout = plan.swapout_bytes() if plan else 0
     swapin = plan.swapin_bytes() if plan else 0
@@ -525,6 +631,7 @@ def plan_graph(loaded, args, graph_name):
                   "swapin_groupby": p.swapin_groupby,
                   "sync_mode": p.sync_mode}
     shown = with_lms if plan is not None else without
+    progress("predicting the step time ...")
     if run is not None:
         step = steptime.predict_planned(planned, gpu=settings.gpu,
                                         interconnect=settings.interconnect)
@@ -535,6 +642,7 @@ def plan_graph(loaded, args, graph_name):
     step_time = _step_time(step, plan)
     oracle_peaks = None
     if args.oracle:
+        progress("measuring with the oracle (Grappler's virtual GPU) ...")
         oracle_peaks = _oracle_peaks(
             fetches, before, graph.as_graph_def() if plan else None,
             settings.batch_size, budget)
@@ -565,6 +673,7 @@ def plan_graph(loaded, args, graph_name):
         transfer_ms=transfer_ms(swapout + swapin),
         step_time=step_time,
         plots=[os.path.abspath(p) for p in plots],
+        plots_missing=plots_missing,
         fits=error is None and bool(shown.fits(budget)), error=error,
         oracle=oracle_peaks,
         recomputed_tensors=len(plan.recomputes) if plan else 0,
@@ -768,7 +877,12 @@ def render(report, args):
         lines.append("  with LMS:    %10.2f ms  (exposed transfer time "
                      "%.2f ms)" % (t["with_lms_ms"],
                                    t["exposed_transfer_ms"]))
-    if r.plots:
+    if r.plots_missing:
+        lines.append("")
+        lines.append("Memory plots NOT written: %s. Written instead:"
+                     % r.plots_missing)
+        lines.extend("  " + path for path in r.plots)
+    elif r.plots:
         lines.append("")
         lines.append("Memory plots written:")
         lines.extend("  " + path for path in r.plots)
@@ -781,12 +895,31 @@ def render(report, args):
         lines.append("RESULT: does NOT fit in %s, with or without LMS."
                      % _gib(r.budget_bytes))
     else:
-        lines.append(
-            "RESULT: does NOT fit in %s: the plan needs %s. Try a smaller "
-            "--batch-size, --serialization or --serialization-by-size, "
-            "--sync-mode 3, or leave the swap parameters at -1 (auto)."
-            % (_gib(r.budget_bytes), _gib(r.with_lms["peak_bytes"])))
+        lines.append("RESULT: does NOT fit in %s: the plan needs %s. Try %s."
+                     % (_gib(r.budget_bytes), _gib(r.with_lms["peak_bytes"]),
+                        ", ".join(_untried(args))))
     return lines
+
+
+def _untried(args):
+    """What `plan` could still try when the plan it made does not fit: only
+    the flags the command line did not already set that way."""
+    hints = ["a smaller --batch-size"]
+    if not (getattr(args, "serialization", None)
+            or getattr(args, "serialization_by_size", None)):
+        hints.append("--serialization or --serialization-by-size")
+    if getattr(args, "sync_mode", None) != 3:
+        hints.append("--sync-mode 3")
+    fixed = [flag for name, flag in (
+        ("swapout_threshold", "--swapout-threshold"),
+        ("swapin_ahead", "--swapin-ahead"),
+        ("swapin_groupby", "--swapin-groupby"))
+        if getattr(args, name, None) not in (S.AUTO, None)]
+    if fixed:
+        hints.append("%s at -1 (auto) instead of fixed" % " and ".join(fixed))
+    if len(hints) > 1:
+        hints[-1] = "or " + hints[-1]
+    return hints
 
 
 def _run_command(args, work):
@@ -814,7 +947,11 @@ def _run_command(args, work):
 
 def _plan_command(args):
     def work():
-        report = plan_graph(load_graph(args.graph, args), args, args.graph)
+        progress = _Progress(args.command, args.progress)
+        progress("loading %s ..." % args.graph)
+        loaded = load_graph(args.graph, args)
+        report = plan_graph(loaded, args, args.graph, progress)
+        progress("done")
         if args.json:
             print(json.dumps(report.as_dict(), indent=1, sort_keys=True))
         else:
@@ -830,7 +967,7 @@ def _lms_from_args(args, loaded=None):
     overrides = {}
     if loaded is not None:
         overrides["is_training"] = loaded.training and not args.inference
-    return LMS.from_settings(S.from_arguments(args, **overrides))
+    return _lms.LMS.from_settings(S.from_arguments(args, **overrides))
 
 
 def render_verify(report):
@@ -887,10 +1024,28 @@ def _verify_command(args):
     return _run_command(args, work)
 
 
-def main(argv=None):
-    """Entry point of ``tflms`` and ``python -m tflms``."""
+def _quieten_tensorflow(args):
+    """For the command's own process: TensorFlow's C++ INFO and WARNING
+    lines hidden (``TF_CPP_MIN_LOG_LEVEL=2``) unless the user set the
+    variable or asked for --verbose. Only before TensorFlow is imported,
+    which reads the variable once."""
+    if not args.verbose and "tensorflow" not in sys.modules:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def main(argv=None, program=False):
+    """Entry point of ``tflms`` and ``python -m tflms``.
+
+    Args:
+      argv: the arguments (default: ``sys.argv[1:]``).
+      program: True when this is the process's own program (`__main__`),
+        which may then quieten TensorFlow's logging for itself; callers in
+        a library process leave it False.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
+    if program:
+        _quieten_tensorflow(args)
     if args.command == "plan":
         return _plan_command(args)
     if args.command == "verify":

@@ -17,6 +17,7 @@ uses the same code.
 """
 
 import json
+import os
 import zipfile
 
 import tensorflow as tf
@@ -24,7 +25,8 @@ import tensorflow as tf
 from tflms import _compat
 from tflms._logging import Logger
 
-__all__ = ["graph_mode_optimizer", "load_model"]
+__all__ = ["graph_mode_optimizer", "load_model", "saved_keras_version",
+           "not_a_model_file"]
 
 # Settings of TF2 (Keras 2.11+) optimizers that their legacy graph-mode
 # counterparts do not have, with the values that mean "off".
@@ -150,6 +152,78 @@ def _archive_compile_config(path):
     return optimizer, compiled
 
 
+def saved_keras_version(path):
+    """The Keras version a saved model file records (``'3.5.0'``), or None.
+
+    A ``.keras`` archive keeps it in ``metadata.json``, an HDF5 file in its
+    root attribute ``keras_version``; a folder, a damaged file or one that
+    does not say gives None."""
+    path = str(path)
+    if zipfile.is_zipfile(path):
+        try:
+            with zipfile.ZipFile(path) as archive:
+                version = json.loads(archive.read("metadata.json")).get(
+                    "keras_version")
+        except (OSError, KeyError, ValueError, AttributeError,
+                zipfile.BadZipFile):
+            return None
+        return version if isinstance(version, str) else None
+    try:
+        import h5py  # pylint: disable=import-outside-toplevel
+        if not h5py.is_hdf5(path):
+            return None
+        with h5py.File(path, "r") as f:
+            version = f.attrs.get("keras_version")
+    except (ImportError, OSError, ValueError):
+        return None
+    if isinstance(version, bytes):
+        version = version.decode("utf-8", "replace")
+    return version if isinstance(version, str) else None
+
+
+def _is_keras3(version):
+    try:
+        return version is not None and int(version.split(".")[0]) >= 3
+    except ValueError:
+        return False
+
+
+def not_a_model_file(path):
+    """Why the file `path` cannot be a saved Keras model, from its first
+    bytes (an ``.h5`` that is not HDF5, a ``.keras`` that is not a zip
+    archive), or None when it may be one (folders included)."""
+    path = str(path)
+    if not os.path.isfile(path):
+        return None
+    lower = path.lower()
+    if lower.endswith((".h5", ".hdf5")):
+        try:
+            import h5py  # pylint: disable=import-outside-toplevel
+        except ImportError:
+            return None
+        if not h5py.is_hdf5(path):
+            return ("%s is not an HDF5 file (it does not start with the HDF5 "
+                    "signature), so it is no model saved by Keras' "
+                    "model.save(); check the path, or save the model again"
+                    % path)
+    elif lower.endswith(".keras") and not zipfile.is_zipfile(path):
+        return ("%s is not a zip archive, so it is no .keras model saved by "
+                "model.save(); check the path, or save the model again"
+                % path)
+    return None
+
+
+def _keras3_file_message(path, version, keras, error):
+    return (
+        "%s was saved by Keras %s, and Keras 2 (%s %s, which LMS trains "
+        "with: Keras 3 has no graph to rewrite) cannot load a Keras 3 file. "
+        "Build the model with Keras 2 (`import tf_keras as keras`, or "
+        "tf.keras with TF_USE_LEGACY_KERAS=1 set before Python starts) and "
+        "save it from there; a Keras 3 file cannot be converted. (Keras 2's "
+        "own error: %s)" % (path, version, _keras_name(keras),
+                            getattr(keras, "__version__", ""), error))
+
+
 def _names(value):
     """`value` if it is None, a string or a list of strings (what can be
     passed to compile() as saved), else False."""
@@ -201,7 +275,15 @@ def _load(path, compile=True, convert=True, fix=None):  # pylint: disable=redefi
     fix = fix or _LIBRARY_FIX % _keras_name(keras)
     graph = tf.compat.v1.get_default_graph()
     known = set(op.name for op in graph.get_operations())
-    model = keras.models.load_model(path, compile=compile)
+    try:
+        model = keras.models.load_model(path, compile=compile)
+    except (ImportError, OSError, ValueError, TypeError, KeyError,
+            AttributeError) as e:
+        version = saved_keras_version(path)
+        if _is_keras3(version):
+            raise _compat.UnsupportedStackError(_keras3_file_message(
+                path, version, keras, e)) from None
+        raise
     notes = []
     if str(path).lower().endswith(".keras") and not tf.executing_eagerly():
         _apply_loaded_weights(model, graph, known)
