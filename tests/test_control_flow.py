@@ -158,8 +158,9 @@ def test_keras_learning_phase_v1_switch_swaps_and_deferred_zeros(
         np.testing.assert_array_equal(a, b)
 
     plan, result = lms.last_run.plan, lms.last_run.rewrite
-    index = gi.build_index(graph)
-    ops = graph.get_operations()
+    # The plan's ids are those of the training step's index.
+    index = lms.last_run.planned.index
+    ops = index.ops
     executed = {n.node_name: n for d in md.step_stats.dev_stats
                 for n in d.node_stats}
     # One Switch per batch norm feeds its training branch and the backward

@@ -185,7 +185,10 @@ def accumulation_graph():
 def test_gradient_accumulation(params):
     def run(lms):
         g, init, feeds, h = accumulation_graph()
-        result = lms.run(g) if lms else None
+        # The micro-batch step, not the apply step the train_op collection
+        # names (tflms.step): it is the one with activations to swap.
+        result = (lms.run(g, fetches=[h["loss"], h["accumulate"]])
+                  if lms else None)
         schedule = []
         for _ in range(2):
             schedule += [([h["loss"], h["accumulate"]], "a"),
@@ -198,6 +201,7 @@ def test_gradient_accumulation(params):
     base = run(None)[0]
     got, g, result, md = run(LMS(**PARAMS[params]))
     assert_same(base, got)
+    assert result.swapout_ops
     assert_swaps_ran(g, result, md)
 
 
@@ -350,7 +354,8 @@ def test_a_serialization_only_rewrite_is_done_once():
     graph is done."""
     def run(params):
         g, init, feeds, h = accumulation_graph()
-        result = LMS(**params).run(g) if params else None
+        result = (LMS(**params).run(g, fetches=[h["loss"], h["accumulate"]])
+                  if params else None)
         schedule = [([h["loss"], h["accumulate"]], "a"), (h["reset"], "a")]
         return Run(g, init, feeds)(schedule), g, result
 

@@ -60,9 +60,17 @@ def test_plan_is_pure_and_deterministic():
 def test_simulations_replay_the_planning_index():
     graph, _ = cnn()
     settings = Settings(serialization=("3:6",), batch_size=8, **FIXED)
-    planned = pipeline.plan(gi.build_index(graph), settings, simulate=True)
-    # The simulator's levels are those of the planning index (serialized).
-    assert planned.without_lms.num_levels == planned.index.num_levels
+    given = gi.build_index(graph)
+    planned = pipeline.plan(given, settings, simulate=True)
+    # The plan is replayed on the planning index (serialized), the step
+    # without LMS on the index as given: serialization is LMS's own edit.
+    assert planned.given_index is given
+    assert planned.index.num_levels > given.num_levels
+    assert planned.without_lms.num_levels == given.num_levels
+    assert planned.with_lms.num_levels == planned.index.num_levels
+    assert (planned.without_lms.peak_device_bytes
+            == simulator.SimulationModel(given, planned.roles, 8).replay(
+                None).peak_device_bytes)
     model = simulator.SimulationModel(planned.index, planned.roles, 8)
     assert (model.replay(planned.plan).peak_device_bytes
             == planned.with_lms.peak_device_bytes)

@@ -64,7 +64,7 @@ class _WrongLMS:
     """Stands in for an LMS whose rewrite changes the computation: it
     doubles the learning rate of one variable's update."""
 
-    def run(self, graph):
+    def run(self, graph, fetches=None):  # pylint: disable=unused-argument
         with graph.as_default():
             update = next(op for op in graph.get_operations()
                           if op.type == "ResourceApplyGradientDescent")

@@ -381,7 +381,14 @@ def classify_ops(index, gpu_device=None, is_training=True, filters=None):
         # reads the forward activation through it, so it is the tensor to
         # swap. (When its branch does not run, the swap ops get the dead
         # tensor and do nothing, like the consumer.)
+        # An op the graph optimizer reduces to an identity of its input
+        # (StopGradient, x * 1.0) has no buffer of its own at run time:
+        # its swap-out would copy its input's buffer, and after the
+        # optimizer it equals the input's own swap-out, which TensorFlow
+        # then merges with it (so it never runs). The input is the tensor
+        # to swap; its buffer lives until the alias's readers are done.
         if (t not in NEVER_SWAPPED_TYPES
+                and index.forwards_input[i] is None
                 and (t not in gi.CONTROL_FLOW_V1_TYPES or t == "Switch")
                 and not in_loop and i not in constant):
             sources.add(i)

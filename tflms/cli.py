@@ -79,6 +79,7 @@ pipeline = _Lazy("tflms.pipeline")
 plotting = _Lazy("tflms.plots")
 simulator = _Lazy("tflms.simulator")
 steptime = _Lazy("tflms.steptime")
+step = _Lazy("tflms.step")
 _lms = _Lazy("tflms.lms")
 
 __all__ = ["LINKS", "PlanError", "build_parser", "load_graph", "plan_graph",
@@ -136,12 +137,16 @@ class LoadedGraph:
       kind: human-readable description of the file.
       training: True if the graph has a backward phase.
       notes: lines to show the user about how it was loaded.
+      fetches: what one step runs (`step.StepFetches`), when the file
+        says (a Keras model's train function, or its outputs for
+        inference); None: LMS finds it (`tflms.step`).
     """
 
     graph: object
     kind: str
     training: bool
     notes: list
+    fetches: object = None
 
 
 # ---- command line ----------------------------------------------------------
@@ -184,7 +189,10 @@ def build_parser():
                 "--autotune-gpu-mem 4"))
     _graph_arguments(verify)
     for flag in _PLAN_ONLY_FLAGS:
+        # No default: an unused flag sets no attribute, so the settings
+        # read from the arguments keep their own defaults (plot_dir).
         verify.add_argument(flag, action=_PlanOnly, nargs=0,
+                            default=argparse.SUPPRESS,
                             help=argparse.SUPPRESS)
     check = verify.add_argument_group("verification")
     check.add_argument("--steps", type=positive_int, default=3, metavar="N",
@@ -313,6 +321,7 @@ _CLI_FIX = ("pass a graph-mode optimizer with --optimizer (a name such as "
 
 
 def _load_keras(path, graph, args):
+    """Notes and the step's fetches of a Keras model loaded into `graph`."""
     notes = []
     with graph.as_default():
         try:
@@ -343,7 +352,8 @@ def _load_keras(path, graph, args):
         if args.inference:
             notes.append("--inference: planned the model's forward graph "
                          "only (not compiled, no train function).")
-            return notes
+            return notes, step.find_fetches(
+                graph, list(model.outputs), source="the model's outputs")
         notes.extend(note.replace("; compiled with", "; planned with")
                      + (" Change it with --optimizer." if "TF2" in note
                         else "") for note in load_notes)
@@ -383,7 +393,7 @@ def _load_keras(path, graph, args):
         if updates is not None:
             tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.TRAIN_OP,
                                            updates)
-    return notes
+    return notes, step.keras_train_fetches(graph, model)
 
 
 def _pick_meta_graph(saved_model, path, tag):
@@ -439,10 +449,11 @@ def load_graph(path, args):
         raise PlanError("%s does not exist" % path)
     graph = tf.Graph()
     lower = path.lower()
+    fetches = None
     if os.path.isdir(path):
         if _is_keras_savedmodel(path):
             kind = "Keras SavedModel"
-            notes = _load_keras(path, graph, args)
+            notes, fetches = _load_keras(path, graph, args)
         elif _is_savedmodel(path):
             kind = "SavedModel"
             notes = _load_savedmodel(path, graph, args)
@@ -453,7 +464,7 @@ def load_graph(path, args):
                 "(.h5, .keras, or a Keras SavedModel folder)" % path)
     elif lower.endswith(_KERAS_EXTENSIONS):
         kind = "Keras model (%s)" % os.path.splitext(lower)[1]
-        notes = _load_keras(path, graph, args)
+        notes, fetches = _load_keras(path, graph, args)
     elif lower.endswith(".meta"):
         kind = "MetaGraph"
         with graph.as_default():
@@ -481,7 +492,8 @@ def load_graph(path, args):
                 "(.h5 or a Keras SavedModel folder), or export the training "
                 "graph as a MetaGraph (tf.compat.v1.train.export_meta_graph) "
                 "and plan that." % (path, len(calls), calls[0].type))
-    return LoadedGraph(graph=graph, kind=kind, training=training, notes=notes)
+    return LoadedGraph(graph=graph, kind=kind, training=training, notes=notes,
+                       fetches=fetches)
 
 
 # ---- planning --------------------------------------------------------------
@@ -584,7 +596,7 @@ def plan_graph(loaded, args, graph_name, progress=_silent):
         "auto-tuning" if settings.autotune_requested
         else "plan with the given parameters"))
     try:
-        run = lms.run(graph)
+        run = lms.run(graph, fetches=loaded.fetches)
     except autotune.AutotuneError as e:
         run, error = None, str(e)
     if run is not None and run.planned is None:
@@ -600,7 +612,7 @@ def plan_graph(loaded, args, graph_name, progress=_silent):
     else:
         # Nothing fits: the report still shows the step without LMS (the
         # graph is unchanged).
-        index = gi.build_index(graph)
+        index = gi.build_index(graph, loaded.fetches)
         roles = pipeline.classify(index, settings)
         without = pipeline.simulate_without(index, roles, settings)
         with_lms = None
@@ -1000,6 +1012,13 @@ def render_verify(report):
     if report.swap_ops_not_run:
         lines.append("Swap ops that did not run: %s" % ", ".join(
             report.swap_ops_not_run[:10]))
+    if report.swap_ops_removed:
+        lines.append("Swap ops TensorFlow's graph optimizer removed: %s"
+                     % ", ".join(report.swap_ops_removed[:10]))
+    lines.append("Ops the training step runs with LMS and did not run "
+                 "without it, other than LMS's own: %s" % (
+                     ", ".join(report.ops_entering_step[:10])
+                     if report.ops_entering_step else "none"))
     lines.append("VERDICT: %s" % (
         "PASS - training with LMS matched training without it"
         if report.ok else "FAIL - training with LMS differed"))

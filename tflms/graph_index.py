@@ -30,6 +30,7 @@ import numbers
 
 import tensorflow as tf
 
+from tflms import step as step_mod
 from tflms import topo
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "build_index",
     "from_edges",
     "DEFAULT_DEVICE",
+    "FORWARDING_TYPES",
     "tensor_bytes",
     "op_flops",
     "FLOP_TYPES",
@@ -271,6 +273,12 @@ class GraphIndex:
         running it may have side effects.
       bn_is_training: per op, the ``is_training`` attribute of fused
         batch-norm ops, else None.
+      forwards_input: per op, the data input slot whose value its output 0
+        is, when TensorFlow's graph optimizer reduces the op to an identity
+        of that input (`FORWARDING_TYPES`, and arithmetic with a constant
+        neutral operand of a shape that changes nothing, such as ``x *
+        1.0`` in the swish gradient); else None. Its output is the input's
+        buffer at run time, and never a tensor of its own to swap.
       in_v1_cond / in_v1_loop: per op, True if the op was built inside a v1
         ``tf.cond`` branch / ``tf.while_loop`` body (Switch/Merge and
         Enter/Exit control flow).
@@ -291,6 +299,12 @@ class GraphIndex:
         (serialization), not yet in the graph. `levels` count them, so
         levels always agree with the graph's edges plus these; make such an
         index with `with_planned_edges`.
+      fetches: ids of the training step's fetch ops (`tflms.step`): the
+        index holds their fan-in and nothing else. Empty when the whole
+        graph is the step.
+      step_rule: how the fetches were found, for the log.
+      graph_num_ops: ops in the whole graph when it was indexed (the
+        rewriter's check that the graph has not changed since).
     """
 
     ops: tuple
@@ -308,6 +322,7 @@ class GraphIndex:
     variable_bytes: tuple
     is_stateful: tuple
     bn_is_training: tuple
+    forwards_input: tuple
     in_v1_cond: tuple
     in_v1_loop: tuple
     calls_collective: tuple
@@ -317,6 +332,9 @@ class GraphIndex:
     ops_by_level: tuple
     id_of: dict
     planned_edges: tuple = ()
+    fetches: tuple = ()
+    step_rule: str = "the whole graph"
+    graph_num_ops: int = 0
 
     @property
     def num_ops(self):
@@ -369,6 +387,46 @@ def _control_flow_kind(op):
             kind = "cond"
         ctx = ctx.outer_context
     return kind
+
+
+# Ops that are an identity of their input 0 for TensorFlow's graph
+# optimizer (it removes them, and the readers read the input).
+FORWARDING_TYPES = frozenset({"Identity", "StopGradient", "PreventGradient",
+                              "Snapshot"})
+# x * 1, 1 * x, x / 1, x + 0, 0 + x, x - 0: slots of x and of the constant.
+_NEUTRAL_OPERANDS = {
+    "Mul": (1.0, ((0, 1), (1, 0))), "MulNoNan": (1.0, ((0, 1), (1, 0))),
+    "RealDiv": (1.0, ((0, 1),)), "Div": (1.0, ((0, 1),)),
+    "Add": (0.0, ((0, 1), (1, 0))), "AddV2": (0.0, ((0, 1), (1, 0))),
+    "BiasAdd": (0.0, ((0, 1),)), "Sub": (0.0, ((0, 1),)),
+}
+_MAY_FORWARD = FORWARDING_TYPES | frozenset(_NEUTRAL_OPERANDS)
+
+
+def _forwarded_slot(op):
+    """`GraphIndex.forwards_input` of one op."""
+    if op.type in FORWARDING_TYPES:
+        return 0 if op.inputs else None
+    neutral, pairs = _NEUTRAL_OPERANDS[op.type]
+    out = op.outputs[0]
+    for kept, other in pairs:
+        x, const = op.inputs[kept], op.inputs[other]
+        # The output is x itself only if broadcasting changes nothing.
+        if (const.op.type != "Const" or x.dtype != out.dtype
+                or not x.shape.is_fully_defined()
+                or x.shape != out.shape):
+            continue
+        value = const.op.get_attr("value")
+        dims = [d.size for d in value.tensor_shape.dim]
+        if _prod(dims) > 1024:
+            continue  # a large constant is no neutral scalar
+        try:
+            array = tf.make_ndarray(value)
+        except (TypeError, ValueError):
+            continue
+        if array.size and (array == neutral).all():
+            return kept
+    return None
 
 
 def _static_shape(tensor):
@@ -479,21 +537,26 @@ def _trainable_bytes_by_op(graph, id_of):
     return found
 
 
-def build_index(graph, extra_control_edges=()):
-    """Index a graph once.
+def build_index(graph, fetches=None):
+    """Index the training step of a graph once.
 
     Args:
       graph: a `tf.Graph`.
-      extra_control_edges: ``(from_id, to_id)`` pairs treated as control edges
-        in addition to the graph's own. Used to compute the levels of a plan
-        (e.g. serialization) before the graph is edited.
+      fetches: what one training step runs, as `Session.run` takes it (ops,
+        tensors, variables, names, nested lists), or a `step.StepFetches`;
+        None: found by the rules of `tflms.step`. The index holds the fan-in
+        of the fetch ops (data and control inputs) and nothing else: ops the
+        step never runs are neither planned nor counted.
 
     Returns:
-      A `GraphIndex`.
+      A `GraphIndex`; ids are positions in the step's ops, in graph order.
 
     Raises:
-      topo.GraphCycleError: if the graph (with the extra edges) has a cycle.
+      ValueError: a fetch that is not of `graph`.
+      topo.GraphCycleError: if the graph has a cycle.
     """
+    if not isinstance(fetches, step_mod.StepFetches):
+        fetches = step_mod.find_fetches(graph, fetches)
     ops = tuple(graph.get_operations())
     id_of = {op.name: i for i, op in enumerate(ops)}
 
@@ -539,6 +602,8 @@ def build_index(graph, extra_control_edges=()):
             bn_is_training=(bool(op.get_attr("is_training"))
                             if op_type.startswith("FusedBatchNorm")
                             else None),
+            forwards_input=(_forwarded_slot(op) if op_type in _MAY_FORWARD
+                            else None),
             in_v1_cond=kind == "cond",
             in_v1_loop=kind == "while",
             calls_collective=op_type in FUNCTION_CALL_TYPES and any(
@@ -546,7 +611,8 @@ def build_index(graph, extra_control_edges=()):
                 for f in _called_functions(op.node_def)),
             trainable_bytes=trainable.get(i, 0),
             flops=(_flops_of(op) if op_type in FLOP_TYPES else (0, 0)))
-    return _assemble(ops, cols, id_of, extra_control_edges)
+    roots = [id_of[op.name] for op in fetches.ops]
+    return _assemble(ops, cols, id_of, roots, fetches.rule)
 
 
 class _Columns:
@@ -554,7 +620,8 @@ class _Columns:
 
     FIELDS = ("names", "types", "devices", "inputs", "control_inputs",
               "output_shapes", "output_itemsizes", "variable_bytes",
-              "is_stateful", "bn_is_training", "in_v1_cond", "in_v1_loop",
+              "is_stateful", "bn_is_training", "forwards_input",
+              "in_v1_cond", "in_v1_loop",
               "calls_collective", "trainable_bytes", "flops")
 
     def __init__(self):
@@ -563,19 +630,62 @@ class _Columns:
 
     def add(self, name, type, device, inputs, control_inputs, output_shapes,  # pylint: disable=redefined-builtin
             output_itemsizes, variable_bytes, is_stateful, bn_is_training,
-            in_v1_cond, in_v1_loop, calls_collective, trainable_bytes,
+            forwards_input, in_v1_cond, in_v1_loop, calls_collective,
+            trainable_bytes,
             flops):
         values = (name, type, device, inputs, control_inputs, output_shapes,
                   output_itemsizes, variable_bytes, is_stateful,
-                  bn_is_training, in_v1_cond, in_v1_loop, calls_collective,
+                  bn_is_training, forwards_input, in_v1_cond, in_v1_loop,
+                  calls_collective,
                   trainable_bytes, flops)
         for f, v in zip(self.FIELDS, values):
             getattr(self, f).append(v)
 
 
-def _assemble(ops, cols, id_of, extra_control_edges):
+def _fan_in_ids(cols, roots):
+    """Ids of the ops `roots` read through data and control inputs, with
+    the roots, in increasing order."""
+    seen = set(roots)
+    stack = list(seen)
+    inputs, control_inputs = cols.inputs, cols.control_inputs
+    while stack:
+        v = stack.pop()
+        for p, _ in inputs[v]:
+            if p not in seen:
+                seen.add(p)
+                stack.append(p)
+        for p in control_inputs[v]:
+            if p not in seen:
+                seen.add(p)
+                stack.append(p)
+    return sorted(seen)
+
+
+def _restricted(ops, cols, keep):
+    """`ops`, `cols` and the name -> id map of the ops `keep` (increasing
+    ids closed under inputs), renumbered in that order."""
+    new_id = {old: new for new, old in enumerate(keep)}
+    out = _Columns()
+    for f in _Columns.FIELDS:
+        column = getattr(cols, f)
+        setattr(out, f, [column[i] for i in keep])
+    out.inputs = [tuple((new_id[p], k) for p, k in ins) for ins in out.inputs]
+    out.control_inputs = [tuple(new_id[c] for c in ctrl)
+                          for ctrl in out.control_inputs]
+    kept_ops = None if ops is None else tuple(ops[i] for i in keep)
+    return kept_ops, out, {name: i for i, name in enumerate(out.names)}
+
+
+def _assemble(ops, cols, id_of, roots=(), step_rule="the whole graph"):
     """The derived fields (consumers, fan-outs, control outputs, levels) and
-    the `GraphIndex`: one code path for `build_index` and `from_edges`."""
+    the `GraphIndex` of the fan-in of `roots` (op ids; none: every op): one
+    code path for `build_index` and `from_edges`."""
+    graph_num_ops = len(cols.names)
+    fetches = ()
+    if roots:
+        names = {cols.names[r] for r in roots}
+        ops, cols, id_of = _restricted(ops, cols, _fan_in_ids(cols, roots))
+        fetches = tuple(sorted(id_of[name] for name in names))
     n = len(cols.names)
     types = cols.types
     inputs = cols.inputs
@@ -593,12 +703,9 @@ def _assemble(ops, cols, id_of, extra_control_edges):
         for c in cols.control_inputs[i]:
             control_outputs[c].append(i)
 
-    extra_out = [[] for _ in range(n)]
-    for a, b in extra_control_edges:
-        extra_out[a].append(b)
     successors = [
         [] if types[i] in BACK_EDGE_TYPES
-        else list(fanouts[i]) + control_outputs[i] + extra_out[i]
+        else list(fanouts[i]) + control_outputs[i]
         for i in range(n)
     ]
     levels = topo.kahn_levels(n, successors)
@@ -621,6 +728,7 @@ def _assemble(ops, cols, id_of, extra_control_edges):
         is_stateful=tuple(cols.is_stateful),
         bn_is_training=tuple(cols.bn_is_training),
         in_v1_cond=tuple(cols.in_v1_cond),
+        forwards_input=tuple(cols.forwards_input),
         in_v1_loop=tuple(cols.in_v1_loop),
         calls_collective=tuple(cols.calls_collective),
         trainable_bytes=tuple(cols.trainable_bytes),
@@ -628,7 +736,9 @@ def _assemble(ops, cols, id_of, extra_control_edges):
         levels=tuple(levels),
         ops_by_level=tuple(tuple(g) for g in topo.group_by_level(levels)),
         id_of=id_of,
-        planned_edges=tuple((int(a), int(b)) for a, b in extra_control_edges),
+        fetches=fetches,
+        step_rule=step_rule,
+        graph_num_ops=graph_num_ops,
     )
 
 
@@ -668,6 +778,7 @@ _LITERAL_FACTS = {
     "bn_is_training": None,
     "in_v1_cond": False,
     "in_v1_loop": False,
+    "forwards_input": None,
     "calls_collective": False,
     "flops": 0,  # int, or a (fixed, per_example) pair
 }
@@ -676,7 +787,7 @@ _BOOL_FACTS = ("trainable", "stateful", "in_v1_cond", "in_v1_loop",
 
 
 def from_edges(ops, edges=(), control_edges=(),
-               default_device=DEFAULT_DEVICE):
+               default_device=DEFAULT_DEVICE, fetches=()):
     """Index a literal graph: names, types and edges, no `tf.Graph`.
 
     The index is the kind `build_index` makes (same fields, levels by the
@@ -705,7 +816,9 @@ def from_edges(ops, edges=(), control_edges=(),
         ``variable_bytes`` (int, bytes of the variable the op holds);
         ``trainable`` (bool: its `variable_bytes` are learning parameters);
         ``stateful``, ``in_v1_cond``, ``in_v1_loop``, ``calls_collective``
-        (bool); ``bn_is_training`` (bool or None); ``flops``: an int (the
+        (bool); ``bn_is_training`` (bool or None); ``forwards_input``
+        (the input slot the op is an identity of, default 0 for
+        `FORWARDING_TYPES` with an input, else None); ``flops``: an int (the
         op's floating-point operations) or a ``(fixed, per_example)`` pair
         of ints (``fixed + per_example * batch_size``), default 0. See
         `GraphIndex`.
@@ -714,6 +827,9 @@ def from_edges(ops, edges=(), control_edges=(),
         in the order its edges appear here.
       control_edges: ``(from_op, to_op)`` name pairs.
       default_device: device of ops whose facts give none.
+      fetches: names of the training step's fetch ops: the index holds
+        their fan-in only, renumbered in the order of `ops`, as
+        `build_index` holds a graph's step. Empty: every op.
 
     Returns:
       A `GraphIndex` with ``ops=None``.
@@ -802,11 +918,32 @@ def from_edges(ops, edges=(), control_edges=(),
             variable_bytes=int(variable_bytes),
             is_stateful=facts["stateful"],
             bn_is_training=facts["bn_is_training"],
+            forwards_input=(
+                _literal_slot(facts["forwards_input"], len(inputs[i]), where)
+                if facts["forwards_input"] is not None
+                else 0 if op_type in FORWARDING_TYPES and inputs[i]
+                else None),
             in_v1_cond=facts["in_v1_cond"], in_v1_loop=facts["in_v1_loop"],
             calls_collective=facts["calls_collective"],
             trainable_bytes=int(variable_bytes) if facts["trainable"] else 0,
             flops=_literal_flops(facts["flops"], where))
-    return _assemble(None, cols, id_of, ())
+    if isinstance(fetches, str):
+        fetches = (fetches,)
+    roots = [_literal_op_id(name, id_of, "fetches[%d]" % k)
+             for k, name in enumerate(fetches)]
+    return _assemble(None, cols, id_of, roots,
+                     "the fetches %s" % ", ".join(fetches) if roots
+                     else "the whole graph")
+
+
+def _literal_slot(slot, num_inputs, where):
+    if slot is None:
+        return None
+    if (not isinstance(slot, numbers.Integral) or isinstance(slot, bool)
+            or not 0 <= slot < num_inputs):
+        raise ValueError("%s: forwards_input must be None or an input slot "
+                         "below %d; got %r" % (where, num_inputs, slot))
+    return int(slot)
 
 
 def _literal_flops(flops, where):

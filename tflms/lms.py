@@ -20,6 +20,7 @@ from tflms import graph_index as gi
 from tflms import pipeline
 from tflms import rewriter
 from tflms import settings as S
+from tflms import step
 from tflms._logging import Logger
 
 __all__ = ["LMS", "RunResult", "Outcome", "EagerModeError",
@@ -236,12 +237,22 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
     def _device_filter(self, device):
         return analysis.device_matches(device, self._settings.gpu_device)
 
-    def run(self, graph=None, keras=False):
+    def run(self, graph=None, fetches=None):
         """Rewrite `graph` in place for Large Model Support.
+
+        LMS reads, plans and edits the training step only: the ops that a
+        `Session.run` of the step's `fetches` executes (their fan-in).
+        After the rewrite that step runs the same ops plus LMS's swap ops
+        (and recompute clones); ops outside it, such as evaluation heads,
+        summaries or the symbolic model Keras builds on its own `Input`,
+        are left alone. See docs/usage.md, "The training step".
 
         Args:
           graph: the training `tf.Graph`; the default graph when None.
-          keras: True when called for a Keras model (for logs only).
+          fetches: what one training step runs, as given to `Session.run`
+            (the train op, or a list of ops, tensors or names). None: the
+            graph's ``train_op`` collection, else its optimizer updates,
+            else the whole graph; the log says which.
 
         Returns:
           A `RunResult` whose `outcome` says what happened: REWRITTEN,
@@ -252,12 +263,13 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
         Raises:
           EagerModeError: when called in eager mode without a graph, or on
             the graph of a tf.function.
-          ValueError: for bad settings or a graph that cannot be edited; the
-            graph is then unchanged.
+          ValueError: for bad settings or fetches, or a graph that cannot
+            be edited; the graph is then unchanged.
         """
-        del keras  # The graph tells all we need.
         start = time.perf_counter()
         graph = _graph_to_edit(graph)
+        if not isinstance(fetches, step.StepFetches):
+            fetches = step.find_fetches(graph, fetches)
         decided = self._decided
         if (decided is not None and decided[0] is graph
                 and (decided[1] == graph.version or decided[2].rewritten)):
@@ -268,7 +280,7 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
             result = decided[2]
         else:
             with _gc.paused():
-                result = self._run(graph, start)
+                result = self._run(graph, fetches, start)
             if result.planned is not None:
                 self._decided = (graph, graph.version, result)
         self.last_run = result
@@ -279,7 +291,7 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
                                       result.rewrite)
         return result
 
-    def _run(self, graph, start):
+    def _run(self, graph, fetches, start):
         log = self._log
         settings = self._settings
         if rewriter.is_rewritten(graph, self._device_filter):
@@ -288,7 +300,8 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
             return RunResult(Outcome.ALREADY_REWRITTEN,
                              seconds=time.perf_counter() - start)
         log.info("Editing model for LMS")
-        index = gi.build_index(graph)
+        index = gi.build_index(graph, fetches)
+        self._log_step(graph, index)
         roles = pipeline.classify(index, settings)
         self._log_graph_facts(graph, index, roles)
         planned = pipeline.plan(index, settings, roles=roles, log=log)
@@ -322,6 +335,21 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
         return RunResult(Outcome.REWRITTEN, planned, rewrite, seconds)
 
     # ---- logging ------------------------------------------------------
+    def _log_step(self, graph, index):
+        log = self._log
+        if not index.fetches:
+            log.info("The training step is %s. If the graph holds more than "
+                     "one step runs (evaluation heads, summaries, a second "
+                     "model), pass what the step runs: lms.run(graph, "
+                     "fetches=train_op)" % index.step_rule)
+            return
+        outside = index.graph_num_ops - index.num_ops
+        log.info("The training step is the fan-in of %s: %d of the graph's "
+                 "%d operations%s" % (
+                     index.step_rule, index.num_ops, index.graph_num_ops,
+                     "; LMS leaves the %d others alone" % outside
+                     if outside else ""))
+
     def _log_graph_facts(self, graph, index, roles):
         log = self._log
         log.info("The graph has %d vertices and %d edges."
@@ -484,7 +512,7 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
             model._make_train_function()  # pylint: disable=protected-access
         graph = tf.compat.v1.get_default_graph()
         before = self.last_run
-        result = self.run(graph, keras=True)
+        result = self.run(graph, fetches=step.keras_train_fetches(graph, model))
         if result.rewritten and result is not before:
             _keras.renew_keras_session(graph, self._log, model)
 

@@ -73,6 +73,8 @@ class Planned:
         edges LMS will add for serialization (`index.planned_edges`), with
         levels that count them.
       original_num_levels: levels of the graph as given.
+      given_index: the index of the step as given, without the edges LMS
+        plans (serialization, ordering): what `without_lms` replays.
       roles: the `analysis.OpRoles` of the index.
       settings: the `Settings` planned with.
       serialized_levels: the levels chained by serialization (original
@@ -94,7 +96,8 @@ class Planned:
       autotuned: True when the tuner chose the parameters.
       tune: the `autotune.TuneOutcome`, or None without tuning.
       without_lms / with_lms: `simulator.SimulationResult` of one step
-        without LMS and with `plan` (None when not simulated; with_lms is
+        without LMS (the step as given, whatever edges LMS plans, so the
+        same for every budget) and with `plan` (None when not simulated; with_lms is
         also None when `plan` is None). The tuner's with_lms counts copies
         at `Settings.interconnect`; a fixed-parameter plan's
         (`simulate_plan`) counts them as instant.
@@ -109,6 +112,7 @@ class Planned:
     original_num_levels: int
     roles: object
     settings: Settings
+    given_index: object = None
     serialized_levels: tuple = ()
     deferral_edges: tuple = ()
     ordering_edges: tuple = ()
@@ -191,6 +195,7 @@ def plan(index, settings, roles=None, log=None, simulate=False, env=None,
     if roles is None:
         roles = classify(index, settings)
     original_num_levels = index.num_levels
+    given = index
 
     ser_edges, ser_levels = _serialization(index, roles, settings)
     if ser_edges:
@@ -210,7 +215,7 @@ def plan(index, settings, roles=None, log=None, simulate=False, env=None,
                          or 0 for _, op in deferral) / _GIB), 1)
 
     planned = Planned(index=index, original_num_levels=original_num_levels,
-                      roles=roles, settings=settings,
+                      roles=roles, given_index=given, settings=settings,
                       serialized_levels=tuple(ser_levels),
                       deferral_edges=deferral)
     if settings.autotune_requested:
@@ -221,7 +226,9 @@ def plan(index, settings, roles=None, log=None, simulate=False, env=None,
             planned, index=index, deferral_edges=deferral,
             ordering_edges=ordering_edges,
             plan=outcome.plan, autotuned=True, tune=outcome,
-            without_lms=outcome.without_lms, with_lms=outcome.with_lms,
+            without_lms=(outcome.without_lms if index is given
+                         else simulate_without(given, roles, settings)),
+            with_lms=outcome.with_lms,
             budget_bytes=outcome.budget_bytes, step_time=outcome.step_time)
         if by_step_time and outcome.plan is not None:
             planned = _fewer_swapout_waits(planned, log)
@@ -502,8 +509,11 @@ def simulate_plan(planned):
     if planned.without_lms is not None:
         return planned
     model = _model(planned.index, planned.roles, planned.settings)
+    given = planned.given_index or planned.index
     return dataclasses.replace(
-        planned, without_lms=model.replay(None, detail=True),
+        planned, without_lms=(
+            model.replay(None, detail=True) if given is planned.index
+            else simulate_without(given, planned.roles, planned.settings)),
         with_lms=(None if planned.plan is None
                   else model.replay(planned.plan, detail=True)))
 

@@ -10,7 +10,14 @@ named ``lms/swapout_<tensor>`` / ``lms/swapin_<tensor>``, and carry the
 ``_grappler_do_not_remove`` attribute so that Grappler's dependency and
 arithmetic optimizers keep them (without it, on a machine where everything
 runs on the CPU, an Identity between two CPU ops would be folded away).
-They also carry ``_tflms`` so a later run recognises the graph. A plan that
+They also carry ``_tflms`` so a later run recognises the graph, and
+``_tflms_op``, their own name: TensorFlow's common-subexpression pass (the
+classic one, run after Grappler) merges nodes of equal type, attributes and
+inputs, and Grappler may make two swap ops equal (the swap-outs of a
+tensor and of a copy of it that constant folding reduces to the tensor,
+such as ``x * 1.0`` in the swish gradient; two swap-ins of one tensor whose
+triggers the dependency optimizer pruned). A merged swap op would not
+run where the plan put it. A plan that
 only serializes levels adds no swap op, so it leaves a marker instead: an
 unconnected ``NoOp`` named ``lms/serialization`` on the device of the
 serialized ops (never fetched, so it never runs)::
@@ -39,11 +46,15 @@ import dataclasses
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
 
+from tflms import step as step_mod
+
 __all__ = ["SWAP_MARKER_ATTR", "SERIALIZATION_MARKER", "RewriteResult",
            "apply_plan", "is_rewritten", "swap_op_name", "clone_op_name"]
 
 # Attribute set on every op LMS adds; its presence means "already rewritten".
 SWAP_MARKER_ATTR = "_tflms"
+# Attribute holding a swap op's own name (module docstring).
+UNIQUE_ATTR = "_tflms_op"
 # Name of the NoOp marking a graph whose levels LMS serialized.
 SERIALIZATION_MARKER = "lms/serialization"
 
@@ -154,10 +165,15 @@ def _new_identity(graph, tensor, name):
     # The op itself, without tf.identity's op-def library pass, which is a
     # third of the cost of a swap op on large graphs.
     dtype = tensor.dtype.base_dtype
-    return graph._create_op_internal(  # pylint: disable=protected-access
+    op = graph._create_op_internal(  # pylint: disable=protected-access
         "Identity", [tensor], [dtype], name=name,
         attrs={"T": attr_value_pb2.AttrValue(
-            type=dtype.as_datatype_enum)}).outputs[0]
+            type=dtype.as_datatype_enum)})
+    # Unique per op (its name is, once made), so no two swap ops are ever
+    # equal for common-subexpression elimination (module docstring).
+    op._set_attr(UNIQUE_ATTR, attr_value_pb2.AttrValue(  # pylint: disable=protected-access
+        s=op.name.encode()))
+    return op.outputs[0]
 
 
 def _new_clone(graph, op, inputs, name):
@@ -192,8 +208,9 @@ def apply_plan(graph, index, plan, cpu_device):
       A `RewriteResult`.
 
     Raises:
-      ValueError: if the index has no ops (a literal graph) or the graph
-        changed since it was indexed (nothing is edited then).
+      ValueError: if the index has no ops (a literal graph), the graph
+        changed since it was indexed, or an edit would bring into the
+        training step an op it did not run (nothing is edited then).
     """
     ops = index.ops
     # Validate and snapshot before the first edit.
@@ -208,11 +225,12 @@ def apply_plan(graph, index, plan, cpu_device):
         raise ValueError(
             "the index was built from another graph than the one to edit; "
             "index this graph with graph_index.build_index(graph)")
-    if len(graph.get_operations()) != index.num_ops:
+    if len(graph.get_operations()) != index.graph_num_ops:
         raise ValueError(
             "the graph has %d ops but was indexed with %d; index it again "
             "before applying a plan" % (len(graph.get_operations()),
-                                        index.num_ops))
+                                        index.graph_num_ops))
+    _check_step(index, plan)
     for producer, output, consumers in _rerouted(plan):
         tensor = ops[producer].outputs[output]
         for consumer, slot in consumers:
@@ -292,6 +310,67 @@ def apply_plan(graph, index, plan, cpu_device):
                          control_edges=control_edges,
                          rerouted_inputs=rerouted,
                          recompute_ops=tuple(clones))
+
+
+def _check_step(index, plan):
+    """Nothing enters the training step but LMS's own ops.
+
+    The step is the fan-in of the index's fetches, read again from the
+    graph as it is now: it must be the ops indexed. Every edge the plan
+    adds (control edges, swap-in triggers, swap-out waiters, reroutes,
+    clone inputs) starts and ends at ops of the index, so the step after
+    the rewrite is those ops plus the swap ops and clones. An index of the
+    whole graph (no fetches found) has no step to check.
+    """
+    n = index.num_ops
+    for op_id in _plan_op_ids(plan):
+        if not 0 <= op_id < n:
+            raise ValueError(
+                "the plan refers to op id %d, but the index has %d ops: "
+                "apply a plan to the index it was made from" % (op_id, n))
+    if not index.fetches:
+        return
+    ops = index.ops
+    step = step_mod.fan_in([ops[f] for f in index.fetches])
+    indexed = {op.name for op in ops}
+    outside = sorted(set(step) - indexed)
+    missing = sorted(indexed - set(step))
+    if outside or missing:
+        raise ValueError(
+            "the training step (the fan-in of %s) is not the set of ops "
+            "that was indexed: %s. Index the graph again before applying a "
+            "plan; nothing was edited" % (
+                ", ".join(ops[f].name for f in index.fetches),
+                "; ".join(part for part in (
+                    outside and "%d ops would enter the step (%s)" % (
+                        len(outside), ", ".join(outside[:3])),
+                    missing and "%d indexed ops are not in it (%s)" % (
+                        len(missing), ", ".join(missing[:3])))
+                    if part)))
+
+
+def _plan_op_ids(plan):
+    """Every op id `plan` names."""
+    for a, b in plan.control_edges:
+        yield a
+        yield b
+    for swap in plan.swaps:
+        yield swap.producer
+        yield from swap.waiters
+        for sin in swap.swap_ins:
+            yield from sin.triggers
+            for consumer, _ in sin.consumers:
+                yield consumer
+    for rec in plan.recomputes:
+        yield rec.producer
+        yield rec.trigger
+        yield from rec.ops
+        for consumer, _ in rec.consumers:
+            yield consumer
+        for sources in rec.inputs:
+            for src in sources:
+                if src[0] not in ("clone", "swapin"):
+                    yield src[1]
 
 
 def _rerouted(plan):

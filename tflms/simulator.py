@@ -28,7 +28,9 @@ Memory model (what is counted, and why):
   only. Ops in `OpRoles.inactive` do not run and allocate nothing.
 * **Aliases are counted once.** ``Identity``, ``IdentityN``,
   ``StopGradient``, ``Reshape``, ``Squeeze`` and ``ExpandDims`` forward
-  their input buffer on the same memory space, so their output is the same
+  their input buffer on the same memory space, and so do the ops that
+  TensorFlow's graph optimizer reduces to an identity of an input
+  (`GraphIndex.forwards_input`: ``x * 1.0``, ``x + 0``), so their output is the same
   buffer as their input (its life is extended by their readers, its bytes
   are not added again). ``ReadVariableOp`` outputs and the outputs of
   variable holders alias the variable and add nothing, and so do reference
@@ -123,8 +125,11 @@ _FORWARD_INPUT0_TYPES = frozenset({
 _MERGE_TYPES = frozenset({"Merge", "RefMerge"})
 
 
-def _alias_slot(op_type, output, inputs, inactive):
-    """The input slot whose buffer output `output` of an op reuses, or None."""
+def _alias_slot(op_type, output, inputs, inactive, forwards=None):
+    """The input slot whose buffer output `output` of an op reuses, or None.
+    `forwards`: the op's `GraphIndex.forwards_input`."""
+    if forwards is not None and output == 0:
+        return forwards
     if op_type in ALIAS_TYPES:
         return output if op_type == "IdentityN" else 0
     if op_type in _FORWARD_INPUT0_TYPES:
@@ -316,7 +321,7 @@ class SimulationModel:
                         resident[space[i]] += size
                         continue
                     slot = _alias_slot(op_type, k, index.inputs[i],
-                                       inactive)
+                                       inactive, index.forwards_input[i])
                     if slot is not None:
                         if slot < len(index.inputs[i]):
                             p, pk = index.inputs[i][slot]
@@ -678,7 +683,7 @@ class SimulationModel:
                 out_bufs = []
                 for k in range(len(index.output_shapes[op])):
                     slot = _alias_slot(index.types[op], k, index.inputs[op],
-                                       ())
+                                       (), index.forwards_input[op])
                     if slot is not None and slot < len(in_bufs):
                         out_bufs.append(in_bufs[slot])
                         continue

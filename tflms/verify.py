@@ -15,13 +15,21 @@ What counts as a difference:
   without an error when ops sit on a cycle; see
   `analysis.fusion_partners`);
 * a swap op LMS added that is in TensorFlow's optimized graph but did not
-  run.
+  run;
+* an op that the training step did not run before the rewrite and runs
+  after it (LMS may add its own ops to the step, nothing else).
+
+The training step is found as `LMS.run` finds it (`tflms.step`): the ops
+named with ``--train-op``, else the ``train_op`` collection, else the
+optimizer updates. Only the placeholders the step reads get inputs.
 """
 
 import dataclasses
 
 import numpy as np
 import tensorflow as tf
+
+from tflms import step as step_mod
 
 __all__ = ["VerifyReport", "VerifyError", "kernel_counts", "unexecuted_nodes",
            "verify"]
@@ -53,6 +61,11 @@ class VerifyReport:
       swap_ops: swap ops LMS added.
       swap_ops_ran: of those, how many ran in the last step.
       swap_ops_not_run: swap ops in the optimized graph that did not run.
+      swap_ops_removed: swap ops TensorFlow's graph optimizer removed (not
+        in the optimized graph, so they neither ran nor moved memory).
+      ops_entering_step: ops that the training step runs after the rewrite
+        and did not run before, other than LMS's own (always empty unless
+        LMS has a bug).
       ops_not_run: ops that ran without LMS but not with it.
       kernels_differ: op types TensorFlow ran a different number of times
         with LMS (a swap op changed what it fused), as
@@ -72,6 +85,8 @@ class VerifyReport:
     swap_ops_not_run: list
     ops_not_run: list
     kernels_differ: dict
+    swap_ops_removed: list = dataclasses.field(default_factory=list)
+    ops_entering_step: list = dataclasses.field(default_factory=list)
 
     @property
     def ok(self):
@@ -79,7 +94,7 @@ class VerifyReport:
         steps_ok = (self.global_step is None
                     or self.global_step == (self.steps, self.steps))
         return (not self.different and steps_ok and not self.ops_not_run
-                and not self.swap_ops_not_run)
+                and not self.swap_ops_not_run and not self.ops_entering_step)
 
 
 def onednn_enabled():
@@ -90,20 +105,17 @@ def onednn_enabled():
 
 def _fetches(graph, train_op_names, loss_name):
     with graph.as_default():
-        if train_op_names:
-            try:
-                train_ops = [graph.as_graph_element(n, allow_tensor=False,
-                                                    allow_operation=True)
-                             for n in train_op_names]
-            except (KeyError, ValueError) as e:
-                raise VerifyError("--train-op: %s" % e) from None
-        else:
-            train_ops = list(tf.compat.v1.get_collection(
-                tf.compat.v1.GraphKeys.TRAIN_OP))
+        try:
+            found = step_mod.find_fetches(graph, list(train_op_names) or None,
+                                          source="--train-op")
+        except ValueError as e:
+            raise VerifyError(str(e)) from None
+        train_ops = list(found.ops)
         if not train_ops:
             raise VerifyError(
-                "the graph names no train op (no train_op collection): name "
-                "the op that runs one training step with --train-op NAME")
+                "the graph names no training step (no train_op collection, "
+                "no optimizer update): name the op that runs one training "
+                "step with --train-op NAME")
         loss = None
         if loss_name:
             try:
@@ -121,11 +133,15 @@ def _fetches(graph, train_op_names, loss_name):
     return train_ops, loss, variables, global_step
 
 
-def _feed(graph, batch_size, seed):
+def _feed(graph, fetches, batch_size, seed):
+    """Random inputs for the placeholders the step (`fetches`) reads."""
     rng = np.random.RandomState(seed)
     feed = {}
+    train_ops, loss = fetches[0], fetches[1]
+    step = step_mod.fan_in(train_ops + ([loss.op] if loss is not None
+                                        else []))
     for op in graph.get_operations():
-        if op.type != "Placeholder":
+        if op.type != "Placeholder" or op.name not in step:
             continue
         t = op.outputs[0]
         if t.shape.rank is None:
@@ -136,13 +152,15 @@ def _feed(graph, batch_size, seed):
         if dims and dims[0] is None:
             if batch_size is None:
                 raise VerifyError(
-                    "placeholder %s has an unknown batch dimension: pass "
-                    "--batch-size N" % op.name)
+                    "placeholder %s, which the training step reads, has an "
+                    "unknown batch dimension: pass --batch-size N" % op.name)
             dims[0] = batch_size
         if any(d is None for d in dims):
             raise VerifyError(
-                "placeholder %s has unknown dimensions %s besides the batch: "
-                "verify cannot make inputs for it" % (op.name, dims))
+                "placeholder %s, which the training step reads, has unknown "
+                "dimensions %s besides the batch: verify cannot make inputs "
+                "for it; save the model with a fully defined input shape"
+                % (op.name, dims))
         dtype = t.dtype.base_dtype
         if dtype.is_floating:
             value = rng.standard_normal(dims).astype(dtype.as_numpy_dtype)
@@ -237,12 +255,14 @@ def verify(load, lms, steps=3, batch_size=None, train_op_names=(),
     plain, rewritten = load(), load()
     plain_fetches = _fetches(plain, train_op_names, loss_name)
     lms_fetches = _fetches(rewritten, train_op_names, loss_name)
-    result = lms.run(rewritten)
+    plain_feed = _feed(plain, plain_fetches, batch_size, seed)
+    before = set(step_mod.fan_in(lms_fetches[0]))
+    result = lms.run(rewritten, fetches=lms_fetches[0])
     values, base_losses, base_final, base_step, base_md = _train(
-        plain, plain_fetches, _feed(plain, batch_size, seed), steps)
+        plain, plain_fetches, plain_feed, steps)
     _, losses, final, step, md = _train(
-        rewritten, lms_fetches, _feed(rewritten, batch_size, seed), steps,
-        values)
+        rewritten, lms_fetches,
+        _feed(rewritten, lms_fetches, batch_size, seed), steps, values)
 
     different = []
     worst = 0.0
@@ -270,6 +290,8 @@ def verify(load, lms, steps=3, batch_size=None, train_op_names=(),
         result.rewrite.recompute_ops if result.rewrite else ())
     not_run = sorted(unexecuted_nodes(md) - unexecuted_nodes(base_md))
     swaps_not_run = [n for n in added if n in nodes and n not in executed]
+    entering = sorted(set(step_mod.fan_in(lms_fetches[0])) - before
+                      - set(added))
     kernels, base_kernels = kernel_counts(md), kernel_counts(base_md)
     kernels_differ = {k: (base_kernels.get(k, 0), kernels.get(k, 0))
                       for k in sorted(set(kernels) | set(base_kernels))
@@ -285,4 +307,6 @@ def verify(load, lms, steps=3, batch_size=None, train_op_names=(),
         swap_ops_ran=sum(1 for n in added if n in executed),
         swap_ops_not_run=swaps_not_run,
         ops_not_run=[n for n in not_run if not n.startswith("_")],
-        kernels_differ=kernels_differ)
+        kernels_differ=kernels_differ,
+        swap_ops_removed=[n for n in added if n not in nodes],
+        ops_entering_step=entering)

@@ -105,6 +105,11 @@ def _finish(name, loss, train_op, seed, draw_inputs,
     with graph.as_default():
         variables = list(_v1.global_variables())
         init_op = _v1.variables_initializer(variables, name="init")
+        # The step LMS finds (tflms.step): what these models' users fetch.
+        for key, item in ((_v1.GraphKeys.TRAIN_OP, train_op),
+                          (_v1.GraphKeys.LOSSES, loss)):
+            if item not in _v1.get_collection(key):
+                _v1.add_to_collection(key, item)
     return Model(name=name, loss=loss, train_op=train_op,
                  make_inputs=lambda: draw_inputs(np.random.RandomState(seed)),
                  variables=variables, init_op=init_op, graph=graph,

@@ -1,0 +1,374 @@
+"""The training step: LMS plans and edits the fan-in of the step's fetches
+and nothing else (`tflms.step`, `graph_index.build_index`, the rewriter's
+check).
+
+The graphs here hold more than their step, as users' graphs do: a Keras
+application used as a layer library in a Session graph keeps the forward
+pass Keras built on its own `Input` (batch norm under a learning-phase
+cond), and beside the train op sit an evaluation head and summaries. Every
+planning stage (ordering, serialization, recompute, fewer waits) is run on
+such a graph at a size where it engages, and after each rewrite the step
+runs exactly the ops it ran before plus LMS's own.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tflms import LMS, analysis, pipeline, rewriter, step
+from tflms import graph_index as gi
+from tflms import _compat
+from tflms.settings import Settings
+from tflms.verify import verify
+
+_GIB = float(1 << 30)
+
+
+def keras_app_graph(size=256, batch=1, app="ResNet50", seed=1):
+    """A Keras application called on tensors in a Session graph, trained
+    with a v1 optimizer, with an evaluation head and summaries beside the
+    train op. Returns (graph, train_op, loss)."""
+    keras = _compat.keras2()
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.compat.v1.set_random_seed(seed)
+        model = getattr(keras.applications, app)(
+            weights=None, input_shape=(size, size, 3), classes=10,
+            classifier_activation=None)
+        x = tf.random.uniform([batch, size, size, 3], seed=seed)
+        y = tf.random.uniform([batch], maxval=10, dtype=tf.int32, seed=seed)
+        logits = model(x, training=True)
+        loss = tf.reduce_mean(
+            tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y,
+                                                           logits=logits))
+        tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.LOSSES, loss)
+        train_op = tf.compat.v1.train.MomentumOptimizer(0.01, 0.9).minimize(
+            loss, var_list=model.trainable_weights)
+        # Beside the step: an evaluation head on other inputs, summaries.
+        x_eval = tf.random.uniform([batch, size, size, 3], seed=seed + 1)
+        tf.compat.v1.summary.scalar(
+            "eval_max_logit", tf.reduce_max(model(x_eval, training=False)))
+        tf.compat.v1.summary.scalar("loss", loss)
+        tf.compat.v1.summary.merge_all()
+    return graph, train_op, loss
+
+
+def _added(result):
+    rewrite = result.rewrite
+    return (set(rewrite.swapout_ops) | set(rewrite.swapin_ops)
+            | set(rewrite.recompute_ops))
+
+
+def _rewrite_and_check(graph, train_op, lms):
+    """Run `lms` on `graph`; check that the step after the rewrite is the
+    step before plus the ops LMS added, each of which is in it."""
+    loss = graph.get_collection(tf.compat.v1.GraphKeys.LOSSES)[0]
+    before = set(step.fan_in([train_op, loss.op]))
+    result = lms.run(graph)
+    assert result.rewritten
+    added = _added(result)
+    after = set(step.fan_in([train_op, loss.op]))
+    assert after - before == added
+    assert before <= after
+    return result
+
+
+def _budget_gib(graph, fraction):
+    """A budget `fraction` of the way from the resident bytes (variables,
+    slots) to the simulated peak without LMS, batch 1."""
+    index = gi.build_index(graph)
+    settings = Settings(batch_size=1)
+    roles = pipeline.classify(index, settings)
+    without = pipeline.simulate_without(index, roles, settings)
+    resident = 2 * analysis.learning_parameter_bytes(index)  # + Momentum
+    return (resident + fraction * (without.peak_device_bytes - resident)) / _GIB
+
+
+# ---- finding the step --------------------------------------------------------
+def test_index_holds_the_fan_in_of_the_train_op_only():
+    graph, train_op, loss = keras_app_graph(size=64)
+    index = gi.build_index(graph)
+    in_step = step.fan_in([train_op, loss.op])
+    assert {op.name for op in index.ops} == set(in_step)
+    assert index.graph_num_ops == len(graph.get_operations())
+    # Keras's own forward pass on its Input, the evaluation head and the
+    # summaries are outside.
+    assert index.num_ops < index.graph_num_ops / 2
+    assert "input_1" not in index.id_of
+    assert not any(t == "MergeSummary" for t in index.types)
+    # The loss is fetched with the train op; the gradients do not read it.
+    assert [index.names[f] for f in index.fetches] == [loss.op.name,
+                                                       train_op.name]
+    assert index.step_rule == ("the graph's train_op collection and its "
+                               "losses collection (2 ops)")
+    # Ids follow graph order.
+    order = {op.name: k for k, op in enumerate(graph.get_operations())}
+    assert [order[op.name] for op in index.ops] == sorted(
+        order[op.name] for op in index.ops)
+
+
+def test_rules_in_order():
+    graph = tf.Graph()
+    with graph.as_default():
+        w = tf.compat.v1.get_variable("w", [4], use_resource=True)
+        loss = tf.reduce_sum(w * w)
+        grad = tf.gradients(loss, [w])[0]
+        update = w.assign_sub(0.1 * grad)
+        other = tf.reduce_max(w, name="other")
+    # 3b: an assignment to a trainable variable from a gradient.
+    found = step.find_fetches(graph)
+    assert found.ops == (update.op,)
+    assert found.rule == "the optimizer updates of the graph (1 op)"
+    # 1: the fetches given win, as names, tensors or nested lists.
+    given = step.find_fetches(graph, {"a": [other, "AssignSubVariableOp"]})
+    assert [op.name for op in given.ops] == [update.op.name, "other"]
+    assert given.rule == "the fetches passed to run() (2 ops)"
+    with graph.as_default():
+        apply = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
+            loss)
+    # 2: the train_op collection (the v1 optimizer adds its op).
+    assert step.find_fetches(graph).ops == (apply,)
+    graph.clear_collection(tf.compat.v1.GraphKeys.TRAIN_OP)
+    # 3a: Apply* ops.
+    assert [op.type for op in step.find_fetches(graph).ops] == [
+        "ResourceApplyGradientDescent"]
+
+
+def test_whole_graph_when_nothing_names_the_step():
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [2, 3])
+        tf.nn.relu(x)
+    found = step.find_fetches(graph)
+    assert found.whole_graph and found.ops == ()
+    assert found.rule.startswith("the whole graph")
+    index = gi.build_index(graph)
+    assert index.num_ops == index.graph_num_ops == 2 and index.fetches == ()
+
+
+@pytest.mark.parametrize("fetches, message", [
+    ([], r"^fetches is empty: pass the train op"),
+    ("nope", r"^fetches: 'nope' names nothing in the graph .*; pass an op "
+             r"name such as 'train_op'"),
+    ([3], r"^fetches: 3 is not an op, a tensor, a variable or a name"),
+])
+def test_bad_fetches(fetches, message):
+    graph, train_op, _ = _tiny_step()
+    with pytest.raises(ValueError, match=message):
+        step.find_fetches(graph, fetches)
+    with pytest.raises(ValueError, match=message):
+        LMS().run(graph, fetches=fetches)
+    assert not rewriter.is_rewritten(graph)
+
+
+def test_fetch_of_another_graph():
+    graph, _, _ = _tiny_step()
+    _, other_op, _ = _tiny_step()
+    with pytest.raises(ValueError, match=r"^fetches: .* belongs to another "
+                       r"graph than the one LMS edits; pass ops of that"):
+        step.find_fetches(graph, other_op)
+
+
+def _tiny_step():
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [8, 16], name="x")
+        w = tf.compat.v1.get_variable("w", [16, 16])
+        h = tf.nn.relu(tf.matmul(x, w))
+        loss = tf.reduce_sum(h)
+        train_op = tf.compat.v1.train.GradientDescentOptimizer(
+            0.1).minimize(loss)
+        tf.identity(h, name="eval_head")
+    return graph, train_op, loss
+
+
+def test_literal_index_of_fetches():
+    index = gi.from_edges(
+        [("x", "Placeholder", {"outputs": [64]}), ("dead", "Relu"),
+         ("a", "Relu", {"outputs": [64]}), ("train", "NoOp"),
+         ("c", "Const")],
+        edges=[("x", "dead"), ("x", "a")], control_edges=[("a", "train"),
+                                                          ("c", "train")],
+        fetches=["train"])
+    assert index.names == ("x", "a", "train", "c")
+    assert index.fetches == (2,) and index.graph_num_ops == 5
+    assert index.inputs[1] == ((0, 0),)
+    assert index.control_inputs[2] == (1, 3)
+    assert index.consumers[0] == (((1, 0),),)
+    with pytest.raises(ValueError, match=r"^fetches\[0\]: no op named 'z'"):
+        gi.from_edges([("x", "Placeholder")], fetches=["z"])
+
+
+# ---- every planning stage stays inside the step --------------------------------
+def test_ordering_stays_inside_the_step():
+    graph, train_op, _ = keras_app_graph()
+    lms = LMS()
+    lms.batch_size = 1
+    lms.autotune_gpu_mem = _budget_gib(graph, 0.35)
+    result = _rewrite_and_check(graph, train_op, lms)
+    assert result.planned.ordering_edges  # the stage engaged
+
+
+def test_serialization_and_fixed_swaps_stay_inside_the_step():
+    graph, train_op, _ = keras_app_graph(size=96)
+    lms = LMS(swapout_threshold=40, swapin_ahead=5, swapin_groupby=3,
+              serialization=["20:40"])
+    lms.batch_size = 1
+    result = _rewrite_and_check(graph, train_op, lms)
+    assert result.planned.serialized_levels and result.plan.swaps
+
+
+def test_recompute_stays_inside_the_step():
+    graph, train_op, _ = keras_app_graph(size=128)
+    lms = LMS(swapout_threshold=40, swapin_ahead=5, swapin_groupby=3,
+              recompute=True)
+    lms.batch_size = 1
+    result = _rewrite_and_check(graph, train_op, lms)
+    assert result.plan.recomputes
+
+
+def test_fewer_waits_stays_inside_the_step():
+    graph, train_op, _ = keras_app_graph()
+    lms = LMS(sync_mode=1)
+    lms.batch_size = 1
+    lms.autotune_gpu_mem = _budget_gib(graph, 0.6)
+    result = _rewrite_and_check(graph, train_op, lms)
+    assert result.planned.unwaited
+
+
+def test_baseline_is_the_same_whatever_the_budget():
+    graph, _, _ = keras_app_graph()
+    index = gi.build_index(graph)
+    peaks = set()
+    ordered = 0
+    for fraction in (0.35, 0.6):
+        settings = Settings(batch_size=1,
+                            autotune_gpu_mem=_budget_gib(graph, fraction))
+        planned = pipeline.plan(index, settings)
+        ordered += bool(planned.ordering_edges)
+        peaks.add(planned.without_lms.peak_device_bytes)
+    assert ordered == 1  # one budget needed ordering edges, one did not
+    roles = pipeline.classify(index, Settings(batch_size=1))
+    plain = pipeline.simulate_without(index, roles, Settings(batch_size=1))
+    assert peaks == {plain.peak_device_bytes}
+
+
+# ---- the rewriter's check ------------------------------------------------------
+def test_rewriter_refuses_an_index_that_is_not_the_step():
+    graph, train_op, _ = keras_app_graph(size=64)
+    index = gi.build_index(graph)
+    roles = analysis.classify_ops(index)
+    from tflms import planner  # pylint: disable=import-outside-toplevel
+    plan = planner.make_plan(index, roles, planner.SwapParams(30, 5, 3, 0),
+                             batch_size=1)
+    assert plan.swaps
+    # The step changes after indexing without a new op: the train op now
+    # also waits for Keras's own forward pass on its Input.
+    dead = graph.get_operation_by_name("input_1")
+    train_op._add_control_inputs([dead])  # pylint: disable=protected-access
+    ops_before = len(graph.get_operations())
+    with pytest.raises(ValueError, match=(
+            r"^the training step \(the fan-in of .*\) is not the set of ops "
+            r"that was indexed: 1 ops would enter the step \(input_1\)\. "
+            r"Index the graph again before applying a plan; nothing was "
+            r"edited$")):
+        rewriter.apply_plan(graph, index, plan, "/cpu:0")
+    assert len(graph.get_operations()) == ops_before
+    assert not rewriter.is_rewritten(graph)
+
+
+def test_rewriter_refuses_a_plan_of_another_index():
+    graph, _, _ = _tiny_step()
+    index = gi.build_index(graph)
+    big = gi.build_index(keras_app_graph(size=32)[0])
+    from tflms import planner  # pylint: disable=import-outside-toplevel
+    plan = planner.make_plan(big, analysis.classify_ops(big),
+                             planner.SwapParams(30, 5, 3, 0), batch_size=1)
+    with pytest.raises(ValueError, match=r"^the plan refers to op id \d+, "
+                       r"but the index has %d ops: apply a plan to the "
+                       r"index it was made from$" % index.num_ops):
+        rewriter.apply_plan(graph, index, plan, "/cpu:0")
+
+
+# ---- training: the same numbers, every swap op runs ----------------------------
+@pytest.mark.numerics
+def test_keras_application_trains_the_same_and_every_swap_runs():
+    def load():
+        return keras_app_graph(size=96)[0]
+
+    lms = LMS(swapout_threshold=40, swapin_ahead=5, swapin_groupby=3)
+    lms.batch_size = 1
+    report = verify(load, lms, steps=2)
+    assert report.swap_ops > 20
+    assert report.swap_ops_ran == report.swap_ops
+    assert not report.swap_ops_removed and not report.swap_ops_not_run
+    assert not report.ops_entering_step and not report.ops_not_run
+    assert report.ok, report
+    assert report.losses_with == report.losses_without
+    assert report.max_abs_difference == 0.0
+    assert np.isfinite(report.losses_with).all()
+
+
+# ---- ops the graph optimizer reduces to an identity ----------------------------
+def test_forwards_input_of_real_ops():
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [2, 4], name="x")
+        ops = {
+            "x_times_one": x * 1.0, "one_times_x": tf.multiply(1.0, x),
+            "x_plus_zero": x + tf.zeros([4]), "x_minus_zero": x - 0.0,
+            "x_over_one": x / 1.0, "stop": tf.stop_gradient(x),
+            "x_times_two": x * 2.0, "zero_minus_x": 0.0 - x,
+            # Broadcasting makes a new, larger tensor: not an identity.
+            "broadcast": x * tf.ones([3, 2, 4]),
+        }
+    index = gi.build_index(graph)
+    got = {name: index.forwards_input[index.id_of[t.op.name]]
+           for name, t in ops.items()}
+    assert got == {"x_times_one": 0, "one_times_x": 1, "x_plus_zero": 0,
+                   "x_minus_zero": 0, "x_over_one": 0, "stop": 0,
+                   "x_times_two": None, "zero_minus_x": None,
+                   "broadcast": None}
+
+
+def test_aliases_are_not_swap_sources_and_count_once():
+    ops = [("x", "Placeholder", {"outputs": [1000]}),
+           ("a", "Relu", {"outputs": [1000]}),
+           ("one", "Const"),
+           ("alias", "Mul", {"outputs": [1000], "forwards_input": 0}),
+           ("stop", "StopGradient", {"outputs": [1000]}),
+           ("far", "AddN", {"outputs": [1000]})]
+    edges = [("x", "a"), ("a", "alias"), ("one", "alias"), ("a", "stop"),
+             ("alias", "far"), ("stop", "far")]
+    index = gi.from_edges(ops, edges)
+    assert index.forwards_input == (None, None, None, 0, 0, None)
+    roles = analysis.classify_ops(index)
+    assert {index.names[i] for i in roles.sources} == {"a", "far"}
+    from tflms import simulator  # pylint: disable=import-outside-toplevel
+    peak = simulator.SimulationModel(index, roles).replay(None)
+    # x, a (with its two aliases) and far: never more than two at once.
+    assert peak.peak_device_bytes == 2000
+    with pytest.raises(ValueError, match=r"^ops\[1\] \('a'\): forwards_input "
+                       r"must be None or an input slot below 1; got 1$"):
+        gi.from_edges([("x", "Placeholder"), ("a", "Mul",
+                                              {"forwards_input": 1})],
+                      [("x", "a")])
+
+
+@pytest.mark.numerics
+def test_efficientnet_swish_gradient_every_swap_op_runs():
+    """The swish gradient multiplies a batch norm's output by a constant
+    1.0; the graph optimizer makes that product the output itself. Swapping
+    both once gave two equal swap-outs, and TensorFlow merged them: 49 of
+    664 swap ops never ran (issue 22). Now the product is an alias, never
+    swapped, and every swap op runs."""
+    def load():
+        return keras_app_graph(size=64, batch=2, app="EfficientNetB0")[0]
+
+    lms = LMS(swapout_threshold=30, swapin_ahead=5, swapin_groupby=3)
+    lms.batch_size = 2
+    report = verify(load, lms, steps=1)
+    assert report.swap_ops > 100
+    assert report.swap_ops_ran == report.swap_ops
+    assert not report.swap_ops_removed
+    assert report.ok, report
