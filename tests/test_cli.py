@@ -11,6 +11,7 @@ a few go through ``python -m tflms`` for the real exit status and --help.
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -749,3 +750,20 @@ def test_keras3_file_error_leads_with_the_hint(tmp_path, capsys):
         # Keras 2's own error comes last.
         assert err.index("Keras 2's own error") > err.index("Build the model")
         assert "custom layers" not in err
+
+
+@pytest.mark.numerics
+@pytest.mark.parametrize("kind", ["h5", "keras_savedmodel"])
+def test_verify_trains_a_keras_model(saved, kind):
+    """`verify` feeds only what the train function reads: the inputs and
+    the targets (shaped from the outputs; a sparse loss's labels valid),
+    not the placeholders Keras makes to load weights (issue 25)."""
+    out = _tflms("verify", saved[kind], "--batch-size", "4", "--steps", "2",
+                 "--swapout-threshold", "1", "--swapin-ahead", "1",
+                 "--swapin-groupby", "0")
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    assert "VERDICT: PASS" in out.stdout
+    ran = re.search(r"Swap ops that ran: (\d+) of the (\d+) LMS added",
+                    out.stdout)
+    assert ran and ran.group(1) == ran.group(2) and int(ran.group(2)) > 0
+    assert ("other than LMS's own: none" in out.stdout), out.stdout

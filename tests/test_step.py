@@ -11,6 +11,8 @@ such a graph at a size where it engages, and after each rewrite the step
 runs exactly the ops it ran before plus LMS's own.
 """
 
+import re
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -372,3 +374,35 @@ def test_efficientnet_swish_gradient_every_swap_op_runs():
     assert report.swap_ops_ran == report.swap_ops
     assert not report.swap_ops_removed
     assert report.ok, report
+
+
+# ---- the log -------------------------------------------------------------------
+def test_a_rewrite_logs_one_warning_line_and_the_step(caplog):
+    import logging  # pylint: disable=import-outside-toplevel
+    logger = logging.getLogger("tensorflow")
+    logger.propagate = True
+    caplog.set_level(logging.WARNING, logger="tensorflow")
+    graph, _, _ = _tiny_step()
+    LMS(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0).run(graph)
+    lines = [r.getMessage() for r in caplog.records
+             if "[LMS]" in r.getMessage()]
+    assert len(lines) == 1, lines
+    assert re.match(
+        r"^\[LMS\]\[0\] Large Model Support rewrote the training step "
+        r"\(\d+ of the graph's \d+ operations\) in [\d.]+ s: \d+ tensors "
+        r"\([\d.]+ MiB\) go to host memory and back each step; \d+ "
+        r"operations added; lms.last_run has the plan$", lines[0]), lines[0]
+    caplog.clear()
+    caplog.set_level(logging.INFO, logger="tensorflow")
+    tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.INFO)
+    graph, train_op, _ = _tiny_step()
+    in_step = len(step.fan_in([train_op]))
+    total = len(graph.get_operations())
+    LMS(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0).run(graph)
+    step_lines = [r.getMessage() for r in caplog.records
+                  if "The training step is" in r.getMessage()]
+    assert step_lines == [
+        "[LMS][0] The training step is the fan-in of the graph's train_op "
+        "collection (1 op): %d of the graph's %d operations; LMS leaves "
+        "the %d others alone" % (in_step, total, total - in_step)]
+    assert total - in_step >= 5  # initializers and the eval head

@@ -320,6 +320,32 @@ _CLI_FIX = ("pass a graph-mode optimizer with --optimizer (a name such as "
             "memory, so pick one with the same slots)")
 
 
+def _shape_targets(model):
+    """Give a compiled Keras 2 model's target placeholders the shape of
+    their output (batch and, for sparse losses, the class dimension left
+    out): Keras makes them with no known dimension, so neither the
+    simulator nor `verify` could size or feed them."""
+    for endpoint in getattr(model, "_training_endpoints", None) or ():
+        target = getattr(getattr(endpoint, "training_target", None),
+                         "target", None)
+        output = getattr(endpoint, "output", None)
+        if (target is None or output is None
+                or getattr(target.op, "type", None) != "Placeholder"
+                or target.shape.rank is None
+                or target.shape.rank != output.shape.rank):
+            continue
+        loss = getattr(endpoint, "loss_fn", None)
+        name = (getattr(loss, "name", None) or getattr(loss, "__name__", None)
+                or type(loss).__name__)
+        dims = output.shape.as_list()
+        if "sparse" in str(name).lower() and dims:
+            dims[-1] = 1  # one class index per example
+        try:
+            target.set_shape(dims)
+        except ValueError:
+            continue  # a shape the user gave that disagrees: keep theirs
+
+
 def _load_keras(path, graph, args):
     """Notes and the step's fetches of a Keras model loaded into `graph`."""
     notes = []
@@ -388,6 +414,7 @@ def _load_keras(path, graph, args):
                 "%s" % (type(model.optimizer).__name__, _CLI_FIX))
         # The training graph fit() would run: forward, backward, updates.
         model._make_train_function()  # pylint: disable=protected-access
+        _shape_targets(model)
         # Named as a MetaGraph's train op is, for --oracle and `verify`.
         updates = getattr(model.train_function, "updates_op", None)
         if updates is not None:

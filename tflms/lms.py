@@ -332,6 +332,7 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
                         len(rewrite.recompute_ops)))
         seconds = time.perf_counter() - start
         log.info("Editing model for LMS, took: %.1f ms" % (seconds * 1000))
+        log.warning(_summary_line(planned, rewrite, seconds))
         return RunResult(Outcome.REWRITTEN, planned, rewrite, seconds)
 
     # ---- logging ------------------------------------------------------
@@ -577,6 +578,36 @@ class _StepGuard:
 for _field in S.fields():
     setattr(LMS, _field.name, _setting_property(_field))
 del _field
+
+
+def _summary_line(planned, rewrite, seconds):
+    """The one line LMS logs at WARNING level when it rewrites a graph, so
+    that it shows at TensorFlow's default log level (docs/usage.md, "What
+    LMS logs", says how to silence it)."""
+    plan = planned.plan
+    parts = ["Large Model Support rewrote the training step (%d of the "
+             "graph's %d operations) in %.2f s: %d tensors (%s) go to "
+             "host memory and back each step" % (
+                 planned.given_index.num_ops if planned.given_index
+                 else planned.index.num_ops, planned.index.graph_num_ops,
+                 seconds, len(plan.swaps), _size(plan.swapout_bytes()))]
+    if plan.recomputes:
+        parts.append("%d are recomputed instead (%s)" % (
+            len(plan.recomputes), _size(plan.recompute_bytes())))
+    if planned.with_lms is not None and planned.without_lms is not None:
+        parts.append("predicted device peak %s, %s without LMS"
+                     % (_size(planned.with_lms.peak_device_bytes),
+                        _size(planned.without_lms.peak_device_bytes)))
+    parts.append("%d operations added; lms.last_run has the plan"
+                 % (len(rewrite.swapout_ops) + len(rewrite.swapin_ops)
+                    + len(rewrite.recompute_ops)))
+    return "; ".join(parts)
+
+
+def _size(nbytes):
+    if nbytes >= 0.1 * _GIB:
+        return "%.2f GiB" % (nbytes / _GIB)
+    return "%.1f MiB" % (nbytes / _MIB)
 
 
 def _graph_to_edit(graph):
