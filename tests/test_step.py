@@ -406,3 +406,16 @@ def test_a_rewrite_logs_one_warning_line_and_the_step(caplog):
         "collection (1 op): %d of the graph's %d operations; LMS leaves "
         "the %d others alone" % (in_step, total, total - in_step)]
     assert total - in_step >= 5  # initializers and the eval head
+
+
+def test_every_swap_op_names_itself():
+    graph, _, _ = keras_app_graph(size=32)
+    result = LMS(swapout_threshold=30, swapin_ahead=5, swapin_groupby=3).run(
+        graph)
+    names = list(result.swapout_ops) + list(result.swapin_ops)
+    assert len(names) > 20 and len(set(names)) == len(names)
+    # Some tensors have more than one swap-in: names the graph made unique.
+    assert any(name.endswith("_1") for name in result.swapin_ops)
+    for name in names:
+        op = graph.get_operation_by_name(name)
+        assert op.get_attr(rewriter.UNIQUE_ATTR) == name.encode()

@@ -684,7 +684,9 @@ def _assemble(ops, cols, id_of, roots=(), step_rule="the whole graph"):
     fetches = ()
     if roots:
         names = {cols.names[r] for r in roots}
-        ops, cols, id_of = _restricted(ops, cols, _fan_in_ids(cols, roots))
+        keep = _fan_in_ids(cols, roots)
+        if len(keep) < graph_num_ops:  # else the ids stay as they are
+            ops, cols, id_of = _restricted(ops, cols, keep)
         fetches = tuple(sorted(id_of[name] for name in names))
     n = len(cols.names)
     types = cols.types

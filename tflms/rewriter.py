@@ -165,15 +165,15 @@ def _new_identity(graph, tensor, name):
     # The op itself, without tf.identity's op-def library pass, which is a
     # third of the cost of a swap op on large graphs.
     dtype = tensor.dtype.base_dtype
-    op = graph._create_op_internal(  # pylint: disable=protected-access
+    # The name the op will get (the graph makes repeated names unique):
+    # unique per op, so no two swap ops are ever equal for common-
+    # subexpression elimination (module docstring).
+    final = graph.unique_name(name, mark_as_used=False)
+    return graph._create_op_internal(  # pylint: disable=protected-access
         "Identity", [tensor], [dtype], name=name,
-        attrs={"T": attr_value_pb2.AttrValue(
-            type=dtype.as_datatype_enum)})
-    # Unique per op (its name is, once made), so no two swap ops are ever
-    # equal for common-subexpression elimination (module docstring).
-    op._set_attr(UNIQUE_ATTR, attr_value_pb2.AttrValue(  # pylint: disable=protected-access
-        s=op.name.encode()))
-    return op.outputs[0]
+        attrs={"T": attr_value_pb2.AttrValue(type=dtype.as_datatype_enum),
+               UNIQUE_ATTR: attr_value_pb2.AttrValue(
+                   s=final.encode())}).outputs[0]
 
 
 def _new_clone(graph, op, inputs, name):
