@@ -330,10 +330,22 @@ def test_keras_model_on_tensors_trains_the_same_and_every_swap_runs():
     assert report.swap_ops_ran == report.swap_ops
     assert not report.swap_ops_removed and not report.swap_ops_not_run
     assert not report.ops_entering_step and not report.ops_not_run
-    assert report.ok, report
-    assert report.losses_with == report.losses_without
-    assert report.max_abs_difference == 0.0
+    _assert_same_numbers(report)
     assert np.isfinite(report.losses_with).all()
+
+
+def _assert_same_numbers(report):
+    """Bit-identical where TensorFlow ran the same kernels; within float
+    rounding where oneDNN fused differently around a swap op (a swapped
+    tensor read by a second op is not fused away)."""
+    if report.kernels_differ:
+        assert report.max_abs_difference < 1e-5, report
+        np.testing.assert_allclose(report.losses_with,
+                                   report.losses_without, rtol=1e-6)
+    else:
+        assert report.ok, report
+        assert report.losses_with == report.losses_without
+        assert report.max_abs_difference == 0.0
 
 
 # ---- ops the graph optimizer reduces to an identity ----------------------------
@@ -430,8 +442,9 @@ def test_swish_gradient_every_swap_op_runs():
     report = verify(swish_cnn_graph, lms, steps=2)
     assert report.swap_ops > 20
     assert report.swap_ops_ran == report.swap_ops
-    assert not report.swap_ops_removed
-    assert report.ok, report
+    assert not report.swap_ops_removed and not report.swap_ops_not_run
+    assert not report.ops_entering_step and not report.ops_not_run
+    _assert_same_numbers(report)
 
 
 # ---- the log -------------------------------------------------------------------
