@@ -534,15 +534,11 @@ def has_training_ops(index):
     scope, as ``tf.gradients`` and the optimizers make them) or updates
     variables with an optimizer (``Apply*`` ops)."""
     for name, t in zip(index.names, index.types):
-        if t.startswith(_APPLY_PREFIXES):
+        if t.startswith(gi.APPLY_PREFIXES):
             return True
         if any(part.startswith("gradients") for part in name.split("/")[:-1]):
             return True
     return False
-
-
-_APPLY_PREFIXES = ("Apply", "ResourceApply", "SparseApply",
-                   "ResourceSparseApply")
 
 
 def learning_parameter_bytes(index):

@@ -39,6 +39,7 @@ __all__ = [
     "from_edges",
     "DEFAULT_DEVICE",
     "FORWARDING_TYPES",
+    "APPLY_PREFIXES",
     "tensor_bytes",
     "op_flops",
     "FLOP_TYPES",
@@ -388,6 +389,9 @@ def _control_flow_kind(op):
         ctx = ctx.outer_context
     return kind
 
+
+# Optimizer updates (`tflms.step` finds a training step by them).
+APPLY_PREFIXES = step_mod.APPLY_PREFIXES
 
 # Ops that are an identity of their input 0 for TensorFlow's graph
 # optimizer (it removes them, and the readers read the input).

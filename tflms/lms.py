@@ -588,8 +588,7 @@ def _summary_line(planned, rewrite, seconds):
     parts = ["Large Model Support rewrote the training step (%d of the "
              "graph's %d operations) in %.2f s: %d tensors (%s) go to "
              "host memory and back each step" % (
-                 planned.given_index.num_ops if planned.given_index
-                 else planned.index.num_ops, planned.index.graph_num_ops,
+                 planned.index.num_ops, planned.index.graph_num_ops,
                  seconds, len(plan.swaps), _size(plan.swapout_bytes()))]
     if plan.recomputes:
         parts.append("%d are recomputed instead (%s)" % (

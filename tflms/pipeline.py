@@ -72,7 +72,6 @@ class Planned:
       index: the planning index: the graph's ops and edges plus the control
         edges LMS will add for serialization (`index.planned_edges`), with
         levels that count them.
-      original_num_levels: levels of the graph as given.
       given_index: the index of the step as given, without the edges LMS
         plans (serialization, ordering): what `without_lms` replays.
       roles: the `analysis.OpRoles` of the index.
@@ -109,10 +108,9 @@ class Planned:
     """
 
     index: object
-    original_num_levels: int
+    given_index: object
     roles: object
     settings: Settings
-    given_index: object = None
     serialized_levels: tuple = ()
     deferral_edges: tuple = ()
     ordering_edges: tuple = ()
@@ -124,6 +122,11 @@ class Planned:
     with_lms: object = None
     budget_bytes: object = None
     step_time: object = None
+
+    @property
+    def original_num_levels(self):
+        """Levels of the step as given."""
+        return self.given_index.num_levels
 
     @property
     def needed(self):
@@ -194,7 +197,6 @@ def plan(index, settings, roles=None, log=None, simulate=False, env=None,
     log = log or Logger()
     if roles is None:
         roles = classify(index, settings)
-    original_num_levels = index.num_levels
     given = index
 
     ser_edges, ser_levels = _serialization(index, roles, settings)
@@ -214,8 +216,8 @@ def plan(index, settings, roles=None, log=None, simulate=False, env=None,
                          gi.tensor_bytes(index, op, 0, settings.batch_size)
                          or 0 for _, op in deferral) / _GIB), 1)
 
-    planned = Planned(index=index, original_num_levels=original_num_levels,
-                      roles=roles, given_index=given, settings=settings,
+    planned = Planned(index=index, given_index=given, roles=roles,
+                      settings=settings,
                       serialized_levels=tuple(ser_levels),
                       deferral_edges=deferral)
     if settings.autotune_requested:
@@ -509,7 +511,7 @@ def simulate_plan(planned):
     if planned.without_lms is not None:
         return planned
     model = _model(planned.index, planned.roles, planned.settings)
-    given = planned.given_index or planned.index
+    given = planned.given_index
     return dataclasses.replace(
         planned, without_lms=(
             model.replay(None, detail=True) if given is planned.index

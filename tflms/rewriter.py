@@ -335,18 +335,20 @@ def _check_step(index, plan):
     indexed = {op.name for op in ops}
     outside = sorted(set(step) - indexed)
     missing = sorted(indexed - set(step))
-    if outside or missing:
+    problems = []
+    if outside:
+        problems.append("%d ops would enter the step (%s)"
+                        % (len(outside), ", ".join(outside[:3])))
+    if missing:
+        problems.append("%d indexed ops are not in it (%s)"
+                        % (len(missing), ", ".join(missing[:3])))
+    if problems:
         raise ValueError(
             "the training step (the fan-in of %s) is not the set of ops "
             "that was indexed: %s. Index the graph again before applying a "
             "plan; nothing was edited" % (
                 ", ".join(ops[f].name for f in index.fetches),
-                "; ".join(part for part in (
-                    outside and "%d ops would enter the step (%s)" % (
-                        len(outside), ", ".join(outside[:3])),
-                    missing and "%d indexed ops are not in it (%s)" % (
-                        len(missing), ", ".join(missing[:3])))
-                    if part)))
+                "; ".join(problems)))
 
 
 def _plan_op_ids(plan):

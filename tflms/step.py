@@ -34,10 +34,10 @@ import dataclasses
 import tensorflow as tf
 
 __all__ = ["StepFetches", "find_fetches", "fan_in", "fetch_ops_of",
-           "keras_train_fetches"]
+           "keras_train_fetches", "APPLY_PREFIXES"]
 
-# Ops that update variables with an optimizer's rule.
-_APPLY_PREFIXES = ("Apply", "ResourceApply", "SparseApply",
+# Types of the ops that update variables with an optimizer's rule.
+APPLY_PREFIXES = ("Apply", "ResourceApply", "SparseApply",
                    "ResourceSparseApply")
 # Assignments; one to a trainable variable from a gradient is an update.
 _ASSIGN_TYPES = frozenset({
@@ -182,7 +182,7 @@ def _optimizer_updates(graph):
         op = getattr(handle, "op", None) or getattr(v, "op", None)
         if isinstance(op, tf.Operation):
             trainable_handles.add(op.name)
-    updates = [op for op in ops if op.type.startswith(_APPLY_PREFIXES)]
+    updates = [op for op in ops if op.type.startswith(APPLY_PREFIXES)]
     if updates:
         return tuple(updates)
     # Hand-written updates (``v.assign_sub(lr * grad)``): one pass in
