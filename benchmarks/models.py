@@ -23,6 +23,12 @@ benchmark sizes:
 * `layered`: a synthetic graph of about ``num_ops`` ops shaped like a
   training step (a forward pass of layers and a mirrored backward pass that
   reads every forward activation again), for graph-size scaling.
+* `keras_app`: a Keras application (``tf.keras.applications``, written by
+  the Keras team, not by this project) used as a layer library in a Session
+  graph, the TF1 pattern of issue 22: the model is built on its own input
+  (Keras keeps that symbolic forward pass in the graph, a branch the step
+  never runs), called with ``training=True`` on placeholders, and trained by
+  ``MomentumOptimizer.minimize`` on its trainable weights.
 * `deep_mlp`: a deep, narrow MLP of about ``num_ops`` ops built with the
   TF1 API (dense layers with bias and ReLU, plain SGD): thousands of levels
   with a small tensor at each, the shape that stresses planning the most.
@@ -39,8 +45,9 @@ import tensorflow as tf
 
 from zoo import models as zoo
 
-__all__ = ["Built", "BUILDERS", "build", "resnet50", "unet3d", "transformer",
-           "mlp", "layered", "deep_mlp", "size_key"]
+__all__ = ["Built", "BUILDERS", "build", "resnet50", "keras_app", "unet3d",
+           "transformer", "mlp", "layered", "deep_mlp", "size_key",
+           "KERAS_APPS"]
 
 _v1 = tf.compat.v1
 
@@ -129,6 +136,63 @@ def resnet50(image=224, batch=1, classes=10, learning_phase="baked",
         optimizer="adam" if optimizer == "adam" else "momentum",
         learning_rate=1e-3 if optimizer == "adam" else 0.01,
         metrics=["accuracy"])
+
+
+# The Keras applications the third-party benchmarks use, each with the
+# smallest input side it accepts.
+KERAS_APPS = collections.OrderedDict([
+    ("ResNet50", 32), ("DenseNet121", 32), ("InceptionV3", 75),
+    ("EfficientNetB0", 32), ("MobileNetV2", 32),
+])
+
+
+def keras_app(app="ResNet50", image=224, batch=1, classes=1000, seed=0):
+    """A Keras application trained in a Session graph, as issue 22 wrote it.
+
+    The graph holds what a user of ``tf.keras.applications`` in TF1 code
+    gets: the model built on its own ``Input`` (a forward pass the step never
+    runs, with batch norm under a learning-phase ``cond``), then called with
+    ``training=True`` on placeholders, softmax cross entropy on the logits,
+    and ``MomentumOptimizer(0.01, 0.9).minimize`` over the model's trainable
+    weights. Batch-norm moving averages are not updated (the issue's program
+    does not ask for them). The step is found by `tflms.step`'s rules (the
+    optimizer's updates); nothing is put in the train-op collection.
+
+    Args:
+      app: a name of `KERAS_APPS` (a function of ``tf.keras.applications``).
+      image: input height and width (at least the app's minimum).
+      batch: batch size.
+      classes: output classes.
+      seed: seed for weights and data.
+
+    Returns:
+      A `Built`.
+    """
+    if app not in KERAS_APPS:
+        raise ValueError("app must be one of %s; got %r"
+                         % (list(KERAS_APPS), app))
+    if image < KERAS_APPS[app]:
+        raise ValueError("image must be at least %d for %s; got %d"
+                         % (KERAS_APPS[app], app, image))
+    graph = tf.Graph()
+    with graph.as_default():
+        _v1.set_random_seed(seed)
+        model = getattr(tf.keras.applications, app)(
+            weights=None, input_shape=(image, image, 3), classes=classes,
+            classifier_activation=None)
+        x = _v1.placeholder(tf.float32, [batch, image, image, 3], name="x")
+        y = _v1.placeholder(tf.int32, [batch], name="y")
+        logits = model(x, training=True)
+        loss = tf.reduce_mean(
+            tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y,
+                                                           logits=logits))
+        train_op = _v1.train.MomentumOptimizer(0.01, 0.9).minimize(
+            loss, var_list=model.trainable_weights)
+        init_op = _v1.global_variables_initializer()
+    return Built("keras_app", graph, train_op, loss, batch, init_op,
+                 _feed_maker([(x, 0), (y, classes)], seed),
+                 "Keras %s %dx%d, batch %d (Session graph)"
+                 % (app, image, image, batch))
 
 
 def mlp(depth=16, width=1024, batch=4096, variables="resource", classes=10,
@@ -383,6 +447,7 @@ def deep_mlp(num_ops=10000, width=32, batch=32, seed=0):
 
 BUILDERS = collections.OrderedDict([
     ("resnet50", resnet50),
+    ("keras_app", keras_app),
     ("unet3d", unet3d),
     ("transformer", transformer),
     ("mlp", mlp),
