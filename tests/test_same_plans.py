@@ -1,0 +1,120 @@
+"""The plans of the benchmark models, pinned: a change to how planning is
+organised must not change what it plans.
+
+Each case builds a benchmark graph (`benchmarks.models`), plans it with
+`pipeline.plan` at budgets where the stages engage (auto-tuning, ordering,
+fewer waits, recompute, serialization, fixed parameters) and compares a
+digest of everything the plan tells the rewriter (swaps, swap-ins,
+triggers, waiters, recomputes, control edges, parameters) and of what the
+pipeline decided around it (ordering edges, unwaited swap-outs, budget)
+with the digest recorded in ``tests/data/plan_digests.json`` for this
+TensorFlow version (Keras names and builds ops differently from one version
+to the next, so each stack has its own digests).
+
+A deliberate change of plans rewrites the file:
+``TFLMS_WRITE_PLAN_DIGESTS=1 python -m pytest tests/test_same_plans.py``
+on each stack, and the commit says why the plans changed.
+"""
+
+import hashlib
+import json
+import os
+
+import pytest
+import tensorflow as tf
+
+from benchmarks import models
+from tflms import autotune, pipeline
+from tflms import graph_index as gi
+from tflms.settings import Settings
+
+_DATA = os.path.join(os.path.dirname(__file__), "data", "plan_digests.json")
+_WRITE = os.environ.get("TFLMS_WRITE_PLAN_DIGESTS") == "1"
+_STACK = "tf" + ".".join(tf.__version__.split(".")[:2])
+_GIB = float(1 << 30)
+
+# (case id, builder, builder kwargs, [(share of the activation range or
+# None for fixed parameters, Settings keywords)]). On TensorFlow 2.15 the
+# ResNet50 and U-Net plans at 0.45 take ordering edges, the U-Net's also
+# drops swap-out waits, and the recompute ones replace swaps.
+CASES = [
+    ("keras_resnet50_96", "keras_app", dict(app="ResNet50", image=96), [
+        (0.7, {}), (0.5, {}), (0.45, {}), (0.45, dict(recompute=True)),
+        (0.5, dict(sync_mode=1)), (0.45, dict(order_peaks=False)),
+        (None, dict(swapout_threshold=40, swapin_ahead=5, swapin_groupby=3)),
+        (None, dict(swapout_threshold=30, swapin_ahead=2, swapin_groupby=0,
+                    serialization=[3, 4], recompute=True)),
+    ]),
+    ("unet3d_48", "unet3d", dict(volume=48), [
+        (0.6, {}), (0.6, dict(recompute=True)), (0.45, {}),
+        (0.45, dict(recompute=True)),
+        (None, dict(swapout_threshold=5, swapin_ahead=1, swapin_groupby=0,
+                    sync_mode=3)),
+    ]),
+    ("transformer_small", "transformer",
+     dict(layers=2, seq=64, d_model=64, heads=4, batch=2), [
+         (0.5, {}), (0.6, dict(recompute=True)),
+     ]),
+    ("deep_mlp_3000", "deep_mlp", dict(num_ops=3000), [
+        (0.4, {}), (None, dict(swapout_threshold=10, swapin_ahead=3,
+                               swapin_groupby=2)),
+    ]),
+]
+
+
+def _budget_gib(index, roles, batch, share):
+    """Resident bytes plus `share` of the activations, as a GiB setting
+    (`autotune_gpu_mem` before the 0.9 memory ratio)."""
+    without = pipeline.simulate_without(index, roles,
+                                        Settings(batch_size=batch))
+    resident = without.resident_device_bytes
+    target = resident + share * (without.peak_device_bytes - resident)
+    return target / autotune.DEFAULT_MEM_RATIO / _GIB
+
+
+def _digest(planned):
+    plan = planned.plan
+    text = repr((plan, planned.ordering_edges, planned.unwaited,
+                 planned.budget_bytes, planned.autotuned))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _plans(name, kwargs, budgets):
+    built = models.build(name, **kwargs)
+    index = gi.build_index(built.graph, [built.train_op])
+    roles = pipeline.classify(index, Settings())
+    out = []
+    for share, extra in budgets:
+        settings = dict(batch_size=built.batch_size, **extra)
+        if share is not None:
+            settings["autotune_gpu_mem"] = _budget_gib(
+                index, roles, built.batch_size, share)
+        try:
+            planned = pipeline.plan(index, Settings(**settings), env={})
+            out.append(_digest(planned))
+        except autotune.AutotuneError:
+            out.append("no plan")
+    return out
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_plans_are_the_recorded_ones(case):
+    case_id, name, kwargs, budgets = case
+    got = _plans(name, kwargs, budgets)
+    recorded = {}
+    if os.path.exists(_DATA):
+        with open(_DATA) as f:
+            recorded = json.load(f)
+    if _WRITE:
+        recorded.setdefault(_STACK, {})[case_id] = got
+        with open(_DATA, "w") as f:
+            json.dump(recorded, f, indent=1, sort_keys=True)
+            f.write("\n")
+        return
+    assert _STACK in recorded, (
+        "no plan digests recorded for %s; record them with "
+        "TFLMS_WRITE_PLAN_DIGESTS=1 (see the module docstring)" % _STACK)
+    assert got == recorded[_STACK][case_id]
+    # Each case plans something: a digest list of only "no plan" would pin
+    # nothing.
+    assert any(d != "no plan" for d in got)
