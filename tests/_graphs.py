@@ -245,3 +245,32 @@ def assert_same_training(graph, result, base, run, always_tolerant=False):
         np.testing.assert_allclose(losses, base_losses, rtol=FUSION_RTOL)
         for a, b in zip(base_weights, weights):
             np.testing.assert_allclose(a, b, rtol=FUSION_RTOL, atol=1e-6)
+
+
+def tune(index, roles, requested, gpu_mem_gib=None, env=None, log=None,
+         list_devices=None, plot_dir=None, select=True, by_step_time=True,
+         serialization_edges=(), deferral_edges=(), ordering_edges=(),
+         gpu=None, interconnect=None, **settings):
+    """`autotune.tune` as its tests used to call it: the `PlanningContext`
+    made from `requested` (`planner.SwapParams`, -1 for auto), the budget
+    and the other `Settings` given as keywords (`batch_size`, `gpu`,
+    `interconnect`...); `serialization_edges` are control edges only the
+    simulator sees; `gpu` and `interconnect` may be names or hardware
+    objects of the test's own."""
+    # pylint: disable=import-outside-toplevel
+    from tflms import autotune
+    from tflms.context import PlanningContext
+    from tflms.settings import Settings
+    settings = Settings(
+        swapout_threshold=requested.swapout_threshold,
+        swapin_ahead=requested.swapin_ahead,
+        swapin_groupby=requested.swapin_groupby,
+        sync_mode=int(requested.sync_mode), autotune_gpu_mem=gpu_mem_gib,
+        autotune_plot=plot_dir is not None,
+        plot_dir=plot_dir if plot_dir is not None else ".lms", **settings)
+    context = PlanningContext.create(
+        index, settings, roles=roles, log=log, env=env,
+        list_devices=list_devices, by_step_time=by_step_time, select=select,
+        extra_edges=serialization_edges, gpu=gpu, interconnect=interconnect)
+    return autotune.tune(context, index, deferral_edges=deferral_edges,
+                         ordering_edges=ordering_edges)

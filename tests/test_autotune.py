@@ -9,6 +9,7 @@ import tensorflow as tf
 from tflms import LMS
 from tflms import analysis
 from tflms import autotune
+from tflms import budget
 from tflms import graph_index as gi
 from tflms import planner
 from tflms import simulator
@@ -50,8 +51,8 @@ def tune(index, roles, mib, requested=AUTO, **kwargs):
     the copy-time and step-time tests below pass them)."""
     kwargs.setdefault("interconnect", "instant")
     kwargs.setdefault("by_step_time", False)
-    return autotune.tune(index, roles, requested, gpu_mem_gib=mib / 1024.0,
-                         env=EXACT, log=Logger(), **kwargs)
+    return _graphs.tune(index, roles, requested, gpu_mem_gib=mib / 1024.0,
+                        env=EXACT, log=Logger(), **kwargs)
 
 
 def names(index, tensors):
@@ -87,11 +88,11 @@ def test_no_gpu_and_no_budget_is_an_error():
 def test_tune_without_gpu_or_budget_is_an_error(monkeypatch):
     # Through tune() itself, on a machine that shows no GPU (a GPU machine
     # is made to look like one, so the check runs everywhere).
-    monkeypatch.setattr(autotune, "_list_local_devices", lambda: [
+    monkeypatch.setattr(budget, "_list_local_devices", lambda: [
         FakeDevice("/device:CPU:0", "CPU", 1 << 34)])
     index, roles = uneven_chain()
     with pytest.raises(autotune.NoGpuError):
-        autotune.tune(index, roles, AUTO, log=Logger())
+        _graphs.tune(index, roles, AUTO, log=Logger())
 
 
 def test_gpu_budget_picks_the_device_or_the_local_rank():

@@ -18,6 +18,7 @@ import tensorflow as tf
 
 from tflms import LMS, EagerModeError
 from tflms import autotune
+from tflms import budget
 from tflms import simulator
 
 from _graphs import dense_net
@@ -253,7 +254,7 @@ def test_autotune_without_batch_size_says_what_to_set():
 
 
 def test_autotune_without_a_gpu_or_its_size(monkeypatch):
-    monkeypatch.setattr(autotune, "_list_local_devices", lambda: [])
+    monkeypatch.setattr(budget, "_list_local_devices", lambda: [])
     graph, _ = dense_net(depth=3, width=16)
     before = signature(graph)
     with pytest.raises(autotune.NoGpuError, match=(

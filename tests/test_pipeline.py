@@ -13,6 +13,7 @@ from tflms import planner
 from tflms import simulator
 from tflms import steptime
 from tflms.settings import Settings
+from tflms.stages import recompute as recompute_stage
 
 from zoo import models
 
@@ -290,6 +291,6 @@ def test_a_recompute_is_not_timed_when_the_compute_alone_is_slower():
                              num_levels=index.num_levels, recomputes=(rec,))
     compute_s = 9.0
     assert timer.op_seconds.tolist() == [0, 2, 2, 2, 3]
-    assert pipeline._slower_than(candidate, 9.0, timer, compute_s)  # pylint: disable=protected-access
-    assert not pipeline._slower_than(candidate, 11.0, timer, compute_s)  # pylint: disable=protected-access
-    assert not pipeline._slower_than(candidate, 12.0, timer, compute_s)  # pylint: disable=protected-access
+    assert recompute_stage.slower_than(candidate, 9.0, timer, compute_s)
+    assert not recompute_stage.slower_than(candidate, 11.0, timer, compute_s)
+    assert not recompute_stage.slower_than(candidate, 12.0, timer, compute_s)

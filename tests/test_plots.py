@@ -15,6 +15,7 @@ from tflms import plots
 from tflms import planner
 from tflms._logging import Logger
 
+from tests import _graphs
 from tests.test_autotune import uneven_chain
 
 MIB = 1 << 20
@@ -23,7 +24,7 @@ MIB = 1 << 20
 def outcome_with_plots(tmp_path):
     index, roles = uneven_chain()
     folder = os.path.join(str(tmp_path), "lms_plots")
-    outcome = autotune.tune(index, roles, planner.SwapParams(-1, -1, -1, 0),
+    outcome = _graphs.tune(index, roles, planner.SwapParams(-1, -1, -1, 0),
                             gpu_mem_gib=6 / 1024.0, plot_dir=folder,
                             env={autotune.MEM_RATIO_ENV: "1"}, log=Logger())
     return index, roles, folder, outcome
@@ -178,7 +179,7 @@ def test_plots_are_written_when_nothing_fits(tmp_path):
     index, roles = uneven_chain()
     folder = os.path.join(str(tmp_path), "failed")
     with pytest.raises(autotune.AutotuneError) as err:
-        autotune.tune(index, roles, planner.SwapParams(-1, -1, -1, 0),
+        _graphs.tune(index, roles, planner.SwapParams(-1, -1, -1, 0),
                       gpu_mem_gib=2 / 1024.0, plot_dir=folder,
                       env={autotune.MEM_RATIO_ENV: "1"}, log=Logger())
     message = str(err.value)
@@ -200,7 +201,7 @@ def test_plots_are_written_when_nothing_fits(tmp_path):
 def test_no_plots_unless_asked_when_nothing_fits(tmp_path):
     index, roles = uneven_chain()
     with pytest.raises(autotune.AutotuneError) as err:
-        autotune.tune(index, roles, planner.SwapParams(-1, -1, -1, 0),
+        _graphs.tune(index, roles, planner.SwapParams(-1, -1, -1, 0),
                       gpu_mem_gib=2 / 1024.0,
                       env={autotune.MEM_RATIO_ENV: "1"}, log=Logger())
     assert "plots" not in str(err.value)
@@ -219,7 +220,7 @@ def test_nothing_fits_without_matplotlib_points_to_the_histogram(
     index, roles = uneven_chain()
     folder = str(tmp_path)
     with pytest.raises(autotune.AutotuneError) as err:
-        autotune.tune(index, roles, planner.SwapParams(-1, -1, -1, 0),
+        _graphs.tune(index, roles, planner.SwapParams(-1, -1, -1, 0),
                       gpu_mem_gib=2 / 1024.0, plot_dir=folder,
                       env={autotune.MEM_RATIO_ENV: "1"}, log=Logger())
     assert str(err.value).endswith(

@@ -1,4 +1,4 @@
-"""Waits only where memory needs them (`pipeline._fewer_swapout_waits`,
+"""Waits only where memory needs them (`tflms.stages.fewer_waits`,
 docs/autotuning.md step 9): a tuned plan with synchronous swap-outs keeps
 the wait of a swap-out only where the budget has no room for what is
 allocated during its copy, and trains as without LMS."""

@@ -49,11 +49,11 @@ import os
 
 import numpy as np
 
-from tflms import distributed
 from tflms import planner
-from tflms import simulator
+from tflms import plots
 from tflms import steptime
-from tflms._logging import Logger
+from tflms.budget import (DEFAULT_MEM_RATIO, MEM_RATIO_ENV, NoGpuError,
+                          device_budget, host_budget, mem_ratio)
 from tflms.settings import AUTO
 
 __all__ = [
@@ -70,8 +70,6 @@ __all__ = [
     "tune",
 ]
 
-MEM_RATIO_ENV = "TF_LMS_SIMULATOR_MEM_RATIO"
-DEFAULT_MEM_RATIO = 0.9
 _GIB = float(1 << 30)
 
 # Rounds of select-and-replay before giving up on a selection; each round
@@ -96,10 +94,6 @@ _TIME_ROUNDS = 3
 
 class AutotuneError(ValueError):
     """No parameter set makes the simulated step fit the budget."""
-
-
-class NoGpuError(ValueError):
-    """The device budget is unknown: no GPU and no autotune_gpu_mem."""
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -143,102 +137,6 @@ class TuneOutcome:
 
 
 # ---- budgets -------------------------------------------------------------
-def mem_ratio(env=None):
-    """The share of device memory plans may use (``TF_LMS_SIMULATOR_MEM_RATIO``).
-
-    Raises:
-      ValueError: if the variable is not a number in (0, 1].
-    """
-    env = os.environ if env is None else env
-    text = env.get(MEM_RATIO_ENV)
-    if text is None or text == "":
-        return DEFAULT_MEM_RATIO
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0.0 < value <= 1.0:
-        raise ValueError(
-            "%s=%r must be a number in (0, 1], the share of GPU memory LMS "
-            "may plan for; unset it to use %.1f" % (MEM_RATIO_ENV, text,
-                                                    DEFAULT_MEM_RATIO))
-    return value
-
-
-def _list_local_devices():
-    # Imported lazily: listing devices initialises the GPU runtime.
-    from tensorflow.python.client import device_lib  # pylint: disable=import-outside-toplevel
-    return device_lib.list_local_devices()
-
-
-def _gpu_index(gpu_device, env):
-    if gpu_device:
-        import tensorflow as tf  # pylint: disable=import-outside-toplevel
-        spec = tf.DeviceSpec.from_string(gpu_device)
-        if spec.device_index is not None:
-            return spec.device_index
-    return distributed.rank_info(env).local_rank
-
-
-def device_budget(gpu_mem_gib=None, gpu_device=None, env=None,
-                  list_devices=None):
-    """Device bytes a plan may use.
-
-    Args:
-      gpu_mem_gib: ``autotune_gpu_mem`` in GiB, or None to ask TensorFlow
-        for the GPU's memory.
-      gpu_device: the device LMS manages (its index picks the GPU); with
-        None, the local rank's GPU under Horovod / MPI (or the only visible
-        GPU, when the launcher gave each rank one), else GPU 0.
-      env: environment mapping (default `os.environ`).
-      list_devices: callable returning `DeviceAttributes` (for tests);
-        default `device_lib.list_local_devices`.
-
-    Returns:
-      ``int(memory * mem_ratio(env))``.
-
-    Raises:
-      NoGpuError: with no GPU and no `gpu_mem_gib`.
-    """
-    env = os.environ if env is None else env
-    ratio = mem_ratio(env)
-    if gpu_mem_gib is not None:
-        return int(gpu_mem_gib * _GIB * ratio)
-    devices = (list_devices or _list_local_devices)()
-    gpus = [d for d in devices if d.device_type == "GPU"]
-    if not gpus:
-        raise NoGpuError(
-            "LMS auto-tuning needs the GPU memory size, but TensorFlow sees "
-            "no GPU on this machine. Set lms.autotune_gpu_mem = <GiB of the "
-            "GPU you plan for>, or set swapout_threshold, swapin_ahead and "
-            "swapin_groupby by hand.")
-    want = _gpu_index(gpu_device, env)
-    chosen = None
-    for d in gpus:
-        if d.name.rsplit(":", 1)[-1] == str(want):
-            chosen = d
-    if chosen is None and gpu_device is None and len(gpus) == 1:
-        # A launcher that sets CUDA_VISIBLE_DEVICES per rank leaves each
-        # process one GPU, numbered 0 whatever the local rank.
-        chosen = gpus[0]
-    if chosen is None:
-        raise NoGpuError(
-            "LMS auto-tuning wants GPU %d (from gpu_device=%r or the local "
-            "rank) but TensorFlow sees only %s. Set gpu_device to one of "
-            "those, or set lms.autotune_gpu_mem = <GiB>."
-            % (want, gpu_device, ", ".join(d.name for d in gpus)))
-    return int(chosen.memory_limit * ratio)
-
-
-def host_budget(env=None):
-    """Physical memory divided by the processes on this node (0 if unknown)."""
-    try:
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 0
-    return int(total // distributed.rank_info(env).local_size)
-
-
 # ---- the search ----------------------------------------------------------
 class _Simulations:
     """Plans and replays with memoisation and the "Found" log lines."""
@@ -307,18 +205,11 @@ class _Simulations:
         if self.smallest is None or result.peak_device_bytes < self.smallest[0]:
             self.smallest = (result.peak_device_bytes, params)
         if ok:
-            self.log.info(
-                "[Simulator] Found a parameter set: swapout_threshold %d, "
-                "swapin_ahead %d, swapin_groupby %d, sync_mode %d"
-                % (params.swapout_threshold, params.swapin_ahead,
-                   params.swapin_groupby, params.sync_mode))
-        self.log.info("[Simulator] swapout_threshold %d, swapin_ahead %d, "
-                      "swapin_groupby %d, sync_mode %d: peak %.3f GiB of "
-                      "%.3f GiB" % (params.swapout_threshold,
-                                    params.swapin_ahead,
-                                    params.swapin_groupby, params.sync_mode,
-                                    result.peak_device_bytes / _GIB,
-                                    self.budget / _GIB), 1)
+            self.log.info("[Simulator] Found a parameter set: %s"
+                          % params.describe())
+        self.log.info("[Simulator] %s: peak %.3f GiB of %.3f GiB" % (
+            params.describe(), result.peak_device_bytes / _GIB,
+            self.budget / _GIB), 1)
         return ok
 
     def cached(self, params):
@@ -418,15 +309,12 @@ def _cannot_fit(sims, requested):
              else "sync_modes %d to 3" % max(requested.sync_mode, 0))
     return AutotuneError(
         "LMS auto-tuning found no parameter set that fits in %s (searched "
-        "%s): the smallest plan it found (swapout_threshold %d, "
-        "swapin_ahead %d, swapin_groupby %d, sync_mode %d) needs %s, %s too "
+        "%s): the smallest plan it found (%s) needs %s, %s too "
         "much.%s Try a smaller batch size, serialization (lms.serialization "
         "or serialization_by_size) to run large levels one op at a time, or "
         "a larger lms.autotune_gpu_mem / %s if the GPU really has more "
         "memory.%s"
-        % (_gib(sims.budget), tried, params.swapout_threshold,
-           params.swapin_ahead, params.swapin_groupby, params.sync_mode,
-           _gib(peak), _gib(peak - sims.budget, exact=True), facts,
+        % (_gib(sims.budget), tried, params.describe(), _gib(peak), _gib(peak - sims.budget, exact=True), facts,
            MEM_RATIO_ENV, hint))
 
 
@@ -849,7 +737,7 @@ def _fit_in_time(sims, model, time_model, requested, max_level, select, log,
     link = time_model.interconnect.label
     count = 0
     planned_for = budget
-    sync_out = chosen[0].sync_mode in (1, 3)
+    sync_out = chosen[0].sync_swapout
     for attempt in range(_TIME_ROUNDS + 1):
         lowered = 0
         if chosen is not None:
@@ -914,39 +802,22 @@ def _all_auto(p):
             and p.swapin_groupby == AUTO)
 
 
-def tune(index, roles, requested, batch_size=None, gpu_mem_gib=None,
-         gpu_device=None, plot_dir=None, log=None, serialization_edges=(),
-         select=True, env=None, list_devices=None, deferral_edges=(),
-         gpu=steptime.DEFAULT_GPU,
-         interconnect=steptime.DEFAULT_INTERCONNECT, by_step_time=True,
-         ordering_edges=()):
-    """Choose swapping parameters for a graph by simulation.
+def tune(context, index, deferral_edges=(), ordering_edges=()):
+    """Choose swapping parameters for the step by simulation.
 
     Args:
-      index: a `GraphIndex` with the planning levels (after serialization).
-      roles: its `OpRoles`.
-      requested: `planner.SwapParams` as the user set them; -1 means auto.
-      batch_size: mini-batch size for unknown dimensions, or None.
-      gpu_mem_gib: ``autotune_gpu_mem`` (GiB) or None for the GPU's memory.
-      gpu_device: the device LMS manages, or None.
-      plot_dir: folder for memory plots, or None for no plots.
-      log: a `Logger`.
-      serialization_edges: more control edges for the simulator, beyond
-        the index's own `planned_edges` (tests).
-      select: choose tensors to swap when the threshold is on auto.
+      context: the `context.PlanningContext`: settings (the requested
+        parameters, -1 meaning auto; the batch size; `gpu` and
+        `interconnect`, the hardware the chosen plan's copies are timed on:
+        the plan returned fits the budget with swapped tensors held on the
+        device until their copy to the host has finished, and
+        ``interconnect="instant"`` counts copies as instant; the memory
+        plots), roles, log, budgets, and whether the final choice is by
+        predicted step time (`_fastest`) or by bytes moved.
+      index: the planning index (the step with the serialization and
+        ordering edges planned so far).
       deferral_edges: `planner.deferral_edges` that every plan carries out
         (the replay without LMS does not).
-      env: environment mapping (default `os.environ`).
-      list_devices: device lister for `device_budget` (tests).
-      gpu, interconnect: a `steptime.Gpu` and `steptime.Interconnect`
-        (or their names; `Settings.gpu`, `Settings.interconnect`): the
-        hardware the chosen plan's copies are timed on: the plan returned
-        fits the budget with swapped tensors held on the device until their
-        copy to the host has finished. ``interconnect="instant"``: copies
-        count as instant.
-      by_step_time: choose among the fitting plans by predicted step
-        time on that hardware (`_fastest`); False, or an instant link:
-        by bytes moved (the selection rule).
       ordering_edges: the `ordering.order_peaks` edges among the index's
         planned edges: synchronous swap-ins into their second ops also
         wait for their first (`planner.wait_for_ordering`).
@@ -955,31 +826,29 @@ def tune(index, roles, requested, batch_size=None, gpu_mem_gib=None,
       A `TuneOutcome`.
 
     Raises:
-      NoGpuError: no GPU and no `gpu_mem_gib`.
       simulator.BatchSizeError: a size needs the batch size.
       AutotuneError: nothing fits.
     """
-    log = log or Logger()
-    budget = device_budget(gpu_mem_gib, gpu_device, env, list_devices)
-    host_limit = host_budget(env)
-    model = simulator.SimulationModel(index, roles, batch_size,
-                                      extra_edges=serialization_edges)
-    link = steptime.interconnect_named(interconnect)
+    log = context.log
+    roles = context.roles
+    batch_size = context.batch_size
+    requested = context.requested
+    select = context.select
+    plot_dir = context.plot_dir
+    budget = context.budget_bytes
+    host_limit = context.host_budget_bytes
+    model = context.model(index)
+    link = context.interconnect
     time_model = None
     if link.bytes_per_s != steptime.INSTANT.bytes_per_s:
         # Made only when a plan is checked: timing every op costs about a
         # second per 100,000 ops, which a step that fits without LMS (or a
         # search that finds nothing) should not pay.
-        made = []
-
         def time_model():
-            if not made:
-                made.append(steptime.StepTimeModel(index, roles, batch_size,
-                                                   gpu, link))
-            return made[0]
+            return context.timer(index)
     # With instant copies every fitting plan takes the same time (no copy
     # is waited for): the choice is by bytes moved, with no model to make.
-    by_time = time_model if by_step_time else None
+    by_time = time_model if context.by_step_time else None
     if model.unknown_tensors:
         log.info("%d tensors have no static size and count as 0 bytes in "
                  "the simulation (first: %s)"
@@ -1035,7 +904,7 @@ def tune(index, roles, requested, batch_size=None, gpu_mem_gib=None,
             "processes); the host may run out of memory. Use a smaller batch "
             "size or fewer processes per node."
             % (final.peak_host_bytes / _GIB, host_limit / _GIB,
-               distributed.rank_info(env).local_size))
+               context.local_processes))
     files = _plots(plot_dir, index, roles, batch_size, without, final, budget,
                    log)
     return TuneOutcome(params=params, only_tensors=only, budget_bytes=budget,
@@ -1103,7 +972,7 @@ def _fastest(candidates, timer, replay, budget, log):
         log.info(
             "[Simulator] %s%s: %d swaps, %.3f GiB moved, predicted step "
             "%.1f ms (%.1f ms exposed transfer)" % (
-                _describe(params), " (selected tensors)" if only else "",
+                params.describe(), " (selected tensors)" if only else "",
                 len(plan.swaps), plan.moved_bytes() / _GIB,
                 step.with_lms_s * 1e3, step.exposed_transfer_s * 1e3), 1)
         if best_key is None or key < best_key:
@@ -1123,17 +992,10 @@ def _fastest(candidates, timer, replay, budget, log):
     return best, best_step
 
 
-def _describe(params):
-    return ("swapout_threshold %d, swapin_ahead %d, swapin_groupby %d, "
-            "sync_mode %d" % (params.swapout_threshold, params.swapin_ahead,
-                              params.swapin_groupby, params.sync_mode))
-
-
 def _plots(plot_dir, index, roles, batch_size, without, with_lms, budget,
            log, with_lms_fits=True):
     if not plot_dir:
         return ()
-    from tflms import plots  # pylint: disable=import-outside-toplevel
     return tuple(plots.write_plots(plot_dir, index, roles, without, with_lms,
                                    budget, batch_size=batch_size, log=log,
                                    with_lms_fits=with_lms_fits))

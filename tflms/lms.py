@@ -31,12 +31,6 @@ UnsupportedStackError = _compat.UnsupportedStackError
 _GIB = float(1 << 30)
 _MIB = float(1 << 20)
 
-_SYNC_MODE_TEXT = {
-    0: "asynchronous copies between host and device",
-    1: "device waits for swap-outs, swap-ins asynchronous",
-    2: "swap-outs asynchronous, device waits for swap-ins",
-    3: "device waits for swap-outs and swap-ins",
-}
 
 class EagerModeError(RuntimeError):
     """LMS rewrites graphs; it cannot act on eagerly executed code."""
@@ -310,8 +304,13 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
                              seconds=time.perf_counter() - start)
 
         plan = planned.plan
-        self._log_parameters(plan.params, planned.autotuned,
-                             planned.only_tensors, planned.unwaited)
+        if plan.swaps or plan.recomputes:
+            self._log_parameters(plan.params, planned.autotuned,
+                                 planned.only_tensors, planned.unwaited)
+        else:
+            log.info("LMS will swap nothing: the step fits with the %d "
+                     "control edges it adds (serialization, ordering, "
+                     "deferred fills) alone" % len(plan.control_edges))
         if plan.unplanned_groups:
             log.info("%d swap-in groups had no op to start them in time and "
                      "were left on the device" % plan.unplanned_groups, 1)
@@ -413,8 +412,8 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
             log.info("LMS will use the following parameter set:")
         ignored = " (ignored: sync_mode %d)" % p.sync_mode if p.sync_swapin \
             else ""
-        log.info("sync_mode: %d (%s)" % (p.sync_mode,
-                                         _SYNC_MODE_TEXT[p.sync_mode]), indent=2)
+        log.info("sync_mode: %d (%s)" % (p.sync_mode, p.sync_mode.text),
+                 indent=2)
         if unwaited:
             log.info("except for %d swap-outs, whose waits the plan does "
                      "not need to fit (docs/autotuning.md, step 9)"

@@ -28,6 +28,7 @@ so a plan can never create a cycle.
 import array
 import bisect
 import dataclasses
+import enum
 
 import numpy as np
 
@@ -71,22 +72,81 @@ TRIGGER_SEARCH_LEVELS = 10
 DEFERRABLE_TYPES = frozenset({"Fill"})
 
 
+class SyncMode(enum.IntFlag):
+    """What a plan makes wait for its copies (the ``sync_mode`` setting).
+
+    Two independent choices, as TFLMSv2 numbered them: bit 1 makes the
+    early readers of a swapped tensor wait until its copy to the host has
+    finished (nothing new is allocated while it still occupies the device),
+    bit 2 makes each swap-in a synchronous copy just before its reader
+    instead of one started ahead. ``SyncMode(3)`` is both. It is an int to
+    every reader (settings, command line, logs: 0 to 3); `text` says what
+    it means.
+    """
+
+    NONE = 0
+    SWAPOUT = 1
+    SWAPIN = 2
+
+    # The digit users set and logs print, also inside reprs of plans.
+    def __repr__(self):
+        return str(int(self))
+
+    __str__ = __repr__
+
+    @property
+    def swapouts_wait(self):
+        """Readers wait for the swap-out's copy to the host."""
+        return bool(self & SyncMode.SWAPOUT)
+
+    @property
+    def swapins_sync(self):
+        """Swap-ins are copied just before their reader."""
+        return bool(self & SyncMode.SWAPIN)
+
+    @property
+    def text(self):
+        return _SYNC_TEXT[int(self)]
+
+
+_SYNC_TEXT = {
+    0: "asynchronous copies between host and device",
+    1: "device waits for swap-outs, swap-ins asynchronous",
+    2: "swap-outs asynchronous, device waits for swap-ins",
+    3: "device waits for swap-outs and swap-ins",
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class SwapParams:
-    """Resolved (non-negative) swapping parameters."""
+    """Resolved (non-negative) swapping parameters.
+
+    Before planning, the requested ones may hold -1 (auto) for the first
+    three; `sync_mode` is always a `SyncMode` (the search starts from it).
+    """
 
     swapout_threshold: int
     swapin_ahead: int
     swapin_groupby: int
-    sync_mode: int
+    sync_mode: SyncMode
+
+    def __post_init__(self):
+        if not isinstance(self.sync_mode, SyncMode):
+            object.__setattr__(self, "sync_mode", SyncMode(self.sync_mode))
 
     @property
     def sync_swapout(self):
-        return self.sync_mode in (1, 3)
+        return self.sync_mode.swapouts_wait
 
     @property
     def sync_swapin(self):
-        return self.sync_mode in (2, 3)
+        return self.sync_mode.swapins_sync
+
+    def describe(self):
+        """The parameters as logs and errors name them."""
+        return ("swapout_threshold %d, swapin_ahead %d, swapin_groupby %d, "
+                "sync_mode %d" % (self.swapout_threshold, self.swapin_ahead,
+                                  self.swapin_groupby, self.sync_mode))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,219 @@
+"""The stages of `pipeline.plan` (`tflms.stages`): each is
+``stage(context, planned) -> planned``; a stage that does not apply returns
+its input; one that cannot finish leaves `Planned.failure` for a later
+stage or for `pipeline.plan` to raise."""
+
+import dataclasses
+import logging
+
+import pytest
+
+from tflms import autotune
+from tflms import graph_index as gi
+from tflms import pipeline
+from tflms import planner
+from tflms import stages
+from tflms.settings import Settings
+from tflms.stages import (defer, fewer_waits, order, recompute, serialize,
+                          swaps)
+
+import _literal as L
+from test_ordering import U as OU, crowded_graph
+
+
+def _start(context):
+    index = context.given_index
+    return pipeline.Planned(index=index, given_index=index,
+                            roles=context.roles, settings=context.settings)
+
+
+def _through(context, *names):
+    """`_start` run through the stages named (in `STAGES` order)."""
+    planned = _start(context)
+    for stage in stages.STAGES:
+        if stage.__module__.rsplit(".", 1)[-1] in names:
+            planned = stage(context, planned)
+    return planned
+
+
+def test_the_stages_run_in_this_order():
+    assert [s.__module__.rsplit(".", 1)[-1] for s in stages.STAGES] == [
+        "serialize", "defer", "swaps", "order", "fewer_waits", "recompute"]
+    assert all(callable(s) for s in stages.STAGES)
+
+
+# ---- serialize ------------------------------------------------------------
+def test_serialize_plans_edges_in_the_index_and_names_the_levels(caplog):
+    caplog.set_level(logging.INFO)
+    # Level 4 of the crowded graph holds f and i: chained, one after the
+    # other, they make one level more.
+    index = crowded_graph()
+    context = L.context(index, swapout_threshold=3, swapin_ahead=1,
+                        swapin_groupby=0, serialization=[4])
+    planned = serialize.stage(context, _start(context))
+    ids = L.ids(index)
+    assert planned.serialized_levels == (4,)
+    assert set(planned.index.planned_edges) in (
+        {(ids["f"], ids["i"])}, {(ids["i"], ids["f"])})
+    assert planned.index.num_levels == index.num_levels + 1
+    assert planned.given_index is index
+    assert "Serializing 1 levels: [4]" in caplog.text
+    untouched = L.context(index, swapout_threshold=3, swapin_ahead=1,
+                          swapin_groupby=0)
+    start = _start(untouched)
+    assert serialize.stage(untouched, start) is start
+
+
+# ---- defer ----------------------------------------------------------------
+def test_defer_delays_a_fill_made_long_before_its_reader():
+    # z, a Fill of a constant, is made at level 1 and read only at level 5.
+    index = gi.from_edges(
+        [("x", "Placeholder", {"outputs": [L.U]}),
+         ("c", "Const", {"outputs": [8]}),
+         ("z", "Fill", {"outputs": [L.U]})]
+        + [("f%d" % k, "Relu", {"outputs": [L.U]}) for k in range(1, 5)]
+        + [("g", "AddN", {"outputs": [L.U]})],
+        edges=[("x", "f1"), ("f1", "f2"), ("f2", "f3"), ("f3", "f4"),
+               ("c", "z"), ("f4", "g"), ("z", "g")])
+    context = L.context(index, swapout_threshold=100, swapin_ahead=1,
+                        swapin_groupby=0)
+    planned = defer.stage(context, _start(context))
+    ids = L.ids(index)
+    assert planned.deferral_edges == ((ids["f3"], ids["z"]),)
+    # Nothing to delay on the chain: the stage records no edges.
+    chain = L.chain()
+    context = L.context(chain, swapout_threshold=100, swapin_ahead=1,
+                        swapin_groupby=0)
+    assert defer.stage(context, _start(context)).deferral_edges == ()
+
+
+# ---- swaps ----------------------------------------------------------------
+def test_swaps_with_fixed_parameters_is_the_planners_plan():
+    index = L.chain()
+    context = L.context(index, swapout_threshold=3, swapin_ahead=1,
+                        swapin_groupby=0)
+    planned = swaps.stage(context, _start(context))
+    assert not planned.autotuned
+    assert planned.plan == planner.make_plan(
+        index, context.roles, planner.SwapParams(3, 1, 0, 0))
+    # f{k} is read by g{k} 2 * (6 - k) + 1 levels later: f5 only 3.
+    assert [index.names[s.producer] for s in planned.plan.swaps] == [
+        "f1", "f2", "f3", "f4"]
+
+
+def test_swaps_tunes_to_the_budget():
+    index = L.chain()
+    context = L.context(index, budget_units=6)
+    planned = swaps.stage(context, _start(context))
+    assert planned.autotuned and planned.budget_bytes == 6 * L.U
+    assert planned.with_lms.peak_device_bytes <= 6 * L.U
+    assert planned.without_lms.peak_device_bytes == 7 * L.U
+    # Fits without swapping: no plan, LMS not needed.
+    roomy = L.context(index, budget_units=7)
+    assert swaps.stage(roomy, _start(roomy)).plan is None
+
+
+def test_swaps_leaves_a_failure_for_ordering_or_raises_without_it():
+    index = crowded_graph()
+    context = L.context(index, budget_units=7 * OU / L.U)
+    planned = swaps.stage(context, _start(context))
+    assert isinstance(planned.failure, autotune.AutotuneError)
+    assert planned.plan is None
+    strict = L.context(index, budget_units=7 * OU / L.U, order_peaks=False)
+    with pytest.raises(autotune.AutotuneError, match="found no parameter set"):
+        swaps.stage(strict, _start(strict))
+
+
+def test_a_failure_no_stage_overcame_is_raised(monkeypatch):
+    index = crowded_graph()
+    settings = Settings(autotune_gpu_mem=7 * OU / float(1 << 30))
+    assert pipeline.plan(index, settings, env=L.EXACT).needed
+    # Without the ordering stage, the search's failure reaches the caller.
+    monkeypatch.setattr(stages, "STAGES", tuple(
+        s for s in stages.STAGES if s is not order.stage))
+    with pytest.raises(autotune.AutotuneError, match="found no parameter set"):
+        pipeline.plan(index, settings, env=L.EXACT)
+
+
+# ---- order ----------------------------------------------------------------
+def test_order_makes_the_step_fit_and_keeps_the_edges_without_swaps():
+    # The crowded graph peaks at 9U + 8 bytes; no swap helps, but f before
+    # i brings it to 6U. The step then fits without swapping only with that
+    # edge, so the plan is that edge alone (LMS must not turn itself off).
+    index = crowded_graph()
+    context = L.context(index, budget_units=7 * OU / L.U)
+    planned = _through(context, "serialize", "defer", "swaps", "order")
+    ids = L.ids(index)
+    assert planned.failure is None
+    assert planned.ordering_edges == ((ids["f"], ids["i"]),)
+    assert planned.needed and planned.plan.swaps == ()
+    assert planned.plan.serialization_edges == ((ids["f"], ids["i"]),)
+    assert planned.with_lms.peak_device_bytes == 6 * OU
+    assert planned.without_lms.peak_device_bytes == 9 * OU + 8
+
+
+def test_order_does_nothing_with_fixed_parameters_or_when_turned_off():
+    index = crowded_graph()
+    for context in (L.context(index, swapout_threshold=1, swapin_ahead=1,
+                              swapin_groupby=0),
+                    L.context(index, budget_units=7 * OU / L.U,
+                              order_peaks=False)):
+        start = _start(context)
+        assert order.stage(context, start) is start
+
+
+def test_order_raises_the_last_search_failure_when_no_round_fits():
+    index = crowded_graph()
+    context = L.context(index, budget_units=5 * OU / L.U)
+    planned = swaps.stage(context, _start(context))
+    assert planned.failure is not None
+    with pytest.raises(autotune.AutotuneError):
+        order.stage(context, planned)
+
+
+# ---- fewer_waits ----------------------------------------------------------
+def test_fewer_waits_drops_the_waits_memory_does_not_need():
+    index = L.chain()
+    context = L.context(index, budget_units=5)
+    tuned = _through(context, "serialize", "defer", "swaps", "order")
+    assert tuned.params.sync_mode == planner.SyncMode.SWAPOUT
+    waited = [s for s in tuned.plan.swaps if s.waiters]
+    assert waited and tuned.unwaited == ()
+    planned = fewer_waits.stage(context, tuned)
+    assert planned.unwaited == ((L.ids(index)["f1"], 0),)
+    assert planned.step_time.with_lms_s < tuned.step_time.with_lms_s
+    assert planned.with_lms.fits(5 * L.U)
+    # By bytes moved, not step time: the waits stay.
+    by_bytes = dataclasses.replace(context, by_step_time=False)
+    assert fewer_waits.stage(by_bytes, tuned) is tuned
+
+
+# ---- recompute ------------------------------------------------------------
+def test_recompute_replaces_a_swap_within_the_budget():
+    index = L.chain()
+    context = L.context(index, budget_units=5, recompute=True)
+    tuned = _through(context, "serialize", "defer", "swaps", "order",
+                     "fewer_waits")
+    planned = recompute.stage(context, tuned)
+    assert len(planned.plan.recomputes) == 1
+    assert len(planned.plan.swaps) == len(tuned.plan.swaps) - 1
+    assert planned.with_lms.fits(5 * L.U)
+    assert planned.plan.moved_bytes() < tuned.plan.moved_bytes()
+    # Off unless asked for.
+    plain = L.context(index, budget_units=5)
+    assert recompute.stage(plain, tuned) is tuned
+
+
+def test_recompute_with_fixed_parameters_stays_within_the_swap_plans_peak():
+    index = L.chain()
+    # Swap-ins two levels ahead hold memory a recompute just before the
+    # reader does not.
+    context = L.context(index, swapout_threshold=3, swapin_ahead=2,
+                        swapin_groupby=0, recompute=True)
+    swapped = _through(context, "serialize", "defer", "swaps")
+    planned = recompute.stage(context, swapped)
+    model = context.model(index)
+    assert planned.plan.recomputes
+    assert (model.replay(planned.plan).peak_device_bytes
+            <= model.replay(swapped.plan).peak_device_bytes)
+    assert planned.plan.moved_bytes() < swapped.plan.moved_bytes()

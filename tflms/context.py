@@ -1,0 +1,179 @@
+"""What every planning stage reads, built once per plan.
+
+`PlanningContext.create(index, settings)` classifies the step's ops, works
+out the budgets and holds the log; the stages of `tflms.stages` read it and
+never build these again. The simulation and step-time models of a planning
+index are made on first use and kept: the tuner, the ordering search, fewer
+waits and recompute all replay plans on the same index, and one model
+serves them all (a step-time model costs about a second per 100,000 ops).
+
+Pure: the index is plain data; only the device budget may ask TensorFlow
+for the GPU's memory (`budget.device_budget`), and only when auto-tuning is
+asked for without ``autotune_gpu_mem``.
+"""
+
+import dataclasses
+from typing import Optional
+
+from tflms import analysis
+from tflms import hardware
+from tflms import budget as budget_mod
+from tflms import planner
+from tflms import simulator
+from tflms import steptime
+from tflms._logging import Logger
+from tflms.settings import Settings
+
+__all__ = ["PlanningContext", "classify"]
+
+# `Settings` filter name -> the `analysis.classify_ops` filter it feeds, as
+# (key, scopes setting, types setting).
+_FILTER_PAIRS = (
+    ("incl_sources", "incl_output_by_scopes", "incl_output_by_types"),
+    ("excl_sources", "excl_output_by_scopes", "excl_output_by_types"),
+    ("incl_sinks", "incl_input_by_scopes", "incl_input_by_types"),
+    ("excl_sinks", "excl_input_by_scopes", "excl_input_by_types"),
+)
+
+
+def classify(index, settings):
+    """The `OpRoles` of `index` under `settings` (device and filters).
+
+    Raises:
+      ValueError: a filter or `gpu_device` that matches no operation.
+    """
+    filters = {}
+    for key, scopes_name, types_name in _FILTER_PAIRS:
+        scopes = getattr(settings, scopes_name)
+        types = getattr(settings, types_name)
+        if scopes or types:
+            filters[key] = analysis.ops_matching(
+                index, scopes, types, "%s/%s" % (scopes_name, types_name))
+    roles = analysis.classify_ops(index, settings.gpu_device,
+                                  settings.is_training, filters)
+    if settings.gpu_device is not None and not roles.device_ops:
+        raise ValueError(
+            "gpu_device=%r matches no operation in the graph; ops are "
+            "placed on %s. Use one of those, or None for every non-CPU "
+            "device." % (settings.gpu_device, _device_summary(index)))
+    return roles
+
+
+def _device_summary(index):
+    devices = sorted({d or "(unplaced)" for d in index.devices})
+    return ", ".join(devices[:6]) + (" ..." if len(devices) > 6 else "")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class PlanningContext:
+    """The inputs of one plan, shared by its stages.
+
+    Attributes:
+      settings: the `Settings` planned with.
+      given_index: the index of the step as given (no edges of LMS's own).
+      roles: the `analysis.OpRoles` of the step.
+      log: the `Logger` of the planning lines.
+      budget_bytes: device bytes a tuned plan may use (None when the
+        parameters are fixed).
+      host_budget_bytes: host bytes this process may use (0: unknown).
+      local_processes: training processes on this node.
+      by_step_time: choose among fitting plans by predicted step time
+        (False: by bytes moved, as before the step-time model).
+      select: let the tuner choose tensors when the threshold is on auto
+        (tests turn it off to pin the threshold search).
+      extra_edges: control edges the simulator adds beyond the index's own
+        planned edges (tests).
+      gpu, interconnect: the `hardware.Gpu` and `hardware.Interconnect`
+        plans are timed on (the settings' `gpu` and `interconnect`, unless
+        `create` was given others: hardware not in the tables, in tests).
+    """
+
+    settings: Settings
+    given_index: object
+    roles: object
+    log: Logger
+    budget_bytes: Optional[int] = None
+    host_budget_bytes: int = 0
+    local_processes: int = 1
+    by_step_time: bool = True
+    select: bool = True
+    extra_edges: tuple = ()
+    gpu: object = None
+    interconnect: object = None
+    # id(index) -> (index, model): the index is kept so its id stays its own.
+    _models: dict = dataclasses.field(default_factory=dict, repr=False)
+    _timers: dict = dataclasses.field(default_factory=dict, repr=False)
+
+    @classmethod
+    def create(cls, index, settings, roles=None, log=None, env=None,
+               list_devices=None, by_step_time=True, select=True,
+               extra_edges=(), gpu=None, interconnect=None):
+        """The context of planning `index` with `settings`.
+
+        Args:
+          index: the `GraphIndex` of the step.
+          settings: a `Settings`.
+          roles: its `classify` result, if already made.
+          log: a `Logger` (default: quiet).
+          env, list_devices: for the budgets (tests).
+          by_step_time, select, extra_edges, gpu, interconnect: see the
+            class attributes.
+
+        Raises:
+          ValueError: bad filters or device (`classify`), or a bad
+            ``TF_LMS_SIMULATOR_MEM_RATIO``.
+          budget.NoGpuError: auto-tuning without a GPU or
+            ``autotune_gpu_mem``.
+        """
+        if roles is None:
+            roles = classify(index, settings)
+        device = None
+        if settings.autotune_requested:
+            device = budget_mod.device_budget(
+                settings.autotune_gpu_mem, settings.gpu_device, env,
+                list_devices)
+        return cls(settings=settings, given_index=index, roles=roles,
+                   log=log or Logger(), budget_bytes=device,
+                   host_budget_bytes=budget_mod.host_budget(env),
+                   local_processes=budget_mod.local_processes(env),
+                   by_step_time=by_step_time, select=select,
+                   extra_edges=tuple(extra_edges),
+                   gpu=hardware.gpu_named(gpu or settings.gpu),
+                   interconnect=hardware.interconnect_named(
+                       interconnect or settings.interconnect))
+
+    @property
+    def batch_size(self):
+        return self.settings.batch_size
+
+    @property
+    def requested(self):
+        """The swap parameters as the user set them (-1: auto)."""
+        s = self.settings
+        return planner.SwapParams(s.swapout_threshold, s.swapin_ahead,
+                                  s.swapin_groupby, s.sync_mode)
+
+    @property
+    def plot_dir(self):
+        """Where the tuner draws its memory plots, or None."""
+        s = self.settings
+        return s.plot_dir if s.autotune_plot else None
+
+    def model(self, index):
+        """The `simulator.SimulationModel` of `index` (made once)."""
+        kept = self._models.get(id(index))
+        if kept is None:
+            kept = self._models[id(index)] = (index, simulator.SimulationModel(
+                index, self.roles, self.batch_size,
+                extra_edges=self.extra_edges))
+        return kept[1]
+
+    def timer(self, index):
+        """The `steptime.StepTimeModel` of `index` on the settings' GPU and
+        link (made once, on first use)."""
+        kept = self._timers.get(id(index))
+        if kept is None:
+            kept = self._timers[id(index)] = (index, steptime.StepTimeModel(
+                index, self.roles, self.batch_size, gpu=self.gpu,
+                interconnect=self.interconnect))
+        return kept[1]

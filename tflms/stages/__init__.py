@@ -1,0 +1,42 @@
+"""The stages of planning, in the order `pipeline.plan` runs them.
+
+Each stage is ``stage(context, planned) -> planned``: it reads the
+`context.PlanningContext` (settings, roles, budgets, log, models) and the
+`pipeline.Planned` so far, and returns a new `Planned` (unchanged when the
+stage does not apply). Adding or removing a stage is one line in `STAGES`.
+
+    serialize    control edges chaining the chosen levels, in the planning
+                 index
+    defer        control edges delaying fills made long before use
+    swaps        the swap plan: auto-tuned (`autotune.tune`) or made from
+                 the fixed parameters (`planner.make_plan`)
+    order        when tuning found nothing that fits, or only plans with
+                 synchronous swap-ins: control edges ordering the ops at the
+                 memory peaks, and the search again
+    fewer_waits  swap-outs the tuner made readers wait for, made
+                 asynchronous where memory allows and the step gets shorter
+    recompute    with `Settings.recompute`: swaps replaced by clones of the
+                 ops that made the tensor, where they cost less
+
+A stage that cannot finish its part records why in `Planned.failure`; a
+later stage may overcome it (ordering after a failed search), and
+`pipeline.plan` raises what is left.
+"""
+
+from tflms.stages import defer
+from tflms.stages import fewer_waits
+from tflms.stages import order
+from tflms.stages import recompute
+from tflms.stages import serialize
+from tflms.stages import swaps
+
+__all__ = ["STAGES"]
+
+STAGES = (
+    serialize.stage,
+    defer.stage,
+    swaps.stage,
+    order.stage,
+    fewer_waits.stage,
+    recompute.stage,
+)

@@ -1,0 +1,175 @@
+"""Ordering: control edges between the ops at the memory peaks, then the
+search again.
+
+Two cases, both only with `Settings.order_peaks` and auto-tuning:
+
+* the search found nothing that fits (`Planned.failure`): the most
+  aggressive plans the settings allow are replayed and the ops of their
+  crowded levels ordered (`ordering.order_peaks`) until the peak comes
+  under the budget or the replays run out; the search runs again on the
+  index with each set of edges, in rounds that order further what the last
+  round could not fit;
+* the plan it found needs synchronous swap-ins (`sync_mode` 2 or 3), so
+  memory, not the link, decides its step: ordering as far as it goes leaves
+  room for earlier, asynchronous swap-ins, and the plan of the search on
+  the ordered index is kept when its predicted step is shorter.
+"""
+
+import dataclasses
+
+from tflms import autotune
+from tflms import graph_index as gi
+from tflms import ordering
+from tflms import planner
+from tflms._logging import Logger
+from tflms.settings import AUTO
+from tflms.stages import swaps
+
+__all__ = ["stage", "peak_orderings", "ROUNDS"]
+
+_GIB = float(1 << 30)
+
+# Rounds of ordering and searching again when nothing fits: each round
+# orders the peak of the plan the last search could not fit.
+ROUNDS = 3
+
+
+def stage(context, planned):
+    """`planned` with ordering edges where they make a plan fit or faster.
+
+    Raises:
+      autotune.AutotuneError: the last search's, when no round fits.
+    """
+    if not (context.settings.autotune_requested
+            and context.settings.order_peaks):
+        return planned
+    if planned.failure is not None:
+        return _fit_by_ordering(context, planned)
+    return _faster_ordered(context, planned)
+
+
+def _with_ordering(context, index, edges):
+    """The planning index with ordering `edges` planned, and its deferral
+    edges (the delayed fills' triggers follow the new levels)."""
+    ordered = gi.with_planned_edges(index, edges)
+    return ordered, planner.deferral_edges(ordered, context.roles)
+
+
+def _fit_by_ordering(context, planned):
+    error = planned.failure
+    index, deferral = planned.index, planned.deferral_edges
+    found = ()
+    for _ in range(ROUNDS):
+        candidates = peak_orderings(context, index, deferral, found=found)
+        if not candidates:
+            break
+        lowest = None
+        for edges in candidates:
+            ordered, ordered_deferral = _with_ordering(context, index, edges)
+            lowest = lowest or (ordered, ordered_deferral)
+            context.log.info("[Simulator] Searching again with %d ordering "
+                             "edges" % len(found + edges))
+            try:
+                outcome = swaps.tune(context, ordered, ordered_deferral,
+                                     found + edges)
+            except autotune.AutotuneError as err:
+                error = err
+                continue
+            return swaps.with_outcome(context, planned, outcome, ordered,
+                                      ordered_deferral, found + edges)
+        # Nothing fitted with any of them: order the lowest peak further.
+        found += candidates[0]
+        index, deferral = lowest
+    raise error
+
+
+def _faster_ordered(context, planned):
+    outcome = planned.tune
+    if (outcome is None or outcome.params is None
+            or outcome.params.sync_mode < 2 or outcome.step_time is None):
+        return planned
+    candidates = peak_orderings(context, planned.index,
+                                planned.deferral_edges, target=0)
+    if not candidates:
+        return planned
+    edges = candidates[0]
+    ordered, ordered_deferral = _with_ordering(context, planned.index, edges)
+    try:
+        other = swaps.tune(context, ordered, ordered_deferral, edges,
+                           log=Logger())
+    except autotune.AutotuneError:
+        return planned
+    before = outcome.step_time.with_lms_s
+    after = (other.step_time.with_lms_s if other.step_time is not None
+             else float("inf"))
+    keep = other.params is not None and after < before
+    context.log.info(
+        "[Simulator] The plan needs synchronous swap-ins (sync_mode %d); "
+        "with %d ordering edges the search finds sync_mode %s, predicted "
+        "step %.1f ms instead of %.1f ms: %s" % (
+            outcome.params.sync_mode, len(edges),
+            other.params.sync_mode if other.params else "-",
+            after * 1e3, before * 1e3,
+            "keeping the ordered plan" if keep else
+            "keeping the plan without them"))
+    if not keep:
+        return planned
+    return swaps.with_outcome(context, planned, other, ordered,
+                              ordered_deferral, edges)
+
+
+def peak_orderings(context, index, deferral, target=None, found=()):
+    """Ordering edges for the most aggressive plans the settings allow
+    (every parameter on auto at its smallest), one set per sync mode from
+    the requested one up, each lowering that plan's peak to `target` bytes
+    (default: the budget) or as far as the replays go. `found`: ordering
+    edges already in the index (earlier rounds).
+
+    Returns:
+      The distinct non-empty edge tuples, lowest ordered peak first (then
+      the higher sync mode: its plans also fit when copies take time).
+      Different sync modes may order the same level in opposite ways, so
+      the sets are tried one at a time, never merged.
+    """
+    budget = context.budget_bytes
+    model = context.model(index)
+    requested = context.requested
+
+    def given(value, smallest):
+        return smallest if value == AUTO else value
+
+    results = []
+    for sync in range(requested.sync_mode, 4):
+        params = planner.SwapParams(
+            given(requested.swapout_threshold, 1),
+            given(requested.swapin_ahead, 1),
+            given(requested.swapin_groupby, 0), sync)
+        plan = planner.wait_for_ordering(
+            planner.make_plan(index, context.roles, params,
+                              batch_size=context.batch_size,
+                              deferral=deferral), found)
+        result = ordering.order_peaks(
+            model, plan, budget, target=target,
+            max_replays=ordering.replays_for(index.num_ops))
+        if result.edges:
+            results.append((result.result.peak_device_bytes, -sync, result,
+                            params))
+    results.sort(key=lambda r: (r[0], r[1]))
+    orderings, seen = [], set()
+    for _, _, result, params in results:
+        if result.edges in seen:
+            continue
+        seen.add(result.edges)
+        orderings.append(result.edges)
+        context.log.info(
+            "[Simulator] %s; ordering %d pairs of operations at the memory "
+            "peaks lowers the plan with %s from %.2f to %.2f GiB (%s)" % (
+                ("Nothing fits in %.2f GiB" % (budget / _GIB)
+                 if target is None else "Ordering the memory peaks"),
+                len(result.edges), params.describe(),
+                result.peak_before / _GIB,
+                result.result.peak_device_bytes / _GIB,
+                "; ".join("%s before %s" % (index.names[a], index.names[b])
+                          for a, b in result.edges[:3])
+                + (" ..." if len(result.edges) > 3 else "")), 1)
+    return orderings

@@ -1,0 +1,177 @@
+"""Recompute: swaps replaced by clones of the ops that made the tensor,
+where that costs less (`Settings.recompute`).
+
+* A tuned plan: a recompute is taken where a replay with copies timed
+  still fits the budget and the predicted step (then the bytes moved) is
+  lower (`recompute_cost`). Clones of convolutions and matrix products are
+  offered too, since each is timed.
+* Fixed parameters give no budget, so the swap-only plan's own peak is the
+  memory a recompute must stay within, and the cost is the bytes moved: no
+  step-time choice was asked for.
+"""
+
+import dataclasses
+import math
+
+from tflms import planner
+from tflms import simulator
+from tflms import steptime
+from tflms.stages import timed
+
+__all__ = ["stage", "recompute_cost", "slower_than"]
+
+_GIB = float(1 << 30)
+
+
+def stage(context, planned):
+    """`planned` with the recomputes that cost less than their swaps."""
+    if not context.settings.recompute or planned.plan is None:
+        return planned
+    if planned.autotuned:
+        return _within_budget(context, planned)
+    if planned.plan.swaps:
+        return _within_peak(context, planned)
+    return planned
+
+
+def recompute_cost(plan, timer=None, result=None):
+    """What planning minimises when it replaces swaps by recomputes (lower
+    is better).
+
+    Args:
+      plan: a `planner.Plan`.
+      timer: a `steptime.StepTimeModel` of the planning index, or None.
+      result: the plan's `simulator.SimulationResult` (its levels time the
+        plan), needed with `timer`.
+
+    Returns:
+      With `timer`: ``(predicted step seconds, bytes moved)``, so a
+      recompute is taken when its clones cost less time than the copies they
+      save, and equal times go to fewer bytes moved. Without: the bytes a
+      plan copies between device and host per step.
+    """
+    if timer is None:
+        return plan.moved_bytes()
+    if result is None:
+        raise ValueError("recompute_cost needs the plan's replay (result=) "
+                         "to time it with a step-time model; got None")
+    step = timer.predict(plan, result.levels, result.num_levels)
+    return (step.with_lms_s, plan.moved_bytes())
+
+
+def slower_than(candidate, step_s, timer, compute_s):
+    """True if `candidate` cannot take less than `step_s` seconds: the
+    compute stream alone runs every op and every clone one after the other,
+    so the step is never shorter than that sum. When the current plan's
+    copies are all hidden, every recompute fails this test, and neither its
+    replay nor its timing (each about a replay) is spent on it."""
+    # Clones count as `StepTimeModel.predict` times them: before a reader
+    # that runs.
+    clones_s = math.fsum(timer.op_seconds[op] for rec in candidate.recomputes
+                         if any(timer.runs[c] for c, _ in rec.consumers)
+                         for op in rec.ops)
+    bound = compute_s + clones_s
+    # Clear of float rounding: the sums are made in different orders.
+    return bound - step_s > 1e-9 * step_s
+
+
+def _within_budget(context, planned):
+    model = context.model(planned.index)
+    timer = context.timer(planned.index)
+    budget = planned.budget_bytes
+    start = model.replay(planned.plan, detail=False)
+    # Plans accepted so far and their cost (kept alive, so ids stay theirs).
+    costs = {id(planned.plan): (planned.plan,
+                                recompute_cost(planned.plan, timer, start))}
+    compute_s = math.fsum(timer.op_seconds)
+
+    def accept(candidate, current):
+        if slower_than(candidate, costs[id(current)][1][0], timer, compute_s):
+            return False
+        result = model.replay(candidate, detail=False)
+        # Copies that take time only hold memory longer: a plan over the
+        # budget with instant copies is not timed.
+        if not result.fits(budget):
+            return False
+        replay, step = timed.replay_in_time(model, timer, candidate,
+                                            detail=False, instant=result)
+        if not replay.fits(budget):
+            return False
+        value = (step.with_lms_s, candidate.moved_bytes())
+        if value < costs[id(current)][1]:
+            costs[id(candidate)] = (candidate, value)
+            return True
+        return False
+
+    # Each recompute here is timed, so clones of convolutions and matrix
+    # products are offered too: one is taken only where it shortens the
+    # predicted step.
+    clone_types = planner.TIMED_RECOMPUTABLE_TYPES
+    step_s = costs[id(planned.plan)][1][0]
+    if step_s - compute_s <= 1e-9 * step_s:
+        # The compute hides every copy, and no recompute can change that (a
+        # step is never shorter than its compute): only clones that take no
+        # time pass `slower_than`, so only those are looked for. The
+        # 200,000-op deep MLP (`benchmarks/plan_speed.py deep_mlp 200000
+        # --recompute`) plans in 18.9 s, not 39.1 s.
+        clone_types = clone_types & steptime.NO_KERNEL_TYPES
+    chosen = planner.with_recomputes(planned.index, context.roles,
+                                     planned.plan, accept,
+                                     context.batch_size,
+                                     clone_types=clone_types)
+    log = context.log
+    if chosen is planned.plan:
+        log.info("[Simulator] No swapped tensor can be recomputed within "
+                 "the budget in less predicted time than it is swapped")
+        return planned
+    final, step = timed.replay_in_time(model, timer, chosen)
+    if not final.fits(budget):
+        # Every recompute taken was judged with its copies timed; this
+        # only guards the plan returned. The tuner's plan fits with its
+        # copies timed, so it stays.
+        log.info("[Simulator] With recomputes and copies timed at %s one "
+                 "step would peak at %.2f GiB, over the %.2f GiB budget; "
+                 "keeping the swap-only plan" % (
+                     context.interconnect.name,
+                     final.peak_device_bytes / _GIB, budget / _GIB))
+        return planned
+    _log_recomputes(log, chosen)
+    log.info("[Simulator] With LMS and recomputes one step peaks at %.2f "
+             "GiB of %.2f GiB at level %d (%s); predicted step %.1f ms, "
+             "%.1f ms of it exposed transfer, %.1f ms recomputing" % (
+                 final.peak_device_bytes / _GIB, budget / _GIB,
+                 final.peak_level, final.peak_op, step.with_lms_s * 1e3,
+                 step.exposed_transfer_s * 1e3, step.recompute_s * 1e3))
+    return timed.replaced_plan(context, planned, chosen, final, step)
+
+
+def _within_peak(context, planned):
+    try:
+        model = context.model(planned.index)
+        limit = model.replay(planned.plan, detail=False).peak_device_bytes
+    except simulator.BatchSizeError:
+        context.log.warning(
+            "Not recomputing: choosing what to recompute needs every "
+            "tensor's size, and some shapes have an unknown batch dimension; "
+            "set lms.batch_size = <your mini-batch size> to recompute with "
+            "fixed parameters (the swaps are applied as planned)")
+        return planned
+
+    def accept(candidate, current):
+        if candidate.moved_bytes() >= current.moved_bytes():
+            return False
+        return model.replay(candidate, detail=False).fits(limit)
+
+    chosen = planner.with_recomputes(planned.index, context.roles,
+                                     planned.plan, accept,
+                                     context.batch_size)
+    _log_recomputes(context.log, chosen)
+    return dataclasses.replace(planned, plan=chosen)
+
+
+def _log_recomputes(log, plan):
+    if plan.recomputes:
+        log.info("Recomputing %d swapped tensors (%.3f GiB) by cloning the "
+                 "operations that made them instead: %.3f GiB moved per step"
+                 % (len(plan.recomputes), plan.recompute_bytes() / _GIB,
+                    plan.moved_bytes() / _GIB))

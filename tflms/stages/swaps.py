@@ -1,0 +1,90 @@
+"""The swap plan: auto-tuned, or made from the parameters the user fixed.
+
+With any of swapout_threshold, swapin_ahead, swapin_groupby on auto
+(`Settings.autotune_requested`), `autotune.tune` searches the parameters
+whose plan the simulator says fits the budget. When nothing fits, the error
+is recorded in `Planned.failure` if ordering may still help
+(`Settings.order_peaks`; the `order` stage tries), else raised. With fixed
+parameters the plan is `planner.make_plan`'s, unreplayed.
+"""
+
+import dataclasses
+
+from tflms import autotune
+from tflms import planner
+
+__all__ = ["stage", "with_outcome", "tune", "edges_only_plan"]
+
+_GIB = float(1 << 30)
+
+
+def tune(context, index, deferral, ordering_edges=(), log=None):
+    """`autotune.tune` on `index`, saying so when LMS is not needed."""
+    if log is not None:
+        context = dataclasses.replace(context, log=log)
+    outcome = autotune.tune(context, index, deferral_edges=deferral,
+                            ordering_edges=ordering_edges)
+    if outcome.params is None:
+        context.log.info("LMS is not necessary: the model fits in %.2f GiB "
+                         "without swapping. Turned LMS off."
+                         % (outcome.budget_bytes / _GIB))
+    return outcome
+
+
+def with_outcome(context, planned, outcome, index, deferral,
+                 ordering_edges=()):
+    """`planned` with the tuner's `outcome`, planned on `index` (with its
+    `deferral` and `ordering_edges`)."""
+    # The baseline is the step as given, whatever edges LMS plans: the
+    # tuner's own replay without LMS is it only on the given index.
+    without = outcome.without_lms
+    plan, with_lms = outcome.plan, outcome.with_lms
+    if index is not context.given_index:
+        without = context.model(context.given_index).replay(None, detail=True)
+        if plan is None and not without.fits(outcome.budget_bytes):
+            # The step fits without swapping only with the edges LMS
+            # planned (ordering, serialization): turning LMS off would drop
+            # them, and the step as given does not fit. A plan of those
+            # edges alone is applied.
+            plan = edges_only_plan(index, deferral)
+            with_lms = context.model(index).replay(plan, detail=True)
+            context.log.info(
+                "[Simulator] The step fits in %.2f GiB without swapping only "
+                "with the %d control edges LMS planned (%.2f GiB without "
+                "them): applying those edges alone"
+                % (outcome.budget_bytes / _GIB, len(plan.control_edges),
+                   without.peak_device_bytes / _GIB))
+    return dataclasses.replace(
+        planned, index=index, deferral_edges=deferral,
+        ordering_edges=tuple(ordering_edges), plan=plan,
+        autotuned=True, tune=outcome, without_lms=without,
+        with_lms=with_lms, budget_bytes=outcome.budget_bytes,
+        step_time=outcome.step_time, failure=None)
+
+
+def edges_only_plan(index, deferral):
+    """A plan that swaps nothing and adds the planning index's control edges
+    (serialization, ordering) and the deferral edges."""
+    return planner.Plan(params=planner.SwapParams(0, 0, 0, 0), swaps=(),
+                        serialization_edges=tuple(index.planned_edges),
+                        num_levels=index.num_levels,
+                        deferral_edges=tuple(deferral))
+
+
+def stage(context, planned):
+    """`planned` with its swap plan (or its failure to find one)."""
+    if context.settings.autotune_requested:
+        try:
+            outcome = tune(context, planned.index, planned.deferral_edges)
+        except autotune.AutotuneError as err:
+            if not context.settings.order_peaks:
+                raise
+            return dataclasses.replace(planned, failure=err,
+                                       budget_bytes=context.budget_bytes)
+        return with_outcome(context, planned, outcome, planned.index,
+                            planned.deferral_edges)
+    chosen = planner.make_plan(planned.index, context.roles,
+                               context.requested,
+                               batch_size=context.batch_size,
+                               deferral=planned.deferral_edges)
+    return dataclasses.replace(planned, plan=chosen)

@@ -1,0 +1,38 @@
+"""What the stages after the tuner share: a plan replayed with its copies
+timed, and a tuned plan replaced by a changed one."""
+
+import dataclasses
+
+from tflms import plots
+from tflms import steptime
+
+__all__ = ["replay_in_time", "replaced_plan"]
+
+
+def replay_in_time(model, timer, plan, detail=True, instant=None):
+    """The replay of `plan` with its copies timed by `timer` (a
+    `steptime.StepTimeModel` on the settings' gpu and interconnect; copies
+    count as instant on ``'instant'``), as the tuner judges its own plan,
+    and its predicted `steptime.StepTime`."""
+    if timer.interconnect is steptime.INSTANT:
+        if instant is None or detail:
+            instant = model.replay(plan, detail=detail)
+        return instant, timer.predict(plan, instant.levels,
+                                      instant.num_levels)
+    return steptime.replay_in_time(model, timer, plan, detail=detail,
+                                   instant=instant)
+
+
+def replaced_plan(context, planned, plan, replay, step):
+    """`planned` with the tuner's plan replaced by `plan` (its timed
+    `replay` and predicted `step`); the memory plots, which the tuner drew
+    for its own plan, are drawn again for the one applied."""
+    if context.plot_dir:
+        plots.write_plots(context.plot_dir, planned.index, context.roles,
+                          planned.without_lms, replay, planned.budget_bytes,
+                          batch_size=context.batch_size, log=context.log)
+    # A tensor recomputed instead is no longer swapped: no wait to drop.
+    swapped = {(s.producer, s.output) for s in plan.swaps}
+    return dataclasses.replace(
+        planned, plan=plan, with_lms=replay, step_time=step,
+        unwaited=tuple(t for t in planned.unwaited if t in swapped))
