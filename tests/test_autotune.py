@@ -309,6 +309,18 @@ def test_nothing_fits_states_both_peaks():
     assert "smallest plan it found (swapout_threshold 1, swapin_ahead 1, " \
         "swapin_groupby 0, sync_mode 2) needs 0.003 GiB (3.0 MiB)" in message
     assert "No plan lowers" not in message
+    assert "serialization (lms.serialization or serialization_by_size)" \
+        in message
+
+
+def test_nothing_fits_does_not_advise_the_serialization_already_on():
+    index, roles = uneven_chain()
+    with pytest.raises(autotune.AutotuneError) as err:
+        tune(index, roles, 2, serialization=[3])
+    message = str(err.value)
+    assert "serializing more levels (this search ran with serialization " \
+        "on)" in message
+    assert "lms.serialization or serialization_by_size" not in message
 
 
 def test_nothing_fits_says_when_swapping_cannot_lower_the_peak():

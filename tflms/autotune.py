@@ -159,6 +159,7 @@ class _Simulations:
         # Shared by the dozens of plans one search makes.
         self._triggers = planner.TriggerFinder(index, roles)
         self.smallest = None  # (peak, params) of the lowest peak seen
+        self.serialized = False  # the index holds serialization edges
         self.without = None   # SimulationResult of the unmodified graph
 
     def plan(self, params):
@@ -303,6 +304,12 @@ def _cannot_fit(sims, requested):
             facts += (" %s of the peak are variables, optimizer slots and "
                       "constants, which stay on the device."
                       % _gib(without.resident_device_bytes))
+    # Serialization already on is no advice; serializing other levels is.
+    serialization = (
+        "serializing more levels (this search ran with serialization on)"
+        if sims.serialized else
+        "serialization (lms.serialization or serialization_by_size) to run "
+        "large levels one op at a time")
     # `_search` raises this only after trying every sync mode from the
     # requested one to 3, so a sync_mode is never advice here.
     tried = ("sync_mode %d" % requested.sync_mode if requested.sync_mode >= 3
@@ -310,11 +317,10 @@ def _cannot_fit(sims, requested):
     return AutotuneError(
         "LMS auto-tuning found no parameter set that fits in %s (searched "
         "%s): the smallest plan it found (%s) needs %s, %s too "
-        "much.%s Try a smaller batch size, serialization (lms.serialization "
-        "or serialization_by_size) to run large levels one op at a time, or "
-        "a larger lms.autotune_gpu_mem / %s if the GPU really has more "
-        "memory.%s"
-        % (_gib(sims.budget), tried, params.describe(), _gib(peak), _gib(peak - sims.budget, exact=True), facts,
+        "much.%s Try a smaller batch size, %s, or a larger "
+        "lms.autotune_gpu_mem / %s if the GPU really has more memory.%s"
+        % (_gib(sims.budget), tried, params.describe(), _gib(peak),
+           _gib(peak - sims.budget, exact=True), facts, serialization,
            MEM_RATIO_ENV, hint))
 
 
@@ -855,6 +861,8 @@ def tune(context, index, deferral_edges=(), ordering_edges=()):
                  % (len(model.unknown_tensors), model.unknown_tensors[0]), 1)
     sims = _Simulations(index, roles, model, budget, batch_size, log,
                         deferral_edges, ordering_edges)
+    sims.serialized = bool(context.settings.serialization
+                           or context.settings.serialization_by_size)
     log.info("[Simulator] Searching values for swapout_threshold, "
              "swapin_ahead, swapin_groupby and sync_mode for a budget of "
              "%.2f GiB" % (budget / _GIB))
