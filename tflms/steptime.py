@@ -234,6 +234,11 @@ class StepTimeModel:
             [self._op_seconds(i) if self.runs[i] else 0.0
              for i in range(index.num_ops)], dtype=np.float64)
         self._without = None
+        self._ran = None  # ids of the ops that run, made on first use
+        # Python floats and bools for the per-op loop of `predict` (numpy
+        # scalars cost more to index one at a time; the values are equal).
+        self._seconds = self.op_seconds.tolist()
+        self._runs = self.runs.tolist()
 
     # ---- per-op cost -------------------------------------------------------
     def _bytes(self, op_id, output):
@@ -303,8 +308,7 @@ class StepTimeModel:
                 "num_levels must be at least one past the highest op level "
                 "(%d); got %d; pass the replay's num_levels with its levels"
                 % (needed, num_levels))
-        order = sorted((i for i in range(n) if self.runs[i]),
-                       key=lambda i: (levels[i], i))
+        order = self._order(levels)
         swaps = plan.swaps if plan is not None else ()
         bandwidth = self.interconnect.bytes_per_s
 
@@ -324,7 +328,7 @@ class StepTimeModel:
                 key = (s, k)
                 for c, _ in sin.consumers:
                     waits_in.setdefault(c, []).append(key)
-                live = {t for t in sin.triggers if self.runs[t]}
+                live = {t for t in sin.triggers if self._runs[t]}
                 # The swap-out counts as one more thing to wait for.
                 missing[key] = len(live) + 1
                 for t in live:
@@ -333,11 +337,12 @@ class StepTimeModel:
         # Recompute clones run on the compute stream just before the first
         # of their late readers (their trigger has run by then), for as long
         # as the ops they copy, after the swap-ins they read have arrived.
-        position = {op: k for k, op in enumerate(order)}
-        swap_of = {(swap.producer, swap.output): s
-                   for s, swap in enumerate(swaps)}
         clones_before = {}   # op -> [(seconds, swap-in keys read)]
         recomputes = plan.recomputes if plan is not None else ()
+        if recomputes:
+            position = {op: k for k, op in enumerate(order)}
+            swap_of = {(swap.producer, swap.output): s
+                       for s, swap in enumerate(swaps)}
         for rec in recomputes:
             readers = [c for c, _ in rec.consumers if c in position]
             if not readers:
@@ -399,7 +404,7 @@ class StepTimeModel:
                 start = max(start, copy_in(key))
             for s in waits_out.get(i, ()):
                 start = max(start, out_end[s])
-            end = start + self.op_seconds[i]
+            end = start + self._seconds[i]
             op_start[i], op_end[i] = start, end
             clock = end
             for s in swapouts_of.get(i, ()):
@@ -456,22 +461,36 @@ class StepTimeModel:
             self._without = clock
         return self._without
 
+    def _order(self, levels):
+        """The ops that run, by level then id (a list of ints)."""
+        ran = self._ran
+        if ran is None:
+            ran = self._ran = np.flatnonzero(np.asarray(self.runs, dtype=bool))
+        return ran[np.lexsort((ran, levels[ran]))].tolist()
+
     @staticmethod
     def _level_starts(order, levels, num_levels, op_start, op_end):
+        """When each level starts: its first op's start in `order`; a level
+        without ops of its own starts when the ones before it have ended."""
         starts = np.full(num_levels, np.nan)
-        for i in order:
-            if np.isnan(starts[levels[i]]):
-                starts[levels[i]] = op_start[i]
-        # A level without ops of its own starts when the ones before end.
-        done = 0.0
-        by_level = {}
-        for i in order:
-            by_level[levels[i]] = max(by_level.get(levels[i], 0.0),
-                                      op_end[i])
-        for level in range(num_levels):
-            if np.isnan(starts[level]):
-                starts[level] = done
-            done = max(done, by_level.get(level, done))
+        if num_levels == 0:
+            return starts
+        if order:
+            ops = np.asarray(order, dtype=np.int64)
+            at = levels[ops]
+            # `order` is sorted by level: the first op of each level is
+            # where its level first appears.
+            first_levels, first = np.unique(at, return_index=True)
+            starts[first_levels] = op_start[ops[first]]
+            ends = np.full(num_levels, -np.inf)
+            np.maximum.at(ends, at, op_end[ops])
+        else:
+            ends = np.full(num_levels, -np.inf)
+        # done before level L: the latest end of the levels below it (0 at
+        # the start), as the levels are walked in order.
+        done = np.maximum.accumulate(np.concatenate(([0.0], ends[:-1])))
+        empty = np.isnan(starts)
+        starts[empty] = done[empty]
         return starts
 
 
