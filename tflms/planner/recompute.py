@@ -1,0 +1,269 @@
+"""Recompute: a swapped tensor made again by cloning the cheap ops that made
+it, just before its late readers (`plan_recompute`, `with_recomputes`)."""
+
+import dataclasses
+
+from tflms import graph_index as gi
+from tflms.planner.triggers import TriggerFinder
+from tflms.planner.types import RecomputePlan, SwapInPlan
+
+
+# Ops a recompute may clone: deterministic, stateless kernels that cost
+# little next to a transfer of their output, and whose value depends on
+# their data inputs alone (the clone computes the same kernel on the same
+# inputs, so the value is bit-identical). Fused batch norm qualifies in
+# training mode only: it normalises with the statistics of its own input
+# then, and the clone's moving-statistics outputs are never read (the
+# update ops keep reading the original's).
+RECOMPUTABLE_TYPES = frozenset({
+    "Relu", "Relu6", "Elu", "Selu", "Sigmoid", "Tanh", "LeakyRelu",
+    "BiasAdd", "Add", "AddV2", "Sub", "Mul",
+    "FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3",
+    "ConcatV2", "MaxPool", "AvgPool", "MaxPool3D", "AvgPool3D",
+    "Reshape", "Cast", "Identity", "Pad",
+})
+# Ops a recompute may also clone when each recompute is judged by predicted
+# step time (auto-tuning): deterministic like the ones above, but their cost
+# is in FLOPs, so a clone pays only where the copies it saves are exposed
+# and take longer than it does. On the GPU a clone runs with the original's
+# shapes and attributes, so TensorFlow's autotuner picks the same
+# convolution algorithm for both; cuDNN's forward algorithms are
+# deterministic (its nondeterminism is in the backward passes' atomics).
+# Transposed convolutions (`Conv2DBackpropInput`...) are left out for that
+# reason: their kernel is a backward-data pass.
+TIMED_RECOMPUTABLE_TYPES = RECOMPUTABLE_TYPES | frozenset({
+    "Conv2D", "Conv3D", "DepthwiseConv2dNative", "MatMul", "BatchMatMulV2",
+})
+_BATCH_NORM_TYPES = frozenset({
+    "FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3"})
+
+# At most this many ops are cloned to recompute one tensor: a longer chain
+# costs compute time and holds more intermediate buffers.
+MAX_RECOMPUTE_OPS = 4
+
+# Tensors on the device for the whole step: constants, and snapshots of
+# resource variables (a later update of the variable copies on write, so
+# the snapshot a clone reads is the one the original read). Reads of v1
+# reference variables are not: an op reading the variable later could see
+# an updated value.
+_RESIDENT_INPUT_TYPES = frozenset({"Const", "ReadVariableOp"})
+
+
+def _may_clone(index, roles, op, clone_types=RECOMPUTABLE_TYPES):
+    """True if a recompute may clone `op`: a deterministic op of
+    `clone_types` on the managed device, active, outside control-flow
+    frames and collectives."""
+    t = index.types[op]
+    return (t in clone_types
+            and op in roles.device_ops and op not in roles.inactive
+            and not index.is_stateful[op]
+            and not index.in_v1_cond[op] and not index.in_v1_loop[op]
+            and not index.calls_collective[op]
+            and (t not in _BATCH_NORM_TYPES or index.bn_is_training[op] is True))
+
+
+def _rerouted_edges(plan_swaps, plan_recomputes):
+    """``(consumer, slot)`` edges a plan reroutes away from the original
+    tensors (to swap-ins or clones)."""
+    edges = set()
+    for swap in plan_swaps:
+        for sin in swap.swap_ins:
+            edges.update(sin.consumers)
+    for rec in plan_recomputes:
+        edges.update(rec.consumers)
+    return edges
+
+
+def _input_source(index, roles, tensor, level, rerouted, swaps_by_tensor):
+    """Where a clone running just before `level` reads `tensor` without
+    cloning its producer: ``('tensor', op, output)`` when the original is on
+    the device until then (resident, or read by an op at `level` or later
+    that the plan does not reroute), ``('swapin', op, output, j)`` when a
+    swap-in of it started before `level` and is read at or after it, or
+    ``('later', op, output, j)`` when the first swap-in read at or after
+    `level` starts too late (it can be started earlier), else None."""
+    q, k = tensor
+    if index.types[q] in _RESIDENT_INPUT_TYPES and q not in roles.inactive:
+        return ("tensor", q, k)
+    if (q not in roles.device_ops or q in roles.inactive
+            or index.is_stateful[q] or index.in_v1_cond[q]
+            or index.in_v1_loop[q]):
+        return None
+    levels = index.levels
+    for c, slot in index.consumers[q][k]:
+        if levels[c] >= level and (c, slot) not in rerouted:
+            return ("tensor", q, k)
+    swap = swaps_by_tensor.get(tensor)
+    if swap is not None:
+        for j, sin in enumerate(swap.swap_ins):
+            started = max(levels[t] for t in sin.triggers)
+            last = max(levels[c] for c, _ in sin.consumers)
+            if started + 1 < level <= last:
+                return ("swapin", q, k, j)
+        for j, sin in enumerate(swap.swap_ins):
+            if min(levels[c] for c, _ in sin.consumers) >= level:
+                return ("later", q, k, j)
+    return None
+
+
+def plan_recompute(index, roles, producer, output, consumers,
+                   batch_size=None, swaps=(), recomputes=(), triggers=None,
+                   clone_types=RECOMPUTABLE_TYPES):
+    """The cheapest way to make tensor ``(producer, output)`` again for its
+    late readers `consumers`, or None.
+
+    Walks back from the producer over data inputs: an input that is on the
+    device when the first late reader runs (see `_input_source`) is read
+    as it is; any other input's producer must be cloned too (it must be of
+    `clone_types`, see `_may_clone`), up to `MAX_RECOMPUTE_OPS`
+    ops. Cloning exactly the producers of the inputs that are not available
+    is the smallest set that can work. The clones wait on a trigger found
+    as a swap-in's is, `len(ops)` levels ahead of the first late reader, so
+    they run just before it and not as soon as their inputs exist.
+
+    Args:
+      index: a `GraphIndex` with the planning levels.
+      roles: its `OpRoles`.
+      producer, output: the tensor.
+      consumers: ``(op_id, input_slot)`` pairs of its late readers.
+      batch_size: for the tensor's size.
+      swaps, recomputes: the plan's other `SwapPlan`s and `RecomputePlan`s
+        (their rerouted readers do not keep a tensor on the device; their
+        swap-ins may be read).
+      triggers: a `TriggerFinder` for the same index and roles.
+      clone_types: the op types that may be cloned: `RECOMPUTABLE_TYPES`
+        (cheap ops), or `TIMED_RECOMPUTABLE_TYPES` (convolutions and matrix
+        products too) where a step-time model judges each recompute.
+
+    Returns:
+      A `RecomputePlan`, or None.
+    """
+    if not consumers or not _may_clone(index, roles, producer, clone_types):
+        return None
+    levels = index.levels
+    consumers = tuple(sorted(consumers, key=lambda c: (levels[c[0]], c)))
+    level = levels[consumers[0][0]]
+    rerouted = _rerouted_edges(swaps, recomputes) | set(consumers)
+    swaps_by_tensor = {(s.producer, s.output): s for s in swaps}
+    recomputed = {(r.producer, r.output) for r in recomputes}
+    cloned = {producer}
+    sources = {}
+    stack = [producer]
+    while stack:
+        op = stack.pop()
+        for tensor in index.inputs[op]:
+            if tensor[0] in cloned or tensor in sources:
+                continue
+            source = None
+            if tensor not in recomputed:
+                source = _input_source(index, roles, tensor, level, rerouted,
+                                       swaps_by_tensor)
+            if source is not None:
+                sources[tensor] = source
+                continue
+            q = tensor[0]
+            if len(cloned) >= MAX_RECOMPUTE_OPS or not _may_clone(
+                    index, roles, q, clone_types):
+                return None
+            cloned.add(q)
+            stack.append(q)
+    ops = tuple(sorted(cloned, key=lambda o: (levels[o], o)))
+    position = {op: n for n, op in enumerate(ops)}
+    earlier = tuple(sorted(
+        src[1:] for src in sources.values() if src[0] == "later"))
+    for key, src in sources.items():
+        if src[0] == "later":
+            sources[key] = ("swapin",) + src[1:]
+    inputs = tuple(
+        tuple(("clone", position[q], k) if q in position
+              else sources[(q, k)] for q, k in index.inputs[op])
+        for op in ops)
+    if triggers is None:
+        triggers = TriggerFinder(index, roles)
+    # A swap-in started at the trigger runs one level before the clones.
+    trigger = triggers.find(producer, consumers[0][0],
+                            len(ops) + (1 if earlier else 0))
+    if trigger is None:
+        return None
+    for q, k, j in earlier:
+        sin = swaps_by_tensor[(q, k)].swap_ins[j]
+        # The trigger must lead to the swap-in's own readers through data
+        # edges, as any swap-in trigger does (`find_trigger` says why).
+        if not all(triggers.may_also_start(trigger, c)
+                   for c, _ in sin.consumers):
+            return None
+    return RecomputePlan(
+        producer=producer, output=output,
+        nbytes=gi.tensor_bytes(index, producer, output, batch_size),
+        ops=ops, inputs=inputs, consumers=consumers, trigger=trigger,
+        earlier_swap_ins=earlier)
+
+
+def retrigger_swaps(swaps, recompute):
+    """`swaps` with the swap-ins `recompute` needs earlier
+    (`RecomputePlan.earlier_swap_ins`) started by its trigger."""
+    if not recompute.earlier_swap_ins:
+        return tuple(swaps)
+    wanted = {}
+    for q, k, j in recompute.earlier_swap_ins:
+        wanted.setdefault((q, k), set()).add(j)
+    out = []
+    for swap in swaps:
+        js = wanted.get((swap.producer, swap.output))
+        if js:
+            swap = dataclasses.replace(swap, swap_ins=tuple(
+                SwapInPlan(sin.consumers, (recompute.trigger,), False)
+                if j in js else sin
+                for j, sin in enumerate(swap.swap_ins)))
+        out.append(swap)
+    return tuple(out)
+
+
+def with_recomputes(index, roles, plan, accept, batch_size=None,
+                    triggers=None, clone_types=RECOMPUTABLE_TYPES):
+    """`plan` with swaps replaced by recomputes where `accept` agrees.
+
+    Each swapped tensor, most bytes moved first, is tried: its swap-ins'
+    readers become a `plan_recompute` candidate, and the plan without that
+    swap and with the recompute is offered to ``accept(candidate,
+    current)``, which returns True to keep it (e.g. a replay that still
+    fits the budget and a cost function that prefers it). Swaps whose
+    swap-ins or tensors an accepted recompute reads are kept.
+
+    Args:
+      index, roles: as for `make_plan`.
+      plan: a `Plan`.
+      accept: callable ``(candidate Plan, current Plan) -> bool``.
+      batch_size: for tensor sizes.
+      triggers: a `TriggerFinder` for the same index and roles.
+      clone_types: as for `plan_recompute`.
+
+    Returns:
+      A `Plan` (the same object when nothing was replaced).
+    """
+    if triggers is None:
+        triggers = TriggerFinder(index, roles)
+    order = sorted(plan.swaps, key=lambda s: (
+        -(s.nbytes or 0) * (1 + len(s.swap_ins)), s.producer, s.output))
+    current = plan
+    pinned = set()  # tensors whose swaps or originals recomputes read
+    for swap in order:
+        tensor = (swap.producer, swap.output)
+        if tensor in pinned:
+            continue
+        others = tuple(s for s in current.swaps if s is not swap)
+        consumers = tuple(c for sin in swap.swap_ins for c in sin.consumers)
+        rec = plan_recompute(index, roles, swap.producer, swap.output,
+                             consumers, batch_size, others,
+                             current.recomputes, triggers, clone_types)
+        if rec is None:
+            continue
+        candidate = dataclasses.replace(
+            current, swaps=retrigger_swaps(others, rec),
+            recomputes=current.recomputes + (rec,))
+        if accept(candidate, current):
+            current = candidate
+            pinned.add(tensor)
+            pinned.update((src[1], src[2]) for srcs in rec.inputs
+                          for src in srcs if src[0] != "clone")
+    return current
