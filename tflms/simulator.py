@@ -248,6 +248,61 @@ def _size_error(index, op_id, output):
         % (_tensor_name(index, op_id, output), shown))
 
 
+class _Additions:
+    """What a plan adds to the graph one replay counts: nodes (swap ops and
+    clones, numbered after the graph's), buffers, reads, rerouted inputs,
+    and whether any original op may change level."""
+
+    def __init__(self, model):
+        self.node = model._num_base_nodes  # next node id  pylint: disable=protected-access
+        self._first_buffer = len(model.buf_name)
+        self._base_levels = model._base_levels  # pylint: disable=protected-access
+        self.bytes, self.space, self.alloc, self.names = [], [], [], []
+        self.use_buf, self.use_node = [], []
+        self.new_levels = []     # levels of the new nodes, in node order
+        self.swap_nodes = []     # (producer, swap-out node, waiters, swap-ins)
+        self.swapin_of = {}      # (producer, output, k) -> (node, copy buffer)
+        self.clone_nodes, self.clone_reroutes = [], []
+        self.rerouted = {}       # (consumer, slot) -> buffer it reads now
+        self.masked = []         # the graph's reads a reroute removes
+        # (buffer, level) pairs from copy_levels: device buffers held until
+        # a copy to the host ends, device copies allocated when it starts.
+        self.held, self.allocated = [], []
+        self.shortened = False   # a rerouted edge held up its consumer's level
+        self.moved = False       # some original op must move (or may)
+        self.swapout_bytes = self.swapin_bytes = self.recompute_bytes = 0
+
+    def new_node(self):
+        self.node += 1
+        return self.node - 1
+
+    def buffer(self, nbytes, space, maker):
+        """A new buffer made by node `maker`; returns its id."""
+        self.bytes.append(nbytes)
+        self.space.append(space)
+        self.alloc.append(maker)
+        return self._first_buffer + len(self.bytes) - 1
+
+    def read(self, buf, node):
+        self.use_buf.append(buf)
+        self.use_node.append(node)
+
+    def reroute(self, consumer, slot, buf, producer, new_level):
+        """`consumer`'s input `slot` reads `buf` (made at `new_level`)
+        instead of `producer`'s tensor."""
+        self.rerouted[(consumer, slot)] = buf
+        levels = self._base_levels
+        # The rerouted input no longer reads the producer. That can lower
+        # the consumer only if the producer was its latest input (then
+        # levels are computed afresh).
+        if levels[consumer] - levels[producer] < 2:
+            self.shortened = True
+        if levels[consumer] <= new_level:
+            self.moved = True
+        if buf != _NO_BUFFER:
+            self.read(buf, consumer)
+
+
 class SimulationModel:
     """Everything about a graph's memory that does not depend on the plan.
 
@@ -545,121 +600,99 @@ class SimulationModel:
         Returns:
           A `SimulationResult`.
         """
-        swaps = plan.swaps if plan is not None else ()
         if copy_levels is not None:
             copy_levels.check_against(plan)
-        # (buffer, level) pairs from copy_levels: device buffers held
-        # until a copy to the host ends, device copies allocated when their
-        # copy starts.
-        held, allocated = [], []
-        recomputes = plan.recomputes if plan is not None else ()
+        added = _Additions(self)
+        if plan is not None:
+            self._add_swaps(added, plan.swaps, copy_levels, detail)
+            self._add_recomputes(added, plan.recomputes, detail)
         control_edges = plan.control_edges if plan is not None else ()
-        n = self.num_ops
+        self._add_rerouted_reads(added)
+        levels = self._replay_levels(added, control_edges)
+        num_levels = int(levels.max()) + 1 if len(levels) else 0
+        buffers = self._buffers_with(added)
+        alloc, free = self._lifetimes(added, buffers, levels, num_levels)
+        return self._result(added, buffers, levels, num_levels, alloc, free,
+                            detail)
+
+    # ---- the steps of a replay -------------------------------------------
+    def _add_swaps(self, added, swaps, copy_levels, detail):
+        """Swap ops are nodes numbered after the graph's (and gate) nodes,
+        in plan order: each swap-out, then its swap-ins. One pass records
+        their edges, buffers and reads, and their levels from the graph's
+        levels: a swap-out one above its source, a swap-in one above its
+        swap-out and triggers. The swap-out reads the tensor and owns a
+        host buffer; each swap-in reads it and owns a device copy, which
+        its consumers read instead of the tensor."""
         out_base = self._out_base
         tensor_bytes = self._tensor_bytes
         tensor_buffer = self._tensor_buffer
         base_levels = self._base_levels
-        nbuf = len(self.buf_name)
-        names = self.index.names
-
-        # Swap ops are nodes numbered after the graph's (and gate) nodes,
-        # in plan order: each swap-out, then its swap-ins. One pass records
-        # their edges, buffers and reads, and their levels from the graph's
-        # levels: a swap-out one above its source, a swap-in one above its
-        # swap-out and triggers.
-        extra_bytes, extra_space, extra_alloc, extra_names = [], [], [], []
-        extra_use_buf, extra_use_node = [], []
-        swap_nodes = []      # (producer, swap-out node, waiters, swap-ins)
-        new_levels = []      # levels of the swap nodes, in node order
-        swapout_bytes = swapin_bytes = 0
-        rerouted = {}        # (consumer, slot) -> device copy buffer
-        shortened = False    # a rerouted edge held up its consumer's level
-        moved = False        # some original op must move (or may)
-        node = self._num_base_nodes
-        swapin_of = {}       # (producer, output, k) -> (node, copy buffer)
         for s_index, swap in enumerate(swaps):
             p = swap.producer
             t = out_base[p] + swap.output
             size = tensor_bytes[t]
             b = tensor_buffer[t]
-            swapout_bytes += size
-            swapin_bytes += size * len(swap.swap_ins)
-            so = node
-            node += 1
+            added.swapout_bytes += size
+            added.swapin_bytes += size * len(swap.swap_ins)
+            so = added.new_node()
             so_level = base_levels[p] + 1
-            new_levels.append(so_level)
+            added.new_levels.append(so_level)
             if detail:
                 tname = _safe(_tensor_name(self.index, p, swap.output))
-                extra_names.append("lms/swapout_%s" % tname)
-            # The swap-out reads the tensor and owns a host buffer.
+                added.names.append("lms/swapout_%s" % tname)
             if b != _NO_BUFFER:
-                extra_use_buf.append(b)
-                extra_use_node.append(so)
+                added.read(b, so)
                 if copy_levels is not None:
-                    held.append((b, copy_levels.held_through[s_index]))
-            host_buf = nbuf + len(extra_bytes)
-            extra_bytes.append(size)
-            extra_space.append(HOST)
-            extra_alloc.append(so)
+                    added.held.append((b, copy_levels.held_through[s_index]))
+            host_buf = added.buffer(size, HOST, so)
             ins = []
             for sin in swap.swap_ins:
-                si = node
-                node += 1
+                si = added.new_node()
                 ins.append((si, sin))
                 si_level = so_level
                 for trig in sin.triggers:
                     if base_levels[trig] > si_level:
                         si_level = base_levels[trig]
                 si_level += 1
-                new_levels.append(si_level)
-                extra_use_buf.append(host_buf)
-                extra_use_node.append(si)
-                copy_buf = nbuf + len(extra_bytes)
-                extra_bytes.append(size)
-                extra_space.append(DEVICE)
-                extra_alloc.append(si)
+                added.new_levels.append(si_level)
+                added.read(host_buf, si)
+                copy_buf = added.buffer(size, DEVICE, si)
                 if copy_levels is not None:
-                    allocated.append((copy_buf, copy_levels.allocated_from[
+                    added.allocated.append((copy_buf, copy_levels.allocated_from[
                         s_index][len(ins) - 1]))
-                swapin_of[(p, swap.output, len(ins) - 1)] = (si, copy_buf)
+                added.swapin_of[(p, swap.output, len(ins) - 1)] = (si, copy_buf)
                 if detail:
-                    extra_names.append("lms/swapin_%s (device copy)" % tname)
+                    added.names.append("lms/swapin_%s (device copy)" % tname)
                 for c, slot in sin.consumers:
-                    rerouted[(c, slot)] = copy_buf
-                    # The rerouted input no longer reads the producer. That
-                    # can lower the consumer only if the producer was its
-                    # latest input (then levels are computed afresh).
-                    if base_levels[c] - base_levels[p] < 2:
-                        shortened = True
-                    if base_levels[c] <= si_level:
-                        moved = True
-                    extra_use_buf.append(copy_buf)
-                    extra_use_node.append(c)
+                    added.reroute(c, slot, copy_buf, p, si_level)
             for w in swap.waiters:
                 if base_levels[w] <= so_level:
-                    moved = True
-            swap_nodes.append((p, so, swap.waiters, ins))
+                    added.moved = True
+            added.swap_nodes.append((p, so, swap.waiters, ins))
 
-        # Recomputes: one node per clone, after the swap nodes. A clone
-        # runs one level after its trigger and its inputs; its outputs are
-        # device buffers from then to their last reader (aliasing types
-        # forward their input's buffer, as the originals do); the late
-        # readers read the last clone, so the original buffer is freed
-        # after its early readers.
+    def _add_recomputes(self, added, recomputes, detail):
+        """One node per clone, after the swap nodes. A clone runs one level
+        after its trigger and its inputs; its outputs are device buffers
+        from then to their last reader (aliasing types forward their
+        input's buffer, as the originals do); the late readers read the
+        last clone, so the original buffer is freed after its early
+        readers."""
+        out_base = self._out_base
+        tensor_bytes = self._tensor_bytes
+        tensor_buffer = self._tensor_buffer
+        base_levels = self._base_levels
         base_nodes = self._num_base_nodes
-        clone_nodes, clone_reroutes = [], []
-        recompute_bytes = 0
         index = self.index
         for rec in recomputes:
             p = rec.producer
-            recompute_bytes += tensor_bytes[out_base[p] + rec.output]
+            added.recompute_bytes += tensor_bytes[out_base[p] + rec.output]
             if detail:
                 rname = "lms/recompute_%s" % _safe(
                     _tensor_name(index, p, rec.output))
             nodes, bufs = [], []
             for op, sources in zip(rec.ops, rec.inputs):
-                cn = node
-                node += 1
+                cn = added.new_node()
                 preds = [rec.trigger]
                 level = base_levels[rec.trigger]
                 in_bufs = []
@@ -667,19 +700,18 @@ class SimulationModel:
                     if src[0] == "clone":
                         v, b = nodes[src[1]], bufs[src[1]][src[2]]
                     elif src[0] == "swapin":
-                        v, b = swapin_of[(src[1], src[2], src[3])]
+                        v, b = added.swapin_of[(src[1], src[2], src[3])]
                     else:
                         v = src[1]
                         b = tensor_buffer[out_base[v] + src[2]]
                     preds.append(v)
                     v_level = (base_levels[v] if v < base_nodes
-                               else new_levels[v - base_nodes])
+                               else added.new_levels[v - base_nodes])
                     level = max(level, v_level)
                     in_bufs.append(b)
                     if b != _NO_BUFFER:
-                        extra_use_buf.append(b)
-                        extra_use_node.append(cn)
-                new_levels.append(level + 1)
+                        added.read(b, cn)
+                added.new_levels.append(level + 1)
                 out_bufs = []
                 for k in range(len(index.output_shapes[op])):
                     slot = _alias_slot(index.types[op], k, index.inputs[op],
@@ -691,83 +723,94 @@ class SimulationModel:
                     if size == 0:
                         out_bufs.append(_NO_BUFFER)
                         continue
-                    out_bufs.append(nbuf + len(extra_bytes))
-                    extra_bytes.append(size)
-                    extra_space.append(DEVICE)
-                    extra_alloc.append(cn)
+                    out_bufs.append(added.buffer(size, DEVICE, cn))
                     if detail:
-                        extra_names.append("%s/%s:%d" % (
+                        added.names.append("%s/%s:%d" % (
                             rname, _safe(index.names[op]), k))
                 nodes.append(cn)
                 bufs.append(out_bufs)
-                clone_nodes.append((cn, preds))
+                added.clone_nodes.append((cn, preds))
             last = nodes[-1]
-            last_level = new_levels[last - base_nodes]
+            last_level = added.new_levels[last - base_nodes]
             out_buf = bufs[-1][rec.output]
             for c, slot in rec.consumers:
-                rerouted[(c, slot)] = out_buf
-                if base_levels[c] - base_levels[p] < 2:
-                    shortened = True
-                if base_levels[c] <= last_level:
-                    moved = True
-                if out_buf != _NO_BUFFER:
-                    extra_use_buf.append(out_buf)
-                    extra_use_node.append(c)
-            clone_reroutes.append((p, last, rec.consumers))
+                added.reroute(c, slot, out_buf, p, last_level)
+            added.clone_reroutes.append((p, last, rec.consumers))
 
-        masked = []
-        for u, copy_buf in self._rerouted_uses(rerouted):
-            masked.append(u)
+    def _add_rerouted_reads(self, added):
+        """Reads the rerouted inputs no longer make of the producer's buffer
+        (masked) move to the copy they now read, along the graph's alias
+        chains."""
+        for u, copy_buf in self._rerouted_uses(added.rerouted):
+            added.masked.append(u)
             if copy_buf != _NO_BUFFER:
-                extra_use_buf.append(copy_buf)
-                extra_use_node.append(int(self.use_node[u]))
+                added.read(copy_buf, int(self.use_node[u]))
+
+    def _replay_levels(self, added, control_edges):
+        """Levels of every node of the rewritten graph."""
+        base_levels = self._base_levels
         for a, b in control_edges:
             if base_levels[b] <= base_levels[a]:
-                moved = True
-
-        if not (shortened or moved):
+                added.moved = True
+        if not (added.shortened or added.moved):
             # No original op moves: the levels are the graph's, plus the
             # swap nodes' computed above (what `raise_levels` would find).
-            levels = np.concatenate((self._base_level_array,
-                                     np.asarray(new_levels, dtype=np.int64)))
-        else:
-            levels = np.asarray(
-                self._levels_with(swap_nodes, control_edges, node, shortened,
-                                  clone_nodes, clone_reroutes),
-                dtype=np.int64)
-        num_levels = int(levels.max()) + 1 if len(levels) else 0
+            return np.concatenate((self._base_level_array,
+                                   np.asarray(added.new_levels,
+                                              dtype=np.int64)))
+        return np.asarray(
+            self._levels_with(added.swap_nodes, control_edges, added.node,
+                              added.shortened, added.clone_nodes,
+                              added.clone_reroutes),
+            dtype=np.int64)
 
-        if extra_bytes:
+    def _buffers_with(self, added):
+        """``(bytes, space, alloc node, use buffer, use node)`` arrays of the
+        graph's buffers and reads with the plan's added and masked."""
+        if added.bytes:
             buf_bytes = np.concatenate(
-                [self.buf_bytes, np.asarray(extra_bytes, dtype=np.int64)])
+                [self.buf_bytes, np.asarray(added.bytes, dtype=np.int64)])
             buf_space = np.concatenate(
-                [self.buf_space, np.asarray(extra_space, dtype=np.int8)])
+                [self.buf_space, np.asarray(added.space, dtype=np.int8)])
             buf_alloc = np.concatenate(
-                [self.buf_alloc, np.asarray(extra_alloc, dtype=np.int64)])
+                [self.buf_alloc, np.asarray(added.alloc, dtype=np.int64)])
         else:
             buf_bytes, buf_space, buf_alloc = (self.buf_bytes, self.buf_space,
                                                self.buf_alloc)
         use_buf, use_node = self.use_buf, self.use_node
-        if masked:
+        if added.masked:
             keep = np.ones(len(use_buf), dtype=bool)
-            keep[np.asarray(masked, dtype=np.int64)] = False
+            keep[np.asarray(added.masked, dtype=np.int64)] = False
             use_buf, use_node = use_buf[keep], use_node[keep]
-        if extra_use_buf:
+        if added.use_buf:
             use_buf = np.concatenate(
-                [use_buf, np.asarray(extra_use_buf, dtype=np.int64)])
+                [use_buf, np.asarray(added.use_buf, dtype=np.int64)])
             use_node = np.concatenate(
-                [use_node, np.asarray(extra_use_node, dtype=np.int64)])
+                [use_node, np.asarray(added.use_node, dtype=np.int64)])
+        return buf_bytes, buf_space, buf_alloc, use_buf, use_node
 
+    @staticmethod
+    def _lifetimes(added, buffers, levels, num_levels):
+        """Each buffer's first and last level: allocated at its maker's,
+        freed after its last reader's, or as the copies' times say."""
+        _, _, buf_alloc, use_buf, use_node = buffers
         alloc = levels[buf_alloc]
         free = alloc.copy()
         np.maximum.at(free, use_buf, levels[use_node])
-        if held:
-            bufs, until = np.asarray(held, dtype=np.int64).T
+        if added.held:
+            bufs, until = np.asarray(added.held, dtype=np.int64).T
             np.maximum.at(free, bufs, np.minimum(until, num_levels - 1))
-        if allocated:
-            bufs, since = np.asarray(allocated, dtype=np.int64).T
+        if added.allocated:
+            bufs, since = np.asarray(added.allocated, dtype=np.int64).T
             np.minimum.at(alloc, bufs, np.maximum(since, 0))
+        return alloc, free
 
+    def _result(self, added, buffers, levels, num_levels, alloc, free,
+                detail):
+        """The `SimulationResult`: timelines per space, the device peak and,
+        with `detail`, what is live there and which op made the peak."""
+        buf_bytes, buf_space, buf_alloc, _, _ = buffers
+        n = self.num_ops
         device = buf_space == DEVICE
         host = buf_space == HOST
         dev_tl = _timeline(alloc[device], free[device], buf_bytes[device],
@@ -781,7 +824,7 @@ class SimulationModel:
         peak_op = ""
         live = ()
         if detail and num_levels:
-            all_names = self.buf_name + extra_names
+            all_names = self.buf_name + added.names
             at = np.nonzero(device & (alloc <= peak_level)
                             & (free >= peak_level))[0]
             rows = sorted(((all_names[j], int(buf_bytes[j])) for j in at),
@@ -795,8 +838,8 @@ class SimulationModel:
             if len(fresh):
                 j = fresh[np.argmax(buf_bytes[fresh])]
                 node = int(buf_alloc[j])
-                peak_op = names[node] if node < n else all_names[j].split(
-                    " ")[0]
+                peak_op = self.index.names[node] if node < n else \
+                    all_names[j].split(" ")[0]
                 if peak_op.startswith("lms/recompute_"):
                     peak_op = peak_op.rpartition(":")[0]  # the clone op
         return SimulationResult(
@@ -812,9 +855,9 @@ class SimulationModel:
             resident_host_bytes=self.resident_host_bytes,
             num_levels=num_levels,
             levels=levels[:n],
-            swapout_bytes=swapout_bytes,
-            swapin_bytes=swapin_bytes,
-            recompute_bytes=recompute_bytes)
+            swapout_bytes=added.swapout_bytes,
+            swapin_bytes=added.swapin_bytes,
+            recompute_bytes=added.recompute_bytes)
 
     def freed_levels(self, swap, levels):
         """Levels at which swapping one tensor frees its device bytes.
