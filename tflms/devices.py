@@ -10,7 +10,8 @@ two agree). Standard library only.
 import collections
 import functools
 
-__all__ = ["DeviceKey", "DeviceStringError", "parse_device", "is_cpu_device"]
+__all__ = ["DeviceKey", "DeviceStringError", "parse_device",
+           "parse_user_device", "is_cpu_device", "SHORT_FORM_TYPES"]
 
 
 class DeviceKey(collections.namedtuple(
@@ -87,6 +88,34 @@ def parse_device(device):
             raise DeviceStringError(device, str(e)) from None
     return DeviceKey(parts["job"], parts["replica"], parts["task"],
                      device_type, device_index)
+
+
+# Device types TensorFlow takes in a short form (``/gpu:0``) without asking
+# its runtime (`tf.DeviceSpec`'s fixed list); the short form of a pluggable
+# device's type is checked against the devices the runtime has.
+SHORT_FORM_TYPES = frozenset({"CPU", "GPU", "TPU", "CUSTOM", "EPU"})
+
+
+def parse_user_device(device):
+    """`parse_device` for a string a user wrote (a setting): a short form
+    must name one of `SHORT_FORM_TYPES`, as TensorFlow requires of a short
+    form unless a pluggable device of that type is installed, which only
+    TensorFlow's runtime knows. An op's device string has passed that check
+    already; a user's has not, so ``'garbage'`` is refused here rather than
+    read as a device type.
+
+    Raises:
+      DeviceStringError: as `parse_device`, and for an unknown short form
+        (the long form ``/device:XPU:0`` names any type).
+    """
+    for piece in (device or "").split("/"):
+        kind = piece.split(":")[0]
+        if (piece and kind not in _DEVICE_FIELDS + ("device",)
+                and kind.upper() not in SHORT_FORM_TYPES):
+            raise DeviceStringError(
+                device, "unknown device type %r; name another type in full, "
+                "as in '/device:XPU:0'" % kind)
+    return parse_device(device)
 
 
 def is_cpu_device(device):
