@@ -2,7 +2,7 @@
 
 import tensorflow as tf
 
-from tflms import distributed
+from tflms import ranks
 
 __all__ = ["Logger", "rank_prefix"]
 
@@ -11,12 +11,12 @@ def rank_prefix():
     """``'[rank 3] '`` under Horovod/MPI, ``'[worker 1] '`` for a
     tf.distribute task described by ``TF_CONFIG``, else ''.
 
-    From `distributed.rank_info`, which reads the environment that
-    launchers set; a malformed variable gives no prefix here (logging must
-    not fail), and the error where the value is used.
+    From `ranks.rank_info`, which reads the environment that launchers
+    set; a malformed variable gives no prefix here (logging must not fail),
+    and the error where the value is used.
     """
     try:
-        info = distributed.rank_info()
+        info = ranks.rank_info()
     except ValueError:
         return ""
     if info.launcher in ("horovod", "mpi"):
