@@ -407,4 +407,3 @@ def build_index(graph, fetches=None):
             flops=(_flops_of(op) if op_type in gi.FLOP_TYPES else (0, 0)))
     roots = [id_of[op.name] for op in fetches.ops]
     return gi.assemble(ops, cols, id_of, roots, fetches.rule)
-
