@@ -1,15 +1,10 @@
 """Analysis on literal graphs (`graph_index.from_edges`): no TensorFlow graph,
 no session; every expected set is worked out by hand in the docstrings."""
 
-import ast
-import inspect
-
 import pytest
 
 from tflms import analysis
 from tflms import graph_index as gi
-from tflms import planner
-from tflms import simulator
 from tflms import topo
 
 F32_4x8 = ((4, 8), 4)
@@ -367,17 +362,3 @@ def test_op_bytes_and_largest_device_op():
         2, 2300)
     assert analysis.largest_device_op(index, roles.device_ops,
                                       excluded=[1]) == (2, 300)
-
-
-@pytest.mark.parametrize("module", [analysis, planner, simulator])
-def test_pure_modules_do_not_import_tensorflow(module):
-    """What they need from TensorFlow, `graph_index.build_index` reads."""
-    tree = ast.parse(inspect.getsource(module))
-    imported = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            imported.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            imported.add(node.module or "")
-    assert not {m for m in imported
-                if m.split(".")[0] in ("tensorflow", "keras", "tf_keras")}

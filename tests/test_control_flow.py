@@ -25,6 +25,7 @@ from tflms import LMS
 from tflms import analysis
 from tflms import graph_index as gi
 from tflms import rewriter
+from tflms import tf_reader
 
 from _graphs import assert_swaps_ran, trace_options
 
@@ -432,7 +433,7 @@ def assert_v1_swaps_outside_loops(graph, result):
     """Around the loop, never inside: swapped tensors come from outside any
     v1 loop, inside one only an Enter reads a swap-in, and no op inside a
     loop or a conditional starts one."""
-    kind = gi._control_flow_kind  # pylint: disable=protected-access
+    kind = tf_reader._control_flow_kind  # pylint: disable=protected-access
     for name in result.swapin_ops:
         swapin = graph.get_operation_by_name(name)
         source = swapin.inputs[0].op.inputs[0].op

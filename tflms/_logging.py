@@ -1,8 +1,16 @@
-"""The ``[LMS][level]`` log lines, through `tf.compat.v1.logging`."""
+"""The ``[LMS][level]`` log lines, through TensorFlow's logger.
 
-import tensorflow as tf
+TensorFlow's logger (``tf.get_logger()``, what `tf.compat.v1.logging`
+writes to) is the Python logger ``"tensorflow"`` with TensorFlow's handler.
+This module does not import TensorFlow, so the planning core can log without
+it: when TensorFlow is loaded, its logger is used as it configures it; when
+it is not (the core on literal graphs), the plain ``"tensorflow"`` logger.
+"""
 
-from tflms import distributed
+import logging
+import sys
+
+from tflms import ranks
 
 __all__ = ["Logger", "rank_prefix"]
 
@@ -11,12 +19,12 @@ def rank_prefix():
     """``'[rank 3] '`` under Horovod/MPI, ``'[worker 1] '`` for a
     tf.distribute task described by ``TF_CONFIG``, else ''.
 
-    From `distributed.rank_info`, which reads the environment that
-    launchers set; a malformed variable gives no prefix here (logging must
-    not fail), and the error where the value is used.
+    From `ranks.rank_info`, which reads the environment that launchers
+    set; a malformed variable gives no prefix here (logging must not fail),
+    and the error where the value is used.
     """
     try:
-        info = distributed.rank_info()
+        info = ranks.rank_info()
     except ValueError:
         return ""
     if info.launcher in ("horovod", "mpi"):
@@ -24,6 +32,13 @@ def rank_prefix():
     if info.task_type:
         return "[%s %d] " % (info.task_type, info.task_index)
     return ""
+
+
+def _logger():
+    tf = sys.modules.get("tensorflow")
+    if tf is not None and hasattr(tf, "get_logger"):
+        return tf.get_logger()
+    return logging.getLogger("tensorflow")
 
 
 class Logger:
@@ -42,8 +57,8 @@ class Logger:
 
     def info(self, message, level=0, indent=0):
         if self.enabled(level):
-            tf.compat.v1.logging.info("%s[LMS][%d] %s%s", rank_prefix(), level,
-                                      " " * indent, message)
+            _logger().info("%s[LMS][%d] %s%s", rank_prefix(), level,
+                           " " * indent, message)
 
     def warning(self, message):
-        tf.compat.v1.logging.warning("%s[LMS][0] %s", rank_prefix(), message)
+        _logger().warning("%s[LMS][0] %s", rank_prefix(), message)

@@ -10,6 +10,7 @@ from `graph_index.from_edges`.
 
 import dataclasses
 
+from tflms import devices
 from tflms import graph_index as gi
 
 __all__ = [
@@ -117,7 +118,7 @@ def device_matches(device, gpu_device):
     empty (unplaced) device string, which TensorFlow places on the GPU when
     one exists.
     """
-    if gi.is_cpu_device(device):
+    if devices.is_cpu_device(device):
         return False
     if gpu_device is None:
         return True

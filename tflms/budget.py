@@ -10,7 +10,7 @@ imported then.
 
 import os
 
-from tflms import distributed
+from tflms import ranks
 
 __all__ = ["MEM_RATIO_ENV", "DEFAULT_MEM_RATIO", "NoGpuError", "mem_ratio",
            "device_budget", "host_budget", "local_processes"]
@@ -58,7 +58,7 @@ def _gpu_index(gpu_device, env):
         spec = tf.DeviceSpec.from_string(gpu_device)
         if spec.device_index is not None:
             return spec.device_index
-    return distributed.rank_info(env).local_rank
+    return ranks.rank_info(env).local_rank
 
 
 def device_budget(gpu_mem_gib=None, gpu_device=None, env=None,
@@ -113,7 +113,7 @@ def device_budget(gpu_mem_gib=None, gpu_device=None, env=None,
 
 def local_processes(env=None):
     """How many training processes share this node (1 without a launcher)."""
-    return distributed.rank_info(env).local_size
+    return ranks.rank_info(env).local_size
 
 
 def host_budget(env=None):

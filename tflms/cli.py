@@ -79,7 +79,7 @@ pipeline = _Lazy("tflms.pipeline")
 plotting = _Lazy("tflms.plots")
 simulator = _Lazy("tflms.simulator")
 steptime = _Lazy("tflms.steptime")
-step = _Lazy("tflms.step")
+tf_reader = _Lazy("tflms.tf_reader")
 _lms = _Lazy("tflms.lms")
 
 __all__ = ["LINKS", "PlanError", "build_parser", "load_graph", "plan_graph",
@@ -378,7 +378,7 @@ def _load_keras(path, graph, args):
         if args.inference:
             notes.append("--inference: planned the model's forward graph "
                          "only (not compiled, no train function).")
-            return notes, step.find_fetches(
+            return notes, tf_reader.find_fetches(
                 graph, list(model.outputs), source="the model's outputs")
         notes.extend(note.replace("; compiled with", "; planned with")
                      + (" Change it with --optimizer." if "TF2" in note
@@ -420,7 +420,7 @@ def _load_keras(path, graph, args):
         if updates is not None:
             tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.TRAIN_OP,
                                            updates)
-    return notes, step.keras_train_fetches(graph, model)
+    return notes, tf_reader.keras_train_fetches(graph, model)
 
 
 def _pick_meta_graph(saved_model, path, tag):

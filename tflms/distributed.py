@@ -17,23 +17,22 @@ a mismatch into an error instead of a hang. `check_same_rewrite` is the
 same check for callers that edit graphs themselves.
 
 This module also provides what Horovod's Keras integration lacks on Keras
-2.15 in graph mode (`BroadcastGlobalVariablesCallback`), and is the one
-place that reads rank facts from the environment that launchers set
-(`rank_info`; the auto-tuner's budgets and the log prefix use it).
+2.15 in graph mode (`BroadcastGlobalVariablesCallback`), and hands on
+`rank_info` (`tflms.ranks`, the one reader of the environment that
+launchers set; the auto-tuner's budgets and the log prefix use it).
 
 Horovod is imported lazily, only by the functions that need it.
 """
 
 import collections
-import dataclasses
 import hashlib
 import json
-import os
 
 import tensorflow as tf
 
 from tflms import _compat
 from tflms import rewriter
+from tflms.ranks import RankInfo, rank_info
 
 __all__ = [
     "HOROVOD_INSTALL_HINT",
@@ -57,13 +56,6 @@ HOROVOD_INSTALL_HINT = (
     "--no-cache-dir horovod==0.28.1 (needs cmake and g++; "
     "tools/install_test_deps.sh does it for a checkout of tflms)")
 
-# The variables job launchers set, by priority: Horovod's (horovodrun),
-# Open MPI's (mpirun), then PMI's (Slurm, MPICH). Read only here.
-_RANK_VARS = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
-_SIZE_VARS = ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
-_LOCAL_RANK_VARS = ("HOROVOD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK")
-_LOCAL_SIZE_VARS = ("HOROVOD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE")
-
 # What `LMS.run` did with a graph; every rank must do the same.
 REWRITTEN = "rewritten"
 NOT_NEEDED = "not needed"
@@ -79,94 +71,6 @@ _OUTCOME_WIDTH = max(len(k) for k in _OUTCOME_TEXT)
 
 class RankMismatchError(RuntimeError):
     """The ranks of a distributed job rewrote their graphs differently."""
-
-
-@dataclasses.dataclass(frozen=True)
-class RankInfo:
-    """Where this process stands in a distributed job.
-
-    Attributes:
-      rank: global rank (0 when not distributed).
-      size: number of processes in the job (1 when not distributed).
-      local_rank: rank on this node (0 when not distributed); under Horovod
-        this is the GPU index the process should use.
-      local_size: processes on this node; the host memory LMS plans with is
-        divided by it.
-      launcher: 'horovod', 'mpi', 'tf_config' or None.
-      task_type: the ``TF_CONFIG`` task type ('chief', 'worker', ...), or
-        None.
-      task_index: the ``TF_CONFIG`` task index, or None.
-    """
-
-    rank: int = 0
-    size: int = 1
-    local_rank: int = 0
-    local_size: int = 1
-    launcher: object = None
-    task_type: object = None
-    task_index: object = None
-
-
-def _int(env, names):
-    for name in names:
-        text = env.get(name)
-        if text not in (None, ""):
-            try:
-                return int(text)
-            except ValueError:
-                raise ValueError(
-                    "%s=%r must be an integer (it is set by the job launcher;"
-                    " unset it when not running under one)" % (name, text))
-    return None
-
-
-def rank_info(env=None):
-    """The `RankInfo` of this process, from the launcher's environment.
-
-    Reads Horovod's (``HOROVOD_RANK``...), Open MPI's
-    (``OMPI_COMM_WORLD_RANK``...) and PMI's variables, then tf.distribute's
-    ``TF_CONFIG`` (rank = index among the chief and workers). The local
-    rank and size are read whenever a launcher set them. No distributed
-    package is imported.
-
-    Args:
-      env: environment mapping (default `os.environ`).
-
-    Raises:
-      ValueError: if one of those variables is not an integer, or TF_CONFIG
-        is not a JSON object.
-    """
-    env = os.environ if env is None else env
-    local = dict(local_rank=_int(env, _LOCAL_RANK_VARS) or 0,
-                 local_size=max(1, _int(env, _LOCAL_SIZE_VARS) or 1))
-    rank = _int(env, _RANK_VARS)
-    if rank is not None:
-        launcher = "horovod" if env.get("HOROVOD_RANK") not in (
-            None, "") else "mpi"
-        size = _int(env, _SIZE_VARS)
-        return RankInfo(rank=rank, size=size if size is not None else rank + 1,
-                        launcher=launcher, **local)
-    text = env.get("TF_CONFIG")
-    if text:
-        try:
-            config = json.loads(text)
-        except ValueError:
-            config = None
-        if not isinstance(config, dict):
-            raise ValueError("TF_CONFIG=%r is not JSON of an object; see the "
-                             "tf.distribute documentation for its format"
-                             % (text,))
-        cluster = config.get("cluster", {})
-        task = config.get("task", {})
-        members = list(cluster.get("chief", [])) + list(
-            cluster.get("worker", []))
-        kind, index = task.get("type"), int(task.get("index", 0))
-        rank = index + (len(cluster.get("chief", []))
-                        if kind == "worker" else 0)
-        return RankInfo(rank=rank, size=max(1, len(members)), local_rank=0,
-                        local_size=local["local_size"], launcher="tf_config",
-                        task_type=kind, task_index=index if kind else None)
-    return RankInfo(**local)
 
 
 def _tensor_label(tensor):

@@ -1,47 +1,48 @@
-"""One read-only index of a `tf.Graph`, built once, queried everywhere.
+"""One read-only index of a graph, built once, queried everywhere.
 
-`build_index` walks the graph a single time and records, per operation id
-(ids are positions in ``graph.get_operations()``, i.e. creation order):
-names, types, devices, data inputs and consumers per tensor, control inputs
-and outputs, static output shapes and element sizes, variable sizes, the
-floating-point operations of matrix products and convolutions (for the
-step-time model), and the few control-flow facts LMS needs. Levels of the categorized topological
-sort are computed from it. Every analysis (planning, simulation, tuning)
-answers its questions from this index with integer ids and never touches
-the `tf.Graph` again, which keeps the analysis pure, deterministic and
-O(V + E).
+A `GraphIndex` records, per operation id (ids are positions in creation
+order): names, types, devices, data inputs and consumers per tensor,
+control inputs and outputs, static output shapes and element sizes,
+variable sizes, the floating-point operations of matrix products and
+convolutions (for the step-time model), and the few control-flow facts LMS
+needs. Levels of the categorized topological sort are computed from it.
+Every analysis (planning, simulation, tuning) answers its questions from
+this index with integer ids, which keeps the analysis pure, deterministic
+and O(V + E).
 
-This module is the only reader of TensorFlow for the analysis: whatever
-`analysis`, `planner` and `simulator` need from the graph beyond its
-structure (graph collections, function libraries, control-flow contexts,
-op defs) is read here once into plain per-op fields. `from_edges` builds
-the same kind of index from literal names and edges, with no graph behind
-it, so those modules can be tested without TensorFlow graphs.
+This module imports no TensorFlow (`tests/test_pure_core.py`), and nor do
+the modules that query the index. Two constructors make an index:
+`tflms.tf_reader.build_index` reads the training step of a `tf.Graph` (the
+one reader of TensorFlow before the rewriter: whatever `analysis`,
+`planner` and `simulator` need beyond the graph's structure, such as
+collections, function libraries, control-flow contexts and op defs, it
+reads once into plain per-op fields), and `from_edges` builds the same kind
+of index from literal names and edges, with no graph behind it. Both end in
+`assemble`. `graph_index.build_index` still works: it is handed on from
+`tf_reader`, which loads TensorFlow, on first use.
 
 The index holds the `tf.Operation` objects only so that the rewriter can map
 ids back to ops (an index from `from_edges` has none, and the rewriter
 refuses it); nothing here mutates the graph.
 """
 
-import collections
 import dataclasses
-import functools
 import numbers
-
-import tensorflow as tf
 
 from tflms import step as step_mod
 from tflms import topo
+from tflms.devices import DeviceKey, is_cpu_device, parse_device
 
 __all__ = [
     "GraphIndex",
-    "build_index",
     "from_edges",
+    "with_planned_edges",
     "DEFAULT_DEVICE",
     "FORWARDING_TYPES",
     "APPLY_PREFIXES",
     "tensor_bytes",
     "op_flops",
+    "contraction_flops",
     "FLOP_TYPES",
     "is_cpu_device",
     "DeviceKey",
@@ -52,14 +53,23 @@ __all__ = [
     "FUNCTION_CALL_TYPES",
 ]
 
+# Names that moved to `tflms.tf_reader`, handed on from there on first use
+# (PEP 562) so that `graph_index.build_index(graph, fetches)` keeps working
+# for its callers while importing this module loads no TensorFlow.
+_READER_NAMES = frozenset({"build_index"})
+
+
+def __getattr__(name):
+    if name in _READER_NAMES:
+        from tflms import tf_reader  # pylint: disable=import-outside-toplevel
+        return getattr(tf_reader, name)
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
+
+
 # v1 control-flow primitives: never triggers, never swap sources or sinks.
 CONTROL_FLOW_V1_TYPES = frozenset({
     "Switch", "RefSwitch", "Merge", "RefMerge", "Enter", "RefEnter", "Exit",
     "RefExit", "NextIteration", "RefNextIteration", "LoopCond",
-})
-
-_VARIABLE_HOLDER_TYPES = frozenset({
-    "VarHandleOp", "VariableV2", "Variable", "VarHandleOpV2",
 })
 
 # A NextIteration op feeds its loop's Merge from the previous iteration: the
@@ -93,56 +103,59 @@ FUNCTION_CALL_TYPES = frozenset({
 })
 
 # Contractions whose floating-point operations the index counts, each a
-# function of (op, input shapes, output shapes) with every dimension known.
-# A multiply-add is two operations, as in TensorFlow's registered "flops"
-# statistics (``tf.compat.v1`` ``ops.get_stats_for_node_def``), which cover
-# the forward ops only, and need fully known shapes; the gradients here
-# cost what their forward op does (the same multiply-adds in another order).
-def _prod(dims):
+# function of (attr, input shapes, output shapes) with every dimension known,
+# where attr(name) is the op's attribute (the reader passes
+# `tf.Operation.get_attr`). A multiply-add is two operations, as in
+# TensorFlow's registered "flops" statistics (``tf.compat.v1``
+# ``ops.get_stats_for_node_def``), which cover the forward ops only, and need
+# fully known shapes; the gradients here cost what their forward op does (the
+# same multiply-adds in another order).
+def prod(dims):
+    """The product of a sequence of ints (1 for none)."""
     total = 1
     for d in dims:
         total *= d
     return total
 
 
-def _matmul_flops(op, ins, outs):
+def _matmul_flops(attr, ins, outs):
     a = ins[0]
-    k = a[0] if op.get_attr("transpose_a") else a[1]
-    return 2 * k * _prod(outs[0])
+    k = a[0] if attr("transpose_a") else a[1]
+    return 2 * k * prod(outs[0])
 
 
-def _batch_matmul_flops(op, ins, outs):
+def _batch_matmul_flops(attr, ins, outs):
     a = ins[0]
-    k = a[-2] if op.get_attr("adj_x") else a[-1]
-    return 2 * k * _prod(outs[0])
+    k = a[-2] if attr("adj_x") else a[-1]
+    return 2 * k * prod(outs[0])
 
 
-def _conv_flops(op, ins, outs):
+def _conv_flops(attr, ins, outs):
     # filter (..., in_depth, out_depth): each output element is a dot
     # product over the window and the input depth.
-    return 2 * _prod(outs[0]) * _prod(ins[1][:-1])
+    return 2 * prod(outs[0]) * prod(ins[1][:-1])
 
 
-def _conv_backprop_input_flops(op, ins, outs):
+def _conv_backprop_input_flops(attr, ins, outs):
     # (input_sizes, filter, out_backprop)
-    return 2 * _prod(ins[2]) * _prod(ins[1][:-1])
+    return 2 * prod(ins[2]) * prod(ins[1][:-1])
 
 
-def _conv_backprop_filter_flops(op, ins, outs):
+def _conv_backprop_filter_flops(attr, ins, outs):
     # (input, filter_sizes, out_backprop); the output is the filter.
-    return 2 * _prod(ins[2]) * _prod(outs[0][:-1])
+    return 2 * prod(ins[2]) * prod(outs[0][:-1])
 
 
-def _depthwise_flops(op, ins, outs):
-    return 2 * _prod(outs[0]) * _prod(ins[1][:-2])
+def _depthwise_flops(attr, ins, outs):
+    return 2 * prod(outs[0]) * prod(ins[1][:-2])
 
 
-def _depthwise_backprop_input_flops(op, ins, outs):
-    return 2 * _prod(ins[2]) * _prod(ins[1][:-2])
+def _depthwise_backprop_input_flops(attr, ins, outs):
+    return 2 * prod(ins[2]) * prod(ins[1][:-2])
 
 
-def _depthwise_backprop_filter_flops(op, ins, outs):
-    return 2 * _prod(ins[2]) * _prod(outs[0][:-2])
+def _depthwise_backprop_filter_flops(attr, ins, outs):
+    return 2 * prod(ins[2]) * prod(outs[0][:-2])
 
 
 _FLOP_RULES = {
@@ -162,87 +175,54 @@ _FLOP_RULES = {
 }
 FLOP_TYPES = frozenset(_FLOP_RULES)
 
-# Element sizes of dtypes whose tensors are not plain buffers of numbers.
-_OPAQUE_DTYPES = frozenset({tf.resource, tf.variant, tf.string})
 
-# A reference output (a v1 ref variable's VariableV2, and the ref outputs of
-# Assign, Apply*, Scatter*, RefSwitch... that update or route it) is the
-# variable's own buffer handed on (the kernels call set_output_ref or
-# forward_ref_input_to_ref_output), so it counts no bytes: the variable is
-# counted once, in `variable_bytes`. TemporaryVariable is the exception: its
-# ref output is a buffer it allocates during the step.
-_ALLOCATING_REF_TYPES = frozenset({"TemporaryVariable"})
+def _with_batch(shape, batch_size):
+    """A static shape with its first unknown dimension set to `batch_size`
+    (the convention of `tensor_bytes`); None if it stays unknown."""
+    if shape is None:
+        return None
+    dims = list(shape)
+    for k, d in enumerate(dims):
+        if d is None:
+            dims[k] = batch_size
+            break
+    return None if None in dims else dims
+
+
+def contraction_flops(op_type, attr, input_shapes, output_shapes):
+    """``(fixed, per_example)`` FLOPs of a `FLOP_TYPES` op
+    (`GraphIndex.flops`); (0, 0) when a shape it needs is unknown beyond the
+    batch dimension.
+
+    Every count here is linear in the batch dimension (it enters one factor
+    of a product), so two evaluations, at batch sizes 1 and 2, give both
+    parts.
+
+    Args:
+      op_type: a type of `FLOP_TYPES`.
+      attr: ``attr(name)`` -> the op's attribute `name` (``transpose_a``,
+        ``adj_x``).
+      input_shapes, output_shapes: per tensor, None (unknown rank) or a
+        tuple of dims with None for unknown dims.
+    """
+    rule = _FLOP_RULES[op_type]
+
+    def at(batch_size):
+        i = [_with_batch(s, batch_size) for s in input_shapes]
+        o = [_with_batch(s, batch_size) for s in output_shapes]
+        try:
+            return rule(attr, i, o)
+        except (TypeError, IndexError, ValueError):
+            return None  # an unknown shape (None) or an unexpected rank
+
+    one, two = at(1), at(2)
+    if one is None or two is None:
+        return (0, 0)
+    return (int(2 * one - two), int(two - one))
+
 
 # Where an op of a literal graph (`from_edges`) runs unless told otherwise.
 DEFAULT_DEVICE = "/device:GPU:0"
-
-
-class DeviceKey(collections.namedtuple(
-        "DeviceKey", ["job", "replica", "task", "device_type",
-                      "device_index"])):
-    """A parsed device string; None for each part it does not give.
-    `device_type` is upper case ('CPU', 'GPU'...)."""
-
-
-_DEVICE_FIELDS = ("job", "replica", "task")
-
-
-@functools.lru_cache(maxsize=1024)
-def parse_device(device):
-    """Parse a device string as `tf.DeviceSpec.from_string` does, without
-    TensorFlow: the analysis compares placements of every op, and a literal
-    graph has no TensorFlow behind it.
-
-    Accepts ``/job:<name>/replica:<int>/task:<int>/device:<TYPE>:<int|*>``
-    with every part optional, and the short forms ``/cpu:0``, ``/GPU:1``,
-    ``/GPU``. Short forms of other names are taken as device types (pluggable
-    devices such as ``/XPU:0``), which TensorFlow checks against the devices
-    it has; an op's device string has passed that check already.
-
-    Args:
-      device: a device string ('' or None: no part given).
-
-    Returns:
-      A `DeviceKey`.
-
-    Raises:
-      ValueError: if the string cannot be a device string.
-    """
-    parts = {"job": None, "replica": None, "task": None}
-    device_type = device_index = None
-    for piece in (device or "").split("/"):
-        if not piece:
-            continue
-        y = piece.split(":")
-        try:
-            if len(y) == 2 and y[0] in _DEVICE_FIELDS:
-                parts[y[0]] = y[1] if y[0] == "job" else int(y[1])
-                continue
-            if len(y) == 3 and y[0] == "device":
-                kind, index = y[1], y[2]
-            elif len(y) in (1, 2) and y[0] not in _DEVICE_FIELDS + (
-                    "device",) and y[0].isidentifier():
-                kind, index = y[0], (y[1] if len(y) == 2 else "*")
-            else:
-                raise ValueError("unknown part %r" % piece)
-            if device_type is not None:
-                raise ValueError("two device types")
-            device_type = kind.upper()
-            device_index = None if index == "*" else int(index)
-        except ValueError as e:
-            raise ValueError(
-                "device string %r cannot be parsed (%s); use a string such "
-                "as '/device:GPU:0' or '/job:worker/task:1/device:CPU:0'"
-                % (device, e)) from None
-    return DeviceKey(parts["job"], parts["replica"], parts["task"],
-                     device_type, device_index)
-
-
-def is_cpu_device(device):
-    """True if a device string names a CPU (``/cpu:0``, ``/device:CPU:0``...)."""
-    if not device:
-        return False
-    return parse_device(device).device_type == "CPU"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -374,22 +354,6 @@ def _merge_sorted(a, b):
     return tuple(sorted(set(a) | set(b)))
 
 
-def _control_flow_kind(op):
-    """'cond', 'while' or None for the innermost v1 control-flow context."""
-    ctx = getattr(op, "_control_flow_context", None)
-    if ctx is None:
-        return None
-    # A cond nested in a while loop is still inside the loop.
-    kind = None
-    while ctx is not None:
-        if ctx.IsWhileContext():
-            return "while"
-        if ctx.IsCondContext() and kind is None:
-            kind = "cond"
-        ctx = ctx.outer_context
-    return kind
-
-
 # Optimizer updates (`tflms.step` finds a training step by them).
 APPLY_PREFIXES = step_mod.APPLY_PREFIXES
 
@@ -397,230 +361,19 @@ APPLY_PREFIXES = step_mod.APPLY_PREFIXES
 # optimizer (it removes them, and the readers read the input).
 FORWARDING_TYPES = frozenset({"Identity", "StopGradient", "PreventGradient",
                               "Snapshot"})
-# x * 1, 1 * x, x / 1, x + 0, 0 + x, x - 0: slots of x and of the constant.
-_NEUTRAL_OPERANDS = {
+# x * 1, 1 * x, x / 1, x + 0, 0 + x, x - 0: the neutral value, and the
+# slots of x and of the constant (the reader checks the constant).
+NEUTRAL_OPERANDS = {
     "Mul": (1.0, ((0, 1), (1, 0))), "MulNoNan": (1.0, ((0, 1), (1, 0))),
     "RealDiv": (1.0, ((0, 1),)), "Div": (1.0, ((0, 1),)),
     "Add": (0.0, ((0, 1), (1, 0))), "AddV2": (0.0, ((0, 1), (1, 0))),
     "BiasAdd": (0.0, ((0, 1),)), "Sub": (0.0, ((0, 1),)),
 }
-_MAY_FORWARD = FORWARDING_TYPES | frozenset(_NEUTRAL_OPERANDS)
 
 
-def _forwarded_slot(op):
-    """`GraphIndex.forwards_input` of one op."""
-    if op.type in FORWARDING_TYPES:
-        return 0 if op.inputs else None
-    neutral, pairs = _NEUTRAL_OPERANDS[op.type]
-    out = op.outputs[0]
-    for kept, other in pairs:
-        x, const = op.inputs[kept], op.inputs[other]
-        # The output is x itself only if broadcasting changes nothing.
-        if (const.op.type != "Const" or x.dtype != out.dtype
-                or not x.shape.is_fully_defined()
-                or x.shape != out.shape):
-            continue
-        value = const.op.get_attr("value")
-        dims = [d.size for d in value.tensor_shape.dim]
-        if _prod(dims) > 1024:
-            continue  # a large constant is no neutral scalar
-        try:
-            array = tf.make_ndarray(value)
-        except (TypeError, ValueError):
-            continue
-        if array.size and (array == neutral).all():
-            return kept
-    return None
-
-
-def _static_shape(tensor):
-    shape = tensor.shape
-    if shape.rank is None:
-        return None
-    return tuple(shape.as_list())
-
-
-def _itemsize(dtype):
-    if dtype in _OPAQUE_DTYPES or dtype != dtype.base_dtype:
-        return 0  # opaque, or a reference to a variable's buffer
-    try:
-        return dtype.size
-    except (TypeError, ValueError):
-        return 0
-
-
-def _variable_bytes(op):
-    if op.type not in _VARIABLE_HOLDER_TYPES:
-        return 0
-    try:
-        shape = tf.TensorShape(op.get_attr("shape"))
-        dtype = tf.as_dtype(op.get_attr("dtype"))
-    except (ValueError, TypeError):
-        return 0
-    if not shape.is_fully_defined():
-        return 0
-    return shape.num_elements() * _itemsize(dtype)
-
-
-def _with_batch(shape, batch_size):
-    """A static shape with its first unknown dimension set to `batch_size`
-    (the convention of `tensor_bytes`); None if it stays unknown."""
-    if shape is None:
-        return None
-    dims = list(shape)
-    for k, d in enumerate(dims):
-        if d is None:
-            dims[k] = batch_size
-            break
-    return None if None in dims else dims
-
-
-def _flops_of(op):
-    """``(fixed, per_example)`` FLOPs of a `FLOP_TYPES` op; (0, 0) when a
-    shape it needs is unknown beyond the batch dimension.
-
-    Every count here is linear in the batch dimension (it enters one factor
-    of a product), so two evaluations, at batch sizes 1 and 2, give both
-    parts."""
-    rule = _FLOP_RULES[op.type]
-    ins = [_static_shape(t) for t in op.inputs]
-    outs = [_static_shape(t) for t in op.outputs]
-
-    def at(batch_size):
-        i = [_with_batch(s, batch_size) for s in ins]
-        o = [_with_batch(s, batch_size) for s in outs]
-        try:
-            return rule(op, i, o)
-        except (TypeError, IndexError, ValueError):
-            return None  # an unknown shape (None) or an unexpected rank
-
-    one, two = at(1), at(2)
-    if one is None or two is None:
-        return (0, 0)
-    return (int(2 * one - two), int(two - one))
-
-
-def _called_functions(node_def):
-    names = []
-    for key in sorted(node_def.attr):
-        value = node_def.attr[key]
-        if value.HasField("func"):
-            names.append(value.func.name)
-        elif value.HasField("list"):
-            names.extend(f.name for f in value.list.func)
-    return names
-
-
-def _function_has_collective(graph, name, memo):
-    if name not in memo:
-        memo[name] = False  # guards against recursive functions
-        function = graph._get_function(name)  # pylint: disable=protected-access
-        nodes = function.definition.node_def if function is not None else ()
-        memo[name] = any(
-            node.op in COLLECTIVE_TYPES or any(
-                _function_has_collective(graph, f, memo)
-                for f in _called_functions(node))
-            for node in nodes)
-    return memo[name]
-
-
-def _trainable_bytes_by_op(graph, id_of):
-    """Bytes of the ``trainable_variables`` collection, summed per op."""
-    found = {}
-    for v in graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES):
-        shape = v.shape
-        if not shape.is_fully_defined():
-            continue
-        try:
-            op_id = id_of.get(v.op.name)
-        except AttributeError:  # not a variable; nothing to attribute
-            continue
-        if op_id is not None:
-            found[op_id] = (found.get(op_id, 0)
-                            + shape.num_elements() * v.dtype.base_dtype.size)
-    return found
-
-
-def build_index(graph, fetches=None):
-    """Index the training step of a graph once.
-
-    Args:
-      graph: a `tf.Graph`.
-      fetches: what one training step runs, as `Session.run` takes it (ops,
-        tensors, variables, names, nested lists), or a `step.StepFetches`;
-        None: found by the rules of `tflms.step`. The index holds the fan-in
-        of the fetch ops (data and control inputs) and nothing else: ops the
-        step never runs are neither planned nor counted.
-
-    Returns:
-      A `GraphIndex`; ids are positions in the step's ops, in graph order.
-
-    Raises:
-      ValueError: a fetch that is not of `graph`.
-      topo.GraphCycleError: if the graph has a cycle.
-    """
-    if not isinstance(fetches, step_mod.StepFetches):
-        fetches = step_mod.find_fetches(graph, fetches)
-    ops = tuple(graph.get_operations())
-    id_of = {op.name: i for i, op in enumerate(ops)}
-
-    cols = _Columns()
-    stateful_by_type = {}  # an op def is per type
-    memo = {}  # function name -> holds a collective
-    trainable = _trainable_bytes_by_op(graph, id_of)
-    # Each TensorFlow accessor is a call into C; on graphs of 10^5 ops they
-    # are most of the indexing time, so itemsizes are asked once per dtype
-    # and variable sizes only of variable ops.
-    itemsize_of = {}
-    for i, op in enumerate(ops):
-        op_type = op.type
-        outs = op.outputs
-        dtypes = [t.dtype for t in outs]
-        for dtype in dtypes:
-            if dtype not in itemsize_of:
-                itemsize_of[dtype] = _itemsize(dtype)
-        # Ops that write through a reference input (Assign, ApplyMomentum...
-        # on v1 ref variables) are not stateful in their op defs, but they
-        # change state all the same.
-        stateful = stateful_by_type.get(op_type)
-        if stateful is None:
-            op_def = op.op_def
-            stateful = bool(op_def.is_stateful) or any(
-                arg.is_ref for arg in op_def.input_arg)
-            stateful_by_type[op_type] = stateful
-        kind = _control_flow_kind(op)
-        cols.add(
-            name=op.name, type=op_type, device=op.device,
-            inputs=tuple((id_of[t.op.name], t.value_index)
-                         for t in op.inputs),
-            control_inputs=tuple(sorted({id_of[c.name]
-                                         for c in op.control_inputs})),
-            output_shapes=tuple(_static_shape(t) for t in outs),
-            output_itemsizes=(
-                tuple(itemsize_of[d] for d in dtypes)
-                if op_type not in _ALLOCATING_REF_TYPES
-                else tuple(_itemsize(d.base_dtype) for d in dtypes)),
-            variable_bytes=(_variable_bytes(op)
-                            if op_type in _VARIABLE_HOLDER_TYPES else 0),
-            is_stateful=stateful,
-            bn_is_training=(bool(op.get_attr("is_training"))
-                            if op_type.startswith("FusedBatchNorm")
-                            else None),
-            forwards_input=(_forwarded_slot(op) if op_type in _MAY_FORWARD
-                            else None),
-            in_v1_cond=kind == "cond",
-            in_v1_loop=kind == "while",
-            calls_collective=op_type in FUNCTION_CALL_TYPES and any(
-                _function_has_collective(graph, f, memo)
-                for f in _called_functions(op.node_def)),
-            trainable_bytes=trainable.get(i, 0),
-            flops=(_flops_of(op) if op_type in FLOP_TYPES else (0, 0)))
-    roots = [id_of[op.name] for op in fetches.ops]
-    return _assemble(ops, cols, id_of, roots, fetches.rule)
-
-
-class _Columns:
-    """The per-op facts both constructors gather, one list per field."""
+class Columns:
+    """The per-op facts both constructors (`from_edges`,
+    `tf_reader.build_index`) gather, one list per field, for `assemble`."""
 
     FIELDS = ("names", "types", "devices", "inputs", "control_inputs",
               "output_shapes", "output_itemsizes", "variable_bytes",
@@ -669,8 +422,8 @@ def _restricted(ops, cols, keep):
     """`ops`, `cols` and the name -> id map of the ops `keep` (increasing
     ids closed under inputs), renumbered in that order."""
     new_id = {old: new for new, old in enumerate(keep)}
-    out = _Columns()
-    for f in _Columns.FIELDS:
+    out = Columns()
+    for f in Columns.FIELDS:
         column = getattr(cols, f)
         setattr(out, f, [column[i] for i in keep])
     out.inputs = [tuple((new_id[p], k) for p, k in ins) for ins in out.inputs]
@@ -680,10 +433,12 @@ def _restricted(ops, cols, keep):
     return kept_ops, out, {name: i for i, name in enumerate(out.names)}
 
 
-def _assemble(ops, cols, id_of, roots=(), step_rule="the whole graph"):
+def assemble(ops, cols, id_of, roots=(), step_rule="the whole graph"):
     """The derived fields (consumers, fan-outs, control outputs, levels) and
     the `GraphIndex` of the fan-in of `roots` (op ids; none: every op): one
-    code path for `build_index` and `from_edges`."""
+    code path for `tf_reader.build_index` and `from_edges`, whose per-op
+    facts `cols` (`Columns`) holds, with the ops (None for a literal graph)
+    and the name -> id map."""
     graph_num_ops = len(cols.names)
     fetches = ()
     if roots:
@@ -796,10 +551,10 @@ def from_edges(ops, edges=(), control_edges=(),
                default_device=DEFAULT_DEVICE, fetches=()):
     """Index a literal graph: names, types and edges, no `tf.Graph`.
 
-    The index is the kind `build_index` makes (same fields, levels by the
-    same code), with ``ops=None``: the analysis, the planner and the
-    simulator work on it; the rewriter refuses it. Example, a 1 KiB tensor
-    read by two ops::
+    The index is the kind `tf_reader.build_index` makes (same fields,
+    levels by the same code), with ``ops=None``: the analysis, the planner
+    and the simulator work on it; the rewriter refuses it. Example, a 1 KiB
+    tensor read by two ops::
 
         index = from_edges(
             [("x", "Placeholder", {"outputs": [1024]}),
@@ -835,7 +590,7 @@ def from_edges(ops, edges=(), control_edges=(),
       default_device: device of ops whose facts give none.
       fetches: names of the training step's fetch ops: the index holds
         their fan-in only, renumbered in the order of `ops`, as
-        `build_index` holds a graph's step. Empty: every op.
+        `tf_reader.build_index` holds a graph's step. Empty: every op.
 
     Returns:
       A `GraphIndex` with ``ops=None``.
@@ -889,7 +644,7 @@ def from_edges(ops, edges=(), control_edges=(),
         b = _literal_op_id(edge[1], id_of, "control_edges[%d]" % k)
         control_inputs[b].add(a)
 
-    cols = _Columns()
+    cols = Columns()
     for i, (name, op_type, facts) in enumerate(specs):
         where = "ops[%d] (%r)" % (i, name)
         shapes, itemsizes = _literal_outputs(facts["outputs"], read[i], where)
@@ -937,7 +692,7 @@ def from_edges(ops, edges=(), control_edges=(),
         fetches = (fetches,)
     roots = [_literal_op_id(name, id_of, "fetches[%d]" % k)
              for k, name in enumerate(fetches)]
-    return _assemble(None, cols, id_of, roots,
+    return assemble(None, cols, id_of, roots,
                      "the fetches %s" % ", ".join(fetches) if roots
                      else "the whole graph")
 

@@ -8,9 +8,9 @@ properties, the ``tflms`` command's flags, the example scripts' flags and
 the tables of docs/parameters.md are all made from these fields, so adding
 a setting means adding one field here (and using it).
 
-This module imports only the standard library at import time, so the
-example scripts can build their ``--help`` without loading TensorFlow; the
-checks that need TensorFlow (device strings) import it when they run.
+This module and its checks (`tflms.validation`) import only the standard
+library, so the example scripts can build their ``--help`` without loading
+TensorFlow.
 """
 
 import argparse
@@ -21,6 +21,7 @@ import sys
 
 from tflms import _argparse_types as T
 from tflms import hardware
+from tflms import validation as V
 
 __all__ = [
     "AUTO",
@@ -36,7 +37,7 @@ __all__ = [
 ]
 
 # A swap parameter set to AUTO is chosen by the auto-tuner.
-AUTO = -1
+AUTO = V.AUTO
 
 CONSTRUCTOR = "constructor"  # an argument of LMS(...)
 PROPERTY = "property"        # set on the LMS object after construction
@@ -70,18 +71,25 @@ FILTER_NAMES = tuple(name for name, _ in _FILTER_KINDS)
 
 
 # ---- checks: Python value -> normalised value ------------------------------
-def _checker(name):
-    """The check `tflms.params.<name>`, imported on first use (params needs
-    TensorFlow for device strings)."""
-    def check(value, setting):
-        from tflms import params  # pylint: disable=import-outside-toplevel
-        fn = getattr(params, name)
-        return fn(setting, value) if name in _NAMED_CHECKS else fn(value)
-    check.__name__ = name
-    return check
+# A field's check is ``check(value, setting_name)``. Most checks of
+# `tflms.validation` serve one setting and name it themselves; the few that
+# serve several (booleans, name sets, folders) take the name first.
+def _one(check):
+    """A check of one setting's value as a field's check."""
+    def field_check(value, setting):
+        del setting  # the check names its one setting itself
+        return check(value)
+    field_check.__name__ = check.__name__
+    return field_check
 
 
-_NAMED_CHECKS = ("check_bool", "check_name_set", "check_plot_dir")
+def _named(check):
+    """A ``check(setting_name, value)`` shared by settings, as a field's
+    check."""
+    def field_check(value, setting):
+        return check(setting, value)
+    field_check.__name__ = check.__name__
+    return field_check
 
 
 def _check_serialization(value, setting):
@@ -205,7 +213,7 @@ class Settings:
     """
 
     swapout_threshold: int = _setting(
-        AUTO, _checker("check_threshold"),
+        AUTO, _one(V.check_threshold),
         "A tensor is swapped out when one of its readers runs more than this "
         "many levels after the tensor was made; only those far readers get "
         "it through a swap-in, nearer readers keep reading the original. "
@@ -215,7 +223,7 @@ class Settings:
              "made (default -1: auto)",
         text=T.auto_int(1), metavar="N", shown_default="`-1` (auto)")
     swapin_groupby: int = _setting(
-        AUTO, _checker("check_groupby"),
+        AUTO, _one(V.check_groupby),
         "Far readers of the same tensor whose levels are within this "
         "distance of each other share one swap-in. Larger: fewer copies "
         "back, but the tensor stays on the device from the first to the last "
@@ -224,7 +232,7 @@ class Settings:
         flag="readers within N levels share one swap-in (default -1: auto)",
         text=T.auto_int(0), metavar="N", shown_default="`-1` (auto)")
     swapin_ahead: int = _setting(
-        AUTO, _checker("check_ahead"),
+        AUTO, _one(V.check_ahead),
         "How early a tensor comes back: its swap-in is started by a control "
         "dependency from an operation on the reader's path at a level lower "
         "than (reader's level - `swapin_ahead`), as late as possible within "
@@ -236,7 +244,7 @@ class Settings:
              "(default -1: auto)",
         text=T.auto_int(1), metavar="N", shown_default="`-1` (auto)")
     sync_mode: int = _setting(
-        0, _checker("check_sync_mode"),
+        0, _one(V.check_sync_mode),
         "0: copies run asynchronously with computation. 1: synchronous "
         "swap-outs: the tensor's remaining device readers wait until its "
         "copy to the host has finished. 2: synchronous swap-ins: each "
@@ -251,7 +259,7 @@ class Settings:
              "(default 0)",
         text=T.choice_int((0, 1, 2, 3)), metavar="{0,1,2,3}")
     recompute: bool = _setting(
-        False, _checker("check_bool"),
+        False, _named(V.check_bool),
         "Also consider making a swapped tensor again, just before its far "
         "readers, from tensors on the device then, by cloning the cheap "
         "stateless operations that made it (ReLU, batch norm in training "
@@ -281,29 +289,29 @@ class Settings:
              "e.g. 1,3:5",
         text=parse_serialization, metavar="LEVELS", shown_default="`[]`")
     serialization_by_size: float = _setting(
-        0.0, _checker("check_serialization_by_size"),
+        0.0, _one(V.check_serialization_by_size),
         "Also serialize every level whose device operations' outputs "
         "together exceed this many GiB.",
         flag="serialize levels whose outputs exceed this many GiB (0: off)",
         text=T.nonnegative_float, metavar="GIB", shown_default="`0` (off)")
     debug: bool = _setting(
-        False, _checker("check_bool"),
+        False, _named(V.check_bool),
         "Log details: with `debug_level=1` the operations of every level "
         "and, for each swapped tensor, its swap-ins and their triggers; with "
         "2 also which operations wait for swap-outs.",
         flag="log LMS details")
     debug_level: int = _setting(
-        1, _checker("check_debug_level"), "1 or 2; see `debug`.",
+        1, _one(V.check_debug_level), "1 or 2; see `debug`.",
         flag="detail of the debug log (default 1)",
         text=T.choice_int((1, 2)), metavar="{1,2}")
     cpu_device: str = _setting(
-        "/cpu:0", _checker("check_cpu_device"),
+        "/cpu:0", _one(V.check_cpu_device),
         "Where the swap operations run (their outputs live in host memory). "
         "Must name a CPU device.",
         flag="device of the swap operations (default /cpu:0)",
         text=str, metavar="DEVICE")
     gpu_device: object = _setting(
-        None, _checker("check_gpu_device"),
+        None, _one(V.check_gpu_device),
         "Only operations placed on this device are managed (their tensors "
         "swapped, their swap-ins started there), e.g. `'/device:GPU:1'`. "
         "`None`: every operation not placed on a CPU, including unplaced "
@@ -313,7 +321,7 @@ class Settings:
              "(default: every non-CPU op)",
         text=str, metavar="DEVICE")
     batch_size: object = _setting(
-        None, _checker("check_batch_size"),
+        None, _one(V.check_batch_size),
         "Mini-batch size, used for the first unknown dimension of every "
         "shape when sizing tensors. Keras `fit()` with arrays sets it from "
         "its `batch_size`; set it yourself for generators, `Sequence`s and "
@@ -322,13 +330,13 @@ class Settings:
         flag="mini-batch size, for shapes whose batch dimension is unknown",
         text=T.positive_int, metavar="N")
     is_training: bool = _setting(
-        True, _checker("check_bool"),
+        True, _named(V.check_bool),
         "Learning mode to plan for: decides which branch of Keras' "
         "learning-phase conditionals and which fused batch-norm operations "
         "run. Set `False` for inference-only graphs.",
         kind=PROPERTY)
     order_peaks: bool = _setting(
-        True, _checker("check_bool"),
+        True, _named(V.check_bool),
         "When auto-tuning finds no plan that fits, look for control edges "
         "that make one operation of a crowded level run before another (a "
         "filter gradient that frees a swapped-in tensor before the input "
@@ -340,7 +348,7 @@ class Settings:
         "(report that nothing fits; keep the synchronous plan).",
         kind=PROPERTY)
     autotune_gpu_mem: object = _setting(
-        None, _checker("check_gpu_mem"),
+        None, _one(V.check_gpu_mem),
         "GiB of device memory the auto-tuner plans for; `None` asks "
         "TensorFlow for the GPU's memory (an error on a machine without a "
         "GPU).",
@@ -350,7 +358,7 @@ class Settings:
              "(default 0.9)",
         text=T.positive_float, metavar="GIB")
     interconnect: str = _setting(
-        hardware.DEFAULT_INTERCONNECT, _checker("check_interconnect"),
+        hardware.DEFAULT_INTERCONNECT, _one(V.check_interconnect),
         "The CPU-GPU link the auto-tuner counts copy times at: a swapped "
         "tensor stays on the device until its copy to the host has "
         "finished, and a swapped-in copy occupies the device from the start "
@@ -374,7 +382,7 @@ class Settings:
         text=str, metavar="LINK",
         shown_default="`'%s'`" % hardware.DEFAULT_INTERCONNECT)
     gpu: str = _setting(
-        hardware.DEFAULT_GPU, _checker("check_gpu"),
+        hardware.DEFAULT_GPU, _one(V.check_gpu),
         "The GPU whose published peak rates time the operations when the "
         "auto-tuner counts copy times and predicts step times (see "
         "`interconnect`): faster operations leave a copy fewer of them to "
@@ -386,12 +394,12 @@ class Settings:
             ", ".join(hardware.GPUS), hardware.DEFAULT_GPU),
         text=str, metavar="GPU")
     autotune_plot: bool = _setting(
-        False, _checker("check_bool"),
+        False, _named(V.check_bool),
         "Write the expected-memory plots and the distance histogram into "
         "`plot_dir` while auto-tuning.",
         kind=PROPERTY, flag="write the auto-tuner's memory plots")
     plot_dir: str = _setting(
-        ".lms", _checker("check_plot_dir"),
+        ".lms", _named(V.check_plot_dir),
         "Folder for those files (created if needed).",
         kind=PROPERTY, flag="folder for the memory plots (default .lms)",
         text=str, metavar="DIR")
@@ -437,7 +445,7 @@ def _filter_field(name, doc):
     the text)."""
     field = Settings.__dataclass_fields__[name]
     field.metadata = _setting(
-        frozenset(), _checker("check_name_set"), doc, kind=PROPERTY,
+        frozenset(), _named(V.check_name_set), doc, kind=PROPERTY,
         flag="comma list; see docs/parameters.md", text=_names_text,
         metavar="NAMES").metadata
 

@@ -81,6 +81,7 @@ import dataclasses
 
 import numpy as np
 
+from tflms import devices
 from tflms import graph_index as gi
 from tflms.analysis import initializer_only_ops
 from tflms import topo
@@ -229,7 +230,7 @@ class SimulationResult:
 def _space_of(op_id, index, roles):
     if op_id in roles.device_ops:
         return DEVICE
-    if gi.is_cpu_device(index.devices[op_id]):
+    if devices.is_cpu_device(index.devices[op_id]):
         return HOST
     return OTHER
 

@@ -29,7 +29,7 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
-from tflms import step as step_mod
+from tflms import tf_reader
 
 __all__ = ["VerifyReport", "VerifyError", "kernel_counts", "unexecuted_nodes",
            "verify"]
@@ -106,8 +106,8 @@ def onednn_enabled():
 def _fetches(graph, train_op_names, loss_name):
     with graph.as_default():
         try:
-            found = step_mod.find_fetches(graph, list(train_op_names) or None,
-                                          source="--train-op")
+            found = tf_reader.find_fetches(
+                graph, list(train_op_names) or None, source="--train-op")
         except ValueError as e:
             raise VerifyError(str(e)) from None
         train_ops = list(found.ops)
@@ -138,7 +138,7 @@ def _feed(graph, fetches, batch_size, seed):
     rng = np.random.RandomState(seed)
     feed = {}
     train_ops, loss = fetches[0], fetches[1]
-    step = step_mod.fan_in(train_ops + ([loss.op] if loss is not None
+    step = tf_reader.fan_in(train_ops + ([loss.op] if loss is not None
                                         else []))
     for op in graph.get_operations():
         if op.type != "Placeholder" or op.name not in step:
@@ -259,7 +259,7 @@ def verify(load, lms, steps=3, batch_size=None, train_op_names=(),
     plain_fetches = _fetches(plain, train_op_names, loss_name)
     lms_fetches = _fetches(rewritten, train_op_names, loss_name)
     plain_feed = _feed(plain, plain_fetches, batch_size, seed)
-    before = set(step_mod.fan_in(lms_fetches[0]))
+    before = set(tf_reader.fan_in(lms_fetches[0]))
     result = lms.run(rewritten, fetches=lms_fetches[0])
     values, base_losses, base_final, base_step, base_md = _train(
         plain, plain_fetches, plain_feed, steps)
@@ -293,7 +293,7 @@ def verify(load, lms, steps=3, batch_size=None, train_op_names=(),
         result.rewrite.recompute_ops if result.rewrite else ())
     not_run = sorted(unexecuted_nodes(md) - unexecuted_nodes(base_md))
     swaps_not_run = [n for n in added if n in nodes and n not in executed]
-    entering = sorted(set(step_mod.fan_in(lms_fetches[0])) - before
+    entering = sorted(set(tf_reader.fan_in(lms_fetches[0])) - before
                       - set(added))
     kernels, base_kernels = kernel_counts(md), kernel_counts(base_md)
     kernels_differ = {k: (base_kernels.get(k, 0), kernels.get(k, 0))

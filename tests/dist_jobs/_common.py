@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from tflms import LMS
 from tflms import analysis
+from tflms import devices
 from tflms import graph_index as gi
 
 # The mirrored jobs' two towers (logical CPUs standing in for GPUs; CPU:0 is
@@ -29,14 +30,14 @@ def setup_cpu_devices(count, host_index):
     make LMS treat CPU:`host_index` alone as the host.
 
     LMS only manages accelerators; the job's other logical CPUs stand in
-    for GPUs, so `graph_index.is_cpu_device` answers False for them. Must
+    for GPUs, so `devices.is_cpu_device` answers False for them. Must
     run before TensorFlow initialises its runtime.
     """
     cpus = tf.config.list_physical_devices("CPU")
     tf.config.set_logical_device_configuration(
         cpus[0], [tf.config.LogicalDeviceConfiguration()] * count)
     tf.compat.v1.disable_eager_execution()
-    real = gi.is_cpu_device
+    real = devices.is_cpu_device
 
     def is_cpu_device(device):
         if not real(device):
@@ -44,7 +45,7 @@ def setup_cpu_devices(count, host_index):
         return (tf.DeviceSpec.from_string(device).device_index
                 or 0) == host_index
 
-    gi.is_cpu_device = is_cpu_device
+    devices.is_cpu_device = is_cpu_device
 
 
 def mlp_loss(x, labels):

@@ -4,8 +4,8 @@ Started in a subprocess by tests/test_distributed.py (logical devices must
 be configured before TensorFlow initialises its runtime). The process has
 three logical CPU devices: CPU:1 and CPU:2 hold the two towers and stand in
 for two GPUs, CPU:0 is the host the swap ops go to. LMS only manages
-accelerators, so for this job `tflms.graph_index.is_cpu_device` answers
-True for CPU:0 alone; everything else is the real library on a real
+accelerators, so for this job `tflms.devices.is_cpu_device` answers True
+for CPU:0 alone; everything else is the real library on a real
 mirrored graph.
 
 Usage: mirrored_job.py OUT_DIR MODE[,MODE...], MODE one of 'none' (no

@@ -10,7 +10,7 @@ by ``tf.estimator.train_and_evaluate``; ``Estimator.train`` itself refuses
 
 Each worker has two logical CPU devices. The tower runs on CPU:0 (the
 worker's only replica device) and stands in for a GPU; CPU:1 is the host
-the swap ops go to, so for this job `tflms.graph_index.is_cpu_device`
+the swap ops go to, so for this job `tflms.devices.is_cpu_device`
 answers True for CPU:1 alone.
 
 Usage: mwms_job.py OUT_DIR MODE ('none' or 'lms'); TF_CONFIG must be set.

@@ -1,16 +1,23 @@
-"""Validation of LMS settings; every message names the setting, the value
-and what is allowed."""
+"""The checks behind `tflms.settings.Settings`: Python value -> normalised
+value, or a `ValueError` naming the setting, the value and what is allowed.
+
+Each field of `Settings` names its check here directly. Standard library
+only (devices are parsed by `tflms.devices`, without TensorFlow), so the
+example scripts, which load the settings to build their ``--help``, load
+neither TensorFlow nor numpy, and the settings import nothing that imports
+them back.
+"""
 
 import math
 import numbers
+import sys
 
-import numpy as np
-
+from tflms import devices
 from tflms import hardware
-from tflms.settings import AUTO
 
-# TensorFlow is imported by the device checks only: tflms.settings, which
-# the example scripts load to build their --help, uses this module.
+# A swap parameter set to AUTO is chosen by the auto-tuner (also
+# `tflms.settings.AUTO`, where users read it).
+AUTO = -1
 
 __all__ = [
     "AUTO",
@@ -70,9 +77,16 @@ def check_sync_mode(value):
     return int(value)
 
 
+def _is_numpy_bool(value):
+    # A numpy bool can exist only once numpy is loaded: asking sys.modules
+    # keeps this module from loading numpy itself.
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(value, np.bool_)
+
+
 def check_bool(name, value):
     # None is refused: is_training=None would silently plan for inference.
-    if isinstance(value, (bool, np.bool_)) or (
+    if isinstance(value, bool) or _is_numpy_bool(value) or (
             _is_int(value) and value in (0, 1)):
         return bool(value)
     raise ValueError("%s must be True or False; got %r" % (name, value))
@@ -97,17 +111,17 @@ def _parse_device(name, value):
     if not isinstance(value, str) or not value:
         raise ValueError("%s must be a device string such as '/cpu:0'; got %r"
                          % (name, value))
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
     try:
-        return tf.DeviceSpec.from_string(value)
-    except (ValueError, TypeError) as e:
+        return devices.parse_user_device(value)
+    except devices.DeviceStringError as e:
         raise ValueError("%s=%r is not a device string (%s); use e.g. "
-                         "'/cpu:0' or '/device:GPU:1'" % (name, value, e))
+                         "'/cpu:0' or '/device:GPU:1'"
+                         % (name, value, e.reason)) from None
 
 
 def check_cpu_device(value):
     spec = _parse_device("cpu_device", value)
-    if (spec.device_type or "").upper() != "CPU":
+    if spec.device_type != "CPU":
         raise ValueError("cpu_device must name a CPU device such as '/cpu:0';"
                          " got %r" % (value,))
     return value
@@ -122,8 +136,10 @@ def check_gpu_device(value):
             "gpu_device must name a device type and index such as "
             "'/device:GPU:0' (or be None for every non-CPU device); got %r"
             % (value,))
-    from tflms import graph_index  # pylint: disable=import-outside-toplevel
-    if graph_index.is_cpu_device(value):
+    # Asked of `devices.is_cpu_device`, the one answer to "is this the
+    # host?" (the distributed tests' jobs redefine it to make logical CPUs
+    # stand in for GPUs).
+    if devices.is_cpu_device(value):
         raise ValueError(
             "gpu_device must name an accelerator such as '/device:GPU:0' "
             "(or be None for every non-CPU device); got %r" % (value,))
