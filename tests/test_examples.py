@@ -4,7 +4,7 @@ Every example runs in a subprocess at a tiny size, once without and once
 with LMS. With LMS the swap parameters are fixed (no auto-tuning), so these
 tests depend only on the graph rewriter. A run passes when it exits with 0,
 its last line is a ``RESULT ...`` line showing that it trained (the loss
-fell, or accuracy is above chance), and, with --lms, LMS reported adding a
+fell from the first step's), and, with --lms, LMS reported adding a
 non-zero number of operations (and without --lms, LMS said nothing).
 
 The shared helpers (_lms_flags, _mnist_data) get quick in-process tests.
@@ -36,25 +36,28 @@ TIMEOUT = 300  # seconds per subprocess; the slowest (ResNet50) takes ~45
 FIXED_LMS = ["--lms", "--swapout-threshold", "1", "--swapin-ahead", "1",
              "--swapin-groupby", "0"]
 
-# script -> (tiny-size arguments, accuracy of guessing, or None)
+# script -> tiny-size arguments. At these sizes every example's loss falls
+# clearly (2026-11-25, TensorFlow 2.15, both oneDNN modes: ResNet50 3.6 ->
+# 1.0-1.5, the MNIST ones 2.3-5.5 -> 0.3-0.4, the U-Net 0.69 -> 0.49);
+# accuracy is not judged: the ResNet50 one stays at chance.
 EXAMPLES = {
-    "mnist_deep_lms.py": (
-        ["--steps", "40", "--batch_size", "32", "--learning_rate", "1e-3",
-         "--eval_samples", "300", "--log_every", "20"], 0.1),
-    "cnn_mnist_lms.py": (
-        ["--steps", "40", "--batch_size", "32", "--eval_samples", "300",
-         "--log_every", "20"], 0.1),
-    "mnist_cnn_keras.py": (
-        ["--steps", "20", "--epochs", "2", "--batch_size", "32",
-         "--eval_samples", "300", "--verbose", "2"], 0.1),
+    "mnist_deep_lms.py": [
+        "--steps", "40", "--batch_size", "32", "--learning_rate", "1e-3",
+        "--eval_samples", "300", "--log_every", "20"],
+    "cnn_mnist_lms.py": [
+        "--steps", "40", "--batch_size", "32", "--eval_samples", "300",
+        "--log_every", "20"],
+    "mnist_cnn_keras.py": [
+        "--steps", "20", "--epochs", "2", "--batch_size", "32",
+        "--eval_samples", "300", "--verbose", "2"],
     # One fixed batch of 4 images, 8 steps: the loss on it must fall.
-    "Keras_ResNet50.py": (
-        ["--image_size", "32", "--batch_size", "4", "--num_samples", "4",
-         "--num_classes", "2", "--steps", "4", "--epochs", "2",
-         "--learning_rate", "1e-4"], 0.5),
-    "unet3d_lms.py": (
-        ["--volume_size", "16", "--base_filters", "4", "--depth", "2",
-         "--batch_size", "2", "--steps", "8", "--epochs", "2"], None),
+    "Keras_ResNet50.py": [
+        "--image_size", "32", "--batch_size", "4", "--num_samples", "4",
+        "--num_classes", "2", "--steps", "4", "--epochs", "2",
+        "--learning_rate", "1e-4"],
+    "unet3d_lms.py": [
+        "--volume_size", "16", "--base_filters", "4", "--depth", "2",
+        "--batch_size", "2", "--steps", "8", "--epochs", "2"],
 }
 
 # Examples that need tf.estimator (removed in TensorFlow 2.16).
@@ -93,7 +96,7 @@ def _tail(text, n=40):
 @pytest.mark.parametrize("lms", [False, True], ids=["plain", "lms"])
 @pytest.mark.parametrize("script", sorted(EXAMPLES))
 def test_example_trains(script, lms, tmp_path):
-    args, chance = EXAMPLES[script]
+    args = EXAMPLES[script]
     proc, seconds = run_example(script, args + (FIXED_LMS if lms else []),
                                 tmp_path)
     output = proc.stdout + proc.stderr
@@ -114,10 +117,7 @@ def test_example_trains(script, lms, tmp_path):
     result = parse_result(proc.stdout)
     assert {"first_loss", "loss"} <= set(result), result
     assert np.isfinite(result["loss"]), result
-    fell = result["loss"] < result["first_loss"]
-    above_chance = (chance is not None and "accuracy" in result
-                    and result["accuracy"] > chance)
-    assert fell or above_chance, "did not train: %r" % result
+    assert result["loss"] < result["first_loss"], "did not train: %r" % result
 
     added = [int(n) for n in ADDED_RE.findall(output)]
     if lms:
