@@ -1,0 +1,367 @@
+"""tflms.function: LMS for TensorFlow 2 `tf.function` training steps.
+
+This test process has eager execution off (conftest.py), and a
+`tf.function` step needs it on, so each case runs this file as a script
+in a subprocess (``python tests/test_function.py CASE KERAS DUMP_DIR``),
+which prints one JSON line the test checks. The subprocess inherits
+`TF_ENABLE_ONEDNN_OPTS` (conftest.py sets it explicitly; tools/run_tests.sh
+runs the `numerics` tests with it on too).
+
+The models are Keras on each stack: on TensorFlow 2.15 ``keras`` is Keras
+2 (tf.keras); on 2.16+ ``keras`` is Keras 3, and tf_keras (Keras 2) is
+tried too where it is installed.
+
+The witness that the swap ops ran: with ``TF_DUMP_GRAPH_PREFIX`` and
+``TF_DUMP_GRAPH_NAME_FILTER`` set, TensorFlow writes the graphs a function
+goes through when it is instantiated, up to the per-device partition
+graphs after every optimization (Grappler included) that its executors
+run. Every swap op must be there, on the CPU, with its readers. (On
+TensorFlow 2.21 the run metadata of an eager function call comes back
+empty, so step stats cannot tell.)
+"""
+
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_ROOT = os.path.dirname(_HERE)
+
+STEPS = 3
+SEED = 1
+
+
+# ---- the script (runs in the subprocess) -------------------------------
+
+def _keras(name):
+    import importlib  # pylint: disable=import-outside-toplevel
+    return importlib.import_module(name)
+
+
+def _build(keras, tf, batch_norm=True):
+    """A small CNN with batch norm, its optimizer and a training step (a
+    plain Python function: a custom GradientTape loop)."""
+    keras.utils.set_random_seed(SEED)
+    layers = [keras.Input((16, 16, 3))]
+    for width in (8, 8, 16):
+        layers.append(keras.layers.Conv2D(width, 3, padding="same"))
+        if batch_norm:
+            layers.append(keras.layers.BatchNormalization())
+        layers.append(keras.layers.ReLU())
+    layers += [keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(4)]
+    model = keras.Sequential(layers)
+    optimizer = keras.optimizers.SGD(0.05, momentum=0.9)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    def train_step(x, y):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+    return model, train_step
+
+
+def _data(tf):
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    rng = np.random.RandomState(0)
+    return [(tf.constant(rng.rand(4, 16, 16, 3).astype("float32")),
+             tf.constant(rng.randint(0, 4, 4).astype("int32")))
+            for _ in range(STEPS)]
+
+
+def _train(keras, tf, lms=None):
+    """Losses and weights of STEPS steps; with `lms`, through
+    ``lms.function(tf.function(step))``; also the `LMSFunction` and the
+    fan-in of the traced function's fetches before LMS edited it."""
+    from tflms import _tf_function, step  # pylint: disable=import-outside-toplevel
+    model, train_step = _build(keras, tf)
+    fn = tf.function(train_step)
+    data = _data(tf)
+    before = None
+    if lms is not None:
+        graph = fn.get_concrete_function(*data[0]).graph
+        before = set(step.fan_in(_tf_function.fetch_ops(graph)))
+        fn = lms.function(fn)
+    losses = [float(fn(x, y)) for x, y in data]
+    return losses, [v.numpy() for v in model.weights], fn, before
+
+
+def _final_graphs(dump_dir, function_name):
+    """Per device, the last graph TensorFlow dumped for the partitions of
+    `function_name`: what its executors run."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from google.protobuf import text_format  # pylint: disable=import-outside-toplevel
+    last = {}
+    for path in glob.glob(os.path.join(
+            dump_dir, glob.escape(function_name) + "_partition_*.pbtxt")):
+        base = os.path.basename(path)[:-len(".pbtxt")]
+        device, seq = base.split(".")[0], int(base.split(".")[1])
+        if device not in last or seq > last[device][0]:
+            last[device] = (seq, path)
+    graphs = []
+    for _, path in sorted(last.values()):
+        graph_def = tf.compat.v1.GraphDef()
+        with open(path) as f:
+            text_format.Parse(f.read(), graph_def)
+        graphs.append(graph_def)
+    return graphs
+
+
+def _witness(dump_dir, function_name, result):
+    """Which of the rewrite's swap ops are in the final partition graphs,
+    on a CPU, and read by what they feed."""
+    nodes = {}
+    readers = {}
+    for graph_def in _final_graphs(dump_dir, function_name):
+        for node in graph_def.node:
+            nodes[node.name] = node
+            for name in node.input:
+                readers.setdefault(name.lstrip("^").split(":")[0],
+                                   set()).add(node.name)
+    swap_ops = list(result.swapout_ops) + list(result.swapin_ops)
+    return dict(
+        partition_graphs=bool(nodes),
+        missing=[n for n in swap_ops if n not in nodes],
+        off_cpu=[n for n in swap_ops
+                 if n in nodes and "CPU" not in nodes[n].device.upper()],
+        unread=[n for n in swap_ops if n in nodes and not readers.get(n)],
+    )
+
+
+def _case_train(keras, tf, dump_dir):
+    """Fixed parameters with a small threshold (so swaps exist): losses
+    and weights against the unmodified step, and the witness."""
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    from tflms import LMS, _tf_function, step  # pylint: disable=import-outside-toplevel
+    base_losses, base_weights, _, _ = _train(keras, tf)
+    lms = LMS(swapout_threshold=3, swapin_ahead=1, swapin_groupby=0)
+    losses, weights, fn, before = _train(keras, tf, lms)
+    (name, result), = fn.results.items()
+    rewritten = fn.concrete_functions[name]
+    after = set(step.fan_in(_tf_function.fetch_ops(rewritten.graph)))
+    added = set(result.swapout_ops) | set(result.swapin_ops)
+    return dict(
+        outcome=result.outcome.value,
+        swapouts=len(result.swapout_ops), swapins=len(result.swapin_ops),
+        last_run_is_result=lms.last_run is result,
+        base_losses=base_losses, losses=losses,
+        weights_equal=all(np.array_equal(a, b)
+                          for a, b in zip(base_weights, weights)),
+        weights_close=all(np.allclose(a, b, rtol=1e-4, atol=1e-6)
+                          for a, b in zip(base_weights, weights)),
+        num_weights=len(weights),
+        entered=sorted(after - before - added),
+        added_in_step=sorted(added & after) == sorted(added),
+        witness=_witness(dump_dir, _text(rewritten.name), result))
+
+
+def _case_autotune(keras, tf, dump_dir):  # pylint: disable=unused-argument
+    """Auto-tuning: a budget far above the step's simulated peak leaves the
+    step as it is (NOT_NEEDED, the traced function runs); 70% of that peak
+    makes LMS swap, and training is unchanged."""
+    from tflms import LMS, autotune  # pylint: disable=import-outside-toplevel
+    base_losses, _, _, _ = _train(keras, tf)
+    roomy = LMS()
+    roomy.autotune_gpu_mem = 16.0
+    losses_roomy, _, fn, _ = _train(keras, tf, roomy)
+    (name, result), = fn.results.items()
+    peak = result.planned.without_lms.peak_device_bytes
+    tight = LMS()
+    tight.autotune_gpu_mem = 0.7 * peak / autotune.mem_ratio() / (1 << 30)
+    losses_tight, _, fn_tight, _ = _train(keras, tf, tight)
+    (_, tuned), = fn_tight.results.items()
+    return dict(
+        roomy_outcome=result.outcome.value,
+        roomy_runs_traced=_text(fn.concrete_functions[name].name) == name,
+        tight_outcome=tuned.outcome.value,
+        autotuned=bool(tuned.planned.autotuned),
+        swapouts=len(tuned.swapout_ops),
+        fits=tuned.planned.with_lms.peak_device_bytes
+        <= tuned.planned.budget_bytes,
+        base_losses=base_losses, roomy_losses=losses_roomy,
+        tight_losses=losses_tight)
+
+
+def _text(name):
+    return name.decode() if isinstance(name, bytes) else name
+
+
+def _error_of(call):
+    try:
+        call()
+    except Exception as e:  # pylint: disable=broad-except
+        return [type(e).__name__, str(e)]
+    return None
+
+
+def _case_errors(keras, tf, dump_dir):  # pylint: disable=unused-argument
+    """Where LMS cannot work: the error, and nothing traced or changed."""
+    from tflms import LMS  # pylint: disable=import-outside-toplevel
+    from tflms import function as function_mod  # pylint: disable=import-outside-toplevel
+    lms = LMS(swapout_threshold=3, swapin_ahead=1, swapin_groupby=0)
+    x, y = _data(tf)[0]
+    out = {}
+
+    _, train_step = _build(keras, tf)
+    jitted = tf.function(train_step, jit_compile=True)
+    out["jit"] = _error_of(lambda: lms.function(jitted))
+    out["jit_traced"] = jitted.experimental_get_tracing_count()
+
+    model, train_step = _build(keras, tf)
+    weights = [v.numpy() for v in model.weights]
+    fn = lms.function(train_step)
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    with strategy.scope():
+        out["strategy"] = _error_of(lambda: fn(x, y))
+    out["strategy_run"] = _error_of(lambda: strategy.run(fn, (x, y)))
+    out["strategy_traced"] = len(fn.results)
+    out["strategy_unchanged"] = all(
+        (a == v.numpy()).all() for a, v in zip(weights, model.weights))
+
+    def eager_only(x, y):
+        return float(tf.reduce_sum(x).numpy()) + float(tf.reduce_sum(y))
+    out["untraceable"] = _error_of(lambda: lms.function(eager_only)(x, y))
+    out["not_callable"] = _error_of(lambda: function_mod.function(3, lms))
+    out["bad_lms"] = _error_of(lambda: function_mod.function(eager_only, 3))
+    out["last_run"] = lms.last_run is None
+    return out
+
+
+_CASES = {"train": _case_train, "autotune": _case_autotune,
+          "errors": _case_errors}
+
+
+def _main(case, keras_name, dump_dir):
+    sys.path.insert(0, _ROOT)
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    keras = _keras(keras_name)
+    print("RESULT " + json.dumps(_CASES[case](keras, tf, dump_dir)))
+
+
+# ---- the tests -----------------------------------------------------------
+
+def _kerases():
+    """The Keras packages to build models with on this stack."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from tflms import _compat  # pylint: disable=import-outside-toplevel
+    names = ["keras"]
+    if _compat.TF_VERSION >= (2, 16, 0):
+        try:
+            __import__("tf_keras")
+            names.append("tf_keras")
+        except ImportError:
+            pass
+    del tf
+    return names
+
+
+def _run(case, keras_name, tmp_path):
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    env = dict(os.environ, PYTHONPATH=_ROOT, TF_CPP_MIN_LOG_LEVEL="2",
+               TF_DUMP_GRAPH_PREFIX=str(dump),
+               TF_DUMP_GRAPH_NAME_FILTER="_tflms_")
+    env.pop("TF_USE_LEGACY_KERAS", None)  # the models choose their Keras
+    out = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), case, keras_name,
+         str(dump)], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-4000:]
+    line = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
+    assert line, out.stdout + out.stderr[-3000:]
+    return json.loads(line[-1][len("RESULT "):]), out.stderr
+
+
+def _onednn():
+    return os.environ.get("TF_ENABLE_ONEDNN_OPTS") == "1"
+
+
+@pytest.mark.numerics
+@pytest.mark.parametrize("keras_name", _kerases())
+def test_tf_function_step_trains_the_same_with_swaps_that_run(
+        keras_name, tmp_path):
+    r, log = _run("train", keras_name, tmp_path)
+    assert r["outcome"] == "rewritten" and r["last_run_is_result"]
+    assert r["swapouts"] > 0 and r["swapins"] >= r["swapouts"]
+    # Same seed, same data: the same training. Bit for bit where TensorFlow
+    # runs the same kernels (oneDNN off); with oneDNN on, a swapped tensor
+    # may keep two ops from being fused, which rounds differently.
+    assert r["num_weights"] > 0
+    if _onednn():
+        assert r["weights_close"]
+        assert r["losses"] == pytest.approx(r["base_losses"], rel=1e-5)
+    else:
+        assert r["losses"] == r["base_losses"]
+        assert r["weights_equal"]
+    # Nothing but LMS's ops entered the step; all of them are in it.
+    assert r["entered"] == [] and r["added_in_step"]
+    # The witness: every swap op is in the per-device graphs the function's
+    # executors run, after Grappler, on the CPU, with its readers.
+    w = r["witness"]
+    assert w["partition_graphs"], "TensorFlow dumped no partition graph"
+    assert w == dict(partition_graphs=True, missing=[], off_cpu=[],
+                     unread=[])
+    # Logged as in graph mode.
+    assert "Large Model Support rewrote the training step" in log
+
+
+@pytest.mark.numerics
+def test_tf_function_step_autotuned(tmp_path):
+    r, _ = _run("autotune", "keras", tmp_path)
+    assert r["roomy_outcome"] == "not needed" and r["roomy_runs_traced"]
+    assert r["tight_outcome"] == "rewritten" and r["autotuned"]
+    assert r["swapouts"] > 0 and r["fits"]
+    assert r["roomy_losses"] == r["base_losses"]
+    if _onednn():
+        assert r["tight_losses"] == pytest.approx(r["base_losses"], rel=1e-5)
+    else:
+        assert r["tight_losses"] == r["base_losses"]
+
+
+def test_unsupported_functions_raise_and_change_nothing(tmp_path):
+    r, _ = _run("errors", "keras", tmp_path)
+    kind, message = r["jit"]
+    assert kind == "UnsupportedFunctionError"
+    assert "jit_compile=True" in message and "without jit_compile" in message
+    assert r["jit_traced"] == 0
+    kind, message = r["strategy"]
+    assert kind == "UnsupportedFunctionError"
+    assert "tf.distribute strategy (OneDeviceStrategy)" in message
+    assert r["strategy_run"][0] == "UnsupportedFunctionError"
+    assert r["strategy_traced"] == 0 and r["strategy_unchanged"]
+    kind, message = r["untraceable"]
+    assert kind == "EagerModeError"
+    assert "tracing failed" in message and ".numpy()" in message
+    assert r["not_callable"] == [
+        "UnsupportedFunctionError",
+        "step_fn must be a training step: a Python function or a "
+        "tf.function; got 3"]
+    assert r["bad_lms"] == [
+        "UnsupportedFunctionError",
+        "lms must be a tflms.LMS (or None for LMS()); got 3"]
+    assert r["last_run"]
+
+
+def test_tape_gradients_count_as_training_ops():
+    """A GradientTape traced by tf.function names its ops gradient_tape/...;
+    LMS must not warn that such a step has no training operations."""
+    from tflms import analysis  # pylint: disable=import-outside-toplevel
+    from tflms import graph_index as gi  # pylint: disable=import-outside-toplevel
+    tape = gi.from_edges(
+        [("x", "Placeholder", {"outputs": [16]}),
+         ("relu", "Relu", {"outputs": [16]}),
+         ("gradient_tape/relu/ReluGrad", "ReluGrad", {"outputs": [16]})],
+        [("x", "relu"), ("relu", "gradient_tape/relu/ReluGrad")])
+    forward = gi.from_edges(
+        [("x", "Placeholder", {"outputs": [16]}),
+         ("relu", "Relu", {"outputs": [16]})], [("x", "relu")])
+    assert analysis.has_training_ops(tape)
+    assert not analysis.has_training_ops(forward)
+
+
+if __name__ == "__main__":
+    _main(*sys.argv[1:])
