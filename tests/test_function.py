@@ -232,8 +232,72 @@ def _case_errors(keras, tf, dump_dir):  # pylint: disable=unused-argument
     return out
 
 
+def _case_signatures(keras, tf, dump_dir):  # pylint: disable=unused-argument
+    """One rewrite per input signature, cached; recompute; a second
+    LMSFunction of the same tf.function finds its graph rewritten and
+    runs it rewritten."""
+    from tflms import LMS  # pylint: disable=import-outside-toplevel
+    model, train_step = _build(keras, tf)
+    fn = tf.function(train_step)
+    lms = LMS(swapout_threshold=3, swapin_ahead=1, swapin_groupby=0,
+              recompute=True)
+    lms_fn = lms.function(fn)
+    (x, y), = _data(tf)[:1]
+    lms_fn(x, y)
+    lms_fn(x, y)
+    first = dict(lms_fn.concrete_functions)
+    lms_fn(x[:2], y[:2])  # a new batch size: a new signature
+    again = LMS(swapout_threshold=3, swapin_ahead=1,
+                swapin_groupby=0).function(fn)
+    again(x, y)
+    (_, second), = again.results.items()
+    name = list(first)[0]
+    return dict(
+        signatures=len(lms_fn.results),
+        cached=lms_fn.concrete_functions[name] is first[name],
+        outcomes=sorted(r.outcome.value for r in lms_fn.results.values()),
+        recomputes=[len(r.plan.recomputes) for r in lms_fn.results.values()],
+        again=second.outcome.value,
+        again_runs_rewritten=_text(
+            again.concrete_functions[name].name) != name,
+        graph_ops=len(fn.get_concrete_function(x, y).graph.get_operations()))
+
+
+def _case_internals(keras, tf, dump_dir):  # pylint: disable=unused-argument
+    """tflms._tf_function on this TensorFlow: what it reads of a concrete
+    function, and a function rebuilt from an unedited graph computes what
+    the original does."""
+    from tflms import _tf_function  # pylint: disable=import-outside-toplevel
+    v = tf.Variable(tf.ones([4, 4]), name="w")
+
+    @tf.function
+    def f(x):
+        v.assign_add(x)
+        return tf.reduce_sum(tf.matmul(v, v))
+    concrete = f.get_concrete_function(tf.TensorSpec([4, 4], tf.float32))
+    rebuilt = _tf_function.rebuild(concrete, concrete.graph)
+    x = tf.fill([4, 4], 0.5)
+    want = float(f(x))
+    got = float(rebuilt(x))
+    variables = _tf_function.captured_variables(concrete.graph)
+    return dict(
+        fetch_types=sorted(op.type for op in
+                           _tf_function.fetch_ops(concrete.graph)),
+        variables={k: w.name for k, w in variables.items()},
+        placeholder_types=sorted(
+            concrete.graph.get_operation_by_name(k).type
+            for k in variables),
+        new_name=_text(rebuilt.name) != _text(concrete.name),
+        same_result=got == float(tf.reduce_sum(tf.matmul(v, v))) and
+        want != got,  # both ran the assignment
+        jit=_tf_function.is_jit_compiled(tf.function(f.python_function,
+                                                     jit_compile=True)),
+        not_jit=_tf_function.is_jit_compiled(f, concrete))
+
+
 _CASES = {"train": _case_train, "autotune": _case_autotune,
-          "errors": _case_errors}
+          "errors": _case_errors, "signatures": _case_signatures,
+          "internals": _case_internals}
 
 
 def _main(case, keras_name, dump_dir):
@@ -344,6 +408,24 @@ def test_unsupported_functions_raise_and_change_nothing(tmp_path):
         "UnsupportedFunctionError",
         "lms must be a tflms.LMS (or None for LMS()); got 3"]
     assert r["last_run"]
+
+
+def test_one_rewrite_per_signature(tmp_path):
+    r, _ = _run("signatures", "keras", tmp_path)
+    assert r["signatures"] == 2 and r["cached"]
+    assert r["outcomes"] == ["rewritten", "rewritten"]
+    assert min(r["recomputes"]) > 0
+    assert r["again"] == "already rewritten" and r["again_runs_rewritten"]
+
+
+def test_tensorflow_internals(tmp_path):
+    """What tflms._tf_function needs from this TensorFlow version."""
+    r, _ = _run("internals", "keras", tmp_path)
+    assert "AssignAddVariableOp" in r["fetch_types"]
+    assert list(r["variables"].values()) == ["w:0"]
+    assert r["placeholder_types"] == ["Placeholder"]
+    assert r["new_name"] and r["same_result"]
+    assert r["jit"] and not r["not_jit"]
 
 
 def test_tape_gradients_count_as_training_ops():
