@@ -42,18 +42,56 @@ def _keras(name):
     return importlib.import_module(name)
 
 
-def _build(keras, tf, batch_norm=True):
-    """A small CNN with batch norm, its optimizer and a training step (a
-    plain Python function: a custom GradientTape loop)."""
-    keras.utils.set_random_seed(SEED)
+def _cnn(keras):
+    """A small CNN with batch norm."""
     layers = [keras.Input((16, 16, 3))]
     for width in (8, 8, 16):
         layers.append(keras.layers.Conv2D(width, 3, padding="same"))
-        if batch_norm:
-            layers.append(keras.layers.BatchNormalization())
+        layers.append(keras.layers.BatchNormalization())
         layers.append(keras.layers.ReLU())
     layers += [keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(4)]
-    model = keras.Sequential(layers)
+    return keras.Sequential(layers), (4, 16, 16, 3)
+
+
+def _rnn(keras):
+    """Two LSTMs: while loops (TensorFlow's v2 control flow) in the step."""
+    return keras.Sequential([
+        keras.Input((12, 8)), keras.layers.LSTM(16, return_sequences=True),
+        keras.layers.LSTM(16), keras.layers.Dense(4)]), (4, 12, 8)
+
+
+def _transformer(keras):
+    """A Transformer encoder block."""
+    x = keras.Input((10, 16))
+    a = keras.layers.MultiHeadAttention(2, 8)(x, x)
+    h = keras.layers.LayerNormalization()(x + a)
+    f = keras.layers.Dense(16)(keras.layers.Dense(32, activation="gelu")(h))
+    h = keras.layers.LayerNormalization()(h + f)
+    y = keras.layers.Dense(4)(keras.layers.GlobalAveragePooling1D()(h))
+    return keras.Model(x, y), (4, 10, 16)
+
+
+def _unet3d(keras):
+    """A small 3D U-Net: a skip connection over a pooled level."""
+    x = keras.Input((8, 8, 8, 2))
+    c1 = keras.layers.Conv3D(4, 3, padding="same", activation="relu")(x)
+    c2 = keras.layers.Conv3D(8, 3, padding="same", activation="relu")(
+        keras.layers.MaxPooling3D()(c1))
+    m = keras.layers.Concatenate()([keras.layers.UpSampling3D()(c2), c1])
+    c3 = keras.layers.Conv3D(4, 3, padding="same", activation="relu")(m)
+    y = keras.layers.Dense(4)(keras.layers.GlobalAveragePooling3D()(c3))
+    return keras.Model(x, y), (2, 8, 8, 8, 2)
+
+
+_MODELS = {"cnn": _cnn, "rnn": _rnn, "transformer": _transformer,
+           "unet3d": _unet3d}
+
+
+def _build(keras, tf, model_name="cnn"):
+    """A model, its optimizer and a training step (a plain Python
+    function: a custom GradientTape loop), and the input shape."""
+    keras.utils.set_random_seed(SEED)
+    model, shape = _MODELS[model_name](keras)
     optimizer = keras.optimizers.SGD(0.05, momentum=0.9)
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
@@ -63,25 +101,25 @@ def _build(keras, tf, batch_norm=True):
         grads = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
         return loss
-    return model, train_step
+    return model, train_step, shape
 
 
-def _data(tf):
+def _data(tf, shape=(4, 16, 16, 3)):
     import numpy as np  # pylint: disable=import-outside-toplevel
     rng = np.random.RandomState(0)
-    return [(tf.constant(rng.rand(4, 16, 16, 3).astype("float32")),
-             tf.constant(rng.randint(0, 4, 4).astype("int32")))
+    return [(tf.constant(rng.rand(*shape).astype("float32")),
+             tf.constant(rng.randint(0, 4, shape[0]).astype("int32")))
             for _ in range(STEPS)]
 
 
-def _train(keras, tf, lms=None):
+def _train(keras, tf, lms=None, model_name="cnn"):
     """Losses and weights of STEPS steps; with `lms`, through
     ``lms.function(tf.function(step))``; also the `LMSFunction` and the
     fan-in of the traced function's fetches before LMS edited it."""
     from tflms import _tf_function, step  # pylint: disable=import-outside-toplevel
-    model, train_step = _build(keras, tf)
+    model, train_step, shape = _build(keras, tf, model_name)
     fn = tf.function(train_step)
-    data = _data(tf)
+    data = _data(tf, shape)
     before = None
     if lms is not None:
         graph = fn.get_concrete_function(*data[0]).graph
@@ -133,14 +171,15 @@ def _witness(dump_dir, function_name, result):
     )
 
 
-def _case_train(keras, tf, dump_dir):
+def _case_train(keras, tf, dump_dir, model_name="cnn"):
     """Fixed parameters with a small threshold (so swaps exist): losses
     and weights against the unmodified step, and the witness."""
     import numpy as np  # pylint: disable=import-outside-toplevel
     from tflms import LMS, _tf_function, step  # pylint: disable=import-outside-toplevel
-    base_losses, base_weights, _, _ = _train(keras, tf)
+    base_losses, base_weights, _, _ = _train(keras, tf,
+                                             model_name=model_name)
     lms = LMS(swapout_threshold=3, swapin_ahead=1, swapin_groupby=0)
-    losses, weights, fn, before = _train(keras, tf, lms)
+    losses, weights, fn, before = _train(keras, tf, lms, model_name)
     (name, result), = fn.results.items()
     rewritten = fn.concrete_functions[name]
     after = set(step.fan_in(_tf_function.fetch_ops(rewritten.graph)))
@@ -207,12 +246,12 @@ def _case_errors(keras, tf, dump_dir):  # pylint: disable=unused-argument
     x, y = _data(tf)[0]
     out = {}
 
-    _, train_step = _build(keras, tf)
+    _, train_step, _ = _build(keras, tf)
     jitted = tf.function(train_step, jit_compile=True)
     out["jit"] = _error_of(lambda: lms.function(jitted))
     out["jit_traced"] = jitted.experimental_get_tracing_count()
 
-    model, train_step = _build(keras, tf)
+    model, train_step, _ = _build(keras, tf)
     weights = [v.numpy() for v in model.weights]
     fn = lms.function(train_step)
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
@@ -237,7 +276,7 @@ def _case_signatures(keras, tf, dump_dir):  # pylint: disable=unused-argument
     LMSFunction of the same tf.function finds its graph rewritten and
     runs it rewritten."""
     from tflms import LMS  # pylint: disable=import-outside-toplevel
-    model, train_step = _build(keras, tf)
+    model, train_step, _ = _build(keras, tf)
     fn = tf.function(train_step)
     lms = LMS(swapout_threshold=3, swapin_ahead=1, swapin_groupby=0,
               recompute=True)
@@ -304,7 +343,9 @@ def _main(case, keras_name, dump_dir):
     sys.path.insert(0, _ROOT)
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     keras = _keras(keras_name)
-    print("RESULT " + json.dumps(_CASES[case](keras, tf, dump_dir)))
+    case, _, model_name = case.partition(":")
+    args = (model_name,) if model_name else ()
+    print("RESULT " + json.dumps(_CASES[case](keras, tf, dump_dir, *args)))
 
 
 # ---- the tests -----------------------------------------------------------
@@ -340,27 +381,29 @@ def _run(case, keras_name, tmp_path):
     return json.loads(line[-1][len("RESULT "):]), out.stderr
 
 
+def _new_stack():
+    from tflms import _compat  # pylint: disable=import-outside-toplevel
+    return _compat.TF_VERSION >= (2, 16, 0)
+
+
 def _onednn():
     return os.environ.get("TF_ENABLE_ONEDNN_OPTS") == "1"
 
 
-@pytest.mark.numerics
-@pytest.mark.parametrize("keras_name", _kerases())
-def test_tf_function_step_trains_the_same_with_swaps_that_run(
-        keras_name, tmp_path):
-    r, log = _run("train", keras_name, tmp_path)
+def _check_training(r, log, exact=True):
+    """Equal training, swaps in the step and nothing else, the witness."""
     assert r["outcome"] == "rewritten" and r["last_run_is_result"]
     assert r["swapouts"] > 0 and r["swapins"] >= r["swapouts"]
     # Same seed, same data: the same training. Bit for bit where TensorFlow
     # runs the same kernels (oneDNN off); with oneDNN on, a swapped tensor
     # may keep two ops from being fused, which rounds differently.
     assert r["num_weights"] > 0
-    if _onednn():
-        assert r["weights_close"]
-        assert r["losses"] == pytest.approx(r["base_losses"], rel=1e-5)
-    else:
+    if exact and not _onednn():
         assert r["losses"] == r["base_losses"]
         assert r["weights_equal"]
+    else:
+        assert r["weights_close"]
+        assert r["losses"] == pytest.approx(r["base_losses"], rel=1e-5)
     # Nothing but LMS's ops entered the step; all of them are in it.
     assert r["entered"] == [] and r["added_in_step"]
     # The witness: every swap op is in the per-device graphs the function's
@@ -371,6 +414,29 @@ def test_tf_function_step_trains_the_same_with_swaps_that_run(
                      unread=[])
     # Logged as in graph mode.
     assert "Large Model Support rewrote the training step" in log
+
+
+@pytest.mark.numerics
+@pytest.mark.parametrize("keras_name", _kerases())
+def test_tf_function_step_trains_the_same_with_swaps_that_run(
+        keras_name, tmp_path):
+    """A CNN with batch norm in a custom GradientTape loop."""
+    r, log = _run("train", keras_name, tmp_path)
+    _check_training(r, log)
+
+
+@pytest.mark.numerics
+@pytest.mark.parametrize("model_name", ["rnn", "transformer", "unet3d"])
+def test_more_models(model_name, tmp_path):
+    """An RNN (while loops in the step), a Transformer block and a 3D U-Net,
+    with the stack's default Keras."""
+    r, log = _run("train:" + model_name, "keras", tmp_path)
+    # On TensorFlow 2.15 the Transformer block's third loss differed from
+    # the original's in the last bit (oneDNN off), with the same op types
+    # in the final partition graphs apart from the swap Identities; the
+    # same model is bit-identical on 2.21.
+    _check_training(r, log, exact=not (model_name == "transformer"
+                                       and not _new_stack()))
 
 
 @pytest.mark.numerics
