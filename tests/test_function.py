@@ -334,7 +334,50 @@ def _case_internals(keras, tf, dump_dir):  # pylint: disable=unused-argument
         not_jit=_tf_function.is_jit_compiled(f, concrete))
 
 
-_CASES = {"train": _case_train, "autotune": _case_autotune,
+def _case_calls(keras, tf, dump_dir):  # pylint: disable=unused-argument
+    """Called exactly like the original: NumPy inputs, Python arguments by
+    position and keyword, default values, nested outputs, an input
+    signature with an unknown batch dimension."""
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    from tflms import LMS  # pylint: disable=import-outside-toplevel
+
+    def make():
+        w = tf.Variable(np.linspace(-1, 1, 256, dtype=np.float32).reshape(
+            16, 16))
+
+        def step(x, scale=1.0, training=True):
+            with tf.GradientTape() as tape:
+                h = x
+                for _ in range(6):
+                    h = tf.nn.relu(tf.matmul(h, w))
+                loss = tf.reduce_sum(h) * scale
+            w.assign_sub(1e-4 * tape.gradient(loss, w))
+            return {"loss": loss, "parts": (h[0, 0], training)}
+        return step
+
+    x = np.random.RandomState(0).rand(4, 16).astype(np.float32)
+    calls = [((x,), {}), ((tf.constant(x), 2.0), {"training": False}),
+             ((x,), {"scale": 0.5})]
+    lms = LMS(swapout_threshold=2, swapin_ahead=1, swapin_groupby=0)
+    plain, rewritten = tf.function(make()), lms.function(make())
+    spec = [tf.TensorSpec([None, 16], tf.float32)]
+    plain_sig = tf.function(make(), input_signature=spec)
+    rewritten_sig = lms.function(tf.function(make(), input_signature=spec))
+
+    def show(out):
+        return tf.nest.map_structure(
+            lambda t: [type(t).__name__, np.asarray(t).tolist()], out)
+    want = [show(plain(*a, **k)) for a, k in calls]
+    want += [show(plain_sig(x)), show(plain_sig(x[:2]))]
+    got = [show(rewritten(*a, **k)) for a, k in calls]
+    got += [show(rewritten_sig(x)), show(rewritten_sig(x[:2]))]
+    return dict(
+        same=want == got, want=want, got=got,
+        outcomes=sorted(r.outcome.value for fn in (rewritten, rewritten_sig)
+                        for r in fn.results.values()))
+
+
+_CASES = {"train": _case_train, "calls": _case_calls, "autotune": _case_autotune,
           "errors": _case_errors, "signatures": _case_signatures,
           "internals": _case_internals}
 
@@ -474,6 +517,13 @@ def test_unsupported_functions_raise_and_change_nothing(tmp_path):
         "UnsupportedFunctionError",
         "lms must be a tflms.LMS (or None for LMS()); got 3"]
     assert r["last_run"]
+
+
+def test_called_like_the_original(tmp_path):
+    r, _ = _run("calls", "keras", tmp_path)
+    assert r["same"], (r["want"], r["got"])
+    # Three signatures of the step, one of the input-signature function.
+    assert r["outcomes"] == ["rewritten"] * 4
 
 
 def test_one_rewrite_per_signature(tmp_path):

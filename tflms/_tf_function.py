@@ -14,6 +14,13 @@ place (`tests/test_function.py` runs it on every supported version):
   ``concrete_function.ConcreteFunction(atomic_fn)`` wraps it; the flat
   signature (``_arg_keywords``, ``_num_positional_args``) is copied from the
   original, as ``tracing_compilation`` sets it on the functions it traces.
+* `call`: a concrete function called with the arguments of the
+  `tf.function` it was traced from (NumPy arrays, Python values, default
+  values), as ``Function._call`` and ``tracing_compilation.call_function``
+  call it: ``function_type_utils.canonicalize_function_inputs`` with the
+  `tf.function`'s ``_function_type``, ``_default_values`` and
+  ``_is_pure``, then bind to the concrete function's ``function_type``,
+  unpack the flat tensors, ``_call_flat``.
 
 Both supported stacks (TensorFlow 2.15 and 2.16+, tried on 2.21) have the
 same signatures for these; a release that differs gets its branch here,
@@ -26,11 +33,12 @@ import itertools
 
 from tensorflow.python.eager.polymorphic_function import atomic_function
 from tensorflow.python.eager.polymorphic_function import concrete_function
+from tensorflow.python.eager.polymorphic_function import function_type_utils
 
 from tflms import _compat
 
 __all__ = ["is_jit_compiled", "fetch_ops", "captured_variables", "rebuild",
-           "XLA_COMPILE_ATTR"]
+           "call", "XLA_COMPILE_ATTR"]
 
 TF_VERSION = _compat.TF_VERSION
 
@@ -104,3 +112,16 @@ def rebuild(concrete, graph):
     rebuilt._arg_keywords = concrete._arg_keywords  # pylint: disable=protected-access
     rebuilt._num_positional_args = concrete._num_positional_args  # pylint: disable=protected-access
     return rebuilt
+
+
+def call(function, concrete, args, kwargs):
+    """Call `concrete`, traced from the `tf.function` `function`, with
+    `args` and `kwargs` as `function` is called (a concrete function's own
+    ``__call__`` takes tensors only and knows no default values)."""
+    # pylint: disable=protected-access
+    bound = function_type_utils.canonicalize_function_inputs(
+        args, kwargs, function._function_type, function._default_values,
+        function._is_pure)
+    bound = concrete.function_type.bind(*bound.args, **bound.kwargs)
+    flat = concrete.function_type.unpack_inputs(bound)
+    return concrete._call_flat(flat, captured_inputs=concrete.captured_inputs)

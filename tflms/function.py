@@ -143,7 +143,8 @@ class LMSFunction:
         return self._entry(args, kwargs)[1]
 
     def __call__(self, *args, **kwargs):
-        return self._entry(args, kwargs)[1](*args, **kwargs)
+        return _tf_function.call(self._function, self._entry(args, kwargs)[1],
+                                 args, kwargs)
 
     def _entry(self, args, kwargs):
         if tf.distribute.has_strategy():
