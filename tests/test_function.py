@@ -214,7 +214,17 @@ def _case_autotune(keras, tf, dump_dir):  # pylint: disable=unused-argument
     tight.autotune_gpu_mem = 0.7 * peak / autotune.mem_ratio() / (1 << 30)
     losses_tight, _, fn_tight, _ = _train(keras, tf, tight)
     (_, tuned), = fn_tight.results.items()
+    graph = fn.concrete_functions[name].graph
+    index = result.planned.index
     return dict(
+        # Captured variables are resident: their bytes are in the index.
+        variable_bytes=sum(index.variable_bytes),
+        trainable_bytes=sum(index.trainable_bytes),
+        expected_variable_bytes=sum(
+            v.shape.num_elements() * v.dtype.size for v in graph.variables),
+        expected_trainable_bytes=sum(
+            v.shape.num_elements() * v.dtype.size
+            for v in graph.trainable_variables),
         roomy_outcome=result.outcome.value,
         roomy_runs_traced=_text(fn.concrete_functions[name].name) == name,
         tight_outcome=tuned.outcome.value,
@@ -485,6 +495,8 @@ def test_more_models(model_name, tmp_path):
 @pytest.mark.numerics
 def test_tf_function_step_autotuned(tmp_path):
     r, _ = _run("autotune", "keras", tmp_path)
+    assert r["variable_bytes"] == r["expected_variable_bytes"] > 0
+    assert r["trainable_bytes"] == r["expected_trainable_bytes"] > 0
     assert r["roomy_outcome"] == "not needed" and r["roomy_runs_traced"]
     assert r["tight_outcome"] == "rewritten" and r["autotuned"]
     assert r["swapouts"] > 0 and r["fits"]
