@@ -137,11 +137,16 @@ class LMSFunction:
     def python_function(self):
         return getattr(self._function, "python_function", self.step_fn)
 
+    # Inside an outer tf.function, AutoGraph would otherwise convert these
+    # calls, and with them every planning function LMS calls (tens of
+    # seconds for nothing: LMS runs in Python at trace time).
+    @tf.autograph.experimental.do_not_convert
     def get_concrete_function(self, *args, **kwargs):
         """The rewritten concrete function for these arguments (traced,
         planned and rewritten on first use)."""
         return self._entry(args, kwargs)[1]
 
+    @tf.autograph.experimental.do_not_convert
     def __call__(self, *args, **kwargs):
         return _tf_function.call(self._function, self._entry(args, kwargs)[1],
                                  args, kwargs)
