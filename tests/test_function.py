@@ -261,6 +261,12 @@ def _case_errors(keras, tf, dump_dir):  # pylint: disable=unused-argument
     out["jit"] = _error_of(lambda: lms.function(jitted))
     out["jit_traced"] = jitted.experimental_get_tracing_count()
 
+    _, train_step, _ = _build(keras, tf)
+    inner = lms.function(train_step)
+    outer = tf.function(lambda x, y: inner(x, y), jit_compile=True)
+    out["xla_caller"] = _error_of(lambda: outer(x, y))
+    out["xla_caller_traced"] = len(inner.results)
+
     model, train_step, _ = _build(keras, tf)
     weights = [v.numpy() for v in model.weights]
     fn = lms.function(train_step)
@@ -402,7 +408,73 @@ def _case_calls(keras, tf, dump_dir):  # pylint: disable=unused-argument
                         for r in fn.results.values()))
 
 
-_CASES = {"train": _case_train, "calls": _case_calls, "autotune": _case_autotune,
+def _swap_ops_in_final_graphs(dump_dir):
+    """Names (without the prefix inlining gives them) of the swap ops in
+    the last partition graph TensorFlow dumped per function and device."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from google.protobuf import text_format  # pylint: disable=import-outside-toplevel
+    last = {}
+    for path in glob.glob(os.path.join(dump_dir, "*_partition_*.pbtxt")):
+        base = os.path.basename(path)[:-len(".pbtxt")]
+        key, seq = base.split(".")[0], int(base.split(".")[1])
+        if key not in last or seq > last[key][0]:
+            last[key] = (seq, path)
+    found = {}
+    for _, path in last.values():
+        graph_def = tf.compat.v1.GraphDef()
+        with open(path) as f:
+            text_format.Parse(f.read(), graph_def)
+        for node in graph_def.node:
+            _, sep, own = node.name.rpartition("lms/")
+            if sep and own.startswith(("swapout_", "swapin_")):
+                found["lms/" + own] = node.device
+    return found
+
+
+def _case_fit(keras, tf, dump_dir, steps_per_execution="1"):
+    """Keras fit: the model's train_step replaced by its LMSFunction; the
+    train function Keras makes (with steps_per_execution > 1 the step is
+    in a while loop) calls it, and TensorFlow inlines it there."""
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    from tflms import LMS  # pylint: disable=import-outside-toplevel
+
+    def fit(lms):
+        keras.utils.set_random_seed(SEED)
+        model, _ = _cnn(keras)
+        compile_args = dict(steps_per_execution=int(steps_per_execution))
+        if hasattr(model, "jit_compile"):
+            compile_args["jit_compile"] = False
+        model.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9),
+                      loss=keras.losses.SparseCategoricalCrossentropy(
+                          from_logits=True), **compile_args)
+        if lms is not None:
+            model.train_step = lms.function(model.train_step)
+        rng = np.random.RandomState(0)
+        x = rng.rand(12, 16, 16, 3).astype("float32")
+        y = rng.randint(0, 4, 12).astype("int32")
+        history = model.fit(x, y, batch_size=4, epochs=2, shuffle=False,
+                            verbose=0)
+        return history.history["loss"], [v.numpy() for v in model.weights]
+
+    base_losses, base_weights = fit(None)
+    lms = LMS(swapout_threshold=3, swapin_ahead=1, swapin_groupby=0)
+    losses, weights = fit(lms)
+    result = lms.last_run
+    ran = _swap_ops_in_final_graphs(dump_dir)
+    swap_ops = list(result.swapout_ops) + list(result.swapin_ops)
+    return dict(
+        outcome=result.outcome.value, swapouts=len(result.swapout_ops),
+        base_losses=base_losses, losses=losses,
+        weights_equal=all(np.array_equal(a, b)
+                          for a, b in zip(base_weights, weights)),
+        weights_close=all(np.allclose(a, b, rtol=1e-4, atol=1e-6)
+                          for a, b in zip(base_weights, weights)),
+        missing=[n for n in swap_ops if n not in ran],
+        off_cpu=[n for n in swap_ops
+                 if n in ran and "CPU" not in ran[n].upper()])
+
+
+_CASES = {"train": _case_train, "calls": _case_calls, "fit": _case_fit, "autotune": _case_autotune,
           "errors": _case_errors, "signatures": _case_signatures,
           "internals": _case_internals}
 
@@ -433,12 +505,12 @@ def _kerases():
     return names
 
 
-def _run(case, keras_name, tmp_path):
+def _run(case, keras_name, tmp_path, dump_filter="_tflms_"):
     dump = tmp_path / "dump"
     dump.mkdir()
     env = dict(os.environ, PYTHONPATH=_ROOT, TF_CPP_MIN_LOG_LEVEL="2",
                TF_DUMP_GRAPH_PREFIX=str(dump),
-               TF_DUMP_GRAPH_NAME_FILTER="_tflms_")
+               TF_DUMP_GRAPH_NAME_FILTER=dump_filter)
     env.pop("TF_USE_LEGACY_KERAS", None)  # the models choose their Keras
     out = subprocess.run(
         [sys.executable, os.path.abspath(__file__), case, keras_name,
@@ -508,6 +580,24 @@ def test_more_models(model_name, tmp_path):
 
 
 @pytest.mark.numerics
+@pytest.mark.parametrize("steps_per_execution", [1, 3])
+def test_keras_fit_with_lms_train_step(steps_per_execution, tmp_path):
+    """model.train_step = lms.function(model.train_step), then fit: Keras
+    calls the rewritten step from its train function (Keras 3 on 2.16+,
+    Keras 2 on 2.15); every swap op is in the final partition graphs,
+    inlined there."""
+    r, _ = _run("fit:%d" % steps_per_execution, "keras", tmp_path,
+                dump_filter="*")
+    assert r["outcome"] == "rewritten" and r["swapouts"] > 0
+    if _onednn():
+        assert r["weights_close"]
+        assert r["losses"] == pytest.approx(r["base_losses"], rel=1e-5)
+    else:
+        assert r["losses"] == r["base_losses"] and r["weights_equal"]
+    assert r["missing"] == [] and r["off_cpu"] == []
+
+
+@pytest.mark.numerics
 def test_tf_function_step_autotuned(tmp_path):
     r, _ = _run("autotune", "keras", tmp_path)
     assert r["variable_bytes"] == r["expected_variable_bytes"] > 0
@@ -528,6 +618,11 @@ def test_unsupported_functions_raise_and_change_nothing(tmp_path):
     assert kind == "UnsupportedFunctionError"
     assert "jit_compile=True" in message and "without jit_compile" in message
     assert r["jit_traced"] == 0
+    kind, message = r["xla_caller"]
+    assert kind == "UnsupportedFunctionError"
+    assert "called inside a function compiled with XLA" in message
+    assert "model.compile(..., jit_compile=False)" in message
+    assert r["xla_caller_traced"] == 0
     kind, message = r["strategy"]
     assert kind == "UnsupportedFunctionError"
     assert "tf.distribute strategy (OneDeviceStrategy)" in message

@@ -8,6 +8,11 @@ place (`tests/test_function.py` runs it on every supported version):
 * `is_jit_compiled`: the ``jit_compile`` option of a `tf.function`
   (``Function._jit_compile``) and the ``_XlaMustCompile`` attribute of a
   concrete function (``ConcreteFunction._attrs``).
+* `in_xla_context`: whether the graph being built belongs to a function
+  that XLA will compile (``control_flow_util.GraphOrParentsInXlaContext``:
+  `tf.function` traces a ``jit_compile=True`` function inside an
+  ``XLAControlFlowContext``), such as a Keras 3 train function compiled
+  with ``jit_compile``.
 * `rebuild`: a new concrete function from an edited `FuncGraph`:
   ``atomic_function.from_func_graph`` turns the graph into a FunctionDef
   registered in the eager context under a new name, and
@@ -32,12 +37,13 @@ are the ones `tf.function` itself documents on its graphs.
 import itertools
 
 from tensorflow.python.eager.polymorphic_function import atomic_function
+from tensorflow.python.ops import control_flow_util
 from tensorflow.python.eager.polymorphic_function import concrete_function
 from tensorflow.python.eager.polymorphic_function import function_type_utils
 
 from tflms import _compat
 
-__all__ = ["is_jit_compiled", "fetch_ops", "captured_variables", "rebuild",
+__all__ = ["is_jit_compiled", "in_xla_context", "fetch_ops", "captured_variables", "rebuild",
            "call", "XLA_COMPILE_ATTR"]
 
 TF_VERSION = _compat.TF_VERSION
@@ -61,6 +67,13 @@ def is_jit_compiled(function=None, concrete=None):
         if value is not None and getattr(value, "b", value) is True:
             return True
     return False
+
+
+def in_xla_context(graph):
+    """True if ops built in `graph` now will be compiled with XLA: it is
+    the graph of a ``jit_compile=True`` function being traced, or inside
+    one."""
+    return bool(control_flow_util.GraphOrParentsInXlaContext(graph))
 
 
 def fetch_ops(graph):

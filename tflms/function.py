@@ -41,6 +41,10 @@ class UnsupportedFunctionError(ValueError):
     """LMS cannot rewrite this function (the message says what to do);
     nothing was traced or changed."""
 
+    # Raised while an outer tf.function is traced, it reaches the caller
+    # as itself: AutoGraph would otherwise turn it into a StagingError.
+    ag_pass_through = True
+
 
 _JIT_MESSAGE = (
     "%s is compiled with XLA (jit_compile=True). XLA places the whole "
@@ -48,6 +52,13 @@ _JIT_MESSAGE = (
     "operations, so nothing would be swapped. Make the tf.function "
     "without jit_compile (tf.function(step_fn) or jit_compile=False) and "
     "pass that, or the plain Python function, to lms.function().")
+_XLA_CALLER_MESSAGE = (
+    "%s was called inside a function compiled with XLA (jit_compile=True; "
+    "Keras 3 compiles its train function with XLA when "
+    "model.compile(jit_compile=...) is True or 'auto'). XLA ignores the "
+    "host placement of LMS's swap operations, so nothing would be swapped. "
+    "Make the calling function without jit_compile (for Keras 3: "
+    "model.compile(..., jit_compile=False)).")
 _STRATEGY_MESSAGE = (
     "%s was called under a tf.distribute strategy (%s): LMS does not "
     "support tf.distribute strategies for tf.function steps yet. Train "
@@ -152,6 +163,9 @@ class LMSFunction:
                                  args, kwargs)
 
     def _entry(self, args, kwargs):
+        if not tf.executing_eagerly() and _tf_function.in_xla_context(
+                tf.compat.v1.get_default_graph()):
+            raise UnsupportedFunctionError(_XLA_CALLER_MESSAGE % self._name)
         if tf.distribute.has_strategy():
             raise UnsupportedFunctionError(_STRATEGY_MESSAGE % (
                 self._name, type(tf.distribute.get_strategy()).__name__))
