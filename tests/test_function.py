@@ -441,12 +441,10 @@ def _case_fit(keras, tf, dump_dir, steps_per_execution="1"):
     def fit(lms):
         keras.utils.set_random_seed(SEED)
         model, _ = _cnn(keras)
-        compile_args = dict(steps_per_execution=int(steps_per_execution))
-        if hasattr(model, "jit_compile"):
-            compile_args["jit_compile"] = False
         model.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9),
                       loss=keras.losses.SparseCategoricalCrossentropy(
-                          from_logits=True), **compile_args)
+                          from_logits=True), jit_compile=False,
+                      steps_per_execution=int(steps_per_execution))
         if lms is not None:
             model.train_step = lms.function(model.train_step)
         rng = np.random.RandomState(0)
