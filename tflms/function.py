@@ -17,10 +17,16 @@ function APIs). Later calls with that signature run the rewritten function::
     for x, y in data:
         loss = train_step(x, y)             # called exactly like before
 
+Keras ``fit`` uses it the same way: ``model.train_step =
+lms.function(model.train_step)`` with ``model.compile(...,
+jit_compile=False)``; Keras' train function calls the step while it is
+traced, and TensorFlow inlines the rewritten step there.
+
 Where LMS cannot work it raises before anything is traced or changed:
-``tf.function(jit_compile=True)`` (XLA ignores device placement, so swap
-ops would not run where they are placed), calls under a `tf.distribute`
-strategy (not supported yet), and a step `tf.function` cannot trace.
+``tf.function(jit_compile=True)``, or a call while XLA compiles the
+caller (XLA ignores device placement, so swap ops would not run where
+they are placed), calls under a `tf.distribute` strategy (not supported
+yet), and a step `tf.function` cannot trace. docs/tf2.md has the details.
 """
 
 import dataclasses
