@@ -2,12 +2,16 @@
 
 For one model, one growing dimension (image side, volume side or batch
 size) and one budget, find the largest size whose oracle GPU peak fits the
-budget, three ways: without LMS, with TensorFlow's swapping
-(``SWAPPING_HEURISTICS``, the simulated GPU having the budget as memory) and
-with tflms auto-tuned to the budget. "Fits" is always the oracle's verdict
-on the graph as it would run (for tflms: after the rewrite; a size where
-auto-tuning finds no plan does not fit): its runtime GPU peak
-(`benchmarks.measure.oracle_peaks`) is at most the budget.
+budget, four ways (`METHODS`, in this order): without LMS, with
+TensorFlow's swapping (``SWAPPING_HEURISTICS``, the simulated GPU having
+the budget as memory), with tflms auto-tuned to the budget and with IBM's
+original TFLMSv2 auto-tuned to the budget (`benchmarks.tflmsv2`; only when
+``--tflmsv2 PATH`` or ``$TFLMSV2_PATH`` names a checkout of it, else its
+result and table cells say "not measured: TFLMSV2_PATH not set"). "Fits" is
+always the oracle's verdict on the graph as it would run (for tflms and
+TFLMSv2: after the rewrite; a size where auto-tuning finds no plan does not
+fit): its runtime GPU peak (`benchmarks.measure.oracle_peaks`) is at most
+the budget (`measure_probe` measures one size).
 
 The search is a bisection on the oracle, bracketed by the tflms simulator so
 it needs few probes (each probe builds the model at that size):
@@ -21,7 +25,8 @@ it needs few probes (each probe builds the model at that size):
 * From the guess the search gallops (steps growing geometrically) until it
   has a size that fits and one that does not, then bisects until they are
   within the tolerance (relative) or one grid step apart. TensorFlow's
-  search starts from the size found without LMS.
+  search starts from the size found without LMS, TFLMSv2's from the size
+  tflms reached; ``case["guess"]`` (method -> size) overrides a start.
 
 Bisection assumes that a larger size never fits when a smaller one does
 not; every probe is kept in the JSON so that can be checked.
@@ -40,11 +45,12 @@ import time
 
 from benchmarks import common
 
-__all__ = ["METHODS", "largest_fitting", "run", "tables", "scaled_steps",
-           "step_table", "budget_note"]
+__all__ = ["METHODS", "largest_fitting", "measure_probe", "run", "tables",
+           "scaled_steps", "step_table", "budget_note"]
 
 METHODS = (("none", "no LMS"), ("tf_swap", "TF swapping"),
-           ("tflms", "tflms (auto-tuned)"))
+           ("tflms", "tflms (auto-tuned)"),
+           ("tflmsv2", "TFLMSv2 (the original, auto-tuned)"))
 
 _EXPONENT = {"image": 2, "volume": 3, "batch": 1, "seq": 2}
 
@@ -140,8 +146,51 @@ def _scale(size, peak, resident, budget, k):
     return size * ((budget - resident) / float(peak - resident)) ** (1.0 / k)
 
 
+def measure_probe(method, built, budget_gib, tflmsv2_path=None):
+    """One probe's measurements of `built` (edited in place) by `method`.
+
+    "none": the oracle on the graph as given. "tf_swap": TensorFlow's
+    ``SWAPPING_HEURISTICS`` with the budget as the simulated GPU's memory,
+    then the oracle. "tflms": `measure.apply_tflms` auto-tuned to the
+    budget, then the oracle unless no plan fits ("no fit"). "tflmsv2": the
+    original TFLMSv2 from `tflmsv2_path` (`benchmarks.tflmsv2.apply`),
+    then the oracle unless it found no plan ("no plan").
+
+    Returns:
+      dict of the probe's numbers; the caller judges ``gpu_peak`` (absent
+      without a plan) against the budget.
+    """
+    from benchmarks import measure  # pylint: disable=import-outside-toplevel
+    row = {}
+    if method == "none":
+        row.update(measure.oracle_peaks(built.graph, built.train_op))
+    elif method == "tf_swap":
+        optimized, info = measure.grappler_memory_optimize(
+            built.graph, built.train_op, "SWAPPING_HEURISTICS",
+            int(budget_gib * common.GIB))
+        row.update(info)
+        row.update(measure.oracle_peaks(
+            optimized, built.train_op.name, place=False))
+    elif method == "tflms":
+        row.update(measure.apply_tflms(built, budget_gib=budget_gib))
+        if row["status"] != "no fit":
+            row.update(measure.oracle_peaks(built.graph, built.train_op))
+    elif method == "tflmsv2":
+        from benchmarks import tflmsv2  # pylint: disable=import-outside-toplevel
+        row.update(tflmsv2.apply(built, budget_gib, tflmsv2_path))
+        if row["status"] != "no plan":
+            row.update(measure.oracle_peaks(built.graph, built.train_op))
+    else:
+        raise ValueError("method must be one of %s; got %r"
+                         % ([m for m, _ in METHODS], method))
+    return row
+
+
 def run(case):
-    """Worker: the three searches for one model, dimension and budget."""
+    """Worker: the searches for one model, dimension and budget (one per
+    method of `METHODS`, or of ``case["methods"]``). TFLMSv2 is searched
+    only when ``case["tflmsv2"]`` or ``$TFLMSV2_PATH`` names the original;
+    otherwise its result says it was not measured and why."""
     common.setup_tensorflow(case.get("control_flow", "v2"))
     from benchmarks import measure, models  # pylint: disable=import-outside-toplevel
     from tflms import autotune  # pylint: disable=import-outside-toplevel
@@ -154,6 +203,8 @@ def run(case):
     # gives it (`run.py --mem-ratio`): `budget_note` states it.
     out = {"case": case, "probes": [], "results": {}, "done": False,
            "mem_ratio": autotune.mem_ratio()}
+    from benchmarks import tflmsv2  # pylint: disable=import-outside-toplevel
+    tflmsv2_path = tflmsv2.path_from(case.get("tflmsv2"))
 
     def build(size):
         kwargs = dict(case["kwargs"])
@@ -170,22 +221,8 @@ def run(case):
             built = build(size)
             row = {"size": size, "method": method}
             try:
-                if method == "none":
-                    row.update(measure.oracle_peaks(built.graph,
-                                                    built.train_op))
-                elif method == "tf_swap":
-                    optimized, info = measure.grappler_memory_optimize(
-                        built.graph, built.train_op, "SWAPPING_HEURISTICS",
-                        budget)
-                    row.update(info)
-                    row.update(measure.oracle_peaks(
-                        optimized, built.train_op.name, place=False))
-                else:
-                    row.update(measure.apply_tflms(
-                        built, budget_gib=case["budget_gib"]))
-                    if row["status"] != "no fit":
-                        row.update(measure.oracle_peaks(built.graph,
-                                                        built.train_op))
+                row.update(measure_probe(method, built, case["budget_gib"],
+                                         tflmsv2_path))
                 ok = row.get("gpu_peak") is not None and \
                     row["gpu_peak"] <= budget
             except Exception as err:  # pylint: disable=broad-except
@@ -227,8 +264,20 @@ def run(case):
                          "guess_tflms": guesses["tflms"]}
     tol = case.get("tolerance", 0.03)
     lo, hi = case.get("min", step), case.get("max", 1 << 20)
+    guesses.update(case.get("guess", {}))
     for method in case.get("methods", [m for m, _ in METHODS]):
+        if method == "tflmsv2" and tflmsv2_path is None:
+            out["results"][method] = {"largest": None,
+                                      "smallest_failing": None,
+                                      "not_measured": tflmsv2.NOT_SET,
+                                      "search_s": 0.0, "probes": 0}
+            common.emit(out)
+            continue
         guess = guesses.get(method)
+        if guess is None and method == "tflmsv2":
+            # From where tflms stopped, else where tflms was guessed to.
+            guess = out["results"].get("tflms", {}).get("largest") or \
+                guesses["tflms"]
         if guess is None:  # TensorFlow: from where no LMS stopped
             base = out["results"].get("none", {}).get("largest") or \
                 guesses["none"]
@@ -254,19 +303,23 @@ def _factor(size, base, k):
                                   3: "voxels"}.get(k, "units"))
 
 
-def _stopper(result):
-    """Why the smallest failing tflms size failed."""
-    failing = result.get("results", {}).get("tflms", {}).get(
+def _stopper(result, method="tflms"):
+    """Why the smallest failing size of `method` (tflms or tflmsv2)
+    failed."""
+    failing = result.get("results", {}).get(method, {}).get(
         "smallest_failing")
     for p in result.get("probes", []):
-        if p["method"] != "tflms" or p["size"] != failing:
+        if p["method"] != method or p["size"] != failing:
             continue
         if p.get("status") == "no fit":
             return "at %d: no plan fits (simulator)" % failing
+        if p.get("status") == "no plan":
+            return "at %d: no plan (its auto-tuning)" % failing
         if p.get("gpu_peak") is not None:
             text = "at %d: oracle %s" % (failing,
                                          common.fmt_bytes(p["gpu_peak"]))
-            sim = common.sim_beside_oracle(p)
+            sim = common.sim_beside_oracle(p) if method == "tflms" else \
+                p.get("v2_sim_peak")
             if sim:
                 text += ", simulator %s" % common.fmt_bytes(sim)
             return text
@@ -391,13 +444,29 @@ def budget_note(results, default_ratio=None):
                    "the whole budget).")
 
 
+def _v2_cell(res):
+    """The TFLMSv2 cell: its largest size, why it was not measured, or
+    n/a for results from before it was a method."""
+    v = res.get("tflmsv2")
+    if v is None:
+        return None, "n/a"
+    if v.get("not_measured"):
+        return None, v["not_measured"]
+    if v.get("smallest_failing") is None and v["largest"]:
+        return v["largest"], ">= %s (search limit)" % v["largest"]
+    return v["largest"], str(v["largest"])
+
+
 def tables(results):
     """Markdown for section 3: the largest sizes, then what they cost
     per step (`step_table`)."""
     lines = ["| model | grows | budget | no LMS | TF swapping | tflms | "
-             "TF vs no LMS | tflms vs no LMS | what stopped tflms | probes "
-             "| time |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
+             "TFLMSv2 (original) | TF vs no LMS | tflms vs no LMS | "
+             "TFLMSv2 vs no LMS | tflms vs TFLMSv2 | what stopped tflms | "
+             "what stopped TFLMSv2 | probes | time |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"
+             "---:|---:|"]
+    v2_measured = False
     for r in results:
         case = r.get("case", {})
         res = r.get("results", {})
@@ -415,15 +484,32 @@ def tables(results):
         base, base_t = size("none")
         tf_size, tf_t = size("tf_swap")
         lms_size, lms_t = size("tflms")
+        v2_size, v2_t = _v2_cell(res)
+        measured = "tflmsv2" in res and not res["tflmsv2"].get(
+            "not_measured")
+        v2_measured = v2_measured or measured
         label = case.get("label", case.get("model"))
         err = " (incomplete: %s)" % r["error"] if r.get("error") else ""
         lines.append("| %s%s | %s | %g GiB | %s | %s | %s | %s | %s | %s | "
-                     "%d | %.0f s |" % (
+                     "%s | %s | %s | %s | %d | %.0f s |" % (
                          label, err, case.get("dimension"),
                          case.get("budget_gib", 0), base_t, tf_t, lms_t,
-                         _factor(tf_size, base, k),
-                         _factor(lms_size, base, k), _stopper(r),
+                         v2_t, _factor(tf_size, base, k),
+                         _factor(lms_size, base, k),
+                         _factor(v2_size, base, k),
+                         _factor(lms_size, v2_size, k), _stopper(r),
+                         _stopper(r, "tflmsv2") if measured else "-",
                          len(r.get("probes", [])), r.get("wall_s", 0)))
+    if v2_measured:
+        lines += ["", (
+            "TFLMSv2 is IBM's original (tensorflow-large-model-support, "
+            "branch tflmsv2), loaded from TFLMSV2_PATH by "
+            "`benchmarks/tflmsv2.py` and auto-tuned as its README says "
+            "(autotune_gpu_mem the budget, batch_size the batch); it plans "
+            "for the budget minus the trainable variables, times "
+            "TF_LMS_SIMULATOR_MEM_RATIO, and is judged like every column "
+            "by the oracle's runtime peak against the whole budget. "
+            "\"No plan\": its auto-tuning found no parameters.")]
     return "\n".join(lines) + "\n\n" + step_table(results)
 
 
@@ -433,6 +519,7 @@ def plot(results, path):
     if axes is None:
         return None
     fig, ax = axes
+    width = 0.8 / len(METHODS)
     labels = []
     for i, r in enumerate(results):
         case = r.get("case", {})
@@ -444,9 +531,10 @@ def plot(results, path):
         for j, (method, name) in enumerate(METHODS):
             v = res.get(method, {}).get("largest")
             if v and base:
-                ax.bar(i + j * 0.27, v / float(base), width=0.27,
+                ax.bar(i + j * width, v / float(base), width=width,
                        color="C%d" % j, label=name if i == 0 else None)
-    ax.set_xticks([i + 0.27 for i in range(len(results))])
+    ax.set_xticks([i + width * (len(METHODS) - 1) / 2.0
+                   for i in range(len(results))])
     ax.set_xticklabels(labels, fontsize=7)
     ax.set_ylabel("largest size / largest without LMS")
     ax.legend(fontsize=8)

@@ -29,6 +29,11 @@ benchmark sizes:
   (Keras keeps that symbolic forward pass in the graph, a branch the step
   never runs), called with ``training=True`` on placeholders, and trained by
   ``MomentumOptimizer.minimize`` on its trainable weights.
+* `unet3d_recipe`: the 3D U-Net of the PyPI package segmentation-models-3D
+  (ZFTurbo's Keras recipe, ``segmentation_models_3D.Unet`` on a 3D ResNet
+  encoder of classification-models-3D), written by others, in the same
+  Session pattern as `keras_app`; the package is imported only when this
+  builder runs (`SM3D_INSTALL` says how to install it).
 * `deep_mlp`: a deep, narrow MLP of about ``num_ops`` ops built with the
   TF1 API (dense layers with bias and ReLU, plain SGD): thousands of levels
   with a small tensor at each, the shape that stresses planning the most.
@@ -46,7 +51,7 @@ import tensorflow as tf
 from zoo import models as zoo
 
 __all__ = ["Built", "BUILDERS", "build", "resnet50", "keras_app", "unet3d",
-           "transformer", "mlp", "layered", "deep_mlp", "size_key",
+           "unet3d_recipe", "SM3D_INSTALL", "transformer", "mlp", "layered", "deep_mlp", "size_key",
            "KERAS_APPS"]
 
 _v1 = tf.compat.v1
@@ -193,6 +198,88 @@ def keras_app(app="ResNet50", image=224, batch=1, classes=1000, seed=0):
                  _feed_maker([(x, 0), (y, classes)], seed),
                  "Keras %s %dx%d, batch %d (Session graph)"
                  % (app, image, image, batch))
+
+
+# segmentation-models-3D and the packages it imports, as the benchmarks use
+# them. Every release requires the `tensorflow` distribution by name, which
+# the tf215 stack's tensorflow-cpu does not satisfy (pip would add a second
+# TensorFlow), hence --no-deps; 1.0.4's code is 1.0.7's with looser pins.
+SM3D_INSTALL = ("pip install --no-deps segmentation-models-3D==1.0.4 "
+                "classification-models-3D==1.0.10 keras-applications==1.0.8")
+
+
+def _segmentation_models_3d():
+    """The package behind `unet3d_recipe`, on tf.keras (Keras 2)."""
+    import os  # pylint: disable=import-outside-toplevel
+    # Its default framework is the standalone `keras` package (Keras 3 on
+    # TensorFlow 2.16+); its users pick tf.keras this way.
+    os.environ.setdefault("SM_FRAMEWORK", "tf.keras")
+    try:
+        import segmentation_models_3D  # pylint: disable=import-outside-toplevel
+    except ImportError as err:
+        raise ImportError(
+            "unet3d_recipe needs the package segmentation-models-3D, which "
+            "is not importable (%s); install it with: %s (or into a folder "
+            "with --target DIR and put DIR on PYTHONPATH, which keeps the "
+            "venv's pip check clean)" % (err, SM3D_INSTALL)) from err
+    return segmentation_models_3D
+
+
+def unet3d_recipe(volume=64, batch=1, backbone="resnet34", channels=1,
+                  seed=0):
+    """segmentation-models-3D's 3D U-Net trained in a Session graph.
+
+    What a user of the package writes, in the TF1 pattern of `keras_app`:
+    ``sm.Unet(backbone, input_shape=(volume,) * 3 + (channels,),
+    encoder_weights=None, classes=1, activation="sigmoid")`` (the package's
+    defaults otherwise: upsampling decoder of 256, 128, 64, 32, 16 filters
+    with batch norm), called with ``training=True`` on placeholders, the
+    package's own ``bce_jaccard_loss`` (its README's choice), and
+    ``MomentumOptimizer(0.01, 0.9).minimize`` over the model's trainable
+    weights. The step is found by `tflms.step`'s rules.
+
+    Args:
+      volume: input depth, height and width; a multiple of 32.
+      batch: batch size.
+      backbone: an encoder name of ``sm.get_available_backbone_names()``.
+      channels: input channels.
+      seed: seed for weights and data.
+
+    Returns:
+      A `Built`.
+
+    Raises:
+      ImportError: segmentation-models-3D is not installed (the message
+        gives the pip command).
+    """
+    if volume < 32 or volume % 32:
+        raise ValueError("volume must be a positive multiple of 32 (the "
+                         "encoder halves it five times); got %d" % volume)
+    sm = _segmentation_models_3d()
+    graph = tf.Graph()
+    with graph.as_default():
+        _v1.set_random_seed(seed)
+        model = sm.Unet(backbone, input_shape=(volume,) * 3 + (channels,),
+                        encoder_weights=None, classes=1,
+                        activation="sigmoid")
+        x = _v1.placeholder(tf.float32, [batch] + [volume] * 3 + [channels],
+                            name="x")
+        y = _v1.placeholder(tf.float32, [batch] + [volume] * 3 + [1],
+                            name="y")
+        prob = model(x, training=True)
+        loss = sm.losses.bce_jaccard_loss(y, prob)
+        train_op = _v1.train.MomentumOptimizer(0.01, 0.9).minimize(
+            loss, var_list=model.trainable_weights)
+        init_op = _v1.global_variables_initializer()
+
+    def feed():
+        rng = np.random.RandomState(seed)
+        return {x: rng.standard_normal(x.shape.as_list()).astype(np.float32),
+                y: rng.randint(0, 2, size=y.shape.as_list()).astype(
+                    np.float32)}
+    return Built("unet3d_recipe", graph, train_op, loss, batch, init_op,
+                 feed, "segmentation-models-3D U-Net (%s) %d^3, batch %d "
+                 "(Session graph)" % (backbone, volume, batch))
 
 
 def mlp(depth=16, width=1024, batch=4096, variables="resource", classes=10,
@@ -449,6 +536,7 @@ BUILDERS = collections.OrderedDict([
     ("resnet50", resnet50),
     ("keras_app", keras_app),
     ("unet3d", unet3d),
+    ("unet3d_recipe", unet3d_recipe),
     ("transformer", transformer),
     ("mlp", mlp),
     ("layered", layered),

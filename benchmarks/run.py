@@ -14,7 +14,9 @@ and PNG plots. Sections (``--sections``, default all):
 2. ``memory``: GPU / host peaks measured by the Grappler oracle: no LMS,
    TensorFlow's swapping and recomputation heuristics, tflms.
 3. ``capacity``: largest image side, volume side and batch that fit a
-   budget, without LMS, with TensorFlow's swapping and with tflms.
+   budget, without LMS, with TensorFlow's swapping, with tflms and, given
+   ``--tflmsv2 PATH`` or ``$TFLMSV2_PATH``, with IBM's original TFLMSv2
+   (`benchmarks.tflmsv2`).
 4. ``cost``: transfer time per step on common links; CPU step time with and
    without LMS.
 5. ``fidelity``: simulator peaks against the oracle and the real CPU
@@ -81,6 +83,12 @@ def _parse(argv):
                         "auto-tuning: the share of the budget it plans for "
                         "(default 0.9, the library's default; TensorFlow's "
                         "optimizer is always given the whole budget)")
+    parser.add_argument("--tflmsv2", default=None, metavar="PATH",
+                        help="a checkout of IBM's original TFLMSv2 "
+                        "(tensorflow-large-model-support, branch tflmsv2) "
+                        "for the capacity section's TFLMSv2 column (default "
+                        "$TFLMSV2_PATH; without either that column says "
+                        "it was not measured)")
     parser.add_argument("--timeout-scale", type=float, default=1.0,
                         help="multiply every case's time limit")
     parser.add_argument("--from-json", default=None,
@@ -106,6 +114,8 @@ def _parse(argv):
 
 def _run_section(section, cases, args, log):
     env = {"TF_LMS_SIMULATOR_MEM_RATIO": repr(args.mem_ratio)}
+    if args.tflmsv2:  # else the workers inherit $TFLMSV2_PATH, if set
+        env["TFLMSV2_PATH"] = os.path.abspath(args.tflmsv2)
     # Sections that time things run one case at a time.
     jobs = 1 if section in ("timing", "cost") else args.jobs
 

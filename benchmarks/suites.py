@@ -6,6 +6,12 @@
   capacity searches stay short; under ten minutes on a 2-core machine.
 * ``full``: the sizes and budgets of the issue (16 and 32 GiB, graphs up to
   200,000 ops); regenerates ``docs/benchmarks.md``.
+* ``thirdparty``: the fidelity and capacity cases of the models written by
+  others (issue 22, item 4), which ``full`` runs too: the Keras
+  applications of `benchmarks.models.KERAS_APPS` and segmentation-models-3D's
+  3D U-Net (`benchmarks.models.unet3d_recipe`; the package is not a test
+  dependency, see `benchmarks.models.SM3D_INSTALL`), each in a Session
+  graph as their users write it.
 
 Each case is a dict handed to a worker (see the section modules); the
 ``timeout_s`` of a case is enforced by the runner, and a stopped case keeps
@@ -79,6 +85,54 @@ def _mlp_fidelity(variables, budgets, timeout, **kwargs):
             "control_flow": "v1" if variables == "ref" else "v2",
             "budgets": budgets, "fallback_fixed": _FALLBACK,
             "timeout_s": timeout}
+
+
+def _app_fidelity(app, image, timeout=900):
+    # Three budgets, each a share of the activations (the weights, their
+    # momentum and the gradients stay): where plans engage at every size.
+    return {"model": "keras_app", "kwargs": {"app": app, "image": image,
+                                             "batch": 1},
+            "real": False, "budgets": _fractions(0.8, 0.5, 0.3),
+            "fallback_fixed": _FALLBACK, "timeout_s": timeout}
+
+
+def _app_capacity(app, timeout=2400, **kw):
+    case = {"model": "keras_app", "label": "Keras %s image side" % app,
+            "dimension": "image", "kwargs": {"app": app, "image": 224,
+                                             "batch": 1},
+            "budget_gib": 16, "start": 1024, "step": 32, "tolerance": 0.05,
+            "max": 32768, "methods": ["none", "tflms"],
+            "timeout_s": timeout}
+    case.update(kw)
+    return case
+
+
+# Issue 22, item 4: architectures written by others, used as their users use
+# them (Session graph, model called on placeholders with training=True,
+# momentum SGD), batch 1, 16 GiB.
+THIRD_PARTY = {
+    "fidelity": [
+        _app_fidelity(app, 512) for app in ("ResNet50", "DenseNet121",
+                                            "InceptionV3", "EfficientNetB0",
+                                            "MobileNetV2")
+    ] + [
+        {"model": "unet3d_recipe", "kwargs": {"volume": 96, "batch": 1},
+         "real": False, "budgets": _fractions(0.8, 0.5, 0.3),
+         "fallback_fixed": _FALLBACK, "timeout_s": 900},
+    ],
+    "capacity": [
+        _app_capacity(app) for app in ("ResNet50", "DenseNet121",
+                                       "InceptionV3", "EfficientNetB0",
+                                       "MobileNetV2")
+    ] + [
+        {"model": "unet3d_recipe",
+         "label": "segmentation-models-3D U-Net volume side",
+         "dimension": "volume", "kwargs": {"volume": 64, "batch": 1},
+         "budget_gib": 16, "start": 128, "step": 32, "tolerance": 0.05,
+         "max": 2048, "methods": ["none", "tflms"],
+         "timeout_s": 2400},
+    ],
+}
 
 SMOKE = {
     "timing": [
@@ -259,7 +313,11 @@ FULL = {
     ],
 }
 
-SUITES = {"smoke": SMOKE, "quick": QUICK, "full": FULL}
+for _section, _cases in THIRD_PARTY.items():
+    FULL[_section] = FULL[_section] + _cases
+
+SUITES = {"smoke": SMOKE, "quick": QUICK, "full": FULL,
+          "thirdparty": THIRD_PARTY}
 
 
 def suite(name):

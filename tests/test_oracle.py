@@ -226,6 +226,35 @@ def test_runtime_identity_n_forwards_each_port():
         "a2:0", "out:0"]
 
 
+@pytest.mark.parametrize("neutral", ["mul_one", "add_zero"])
+def test_runtime_neutral_operand_op_forwards_its_input(neutral):
+    """x -> a (sin) -> b1 -> b2 (sin); out = f(a) + b2 with f(a) = a * 1.0
+    or a + 0.0, made before b1, which Grappler's constant folding replaces
+    by an Identity of a (tf.nn.swish's gradient computes x * 1.0). Its
+    output is a's buffer, so the runtime peak is the one of out = a + b2,
+    and no buffer of f(a) is live."""
+    def build(f):
+        graph = tf.Graph()
+        with graph.as_default():
+            x = tf.compat.v1.placeholder(tf.float32, SHAPE, name="x")
+            a = tf.math.sin(x, name="a")
+            kept = f(a)
+            h = a
+            # f(a) runs before b1, so a buffer of its own would be live
+            # from there to out.
+            with tf.control_dependencies([kept]):
+                h = tf.math.sin(h, name="b1")
+            h = tf.math.sin(h, name="b2")
+            out = tf.add(kept, h, name="out")
+        return oracle.peak_memory(graph, out)
+    op = {"mul_one": lambda a: tf.multiply(a, 1.0, name="f"),
+          "add_zero": lambda a: tf.add(a, 0.0, name="f")}[neutral]
+    plain = build(lambda a: a)
+    folded = build(op)
+    assert folded.runtime_gpu_peak_bytes == plain.runtime_gpu_peak_bytes
+    assert "f:0" not in {t.name for t in folded.runtime_live_at_peak}
+
+
 def test_runtime_peak_keeps_swapped_in_copy_live():
     """In `_swap_graph` the runtime peak is at the start of ``b``: big and
     b (4 S each), the two small constants, and the GPU copy of the

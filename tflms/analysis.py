@@ -532,12 +532,14 @@ def _readers_of(index, tensor):
 
 def has_training_ops(index):
     """True if the graph computes gradients (ops in a ``gradients`` name
-    scope, as ``tf.gradients`` and the optimizers make them) or updates
-    variables with an optimizer (``Apply*`` ops)."""
+    scope, as ``tf.gradients`` and the optimizers make them, or in the
+    ``gradient_tape`` scope of a `tf.GradientTape` traced by `tf.function`)
+    or updates variables with an optimizer (``Apply*`` ops)."""
     for name, t in zip(index.names, index.types):
         if t.startswith(gi.APPLY_PREFIXES):
             return True
-        if any(part.startswith("gradients") for part in name.split("/")[:-1]):
+        if any(part.startswith(("gradients", "gradient_tape"))
+               for part in name.split("/")[:-1]):
             return True
     return False
 

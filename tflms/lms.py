@@ -47,7 +47,8 @@ _FUNCTION_MESSAGE = (
     "ignored or break them. Call tf.compat.v1.disable_eager_execution() at "
     "the start of your program, before building the model, and use LMS as a "
     "Keras callback, an Estimator hook, or with lms.run(graph) before "
-    "creating the Session.")
+    "creating the Session. To keep the tf.function, pass the training step "
+    "itself to lms.function(step_fn) instead (docs/tf2.md).")
 
 
 class Outcome(enum.Enum):
@@ -285,7 +286,9 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
                                       result.rewrite)
         return result
 
-    def _run(self, graph, fetches, start):
+    def _run(self, graph, fetches, start, index=None):
+        """Plan and rewrite `graph`; `index`: its index when the caller
+        built it (`tflms.function` adds what a function graph captures)."""
         log = self._log
         settings = self._settings
         if rewriter.is_rewritten(graph, self._device_filter):
@@ -294,7 +297,8 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
             return RunResult(Outcome.ALREADY_REWRITTEN,
                              seconds=time.perf_counter() - start)
         log.info("Editing model for LMS")
-        index = gi.build_index(graph, fetches)
+        if index is None:
+            index = gi.build_index(graph, fetches)
         self._log_step(graph, index)
         roles = pipeline.classify(index, settings)
         self._log_graph_facts(graph, index, roles)
@@ -333,6 +337,15 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
         log.info("Editing model for LMS, took: %.1f ms" % (seconds * 1000))
         log.warning(_summary_line(planned, rewrite, seconds))
         return RunResult(Outcome.REWRITTEN, planned, rewrite, seconds)
+
+    def function(self, step_fn):
+        """LMS for a TensorFlow 2 training step: `step_fn` (a Python
+        function or a `tf.function`) traced per input signature, each
+        concrete function's graph rewritten like `run()` rewrites a
+        graph. Returns a callable used like `step_fn`; see
+        `tflms.function.function` and docs/tf2.md."""
+        from tflms import function as function_mod  # pylint: disable=import-outside-toplevel
+        return function_mod.function(step_fn, lms=self)
 
     # ---- logging ------------------------------------------------------
     def _log_step(self, graph, index):

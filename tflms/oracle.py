@@ -62,7 +62,12 @@ Four numbers come out of one call to `peak_memory`:
       ``RefSwitch``...): the kernels hand on a reference to the variable's
       buffer (``set_output_ref``, ``forward_ref_input_to_ref_output``).
       ``TemporaryVariable``, whose ref output is a buffer it allocates, is
-      the exception.
+      the exception. Ops that Grappler's constant folding replaces by
+      an ``Identity`` before a real step (``x * 1``, ``x + 0``, ``x / 1``
+      with a constant of ones or zeros and the output of x's shape,
+      ``NEUTRAL_OPERAND_TYPES``), such as the ``x * 1.0`` of
+      ``tf.nn.swish``'s gradient, allocate nothing either: their output
+      is x's buffer.
     * Variables (``VarHandleOp``, ``VariableV2``) not placed on a CPU occupy
       the GPU for the whole step, at the size of their ``shape`` attribute
       (``InferFromTrace`` counts no variable, only each read's output).
@@ -239,6 +244,17 @@ FORWARDING_TYPES = frozenset({
     "Identity", "IdentityN", "StopGradient", "PreventGradient", "Reshape",
     "Squeeze", "ExpandDims",
 })
+# x * 1, 1 * x, x / 1, x + 0, 0 + x, x - 0 with a constant neutral operand
+# (slots of x and of the constant): Grappler's constant folding replaces such
+# an op by an Identity of x when the output has x's shape, so in a real step
+# its output is x's buffer. The gradient of tf.nn.swish computes x * 1.0
+# (Keras EfficientNet: FULL_TRACE of a step with Grappler on has no such op).
+NEUTRAL_OPERAND_TYPES = {
+    "Mul": (1.0, ((0, 1), (1, 0))), "MulNoNan": (1.0, ((0, 1), (1, 0))),
+    "RealDiv": (1.0, ((0, 1),)), "Div": (1.0, ((0, 1),)),
+    "Add": (0.0, ((0, 1), (1, 0))), "AddV2": (0.0, ((0, 1), (1, 0))),
+    "BiasAdd": (0.0, ((0, 1),)), "Sub": (0.0, ((0, 1),)),
+}
 # ReadVariableOp returns the variable's own buffer (outside copy-on-read
 # mode, which only sparse gathers turn on).
 VARIABLE_READ_TYPES = frozenset({"ReadVariableOp"})
@@ -546,6 +562,32 @@ def _recv_name(source: str, port, gpu_device: str) -> str:
     """The virtual scheduler's _Recv node that copies ``source:port`` onto
     `gpu_device`; its output 0 is the GPU copy."""
     return f"Recv_{source}_{port}_on_{_sanitized(gpu_device)}"
+
+
+def _neutral_operand_slot(node, nodes, sizes):
+    """The data input whose buffer `node` (x op neutral constant) returns
+    once Grappler folds it (`NEUTRAL_OPERAND_TYPES`), or None."""
+    neutral, pairs = NEUTRAL_OPERAND_TYPES[node.op]
+    data = [i for i in node.input if not i.startswith("^")]
+    for kept, other in pairs:
+        if max(kept, other) >= len(data):
+            continue
+        const = nodes.get(_parse_input(data[other])[0])
+        x_key = _parse_input(data[kept])
+        # Same bytes as x (the same dtype): broadcasting changed nothing.
+        if (const is None or const.op != "Const"
+                or sizes.get(x_key) != sizes.get((node.name, 0))):
+            continue
+        value = const.attr["value"].tensor
+        if math.prod(d.size for d in value.tensor_shape.dim) > 1024:
+            continue  # a large constant is no neutral scalar
+        try:
+            array = tf.make_ndarray(value)
+        except (TypeError, ValueError):
+            continue
+        if array.size and (array == neutral).all():
+            return kept
+    return None
 
 
 def _parse_input(name: str):
@@ -861,10 +903,16 @@ def _runtime_replay(step_stats, graph_def, gpu_device, static_bytes=None,
             if node is not None and (node.op in VARIABLE_READ_TYPES
                                      or port in _ref_output_ports(node.op)):
                 return None
-            if node is None or node.op not in FORWARDING_TYPES:
+            if node is not None and node.op in NEUTRAL_OPERAND_TYPES:
+                slot = _neutral_operand_slot(node, nodes, sizes)
+            elif node is not None and node.op in FORWARDING_TYPES:
+                slot = port if node.op == "IdentityN" else 0
+            else:
+                slot = None
+            if slot is None:
                 return key
             data = [i for i in node.input if not i.startswith("^")]
-            key = _parse_input(data[port if node.op == "IdentityN" else 0])
+            key = _parse_input(data[slot])
 
     def release_key(name):
         # When op `name` lets go of its inputs. A GPU op: when it is

@@ -1,0 +1,73 @@
+"""The benchmarks' models written by others (issue 22, item 4).
+
+`benchmarks.models.unet3d_recipe` imports segmentation-models-3D only when
+it runs, and says how to install it when it is missing; the package is not
+a test dependency, so the test that builds it skips without it. The
+``thirdparty`` suite's cases name builders and arguments that exist, and
+the ``full`` suite runs them too.
+"""
+
+import inspect
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from benchmarks import models  # noqa: E402  pylint: disable=wrong-import-position
+from benchmarks import suites  # noqa: E402  pylint: disable=wrong-import-position
+
+
+def test_recipe_unet_names_the_pip_command_when_the_package_is_missing(
+        monkeypatch):
+    # None in sys.modules makes `import segmentation_models_3D` fail.
+    monkeypatch.setitem(sys.modules, "segmentation_models_3D", None)
+    with pytest.raises(ImportError, match="pip install --no-deps "
+                       "segmentation-models-3D==1.0.4 "
+                       "classification-models-3D==1.0.10 "
+                       "keras-applications==1.0.8"):
+        models.unet3d_recipe(volume=32)
+
+
+def test_recipe_unet_volume_must_be_a_multiple_of_32():
+    with pytest.raises(ValueError, match="volume must be a positive "
+                       "multiple of 32 .*; got 48"):
+        models.unet3d_recipe(volume=48)
+
+
+def test_thirdparty_cases_name_builders_and_their_arguments():
+    cases = suites.suite("thirdparty")
+    assert set(cases) == {"fidelity", "capacity"}
+    built = set()
+    for section, section_cases in cases.items():
+        for case in section_cases:
+            builder = models.BUILDERS[case["model"]]
+            params = inspect.signature(builder).parameters
+            assert set(case["kwargs"]) <= set(params), case
+            if section == "capacity":
+                assert case["budget_gib"] == 16
+                assert case["kwargs"]["batch"] == 1
+                assert models.size_key(case["dimension"]) in params
+            built.add(case["kwargs"].get("app", case["model"]))
+            # The full suite runs every third-party case as well.
+            assert case in suites.FULL[section]
+    assert built == set(models.KERAS_APPS) | {"unet3d_recipe"}
+
+
+def test_recipe_unet_trains_in_a_session_graph_and_the_simulator_agrees():
+    pytest.importorskip("segmentation_models_3D")
+    from tflms import oracle, pipeline  # pylint: disable=import-outside-toplevel
+    from tflms import graph_index as gi  # pylint: disable=import-outside-toplevel
+    from tflms.settings import Settings  # pylint: disable=import-outside-toplevel
+    built = models.unet3d_recipe(volume=32, backbone="resnet18")
+    index = gi.build_index(built.graph)
+    assert built.train_op.name in index.step_rule or \
+        "train_op collection" in index.step_rule
+    roles = pipeline.classify(index, Settings())
+    sim = pipeline.simulate_without(index, roles, Settings(batch_size=1))
+    measured = oracle.peak_memory(built.graph, built.train_op)
+    assert abs(sim.peak_device_bytes / measured.runtime_gpu_peak_bytes
+               - 1) < 0.05

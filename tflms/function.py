@@ -1,0 +1,241 @@
+"""LMS for TensorFlow 2 training steps: `tf.function` code.
+
+A `tf.function` runs one concrete function per input signature, each a
+graph (`FuncGraph`) that holds the whole step: the forward pass, the
+backward pass the `GradientTape` traced into it, and the optimizer's
+updates. `function(step_fn, lms)` returns an `LMSFunction` that, at the
+first call with a new signature, traces `step_fn`, indexes the function
+graph's training step (its outputs and control outputs, i.e. the updates;
+captured variables are resident), plans it with the pipeline `LMS.run`
+uses (auto-tuning or fixed parameters), rewrites the graph with
+`rewriter.apply_plan`, and builds a new function from it
+(`tflms._tf_function`, the one place that uses TensorFlow's internal
+function APIs). Later calls with that signature run the rewritten function::
+
+    lms = LMS(swapout_threshold=40, swapin_ahead=3, swapin_groupby=2)
+    train_step = lms.function(train_step)   # a Python function or tf.function
+    for x, y in data:
+        loss = train_step(x, y)             # called exactly like before
+
+Keras ``fit`` uses it the same way: ``model.train_step =
+lms.function(model.train_step)`` with ``model.compile(...,
+jit_compile=False)``; Keras' train function calls the step while it is
+traced, and TensorFlow inlines the rewritten step there.
+
+Where LMS cannot work it raises before anything is traced or changed:
+``tf.function(jit_compile=True)``, or a call while XLA compiles the
+caller (XLA ignores device placement, so swap ops would not run where
+they are placed), calls under a `tf.distribute` strategy (not supported
+yet), and a step `tf.function` cannot trace. docs/tf2.md has the details.
+"""
+
+import dataclasses
+import time
+
+import tensorflow as tf
+
+from tflms import _gc
+from tflms import _tf_function
+from tflms import graph_index as gi
+from tflms import lms as lms_mod
+from tflms import step
+
+__all__ = ["function", "LMSFunction", "UnsupportedFunctionError"]
+
+
+class UnsupportedFunctionError(ValueError):
+    """LMS cannot rewrite this function (the message says what to do);
+    nothing was traced or changed."""
+
+    # Raised while an outer tf.function is traced, it reaches the caller
+    # as itself: AutoGraph would otherwise turn it into a StagingError.
+    ag_pass_through = True
+
+
+_JIT_MESSAGE = (
+    "%s is compiled with XLA (jit_compile=True). XLA places the whole "
+    "function itself and ignores the host placement of LMS's swap "
+    "operations, so nothing would be swapped. Make the tf.function "
+    "without jit_compile (tf.function(step_fn) or jit_compile=False) and "
+    "pass that, or the plain Python function, to lms.function().")
+_XLA_CALLER_MESSAGE = (
+    "%s was called inside a function compiled with XLA (jit_compile=True; "
+    "Keras 3 compiles its train function with XLA when "
+    "model.compile(jit_compile=...) is True or 'auto'). XLA ignores the "
+    "host placement of LMS's swap operations, so nothing would be swapped. "
+    "Make the calling function without jit_compile (for Keras 3: "
+    "model.compile(..., jit_compile=False)).")
+_STRATEGY_MESSAGE = (
+    "%s was called under a tf.distribute strategy (%s): LMS does not "
+    "support tf.distribute strategies for tf.function steps yet. Train "
+    "without the strategy (one device), or use LMS on a graph-mode "
+    "training step (docs/distributed.md).")
+_TRACE_MESSAGE = (
+    "LMS traces %s with tf.function to get its graph, and tracing failed: "
+    "%s: %s. LMS rewrites graphs, so it cannot act on eager code that "
+    "tf.function cannot trace (reading tensor values with .numpy(), "
+    "Python branches on tensor values); make the step traceable "
+    "(docs/tf2.md) and pass it again.")
+
+
+def function(step_fn, lms=None):
+    """Large Model Support for a TensorFlow 2 training step.
+
+    Args:
+      step_fn: the training step: a `tf.function`, or a Python function
+        (wrapped in `tf.function`). It must not be compiled with XLA.
+      lms: the `tflms.LMS` whose settings plan the step; None: ``LMS()``
+        (auto-tuning, which needs `batch_size` only when the step's batch
+        dimension is unknown).
+
+    Returns:
+      An `LMSFunction`, called with the arguments `step_fn` takes.
+
+    Raises:
+      UnsupportedFunctionError: `step_fn` is not callable, or a
+        `tf.function` made with ``jit_compile=True``.
+    """
+    return LMSFunction(step_fn, lms)
+
+
+def _name_of(fn):
+    return getattr(fn, "__name__", None) or type(fn).__name__
+
+
+class LMSFunction:
+    """A training step whose concrete functions LMS has rewritten.
+
+    Call it like the step it wraps. Each input signature is traced,
+    planned and rewritten once, at its first call; `results` maps each
+    traced concrete function's name to the `tflms.RunResult` of its
+    rewrite (the latest is also `lms.last_run`).
+    """
+
+    def __init__(self, step_fn, lms=None):
+        if lms is None:
+            lms = lms_mod.LMS()
+        if not isinstance(lms, lms_mod.LMS):
+            raise UnsupportedFunctionError(
+                "lms must be a tflms.LMS (or None for LMS()); got %r"
+                % (lms,))
+        if not callable(step_fn):
+            raise UnsupportedFunctionError(
+                "step_fn must be a training step: a Python function or a "
+                "tf.function; got %r" % (step_fn,))
+        self._name = _name_of(step_fn)
+        if isinstance(step_fn, tf.types.experimental.GenericFunction):
+            if _tf_function.is_jit_compiled(step_fn):
+                raise UnsupportedFunctionError(_JIT_MESSAGE % self._name)
+            self._function = step_fn
+            self._wrapped = False
+        else:
+            self._function = tf.function(step_fn)
+            self._wrapped = True
+        self.lms = lms
+        self.step_fn = step_fn
+        # concrete function name -> (original, rewritten or original,
+        # RunResult)
+        self._cache = {}
+
+    @property
+    def results(self):
+        """``{concrete function name: RunResult}`` of every signature
+        traced so far."""
+        return {name: entry[2] for name, entry in self._cache.items()}
+
+    @property
+    def concrete_functions(self):
+        """``{traced concrete function name: the function that runs}``:
+        the rewritten one, or the traced one itself where LMS found the
+        step fits (NOT_NEEDED)."""
+        return {name: entry[1] for name, entry in self._cache.items()}
+
+    @property
+    def python_function(self):
+        return getattr(self._function, "python_function", self.step_fn)
+
+    # Inside an outer tf.function, AutoGraph would otherwise convert these
+    # calls, and with them every planning function LMS calls (tens of
+    # seconds for nothing: LMS runs in Python at trace time).
+    @tf.autograph.experimental.do_not_convert
+    def get_concrete_function(self, *args, **kwargs):
+        """The rewritten concrete function for these arguments (traced,
+        planned and rewritten on first use)."""
+        return self._entry(args, kwargs)[1]
+
+    @tf.autograph.experimental.do_not_convert
+    def __call__(self, *args, **kwargs):
+        return _tf_function.call(self._function, self._entry(args, kwargs)[1],
+                                 args, kwargs)
+
+    def _entry(self, args, kwargs):
+        if not tf.executing_eagerly() and _tf_function.in_xla_context(
+                tf.compat.v1.get_default_graph()):
+            raise UnsupportedFunctionError(_XLA_CALLER_MESSAGE % self._name)
+        if tf.distribute.has_strategy():
+            raise UnsupportedFunctionError(_STRATEGY_MESSAGE % (
+                self._name, type(tf.distribute.get_strategy()).__name__))
+        try:
+            concrete = self._function.get_concrete_function(*args, **kwargs)
+        except Exception as e:  # pylint: disable=broad-except
+            if not self._wrapped:
+                raise
+            raise lms_mod.EagerModeError(_TRACE_MESSAGE % (
+                self._name, type(e).__name__, e)) from e
+        name = _text(concrete.name)
+        entry = self._cache.get(name)
+        if entry is None or entry[0] is not concrete:
+            entry = self._rewrite(concrete)
+            self._cache[name] = entry
+        return entry
+
+    def _rewrite(self, concrete):
+        if _tf_function.is_jit_compiled(concrete=concrete):
+            raise UnsupportedFunctionError(_JIT_MESSAGE % self._name)
+        start = time.perf_counter()
+        graph = concrete.graph
+        lms = self.lms
+        lms._log.info("Tracing %s: LMS rewrites its concrete function %s "
+                      "(%d operations)" % (
+                          self._name, _text(concrete.name),
+                          len(graph.get_operations())))
+        fetches = step.StepFetches(
+            _tf_function.fetch_ops(graph),
+            "the function's outputs and control outputs (%d ops)"
+            % len(_tf_function.fetch_ops(graph)))
+        with _gc.paused():
+            index = _with_captured_variables(
+                gi.build_index(graph, fetches), graph)
+            result = lms._run(graph, fetches, start, index=index)  # pylint: disable=protected-access
+            # A graph rewritten before (another LMSFunction of the same
+            # tf.function) runs as rewritten too.
+            rewritten = (concrete if result.outcome is lms_mod.Outcome.NOT_NEEDED
+                         else _tf_function.rebuild(concrete, graph))
+        lms.last_run = result
+        return concrete, rewritten, result
+
+
+def _text(name):
+    return name.decode() if isinstance(name, bytes) else name
+
+
+def _with_captured_variables(index, graph):
+    """`index` with the bytes of the variables the function graph reads
+    through captured handles on their placeholders: resident for the
+    whole step, as variable ops are in a Session graph
+    (`GraphIndex.variable_bytes`, `trainable_bytes`)."""
+    variables = _tf_function.captured_variables(graph)
+    if not variables:
+        return index
+    variable_bytes = list(index.variable_bytes)
+    trainable_bytes = list(index.trainable_bytes)
+    for name, v in variables.items():
+        op_id = index.id_of.get(name)
+        if op_id is None or not v.shape.is_fully_defined():
+            continue
+        nbytes = v.shape.num_elements() * v.dtype.base_dtype.size
+        variable_bytes[op_id] = nbytes
+        if getattr(v, "trainable", False):
+            trainable_bytes[op_id] = nbytes
+    return dataclasses.replace(index, variable_bytes=tuple(variable_bytes),
+                               trainable_bytes=tuple(trainable_bytes))
