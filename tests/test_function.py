@@ -635,7 +635,7 @@ def test_unsupported_functions_raise_and_change_nothing(tmp_path):
         "tf.function; got 3"]
     assert r["bad_lms"] == [
         "UnsupportedFunctionError",
-        "lms must be a tflms.LMS (or None for LMS()); got 3"]
+        "lms must be a tflms.LMS; got 3. Use LMS(...).function(step_fn)"]
     assert r["last_run"]
 
 

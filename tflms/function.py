@@ -37,8 +37,8 @@ import tensorflow as tf
 from tflms import _gc
 from tflms import _tf_function
 from tflms import graph_index as gi
-from tflms import lms as lms_mod
 from tflms import step
+from tflms.results import EagerModeError, Outcome
 
 __all__ = ["function", "LMSFunction", "UnsupportedFunctionError"]
 
@@ -78,21 +78,22 @@ _TRACE_MESSAGE = (
     "(docs/tf2.md) and pass it again.")
 
 
-def function(step_fn, lms=None):
+def function(step_fn, lms):
     """Large Model Support for a TensorFlow 2 training step.
 
     Args:
       step_fn: the training step: a `tf.function`, or a Python function
         (wrapped in `tf.function`). It must not be compiled with XLA.
-      lms: the `tflms.LMS` whose settings plan the step; None: ``LMS()``
-        (auto-tuning, which needs `batch_size` only when the step's batch
-        dimension is unknown).
+      lms: the `tflms.LMS` whose settings plan the step (``LMS()``
+        auto-tunes, which needs `batch_size` only when the step's batch
+        dimension is unknown). ``LMS(...).function(step_fn)`` calls this.
 
     Returns:
       An `LMSFunction`, called with the arguments `step_fn` takes.
 
     Raises:
-      UnsupportedFunctionError: `step_fn` is not callable, or a
+      UnsupportedFunctionError: `lms` is not an LMS, `step_fn` is not
+        callable, or a
         `tf.function` made with ``jit_compile=True``.
     """
     return LMSFunction(step_fn, lms)
@@ -111,13 +112,13 @@ class LMSFunction:
     rewrite (the latest is also `lms.last_run`).
     """
 
-    def __init__(self, step_fn, lms=None):
-        if lms is None:
-            lms = lms_mod.LMS()
-        if not isinstance(lms, lms_mod.LMS):
+    def __init__(self, step_fn, lms):
+        # An LMS is recognised by what this class calls on it: tflms.lms
+        # imports this module, so it cannot import tflms.lms back.
+        if not callable(getattr(lms, "_run", None)):
             raise UnsupportedFunctionError(
-                "lms must be a tflms.LMS (or None for LMS()); got %r"
-                % (lms,))
+                "lms must be a tflms.LMS; got %r. Use LMS(...).function("
+                "step_fn)" % (lms,))
         if not callable(step_fn):
             raise UnsupportedFunctionError(
                 "step_fn must be a training step: a Python function or a "
@@ -180,7 +181,7 @@ class LMSFunction:
         except Exception as e:  # pylint: disable=broad-except
             if not self._wrapped:
                 raise
-            raise lms_mod.EagerModeError(_TRACE_MESSAGE % (
+            raise EagerModeError(_TRACE_MESSAGE % (
                 self._name, type(e).__name__, e)) from e
         name = _text(concrete.name)
         entry = self._cache.get(name)
@@ -209,7 +210,7 @@ class LMSFunction:
             result = lms._run(graph, fetches, start, index=index)  # pylint: disable=protected-access
             # A graph rewritten before (another LMSFunction of the same
             # tf.function) runs as rewritten too.
-            rewritten = (concrete if result.outcome is lms_mod.Outcome.NOT_NEEDED
+            rewritten = (concrete if result.outcome is Outcome.NOT_NEEDED
                          else _tf_function.rebuild(concrete, graph))
         lms.last_run = result
         return concrete, rewritten, result

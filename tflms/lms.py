@@ -5,8 +5,6 @@ make it a `SessionRunHook` and a Keras callback.
 `set_model()` / `set_params()` (Keras) only find the graph and call it.
 """
 
-import dataclasses
-import enum
 import time
 
 import tensorflow as tf
@@ -16,12 +14,14 @@ from tflms import _gc
 from tflms import _keras
 from tflms import analysis
 from tflms import distributed
+from tflms import function as function_mod
 from tflms import graph_index as gi
 from tflms import pipeline
 from tflms import rewriter
 from tflms import settings as S
 from tflms import step
 from tflms._logging import Logger
+from tflms.results import EagerModeError, Outcome, RunResult
 
 __all__ = ["LMS", "RunResult", "Outcome", "EagerModeError",
            "UnsupportedStackError"]
@@ -30,10 +30,6 @@ UnsupportedStackError = _compat.UnsupportedStackError
 
 _GIB = float(1 << 30)
 _MIB = float(1 << 20)
-
-
-class EagerModeError(RuntimeError):
-    """LMS rewrites graphs; it cannot act on eagerly executed code."""
 
 
 _EAGER_MESSAGE = (
@@ -49,59 +45,6 @@ _FUNCTION_MESSAGE = (
     "Keras callback, an Estimator hook, or with lms.run(graph) before "
     "creating the Session. To keep the tf.function, pass the training step "
     "itself to lms.function(step_fn) instead (docs/tf2.md).")
-
-
-class Outcome(enum.Enum):
-    """What `LMS.run` did to a graph."""
-
-    # The values are what `distributed.check_ranks_agree` compares across
-    # the ranks of a job.
-    REWRITTEN = distributed.REWRITTEN
-    NOT_NEEDED = distributed.NOT_NEEDED
-    ALREADY_REWRITTEN = distributed.ALREADY_REWRITTEN
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class RunResult:
-    """What `LMS.run` did, with the plan and its numbers.
-
-    Attributes:
-      outcome: an `Outcome`: REWRITTEN (swap ops added), NOT_NEEDED
-        (auto-tuning found that the step fits without LMS; the graph is
-        unchanged) or ALREADY_REWRITTEN (the graph has LMS's swap ops from
-        an earlier run; unchanged).
-      planned: the `pipeline.Planned` (index, roles, plan, tuning and
-        simulations); None for ALREADY_REWRITTEN.
-      rewrite: the `rewriter.RewriteResult` (the ops added), or None.
-      seconds: wall time of the call.
-    """
-
-    outcome: Outcome
-    planned: object = None
-    rewrite: object = None
-    seconds: float = 0.0
-
-    @property
-    def rewritten(self):
-        return self.outcome is Outcome.REWRITTEN
-
-    @property
-    def plan(self):
-        """The applied `planner.Plan`, or None."""
-        return self.planned.plan if self.rewritten else None
-
-    @property
-    def swapout_ops(self):
-        return self.rewrite.swapout_ops if self.rewrite else ()
-
-    @property
-    def swapin_ops(self):
-        return self.rewrite.swapin_ops if self.rewrite else ()
-
-    @property
-    def control_edges(self):
-        """Number of control edges the rewrite added."""
-        return self.rewrite.control_edges if self.rewrite else 0
 
 
 def _setting_property(field):
@@ -344,7 +287,6 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
         concrete function's graph rewritten like `run()` rewrites a
         graph. Returns a callable used like `step_fn`; see
         `tflms.function.function` and docs/tf2.md."""
-        from tflms import function as function_mod  # pylint: disable=import-outside-toplevel
         return function_mod.function(step_fn, lms=self)
 
     # ---- logging ------------------------------------------------------
