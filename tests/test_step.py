@@ -491,3 +491,120 @@ def test_every_swap_op_names_itself():
     for name in names:
         op = graph.get_operation_by_name(name)
         assert op.get_attr(rewriter.UNIQUE_ATTR) == name.encode()
+
+
+# ---- an Estimator whose model_fn builds a Keras model ------------------------
+class _StepRecorder(tf.compat.v1.train.SessionRunHook):
+    """Placed before LMS in `hooks`: records the step's fan-in as the
+    Estimator built it (begin() runs in hook order), and the run metadata of
+    one traced step."""
+
+    def __init__(self, trace_step=2):
+        self.before = None
+        self.train_ops = None
+        self.metadata = None
+        self._step = 0
+        self._trace_step = trace_step
+
+    def begin(self):
+        graph = tf.compat.v1.get_default_graph()
+        self.train_ops = graph.get_collection(
+            tf.compat.v1.GraphKeys.TRAIN_OP)
+        self.before = set(step.fan_in(self.train_ops))
+
+    def before_run(self, run_context):
+        self._step += 1
+        if self._step == self._trace_step:
+            return tf.compat.v1.train.SessionRunArgs(
+                fetches=None, options=tf.compat.v1.RunOptions(
+                    trace_level=tf.compat.v1.RunOptions.FULL_TRACE,
+                    output_partition_graphs=True))
+        return None
+
+    def after_run(self, run_context, run_values):
+        if self._step == self._trace_step:
+            self.metadata = run_values.run_metadata
+
+
+class _LossRecorder(tf.compat.v1.train.SessionRunHook):
+    def __init__(self):
+        self.losses = []
+
+    def before_run(self, run_context):
+        loss = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.LOSSES)[0]
+        return tf.compat.v1.train.SessionRunArgs(loss)
+
+    def after_run(self, run_context, run_values):
+        self.losses.append(float(run_values.results))
+
+
+def _keras_model_fn(features, labels, mode):
+    """A functional Keras CNN with batch norm, built inside the model_fn
+    (Keras layers on the Estimator's tensors), with an eval metric and a
+    summary beside the train op: ops the training step does not run."""
+    keras = tf.keras
+    # Keras layers take no seed from the Estimator's tf_random_seed: each
+    # initializer gets its own, so both runs start from the same weights.
+    seeded = keras.initializers.GlorotUniform
+    h = features
+    for k, filters in enumerate((8, 8, 16, 16)):
+        h = keras.layers.Conv2D(filters, 3, padding="same",
+                                kernel_initializer=seeded(seed=k))(h)
+        h = keras.layers.BatchNormalization()(
+            h, training=mode == tf.estimator.ModeKeys.TRAIN)
+        h = keras.layers.ReLU()(h)
+    logits = keras.layers.Dense(4, kernel_initializer=seeded(seed=9))(
+        keras.layers.GlobalAveragePooling2D()(h))
+    loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
+    accuracy = tf.compat.v1.metrics.accuracy(labels, tf.argmax(logits, 1))
+    tf.compat.v1.summary.scalar("accuracy", accuracy[1])
+    train_op = tf.compat.v1.train.MomentumOptimizer(0.01, 0.9).minimize(
+        loss, global_step=tf.compat.v1.train.get_global_step())
+    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op,
+                                      eval_metric_ops={"accuracy": accuracy})
+
+
+def _input_fn():
+    rng = np.random.RandomState(0)
+    images = rng.rand(16, 24, 24, 3).astype(np.float32)
+    labels = rng.randint(0, 4, 16).astype(np.int32)
+    data = tf.data.Dataset.from_tensor_slices((images, labels))
+    return data.batch(4, drop_remainder=True).repeat()
+
+
+def _train_estimator(tmp_path, name, hooks):
+    config = tf.estimator.RunConfig(model_dir=str(tmp_path / name),
+                                    tf_random_seed=7,
+                                    save_summary_steps=1)
+    estimator = tf.estimator.Estimator(_keras_model_fn, config=config)
+    losses = _LossRecorder()
+    estimator.train(_input_fn, steps=4, hooks=hooks + [losses])
+    return losses.losses
+
+
+@pytest.mark.numerics
+@pytest.mark.skipif(_compat.TF_VERSION >= (2, 16, 0),
+                    reason="tf.estimator was removed in TensorFlow 2.16")
+def test_estimator_model_fn_building_keras_trains_the_same(tmp_path):
+    """The Estimator pattern of issue 22: a model_fn that builds a Keras
+    model, with an eval metric and a summary beside the train op. LMS as a
+    hook plans the train op's fan-in only, the step after the rewrite is
+    the step before plus LMS's ops, every swap op runs, and the losses are
+    the ones without LMS, bit for bit."""
+    base = _train_estimator(tmp_path, "base", [])
+    recorder = _StepRecorder()
+    lms = LMS(swapout_threshold=3, swapin_ahead=1, swapin_groupby=0)
+    with_lms = _train_estimator(tmp_path, "lms", [recorder, lms])
+    result = lms.last_run
+    assert result.rewritten and result.swapout_ops
+    # The step LMS planned is the Estimator's train op's fan-in, and after
+    # the rewrite it holds the same ops plus LMS's own.
+    added = _added(result)
+    after = set(step.fan_in(recorder.train_ops))
+    assert after - recorder.before == added
+    assert recorder.before <= after
+    # Every swap op ran in the traced step.
+    executed = {n.node_name for d in recorder.metadata.step_stats.dev_stats
+                for n in d.node_stats}
+    assert set(result.swapout_ops) | set(result.swapin_ops) <= executed
+    np.testing.assert_array_equal(np.asarray(with_lms), np.asarray(base))
