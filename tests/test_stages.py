@@ -217,3 +217,37 @@ def test_recompute_with_fixed_parameters_stays_within_the_swap_plans_peak():
     assert (model.replay(planned.plan).peak_device_bytes
             <= model.replay(swapped.plan).peak_device_bytes)
     assert planned.plan.moved_bytes() < swapped.plan.moved_bytes()
+
+
+def test_order_reports_the_failed_search_closest_to_the_budget(monkeypatch):
+    # Nothing fits 5U even ordered; of every search tried (the first and
+    # each ordering round's) the error names the smallest plan of all.
+    index = crowded_graph()
+    context = L.context(index, budget_units=5 * OU / L.U)
+    seen = []
+    real = swaps.tune
+
+    def recording(*args, **kwargs):
+        try:
+            return real(*args, **kwargs)
+        except autotune.AutotuneError as err:
+            seen.append(err.smallest_peak_bytes)
+            raise
+
+    monkeypatch.setattr(swaps, "tune", recording)
+    planned = swaps.stage(context, _start(context))
+    with pytest.raises(autotune.AutotuneError) as err:
+        order.stage(context, planned)
+    assert len(seen) >= 2 and None not in seen
+    assert err.value.smallest_peak_bytes == min(seen)
+    assert "needs %.3f GiB" % (min(seen) / float(1 << 30)) in str(err.value)
+
+
+def test_of_two_failed_searches_the_closer_one_is_kept():
+    near = autotune.AutotuneError("near", smallest_peak_bytes=10)
+    far = autotune.AutotuneError("far", smallest_peak_bytes=12)
+    other = autotune.AutotuneError("other")
+    assert order._closest(near, far) is near
+    assert order._closest(far, near) is near
+    assert order._closest(other, far) is far
+    assert order._closest(far, other) is far

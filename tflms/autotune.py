@@ -93,7 +93,17 @@ _TIME_ROUNDS = 3
 
 
 class AutotuneError(ValueError):
-    """No parameter set makes the simulated step fit the budget."""
+    """No parameter set makes the simulated step fit the budget.
+
+    Attributes:
+      smallest_peak_bytes: the simulated peak of the smallest plan the
+        search found (None when the error is not about one), so that of
+        several failed searches the closest can be reported.
+    """
+
+    def __init__(self, message, smallest_peak_bytes=None):
+        super().__init__(message)
+        self.smallest_peak_bytes = smallest_peak_bytes
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -321,7 +331,7 @@ def _cannot_fit(sims, requested):
         "lms.autotune_gpu_mem / %s if the GPU really has more memory.%s"
         % (_gib(sims.budget), tried, params.describe(), _gib(peak),
            _gib(peak - sims.budget, exact=True), facts, serialization,
-           MEM_RATIO_ENV, hint))
+           MEM_RATIO_ENV, hint), smallest_peak_bytes=peak)
 
 
 def _gib(nbytes, exact=False):
@@ -1028,8 +1038,10 @@ def _with_plots(err, sims, plot_dir, index, roles, batch_size, without,
     if not pictures:
         return AutotuneError(
             "%s (No memory plots: matplotlib is missing; the distance "
-            "histogram is in %s.)" % (err, os.path.abspath(plot_dir)))
+            "histogram is in %s.)" % (err, os.path.abspath(plot_dir)),
+            err.smallest_peak_bytes)
     return AutotuneError("%s Memory plots of the step without LMS and with "
                          "the smallest plan: %s" % (
                              err, ", ".join(os.path.abspath(f)
-                                            for f in pictures)))
+                                            for f in pictures)),
+                         err.smallest_peak_bytes)

@@ -15,7 +15,6 @@ Two cases, both only with `Settings.order_peaks` and auto-tuning:
   the ordered index is kept when its predicted step is shorter.
 """
 
-import dataclasses
 
 from tflms import autotune
 from tflms import graph_index as gi
@@ -73,7 +72,7 @@ def _fit_by_ordering(context, planned):
                 outcome = swaps.tune(context, ordered, ordered_deferral,
                                      found + edges)
             except autotune.AutotuneError as err:
-                error = err
+                error = _closest(error, err)
                 continue
             return swaps.with_outcome(context, planned, outcome, ordered,
                                       ordered_deferral, found + edges)
@@ -81,6 +80,16 @@ def _fit_by_ordering(context, planned):
         found += candidates[0]
         index, deferral = lowest
     raise error
+
+
+def _closest(error, other):
+    """Of two failed searches, the one whose smallest plan came closest to
+    the budget: the error names that plan, the one worth telling the user
+    about (the last round's may be further away)."""
+    mine, theirs = error.smallest_peak_bytes, other.smallest_peak_bytes
+    if theirs is not None and (mine is None or theirs < mine):
+        return other
+    return error
 
 
 def _faster_ordered(context, planned):
