@@ -8,6 +8,7 @@ them; the auto-tuner counts copy durations at `Settings.interconnect`.
 
 import dataclasses
 import math
+from typing import Optional
 
 __all__ = [
     "Gpu",
@@ -42,6 +43,21 @@ class Gpu:
       memory_bandwidth: HBM bytes/s.
       memory_bytes: device memory.
       source: where the numbers come from.
+      sms: streaming multiprocessors.
+      boost_clock_mhz: the GPU boost clock, MHz.
+      compute_capability: CUDA's ``"major.minor"``.
+      l2_bytes: L2 cache bytes.
+      shared_memory_per_sm: the most shared memory one SM can configure,
+        bytes.
+      device_name: the name CUDA reports for it (``cudaDeviceProp.name``,
+        what ``nvidia-smi`` shows).
+      architecture_source: where the SMs, clock, compute capability, L2
+        and shared memory come from.
+
+    The last seven describe the chip to Grappler's analytical cost model
+    (`tflms.oracle.gpu_properties`); the step-time model uses the rates
+    above. A `Gpu` made without them is fine for timing steps but cannot
+    be the oracle's GPU.
     """
 
     name: str
@@ -51,6 +67,13 @@ class Gpu:
     memory_bandwidth: float
     memory_bytes: int
     source: str
+    sms: Optional[int] = None
+    boost_clock_mhz: Optional[int] = None
+    compute_capability: Optional[str] = None
+    l2_bytes: Optional[int] = None
+    shared_memory_per_sm: Optional[int] = None
+    device_name: Optional[str] = None
+    architecture_source: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,17 +113,57 @@ _H100_SOURCE = ("NVIDIA H100 Tensor Core GPU datasheet (SXM: FP32 67 "
                 "https://resources.nvidia.com/en-us-tensor-core/"
                 "nvidia-tensor-core-gpu-datasheet")
 
+_KIB = 1 << 10
+_MIB = 1 << 20
+_VOLTA_SOURCE = ("NVIDIA Tesla V100 GPU Architecture whitepaper "
+                 "(WP-08608-001_v1.1; Tesla V100 SXM2: 80 SMs, GPU boost "
+                 "clock 1530 MHz, L2 6144 KB, compute capability 7.0, "
+                 "shared memory configurable up to 96 KB per SM), "
+                 "https://images.nvidia.com/content/volta-architecture/pdf/"
+                 "volta-architecture-whitepaper.pdf")
+_AMPERE_SOURCE = ("NVIDIA A100 Tensor Core GPU Architecture whitepaper "
+                  "(V1.0; A100 SXM4: 108 SMs, GPU boost clock 1410 MHz, L2 "
+                  "40960 KB, compute capability 8.0, shared memory "
+                  "configurable up to 164 KB per SM), "
+                  "https://images.nvidia.com/aem-dam/en-zz/Solutions/"
+                  "data-center/nvidia-ampere-architecture-whitepaper.pdf")
+# The Hopper whitepaper left the boost clock "not finalized"; 1980 MHz is
+# the clock the datasheet's 67 TFLOPS FP32 implies, and what H100 SXM5
+# boards report as their maximum.
+_HOPPER_SOURCE = ("NVIDIA H100 Tensor Core GPU Architecture whitepaper "
+                  "(H100 SXM5: 132 SMs, L2 50 MB, compute capability 9.0, "
+                  "shared memory configurable up to 228 KB per SM), "
+                  "https://resources.nvidia.com/en-us-tensor-core/"
+                  "gtc22-whitepaper-hopper; boost clock 1980 MHz: the "
+                  "datasheet's 67 TFLOPS FP32 is 132 SMs x 128 FP32 lanes "
+                  "x 2 FLOP x 1.98 GHz")
+
+_VOLTA = dict(sms=80, boost_clock_mhz=1530, compute_capability="7.0",
+              l2_bytes=6 * _MIB, shared_memory_per_sm=96 * _KIB,
+              architecture_source=_VOLTA_SOURCE)
+_AMPERE = dict(sms=108, boost_clock_mhz=1410, compute_capability="8.0",
+               l2_bytes=40 * _MIB, shared_memory_per_sm=164 * _KIB,
+               architecture_source=_AMPERE_SOURCE)
+_HOPPER = dict(sms=132, boost_clock_mhz=1980, compute_capability="9.0",
+               l2_bytes=50 * _MIB, shared_memory_per_sm=228 * _KIB,
+               architecture_source=_HOPPER_SOURCE)
+
 GPUS = {g.name: g for g in (
     Gpu("V100-SXM2-16GB", 15.7 * _T, 15.7 * _T, 125 * _T, 900 * _G,
-        16 * _GIB, _V100_SOURCE),
+        16 * _GIB, _V100_SOURCE, device_name="Tesla V100-SXM2-16GB",
+        **_VOLTA),
     Gpu("V100-SXM2-32GB", 15.7 * _T, 15.7 * _T, 125 * _T, 900 * _G,
-        32 * _GIB, _V100_SOURCE),
+        32 * _GIB, _V100_SOURCE, device_name="Tesla V100-SXM2-32GB",
+        **_VOLTA),
     Gpu("A100-SXM4-40GB", 19.5 * _T, 156 * _T, 312 * _T, 1555 * _G,
-        40 * _GIB, _A100_SOURCE),
+        40 * _GIB, _A100_SOURCE, device_name="NVIDIA A100-SXM4-40GB",
+        **_AMPERE),
     Gpu("A100-SXM4-80GB", 19.5 * _T, 156 * _T, 312 * _T, 2039 * _G,
-        80 * _GIB, _A100_SOURCE),
+        80 * _GIB, _A100_SOURCE, device_name="NVIDIA A100-SXM4-80GB",
+        **_AMPERE),
     Gpu("H100-SXM5-80GB", 67 * _T, 494.5 * _T, 989.5 * _T, 3350 * _G,
-        80 * _GIB, _H100_SOURCE),
+        80 * _GIB, _H100_SOURCE, device_name="NVIDIA H100 80GB HBM3",
+        **_HOPPER),
 )}
 
 _PCIE_SOURCE = ("PCI-SIG PCI Express Base Specifications 3.0/4.0/5.0: 8, 16 "

@@ -144,8 +144,9 @@ Four numbers come out of one call to `peak_memory`:
       everything the GPU does at that nanosecond.
 
     The times are the virtual cluster's model times: its analytical cost
-    model on the V100-like device of `gpu_properties` (or the ``gpu_props``
-    given), not a measurement, and ops are not delayed by the copies (a
+    model on the device `gpu_properties` makes of ``peak_memory``'s
+    ``gpu`` (the V100 unless told; or the ``gpu_props`` given), not a
+    measurement, and ops are not delayed by the copies (a
     reader of a swapped-in tensor is not made to wait for its copy; the
     GPU copy is only held longer instead). Allocations never move and
     releases only move later, so the timed peak is at least the instant

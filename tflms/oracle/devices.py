@@ -2,12 +2,14 @@
 cost model, the placement the oracle measures, and the names the virtual
 scheduler gives the copies it inserts."""
 
-from typing import Union
+from typing import Optional, Union
 
 import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 from tensorflow.core.protobuf import device_properties_pb2
 from tensorflow.python.grappler import cluster as gcluster
+
+from tflms import hardware
 
 GPU_DEVICE = "/job:localhost/replica:0/task:0/device:GPU:0"
 CPU_DEVICE = "/job:localhost/replica:0/task:0/device:CPU:0"
@@ -19,29 +21,69 @@ _UNLIMITED = 1 << 50
 _GraphLike = Union[tf.Graph, graph_pb2.GraphDef]
 
 
-def gpu_properties(memory_bytes: int = 16 << 30) -> device_properties_pb2.DeviceProperties:
-    """Properties of a V100-class GPU for the analytical cost model.
+# What the cost model is told that no `hardware.Gpu` varies. Registers:
+# 64K 32-bit registers per SM on compute capability 5.0 through 9.0 (CUDA C
+# Programming Guide, technical specifications per compute capability). L1:
+# what TensorFlow's own GetLocalGPUInfo sets for capability 5.0 and later.
+# CUDA: the toolkit version the oracle has always claimed (12.2, the one
+# TensorFlow 2.15 is built with); the cost model does not read it.
+_GPU_VENDOR = "NVIDIA"
+_GPU_REGISTERS_PER_SM = 65536
+_GPU_L1_BYTES = 24 * 1024
+_GPU_CUDA_VERSION = "12020"
+# The `hardware.Gpu` fields the proto is made of.
+_COST_MODEL_FIELDS = ("sms", "boost_clock_mhz", "compute_capability",
+                      "l2_bytes", "shared_memory_per_sm", "device_name")
+
+
+def gpu_properties(gpu=hardware.DEFAULT_GPU,
+                   memory_bytes: Optional[int] = None
+                   ) -> device_properties_pb2.DeviceProperties:
+    """Properties of a GPU of `tflms.hardware` for the analytical cost model.
+
+    Grappler's cost model reads the SMs, clock, compute capability and
+    bandwidth (``OpLevelCostEstimator::GetDeviceInfo``): compute is SMs x
+    boost clock x 64 FP32 lanes x 2, its rule for compute capability 6.0
+    and later (so it sees half an H100's FP32 rate), memory the HBM
+    bandwidth. The other fields describe the chip as TensorFlow's
+    ``GetLocalGPUInfo`` would on the real GPU.
 
     Args:
-      memory_bytes: device memory size.
+      gpu: a `tflms.hardware.Gpu` or a key of `tflms.hardware.GPUS`; the
+        default is the V100 LMS has always modelled.
+      memory_bytes: device memory size; None for the GPU's own.
 
     Returns:
       A ``DeviceProperties`` proto of type ``"GPU"``.
+
+    Raises:
+      ValueError: for an unknown name (naming the known ones), or a `Gpu`
+        without the SMs, clock, compute capability, L2, shared memory and
+        device name the cost model is given.
     """
+    gpu = hardware.gpu_named(gpu)
+    missing = [field for field in _COST_MODEL_FIELDS
+               if getattr(gpu, field) is None]
+    if missing:
+        raise ValueError(
+            "gpu %r cannot be the oracle's GPU: it has no %s; give the "
+            "Gpu these fields, as tflms.hardware.GPUS' GPUs have"
+            % (gpu.name, ", ".join(missing)))
     props = device_properties_pb2.DeviceProperties()
     props.type = "GPU"
-    props.vendor = "NVIDIA"
-    props.model = "Tesla V100-SXM2-16GB"
-    props.frequency = 1530          # MHz
-    props.num_cores = 80            # streaming multiprocessors
-    props.environment["architecture"] = "7.0"
-    props.environment["cuda"] = "12020"
-    props.num_registers = 65536
-    props.l1_cache_size = 24576
-    props.l2_cache_size = 6 * 1024 * 1024
-    props.shared_memory_size_per_multiprocessor = 98304
-    props.memory_size = memory_bytes
-    props.bandwidth = 900 * 1000 * 1000  # KB/s, i.e. 900 GB/s
+    props.vendor = _GPU_VENDOR
+    props.model = gpu.device_name
+    props.frequency = gpu.boost_clock_mhz          # MHz
+    props.num_cores = gpu.sms                      # streaming multiprocessors
+    props.environment["architecture"] = gpu.compute_capability
+    props.environment["cuda"] = _GPU_CUDA_VERSION
+    props.num_registers = _GPU_REGISTERS_PER_SM
+    props.l1_cache_size = _GPU_L1_BYTES
+    props.l2_cache_size = gpu.l2_bytes
+    props.shared_memory_size_per_multiprocessor = gpu.shared_memory_per_sm
+    props.memory_size = (gpu.memory_bytes if memory_bytes is None
+                         else memory_bytes)
+    props.bandwidth = int(round(gpu.memory_bandwidth / 1000))  # KB/s
     return props
 
 

@@ -10,6 +10,7 @@ from tensorflow.core.protobuf import device_properties_pb2
 from tensorflow.core.protobuf import meta_graph_pb2
 from tensorflow.python.grappler import item as gitem
 
+from tflms import hardware
 from tflms.oracle.copies import _link
 from tflms.oracle.devices import (CPU_DEVICE, GPU_DEVICE, _UNLIMITED,
                                   _as_graph_def, _cluster, _GraphLike,
@@ -76,7 +77,8 @@ def peak_memory(graph: _GraphLike,
                 gpu_device: str = GPU_DEVICE,
                 cpu_device: str = CPU_DEVICE,
                 scheduler_check: bool = False,
-                interconnect=None) -> OracleResult:
+                interconnect=None,
+                gpu=None) -> OracleResult:
     """Measures the GPU and host memory peaks of one step of ``graph``.
 
     Args:
@@ -88,7 +90,8 @@ def peak_memory(graph: _GraphLike,
         simulated device so that it never aborts.
       place: if True, apply `place_on_gpu` first; if False, use the graph's
         devices as they are (unplaced ops still land on the GPU).
-      gpu_props: ``DeviceProperties`` of the GPU; default `gpu_properties`.
+      gpu_props: ``DeviceProperties`` of the GPU; default
+        ``gpu_properties(gpu)``.
       cpu_props: ``DeviceProperties`` of the CPU; default `cpu_properties`.
       gpu_device: full name of the simulated GPU.
       cpu_device: full name of the simulated CPU.
@@ -101,19 +104,30 @@ def peak_memory(graph: _GraphLike,
         direction. Only ``runtime_gpu_peak_bytes`` (and its live tensors and
         time) changes: swapped-out GPU buffers are held until their copies
         to the host end (see the `tflms.oracle` docstring).
+      gpu: the GPU to simulate, a `tflms.hardware.Gpu` or a key of
+        `tflms.hardware.GPUS`; None for `tflms.hardware.DEFAULT_GPU`, the
+        V100. Its memory is not the capacity: that is
+        ``gpu_memory_bytes``.
 
     Returns:
       An `OracleResult`.
 
     Raises:
       ValueError: for an unknown ``interconnect`` name or a rate that is
-        not positive.
+        not positive, an unknown ``gpu``, or both ``gpu`` and
+        ``gpu_props``.
     """
+    if gpu is not None and gpu_props is not None:
+        raise ValueError(
+            "peak_memory takes gpu or gpu_props, not both; got gpu=%r and "
+            "gpu_props for %r" % (getattr(gpu, "name", gpu), gpu_props.model))
     link_name, bytes_per_s = _link(interconnect)
     graph_def = place_on_gpu(graph) if place else _as_graph_def(graph)
     fetch_names = _fetch_names(fetches)
     meta = _metagraph(graph_def, fetch_names)
-    gpu_props = gpu_props if gpu_props is not None else gpu_properties()
+    if gpu_props is None:
+        gpu_props = gpu_properties(
+            hardware.DEFAULT_GPU if gpu is None else gpu)
     cpu_props = cpu_props if cpu_props is not None else cpu_properties()
 
     cluster = _cluster(_with_memory(gpu_props, _UNLIMITED),
