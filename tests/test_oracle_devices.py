@@ -17,7 +17,8 @@ if tf.executing_eagerly():
 
 from tflms import hardware, oracle  # pylint: disable=g-import-not-at-top
 
-# gpu_properties() at f4e609a, every field it set.
+# gpu_properties() at f4e609a, every field it set (l3_cache_size it left
+# at 0).
 V100_BEFORE = {
     "type": "GPU",
     "vendor": "NVIDIA",
@@ -27,7 +28,6 @@ V100_BEFORE = {
     "num_registers": 65536,
     "l1_cache_size": 24576,
     "l2_cache_size": 6 * 1024 * 1024,
-    "l3_cache_size": 0,
     "shared_memory_size_per_multiprocessor": 98304,
     "memory_size": 16 << 30,
     "bandwidth": 900 * 1000 * 1000,
@@ -45,8 +45,9 @@ A100_BEFORE = dict(V100_BEFORE, model="NVIDIA A100-SXM4-40GB",
 
 
 def _fields(props):
-    return {field.name: getattr(props, field.name)
-            for field in props.DESCRIPTOR.fields
+    # The fields set to anything but their default (proto3 lists no others),
+    # so a field a later TensorFlow adds to the proto changes nothing here.
+    return {field.name: value for field, value in props.ListFields()
             if field.name != "environment"}
 
 
