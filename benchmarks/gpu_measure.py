@@ -33,6 +33,7 @@ if __package__ in (None, ""):
         os.path.abspath(__file__))))
 
 from benchmarks import common  # pylint: disable=wrong-import-position
+from tflms import hardware  # pylint: disable=wrong-import-position
 
 __all__ = ["NO_GPU_MESSAGE", "main"]
 
@@ -45,8 +46,18 @@ NO_GPU_MESSAGE = (
     "'tensorflow[and-cuda]'); for predictions without a GPU use `tflms "
     "plan` or benchmarks/step_time.py.")
 
-_GPU_NAMES = (("V100", "V100-SXM2-16GB"), ("A100", "A100-SXM4-40GB"),
-              ("H100", "H100-SXM5-80GB"))
+
+def _families():
+    """``(family, key)`` for each family of `hardware.GPUS` (``"V100"``...),
+    its first GPU: the one a device name that gives only the family (not
+    the memory) is taken for."""
+    families = {}
+    for key in hardware.GPUS:
+        families.setdefault(key.split("-")[0], key)
+    return tuple(families.items())
+
+
+_GPU_NAMES = _families()
 
 
 def _builders(args):
@@ -61,12 +72,18 @@ def _builders(args):
 
 
 def _guess_gpu(tf, device):
-    """The `steptime.GPUS` entry whose family the device's name gives."""
+    """The `hardware.GPUS` entry the device's name gives."""
     try:
         name = tf.config.experimental.get_device_details(device).get(
             "device_name", "")
     except (ValueError, AttributeError):
         name = ""
+    # The name CUDA reports picks the GPU itself, and so does a key inside
+    # it (older drivers spell "A100-SXM4-40GB" without "NVIDIA "); failing
+    # both, its family.
+    for key, gpu in hardware.GPUS.items():
+        if gpu.device_name == name or key in name:
+            return key, name
     for family, key in _GPU_NAMES:
         if family in name:
             return key, name

@@ -277,7 +277,8 @@ def tensor_bytes_of(graph):
 
 def _virtual_cluster(gpu_memory_bytes):
     gpu = device_properties_pb2.NamedDevice(name=oracle.GPU_DEVICE)
-    gpu.properties.CopyFrom(oracle.gpu_properties(int(gpu_memory_bytes)))
+    gpu.properties.CopyFrom(oracle.gpu_properties(
+        memory_bytes=int(gpu_memory_bytes)))
     cpu = device_properties_pb2.NamedDevice(name=oracle.CPU_DEVICE)
     cpu.properties.CopyFrom(oracle.cpu_properties())
     return gcluster.Cluster(devices=[gpu, cpu])

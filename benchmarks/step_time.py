@@ -55,25 +55,10 @@ PUBLISHED = (
 )
 
 
-def _a100_properties():
-    """Grappler device properties of an A100-SXM4-40GB (the oracle's default
-    is a V100): 108 SMs at 1410 MHz boost, 1,555 GB/s, 40 MB of L2."""
-    from tflms import oracle  # pylint: disable=import-outside-toplevel
-    props = oracle.gpu_properties(40 << 30)
-    props.model = "A100-SXM4-40GB"
-    props.frequency = 1410
-    props.num_cores = 108
-    props.environment["architecture"] = "8.0"
-    props.l2_cache_size = 40 * 1024 * 1024
-    props.shared_memory_size_per_multiprocessor = 164 * 1024
-    props.bandwidth = 1555 * 1000 * 1000  # KB/s
-    return props
-
-
 def _grappler_step_s(built, gpu):
     from tflms import oracle  # pylint: disable=import-outside-toplevel
-    props = _a100_properties() if gpu.startswith("A100") else None
-    result = oracle.peak_memory(built.graph, [built.train_op], gpu_props=props)
+    # The virtual cluster's GPU is the row's (tflms.hardware.GPUS).
+    result = oracle.peak_memory(built.graph, [built.train_op], gpu=gpu)
     return result.run_time_s
 
 
@@ -278,9 +263,9 @@ def _section(throughput, plan, command):
             throughput_table(throughput), "",
             "Predicted: `StepTimeModel(...).predict()` at the published "
             "batch; images/s = batch / step. Published: " + _SOURCE + ".",
-            "Grappler: `oracle.peak_memory(...).run_time_s` with the "
-            "oracle's V100 properties, and for the A100 108 SMs at 1,410 "
-            "MHz, compute capability 8.0, 1,555 GB/s.", "",
+            "Grappler: `oracle.peak_memory(..., gpu=...).run_time_s` on "
+            "the row's GPU as `tflms.hardware` describes it (the A100: 108 "
+            "SMs at 1,410 MHz, compute capability 8.0, 1,555 GB/s).", "",
             plan_title(plan), "", lms_table(plan), "", _READING, END]
     return "\n".join(rows)
 

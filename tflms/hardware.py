@@ -3,11 +3,19 @@ published peak rates and sources.
 
 Standard library only: `tflms.settings` lists these names in its checks and
 ``--help`` without loading TensorFlow. `tflms.steptime` times steps with
-them; the auto-tuner counts copy durations at `Settings.interconnect`.
+them; the auto-tuner counts copy durations at `Settings.interconnect`;
+`tflms.oracle.gpu_properties` describes a GPU's chip to Grappler's cost
+model. The tables of them in docs/performance.md and the names in
+docs/plan.md are made here (``python -m tflms.hardware --write
+docs/performance.md docs/plan.md``).
 """
 
+import argparse
 import dataclasses
 import math
+import re
+import sys
+from typing import Optional
 
 __all__ = [
     "Gpu",
@@ -20,6 +28,10 @@ __all__ = [
     "DEFAULT_INTERCONNECT",
     "gpu_named",
     "interconnect_named",
+    "gpu_table",
+    "link_table",
+    "names_text",
+    "with_tables",
 ]
 
 
@@ -42,6 +54,21 @@ class Gpu:
       memory_bandwidth: HBM bytes/s.
       memory_bytes: device memory.
       source: where the numbers come from.
+      sms: streaming multiprocessors.
+      boost_clock_mhz: the GPU boost clock, MHz.
+      compute_capability: CUDA's ``"major.minor"``.
+      l2_bytes: L2 cache bytes.
+      shared_memory_per_sm: the most shared memory one SM can configure,
+        bytes.
+      device_name: the name CUDA reports for it (``cudaDeviceProp.name``,
+        what ``nvidia-smi`` shows).
+      architecture_source: where the SMs, clock, compute capability, L2
+        and shared memory come from.
+
+    The last seven describe the chip to Grappler's analytical cost model
+    (`tflms.oracle.gpu_properties`); the step-time model uses the rates
+    above. A `Gpu` made without them is fine for timing steps but cannot
+    be the oracle's GPU.
     """
 
     name: str
@@ -51,6 +78,13 @@ class Gpu:
     memory_bandwidth: float
     memory_bytes: int
     source: str
+    sms: Optional[int] = None
+    boost_clock_mhz: Optional[int] = None
+    compute_capability: Optional[str] = None
+    l2_bytes: Optional[int] = None
+    shared_memory_per_sm: Optional[int] = None
+    device_name: Optional[str] = None
+    architecture_source: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,26 +124,73 @@ _H100_SOURCE = ("NVIDIA H100 Tensor Core GPU datasheet (SXM: FP32 67 "
                 "https://resources.nvidia.com/en-us-tensor-core/"
                 "nvidia-tensor-core-gpu-datasheet")
 
+_KIB = 1 << 10
+_MIB = 1 << 20
+_VOLTA_SOURCE = ("NVIDIA Tesla V100 GPU Architecture whitepaper "
+                 "(WP-08608-001_v1.1; Tesla V100 SXM2: 80 SMs, GPU boost "
+                 "clock 1530 MHz, L2 6144 KB, compute capability 7.0, "
+                 "shared memory configurable up to 96 KB per SM), "
+                 "https://images.nvidia.com/content/volta-architecture/pdf/"
+                 "volta-architecture-whitepaper.pdf")
+_AMPERE_SOURCE = ("NVIDIA A100 Tensor Core GPU Architecture whitepaper "
+                  "(V1.0; A100 SXM4: 108 SMs, GPU boost clock 1410 MHz, L2 "
+                  "40960 KB, compute capability 8.0, shared memory "
+                  "configurable up to 164 KB per SM), "
+                  "https://images.nvidia.com/aem-dam/en-zz/Solutions/"
+                  "data-center/nvidia-ampere-architecture-whitepaper.pdf")
+# The Hopper whitepaper left the boost clock "not finalized"; 1980 MHz is
+# the clock the datasheet's 67 TFLOPS FP32 implies, and what H100 SXM5
+# boards report as their maximum.
+_HOPPER_SOURCE = ("NVIDIA H100 Tensor Core GPU Architecture whitepaper "
+                  "(H100 SXM5: 132 SMs, L2 50 MB, compute capability 9.0, "
+                  "shared memory configurable up to 228 KB per SM), "
+                  "https://resources.nvidia.com/en-us-tensor-core/"
+                  "gtc22-whitepaper-hopper; boost clock 1980 MHz: the "
+                  "datasheet's 67 TFLOPS FP32 is 132 SMs x 128 FP32 lanes "
+                  "x 2 FLOP x 1.98 GHz")
+
+_VOLTA = dict(sms=80, boost_clock_mhz=1530, compute_capability="7.0",
+              l2_bytes=6 * _MIB, shared_memory_per_sm=96 * _KIB,
+              architecture_source=_VOLTA_SOURCE)
+_AMPERE = dict(sms=108, boost_clock_mhz=1410, compute_capability="8.0",
+               l2_bytes=40 * _MIB, shared_memory_per_sm=164 * _KIB,
+               architecture_source=_AMPERE_SOURCE)
+_HOPPER = dict(sms=132, boost_clock_mhz=1980, compute_capability="9.0",
+               l2_bytes=50 * _MIB, shared_memory_per_sm=228 * _KIB,
+               architecture_source=_HOPPER_SOURCE)
+
 GPUS = {g.name: g for g in (
     Gpu("V100-SXM2-16GB", 15.7 * _T, 15.7 * _T, 125 * _T, 900 * _G,
-        16 * _GIB, _V100_SOURCE),
+        16 * _GIB, _V100_SOURCE, device_name="Tesla V100-SXM2-16GB",
+        **_VOLTA),
     Gpu("V100-SXM2-32GB", 15.7 * _T, 15.7 * _T, 125 * _T, 900 * _G,
-        32 * _GIB, _V100_SOURCE),
+        32 * _GIB, _V100_SOURCE, device_name="Tesla V100-SXM2-32GB",
+        **_VOLTA),
     Gpu("A100-SXM4-40GB", 19.5 * _T, 156 * _T, 312 * _T, 1555 * _G,
-        40 * _GIB, _A100_SOURCE),
+        40 * _GIB, _A100_SOURCE, device_name="NVIDIA A100-SXM4-40GB",
+        **_AMPERE),
     Gpu("A100-SXM4-80GB", 19.5 * _T, 156 * _T, 312 * _T, 2039 * _G,
-        80 * _GIB, _A100_SOURCE),
+        80 * _GIB, _A100_SOURCE, device_name="NVIDIA A100-SXM4-80GB",
+        **_AMPERE),
     Gpu("H100-SXM5-80GB", 67 * _T, 494.5 * _T, 989.5 * _T, 3350 * _G,
-        80 * _GIB, _H100_SOURCE),
+        80 * _GIB, _H100_SOURCE, device_name="NVIDIA H100 80GB HBM3",
+        **_HOPPER),
 )}
 
-_PCIE_SOURCE = ("PCI-SIG PCI Express Base Specifications 3.0/4.0/5.0: 8, 16 "
-                "and 32 GT/s per lane with 128b/130b encoding; x16 carries "
-                "15.75, 31.5 and 63.0 GB/s per direction")
+
+def _pcie_source(version, gigatransfers, per_direction):
+    return ("PCI-SIG PCI Express Base Specification %s: %d GT/s per lane, "
+            "128b/130b encoding; x16 carries %s GB/s per direction"
+            % (version, gigatransfers, per_direction))
+
+
 INTERCONNECTS = {i.name: i for i in (
-    Interconnect("pcie3", "PCIe 3.0 x16", 15.75 * _G, _PCIE_SOURCE),
-    Interconnect("pcie4", "PCIe 4.0 x16", 31.5 * _G, _PCIE_SOURCE),
-    Interconnect("pcie5", "PCIe 5.0 x16", 63.0 * _G, _PCIE_SOURCE),
+    Interconnect("pcie3", "PCIe 3.0 x16", 15.75 * _G,
+                 _pcie_source("3.0", 8, "15.75")),
+    Interconnect("pcie4", "PCIe 4.0 x16", 31.5 * _G,
+                 _pcie_source("4.0", 16, "31.5")),
+    Interconnect("pcie5", "PCIe 5.0 x16", 63.0 * _G,
+                 _pcie_source("5.0", 32, "63.0")),
     Interconnect(
         "nvlink2", "NVLink 2.0 (POWER9-V100, 3 bricks)", 75.0 * _G,
         "NVIDIA Tesla V100 datasheet (NVLink 2.0: 25 GB/s per brick per "
@@ -169,3 +250,130 @@ def interconnect_named(name):
                          "%r for copies that take no time"
                          % (name, ", ".join(INTERCONNECTS), INSTANT.name))
     return found
+
+
+# The docs' hardware tables are made here, so a GPU or link added above
+# reaches docs/performance.md and docs/plan.md by `python -m tflms.hardware
+# --write` (tests/test_hardware.py fails while they differ). Each is
+# written between the comments <!-- hardware:NAME --> and
+# <!-- /hardware:NAME -->, which Markdown readers do not see.
+
+
+def _number(value):
+    """``1555.0 -> "1,555"``, ``15.75 -> "15.75"``."""
+    return format(value, ",g")
+
+
+def _source_title(source):
+    # A source's title is its text before the first parenthesis (the
+    # numbers it backs and its address follow).
+    return source.split(" (")[0]
+
+
+def gpu_table():
+    """The Markdown table of `GPUS`: rates, memory, chip, sources."""
+    rows = [
+        "| GPU (`--gpu`) | FP32 TFLOP/s | matmul/conv peak for float32 | "
+        "FP16 tensor | HBM bandwidth | memory | SMs x boost clock, compute "
+        "capability, L2 (the oracle's GPU) | sources |",
+        "|---|---:|---:|---:|---:|---:|---|---|",
+    ]
+    for gpu in GPUS.values():
+        # Matmuls of a float32 graph get TF32 where the tensor cores are
+        # faster than the CUDA cores (the `Gpu.tensor_flops` docstring).
+        kind = "FP32" if gpu.tensor_flops == gpu.fp32_flops else "TF32"
+        chip = "%d x %s MHz, %s, %s MiB" % (
+            gpu.sms, _number(gpu.boost_clock_mhz), gpu.compute_capability,
+            _number(gpu.l2_bytes / _MIB))
+        rows.append("| `%s`%s | %s | %s (%s) | %s | %s GB/s | %s GiB | %s | "
+                    "%s; %s |" % (
+                        gpu.name,
+                        " (default)" if gpu.name == DEFAULT_GPU else "",
+                        _number(gpu.fp32_flops / _T),
+                        _number(gpu.tensor_flops / _T), kind,
+                        _number(gpu.half_flops / _T),
+                        _number(gpu.memory_bandwidth / _G),
+                        _number(gpu.memory_bytes / _GIB), chip,
+                        _source_title(gpu.source),
+                        _source_title(gpu.architecture_source)))
+    return "\n".join(rows)
+
+
+def link_table():
+    """The Markdown table of `INTERCONNECTS`: rate per direction, source."""
+    rows = ["| link (`--interconnect`) | GB/s per direction | source |",
+            "|---|---:|---|"]
+    for link in INTERCONNECTS.values():
+        rows.append("| `%s` %s%s | %s | %s |" % (
+            link.name, link.label,
+            " (default)" if link.name == DEFAULT_INTERCONNECT else "",
+            _number(link.bytes_per_s / _G), link.source))
+    return "\n".join(rows)
+
+
+def names_text():
+    """The names `--gpu` and `--interconnect` take, for docs/plan.md."""
+    def named(names, default):
+        return ", ".join("`%s`%s" % (name, " (default)" if name == default
+                                     else "") for name in names)
+    return "%s; %s, or `%s` (copies take no time)" % (
+        named(GPUS, DEFAULT_GPU), named(INTERCONNECTS, DEFAULT_INTERCONNECT),
+        INSTANT.name)
+
+
+# Marker name -> (text, whether it is a block of its own lines).
+_GENERATED = {
+    "gpus": (gpu_table, True),
+    "links": (link_table, True),
+    "names": (names_text, False),
+}
+_MARKED = re.compile(r"<!-- hardware:(\w+) -->(.*?)<!-- /hardware:\1 -->",
+                     re.S)
+
+
+def with_tables(text):
+    """`text` with what stands between each pair of hardware markers made
+    again from `GPUS` and `INTERCONNECTS`; everything else is kept.
+
+    Raises:
+      ValueError: for a marker name this module does not make.
+    """
+    def made(match):
+        name = match.group(1)
+        if name not in _GENERATED:
+            raise ValueError(
+                "<!-- hardware:%s --> names nothing tflms.hardware makes; "
+                "use one of %s" % (name, ", ".join(_GENERATED)))
+        make, block = _GENERATED[name]
+        inside = "\n%s\n" % make() if block else make()
+        return "<!-- hardware:%s -->%s<!-- /hardware:%s -->" % (
+            name, inside, name)
+    return _MARKED.sub(made, text)
+
+
+def main(argv=None):
+    """``python -m tflms.hardware``: print the tables, or rewrite what the
+    hardware markers of some files hold with ``--write PATH...``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m tflms.hardware",
+        description="Print the Markdown tables of the known GPUs and links, "
+                    "or regenerate them between the <!-- hardware:... --> "
+                    "markers of docs/performance.md and docs/plan.md.")
+    parser.add_argument("--write", metavar="PATH", nargs="+", default=None,
+                        help="rewrite the marked text of these files (e.g. "
+                             "docs/performance.md docs/plan.md), keeping "
+                             "the rest")
+    args = parser.parse_args(argv)
+    if args.write is None:
+        print(gpu_table() + "\n\n" + link_table() + "\n\n" + names_text())
+        return 0
+    for path in args.write:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(with_tables(text))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,185 @@
+"""Tests for tflms/hardware.py: the named GPUs and links, their checks, and
+the docs' tables made from them.
+
+A new GPU is one row in `hardware.GPUS`; these tests fail until the docs
+that list the GPUs (docs/performance.md, docs/plan.md) are made again
+(``python -m tflms.hardware --write docs/performance.md docs/plan.md``)
+and until the row carries what the oracle and the step-time model need.
+"""
+
+import dataclasses
+import os
+import subprocess
+import sys
+
+import pytest
+
+from _doc_blocks import ROOT
+from benchmarks import gpu_measure
+from tflms import hardware
+
+GENERATED_DOCS = ("docs/performance.md", "docs/plan.md")
+
+
+def _read(rel):
+    with open(os.path.join(ROOT, rel), encoding="utf-8") as f:
+        return f.read()
+
+
+def test_names_are_the_keys_and_unique():
+    assert all(key == gpu.name for key, gpu in hardware.GPUS.items())
+    assert all(key == link.name
+               for key, link in hardware.INTERCONNECTS.items())
+    names = (list(hardware.GPUS) + list(hardware.INTERCONNECTS)
+             + [hardware.INSTANT.name])
+    assert len(set(names)) == len(names)
+    labels = [link.label for link in hardware.INTERCONNECTS.values()]
+    assert len(set(labels)) == len(labels)
+    device_names = [gpu.device_name for gpu in hardware.GPUS.values()]
+    assert len(set(device_names)) == len(device_names)
+    assert hardware.DEFAULT_GPU in hardware.GPUS
+    assert hardware.DEFAULT_INTERCONNECT in hardware.INTERCONNECTS
+    assert hardware.LINKS == tuple(
+        (link.label, link.bytes_per_s / 1e9)
+        for link in hardware.INTERCONNECTS.values())
+
+
+def test_gpu_named_takes_a_name_or_a_gpu_and_names_the_known_ones():
+    a100 = hardware.GPUS["A100-SXM4-40GB"]
+    assert hardware.gpu_named("A100-SXM4-40GB") is a100
+    assert hardware.gpu_named(a100) is a100
+    with pytest.raises(ValueError, match=(
+            r"^gpu 'A100' is not known; use one of V100-SXM2-16GB, "
+            r"V100-SXM2-32GB, A100-SXM4-40GB, A100-SXM4-80GB, "
+            r"H100-SXM5-80GB$")):
+        hardware.gpu_named("A100")
+
+
+def test_interconnect_named_takes_a_name_a_link_or_instant():
+    pcie4 = hardware.INTERCONNECTS["pcie4"]
+    assert hardware.interconnect_named("pcie4") is pcie4
+    assert hardware.interconnect_named(pcie4) is pcie4
+    assert hardware.interconnect_named("instant") is hardware.INSTANT
+    with pytest.raises(ValueError, match=(
+            r"^interconnect 'pcie6' is not known; use one of pcie3, pcie4, "
+            r"pcie5, nvlink2, nvlink-c2c, or 'instant' for copies that "
+            r"take no time$")):
+        hardware.interconnect_named("pcie6")
+
+
+@pytest.mark.parametrize("name", list(hardware.GPUS))
+def test_every_gpu_has_its_rates_chip_and_sources(name):
+    gpu = hardware.GPUS[name]
+    for field in dataclasses.fields(gpu):
+        assert getattr(gpu, field.name) not in (None, ""), field.name
+    assert 0 < gpu.fp32_flops <= gpu.tensor_flops < gpu.half_flops
+    assert gpu.compute_capability.count(".") == 1
+    # The datasheet's FP32 rate is SMs x FP32 lanes per SM (64 up to
+    # Ampere's GA100, 128 on Hopper) x 2 FLOP per fused multiply-add x the
+    # boost clock: the whitepaper's chip and the datasheet's rate agree.
+    per_sm_cycle = gpu.fp32_flops / (gpu.sms * gpu.boost_clock_mhz * 1e6 * 2)
+    lanes = 128 if gpu.compute_capability >= "9" else 64
+    assert per_sm_cycle == pytest.approx(lanes, rel=0.01)
+    assert gpu.source.startswith("NVIDIA ") and "https://" in gpu.source
+    assert "whitepaper" in gpu.architecture_source
+    assert "https://" in gpu.architecture_source
+
+
+def test_the_docs_tables_are_made_from_hardware():
+    """The marked text of the docs is what `hardware` makes today."""
+    for rel in GENERATED_DOCS:
+        text = _read(rel)
+        assert hardware.with_tables(text) == text, (
+            "%s's hardware tables differ from tflms/hardware.py; regenerate "
+            "them with: python -m tflms.hardware --write %s"
+            % (rel, " ".join(GENERATED_DOCS)))
+    performance = _read("docs/performance.md")
+    assert hardware.gpu_table() in performance
+    assert hardware.link_table() in performance
+    assert hardware.names_text() in _read("docs/plan.md")
+
+
+def test_a_new_gpu_makes_the_docs_stale(monkeypatch):
+    b200 = dataclasses.replace(hardware.GPUS["H100-SXM5-80GB"],
+                               name="B200-SXM6-192GB")
+    monkeypatch.setitem(hardware.GPUS, b200.name, b200)
+    assert "| `B200-SXM6-192GB` |" in hardware.gpu_table()
+    assert "`B200-SXM6-192GB`; `pcie3`" in hardware.names_text()
+    for rel in GENERATED_DOCS:
+        text = _read(rel)
+        assert hardware.with_tables(text) != text, rel
+
+
+def test_tables_list_each_gpu_and_link_once_and_mark_the_defaults():
+    gpus = hardware.gpu_table().split("\n")
+    assert len(gpus) == 2 + len(hardware.GPUS)
+    for name, row in zip(hardware.GPUS, gpus[2:]):
+        assert row.startswith("| `%s`" % name)
+        assert ("(default)" in row) == (name == hardware.DEFAULT_GPU)
+    assert "| 1,555 GB/s | 40 GiB | 108 x 1,410 MHz, 8.0, 40 MiB |" in gpus[4]
+    links = hardware.link_table().split("\n")
+    assert len(links) == 2 + len(hardware.INTERCONNECTS)
+    assert links[3].startswith("| `pcie4` PCIe 4.0 x16 (default) | 31.5 |")
+
+
+def test_with_tables_keeps_the_prose_and_rejects_unknown_markers():
+    page = ("before\n\n<!-- hardware:links -->\nold\n<!-- /hardware:links "
+            "-->\n\nin a cell: <!-- hardware:names -->old<!-- "
+            "/hardware:names -->.\n")
+    new = hardware.with_tables(page)
+    assert new == (
+        "before\n\n<!-- hardware:links -->\n" + hardware.link_table()
+        + "\n<!-- /hardware:links -->\n\nin a cell: <!-- hardware:names -->"
+        + hardware.names_text() + "<!-- /hardware:names -->.\n")
+    assert hardware.with_tables(new) == new
+    with pytest.raises(ValueError, match=(
+            r"<!-- hardware:cpus --> names nothing tflms.hardware makes; "
+            r"use one of gpus, links, names")):
+        hardware.with_tables("<!-- hardware:cpus -->x<!-- /hardware:cpus -->")
+
+
+def test_write_regenerates_a_file_without_tensorflow(tmp_path):
+    """`python -m tflms.hardware --write` with TensorFlow unimportable:
+    the module is standard library only."""
+    page = tmp_path / "page.md"
+    page.write_text("<!-- hardware:gpus -->\n<!-- /hardware:gpus -->\n")
+    code = ("import sys; sys.modules['tensorflow'] = None; "
+            "from tflms import hardware; "
+            "sys.exit(hardware.main(['--write', %r]))" % str(page))
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert page.read_text() == ("<!-- hardware:gpus -->\n"
+                                + hardware.gpu_table()
+                                + "\n<!-- /hardware:gpus -->\n")
+
+
+def test_gpu_measure_families_come_from_hardware():
+    families = dict(gpu_measure._GPU_NAMES)  # pylint: disable=protected-access
+    assert families == {"V100": "V100-SXM2-16GB", "A100": "A100-SXM4-40GB",
+                        "H100": "H100-SXM5-80GB"}
+    assert {key.split("-")[0] for key in hardware.GPUS} == set(families)
+
+
+class _FakeTf:
+    """Just what `gpu_measure._guess_gpu` asks TensorFlow: a device name."""
+
+    def __init__(self, device_name):
+        details = {"device_name": device_name}
+        experimental = type("Experimental", (), {
+            "get_device_details": staticmethod(lambda device: details)})
+        self.config = type("Config", (), {"experimental": experimental})
+
+
+@pytest.mark.parametrize("device_name, key", [
+    ("Tesla V100-SXM2-32GB", "V100-SXM2-32GB"),
+    ("NVIDIA A100-SXM4-80GB", "A100-SXM4-80GB"),
+    ("A100-SXM4-80GB", "A100-SXM4-80GB"),
+    ("NVIDIA H100 80GB HBM3", "H100-SXM5-80GB"),
+    ("Tesla V100-PCIE-16GB", "V100-SXM2-16GB"),
+    ("NVIDIA GeForce RTX 4090", None),
+])
+def test_gpu_measure_guesses_the_gpu_from_its_name(device_name, key):
+    guess = gpu_measure._guess_gpu(  # pylint: disable=protected-access
+        _FakeTf(device_name), "/physical_device:GPU:0")
+    assert guess == (key, device_name)

@@ -1,0 +1,411 @@
+"""The replay of the step stats with the TensorFlow executor's buffer rules
+(the ``tflms.oracle`` docstring: ``runtime_gpu_peak_bytes``): forwarding
+ops, resident variables, release at launch, swapped-in copies allocated
+when the host sends them."""
+
+import functools
+import math
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.core.framework import graph_pb2
+from tensorflow.python.framework import op_def_registry
+
+from tflms.oracle.copies import _hold_for_copies
+from tflms.oracle.devices import (_GraphLike, _is_cpu_device, _recv_name,
+                                  _sanitized)
+from tflms.oracle.results import LiveTensor
+from tflms.oracle.trace import _parse_input
+
+# Kernels that return their input's buffer as their output
+# (context->set_output(k, context->input(k)), or Tensor::CopyFrom with a new
+# shape) instead of allocating one. IdentityN forwards input k to output k,
+# the others input 0 to output 0.
+FORWARDING_TYPES = frozenset({
+    "Identity", "IdentityN", "StopGradient", "PreventGradient", "Reshape",
+    "Squeeze", "ExpandDims",
+})
+# x * 1, 1 * x, x / 1, x + 0, 0 + x, x - 0 with a constant neutral operand
+# (slots of x and of the constant): Grappler's constant folding replaces such
+# an op by an Identity of x when the output has x's shape, so in a real step
+# its output is x's buffer. The gradient of tf.nn.swish computes x * 1.0
+# (Keras EfficientNet: FULL_TRACE of a step with Grappler on has no such op).
+NEUTRAL_OPERAND_TYPES = {
+    "Mul": (1.0, ((0, 1), (1, 0))), "MulNoNan": (1.0, ((0, 1), (1, 0))),
+    "RealDiv": (1.0, ((0, 1),)), "Div": (1.0, ((0, 1),)),
+    "Add": (0.0, ((0, 1), (1, 0))), "AddV2": (0.0, ((0, 1), (1, 0))),
+    "BiasAdd": (0.0, ((0, 1),)), "Sub": (0.0, ((0, 1),)),
+}
+# ReadVariableOp returns the variable's own buffer (outside copy-on-read
+# mode, which only sparse gathers turn on).
+VARIABLE_READ_TYPES = frozenset({"ReadVariableOp"})
+# The one op whose reference output is a buffer of its own, allocated in the
+# step; every other ref output refers to a variable's resident buffer.
+ALLOCATING_REF_TYPES = frozenset({"TemporaryVariable"})
+VARIABLE_TYPES = frozenset({"VarHandleOp", "VariableV2"})
+
+
+def _neutral_operand_slot(node, nodes, sizes):
+    """The data input whose buffer `node` (x op neutral constant) returns
+    once Grappler folds it (`NEUTRAL_OPERAND_TYPES`), or None."""
+    neutral, pairs = NEUTRAL_OPERAND_TYPES[node.op]
+    data = [i for i in node.input if not i.startswith("^")]
+    for kept, other in pairs:
+        if max(kept, other) >= len(data):
+            continue
+        const = nodes.get(_parse_input(data[other])[0])
+        x_key = _parse_input(data[kept])
+        # Same bytes as x (the same dtype): broadcasting changed nothing.
+        if (const is None or const.op != "Const"
+                or sizes.get(x_key) != sizes.get((node.name, 0))):
+            continue
+        value = const.attr["value"].tensor
+        if math.prod(d.size for d in value.tensor_shape.dim) > 1024:
+            continue  # a large constant is no neutral scalar
+        try:
+            array = tf.make_ndarray(value)
+        except (TypeError, ValueError):
+            continue
+        if array.size and (array == neutral).all():
+            return kept
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _ref_output_ports(op_type: str) -> frozenset:
+    """Output ports of `op_type` that are references to a variable's buffer.
+
+    Ports are counted through the op def's output args up to the first
+    list-valued one (no registered op has a reference output after one).
+    Unknown op types (functions of the graph's library) have none.
+    """
+    op_def = op_def_registry.get(op_type)
+    if op_def is None or op_type in ALLOCATING_REF_TYPES:
+        return frozenset()
+    ports = set()
+    for port, arg in enumerate(op_def.output_arg):
+        if arg.number_attr or arg.type_list_attr:
+            break
+        if arg.is_ref:
+            ports.add(port)
+    return frozenset(ports)
+
+
+def _variable_bytes(node) -> int:
+    dtype = tf.as_dtype(node.attr["dtype"].type)
+    dims = [d.size for d in node.attr["shape"].shape.dim]
+    if any(d < 0 for d in dims):
+        return 0  # unknown size counts as zero, as everywhere in the oracle
+    return int(np.prod(dims, dtype=np.int64)) * dtype.base_dtype.size
+
+
+def _static_output_bytes(graph: _GraphLike) -> dict:
+    """Bytes of every tensor whose static shape TensorFlow fully knows.
+
+    Shapes come from TensorFlow's own shape inference on graph
+    construction (a `GraphDef` is imported into a scratch graph), which
+    evaluates small constant subgraphs such as the ``InvertPermutation``
+    that gives a gradient ``Transpose`` its permutation. Grappler's static
+    inference, which sizes the virtual scheduler's outputs, does not, and
+    records such an output as 4 bytes.
+
+    Returns:
+      dict ``(node name, port) -> bytes``; resource, variant and string
+      tensors and tensors with an unknown dimension are left out.
+    """
+    if isinstance(graph, graph_pb2.GraphDef):
+        graph_def = graph_pb2.GraphDef()
+        graph_def.CopyFrom(graph)
+        # The measurement ignores colocation; so does this import, which
+        # would reject a constraint naming a node that was dropped.
+        for node in graph_def.node:
+            if "_class" in node.attr:
+                del node.attr["_class"]
+        scratch = tf.Graph()
+        with scratch.as_default():
+            tf.compat.v1.import_graph_def(graph_def, name="")
+        graph = scratch
+    sizes = {}
+    for op in graph.get_operations():
+        for port, tensor in enumerate(op.outputs):
+            dtype = tensor.dtype.base_dtype
+            if (dtype in (tf.resource, tf.variant, tf.string)
+                    or not tensor.shape.is_fully_defined()):
+                continue
+            sizes[(op.name, port)] = (tensor.shape.num_elements()
+                                      * dtype.size)
+    return sizes
+
+
+def _runtime_replay(step_stats, graph_def, gpu_device, static_bytes=None,
+                    bytes_per_s=None):
+    """Replays the step with the TensorFlow runtime's buffer rules.
+
+    Same step stats, microsecond times and swapped-in-copy correction as
+    `_replay`; forwarding ops and variable reads allocate nothing, variables
+    are resident, a buffer is released when its last GPU reader is launched
+    (or its last host reader ends), and a host tensor's GPU copy is
+    allocated when the host sends it. See the `tflms.oracle` docstring.
+
+    With ``bytes_per_s``, copies between the GPU and the host take time on
+    one FIFO stream per direction: a GPU buffer read by a CPU op is held
+    until its copy to the host has ended, and a GPU copy of a CPU tensor
+    until its copy from the host has ended (and its last GPU reader, as
+    without). Allocations do not move.
+
+    Args:
+      step_stats: the virtual scheduler's ``StepStats``.
+      graph_def: the graph the item was built from.
+      gpu_device: full name of the GPU device.
+      static_bytes: `_static_output_bytes` of the graph, or None. A tensor
+        (or a GPU copy of one) is counted at least at this size.
+      bytes_per_s: the link's rate per direction, or None for copies that
+        take no time.
+
+    Returns:
+      ``(peak_bytes, live_at_peak, peak_ns, timed_copies)`` for the GPU:
+      ``live_at_peak`` a list of ``LiveTensor``, largest first; ``peak_ns``
+      when the peak was reached; ``timed_copies`` a list of `TimedCopy`
+      (empty without ``bytes_per_s``).
+    """
+    nodes = {node.name: node for node in graph_def.node}
+    placement, times, sizes = {}, {}, {}
+    order = {}  # GPU op -> position in the GPU's execution order
+    for dev_stats in step_stats.dev_stats:
+        for ns in dev_stats.node_stats:
+            placement[ns.node_name] = dev_stats.device
+            if dev_stats.device == gpu_device:
+                order[ns.node_name] = len(order)
+            start = ns.all_start_micros * 1000
+            times[ns.node_name] = (start,
+                                   start + ns.op_end_rel_micros * 1000)
+            for port, out in enumerate(ns.output):
+                sizes[(ns.node_name, port)] = (
+                    out.tensor_description.allocation_description
+                    .allocated_bytes)
+    recv_suffix = "_on_" + _sanitized(gpu_device)
+    for (name, port), nbytes in (static_bytes or {}).items():
+        for key in ((name, port), (_recv_name(name, port, gpu_device), 0)):
+            if key in sizes and sizes[key] < nbytes:
+                sizes[key] = nbytes
+
+    def gpu_buffer(key):
+        # The GPU buffer a GPU reader of tensor `key` reads: the scheduler's
+        # _Recv copy for a tensor from another device, the forwarded
+        # buffer's owner for a forwarding op, None for a variable.
+        while True:
+            name, port = key
+            if placement.get(name) != gpu_device:
+                return (_recv_name(name, port, gpu_device), 0)
+            node = nodes.get(name)
+            if node is not None and (node.op in VARIABLE_READ_TYPES
+                                     or port in _ref_output_ports(node.op)):
+                return None
+            if node is not None and node.op in NEUTRAL_OPERAND_TYPES:
+                slot = _neutral_operand_slot(node, nodes, sizes)
+            elif node is not None and node.op in FORWARDING_TYPES:
+                slot = port if node.op == "IdentityN" else 0
+            else:
+                slot = None
+            if slot is None:
+                return key
+            data = [i for i in node.input if not i.startswith("^")]
+            key = _parse_input(data[slot])
+
+    def release_key(name):
+        # When op `name` lets go of its inputs. A GPU op: when it is
+        # launched (its start), right after its own allocations, in the
+        # GPU's execution order. Host ops that took time: when they end,
+        # before any op that starts in that microsecond. A zero-length op
+        # elsewhere (an LMS swap-out, whose copy takes time on a real
+        # machine): after everything the GPU does in that microsecond.
+        start, end = times[name]
+        if name in order:
+            return (start, 1, order[name], 1)
+        if start < end:
+            return (end, 0, 0, 0)
+        return (end, 2, 0, 0)
+
+    def host_copy_origin(key):
+        # The GPU tensor of which CPU tensor `key` is the host copy (an LMS
+        # swap-in forwards its swap-out, which reads the swapped tensor), or
+        # None for a tensor made on the host.
+        while placement.get(key[0]) != gpu_device:
+            node = nodes.get(key[0])
+            if node is None or node.op not in FORWARDING_TYPES:
+                return None
+            data = [i for i in node.input if not i.startswith("^")]
+            key = _parse_input(data[key[1] if node.op == "IdentityN" else 0])
+        return key
+
+    # The host tensor each _Recv copies. TensorFlow's intra-process
+    # rendezvous allocates the GPU copy when the tensor is sent, at the end
+    # of its producer on the host (the _Recv, which has no inputs, waits
+    # from the start of the step), not when the virtual scheduler gets to
+    # the _Recv in the GPU's queue, which may be after GPU ops that were
+    # ready earlier.
+    sent_from = {}
+    for key in sizes:
+        if placement[key[0]] != gpu_device:
+            sent_from[(_recv_name(*key, gpu_device), 0)] = key
+    sent_early = set()  # copies allocated before their _Recv ran
+    host_done = {}  # host op -> when it has ended, see _host_done
+
+    live = {}  # buffer -> [alloc ns, release key, transferred]
+    for key in sizes:
+        name = key[0]
+        if placement[name] != gpu_device:
+            continue
+        if name in nodes and gpu_buffer(key) != key:
+            continue  # forwarded (or a variable read): no allocation
+        transferred = name not in nodes and name.endswith(recv_suffix)
+        alloc = times[name][0]
+        source = sent_from.get(key) if transferred else None
+        if source is not None:
+            sent = _host_done(source[0], nodes, times, placement, gpu_device,
+                              host_done)
+            if sent < alloc:
+                alloc = sent
+                sent_early.add(key)
+        live[key] = [alloc, release_key(name), transferred]
+    to_host_ready = {}  # GPU tensor read by a CPU op -> first such read
+    for name in times:
+        node = nodes.get(name)
+        if node is None:
+            continue
+        reader_on_gpu = placement[name] == gpu_device
+        for text in node.input:
+            parsed = _parse_input(text)
+            if parsed is None or parsed[0] not in placement:
+                continue
+            # A GPU reader reads a GPU buffer (maybe a copy); a CPU reader
+            # (an LMS swap-out) keeps the GPU tensor it copies alive.
+            if not reader_on_gpu and placement[parsed[0]] != gpu_device:
+                continue
+            if not reader_on_gpu:
+                # The runtime sends a tensor to the host once, for its
+                # first CPU reader.
+                to_host_ready[parsed] = min(
+                    to_host_ready.get(parsed, times[name][0]), times[name][0])
+            buffer = gpu_buffer(parsed)
+            if buffer in live:
+                live[buffer][1] = max(live[buffer][1], release_key(name))
+
+    timed_copies = []
+    if bytes_per_s is not None:
+        timed_copies = _hold_for_copies(
+            live, sizes, times, order, to_host_ready, sent_from, gpu_buffer,
+            host_copy_origin, bytes_per_s)
+
+    step_end = max((end for _, end in times.values()), default=0)
+    resident = []
+    for node in graph_def.node:
+        if node.op not in VARIABLE_TYPES:
+            continue
+        device = placement.get(node.name)
+        on_gpu = (device == gpu_device if device is not None
+                  else not _is_cpu_device(node.device))
+        if on_gpu:
+            resident.append(LiveTensor(
+                name=node.name, nbytes=_variable_bytes(node), alloc_ns=0,
+                dealloc_ns=step_end, variable=True))
+
+    # An allocation sorts with the ops launched in its microsecond, by
+    # execution order, before the releases of its own op. A copy sent from
+    # the host before its _Recv's turn comes after the GPU ops launched in
+    # that microsecond that were ready before it was sent, and before those
+    # that became ready then (a reader of another copy, which waits for
+    # that copy to arrive).
+    launched_at = {}
+    for name, position in order.items():
+        launched_at.setdefault(times[name][0], []).append((position, name))
+
+    ready_ns = {}  # GPU op -> when it could start, see _gpu_ready
+
+    def sent_position(sent_ns):
+        later = []
+        for position, name in launched_at.get(sent_ns, ()):
+            if name not in ready_ns:
+                ready_ns[name] = _gpu_ready(name, nodes, times, placement,
+                                            gpu_device, host_done)
+            if ready_ns[name] >= sent_ns:
+                later.append(position)
+        return min(later) - 0.5 if later else len(order)
+
+    events = []
+    for key, (alloc, release, _) in live.items():
+        position = (sent_position(alloc) if key in sent_early
+                    else order.get(key[0], 0))
+        events.append(((alloc, 1, position, 0), sizes[key], key))
+        events.append((release, -sizes[key], key))
+    current = sum(t.nbytes for t in resident)
+    peak, count, peak_keys, peak_ns = current, {}, [], 0
+    for when, nbytes, key in sorted(events):
+        current += nbytes
+        count[key] = count.get(key, 0) + (1 if nbytes >= 0 else -1)
+        if current > peak:
+            peak, peak_ns = current, when[0]
+            peak_keys = [k for k, n in count.items() if n > 0]
+    at_peak = [LiveTensor(name=f"{k[0]}:{k[1]}", nbytes=sizes[k],
+                          alloc_ns=live[k][0], dealloc_ns=live[k][1][0],
+                          transferred=live[k][2])
+               for k in peak_keys]
+    at_peak.extend(resident)
+    at_peak.sort(key=lambda t: (-t.nbytes, t.name))
+    return peak, at_peak, peak_ns, timed_copies
+
+
+def _host_done(name, nodes, times, placement, gpu_device, memo):
+    """When host op `name` has really ended, in the step stats' times.
+
+    The virtual scheduler makes an op ready at the end of the input it
+    processed last, not of the one that ended last, so a host op may start
+    in the schedule before a GPU op it waits for (an LMS swap-in's trigger)
+    has ended. An op ends no earlier than its own end and every input's,
+    data or control, host inputs counted the same way (`memo` keeps them).
+    """
+    stack = [name]
+    while stack:
+        op = stack[-1]
+        if op in memo:
+            stack.pop()
+            continue
+        node = nodes.get(op)
+        inputs = [] if node is None else [
+            text.lstrip("^").partition(":")[0] for text in node.input]
+        inputs = [i for i in inputs if i in times]
+        pending = [i for i in inputs
+                   if placement[i] != gpu_device and i not in memo]
+        if pending:
+            stack.extend(pending)
+            continue
+        done = times[op][1]
+        for i in inputs:
+            done = max(done, memo[i] if placement[i] != gpu_device
+                       else times[i][1])
+        memo[op] = done
+        stack.pop()
+    return memo[name]
+
+
+def _gpu_ready(name, nodes, times, placement, gpu_device, host_done):
+    """When GPU op `name` could start: every input has ended (a GPU input),
+    been copied (a host tensor: its _Recv has run) or been done on the host
+    (a control input from a host op, `_host_done`)."""
+    ready = 0
+    node = nodes.get(name)
+    for text in ([] if node is None else node.input):
+        control = text.startswith("^")
+        source, _, port = text.lstrip("^").partition(":")
+        if source not in times:
+            continue
+        if placement[source] == gpu_device:
+            ready = max(ready, times[source][1])
+            continue
+        recv = _recv_name(source, port or 0, gpu_device)
+        if not control and recv in times:
+            ready = max(ready, times[recv][0])
+        else:
+            ready = max(ready, _host_done(source, nodes, times, placement,
+                                          gpu_device, host_done))
+    return ready
