@@ -113,12 +113,6 @@ def test_properties_round_trip_and_are_per_instance():
     assert b.incl_input_by_scopes == set() and b.batch_size is None
 
 
-def test_is_a_hook_and_a_keras_callback():
-    lms = LMS()
-    assert isinstance(lms, tf.compat.v1.train.SessionRunHook)
-    assert isinstance(lms, tf.keras.callbacks.Callback)
-
-
 def _bad_values():
     """``(setting, bad value, message)`` for every pinned bad value."""
     rows = [(name, value, message) for kwargs, message in
