@@ -3,7 +3,6 @@ checked through `tflms.settings.Settings` (the one place the checks live)
 and through the `LMS` constructor and properties made from it."""
 
 import pytest
-import tensorflow as tf
 
 from tflms import LMS, settings
 
