@@ -684,7 +684,7 @@ def plan_graph(loaded, args, graph_name, progress=_silent):
         progress("measuring with the oracle (Grappler's virtual GPU) ...")
         oracle_peaks = _oracle_peaks(
             fetches, before, graph.as_graph_def() if plan else None,
-            settings.batch_size, budget)
+            settings.batch_size, budget, settings.gpu)
         if plan is not None:
             # The oracle replays copies as instant; the simulator's peak
             # above counts them at the interconnect. Its count with
@@ -775,10 +775,11 @@ def _oracle_fetches(graph):
     return names
 
 
-def _oracle_peaks(fetches, before, rewritten, batch_size, budget):
+def _oracle_peaks(fetches, before, rewritten, batch_size, budget, gpu):
     """The oracle's GPU peaks of one step without LMS (`before`, a GraphDef)
     and with it (`rewritten`, the GraphDef LMS edited, or None), each as the
-    runtime replay and as Grappler's own count."""
+    runtime replay and as Grappler's own count, on the virtual GPU of
+    `gpu` (a `hardware.GPUS` name: the --gpu setting)."""
     # Imported here: the oracle loads Grappler's private modules.
     from tflms import oracle  # pylint: disable=import-outside-toplevel
     out = {}
@@ -788,7 +789,7 @@ def _oracle_peaks(fetches, before, rewritten, batch_size, budget):
             continue
         result = oracle.peak_memory(_static_batch(graph_def, fetches,
                                                   batch_size),
-                                    fetches, budget)
+                                    fetches, budget, gpu=gpu)
         out[label] = {
             "runtime_peak_bytes": int(result.runtime_gpu_peak_bytes),
             "grappler_peak_bytes": int(result.raw_gpu_peak_bytes),
