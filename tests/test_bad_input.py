@@ -1,7 +1,7 @@
 """Bad input: each gets a clear error (or, where harmless, a logged warning)
 and the graph is left exactly as it was.
 
-test_params.py pins the common constructor and property errors and
+test_settings.py pins the common constructor and property errors and
 test_rewrite.py the first filter, finalized-graph and not-a-graph errors;
 this file fills the gaps: the other wrong types and values of every
 argument and property, every filter with an unknown scope and an unknown
