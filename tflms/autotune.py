@@ -45,6 +45,7 @@ without LMS and the smallest plan's peak, and names the memory plots
 
 import collections
 import dataclasses
+import functools
 import os
 
 import numpy as np
@@ -860,8 +861,7 @@ def tune(context, index, deferral_edges=(), ordering_edges=()):
         # Made only when a plan is checked: timing every op costs about a
         # second per 100,000 ops, which a step that fits without LMS (or a
         # search that finds nothing) should not pay.
-        def time_model():
-            return context.timer(index)
+        time_model = functools.partial(context.timer, index)
     # With instant copies every fitting plan takes the same time (no copy
     # is waited for): the choice is by bytes moved, with no model to make.
     by_time = time_model if context.by_step_time else None

@@ -453,11 +453,11 @@ class StepTimeModel:
         # a plan's step: a plan that moves no op and makes nothing wait then
         # gives exactly this sum, and the exposed time is exactly 0.
         if self._without is None:
-            levels = self.index.levels
+            seconds = self._seconds
             clock = 0.0
-            for i in sorted((i for i in range(self.index.num_ops)
-                             if self.runs[i]), key=lambda i: (levels[i], i)):
-                clock += self.op_seconds[i]
+            for i in self._order(np.asarray(self.index.levels,
+                                            dtype=np.int64)):
+                clock += seconds[i]
             self._without = clock
         return self._without
 
