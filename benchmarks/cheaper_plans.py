@@ -30,6 +30,7 @@ import time
 
 sys.path[:0] = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
 
+from benchmarks import common  # noqa: E402
 from benchmarks import models  # noqa: E402
 from tflms import graph_index as gi  # noqa: E402
 from tflms import pipeline  # noqa: E402
@@ -61,6 +62,7 @@ def measure(model, size=None, batch=1, gpu_mem=16.0,
         built.description, index.num_ops, time.perf_counter() - start),
         file=sys.stderr, flush=True)
     base = Settings(batch_size=built.batch_size, autotune_gpu_mem=gpu_mem,
+                    autotune_host_mem=common.SERVER_HOST_MEM_GIB,
                     gpu=gpu, interconnect=interconnect)
     roles = pipeline.classify(index, base)
     rows = []

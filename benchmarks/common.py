@@ -16,7 +16,8 @@ import subprocess
 import sys
 import time
 
-__all__ = ["ROOT", "RESULT_PREFIX", "GIB", "MIB", "emit", "run_case",
+__all__ = ["ROOT", "RESULT_PREFIX", "GIB", "MIB", "SERVER_HOST_MEM_GIB",
+           "emit", "run_case",
            "machine_info", "setup_tensorflow", "fmt_bytes", "median",
            "fixed_params", "new_axes", "save_figure", "sim_beside_oracle"]
 
@@ -24,6 +25,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULT_PREFIX = "BENCH_RESULT "
 GIB = float(1 << 30)
 MIB = float(1 << 20)
+# Host memory the benchmarks' plans may use (`autotune_host_mem`): they plan
+# for the server the modelled GPU sits in, not for the machine they run on.
+# An IBM AC922, the original's platform, holds up to 1 TiB for 4 V100s.
+SERVER_HOST_MEM_GIB = 256.0
 
 
 def sim_beside_oracle(row):

@@ -56,7 +56,8 @@ def _plan_and_measure(case, budget, models, oracle):
     planned = None
     try:
         planned = pipeline.plan(index, Settings(
-            batch_size=built.batch_size, autotune_gpu_mem=budget_gib),
+            batch_size=built.batch_size, autotune_gpu_mem=budget_gib,
+            autotune_host_mem=common.SERVER_HOST_MEM_GIB),
             roles=roles)
     except autotune.AutotuneError as err:
         row["lms_error"] = str(err).split(": the")[0]

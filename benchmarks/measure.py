@@ -386,6 +386,7 @@ def apply_tflms(built, params=None, budget_gib=None):
     if params is None:
         lms = LMS()
         lms.autotune_gpu_mem = budget_gib
+        lms.autotune_host_mem = common.SERVER_HOST_MEM_GIB
     else:
         t, a, g, s = params
         lms = LMS(swapout_threshold=t, swapin_ahead=a, swapin_groupby=g,

@@ -90,6 +90,7 @@ def main(argv=None):
                 {"budget_fraction": args.fraction}, index, roles,
                 built.batch_size)
         lms.autotune_gpu_mem = budget
+        lms.autotune_host_mem = common.SERVER_HOST_MEM_GIB
     lms.batch_size = built.batch_size
 
     totals = collections.Counter()

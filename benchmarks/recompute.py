@@ -16,6 +16,7 @@ import sys
 
 sys.path[:0] = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
 
+from benchmarks import common  # noqa: E402
 from benchmarks import models  # noqa: E402
 from tflms import graph_index as gi  # noqa: E402
 from tflms import pipeline  # noqa: E402
@@ -45,6 +46,7 @@ def main(argv=None):
     env = {"TF_LMS_SIMULATOR_MEM_RATIO": "1"}
     for recompute in (False, True):
         settings = base.replace(autotune_gpu_mem=budget_gib,
+                                autotune_host_mem=common.SERVER_HOST_MEM_GIB,
                                 recompute=recompute)
         planned = pipeline.plan(index, settings, env=env)
         plan = planned.plan

@@ -119,7 +119,8 @@ def run(case):
 
         planned = None
         settings = Settings(batch_size=built.batch_size,
-                            autotune_gpu_mem=out["budget_gib"])
+                            autotune_gpu_mem=out["budget_gib"],
+                            autotune_host_mem=common.SERVER_HOST_MEM_GIB)
         try:
             with _Clock(row, "tune"), _gc.paused():
                 planned = pipeline.plan(index, settings)

@@ -68,3 +68,14 @@ def lms_log(caplog):
         return [r.getMessage() for r in caplog.records
                 if "[LMS]" in r.getMessage()]
     return lines
+
+
+@pytest.fixture(autouse=True)
+def _host_memory_of_a_gpu_server(monkeypatch):
+    """Plans are made for a 64 GiB host (a DGX-1's 512 GiB per V100), not
+    for the memory of the machine the tests run on: the host budget
+    (`tflms.budget.host_budget`) must not make a test's plan depend on it.
+    Tests of the budget itself pass `autotune_host_mem` or read
+    `budget.physical_memory` directly."""
+    from tflms import budget  # pylint: disable=import-outside-toplevel
+    monkeypatch.setattr(budget, "physical_memory", lambda: 64 << 30)

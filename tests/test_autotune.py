@@ -1,6 +1,7 @@
 """Auto-tuning: budgets, the parameter search, tensor selection, LMS."""
 
 import logging
+import os
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from tflms import steptime
 from tflms._logging import Logger
 
 from tests import _graphs
+from tests import _literal as L
 
 MIB = 1 << 20
 EXACT = {autotune.MEM_RATIO_ENV: "1"}  # budget == autotune_gpu_mem exactly
@@ -127,6 +129,22 @@ def test_host_budget_is_shared_by_local_ranks():
     one = autotune.host_budget({})
     assert one > 0
     assert autotune.host_budget({"HOROVOD_LOCAL_SIZE": "4"}) == one // 4
+
+
+def test_host_budget_is_autotune_host_mem_when_set_else_physical_memory():
+    # conftest makes the machine a 64 GiB host; the real reading is kept.
+    assert budget.host_budget({}) == 64 << 30
+    assert budget.host_budget({"OMPI_COMM_WORLD_LOCAL_SIZE": "2"}) == 32 << 30
+    assert budget.host_budget({"HOROVOD_LOCAL_SIZE": "4"}, 1.5) == 3 << 29
+    context = L.context(L.chain(), budget_units=5, autotune_host_mem=2)
+    assert context.host_budget_bytes == 2 << 30
+    assert L.context(L.chain(), budget_units=5).host_budget_bytes == 64 << 30
+
+
+def test_physical_memory_reads_this_machine(monkeypatch):
+    monkeypatch.undo()  # conftest's 64 GiB host, for this test only
+    pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    assert budget.physical_memory() == pages > 0
 
 
 # ---- the search ------------------------------------------------------------

@@ -139,6 +139,11 @@ def test_good_unusual_constructor_arguments():
     ("autotune_gpu_mem", True, r"autotune_gpu_mem .* got True"),
     ("autotune_gpu_mem", math.inf, r"autotune_gpu_mem .* got inf"),
     ("autotune_gpu_mem", math.nan, r"autotune_gpu_mem .* got nan"),
+    ("autotune_host_mem", -2, r"autotune_host_mem must be a positive number "
+                              r"of GiB or None \(this machine's physical "
+                              r"memory divided by the processes on it\); "
+                              r"got -2"),
+    ("autotune_host_mem", math.inf, r"autotune_host_mem .* got inf"),
     ("autotune_plot", None, r"autotune_plot must be True or False; got None"),
     ("autotune_plot", "yes", r"autotune_plot .* got 'yes'"),
     ("plot_dir", None, r"plot_dir must be a folder path; got None"),

@@ -67,6 +67,8 @@ BAD_PROPERTIES = [
     ("order_peaks", "yes", r"order_peaks must be True or False; got 'yes'"),
     ("autotune_gpu_mem", 0, r"autotune_gpu_mem must be a positive number"),
     ("autotune_gpu_mem", "8", r"autotune_gpu_mem .* got '8'"),
+    ("autotune_host_mem", 0, r"autotune_host_mem must be a positive number"),
+    ("autotune_host_mem", "64", r"autotune_host_mem .* got '64'"),
     ("autotune_plot", 2, r"autotune_plot must be True or False; got 2"),
     ("excl_output_by_scopes", "conv1",
      r"excl_output_by_scopes must be a set of strings, e.g. \{'conv1'\}; "

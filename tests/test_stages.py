@@ -13,8 +13,8 @@ from tflms import pipeline
 from tflms import planner
 from tflms import stages
 from tflms.settings import Settings
-from tflms.stages import (defer, fewer_waits, order, recompute, serialize,
-                          swaps)
+from tflms.stages import (defer, fewer_waits, host, order, recompute,
+                          serialize, swaps)
 
 import _literal as L
 from test_ordering import U as OU, crowded_graph
@@ -37,7 +37,8 @@ def _through(context, *names):
 
 def test_the_stages_run_in_this_order():
     assert [s.__module__.rsplit(".", 1)[-1] for s in stages.STAGES] == [
-        "serialize", "defer", "swaps", "order", "fewer_waits", "recompute"]
+        "serialize", "defer", "swaps", "order", "fewer_waits", "recompute",
+        "host"]
     assert all(callable(s) for s in stages.STAGES)
 
 
@@ -215,6 +216,77 @@ def test_recompute_with_fixed_parameters_stays_within_the_swap_plans_peak():
     assert (model.replay(planned.plan).peak_device_bytes
             <= model.replay(swapped.plan).peak_device_bytes)
     assert planned.plan.moved_bytes() < swapped.plan.moved_bytes()
+
+
+# ---- host -----------------------------------------------------------------
+def _host_units(units):
+    return {"autotune_host_mem": units * L.U / float(1 << 30)}
+
+
+def _tuned_on_chain(**settings):
+    index = L.chain()
+    context = L.context(index, budget_units=5, **settings)
+    return context, _through(context, "serialize", "defer", "swaps",
+                             "order", "fewer_waits", "recompute")
+
+
+def test_host_leaves_a_plan_within_the_host_budget_and_says_device_bound(
+        lms_log):
+    # The tuned plan on the chain swaps f1 and f2: 2U of host memory.
+    context, tuned = _tuned_on_chain(**_host_units(2))
+    assert len(tuned.plan.swaps) == 2
+    assert tuned.with_lms.peak_host_bytes == 2 * L.U
+    assert host.stage(context, tuned) is tuned
+    assert any("Device memory bounds the plan" in line for line in lms_log())
+
+
+def test_host_recomputes_swapped_tensors_until_the_host_budget_fits(lms_log):
+    # 1.5U of host: one of the two swaps must become a recompute (Relu
+    # outputs, cheap to make again), and the plan still fits 5U of device.
+    context, tuned = _tuned_on_chain(**_host_units(1.5))
+    assert not tuned.plan.recomputes  # `recompute` is off: only host asks
+    planned = host.stage(context, tuned)
+    assert planned.failure is None
+    assert len(planned.plan.swaps) == 1 and len(planned.plan.recomputes) == 1
+    assert planned.with_lms.peak_host_bytes == L.U
+    assert planned.with_lms.fits(5 * L.U)
+    model = context.model(planned.index)
+    assert model.replay(planned.plan).peak_host_bytes == L.U
+    assert any("Host memory bounds the plan: 1 swapped tensors" in line
+               for line in lms_log())
+
+
+def test_host_fails_with_what_to_change_when_no_recompute_is_enough():
+    context, tuned = _tuned_on_chain(**_host_units(0.5))
+    planned = host.stage(context, tuned)
+    assert isinstance(planned.failure, host.HostMemoryError)
+    assert planned.plan is tuned.plan  # the failure is raised, not applied
+    message = str(planned.failure)
+    assert "needs 0.00 GiB of host memory" in message
+    assert "with 1 of its swapped tensors recomputed" in message
+    assert "autotune_host_mem=0.000488281" in message
+    assert "lms.autotune_host_mem = <GiB>" in message
+    with pytest.raises(host.HostMemoryError):
+        pipeline.plan(L.chain(), context.settings, env=L.EXACT)
+    # An AutotuneError: code that handles a failed search handles it.
+    assert issubclass(host.HostMemoryError, autotune.AutotuneError)
+
+
+def test_host_warns_when_fixed_parameters_need_more_than_the_host_budget(
+        lms_log):
+    index = L.chain()
+    context = L.context(index, swapout_threshold=3, swapin_ahead=1,
+                        swapin_groupby=0, **_host_units(0.5))
+    swapped = _through(context, "serialize", "defer", "swaps")
+    assert swapped.plan.swaps
+    assert host.stage(context, swapped) is swapped
+    warned = [line for line in lms_log() if "host memory" in line]
+    assert len(warned) == 1
+    assert "more than the 0.00 GiB budget (autotune_host_mem" in warned[0]
+    roomy = L.context(index, swapout_threshold=3, swapin_ahead=1,
+                      swapin_groupby=0, **_host_units(64))
+    assert host.stage(roomy, swapped) is swapped
+    assert len([line for line in lms_log() if "host memory" in line]) == 1
 
 
 def test_order_reports_the_failed_search_closest_to_the_budget(monkeypatch):

@@ -915,14 +915,7 @@ def tune(context, index, deferral_edges=(), ordering_edges=()):
                  "not swapping." % (final.peak_device_bytes / _GIB,
                                     without.peak_device_bytes / _GIB))
         return not_needed()
-    if host_limit and final.peak_host_bytes > host_limit:
-        log.warning(
-            "The LMS plan needs %.2f GiB of host memory at its peak, more than "
-            "the %.2f GiB this process may use (physical memory / %d local "
-            "processes); the host may run out of memory. Use a smaller batch "
-            "size or fewer processes per node."
-            % (final.peak_host_bytes / _GIB, host_limit / _GIB,
-               context.local_processes))
+    # The host budget is the `host` stage's (tflms/stages/host.py).
     files = _plots(plot_dir, index, roles, batch_size, without, final, budget,
                    log)
     return TuneOutcome(params=params, only_tensors=only, budget_bytes=budget,

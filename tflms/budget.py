@@ -3,8 +3,8 @@
 The device budget is ``autotune_gpu_mem`` GiB, or the memory TensorFlow
 reports for the GPU this process drives, times ``TF_LMS_SIMULATOR_MEM_RATIO``
 (default 0.9: the allocator's own overhead and fragmentation need the rest).
-The host budget is the machine's physical memory shared by the processes of
-this node. Only asking TensorFlow for its devices needs TensorFlow, and it is
+The host budget is ``autotune_host_mem`` GiB, or the machine's physical
+memory shared by the processes of this node. Only asking TensorFlow for its devices needs TensorFlow, and it is
 imported then.
 """
 
@@ -13,7 +13,8 @@ import os
 from tflms import ranks
 
 __all__ = ["MEM_RATIO_ENV", "DEFAULT_MEM_RATIO", "NoGpuError", "mem_ratio",
-           "device_budget", "host_budget", "local_processes"]
+           "device_budget", "host_budget", "local_processes",
+           "physical_memory"]
 
 MEM_RATIO_ENV = "TF_LMS_SIMULATOR_MEM_RATIO"
 DEFAULT_MEM_RATIO = 0.9
@@ -116,10 +117,27 @@ def local_processes(env=None):
     return ranks.rank_info(env).local_size
 
 
-def host_budget(env=None):
-    """Physical memory divided by the processes on this node (0 if unknown)."""
+def physical_memory():
+    """This machine's physical memory in bytes (0 if unknown)."""
     try:
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return 0
-    return int(total // local_processes(env))
+
+
+def host_budget(env=None, host_mem_gib=None):
+    """Host bytes the swapped tensors of a plan may use at once.
+
+    Args:
+      env: environment mapping (default `os.environ`), for the number of
+        processes on this node.
+      host_mem_gib: ``autotune_host_mem`` in GiB, or None for this
+        machine's physical memory divided by the processes on this node.
+
+    Returns:
+      Bytes; 0 when None was given and the physical memory is unknown (no
+      host limit then).
+    """
+    if host_mem_gib is not None:
+        return int(host_mem_gib * _GIB)
+    return int(physical_memory() // local_processes(env))

@@ -211,7 +211,8 @@ def build_parser():
 
 # LMS settings `tflms plan` and `tflms verify` take, in --help order, and
 # the spellings of earlier versions they still accept.
-_SETTING_FLAGS = ("batch_size", "autotune_gpu_mem", "swapout_threshold",
+_SETTING_FLAGS = ("batch_size", "autotune_gpu_mem", "autotune_host_mem",
+                  "swapout_threshold",
                   "swapin_ahead", "swapin_groupby", "sync_mode", "recompute",
                   "serialization", "serialization_by_size", "gpu_device",
                   "interconnect", "gpu")

@@ -75,7 +75,8 @@ class PlanningContext:
       log: the `Logger` of the planning lines.
       budget_bytes: device bytes a tuned plan may use (None when the
         parameters are fixed).
-      host_budget_bytes: host bytes this process may use (0: unknown).
+      host_budget_bytes: host bytes the swapped tensors may use at once
+        (`budget.host_budget`; 0: unknown, no limit).
       local_processes: training processes on this node.
       by_step_time: choose among fitting plans by predicted step time
         (False: by bytes moved, as before the step-time model).
@@ -134,7 +135,8 @@ class PlanningContext:
                 list_devices)
         return cls(settings=settings, given_index=index, roles=roles,
                    log=log or Logger(), budget_bytes=device,
-                   host_budget_bytes=budget_mod.host_budget(env),
+                   host_budget_bytes=budget_mod.host_budget(
+                       env, settings.autotune_host_mem),
                    local_processes=budget_mod.local_processes(env),
                    by_step_time=by_step_time, select=select,
                    extra_edges=tuple(extra_edges),

@@ -357,6 +357,20 @@ class Settings:
              "GPU's). The budget is this times TF_LMS_SIMULATOR_MEM_RATIO "
              "(default 0.9)",
         text=T.positive_float, metavar="GIB")
+    autotune_host_mem: object = _setting(
+        None, _one(V.check_host_mem),
+        "GiB of host memory the swapped tensors may use at once; `None`: "
+        "this machine's physical memory divided by the training processes "
+        "on it (Horovod / MPI local size). Swapped tensors live in pinned "
+        "host memory, which the system cannot page out. When the plan that "
+        "fits the device needs more, auto-tuning recomputes swapped "
+        "tensors instead (as `recompute` does, whatever its value) until "
+        "it fits, and raises if it cannot; the log says which memory bound "
+        "the plan. Fixed parameters are applied as given, with a warning.",
+        kind=PROPERTY,
+        flag="host memory swapped tensors may use, in GiB (default: this "
+             "machine's physical memory / processes on the node)",
+        text=T.positive_float, metavar="GIB")
     interconnect: str = _setting(
         hardware.DEFAULT_INTERCONNECT, _one(V.check_interconnect),
         "The CPU-GPU link the auto-tuner counts copy times at: a swapped "

@@ -32,6 +32,7 @@ __all__ = [
     "check_gpu_device",
     "check_batch_size",
     "check_gpu_mem",
+    "check_host_mem",
     "check_gpu",
     "check_interconnect",
     "check_name_set",
@@ -163,6 +164,18 @@ def check_gpu_mem(value):
         raise ValueError(
             "autotune_gpu_mem must be a positive number of GiB or None (use "
             "the GPU's own memory); got %r" % (value,))
+    return float(value)
+
+
+def check_host_mem(value):
+    if value is None:
+        return None
+    if (not isinstance(value, numbers.Real) or isinstance(value, bool)
+            or not math.isfinite(value) or value <= 0):
+        raise ValueError(
+            "autotune_host_mem must be a positive number of GiB or None (this "
+            "machine's physical memory divided by the processes on it); got "
+            "%r" % (value,))
     return float(value)
 
 

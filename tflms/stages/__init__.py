@@ -17,6 +17,9 @@ stage does not apply). Adding or removing a stage is one line in `STAGES`.
                  asynchronous where memory allows and the step gets shorter
     recompute    with `Settings.recompute`: swaps replaced by clones of the
                  ops that made the tensor, where they cost less
+    host         the swapped tensors within the host budget: a tuned plan
+                 that needs more host memory has swaps replaced by
+                 recomputes until it fits (`host.HostMemoryError` if never)
 
 A stage that cannot finish its part records why in `Planned.failure`; a
 later stage may overcome it (ordering after a failed search), and
@@ -25,6 +28,7 @@ later stage may overcome it (ordering after a failed search), and
 
 from tflms.stages import defer
 from tflms.stages import fewer_waits
+from tflms.stages import host
 from tflms.stages import order
 from tflms.stages import recompute
 from tflms.stages import serialize
@@ -39,4 +43,5 @@ STAGES = (
     order.stage,
     fewer_waits.stage,
     recompute.stage,
+    host.stage,
 )
