@@ -9,6 +9,8 @@ from tflms import graph_index as gi
 from tflms import planner
 from tflms import simulator
 
+import _literal as L
+
 PARAMS = planner.SwapParams(1, 1, 0, 0)
 
 
@@ -216,6 +218,27 @@ def test_with_recomputes_replaces_accepted_swaps_only():
     refused = planner.with_recomputes(index, roles, plan,
                                       lambda candidate, current: False)
     assert refused is plan
+
+
+def test_a_second_pass_keeps_the_swaps_earlier_recomputes_read():
+    # A first pass recomputes f3 from f2's swap-in. A second pass over that
+    # plan (the host stage runs two; recompute then host is another) must
+    # keep f2's swap: f3's clones read it. Replacing it too left f3's clone
+    # reading a swap-in that no longer existed (the simulator raised
+    # KeyError on such a plan).
+    index = L.chain()
+    roles = analysis.classify_ops(index)
+    f2, f3 = L.ids(index)["f2"], L.ids(index)["f3"]
+    plan = planner.make_plan(index, roles, planner.SwapParams(2, 1, 0, 0))
+    first = planner.with_recomputes(
+        index, roles, plan,
+        lambda candidate, current: candidate.recomputes[-1].producer == f3)
+    assert first.recomputes[0].inputs == ((("swapin", f2, 0, 0),),)
+    second = planner.with_recomputes(index, roles, first,
+                                     lambda candidate, current: True)
+    assert f2 in [s.producer for s in second.swaps]
+    assert len(second.recomputes) > 1  # the pass did recompute others
+    simulator.SimulationModel(index, roles).replay(second)
 
 
 def test_a_conv_output_swapped_for_the_batch_norm_gradient_comes_back_earlier():

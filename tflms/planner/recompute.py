@@ -246,7 +246,11 @@ def with_recomputes(index, roles, plan, accept, batch_size=None,
     order = sorted(plan.swaps, key=lambda s: (
         -(s.nbytes or 0) * (1 + len(s.swap_ins)), s.producer, s.output))
     current = plan
-    pinned = set()  # tensors whose swaps or originals recomputes read
+    # Tensors whose swaps or originals recomputes read, the plan's own
+    # recomputes too (a second pass over a plan keeps what the first took).
+    pinned = set()
+    for rec in plan.recomputes:
+        pinned.update(_sources_read(rec))
     for swap in order:
         tensor = (swap.producer, swap.output)
         if tensor in pinned:
@@ -264,6 +268,12 @@ def with_recomputes(index, roles, plan, accept, batch_size=None,
         if accept(candidate, current):
             current = candidate
             pinned.add(tensor)
-            pinned.update((src[1], src[2]) for srcs in rec.inputs
-                          for src in srcs if src[0] != "clone")
+            pinned.update(_sources_read(rec))
     return current
+
+
+def _sources_read(rec):
+    """``(producer, output)`` of the swapped or original tensors the clones
+    of `rec` read."""
+    return ((src[1], src[2]) for srcs in rec.inputs for src in srcs
+            if src[0] != "clone")
