@@ -217,6 +217,34 @@ def test_instant_replay_of_a_fixed_plan_is_its_simulated_peak():
         replayed
 
 
+def test_replays_after_planning_reuse_the_planning_contexts_model(
+        monkeypatch):
+    """`simulate_plan` and `instant_replay` replay with the simulation
+    model the planning context made, not a new one per call (each is a
+    pass over the whole graph)."""
+    graph, _ = cnn()
+    index = gi.build_index(graph)
+    made = []
+    real_init = simulator.SimulationModel.__init__
+
+    def counting_init(self, *args, **kwargs):
+        made.append(args[0])
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(simulator.SimulationModel, "__init__", counting_init)
+    planned = pipeline.plan(index, Settings(batch_size=8, sync_mode=0,
+                                            **FIXED), simulate=False)
+    assert planned.context is not None and planned.with_lms is None
+    before = len(made)
+    planned = pipeline.simulate_plan(planned)
+    pipeline.instant_replay(planned)
+    # At most the model of the given index is new (planning made the
+    # planning index's), and it is made once.
+    new = made[before:]
+    assert all(i is planned.given_index for i in new) and len(new) <= 1
+    assert planned.with_lms is not None
+
+
 def test_tuned_plan_carries_its_predicted_step_time_at_the_settings_hardware():
     graph, _ = cnn()
     budget = gib_for(0.7 * peak_without(graph, 8))

@@ -86,6 +86,9 @@ class Planned:
       failure: the `autotune.AutotuneError` of a search that found nothing
         that fits, while a later stage may still overcome it (None
         otherwise); `plan` raises it when no stage did.
+      context: the `PlanningContext` it was planned in (None when made
+        another way), whose simulation models `simulate_plan` and
+        `instant_replay` reuse rather than build again.
     """
 
     index: object
@@ -104,6 +107,7 @@ class Planned:
     budget_bytes: object = None
     step_time: object = None
     failure: object = None
+    context: object = dataclasses.field(default=None, repr=False)
 
     @property
     def original_num_levels(self):
@@ -158,7 +162,7 @@ def plan(index, settings, roles=None, log=None, simulate=False, env=None,
                                      env=env, list_devices=list_devices,
                                      by_step_time=by_step_time)
     planned = Planned(index=index, given_index=index, roles=context.roles,
-                      settings=settings)
+                      settings=settings, context=context)
     for stage in stages.STAGES:
         planned = stage(context, planned)
     if planned.failure is not None:
@@ -173,12 +177,11 @@ def simulate_plan(planned):
     did not already (fixed parameters)."""
     if planned.without_lms is not None:
         return planned
-    model = _model(planned.index, planned.roles, planned.settings)
+    model = _model_of(planned, planned.index)
     given = planned.given_index
     return dataclasses.replace(
-        planned, without_lms=(
-            model.replay(None, detail=True) if given is planned.index
-            else simulate_without(given, planned.roles, planned.settings)),
+        planned, without_lms=_model_of(planned, given).replay(None,
+                                                              detail=True),
         with_lms=(None if planned.plan is None
                   else model.replay(planned.plan, detail=True)))
 
@@ -193,8 +196,7 @@ def instant_replay(planned):
         return None
     if not planned.autotuned and planned.with_lms is not None:
         return planned.with_lms  # `simulate_plan` replayed it so already
-    model = _model(planned.index, planned.roles, planned.settings)
-    return model.replay(planned.plan, detail=True)
+    return _model_of(planned, planned.index).replay(planned.plan, detail=True)
 
 
 def simulate_without(index, roles, settings):
@@ -204,3 +206,11 @@ def simulate_without(index, roles, settings):
 
 def _model(index, roles, settings):
     return simulator.SimulationModel(index, roles, settings.batch_size)
+
+
+def _model_of(planned, index):
+    """The simulation model of `index` (the planning or the given index of
+    `planned`): its planning context's, made once, when it has one."""
+    if planned.context is not None:
+        return planned.context.model(index)
+    return _model(index, planned.roles, planned.settings)
