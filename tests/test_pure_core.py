@@ -17,7 +17,9 @@ import textwrap
 
 CORE = ("graph_index", "step", "topo", "devices", "analysis", "planner",
         "planner.types", "planner.triggers", "planner.swaps",
-        "planner.recompute", "planner.edges", "simulator", "steptime",
+        "planner.recompute", "planner.edges", "simulator",
+        "simulator.model", "simulator.buffers", "simulator.levels",
+        "simulator.additions", "simulator.results", "steptime",
         "ordering", "hardware", "settings", "validation", "budget",
         "context", "autotune", "autotune.tuner", "autotune.search",
         "autotune.selection", "autotune.choice", "autotune.report",
