@@ -15,7 +15,9 @@ import subprocess
 import sys
 import textwrap
 
-CORE = ("graph_index", "step", "topo", "devices", "analysis", "planner",
+CORE = ("graph_index", "graph_index.index", "graph_index.build",
+        "graph_index.literal", "graph_index.sizes", "step", "topo",
+        "devices", "analysis", "planner",
         "planner.types", "planner.triggers", "planner.swaps",
         "planner.recompute", "planner.edges", "simulator",
         "simulator.model", "simulator.buffers", "simulator.levels",
