@@ -16,6 +16,7 @@ from tflms import planner
 from tflms import simulator
 from tflms import steptime
 from tflms._logging import Logger
+from tflms.autotune import choice, search, selection
 
 from tests import _graphs
 from tests import _literal as L
@@ -195,7 +196,7 @@ def test_escalation_stops_at_the_first_sync_mode_that_fits():
             return params.sync_mode >= 1 and params.swapout_threshold <= 3
 
     sims = Sims()
-    found = autotune._search(sims, AUTO, 8, Logger())  # pylint: disable=protected-access
+    found = search.search(sims, AUTO, 8, Logger())
     assert found.sync_mode == 1 and found.swapout_threshold == 3
     assert {p.sync_mode for p in sims.seen} == {0, 1}
 
@@ -416,7 +417,7 @@ def test_greedy_cover_covers_what_can_be_covered_without_waste(seed):
                 freed[lo:hi] += sizes[i]
         return freed
 
-    picked = autotune._greedy_cover(cover, sizes, moved, need)  # pylint: disable=protected-access
+    picked = selection._greedy_cover(cover, sizes, moved, need)  # pylint: disable=protected-access
     assert len(set(picked)) == len(picked)
     target = np.minimum(np.maximum(need, 0), freed_by(range(rows)))
     assert np.all(freed_by(picked) >= target)
@@ -427,7 +428,7 @@ def test_greedy_cover_covers_what_can_be_covered_without_waste(seed):
 
 def _plain_greedy_cover(cover, sizes, moved, need):
     """The cover step written plainly, one numpy slice per range: what
-    `autotune._greedy_cover` must pick, however it gets there."""
+    `selection._greedy_cover` must pick, however it gets there."""
     need = np.maximum(need, 0)
     gain = np.array([sum(float(np.minimum(need[lo:hi], sizes[i]).sum())
                          for lo, hi in cover[i])
@@ -476,7 +477,7 @@ def test_greedy_cover_picks_what_the_plain_version_picks(seed):
             ranges.append((cursor, end))
             cursor = end + rng.randint(1, 40)
         cover.append(ranges)
-    assert (autotune._greedy_cover(cover, sizes, moved, need)  # pylint: disable=protected-access
+    assert (selection._greedy_cover(cover, sizes, moved, need)  # pylint: disable=protected-access
             == _plain_greedy_cover(cover, sizes, moved, need))
 
 
@@ -484,7 +485,7 @@ def test_block_max_matches_an_array():
     rng = np.random.RandomState(0)
     for n in (1, 15, 16, 17, 300, 1000):
         values = rng.randint(-100, 100, size=n).astype(np.int64)
-        blocks = autotune._BlockMax(values)  # pylint: disable=protected-access
+        blocks = selection._BlockMax(values)  # pylint: disable=protected-access
         for _ in range(300):
             lo = rng.randint(0, n + 1)
             hi = rng.randint(lo, n + 1)
@@ -500,7 +501,7 @@ def test_block_max_matches_an_array():
 # ---- search cost bounds ----------------------------------------------------
 @pytest.mark.parametrize("largest", [1, 2, 37, 500, 999, 1000])
 def test_largest_passing_is_exact_at_resolution_one(largest):
-    assert autotune._largest_passing(lambda v: v <= largest, 1, 1000) \
+    assert search._largest_passing(lambda v: v <= largest, 1, 1000) \
         == largest
 
 
@@ -513,7 +514,7 @@ def test_largest_passing_stops_within_its_resolution(resolution, largest):
         probes.append(v)
         return v <= largest
 
-    found = autotune._largest_passing(passes, 1, 77000, resolution)
+    found = search._largest_passing(passes, 1, 77000, resolution)
     assert largest - resolution < found <= largest
     # Only a value seen to pass is returned: the known good start (1) or a
     # probe that passed.
@@ -524,20 +525,20 @@ def test_largest_passing_stops_within_its_resolution(resolution, largest):
 
 
 def test_search_resolution_is_exact_for_graphs_up_to_1024_levels():
-    assert autotune._search_resolution(1) == 1
-    assert autotune._search_resolution(1024) == 1
-    assert autotune._search_resolution(2047) == 1
-    assert autotune._search_resolution(2048) == 2
-    assert autotune._search_resolution(76925) == 75
+    assert search._search_resolution(1) == 1
+    assert search._search_resolution(1024) == 1
+    assert search._search_resolution(2047) == 1
+    assert search._search_resolution(2048) == 2
+    assert search._search_resolution(76925) == 75
 
 
 def test_selection_pools_halve_then_are_bounded():
-    assert autotune._selection_thresholds(333) == [
+    assert selection._selection_thresholds(333) == [
         333, 166, 83, 41, 20, 10, 5, 2, 1]
-    assert autotune._selection_thresholds(512) == [
+    assert selection._selection_thresholds(512) == [
         512, 256, 128, 64, 32, 16, 8, 4, 2, 1]
-    big = autotune._selection_thresholds(38440)
-    assert len(big) == autotune._SELECTION_POOLS
+    big = selection._selection_thresholds(38440)
+    assert len(big) == selection._SELECTION_POOLS
     assert big[0] == 38440 and big[-1] == 1
     assert big == sorted(set(big), reverse=True)
     # Evenly spaced on a log scale: neighbours differ by about 38440^(1/9).
@@ -558,11 +559,11 @@ def test_prune_replays_only_removals_the_estimates_allow():
         replayed.append(len(p.swaps))
         return model.replay(p, detail=False)
 
-    gated, gated_result = autotune.prune_swaps(plan, budget, replay, result,
+    gated, gated_result = selection.prune_swaps(plan, budget, replay, result,
                                                model=model)
     gated_replays = len(replayed)
     del replayed[:]
-    full, _ = autotune.prune_swaps(plan, budget, replay, result)
+    full, _ = selection.prune_swaps(plan, budget, replay, result)
     assert gated_result.fits(budget)
     # The same swaps survive, with fewer replays: removing the one that is
     # needed would put the peak over the budget by the estimates, so it is
@@ -622,7 +623,7 @@ def test_the_search_again_is_logged(caplog):
 
 def test_no_plan_fitting_in_time_names_the_link_and_the_fixes(monkeypatch):
     # Without a second search, the asynchronous plan above is the last.
-    monkeypatch.setattr(autotune, "_TIME_ROUNDS", 0)
+    monkeypatch.setattr(choice, "_TIME_ROUNDS", 0)
     index, roles = uneven_chain()
     with pytest.raises(autotune.AutotuneError, match=(
             r"^LMS auto-tuning found no plan that fits in 0\.006 GiB "
@@ -702,7 +703,7 @@ def _choose(index, roles, budget, order):
     model = simulator.SimulationModel(index, roles)
     offered = [(plans[name].params, plans[name], None, None)
                for name in order]
-    (_, chosen, _), step = autotune._fastest(  # pylint: disable=protected-access
+    (_, chosen, _), step = choice._fastest(  # pylint: disable=protected-access
         offered, timer, lambda p: model.replay(p, detail=False), budget,
         Logger())
     return next(k for k, p in plans.items() if p is chosen), step

@@ -23,6 +23,7 @@ from tflms import LMS
 from tflms import analysis
 from tflms import autotune
 from tflms import cli
+from tflms.cli import arguments, planning, rendering
 from tflms import graph_index as gi
 from tflms import oracle
 from tflms import pipeline
@@ -267,7 +268,7 @@ def test_recompute_is_reported_beside_the_swaps(saved, capsys):
     code, out, _ = run_cli(capsys, saved["meta"], *fixed, "--recompute")
     assert code == 0
     assert ("Recomputed per step instead of swapped: 6 tensors (%s), made "
-            "again by 12 cloned operations" % cli._gib(
+            "again by 12 cloned operations" % rendering.gib(
                 hybrid["recompute_bytes"])) in out
 
 
@@ -317,8 +318,8 @@ def test_oracle_measures_both_steps_beside_the_simulator(saved, capsys):
     assert "Oracle (Grappler's virtual GPU" in out
     assert "(Grappler's count %s; simulator with copies instant, as the " \
         "oracle replays them: %s)" % (
-            cli._gib(after.raw_gpu_peak_bytes),  # pylint: disable=protected-access
-            cli._gib(instant)) in out  # pylint: disable=protected-access
+            rendering.gib(after.raw_gpu_peak_bytes),
+            rendering.gib(instant)) in out
 
 
 def test_oracle_measures_on_the_gpu_named(saved, capsys):
@@ -419,7 +420,7 @@ def test_bad_lms_value_is_rejected(saved, capsys):
 
 
 def test_transfer_times_use_bytes_over_bandwidth():
-    times = cli.transfer_ms(15.75e9)
+    times = planning.transfer_ms(15.75e9)
     assert times["PCIe 3.0 x16"] == pytest.approx(1000.0)
     assert times["PCIe 4.0 x16"] == pytest.approx(500.0)
     assert np.all(np.diff([gbps for _, gbps in cli.LINKS]) > 0)
@@ -589,10 +590,10 @@ def test_plan_hardware_flags_set_the_settings_the_tuner_chooses_with():
     args = cli.build_parser().parse_args(
         ["plan", "model.h5", "--gpu", "A100-SXM4-40GB",
          "--interconnect", "nvlink2"])
-    settings = cli._lms_from_args(args).settings  # pylint: disable=protected-access
+    settings = arguments.lms_from_args(args).settings
     assert (settings.gpu, settings.interconnect) == ("A100-SXM4-40GB",
                                                      "nvlink2")
-    defaults = cli._lms_from_args(  # pylint: disable=protected-access
+    defaults = arguments.lms_from_args(
         cli.build_parser().parse_args(["plan", "model.h5"])).settings
     assert (defaults.gpu, defaults.interconnect) == ("V100-SXM2-16GB",
                                                      "pcie4")

@@ -21,8 +21,45 @@ ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 
 
 def _modules():
-    return sorted(name[:-3] for name in os.listdir(ROOT)
-                  if name.endswith(".py"))
+    """tflms' modules by their names below the package: ``"topo"``, a
+    subpackage by its own name (``"planner"``, its ``__init__``) and its
+    modules by dotted names (``"planner.swaps"``); tflms' own
+    ``__init__`` is ``"__init__"``."""
+    found = []
+    for folder, dirs, files in os.walk(ROOT):
+        dirs[:] = sorted(d for d in dirs if d.isidentifier())
+        package = os.path.relpath(folder, ROOT).replace(os.sep, ".")
+        for name in files:
+            if not name.endswith(".py"):
+                continue
+            stem = name[:-3]
+            if package == ".":
+                found.append(stem)
+            elif stem == "__init__":
+                found.append(package)
+            else:
+                found.append(package + "." + stem)
+    return sorted(found)
+
+
+def _path(module):
+    parts = module.split(".")
+    if module != "__init__" and os.path.isdir(os.path.join(ROOT, *parts)):
+        parts.append("__init__")
+    return os.path.join(ROOT, *parts) + ".py"
+
+
+def _module_of(name, modules):
+    """The tflms module a dotted import name is in (the longest prefix
+    that is one), or None."""
+    parts = name.split(".")
+    if parts[0] != PACKAGE:
+        return None
+    for end in range(len(parts), 1, -1):
+        module = ".".join(parts[1:end])
+        if module in modules:
+            return module
+    return None
 
 
 def _forwarders(tree):
@@ -46,12 +83,13 @@ def _imported(tree, modules):
             if node.level:
                 raise AssertionError("relative import of %s; tflms imports "
                                      "absolutely" % node.module)
-            names = [node.module] + [
-                "%s.%s" % (node.module, a.name) for a in node.names]
+            # `from tflms.stages import timed` imports the module timed,
+            # `from tflms.planner import make_plan` the package planner.
+            names = ["%s.%s" % (node.module, a.name) for a in node.names]
         for name in names:
-            parts = name.split(".")
-            if parts[0] == PACKAGE and len(parts) > 1 and parts[1] in modules:
-                found.add(parts[1])
+            module = _module_of(name, modules)
+            if module is not None:
+                found.add(module)
     return found
 
 
@@ -60,7 +98,7 @@ def import_graph():
     modules = set(_modules())
     graph = {}
     for module in sorted(modules):
-        with open(os.path.join(ROOT, module + ".py"), encoding="utf-8") as f:
+        with open(_path(module), encoding="utf-8") as f:
             tree = ast.parse(f.read())
         graph[module] = sorted(_imported(tree, modules) - {module})
     return graph
@@ -95,7 +133,8 @@ def find_cycle(graph):
 
 def test_tflms_imports_have_no_cycle():
     graph = import_graph()
-    assert {"graph_index", "settings", "tf_reader"} <= set(graph)
+    assert {"graph_index", "settings", "tf_reader", "planner",
+            "planner.swaps", "autotune", "autotune.search"} <= set(graph)
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
@@ -118,6 +157,18 @@ def test_deferred_imports_count_and_forwarders_do_not():
         "    from tflms import tf_reader\n")
     assert _imported(tree, {"topo", "planner", "tf_reader"}) == {
         "topo", "planner"}
+
+
+def test_a_subpackage_module_is_its_own_node():
+    tree = ast.parse(
+        "from tflms.stages import timed\n"
+        "from tflms.planner import make_plan\n"
+        "from tflms.autotune.search import Simulations\n"
+        "import tflms.oracle.trace\n")
+    modules = {"stages", "stages.timed", "planner", "planner.swaps",
+               "autotune", "autotune.search", "oracle", "oracle.trace"}
+    assert _imported(tree, modules) == {
+        "stages.timed", "planner", "autotune.search", "oracle.trace"}
 
 
 # The settings and the log sit below the planning and the graph editing:

@@ -15,10 +15,19 @@ import subprocess
 import sys
 import textwrap
 
-CORE = ("graph_index", "step", "topo", "devices", "analysis", "planner",
-        "simulator", "steptime", "ordering", "hardware", "settings",
-        "validation", "budget", "context", "autotune", "stages", "pipeline",
-        "plots", "_logging")
+CORE = ("graph_index", "graph_index.index", "graph_index.build",
+        "graph_index.literal", "graph_index.sizes", "step", "topo",
+        "devices", "analysis", "planner",
+        "planner.types", "planner.triggers", "planner.swaps",
+        "planner.recompute", "planner.edges", "simulator",
+        "simulator.model", "simulator.buffers", "simulator.levels",
+        "simulator.additions", "simulator.results", "steptime",
+        "ordering", "hardware", "settings", "validation", "budget",
+        "context", "autotune", "autotune.tuner", "autotune.search",
+        "autotune.selection", "autotune.choice", "autotune.report",
+        "stages", "stages.serialize", "stages.defer", "stages.swaps",
+        "stages.order", "stages.fewer_waits", "stages.recompute",
+        "stages.timed", "stages.host", "pipeline", "plots", "_logging")
 
 _BLOCKED = ("tensorflow", "keras", "tf_keras")
 
@@ -95,3 +104,17 @@ def test_core_plans_and_simulates_without_tensorflow():
                           check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().endswith("pure core ok"), done.stdout
+
+
+def test_core_lists_every_module_of_its_packages():
+    """A module added to a core package is imported above too."""
+    root = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
+        __file__))), "tflms")
+    for package in CORE:
+        folder = os.path.join(root, package.replace(".", os.sep))
+        if not os.path.isdir(folder):
+            continue
+        modules = {"%s.%s" % (package, name[:-3])
+                   for name in os.listdir(folder)
+                   if name.endswith(".py") and name != "__init__.py"}
+        assert modules <= set(CORE), sorted(modules - set(CORE))

@@ -24,6 +24,9 @@ Nothing here mutates the graph: the rewriter alone does.
 import tensorflow as tf
 
 from tflms import graph_index as gi
+from tflms.graph_index.build import Columns, assemble
+from tflms.graph_index.index import NEUTRAL_OPERANDS
+from tflms.graph_index.sizes import prod
 from tflms.step import APPLY_PREFIXES, ASSIGN_TYPES, StepFetches
 
 __all__ = ["build_index", "find_fetches", "fetch_ops_of",
@@ -206,7 +209,7 @@ _OPAQUE_DTYPES = frozenset({tf.resource, tf.variant, tf.string})
 _ALLOCATING_REF_TYPES = frozenset({"TemporaryVariable"})
 
 # Types whose output 0 may be an identity of an input (`_forwarded_slot`).
-_MAY_FORWARD = gi.FORWARDING_TYPES | frozenset(gi.NEUTRAL_OPERANDS)
+_MAY_FORWARD = gi.FORWARDING_TYPES | frozenset(NEUTRAL_OPERANDS)
 
 
 def _control_flow_kind(op):
@@ -230,7 +233,7 @@ def _forwarded_slot(op):
     """`GraphIndex.forwards_input` of one op."""
     if op.type in gi.FORWARDING_TYPES:
         return 0 if op.inputs else None
-    neutral, pairs = gi.NEUTRAL_OPERANDS[op.type]
+    neutral, pairs = NEUTRAL_OPERANDS[op.type]
     out = op.outputs[0]
     for kept, other in pairs:
         x, const = op.inputs[kept], op.inputs[other]
@@ -241,7 +244,7 @@ def _forwarded_slot(op):
             continue
         value = const.op.get_attr("value")
         dims = [d.size for d in value.tensor_shape.dim]
-        if gi.prod(dims) > 1024:
+        if prod(dims) > 1024:
             continue  # a large constant is no neutral scalar
         try:
             array = tf.make_ndarray(value)
@@ -354,7 +357,7 @@ def build_index(graph, fetches=None):
     ops = tuple(graph.get_operations())
     id_of = {op.name: i for i, op in enumerate(ops)}
 
-    cols = gi.Columns()
+    cols = Columns()
     stateful_by_type = {}  # an op def is per type
     memo = {}  # function name -> holds a collective
     trainable = _trainable_bytes_by_op(graph, id_of)
@@ -406,4 +409,4 @@ def build_index(graph, fetches=None):
             trainable_bytes=trainable.get(i, 0),
             flops=(_flops_of(op) if op_type in gi.FLOP_TYPES else (0, 0)))
     roots = [id_of[op.name] for op in fetches.ops]
-    return gi.assemble(ops, cols, id_of, roots, fetches.rule)
+    return assemble(ops, cols, id_of, roots, fetches.rule)

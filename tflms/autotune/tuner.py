@@ -1,0 +1,167 @@
+"""`tune`, auto-tuning's entry point (see `tflms.autotune` for the steps):
+the replay without LMS, the search, the final choice and its check with
+copies timed, and the `TuneOutcome`.
+"""
+
+import dataclasses
+import functools
+
+from tflms import steptime
+from tflms.autotune.choice import choose, fit_in_time
+from tflms.autotune.report import AutotuneError, plot_files, with_plots
+from tflms.autotune.search import Simulations
+from tflms.settings import AUTO
+
+_GIB = float(1 << 30)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TuneOutcome:
+    """What auto-tuning decided.
+
+    Attributes:
+      params: the `planner.SwapParams` to use, or None when the graph fits
+        without LMS.
+      only_tensors: None, or a frozenset of ``(producer_id, output)``: swap
+        only these tensors (with `params`).
+      budget_bytes: device bytes the plan had to fit in.
+      host_budget_bytes: host bytes available to this process.
+      without_lms: `simulator.SimulationResult` of the unmodified graph.
+      with_lms: `simulator.SimulationResult` of the chosen plan (None when
+        params is None).
+      plan: the chosen `planner.Plan`, the one `with_lms` replayed (None
+        when params is None).
+      threshold_only: result of the plan found by the threshold search
+        alone (None when params is None or the user set the threshold).
+      simulations: number of replays run.
+      plot_files: paths of the files written to plot_dir.
+      step_time: `steptime.StepTime` of the chosen plan, when the plan was
+        chosen by predicted step time (``by_step_time`` and a link that is
+        not ``'instant'``), else None.
+      timed_plans: how many fitting plans were timed to choose it.
+    """
+
+    params: object
+    only_tensors: object
+    budget_bytes: int
+    host_budget_bytes: int = 0
+    without_lms: object = None
+    with_lms: object = None
+    plan: object = None
+    threshold_only: object = None
+    simulations: int = 0
+    plot_files: tuple = ()
+    step_time: object = None
+    timed_plans: int = 0
+
+
+def _all_auto(p):
+    return (p.swapout_threshold == AUTO and p.swapin_ahead == AUTO
+            and p.swapin_groupby == AUTO)
+
+
+def tune(context, index, deferral_edges=(), ordering_edges=()):
+    """Choose swapping parameters for the step by simulation.
+
+    Args:
+      context: the `context.PlanningContext`: settings (the requested
+        parameters, -1 meaning auto; the batch size; `gpu` and
+        `interconnect`, the hardware the chosen plan's copies are timed on:
+        the plan returned fits the budget with swapped tensors held on the
+        device until their copy to the host has finished, and
+        ``interconnect="instant"`` counts copies as instant; the memory
+        plots), roles, log, budgets, and whether the final choice is by
+        predicted step time (`choice.choose`) or by bytes moved.
+      index: the planning index (the step with the serialization and
+        ordering edges planned so far).
+      deferral_edges: `planner.deferral_edges` that every plan carries out
+        (the replay without LMS does not).
+      ordering_edges: the `ordering.order_peaks` edges among the index's
+        planned edges: synchronous swap-ins into their second ops also
+        wait for their first (`planner.wait_for_ordering`).
+
+    Returns:
+      A `TuneOutcome`.
+
+    Raises:
+      simulator.BatchSizeError: a size needs the batch size.
+      AutotuneError: nothing fits.
+    """
+    log = context.log
+    roles = context.roles
+    batch_size = context.batch_size
+    requested = context.requested
+    select = context.select
+    plot_dir = context.plot_dir
+    budget = context.budget_bytes
+    host_limit = context.host_budget_bytes
+    model = context.model(index)
+    link = context.interconnect
+    time_model = None
+    if link.bytes_per_s != steptime.INSTANT.bytes_per_s:
+        # Made only when a plan is checked: timing every op costs about a
+        # second per 100,000 ops, which a step that fits without LMS (or a
+        # search that finds nothing) should not pay.
+        time_model = functools.partial(context.timer, index)
+    # With instant copies every fitting plan takes the same time (no copy
+    # is waited for): the choice is by bytes moved, with no model to make.
+    by_time = time_model if context.by_step_time else None
+    if model.unknown_tensors:
+        log.info("%d tensors have no static size and count as 0 bytes in "
+                 "the simulation (first: %s)"
+                 % (len(model.unknown_tensors), model.unknown_tensors[0]), 1)
+    sims = Simulations(index, roles, model, budget, batch_size, log,
+                       deferral_edges, ordering_edges)
+    sims.serialized = bool(context.settings.serialization
+                           or context.settings.serialization_by_size)
+    log.info("[Simulator] Searching values for swapout_threshold, "
+             "swapin_ahead, swapin_groupby and sync_mode for a budget of "
+             "%.2f GiB" % (budget / _GIB))
+    without = sims.replay(None, detail=True)
+    sims.without = without
+    log.info("[Simulator] Without LMS one step peaks at %.2f GiB at level %d "
+             "(%s)" % (without.peak_device_bytes / _GIB, without.peak_level,
+                       without.peak_op))
+
+    def not_needed():
+        files = plot_files(plot_dir, index, roles, batch_size, without,
+                           None, budget, log)
+        return TuneOutcome(params=None, only_tensors=None,
+                           budget_bytes=budget, host_budget_bytes=host_limit,
+                           without_lms=without, simulations=sims.count,
+                           plot_files=files)
+
+    if _all_auto(requested) and without.fits(budget):
+        return not_needed()
+
+    max_level = index.num_levels
+    try:
+        chosen = choose(sims, model, requested, max_level, select, log,
+                        by_time)
+    except AutotuneError as err:
+        raise with_plots(err, sims, plot_dir, index, roles, batch_size,
+                         without, budget, log) from None
+    (params, final_plan, only, threshold_result, step_time, timed), final, \
+        count = fit_in_time(sims, model, time_model, requested, max_level,
+                            select, log, chosen, by_time)
+    log.info("[Simulator] With LMS one step peaks at %.2f GiB of %.2f GiB at "
+             "level %d (%s)" % (final.peak_device_bytes / _GIB, budget / _GIB,
+                                final.peak_level, final.peak_op))
+    if (without.fits(budget)
+            and final.peak_device_bytes >= without.peak_device_bytes):
+        # Only reachable with some parameters fixed by the user: the step
+        # fits as it is and the plan would only add transfers.
+        log.info("[Simulator] The plan needs %.3f GiB, no less than the "
+                 "%.3f GiB the step needs without LMS, which fits; "
+                 "not swapping." % (final.peak_device_bytes / _GIB,
+                                    without.peak_device_bytes / _GIB))
+        return not_needed()
+    # The host budget is the `host` stage's (tflms/stages/host.py).
+    files = plot_files(plot_dir, index, roles, batch_size, without, final,
+                       budget, log)
+    return TuneOutcome(params=params, only_tensors=only, budget_bytes=budget,
+                       host_budget_bytes=host_limit, without_lms=without,
+                       with_lms=final, plan=final_plan,
+                       threshold_only=threshold_result,
+                       simulations=count, plot_files=files,
+                       step_time=step_time, timed_plans=timed)

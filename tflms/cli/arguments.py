@@ -1,0 +1,165 @@
+"""The ``tflms`` argument parser: `plan` and `verify`, the LMS settings'
+flags (from `tflms.settings`), and the `LMS` the parsed arguments ask for
+(`lms_from_args`)."""
+
+import argparse
+
+from tflms import settings as S
+from tflms._argparse_types import positive_int
+from tflms.cli.lazy import Lazy
+
+_lms = Lazy("tflms.lms")
+
+
+def build_parser():
+    """The ``tflms`` argument parser (sub-command ``plan``)."""
+    parser = argparse.ArgumentParser(
+        prog="tflms",
+        description="TensorFlow Large Model Support tools.")
+    commands = parser.add_subparsers(dest="command", title="commands")
+    commands.required = True
+    plan = commands.add_parser(
+        "plan",
+        help="predict device memory with and without LMS for a saved graph",
+        description=(
+            "Load a saved training graph, let LMS plan it as it would before "
+            "training, and print the expected device memory peak of one step "
+            "without and with LMS, the swapping parameters, the bytes "
+            "swapped and their transfer time per step, and write the memory "
+            "plots. No GPU needed. Exit status 0: fits; 1: cannot fit; "
+            "2: error."),
+        epilog=("GRAPH is a MetaGraph file (.meta), a SavedModel folder, or a "
+                "Keras model (.h5, .keras, or a Keras SavedModel folder). "
+                "Example: tflms plan model.h5 --batch-size 32 "
+                "--autotune-gpu-mem 16"))
+    _graph_arguments(plan, plan_output=True)
+    verify = commands.add_parser(
+        "verify",
+        help="train a saved graph a few steps with and without LMS and "
+             "compare",
+        description=(
+            "Load a saved training graph twice, rewrite one copy with LMS, "
+            "train both copies a few steps on this machine's CPU from the "
+            "same variable values and the same random inputs (with oneDNN "
+            "as TensorFlow has it here: TF_ENABLE_ONEDNN_OPTS), and compare "
+            "losses, every variable, the global step and which ops ran. "
+            "Exit status 0: identical; 1: any difference; 2: error."),
+        epilog=("GRAPH as for `tflms plan`; the train op comes from the "
+                "graph's train_op collection unless --train-op names it. "
+                "Example: tflms verify model.meta --batch-size 8 "
+                "--autotune-gpu-mem 4"))
+    _graph_arguments(verify)
+    for flag in _PLAN_ONLY_FLAGS:
+        # No default: an unused flag sets no attribute, so the settings
+        # read from the arguments keep their own defaults (plot_dir).
+        verify.add_argument(flag, action=_PlanOnly, nargs=0,
+                            default=argparse.SUPPRESS,
+                            help=argparse.SUPPRESS)
+    check = verify.add_argument_group("verification")
+    check.add_argument("--steps", type=positive_int, default=3, metavar="N",
+                       help="training steps per copy (default 3)")
+    check.add_argument("--train-op", action="append", default=[],
+                       metavar="NAME",
+                       help="op that runs one training step (repeatable); "
+                            "default: the train_op collection")
+    check.add_argument("--loss-tensor", default=None, metavar="NAME",
+                       help="tensor to compare at every step; default: the "
+                            "first of the losses collection")
+    check.add_argument("--rtol", type=float, default=0.0,
+                       help="relative tolerance; default 0: bit-identical")
+    return parser
+
+
+# LMS settings `tflms plan` and `tflms verify` take, in --help order, and
+# the spellings of earlier versions they still accept.
+_SETTING_FLAGS = ("batch_size", "autotune_gpu_mem", "autotune_host_mem",
+                  "swapout_threshold",
+                  "swapin_ahead", "swapin_groupby", "sync_mode", "recompute",
+                  "serialization", "serialization_by_size", "gpu_device",
+                  "interconnect", "gpu")
+_OLD_FLAGS = {"autotune_gpu_mem": ["--gpu-mem"]}
+
+
+def _graph_arguments(sub, plan_output=False):
+    """Arguments `plan` and `verify` share: the graph and LMS's settings;
+    with `plan_output`, `plan`'s own flags for plots, the oracle and
+    progress lines.
+
+    The settings' flags come from `tflms.settings` (names, converters,
+    defaults and help), like the example scripts'."""
+    sub.add_argument("graph", metavar="GRAPH",
+                     help="the saved model or graph to plan")
+    lms = sub.add_argument_group(
+        "LMS settings", "As the LMS settings of the same names "
+        "(docs/parameters.md); -1 lets the auto-tuner choose.")
+    S.add_arguments(lms, _SETTING_FLAGS, aliases=_OLD_FLAGS)
+    keras = sub.add_argument_group("Keras models")
+    keras.add_argument("--loss", default=None,
+                       help="loss to compile with (default: the saved one, "
+                            "else 'mse')")
+    keras.add_argument("--optimizer", default=None,
+                       help="optimizer to compile with (default: the saved "
+                            "one, else 'adam')")
+    other = sub.add_argument_group("graphs and output")
+    other.add_argument("--tag", default=None,
+                       help="SavedModel tag set to load, comma-separated "
+                            "(default: 'train' if present, else the first)")
+    other.add_argument("--inference", action="store_true",
+                       help="plan for inference: lms.is_training = False, "
+                            "and for Keras models the forward graph only "
+                            "(no loss, no train function)")
+    other.add_argument("--json", action="store_true",
+                       help="print the report as one JSON object")
+    other.add_argument("-v", "--verbose", action="store_true",
+                       help="show LMS's own [LMS] log lines and "
+                            "TensorFlow's INFO and WARNING lines (on "
+                            "stderr)")
+    if plan_output:
+        _plan_output_arguments(other)
+
+
+# `plan`'s output flags, which `verify` (it trains and compares, it draws
+# and measures nothing) refuses instead of ignoring.
+_PLAN_ONLY_FLAGS = ("--plot-dir", "--no-plots", "--oracle", "--progress",
+                    "--no-progress")
+
+
+def _plan_output_arguments(other):
+    """`plan`'s flags for plots, the oracle and progress lines, added to
+    its argument group `other`."""
+    S.add_arguments(other, ("plot_dir",))
+    other.add_argument("--no-plots", action="store_true",
+                       help="do not write plots")
+    other.add_argument("--oracle", action="store_true",
+                       help="also measure the step without and with LMS on "
+                            "Grappler's virtual GPU (tflms.oracle: "
+                            "TensorFlow's own placement and schedule, "
+                            "replayed with the executor's buffer rules); "
+                            "slower than the simulator")
+    other.add_argument("--progress", action=argparse.BooleanOptionalAction,
+                       default=None,
+                       help="one line per phase (loading, planning, plots) "
+                            "on stderr while it works; default: when stderr "
+                            "is a terminal")
+
+
+class _PlanOnly(argparse.Action):
+    """`verify`'s answer to `plan`'s output flags: an argument error."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(
+            "%s is an option of `tflms plan`, not of `tflms verify`: verify "
+            "trains the graph on this machine's CPU with and without LMS and "
+            "compares the results; it writes no plots and measures no "
+            "memory. Remove %s, or run `tflms plan GRAPH %s` for that."
+            % (option_string, option_string, option_string))
+
+
+def lms_from_args(args, loaded=None):
+    """An `LMS` with the command line's settings (`settings.from_arguments`);
+    for a loaded graph without a backward phase, or with --inference, it
+    plans for inference."""
+    overrides = {}
+    if loaded is not None:
+        overrides["is_training"] = loaded.training and not args.inference
+    return _lms.LMS.from_settings(S.from_arguments(args, **overrides))

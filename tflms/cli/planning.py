@@ -1,0 +1,299 @@
+"""`plan_graph`: `LMS.run` on a loaded graph and the `PlanReport` of what
+the simulator, the step-time model and (``--oracle``) the oracle expect
+of one step."""
+
+import dataclasses
+import os
+
+from tflms import hardware
+from tflms.cli.arguments import lms_from_args
+from tflms.cli.lazy import Lazy
+from tflms.cli.loading import PlanError
+
+tf = Lazy("tensorflow")
+autotune = Lazy("tflms.autotune")
+gi = Lazy("tflms.graph_index")
+pipeline = Lazy("tflms.pipeline")
+plotting = Lazy("tflms.plots")
+steptime = Lazy("tflms.steptime")
+
+# (name, GB/s per direction): `steptime.LINKS`, theoretical peak rates;
+# real copies reach roughly 80-90% of them.
+LINKS = hardware.LINKS
+
+
+def _silent(_):
+    """A progress callback that prints nothing."""
+
+
+@dataclasses.dataclass
+class PlanReport:
+    """Everything `plan_graph` found; `as_dict` is the --json output."""
+
+    graph: str
+    kind: str
+    training: bool
+    notes: list
+    num_ops: int
+    num_edges: int
+    num_levels: int
+    trainable_parameters: int
+    trainable_bytes: int
+    variable_bytes: int
+    batch_size: object
+    budget_bytes: int
+    without_lms: dict
+    with_lms: dict
+    lms_needed: bool
+    tuned: bool
+    selected: bool
+    params: object
+    swapped_tensors: int
+    swapout_bytes: int
+    swapin_bytes: int
+    swapout_ops: int
+    swapin_ops: int
+    transfer_ms: dict
+    step_time: dict
+    plots: list
+    fits: bool
+    error: object = None
+    oracle: object = None
+    recomputed_tensors: int = 0
+    recompute_bytes: int = 0
+    recompute_ops: int = 0
+    ordering_edges: list = dataclasses.field(default_factory=list)
+    plots_missing: object = None
+
+    def as_dict(self):
+        return dataclasses.asdict(self)
+
+
+def _peak(result, budget):
+    return {
+        "peak_bytes": int(result.peak_device_bytes),
+        "peak_level": int(result.peak_level),
+        "peak_op": result.peak_op,
+        "fits": bool(result.fits(budget)),
+        "largest_live": [[name, int(nbytes)]
+                         for name, nbytes in result.live_at_peak[:3]],
+    }
+
+
+def _trainable(graph):
+    with graph.as_default():
+        variables = tf.compat.v1.trainable_variables()
+    count = nbytes = 0
+    for v in variables:
+        if v.shape.is_fully_defined():
+            n = v.shape.num_elements()
+            count += n
+            nbytes += n * v.dtype.base_dtype.size
+    return count, nbytes
+
+
+def transfer_ms(nbytes):
+    """Milliseconds to move `nbytes` over each of `LINKS`, one direction."""
+    return {name: nbytes / (gbps * 1e9) * 1e3 for name, gbps in LINKS}
+
+
+def plan_graph(loaded, args, graph_name, progress=_silent):
+    """Run LMS on the loaded graph and measure the result.
+
+    The graph is rewritten by `LMS.run` as it would be before training;
+    the report reads the plan and the simulations from its `RunResult`
+    (`pipeline.plan`, the same steps every user of LMS runs).
+    A plan that does not fit is reported (``fits`` False, and ``error``
+    holds the auto-tuner's message when it found nothing).
+
+    `progress(text)` is called at the start of each phase.
+
+    Raises:
+      autotune.NoGpuError, simulator.BatchSizeError, ValueError: bad input.
+    """
+    graph = loaded.graph
+    lms = lms_from_args(args, loaded)
+    settings = lms.settings
+    params_count, params_bytes = _trainable(graph)
+    before = fetches = None
+    if args.oracle:
+        fetches = _oracle_fetches(graph)
+        before = graph.as_graph_def()
+    error = None
+    progress("planning %s ops: index, roles, %s, rewrite ..." % (
+        "{:,}".format(len(graph.get_operations())),
+        "auto-tuning" if settings.autotune_requested
+        else "plan with the given parameters"))
+    try:
+        run = lms.run(graph, fetches=loaded.fetches)
+    except autotune.AutotuneError as e:
+        run, error = None, str(e)
+    if run is not None and run.planned is None:
+        raise PlanError(
+            "%s already has LMS's swap operations (saved after LMS rewrote "
+            "it); plan the model as it was before LMS, or save it without "
+            "the LMS callback or hook" % (graph_name,))
+    if run is not None:
+        planned = pipeline.simulate_plan(run.planned)
+        without, with_lms = planned.without_lms, planned.with_lms
+        index, roles = planned.index, planned.roles
+        budget = planned.budget_bytes
+    else:
+        # Nothing fits: the report still shows the step without LMS (the
+        # graph is unchanged).
+        index = gi.build_index(graph, loaded.fetches)
+        roles = pipeline.classify(index, settings)
+        without = pipeline.simulate_without(index, roles, settings)
+        with_lms = None
+        budget = None
+    if budget is None:
+        budget = autotune.device_budget(settings.autotune_gpu_mem,
+                                        settings.gpu_device)
+    plan = run.plan if run is not None else None
+
+    plots = []
+    plots_missing = None
+    if not args.no_plots:
+        progress("writing plots to %s ..." % settings.plot_dir)
+        plots = list(plotting.write_plots(
+            settings.plot_dir, index, roles, without,
+            with_lms if plan is not None else None, budget,
+            batch_size=settings.batch_size))
+        if not any(p.endswith(".png") for p in plots):
+            plots_missing = plotting.MISSING_MATPLOTLIB
+
+    swapout = plan.swapout_bytes() if plan else 0
+    swapin = plan.swapin_bytes() if plan else 0
+    params = None
+    if plan is not None:
+        p = plan.params
+        params = {"swapout_threshold": p.swapout_threshold,
+                  "swapin_ahead": p.swapin_ahead,
+                  "swapin_groupby": p.swapin_groupby,
+                  "sync_mode": p.sync_mode}
+    shown = with_lms if plan is not None else without
+    progress("predicting the step time ...")
+    if run is not None:
+        step = steptime.predict_planned(planned, gpu=settings.gpu,
+                                        interconnect=settings.interconnect)
+    else:
+        step = steptime.StepTimeModel(
+            index, roles, settings.batch_size, gpu=settings.gpu,
+            interconnect=settings.interconnect).predict()
+    step_time = _step_time(step, plan)
+    oracle_peaks = None
+    if args.oracle:
+        progress("measuring with the oracle (Grappler's virtual GPU) ...")
+        oracle_peaks = _oracle_peaks(
+            fetches, before, graph.as_graph_def() if plan else None,
+            settings.batch_size, budget, settings.gpu)
+        if plan is not None:
+            # The oracle replays copies as instant; the simulator's peak
+            # above counts them at the interconnect. Its count with
+            # instant copies is the one to set beside the oracle's.
+            oracle_peaks["with_lms"]["simulator_instant_peak_bytes"] = int(
+                pipeline.instant_replay(planned).peak_device_bytes)
+    return PlanReport(
+        graph=graph_name, kind=loaded.kind, training=settings.is_training,
+        notes=list(loaded.notes),
+        num_ops=index.num_ops, num_edges=index.num_edges,
+        num_levels=run.planned.original_num_levels if run else
+        index.num_levels,
+        trainable_parameters=params_count, trainable_bytes=params_bytes,
+        variable_bytes=int(sum(index.variable_bytes)),
+        batch_size=settings.batch_size, budget_bytes=int(budget),
+        without_lms=_peak(without, budget), with_lms=_peak(shown, budget),
+        lms_needed=plan is not None, tuned=settings.autotune_requested,
+        params=params,
+        selected=bool(plan is not None and run.planned.only_tensors
+                      is not None),
+        swapped_tensors=len(plan.swaps) if plan else 0,
+        swapout_bytes=int(swapout), swapin_bytes=int(swapin),
+        swapout_ops=len(run.swapout_ops) if run else 0,
+        swapin_ops=len(run.swapin_ops) if run else 0,
+        transfer_ms=transfer_ms(swapout + swapin),
+        step_time=step_time,
+        plots=[os.path.abspath(p) for p in plots],
+        plots_missing=plots_missing,
+        fits=error is None and bool(shown.fits(budget)), error=error,
+        oracle=oracle_peaks,
+        recomputed_tensors=len(plan.recomputes) if plan else 0,
+        recompute_bytes=int(plan.recompute_bytes()) if plan else 0,
+        recompute_ops=len(run.rewrite.recompute_ops)
+        if run and run.rewrite else 0,
+        ordering_edges=[[run.planned.index.names[a],
+                         run.planned.index.names[b]]
+                        for a, b in run.planned.ordering_edges]
+        if run else [])
+
+
+def _step_time(step, plan):
+    """The step-time model's prediction for the report (milliseconds)."""
+    return {
+        "gpu": step.gpu,
+        "interconnect": steptime.interconnect_named(step.interconnect).label,
+        "without_lms_ms": step.without_lms_s * 1e3,
+        "with_lms_ms": None if plan is None else step.with_lms_s * 1e3,
+        "exposed_transfer_ms": (None if plan is None
+                                else step.exposed_transfer_s * 1e3),
+    }
+
+
+def _static_batch(graph_def, fetches, batch_size):
+    """`graph_def` with the unknown first dimension of every placeholder the
+    step reads (those `fetches` depend on) set to `batch_size`, so that
+    Grappler knows every tensor's size."""
+    if batch_size is None:
+        return graph_def
+    fixed = type(graph_def)()
+    fixed.CopyFrom(graph_def)
+    nodes = {node.name: node for node in fixed.node}
+    seen, todo = set(), list(fetches)
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in nodes:
+            continue
+        seen.add(name)
+        todo.extend(i.lstrip("^").split(":")[0] for i in nodes[name].input)
+    for name in seen:
+        node = nodes[name]
+        if node.op in ("Placeholder", "PlaceholderWithDefault") and \
+                "shape" in node.attr:
+            dims = node.attr["shape"].shape.dim
+            if dims and dims[0].size == -1:
+                dims[0].size = batch_size
+    return fixed
+
+
+def _oracle_fetches(graph):
+    """Names of the graph's train ops, which one oracle step runs."""
+    names = [op.name for op in graph.get_collection(
+        tf.compat.v1.GraphKeys.TRAIN_OP) if isinstance(op, tf.Operation)]
+    if not names:
+        raise PlanError(
+            "--oracle needs the op that runs one training step: the graph "
+            "has no train_op collection (tf.compat.v1.add_to_collection("
+            "tf.compat.v1.GraphKeys.TRAIN_OP, train_op) before saving)")
+    return names
+
+
+def _oracle_peaks(fetches, before, rewritten, batch_size, budget, gpu):
+    """The oracle's GPU peaks of one step without LMS (`before`, a GraphDef)
+    and with it (`rewritten`, the GraphDef LMS edited, or None), each as the
+    runtime replay and as Grappler's own count, on the virtual GPU of
+    `gpu` (a `hardware.GPUS` name: the --gpu setting)."""
+    # Imported here: the oracle loads Grappler's private modules.
+    from tflms import oracle  # pylint: disable=import-outside-toplevel
+    out = {}
+    for label, graph_def in (("without_lms", before),
+                             ("with_lms", rewritten)):
+        if graph_def is None:
+            continue
+        result = oracle.peak_memory(_static_batch(graph_def, fetches,
+                                                  batch_size),
+                                    fetches, budget, gpu=gpu)
+        out[label] = {
+            "runtime_peak_bytes": int(result.runtime_gpu_peak_bytes),
+            "grappler_peak_bytes": int(result.raw_gpu_peak_bytes),
+            "fits": bool(result.runtime_gpu_peak_bytes <= budget)}
+    return out

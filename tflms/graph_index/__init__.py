@@ -1,0 +1,77 @@
+"""One read-only index of a graph, built once, queried everywhere.
+
+A `GraphIndex` records, per operation id (ids are positions in creation
+order): names, types, devices, data inputs and consumers per tensor,
+control inputs and outputs, static output shapes and element sizes,
+variable sizes, the floating-point operations of matrix products and
+convolutions (for the step-time model), and the few control-flow facts LMS
+needs. Levels of the categorized topological sort are computed from it.
+Every analysis (planning, simulation, tuning) answers its questions from
+this index with integer ids, which keeps the analysis pure, deterministic
+and O(V + E).
+
+This module imports no TensorFlow (`tests/test_pure_core.py`), and nor do
+the modules that query the index. Two constructors make an index:
+`tflms.tf_reader.build_index` reads the training step of a `tf.Graph` (the
+one reader of TensorFlow before the rewriter: whatever `analysis`,
+`planner` and `simulator` need beyond the graph's structure, such as
+collections, function libraries, control-flow contexts and op defs, it
+reads once into plain per-op fields), and `from_edges` builds the same kind
+of index from literal names and edges, with no graph behind it. Both end in
+`assemble`. `graph_index.build_index` still works: it is handed on from
+`tf_reader`, which loads TensorFlow, on first use.
+
+The index holds the `tf.Operation` objects only so that the rewriter can map
+ids back to ops (an index from `from_edges` has none, and the rewriter
+refuses it); nothing here mutates the graph.
+
+The modules:
+
+  index.py    `GraphIndex` and the op types its users share
+  build.py    `Columns` and `assemble`, where both constructors end;
+              `with_planned_edges`
+  literal.py  `from_edges`
+  sizes.py    `tensor_bytes`, `op_flops`, `contraction_flops`
+"""
+
+from tflms.devices import DeviceKey, is_cpu_device, parse_device
+from tflms.graph_index.build import with_planned_edges
+from tflms.graph_index.index import (APPLY_PREFIXES, BACK_EDGE_TYPES,
+                                     COLLECTIVE_TYPES, CONTROL_FLOW_V1_TYPES,
+                                     DEFAULT_DEVICE, FORWARDING_TYPES,
+                                     FUNCTION_CALL_TYPES, GraphIndex)
+from tflms.graph_index.literal import from_edges
+from tflms.graph_index.sizes import (FLOP_TYPES, contraction_flops, op_flops,
+                                     tensor_bytes)
+
+__all__ = [
+    "GraphIndex",
+    "from_edges",
+    "with_planned_edges",
+    "DEFAULT_DEVICE",
+    "FORWARDING_TYPES",
+    "APPLY_PREFIXES",
+    "tensor_bytes",
+    "op_flops",
+    "contraction_flops",
+    "FLOP_TYPES",
+    "is_cpu_device",
+    "DeviceKey",
+    "parse_device",
+    "CONTROL_FLOW_V1_TYPES",
+    "BACK_EDGE_TYPES",
+    "COLLECTIVE_TYPES",
+    "FUNCTION_CALL_TYPES",
+]
+
+# Names that moved to `tflms.tf_reader`, handed on from there on first use
+# (PEP 562) so that `graph_index.build_index(graph, fetches)` keeps working
+# for its callers while importing this module loads no TensorFlow.
+_READER_NAMES = frozenset({"build_index"})
+
+
+def __getattr__(name):
+    if name in _READER_NAMES:
+        from tflms import tf_reader  # pylint: disable=import-outside-toplevel
+        return getattr(tf_reader, name)
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))

@@ -1,0 +1,110 @@
+"""Replay one training step of a (planned) rewritten graph and count memory.
+
+The simulator answers one question for the auto-tuner: if the graph were
+rewritten with this `planner.Plan`, how much device memory would one
+training iteration need at its worst moment, and what is live then?
+
+It never touches the `tf.Graph` or the `LMS` object. A `SimulationModel` is
+built once from plain data (`GraphIndex`, `OpRoles`, batch size) and holds
+everything that does not depend on the plan: buffer sizes, which tensors
+share a buffer, who reads what, and the successor lists used for levels.
+`SimulationModel.replay(plan)` then only adds the plan's virtual swap nodes,
+recomputes levels (Kahn, O(V + E)) and counts memory with a few vectorised
+numpy passes.
+
+Memory model (what is counted, and why):
+
+* **Execution order.** Ops run level by level in the categorized
+  topological sort of the rewritten graph. All ops of one level may run
+  concurrently on a real device, so a level first allocates the outputs of
+  all its ops, the peak is sampled, and only then are buffers freed whose
+  last reader ran in that level or earlier. This is never optimistic
+  compared with running the level's ops one after another.
+* **Buffers.** Each output of an active op with a non-zero static size is
+  one buffer on the producer's memory space: the managed device (the ops in
+  `OpRoles.device_ops`), the host (ops placed on a CPU) or another device
+  (not counted). A buffer lives from its producer's level to the level of
+  its last reader. Outputs nobody reads live for their producer's level
+  only. Ops in `OpRoles.inactive` do not run and allocate nothing.
+* **Aliases are counted once.** ``Identity``, ``IdentityN``,
+  ``StopGradient``, ``Reshape``, ``Squeeze`` and ``ExpandDims`` forward
+  their input buffer on the same memory space, and so do the ops that
+  TensorFlow's graph optimizer reduces to an identity of an input
+  (`GraphIndex.forwards_input`: ``x * 1.0``, ``x + 0``), so their output is the same
+  buffer as their input (its life is extended by their readers, its bytes
+  are not added again). ``ReadVariableOp`` outputs and the outputs of
+  variable holders alias the variable and add nothing, and so do reference
+  outputs (of a v1 ref variable, and of ``Assign``/``Apply*`` on one), to
+  which the index gives 0 bytes. When a swap-in
+  feeds such an op (Keras' optimizers pass every gradient through one
+  ``IdentityN``), the op forwards the swap-in's device copy, so the readers
+  of its output keep the copy alive, not the swapped-out original.
+* **Resident memory.** Variables (``variable_bytes``: weights and optimizer
+  slots, which are variables too) and ``Const`` outputs are allocated for
+  the whole step on the space of their op.
+* **Transfers.** A buffer read by an op on another space keeps living until
+  that reader runs. When a device op reads a tensor made on the host (a
+  swap-in, or any CPU op), the device gets its own copy: allocated when the
+  host op runs, freed after the copy's last device reader. A swap-out
+  (CPU ``Identity`` of a device tensor) owns a host buffer of the tensor's
+  size; its swap-ins forward that host buffer.
+* **Copies that take time.** Without `CopyLevels` a copy is instant: a
+  swapped tensor is freed after its swap-out's level (and its remaining
+  readers'), a swap-in's copy is allocated at the swap-in's level. With
+  them (`replay(plan, copy_levels=...)`, made by `steptime.copy_levels`
+  from a predicted step) the swapped tensor also lives through every level
+  that starts before its copy to the host has finished, and the device
+  copy from the first level that starts after its copy has started, if
+  that is earlier. The levels do not change. The model stays plain data:
+  it never times anything itself.
+* **Recomputes.** Each clone of a `planner.RecomputePlan` is a node
+  one level after its trigger and its inputs; its outputs are device
+  buffers (or, for aliasing types, its input's) living until their last
+  reader. The late readers read the last clone, so the original buffer is
+  freed after its early readers, and the inputs the clones read live until
+  the clones ran (a swap-in read by a clone keeps its device copy).
+* **Not modelled.** Kernel scratch space (e.g. cuDNN workspaces), allocator
+  fragmentation and the runtime's own reservations; callers leave headroom
+  for these with a memory ratio below 1. Element-wise kernels that reuse
+  their input buffer on a real GPU are counted as allocating a new one, which
+  can only overestimate. Ops that only initialize variables
+  (`initializer_only_ops`) run in their own session call, not in a step.
+
+Sizes come from static shapes; the first unknown dimension is the batch
+size. A tensor whose size needs the batch size when none is given raises
+`BatchSizeError`. Tensors whose size stays unknown (unknown rank, or more
+than one unknown dimension) count as zero bytes and are listed in
+`SimulationModel.unknown_tensors`.
+
+The modules:
+
+  model.py      `SimulationModel`: made once from the two below; `replay`
+                runs the named steps of one replay; `freed_levels`
+  buffers.py    `GraphBuffers`: every tensor's size and buffer, the reads,
+                the alias chains, the resident bytes; the memory spaces
+                and `BatchSizeError`
+  levels.py     `GraphLevels`: the graph's successors and levels, and a
+                rewritten graph's levels (pushed forward, or Kahn's)
+  additions.py  `Additions`: what one plan adds (swap nodes, clones, their
+                buffers and reads, rerouted inputs)
+  results.py    `SimulationResult`, `CopyLevels`, and the counting of
+                buffers into lifetimes and timelines
+"""
+
+from tflms.analysis import initializer_only_ops
+from tflms.simulator.buffers import (ALIAS_TYPES, DEVICE, HOST, OTHER,
+                                     BatchSizeError)
+from tflms.simulator.model import SimulationModel
+from tflms.simulator.results import CopyLevels, SimulationResult
+
+__all__ = [
+    "DEVICE",
+    "HOST",
+    "OTHER",
+    "ALIAS_TYPES",
+    "BatchSizeError",
+    "CopyLevels",
+    "SimulationResult",
+    "SimulationModel",
+    "initializer_only_ops",
+]

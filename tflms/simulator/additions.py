@@ -1,0 +1,201 @@
+"""What a plan adds to the graph one replay counts: swap nodes, recompute
+clones, their buffers and reads, and the inputs they reroute.
+"""
+
+from tflms.simulator.buffers import (DEVICE, HOST, NO_BUFFER, alias_slot,
+                                     tensor_name)
+
+
+class Additions:
+    """What a plan adds to the graph one replay counts: nodes (swap ops and
+    clones, numbered after the graph's), buffers, reads, rerouted inputs,
+    and whether any original op may change level."""
+
+    def __init__(self, buffers, levels):
+        """Nothing added yet to the graph of `buffers` (`GraphBuffers`) and
+        `levels` (`GraphLevels`)."""
+        self._buffers = buffers
+        self._num_base_nodes = levels.num_nodes
+        self.node = levels.num_nodes  # next node id
+        self._first_buffer = len(buffers.buf_name)
+        self._base_levels = levels.levels
+        self.bytes, self.space, self.alloc, self.names = [], [], [], []
+        self.use_buf, self.use_node = [], []
+        self.new_levels = []     # levels of the new nodes, in node order
+        self.swap_nodes = []     # (producer, swap-out node, waiters, swap-ins)
+        self.swapin_of = {}      # (producer, output, k) -> (node, copy buffer)
+        self.clone_nodes, self.clone_reroutes = [], []
+        self.rerouted = {}       # (consumer, slot) -> buffer it reads now
+        self.masked = []         # the graph's reads a reroute removes
+        # (buffer, level) pairs from copy_levels: device buffers held until
+        # a copy to the host ends, device copies allocated when it starts.
+        self.held, self.allocated = [], []
+        self.shortened = False   # a rerouted edge held up its consumer's level
+        self.moved = False       # some original op must move (or may)
+        self.swapout_bytes = self.swapin_bytes = self.recompute_bytes = 0
+
+    def new_node(self):
+        self.node += 1
+        return self.node - 1
+
+    def buffer(self, nbytes, space, maker):
+        """A new buffer made by node `maker`; returns its id."""
+        self.bytes.append(nbytes)
+        self.space.append(space)
+        self.alloc.append(maker)
+        return self._first_buffer + len(self.bytes) - 1
+
+    def read(self, buf, node):
+        self.use_buf.append(buf)
+        self.use_node.append(node)
+
+    def reroute(self, consumer, slot, buf, producer, new_level):
+        """`consumer`'s input `slot` reads `buf` (made at `new_level`)
+        instead of `producer`'s tensor."""
+        self.rerouted[(consumer, slot)] = buf
+        levels = self._base_levels
+        # The rerouted input no longer reads the producer. That can lower
+        # the consumer only if the producer was its latest input (then
+        # levels are computed afresh).
+        if levels[consumer] - levels[producer] < 2:
+            self.shortened = True
+        if levels[consumer] <= new_level:
+            self.moved = True
+        if buf != NO_BUFFER:
+            self.read(buf, consumer)
+
+    def add_swaps(self, swaps, copy_levels, detail):
+        """Swap ops are nodes numbered after the graph's (and gate) nodes,
+        in plan order: each swap-out, then its swap-ins. One pass records
+        their edges, buffers and reads, and their levels from the graph's
+        levels: a swap-out one above its source, a swap-in one above its
+        swap-out and triggers. The swap-out reads the tensor and owns a
+        host buffer; each swap-in reads it and owns a device copy, which
+        its consumers read instead of the tensor."""
+        out_base = self._buffers.out_base
+        tensor_bytes = self._buffers.tensor_bytes
+        tensor_buffer = self._buffers.tensor_buffer
+        base_levels = self._base_levels
+        index = self._buffers.index
+        for s_index, swap in enumerate(swaps):
+            p = swap.producer
+            t = out_base[p] + swap.output
+            size = tensor_bytes[t]
+            b = tensor_buffer[t]
+            self.swapout_bytes += size
+            self.swapin_bytes += size * len(swap.swap_ins)
+            so = self.new_node()
+            so_level = base_levels[p] + 1
+            self.new_levels.append(so_level)
+            if detail:
+                tname = safe_name(tensor_name(index, p, swap.output))
+                self.names.append("lms/swapout_%s" % tname)
+            if b != NO_BUFFER:
+                self.read(b, so)
+                if copy_levels is not None:
+                    self.held.append((b, copy_levels.held_through[s_index]))
+            host_buf = self.buffer(size, HOST, so)
+            ins = []
+            for sin in swap.swap_ins:
+                si = self.new_node()
+                ins.append((si, sin))
+                si_level = so_level
+                for trig in sin.triggers:
+                    if base_levels[trig] > si_level:
+                        si_level = base_levels[trig]
+                si_level += 1
+                self.new_levels.append(si_level)
+                self.read(host_buf, si)
+                copy_buf = self.buffer(size, DEVICE, si)
+                if copy_levels is not None:
+                    self.allocated.append((copy_buf, copy_levels.allocated_from[
+                        s_index][len(ins) - 1]))
+                self.swapin_of[(p, swap.output, len(ins) - 1)] = (si, copy_buf)
+                if detail:
+                    self.names.append("lms/swapin_%s (device copy)" % tname)
+                for c, slot in sin.consumers:
+                    self.reroute(c, slot, copy_buf, p, si_level)
+            for w in swap.waiters:
+                if base_levels[w] <= so_level:
+                    self.moved = True
+            self.swap_nodes.append((p, so, swap.waiters, ins))
+
+    def add_recomputes(self, recomputes, detail):
+        """One node per clone, after the swap nodes. A clone runs one level
+        after its trigger and its inputs; its outputs are device buffers
+        from then to their last reader (aliasing types forward their
+        input's buffer, as the originals do); the late readers read the
+        last clone, so the original buffer is freed after its early
+        readers."""
+        out_base = self._buffers.out_base
+        tensor_bytes = self._buffers.tensor_bytes
+        tensor_buffer = self._buffers.tensor_buffer
+        base_levels = self._base_levels
+        base_nodes = self._num_base_nodes
+        index = self._buffers.index
+        for rec in recomputes:
+            p = rec.producer
+            self.recompute_bytes += tensor_bytes[out_base[p] + rec.output]
+            if detail:
+                rname = "lms/recompute_%s" % safe_name(
+                    tensor_name(index, p, rec.output))
+            nodes, bufs = [], []
+            for op, sources in zip(rec.ops, rec.inputs):
+                cn = self.new_node()
+                preds = [rec.trigger]
+                level = base_levels[rec.trigger]
+                in_bufs = []
+                for src in sources:
+                    if src[0] == "clone":
+                        v, b = nodes[src[1]], bufs[src[1]][src[2]]
+                    elif src[0] == "swapin":
+                        v, b = self.swapin_of[(src[1], src[2], src[3])]
+                    else:
+                        v = src[1]
+                        b = tensor_buffer[out_base[v] + src[2]]
+                    preds.append(v)
+                    v_level = (base_levels[v] if v < base_nodes
+                               else self.new_levels[v - base_nodes])
+                    level = max(level, v_level)
+                    in_bufs.append(b)
+                    if b != NO_BUFFER:
+                        self.read(b, cn)
+                self.new_levels.append(level + 1)
+                out_bufs = []
+                for k in range(len(index.output_shapes[op])):
+                    slot = alias_slot(index.types[op], k, index.inputs[op],
+                                      (), index.forwards_input[op])
+                    if slot is not None and slot < len(in_bufs):
+                        out_bufs.append(in_bufs[slot])
+                        continue
+                    size = tensor_bytes[out_base[op] + k]
+                    if size == 0:
+                        out_bufs.append(NO_BUFFER)
+                        continue
+                    out_bufs.append(self.buffer(size, DEVICE, cn))
+                    if detail:
+                        self.names.append("%s/%s:%d" % (
+                            rname, safe_name(index.names[op]), k))
+                nodes.append(cn)
+                bufs.append(out_bufs)
+                self.clone_nodes.append((cn, preds))
+            last = nodes[-1]
+            last_level = self.new_levels[last - base_nodes]
+            out_buf = bufs[-1][rec.output]
+            for c, slot in rec.consumers:
+                self.reroute(c, slot, out_buf, p, last_level)
+            self.clone_reroutes.append((p, last, rec.consumers))
+
+    def add_rerouted_reads(self):
+        """Reads the rerouted inputs no longer make of the producer's buffer
+        (masked) move to the copy they now read, along the graph's alias
+        chains."""
+        for u, copy_buf in self._buffers.rerouted_uses(self.rerouted):
+            self.masked.append(u)
+            if copy_buf != NO_BUFFER:
+                self.read(copy_buf, int(self._buffers.use_node[u]))
+
+
+def safe_name(name):
+    """`name` with the characters an op name cannot hold replaced."""
+    return name.replace("/", "_").replace(":", "_")

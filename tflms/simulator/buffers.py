@@ -1,0 +1,273 @@
+"""The graph's buffers and reads, made once per model: what a replay
+counts without any plan (see `tflms.simulator` for the memory model).
+
+`GraphBuffers` sizes every tensor (from static shapes and the batch size),
+gives each output of an active op a buffer on its memory space, or the
+buffer it aliases, records who reads which buffer (device copies of host
+tensors included) and the alias chains a swap-in can reroute, and sums the
+resident bytes (variables and constants).
+"""
+
+import numpy as np
+
+from tflms import devices
+from tflms import graph_index as gi
+from tflms.analysis import initializer_only_ops
+
+# Memory spaces.
+DEVICE, HOST, OTHER = 0, 1, 2
+
+# Ops whose output k is the buffer of their input k (input 0 unless
+# IdentityN) when both live on the same memory space.
+ALIAS_TYPES = frozenset({
+    "Identity", "IdentityN", "StopGradient", "PreventGradient", "Reshape",
+    "Squeeze", "ExpandDims",
+})
+
+# Ops whose outputs are the variable they read or hold.
+_VARIABLE_VIEW_TYPES = frozenset({
+    "ReadVariableOp", "VarHandleOp", "VariableV2", "Variable",
+    "VarHandleOpV2",
+})
+
+NO_BUFFER = -1
+
+# v1 control flow hands buffers on too: both outputs of a Switch are its data
+# input; Enter, Exit and NextIteration pass theirs on; a Merge outputs
+# whichever input is alive (the active one).
+_FORWARD_INPUT0_TYPES = frozenset({
+    "Switch", "RefSwitch", "Enter", "RefEnter", "Exit", "RefExit",
+    "NextIteration", "RefNextIteration",
+})
+_MERGE_TYPES = frozenset({"Merge", "RefMerge"})
+
+
+def alias_slot(op_type, output, inputs, inactive, forwards=None):
+    """The input slot whose buffer output `output` of an op reuses, or None.
+    `forwards`: the op's `GraphIndex.forwards_input`."""
+    if forwards is not None and output == 0:
+        return forwards
+    if op_type in ALIAS_TYPES:
+        return output if op_type == "IdentityN" else 0
+    if op_type in _FORWARD_INPUT0_TYPES:
+        return 0
+    if op_type in _MERGE_TYPES and output == 0:
+        for slot, (p, _) in enumerate(inputs):
+            if p not in inactive:
+                return slot
+    return None
+
+
+class BatchSizeError(ValueError):
+    """A tensor size needs the mini-batch size, and none was given."""
+
+
+def space_of(op_id, index, roles):
+    if op_id in roles.device_ops:
+        return DEVICE
+    if devices.is_cpu_device(index.devices[op_id]):
+        return HOST
+    return OTHER
+
+
+def tensor_name(index, op_id, output):
+    return "%s:%d" % (index.names[op_id], output)
+
+
+def size_error(index, op_id, output):
+    shape = index.output_shapes[op_id][output]
+    shown = "(%s)" % ", ".join("?" if d is None else str(d) for d in shape)
+    return BatchSizeError(
+        "LMS cannot size tensor %r (shape %s) without the mini-batch size: "
+        "set lms.batch_size = <your mini-batch size> or set "
+        "swapout_threshold, swapin_ahead and swapin_groupby by hand"
+        % (tensor_name(index, op_id, output), shown))
+
+
+class GraphBuffers:
+    """The buffers and reads of a graph without a plan.
+
+    Args:
+      index: a `GraphIndex`.
+      roles: the `OpRoles` of the same index.
+      batch_size: the first unknown dimension of every shape, or None.
+
+    Raises:
+      BatchSizeError: if a size needs the batch size and none was given.
+
+    Attributes:
+      num_ops, space (per op), initializer_ops: the index's ops, their
+        memory spaces and the ops that only initialize variables.
+      out_base: tensor ids, ``out_base[op] + output``.
+      tensor_bytes, tensor_buffer: per tensor id, its bytes and its buffer
+        (`NO_BUFFER` if none).
+      buf_bytes, buf_space, buf_alloc, buf_name: per buffer, its bytes,
+        space, maker op and name.
+      use_buf, use_node: the reads, one entry per (buffer, reader).
+      uses_by_buf, uses_ptr: the reads grouped by buffer.
+      use_chain, edge_uses: device reads through chains of aliases, and
+        the reads each ``(op, slot)`` edge of such a chain carries.
+      resident_device_bytes, resident_host_bytes, unknown_tensors.
+    """
+
+    def __init__(self, index, roles, batch_size=None):
+        self.index = index
+        self.batch_size = batch_size
+        n = index.num_ops
+        self.num_ops = n
+        space = [space_of(i, index, roles) for i in range(n)]
+        self.space = space
+        self.initializer_ops = initializer_only_ops(index)
+        inactive = roles.inactive | self.initializer_ops
+
+        # Tensor ids: out_base[op] + output.
+        out_base = [0] * (n + 1)
+        for i in range(n):
+            out_base[i + 1] = out_base[i] + len(index.output_shapes[i])
+        self.out_base = out_base
+        tensor_bytes = [0] * out_base[n]
+        tensor_buffer = [NO_BUFFER] * out_base[n]
+
+        buf_bytes, buf_space, buf_alloc, buf_name = [], [], [], []
+        use_buf, use_node = [], []
+        # A device read of a device buffer through a chain of aliases,
+        # reader edge first: [(reader, slot), (alias op, slot), ...]. When
+        # a swap-in reroutes any edge of the chain, the read moves to the
+        # swap-in's device copy (an alias op fed by a swap-in forwards the
+        # copy, not the original buffer).
+        use_chain = {}       # use index -> tuple of (op, slot) edges
+        alias_edge = {}      # alias tensor id -> (alias op, slot)
+        copy_of = {}         # host tensor id -> its device copy buffer
+        resident = [0, 0, 0]
+        unknown = []
+
+        for i in range(n):
+            if index.variable_bytes[i]:
+                resident[space[i]] += index.variable_bytes[i]
+
+        for level_ops in index.ops_by_level:
+            for i in level_ops:
+                if i in inactive:
+                    continue
+                op_type = index.types[i]
+                for k in range(len(index.output_shapes[i])):
+                    t = out_base[i] + k
+                    size = self._size(i, k, unknown)
+                    tensor_bytes[t] = size
+                    if op_type in _VARIABLE_VIEW_TYPES or size == 0:
+                        continue
+                    if op_type == "Const":
+                        resident[space[i]] += size
+                        continue
+                    slot = alias_slot(op_type, k, index.inputs[i],
+                                      inactive, index.forwards_input[i])
+                    if slot is not None:
+                        if slot < len(index.inputs[i]):
+                            p, pk = index.inputs[i][slot]
+                            if space[p] == space[i] and p not in inactive:
+                                # Same buffer (or resident: no buffer at all).
+                                tensor_buffer[t] = tensor_buffer[
+                                    out_base[p] + pk]
+                                alias_edge[t] = (i, slot)
+                                continue
+                    tensor_buffer[t] = len(buf_bytes)
+                    buf_bytes.append(size)
+                    buf_space.append(space[i])
+                    buf_alloc.append(i)
+                    buf_name.append(tensor_name(index, i, k))
+
+                # Reads of this op's inputs.
+                sp_c = space[i]
+                for slot, (p, pk) in enumerate(index.inputs[i]):
+                    if p in inactive:
+                        continue
+                    t = out_base[p] + pk
+                    b = tensor_buffer[t]
+                    if b == NO_BUFFER:
+                        continue
+                    if sp_c == DEVICE and buf_space[b] != DEVICE:
+                        copy = copy_of.get(t)
+                        if copy is None:
+                            copy = len(buf_bytes)
+                            copy_of[t] = copy
+                            buf_bytes.append(tensor_bytes[t])
+                            buf_space.append(DEVICE)
+                            buf_alloc.append(p)
+                            buf_name.append("%s (device copy)"
+                                            % tensor_name(index, p, pk))
+                        b = copy
+                    if sp_c == DEVICE and buf_space[b] == DEVICE and \
+                            b == tensor_buffer[t]:
+                        use_chain[len(use_buf)] = self._alias_chain(
+                            (i, slot), t, alias_edge)
+                    use_buf.append(b)
+                    use_node.append(i)
+
+        self.tensor_bytes = tensor_bytes
+        self.tensor_buffer = tensor_buffer
+        # (op, slot) edge -> uses whose alias chain contains it.
+        edge_uses = {}
+        for u, edges in use_chain.items():
+            for e in edges:
+                edge_uses.setdefault(e, []).append(u)
+        self.use_chain = use_chain
+        self.edge_uses = edge_uses
+        self.buf_bytes = np.asarray(buf_bytes, dtype=np.int64)
+        self.buf_space = np.asarray(buf_space, dtype=np.int8)
+        self.buf_alloc = np.asarray(buf_alloc, dtype=np.int64)
+        self.buf_name = buf_name
+        self.use_buf = np.asarray(use_buf, dtype=np.int64)
+        self.use_node = np.asarray(use_node, dtype=np.int64)
+        # Uses grouped by buffer, for `freed_levels`.
+        order = np.argsort(self.use_buf, kind="stable")
+        self.uses_by_buf = order
+        self.uses_ptr = np.searchsorted(self.use_buf[order],
+                                        np.arange(len(buf_bytes) + 1))
+        self.resident_device_bytes = resident[DEVICE]
+        self.resident_host_bytes = resident[HOST]
+        self.unknown_tensors = tuple(unknown)
+
+    def _size(self, op_id, output, unknown):
+        index = self.index
+        if index.output_itemsizes[op_id][output] == 0:
+            return 0
+        size = gi.tensor_bytes(index, op_id, output, self.batch_size)
+        if size is not None:
+            return size
+        if self.batch_size is None and gi.tensor_bytes(
+                index, op_id, output, 1) is not None:
+            raise size_error(index, op_id, output)
+        unknown.append(tensor_name(index, op_id, output))
+        return 0
+
+    def _alias_chain(self, edge, tensor, alias_edge):
+        chain = [edge]
+        while tensor in alias_edge:
+            op_id, slot = alias_edge[tensor]
+            chain.append((op_id, slot))
+            p, pk = self.index.inputs[op_id][slot]
+            tensor = self.out_base[p] + pk
+        return tuple(chain)
+
+    def rerouted_uses(self, rerouted):
+        """Device reads that a set of rerouted edges moves to copies.
+
+        Args:
+          rerouted: dict ``(consumer, slot) -> key`` of the edges a plan
+            reroutes to swap-ins.
+
+        Returns:
+          A list of ``(use index, key)``: each read goes to the copy of the
+          rerouted edge nearest to the reader on its alias chain.
+        """
+        affected = set()
+        for e in rerouted:
+            affected.update(self.edge_uses.get(e, ()))
+        moved = []
+        for u in sorted(affected):
+            for e in self.use_chain[u]:
+                key = rerouted.get(e)
+                if key is not None:
+                    moved.append((u, key))
+                    break
+        return moved

@@ -1,0 +1,124 @@
+"""The levels of the graph a replay counts: the graph's own (with the
+planned and extra control edges) made once per model, and those of the
+rewritten graph, made from them for each plan.
+"""
+
+import numpy as np
+
+from tflms import topo
+
+
+class GraphLevels:
+    """The graph's successor lists and levels, and a plan's levels.
+
+    Args:
+      index: a `GraphIndex`; its planned edges (`index.planned_edges`)
+        count with the graph's own.
+      extra_edges: more ``(from_id, to_id)`` control edges.
+
+    Raises:
+      ValueError: if the index's levels do not follow from its edges (an
+        index re-levelled by hand instead of by
+        `graph_index.with_planned_edges`).
+    """
+
+    def __init__(self, index, extra_edges=()):
+        n = index.num_ops
+        self.num_ops = n
+        succ = []
+        for i in range(n):
+            s = [c for per_out in index.consumers[i] for c, _ in per_out]
+            s.extend(index.control_outputs[i])
+            succ.append(s)
+        for a, b in tuple(index.planned_edges) + tuple(extra_edges):
+            succ[a].append(b)
+        levels = topo.kahn_levels(n, succ)
+        if not extra_edges and any(a < b for a, b in zip(levels,
+                                                         index.levels)):
+            # Some level is higher than every edge explains: the index was
+            # re-levelled with edges it does not hold, and a replay could
+            # not put those ops where the plan expects them.
+            raise ValueError(
+                "the index's levels do not follow from its edges (e.g. %s is "
+                "at level %d, its edges put it at %d); add planned control "
+                "edges with graph_index.with_planned_edges(index, edges)"
+                % next((index.names[i], b, a) for i, (a, b) in enumerate(
+                    zip(levels, index.levels)) if a < b))
+        self.succ = succ
+        self.num_nodes = len(succ)
+        self.levels = levels
+        # The same levels as an array: a replay that moves no original op
+        # appends the swap nodes' levels to it instead of converting the
+        # whole list again.
+        self.level_array = np.asarray(levels, dtype=np.int64)
+
+    def replayed(self, added, control_edges):
+        """Levels of every node of the graph rewritten with `control_edges`
+        and what `added` (an `additions.Additions`) holds."""
+        base_levels = self.levels
+        for a, b in control_edges:
+            if base_levels[b] <= base_levels[a]:
+                added.moved = True
+        if not (added.shortened or added.moved):
+            # No original op moves: the levels are the graph's, plus the
+            # swap nodes' computed above (what `raise_levels` would find).
+            return np.concatenate((self.level_array,
+                                   np.asarray(added.new_levels,
+                                              dtype=np.int64)))
+        return np.asarray(
+            self._levels_with(added.swap_nodes, control_edges, added.node,
+                              added.shortened, added.clone_nodes,
+                              added.clone_reroutes),
+            dtype=np.int64)
+
+    def _levels_with(self, swap_nodes, control_edges, num_nodes, shortened,
+                     clone_nodes=(), clone_reroutes=()):
+        """Levels of the graph with the swap nodes, clone nodes (after the
+        swap nodes, ``(node, predecessors)``), the clones' rerouted readers
+        (``(producer, last clone, consumers)``) and control edges added,
+        when some original op may move: pushed forward from the graph's
+        levels, or by Kahn's algorithm when an edge was removed."""
+        n = self.num_ops
+        succ = list(self.succ)
+        copied = set()
+
+        def own(v):
+            if v < n and v not in copied:
+                succ[v] = list(succ[v])
+                copied.add(v)
+            return succ[v]
+
+        for p, so, waiters, ins in swap_nodes:
+            p_succ = own(p)
+            p_succ.append(so)
+            succ.append([])
+            for si, sin in ins:
+                succ.append([c for c, _ in sin.consumers])
+                succ[so].append(si)
+                for t in sin.triggers:
+                    own(t).append(si)
+                for c, _ in sin.consumers:
+                    p_succ.remove(c)
+            succ[so].extend(waiters)
+        for cn, preds in clone_nodes:
+            assert cn == len(succ)
+            succ.append([])
+            for v in preds:
+                own(v).append(cn)
+        for p, last, consumers in clone_reroutes:
+            p_succ = own(p)
+            for c, _ in consumers:
+                succ[last].append(c)
+                p_succ.remove(c)
+        for a, b in control_edges:
+            own(a).append(b)
+        assert len(succ) == num_nodes
+        levels = None
+        if not shortened:
+            levels = topo.raise_levels(
+                self.levels, succ,
+                copied | set(range(self.num_nodes, len(succ))),
+                max_steps=len(succ))
+        if levels is None:
+            levels = topo.kahn_levels(len(succ), succ)
+        return levels
