@@ -110,9 +110,9 @@ def _fit(keras, model_name, lms=None, epochs=2, **compile_args):
                         shuffle=False, verbose=0,
                         callbacks=[lms] if lms is not None else [])
 
-    def again():
+    def again(lms=None):
         model.fit(x, y, batch_size=batch, epochs=1, shuffle=False,
-                  verbose=0)
+                  verbose=0, callbacks=[lms] if lms is not None else [])
     return (model, history.history["loss"],
             [v.numpy() for v in model.weights], again)
 
@@ -167,7 +167,12 @@ def _case_fit(keras, tf, dump_dir, model_name="cnn", steps_per_execution=1,
                  train_function=model.train_function is None)
     # The same model fit again without the callback: its own step, no swap.
     again()
-    later = _swap_ops_in(_partition_graphs(dump_dir) - graphs)
+    later_graphs = _partition_graphs(dump_dir) - graphs
+    later = _swap_ops_in(later_graphs)
+    # And again with the callback: its step is reused, planned once.
+    again(lms)
+    reused = _swap_ops_in(_partition_graphs(dump_dir) - graphs
+                          - later_graphs)
     return dict(
         outcome=result.outcome.value, swapouts=len(result.swapout_ops),
         swapins=len(result.swapin_ops),
@@ -181,8 +186,9 @@ def _case_fit(keras, tf, dump_dir, model_name="cnn", steps_per_execution=1,
         missing=[n for n in swap_ops if n not in ran],
         off_cpu=[n for n in swap_ops
                  if n in ran and "CPU" not in ran[n].upper()],
-        after=after, later_swaps=len(later),
-        later_graphs=bool(_partition_graphs(dump_dir) - graphs))
+        after=after, later_swaps=len(later), later_graphs=bool(later_graphs),
+        reused_plan=lms.last_run is result,
+        reused_missing=[n for n in swap_ops if n not in reused])
 
 
 def _case_autotune(keras, tf, dump_dir):  # pylint: disable=unused-argument
@@ -342,8 +348,9 @@ def test_fit_with_the_callback_trains_the_same_with_swaps_that_run(
     """fit(callbacks=[LMS(...)]) against fit without it, same seed: the
     same losses and weights, every swap op in the partition graphs of
     Keras' train function, on the CPU; after the fit the model has its
-    own step (and XLA setting) back, and a fit without the callback adds
-    no swap op.
+    own step (and XLA setting) back, a fit without the callback adds no
+    swap op, and a fit with it again runs the same rewrite, not planned
+    again.
 
     The ResNet trains within float rounding of the original, not bit for
     bit: Grappler's arithmetic optimizer (AddOpsRewrite) regroups a
@@ -367,6 +374,8 @@ def test_fit_with_the_callback_trains_the_same_with_swaps_that_run(
     assert r["after"] == dict(own_step=True, jit_compile=xla,
                               train_function=True)
     assert r["later_graphs"] and r["later_swaps"] == 0
+    # A later fit with the same callback runs the same rewritten step.
+    assert r["reused_plan"] and r["reused_missing"] == []
     assert ("Keras 3 fit: LMS rewrites the model's training step "
             "(model.train_step) when Keras traces its train function") in log
     assert "Large Model Support rewrote the training step" in log

@@ -19,8 +19,6 @@ What `model.fit(x, y, callbacks=[lms])` does, in order::
                            model.train_step = LMSFunction(model.train_step);
                            model.make_train_function(force=True), guarded
                            so that an error in it undoes all this too
-    if on_error is not None:
-        model.train_function = _guarded(model.train_function, on_error)
     first train step       Keras traces its train function, which calls the
                            LMSFunction: the step is traced, planned and
                            rewritten (logged), and the rewritten step runs
@@ -29,8 +27,8 @@ What `model.fit(x, y, callbacks=[lms])` does, in order::
                            (without LMS) by the next fit
 
 XLA (``jit_compile``) ignores device placement, so the swap ops would not
-run where LMS puts them: `begin` turns it off for the train function
-with a log line (a warning when it was on) and `end` turns it back on.
+run where LMS puts them: when it is on, `begin` turns it off for the
+train function with a warning line and `end` turns it back on.
 
 This module reads the model through its attributes only and imports no
 Keras: LMS imports and works where Keras 3 is not installed.
