@@ -266,6 +266,26 @@ def _case_errors(keras, tf, dump_dir):  # pylint: disable=unused-argument
     out["strategy"] = _error_of(lambda: model.fit(
         x, y, batch_size=batch, verbose=0, callbacks=[LMS(**FIXED)]))
     out["strategy_unchanged"] = unchanged(model, weights)
+
+    # Not an error: a model class of the user's own, with its own
+    # train_step, is a Keras 3 model too.
+    class Custom(keras.Sequential):
+        calls = 0
+
+        def train_step(self, data):
+            Custom.calls += 1
+            return super().train_step(data)
+    keras.utils.set_random_seed(SEED)
+    custom = Custom([keras.Input((16, 16, 3)), keras.layers.Conv2D(
+        8, 3, padding="same"), keras.layers.ReLU(), keras.layers.Conv2D(
+            8, 3, padding="same"), keras.layers.GlobalAveragePooling2D(),
+                     keras.layers.Dense(4)])
+    custom.compile(optimizer="sgd", loss=keras.losses.
+                   SparseCategoricalCrossentropy(from_logits=True))
+    lms = LMS(**FIXED)
+    custom.fit(x, y, batch_size=batch, verbose=0, callbacks=[lms])
+    out["custom"] = [lms.last_run.outcome.value, Custom.calls,
+                     "train_step" not in vars(custom)]
     return out
 
 
@@ -424,6 +444,9 @@ def test_unsupported_fits_raise_and_change_nothing(tmp_path):
         "(MirroredStrategy): LMS does not support tf.distribute "
         "strategies for Keras 3 fit")
     assert r["strategy_unchanged"]
+    # A subclass's own train_step runs (traced by LMS) and is rewritten.
+    outcome, calls, own_step = r["custom"]
+    assert outcome == "rewritten" and calls > 0 and own_step
 
 
 def test_other_backends_get_a_clear_error(monkeypatch):

@@ -140,8 +140,10 @@ def _model_root(model):
 
 def is_keras3_model(model):
     """True if `model` is a Keras 3 model (no graph mode: the callback
-    serves it through tflms.keras3)."""
-    if _model_root(model) != "keras":
+    serves it through tflms.keras3), a subclass defined elsewhere (a
+    custom ``train_step``) too."""
+    if not any(cls.__module__.split(".")[0] == "keras"
+               for cls in type(model).__mro__):
         return False
     keras = sys.modules.get("keras")
     version = getattr(keras, "__version__", "2")
