@@ -12,6 +12,12 @@ Then it compares the losses of every step. LMS only moves tensors between
 device and host memory (its swap ops are identities), so the numbers must
 be the same: the verdict line says whether they are.
 
+On TensorFlow 2.16+ without ``TF_USE_LEGACY_KERAS=1`` the model is Keras 3,
+trained in eager mode: the LMS callback rewrites the model's training step
+(``tf.function``) for the fit, and the swap ops that ran are read from the
+per-device graphs TensorFlow writes with ``TF_DUMP_GRAPH_PREFIX``. Elsewhere
+it is Keras 2 in graph mode (``tf.keras`` on 2.15, tf-keras on 2.16+).
+
 The budget (``--autotune-gpu-mem``, in GiB) stands in for a small GPU, so
 the demo shows the whole story on any machine, GPU or not. The model is not pinned
 to a device: with a GPU, TensorFlow trains it there and LMS's swap ops copy
@@ -25,8 +31,10 @@ Run from the repository root::
 """
 
 import argparse
+import glob
 import os
 import sys
+import tempfile
 import time
 
 # Quiet TensorFlow's C++ start-up banner; warnings and errors still show.
@@ -80,19 +88,37 @@ def make_data(args):
     return images, np.eye(CLASSES, dtype=np.float32)[labels]
 
 
-def build_model(args, run_metadata=None):
+def keras3():
+    """Keras 3 when TensorFlow's default Keras is Keras 3 (TensorFlow 2.16+
+    without TF_USE_LEGACY_KERAS=1), else None (the graph-mode Keras 2
+    path)."""
+    from tflms import _compat  # pylint: disable=import-outside-toplevel
+    if _compat.TF_VERSION < (2, 16, 0) or os.environ.get(
+            "TF_USE_LEGACY_KERAS", "").lower() in ("1", "true", "yes"):
+        return None
+    try:
+        import keras  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        return None
+    return keras if int(keras.__version__.split(".")[0]) >= 3 else None
+
+
+def build_model(args, run_metadata=None, keras=None):
     """A small ResNet: a stem, four residual stages, global pooling.
 
     Every initializer has an explicit seed, so two builds start from the
     same weights. With `run_metadata`, every step is traced into it.
+    `keras`: Keras 3 (eager mode), else the graph-mode Keras 2.
     """
-    layers = _lms_flags.keras2().layers
+    eager = keras is not None
+    keras = keras or _lms_flags.keras2()
+    layers = keras.layers
     seeds = iter(range(args.seed * 1000, args.seed * 1000 + 1000))
 
     def conv(x, filters, stride=1, kernel=3):
         return layers.Conv2D(
             filters, kernel, strides=stride, padding="same", use_bias=False,
-            kernel_initializer=_lms_flags.keras2().initializers.HeNormal(
+            kernel_initializer=keras.initializers.HeNormal(
                 seed=next(seeds)))(x)
 
     def block(x, filters, stride):
@@ -105,7 +131,7 @@ def build_model(args, run_metadata=None):
                 conv(shortcut, filters, stride, kernel=1))
         return layers.ReLU()(layers.Add()([y, shortcut]))
 
-    inputs = _lms_flags.keras2().Input((args.image_size, args.image_size, 3))
+    inputs = keras.Input((args.image_size, args.image_size, 3))
     x = layers.ReLU()(layers.BatchNormalization()(conv(inputs, 32)))
     for filters, stride in ((32, 1), (64, 2), (96, 2), (128, 2)):
         x = block(x, filters, stride)
@@ -113,27 +139,50 @@ def build_model(args, run_metadata=None):
     x = layers.GlobalAveragePooling2D()(x)
     outputs = layers.Dense(
         CLASSES, activation="softmax",
-        kernel_initializer=_lms_flags.keras2().initializers.GlorotUniform(
+        kernel_initializer=keras.initializers.GlorotUniform(
             seed=next(seeds)))(x)
-    model = _lms_flags.keras2().Model(inputs, outputs, name="resnet_demo")
+    model = keras.Model(inputs, outputs, name="resnet_demo")
+    if eager:
+        model.compile(optimizer=keras.optimizers.SGD(
+            learning_rate=0.01, momentum=0.9),
+                      loss="categorical_crossentropy")
+        return model
     trace = {}
     if run_metadata is not None:
         trace = dict(options=tf.compat.v1.RunOptions(
             trace_level=tf.compat.v1.RunOptions.FULL_TRACE),
                      run_metadata=run_metadata)
-    model.compile(optimizer=_lms_flags.keras2().optimizers.legacy.SGD(
+    model.compile(optimizer=keras.optimizers.legacy.SGD(
         learning_rate=0.01, momentum=0.9),
                   loss="categorical_crossentropy", **trace)
     return model
 
 
-def train(args, images, labels, lms=None, run_metadata=None):
-    """Fresh graph, same seed, one epoch of `args.steps` steps; returns the
-    per-step losses and the seconds spent in fit()."""
-    _lms_flags.keras2().backend.clear_session()
-    tf.compat.v1.set_random_seed(args.seed)
-    model = build_model(args, run_metadata)
-    recorder = _lms_flags.batch_loss_recorder(tf)
+def _keras3_loss_recorder(keras):
+    class BatchLoss(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.losses = []
+
+        def on_train_batch_end(self, batch, logs=None):
+            if logs and "loss" in logs:
+                self.losses.append(float(logs["loss"]))
+    return BatchLoss()
+
+
+def train(args, images, labels, lms=None, run_metadata=None, keras=None):
+    """Fresh graph (Keras 2) or model (Keras 3), same seed, one epoch of
+    `args.steps` steps; returns the per-step losses and the seconds spent
+    in fit()."""
+    if keras is not None:
+        keras.utils.set_random_seed(args.seed)
+        model = build_model(args, keras=keras)
+        recorder = _keras3_loss_recorder(keras)
+    else:
+        _lms_flags.keras2().backend.clear_session()
+        tf.compat.v1.set_random_seed(args.seed)
+        model = build_model(args, run_metadata)
+        recorder = _lms_flags.batch_loss_recorder(tf)
     callbacks = [recorder] if lms is None else [lms, recorder]
     start = time.perf_counter()
     model.fit(images, labels, batch_size=args.batch_size, epochs=1,
@@ -152,14 +201,41 @@ def describe_device():
 
 
 def executed_swaps(lms, run_metadata):
-    """(swap ops that ran in the last traced step, swap ops LMS added)."""
+    """(swap ops that ran, swap ops LMS added). Keras 2: those in the last
+    traced step (`run_metadata`). Keras 3 (`run_metadata` is the folder of
+    TF_DUMP_GRAPH_PREFIX): those in the last per-device partition graphs
+    of Keras' train function, which its executors ran (TensorFlow 2.21
+    returns no step stats for eager function calls)."""
     result = lms.last_run
     if result is None:
         return 0, 0
     added = set(result.swapout_ops) | set(result.swapin_ops)
-    ran = {node.node_name for dev in run_metadata.step_stats.dev_stats
-           for node in dev.node_stats}
+    if isinstance(run_metadata, str):
+        ran = _swap_ops_in_partition_graphs(run_metadata)
+    else:
+        ran = {node.node_name for dev in run_metadata.step_stats.dev_stats
+               for node in dev.node_stats}
     return len(added & ran), len(added)
+
+
+def _swap_ops_in_partition_graphs(dump_dir):
+    from google.protobuf import text_format  # pylint: disable=import-outside-toplevel
+    last = {}
+    for path in glob.glob(os.path.join(dump_dir, "*_partition_*.pbtxt")):
+        base = os.path.basename(path)[:-len(".pbtxt")]
+        key, seq = base.split(".")[0], int(base.split(".")[1])
+        if key not in last or seq > last[key][0]:
+            last[key] = (seq, path)
+    found = set()
+    for _, path in last.values():
+        graph_def = tf.compat.v1.GraphDef()
+        with open(path) as f:
+            text_format.Parse(f.read(), graph_def)
+        for node in graph_def.node:
+            _, sep, own = node.name.rpartition("lms/")
+            if sep and own.startswith(("swapout_", "swapin_")):
+                found.add("lms/" + own)
+    return found
 
 
 def print_plan(lms, run_metadata):
@@ -196,8 +272,9 @@ def print_plan(lms, run_metadata):
                                      plan.swapout_bytes() / _MIB,
                                      plan.swapin_bytes() / _MIB))
         ran, added = executed_swaps(lms, run_metadata)
-        print("Swap ops that ran:           %7d of the %d LMS added (traced "
-              "last step)" % (ran, added))
+        print("Swap ops that ran:           %7d of the %d LMS added (%s)"
+              % (ran, added, "in the graphs TensorFlow ran"
+                 if isinstance(run_metadata, str) else "traced last step"))
     files = tune.plot_files if tune is not None else ()
     pngs = [f for f in files if f.endswith(".png")]
     if pngs:
@@ -238,7 +315,15 @@ def compare(with_lms, without_lms):
 
 def main(argv=None):
     args = parse_args(argv)
-    tf.compat.v1.disable_eager_execution()  # LMS rewrites graphs
+    keras = keras3()
+    if keras is None:
+        tf.compat.v1.disable_eager_execution()  # Keras 2: LMS rewrites graphs
+    else:
+        # Keras 3 trains in eager mode; TensorFlow writes the graphs of
+        # Keras' train function here, to show which swap ops ran.
+        os.environ["TF_DUMP_GRAPH_PREFIX"] = tempfile.mkdtemp(
+            prefix="tflms_demo_graphs_")
+        os.environ["TF_DUMP_GRAPH_NAME_FILTER"] = "multi_step_on_iterator"
     # Deterministic kernels, so that any difference would come from LMS
     # (on a CPU they are deterministic anyway; on a GPU cuDNN may not be).
     tf.config.experimental.enable_op_determinism()
@@ -248,6 +333,11 @@ def main(argv=None):
           "device budget %.2f GiB" % (args.image_size, args.image_size,
                                       args.batch_size, args.steps,
                                       args.autotune_gpu_mem))
+    print("Keras: " + ("Keras %s in eager mode: the LMS callback rewrites "
+                       "the model's tf.function training step"
+                       % keras.__version__ if keras is not None else
+                       "Keras 2 in graph mode: the LMS callback rewrites "
+                       "the training graph"))
     print("Device: " + describe_device())
     images, labels = make_data(args)
 
@@ -261,8 +351,10 @@ def main(argv=None):
     lms.plot_dir = args.plot_dir
     # fit() tells the callback its batch size; with a generator, set
     # lms.batch_size yourself.
-    run_metadata = tf.compat.v1.RunMetadata()
-    lms_losses, lms_seconds = train(args, images, labels, lms, run_metadata)
+    run_metadata = (tf.compat.v1.RunMetadata() if keras is None
+                    else os.environ["TF_DUMP_GRAPH_PREFIX"])
+    lms_losses, lms_seconds = train(args, images, labels, lms, run_metadata,
+                                    keras=keras)
     sys.stderr.flush()
     print_plan(lms, run_metadata)
     if lms.last_run.plan is None:
@@ -272,7 +364,7 @@ def main(argv=None):
     print()
     print("=== 2. Training WITHOUT LMS (the reference) ===")
     sys.stdout.flush()
-    plain_losses, plain_seconds = train(args, images, labels)
+    plain_losses, plain_seconds = train(args, images, labels, keras=keras)
     print("fit() took %.1f s with LMS (including LMS's planning and the "
           "tracing of every step) and %.1f s without." % (lms_seconds,
                                                           plain_seconds))

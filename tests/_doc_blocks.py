@@ -86,6 +86,16 @@ def new_stack_lacks(code):
     return None
 
 
+# The import line of a program for Keras 3 (TensorFlow 2.16+) only.
+KERAS3_ONLY = "import keras  # Keras 3: TensorFlow 2.16+"
+
+
+def old_stack_lacks(code):
+    """'Keras 3' if `code` is marked as a Keras 3 program (`KERAS3_ONLY`),
+    which TensorFlow 2.15 does not have; else None."""
+    return "Keras 3" if KERAS3_ONLY in code else None
+
+
 def environment(block, base):
     """The environment `block` runs in for a reader whose own is `base`."""
     env = {k: v for k, v in base.items() if k not in SUITE_ONLY}

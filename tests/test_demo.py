@@ -22,6 +22,7 @@ DEMO = os.path.join(EXAMPLES_DIR, "demo.py")
 sys.path.insert(0, EXAMPLES_DIR)
 
 import demo  # noqa: E402  pylint: disable=wrong-import-position
+from _stack import NEW_STACK  # noqa: E402  pylint: disable=wrong-import-position
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +72,31 @@ def test_demo_passes_and_shows_the_plan(demo_run):
     steps = demo.parse_args([]).steps
     assert len(table) == steps
     assert all(a == b for a, b in table), table
+
+
+@pytest.mark.skipif(not NEW_STACK, reason="Keras 3 needs TensorFlow "
+                    "2.16+; on 2.15 the demo is Keras 2 in graph mode")
+def test_demo_runs_keras3_on_the_newest_tensorflow(tmp_path):
+    """The README's command on the newest TensorFlow, without the suite's
+    TF_USE_LEGACY_KERAS: Keras 3, the LMS callback in eager mode, every
+    swap op in the graphs TensorFlow ran, the same losses."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.pop("TF_USE_LEGACY_KERAS", None)
+    proc = subprocess.run([sys.executable, DEMO], cwd=str(tmp_path),
+                          env=env, capture_output=True, text=True,
+                          timeout=600, check=False)
+    out = proc.stdout
+    assert proc.returncode == 0, "stdout:\n%s\nstderr:\n%s" % (
+        out[-3000:], proc.stderr[-3000:])
+    assert re.search(r"^Keras: Keras 3\.\S+ in eager mode", out, re.M), out
+    lines = [line for line in out.splitlines() if line.strip()]
+    assert lines[-1].startswith("VERDICT: PASS"), lines[-1]
+    ran = re.search(r"Swap ops that ran: +(\d+) of the (\d+) LMS added "
+                    r"\(in the graphs TensorFlow ran\)", out)
+    assert ran and int(ran.group(2)) > 0, out
+    assert int(ran.group(1)) == int(ran.group(2)), ran.group(0)
+    assert ("Keras 3 fit: LMS rewrites the model's training step"
+            in proc.stderr)
 
 
 def test_verdict_fails_when_losses_differ(capsys):

@@ -139,8 +139,11 @@ def _model_root(model):
 
 
 def is_keras3_model(model):
-    """True if `model` is a Keras 3 model (no graph mode: LMS cannot act)."""
-    if _model_root(model) != "keras":
+    """True if `model` is a Keras 3 model (no graph mode: the callback
+    serves it through tflms.keras3), a subclass defined elsewhere (a
+    custom ``train_step``) too."""
+    if not any(cls.__module__.split(".")[0] == "keras"
+               for cls in type(model).__mro__):
         return False
     keras = sys.modules.get("keras")
     version = getattr(keras, "__version__", "2")
@@ -185,17 +188,21 @@ def keras3_message(what):
         % (what, tf_version_text(), _keras2_howto()))
 
 
-def keras3_model_message(model):
+def keras3_model_message(model, what="This callback"):
+    """Why a graph-mode-only callback (Horovod's broadcast in
+    tflms.distributed) cannot serve a Keras 3 model. The LMS callback
+    itself serves Keras 3 models (tflms.keras3)."""
     keras = sys.modules.get("keras")
-    return ("LMS was given a Keras %s model (%s). " % (
-        getattr(keras, "__version__", "3"), type(model).__name__)
-        + keras3_message("The LMS Keras callback"))
+    return ("%s was given a Keras %s model (%s). " % (
+        what, getattr(keras, "__version__", "3"), type(model).__name__)
+        + keras3_message(what))
 
 
 class _NoKeras2Callback:
     """Stand-in base when no Keras 2 is installed (TensorFlow 2.16+ without
-    tf-keras): LMS still imports and works with Sessions; handed to a Keras
-    3 model it raises `UnsupportedStackError` (see `LMS.set_model`)."""
+    tf-keras): LMS still imports and works with Sessions and tf.function
+    steps, and as a Keras 3 callback (see `LMS.on_train_begin`), which
+    calls every hook of this class."""
 
     def __init__(self):
         self.params = None
@@ -207,6 +214,20 @@ class _NoKeras2Callback:
 
     def set_model(self, model):
         self.model = model
+
+
+def _no_op(self, *args, **kwargs):  # pylint: disable=unused-argument
+    """A callback hook that does nothing (as Keras' own do)."""
+
+
+for _hook in ("on_batch_begin", "on_batch_end", "on_epoch_begin",
+              "on_epoch_end", "on_train_batch_begin", "on_train_batch_end",
+              "on_test_batch_begin", "on_test_batch_end",
+              "on_predict_batch_begin", "on_predict_batch_end",
+              "on_train_begin", "on_train_end", "on_test_begin",
+              "on_test_end", "on_predict_begin", "on_predict_end"):
+    setattr(_NoKeras2Callback, _hook, _no_op)
+del _hook
 
 
 def _callback_base():

@@ -17,10 +17,10 @@ function APIs). Later calls with that signature run the rewritten function::
     for x, y in data:
         loss = train_step(x, y)             # called exactly like before
 
-Keras ``fit`` uses it the same way: ``model.train_step =
-lms.function(model.train_step)`` with ``model.compile(...,
-jit_compile=False)``; Keras' train function calls the step while it is
-traced, and TensorFlow inlines the rewritten step there.
+Keras 3 ``fit(callbacks=[lms])`` uses it the same way (tflms.keras3 does
+``model.train_step = lms.function(model.train_step)`` for the fit, with
+XLA off); Keras' train function calls the step while it is traced, and
+TensorFlow inlines the rewritten step there.
 
 Where LMS cannot work it raises before anything is traced or changed:
 ``tf.function(jit_compile=True)``, or a call while XLA compiles the

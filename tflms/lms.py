@@ -2,7 +2,9 @@
 make it a `SessionRunHook` and a Keras callback.
 
 `run()` is the only entry point that does work; `begin()` (Estimator) and
-`set_model()` / `set_params()` (Keras) only find the graph and call it.
+`set_model()` / `set_params()` (Keras 2) only find the graph and call it;
+for a Keras 3 model, `on_train_begin()` / `on_train_end()` hand the
+model's training step to `function()` for the fit (tflms.keras3).
 """
 
 import time
@@ -16,6 +18,7 @@ from tflms import analysis
 from tflms import distributed
 from tflms import function as function_mod
 from tflms import graph_index as gi
+from tflms import keras3
 from tflms import pipeline
 from tflms import rewriter
 from tflms import settings as S
@@ -84,11 +87,14 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
     * Session: ``LMS(...).run(tf.compat.v1.get_default_graph())`` after
       building the training graph and before creating the session.
     * Estimator: ``estimator.train(input_fn, hooks=[lms])``.
-    * Keras: ``model.fit(..., callbacks=[lms])``. This needs Keras 2: on
-      TensorFlow 2.15 ``tf.keras``; on 2.16+ the tf-keras package, as
-      ``tf.keras`` with ``TF_USE_LEGACY_KERAS=1`` or as ``import tf_keras``.
-      The callback derives from that Keras 2's ``Callback``; a Keras 3 model
-      raises `UnsupportedStackError`.
+    * Keras: ``model.fit(..., callbacks=[lms])``. Keras 2 (``tf.keras`` on
+      TensorFlow 2.15; the tf-keras package on 2.16+, as ``tf.keras`` with
+      ``TF_USE_LEGACY_KERAS=1`` or as ``import tf_keras``) in graph mode:
+      the callback rewrites the train function's graph. Keras 3 on the
+      TensorFlow backend (eager mode): for the fit, the model's
+      ``train_step`` is replaced by ``lms.function(model.train_step)``
+      (docs/tf2.md, "Keras 3 fit").
+    * TensorFlow 2 steps: ``lms.function(step_fn)`` (docs/tf2.md).
 
     Args:
       swapout_threshold: a consumer more than this many levels after the
@@ -150,6 +156,10 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
         # and the graph has changed since.
         self._decided = None
         self._step_guard = None  # set by begin() (SessionRunHook)
+        # The tflms.keras3.Keras3Fit of the Keras 3 fit under way (or the
+        # last one: its step is reused by the next fit of the model).
+        self._keras3_fit = None
+        self._keras3_active = False
 
     @classmethod
     def from_settings(cls, settings):
@@ -436,10 +446,14 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
         self._run_for_keras()
 
     def set_model(self, model):
-        """Keras passes the model; rewrite its graph once the train function
-        exists (it is made here if Keras has not made it yet)."""
+        """Keras passes the model. Keras 2: rewrite its graph once the
+        train function exists (it is made here if Keras has not made it
+        yet). Keras 3: the model is recorded; `on_train_begin` acts."""
         if _compat.is_keras3_model(model):
-            raise UnsupportedStackError(_compat.keras3_model_message(model))
+            keras3.check_backend()
+            self.model = model
+            self._model = model
+            return
         self.model = model
         self._model = model
         if tf.executing_eagerly():
@@ -450,9 +464,26 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
             return
         self._run_for_keras()
 
+    def on_train_begin(self, logs=None):  # pylint: disable=unused-argument
+        """Keras 3: from now until `on_train_end`, the model's train
+        function runs LMS's rewrite of its training step (tflms.keras3)."""
+        model = self._model
+        if model is None or not _compat.is_keras3_model(model):
+            return
+        self._keras3_fit = keras3.begin(self, model, self._keras3_fit,
+                                        on_error=self.on_train_end)
+        self._keras3_active = True
+
+    def on_train_end(self, logs=None):  # pylint: disable=unused-argument
+        """Keras 3: the model gets its own training step back (and its
+        ``jit_compile``); a later fit without LMS trains without it."""
+        if self._keras3_active:
+            self._keras3_active = False
+            keras3.end(self._keras3_fit)
+
     def _run_for_keras(self):
         model = self._model
-        if model is None:
+        if model is None or _compat.is_keras3_model(model):
             return
         if tf.executing_eagerly():
             raise EagerModeError(_EAGER_MESSAGE)
