@@ -305,8 +305,17 @@ def lms_rows(batch, gpu_mem_gib, gpu="V100-SXM2-16GB",
     start = time.perf_counter()
     built = models.resnet50(image=image, batch=batch, classes=1000)
     index = gi.build_index(built.graph)
-    planned = pipeline.plan(index, Settings(batch_size=batch,
-                                            autotune_gpu_mem=gpu_mem_gib))
+    try:
+        planned = pipeline.plan(index, Settings(batch_size=batch,
+                                                autotune_gpu_mem=gpu_mem_gib))
+    except Exception as err:  # pylint: disable=broad-except
+        # A planning stage's failure (no plan fits the device, or the host
+        # memory it needs exceeds the host's): a row that says so.
+        print("# no plan for ResNet50 %dx%d batch %d: %s" % (
+            image, image, batch, err), file=sys.stderr)
+        return [{"batch": batch, "image": image, "gpu": gpu,
+                 "gpu_mem_gib": gpu_mem_gib, "error": "%s: %s" % (
+                     type(err).__name__, str(err).split(". ")[0])}]
     print("# tuned ResNet50 %dx%d batch %d for %g GiB in %.0f s" % (
         image, image, batch, gpu_mem_gib, time.perf_counter() - start),
         file=sys.stderr)
@@ -380,6 +389,10 @@ def lms_table(rows):
              "LMS | step with LMS | exposed transfer | link busy out / in |",
              "|---|---|---|---:|---:|---:|---:|---:|"]
     for r in rows:
+        if "error" in r:
+            lines.append("| %dx%d, batch %d | - | no plan: %s | | | | | |"
+                         % (r["image"], r["image"], r["batch"], r["error"]))
+            continue
         p = r["params"]
         plan = ("no plan needed" if p is None else
                 "%d swaps, %d swap-ins, sync_mode %d, peak %s" % (

@@ -402,6 +402,12 @@ def test_step_time_tables_show_the_ratios():
         "64 | 238 seq/s | 300 seq/s | 1.26 (off by 26%) | held out | [3] |",
         "| BERT-large pretraining, seq 128 | A100-SXM4-40GB | TF32 (tf32) | "
         "64 | 238 seq/s | 250 seq/s | 1.05 | fitted | [3] |"]
+    # A case no plan fits is a row that says why.
+    assert step_time.lms_table([{
+        "image": 6592, "batch": 1, "error": "AutotuneError: too big"}]
+    ).splitlines()[2] == (
+        "| 6592x6592, batch 1 | - | no plan: AutotuneError: too big "
+        "| | | | | |")
 
 
 def test_step_time_fit_finds_the_fractions_that_made_the_rows():
