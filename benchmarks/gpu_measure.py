@@ -3,12 +3,15 @@
     python benchmarks/gpu_measure.py                      # both models
     python benchmarks/gpu_measure.py --model resnet50 --image-size 448 \\
         --batch-size 16 --steps 20 --gpu V100-SXM2-16GB --interconnect nvlink2
+    python benchmarks/gpu_measure.py --out gpu.md --doc docs/performance.md
+    python benchmarks/gpu_measure.py --dry-run            # no GPU needed
 
 For each model of the examples that LMS is for (`Keras_ResNet50.py`: Keras
 ResNet50; `unet3d_lms.py`: a 3D U-Net; both built by `benchmarks/models.py`
-as the benchmarks build them), trains a few steps on GPU:0 without LMS and
-then, in a fresh graph, with LMS auto-tuned for `--budget-fraction` of the
-simulator's peak without LMS (so that LMS has to swap), and prints per run:
+as the benchmarks build them; ``--model tiny``: a small MLP, for trying the
+command out), trains a few steps on GPU:0 without LMS and then, in a fresh
+graph, with LMS auto-tuned for `--budget-fraction` of the simulator's peak
+without LMS (so that LMS has to swap), and prints per run:
 
 * the real device peak, ``tf.config.experimental.get_memory_info('GPU:0')
   ['peak']`` over the timed steps (after ``reset_memory_stats``), beside the
@@ -16,10 +19,16 @@ simulator's peak without LMS (so that LMS has to swap), and prints per run:
 * the median wall time of the timed steps, beside the step-time model's
   prediction (`tflms.steptime`) for `--gpu` over `--interconnect`.
 
-A run that runs out of device memory is reported as such. On a machine
-where TensorFlow sees no GPU it prints why it cannot run and exits with
-status 2 before building anything. It has not been run on a GPU by the
-project (docs/performance.md).
+The table is markdown; ``--out PATH`` writes it to a file, ``--doc PATH``
+replaces the one between the ``<!-- gpu_measure table -->`` markers of a
+page (docs/performance.md shows it). A run that runs out of device memory
+is reported as such.
+
+Without a GPU (none visible to TensorFlow) it says so on stderr, plans and
+predicts all the same, prints the table with the measured columns empty and
+exits with status 2 (nothing was measured); ``--dry-run`` does the same
+without looking for a GPU and exits with 0. It has not been run on a GPU by
+the project (docs/performance.md).
 """
 
 import argparse
@@ -35,16 +44,21 @@ if __package__ in (None, ""):
 from benchmarks import common  # pylint: disable=wrong-import-position
 from tflms import hardware  # pylint: disable=wrong-import-position
 
-__all__ = ["NO_GPU_MESSAGE", "main"]
+__all__ = ["NO_GPU_MESSAGE", "BEGIN", "END", "main", "with_table"]
 
 EXIT_OK, EXIT_CANNOT_RUN = 0, 2
 
 NO_GPU_MESSAGE = (
-    "benchmarks/gpu_measure.py needs a GPU: TensorFlow sees none here "
-    "(tf.config.list_physical_devices('GPU') is empty). Run it on a machine "
-    "with an NVIDIA GPU and a GPU build of TensorFlow (pip install "
-    "'tensorflow[and-cuda]'); for predictions without a GPU use `tflms "
-    "plan` or benchmarks/step_time.py.")
+    "benchmarks/gpu_measure.py found no GPU: TensorFlow sees none here "
+    "(tf.config.list_physical_devices('GPU') is empty), so nothing is "
+    "measured and the table has the predictions only. To measure, run it "
+    "on a machine with an NVIDIA GPU and a GPU build of TensorFlow (pip "
+    "install 'tensorflow[and-cuda]').")
+
+NOT_MEASURED = "not measured"
+
+BEGIN = "<!-- gpu_measure table -->"
+END = "<!-- /gpu_measure table -->"
 
 
 def _families():
@@ -67,6 +81,7 @@ def _builders(args):
             image=args.image_size, batch=args.batch_size, classes=1000),
         "unet3d": lambda: models.unet3d(
             volume=args.volume_size, batch=args.unet_batch_size),
+        "tiny": lambda: models.mlp(depth=8, width=128, batch=1024),
     }
     return [(name, cases[name]) for name in args.model]
 
@@ -128,20 +143,27 @@ def _measure(tf, name, build, args):
            "sim_peak": without.peak_device_bytes,
            "predicted_s": model.predict().without_lms_s}
     rows.append(_run(tf, plain, args, row))
+    if args.fixed_budget_gib is not None:
+        budget_gib = args.fixed_budget_gib
+    else:
+        budget_gib = (args.budget_fraction * without.peak_device_bytes
+                      / common.GIB)
 
-    budget_gib = args.budget_fraction * without.peak_device_bytes / common.GIB
     swapped = build()
     lms = LMS()
     lms.autotune_gpu_mem = budget_gib
     lms.batch_size = swapped.batch_size
     row = {"model": plain.description,
-           "run": "LMS, tuned for %.2f GiB" % budget_gib}
+           "run": "LMS, tuned for %s" % common.fmt_bytes(
+               int(budget_gib * common.GIB))}
     try:
         result = lms.run(swapped.graph)
     except autotune.AutotuneError as err:
-        row["error"] = "no plan: %s" % str(err).split(". ")[0]
+        row["error"] = "no plan: %s" % str(err).split(" (searched")[0]
         rows.append(row)
         return rows
+    if result.planned.plan is not None:
+        row["run"] += " (%d swaps)" % len(result.planned.plan.swaps)
     planned = pipeline.simulate_plan(result.planned)
     row["sim_peak"] = (planned.without_lms if planned.plan is None
                        else planned.with_lms).peak_device_bytes
@@ -152,6 +174,8 @@ def _measure(tf, name, build, args):
 
 
 def _run(tf, built, args, row):
+    if not args.measure:
+        return row
     try:
         row["step_s"], row["peak"] = _train(tf, built, args.steps,
                                             args.warmup)
@@ -167,6 +191,8 @@ def _table(rows, args):
     for r in rows:
         if "error" in r:
             real = step = r["error"]
+        elif "step_s" not in r:
+            real = step = NOT_MEASURED
         else:
             real = common.fmt_bytes(r["peak"])
             step = "%.1f ms" % (r["step_s"] * 1e3)
@@ -177,14 +203,62 @@ def _table(rows, args):
     return "\n".join(lines)
 
 
+def _report(rows, args, argv, device_name):
+    """The table with what it was made with: the command, the date, the
+    device (or that none was used) and the TensorFlow version."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    command = "python benchmarks/gpu_measure.py" + "".join(
+        " " + a for a in argv if not a.startswith(("--out", "--doc"))
+        and a not in (args.out, args.doc))
+    if args.measure:
+        where = "measured on %s (predictions for %s)" % (device_name,
+                                                        args.gpu)
+    else:
+        where = ("no GPU used: the measured columns are empty, the "
+                 "predictions are for %s" % args.gpu)
+    return "%s\n\n`%s` (%s; TensorFlow %s; %s)\n\n%s\n%s" % (
+        BEGIN, command, time.strftime("%Y-%m-%d"), tf.__version__, where,
+        _table(rows, args), END)
+
+
+def with_table(text, report):
+    """`text` with what stands between `BEGIN` and `END` (markers
+    included) replaced by `report`.
+
+    Raises:
+      ValueError: `text` has no such markers.
+    """
+    start = text.find(BEGIN)
+    end = text.find(END, start)
+    if start < 0 or end < 0:
+        raise ValueError("the page has no %s ... %s markers to put the "
+                         "table between" % (BEGIN, END))
+    return text[:start] + report + text[end + len(END):]
+
+
 def build_parser():
     from tflms import steptime  # pylint: disable=import-outside-toplevel
     parser = argparse.ArgumentParser(
         description="Measure the examples' models on this machine's GPU "
                     "without and with LMS, beside tflms's predictions.")
     parser.add_argument("--model", action="append",
-                        choices=["resnet50", "unet3d"],
-                        help="model to run (repeatable; default both)")
+                        choices=["resnet50", "unet3d", "tiny"],
+                        help="model to run (repeatable; default resnet50 "
+                             "and unet3d; tiny: an 8-layer MLP, to try the "
+                             "command out)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="do not look for a GPU: plan and predict only, "
+                             "with the measured columns empty")
+    parser.add_argument("--out", default=None, metavar="PATH",
+                        help="also write the table (markdown) to this file")
+    parser.add_argument("--doc", default=None, metavar="PATH",
+                        help="also put the table between the "
+                             "<!-- gpu_measure table --> markers of this "
+                             "page (e.g. docs/performance.md)")
+    parser.add_argument("--fixed-budget-gib", type=float, default=None,
+                        metavar="GIB",
+                        help="tune LMS for this many GiB instead of a "
+                             "fraction of the simulator's peak")
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--batch-size", type=int, default=64,
                         help="ResNet50 batch (default 64)")
@@ -209,25 +283,42 @@ def build_parser():
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     args.model = args.model or ["resnet50", "unet3d"]
     tf = common.setup_tensorflow("v2")
-    gpus = tf.config.list_physical_devices("GPU")
-    if not gpus:
+    gpus = [] if args.dry_run else tf.config.list_physical_devices("GPU")
+    args.measure = bool(gpus)
+    device_name = None
+    status = EXIT_OK
+    if not gpus and not args.dry_run:
         print(NO_GPU_MESSAGE, file=sys.stderr)
-        return EXIT_CANNOT_RUN
-    if args.gpu is None:
+        status = EXIT_CANNOT_RUN
+    if gpus and args.gpu is None:
         args.gpu, device_name = _guess_gpu(tf, gpus[0])
         if args.gpu is None:
             print("benchmarks/gpu_measure.py: GPU:0 is %r, which tflms has "
                   "no figures for; pass --gpu with the nearest of its GPUs "
                   "for the predictions" % device_name, file=sys.stderr)
             return EXIT_CANNOT_RUN
+    elif gpus:
+        device_name = _guess_gpu(tf, gpus[0])[1]
+    if args.gpu is None:
+        args.gpu = hardware.DEFAULT_GPU
     rows = []
     for name, build in _builders(args):
         rows.extend(_measure(tf, name, build, args))
-    print(_table(rows, args))
-    return EXIT_OK
+    report = _report(rows, args, argv, device_name)
+    print(report)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            f.write(report + "\n")
+    if args.doc:
+        with open(args.doc, encoding="utf-8") as f:
+            text = f.read()
+        with open(args.doc, "w", encoding="utf-8") as f:
+            f.write(with_table(text, report))
+    return status
 
 
 if __name__ == "__main__":

@@ -565,3 +565,193 @@ def build(name, **kwargs):
         raise ValueError("unknown model %r; use one of %s"
                          % (name, list(BUILDERS))) from None
     return builder(**kwargs)
+
+
+# ---------------------------------------------------------------------------
+# The published single-GPU training runs the step-time model is checked
+# against (benchmarks/step_time.py): their models at their precision.
+# ---------------------------------------------------------------------------
+
+PRECISIONS = ("float32", "mixed_float16")
+
+
+def _check_precision(precision):
+    if precision not in PRECISIONS:
+        raise ValueError("precision must be one of %s; got %r"
+                         % (", ".join(PRECISIONS), precision))
+
+
+def resnet50_at(image=224, batch=1, classes=1000, precision="float32",
+                seed=0):
+    """`resnet50` (training-mode batch norm, SGD with momentum) in
+    `precision`: ``"mixed_float16"`` builds it under Keras' mixed-precision
+    policy (float16 convolutions and activations, float32 variables, the
+    loss in float32), as automatic mixed precision trains it.
+
+    Returns:
+      A `Built`.
+    """
+    _check_precision(precision)
+    if precision == "float32":
+        return resnet50(image=image, batch=batch, classes=classes, seed=seed)
+    from tflms import _compat  # pylint: disable=import-outside-toplevel
+    mixed = _compat.keras2().mixed_precision
+    before = mixed.global_policy()
+    mixed.set_global_policy("mixed_float16")
+    try:
+        built = resnet50(image=image, batch=batch, classes=classes,
+                         seed=seed)
+    finally:
+        mixed.set_global_policy(before)
+    built.description += ", mixed float16"
+    return built
+
+
+def bert(layers=24, hidden=1024, heads=16, seq=128, batch=8,
+         vocab=30522, predictions=20, head="pretraining",
+         precision="float32", dropout=0.1, seed=0):
+    """A BERT encoder stack trained with Adam, in graph mode.
+
+    BERT-large by default (24 layers, hidden 1024, 16 heads, feed-forward
+    4096, vocabulary 30522, Devlin et al. 2018), as NVIDIA's
+    DeepLearningExamples train it: word, position and token-type
+    embeddings with layer norm; per layer self-attention (Q, K, V and
+    output projections, scaled dot product, softmax, dropout) and a GELU
+    feed-forward block, each with a residual connection, dropout and a
+    post layer norm. ``head="pretraining"``: the masked-LM loss at
+    `predictions` gathered positions (dense + GELU + layer norm, then the
+    tied word embedding and a bias over the vocabulary) plus next-sentence
+    prediction on the pooled first token; ``head="squad"``: start and end
+    logits per position (SQuAD fine-tuning).
+
+    ``precision="mixed_float16"``: variables stay float32 and are cast to
+    float16 where read; matrix products, GELU, dropout and residuals run in
+    float16; layer norms, softmax and the losses in float32 (what
+    automatic mixed precision's lists keep in float32).
+
+    Returns:
+      A `Built` whose feed draws token ids, positions and labels.
+    """
+    _check_precision(precision)
+    if head not in ("pretraining", "squad"):
+        raise ValueError("head must be 'pretraining' or 'squad'; got %r"
+                         % (head,))
+    if hidden % heads:
+        raise ValueError("hidden %d is not divisible by heads %d"
+                         % (hidden, heads))
+    compute = tf.float16 if precision == "mixed_float16" else tf.float32
+    depth = hidden // heads
+    graph = tf.Graph()
+    with graph.as_default():
+        _v1.set_random_seed(seed)
+        init = _v1.truncated_normal_initializer(stddev=0.02)
+
+        def weight(name, shape, initializer=init):
+            var = _v1.get_variable(name, shape, tf.float32, initializer,
+                                   use_resource=True)
+            return tf.cast(var, compute) if compute != tf.float32 else var
+
+        def dense(x, units, name, bias=True):
+            with _v1.variable_scope(name):
+                y = tf.matmul(x, weight("kernel", [x.shape[-1], units]))
+                if bias:
+                    y += weight("bias", [units], tf.zeros_initializer())
+                return y
+
+        def layer_norm(x, name):
+            with _v1.variable_scope(name):
+                x32 = tf.cast(x, tf.float32)
+                mean, var = tf.nn.moments(x32, axes=[-1], keepdims=True)
+                gamma = _v1.get_variable("gamma", [x.shape[-1]], tf.float32,
+                                         tf.ones_initializer(),
+                                         use_resource=True)
+                beta = _v1.get_variable("beta", [x.shape[-1]], tf.float32,
+                                        tf.zeros_initializer(),
+                                        use_resource=True)
+                y = (x32 - mean) * tf.math.rsqrt(var + 1e-12) * gamma + beta
+                return tf.cast(y, compute)
+
+        def drop(x):
+            return tf.nn.dropout(x, rate=dropout) if dropout else x
+
+        tokens = _v1.placeholder(tf.int32, [batch, seq], name="tokens")
+        segments = _v1.placeholder(tf.int32, [batch, seq], name="segments")
+        with _v1.variable_scope("bert"):
+            table = _v1.get_variable("word_embeddings", [vocab, hidden],
+                                     tf.float32, init, use_resource=True)
+            h = tf.gather(table, tokens)
+            h += tf.gather(_v1.get_variable(
+                "token_type_embeddings", [2, hidden], tf.float32, init,
+                use_resource=True), segments)
+            h += _v1.get_variable("position_embeddings", [seq, hidden],
+                                  tf.float32, init, use_resource=True)
+            h = tf.reshape(drop(layer_norm(h, "embeddings_ln")),
+                           [batch * seq, hidden])
+            for i in range(layers):
+                with _v1.variable_scope("layer%d" % i):
+                    def heads_of(t):
+                        return tf.transpose(tf.reshape(
+                            t, [batch, seq, heads, depth]), [0, 2, 1, 3])
+                    q = heads_of(dense(h, hidden, "query"))
+                    k = heads_of(dense(h, hidden, "key"))
+                    v = heads_of(dense(h, hidden, "value"))
+                    scores = tf.matmul(q, k, transpose_b=True) * \
+                        tf.cast(1.0 / np.sqrt(depth), compute)
+                    probs = tf.cast(tf.nn.softmax(tf.cast(scores, tf.float32)),
+                                    compute)
+                    ctx = tf.matmul(drop(probs), v)
+                    ctx = tf.reshape(tf.transpose(ctx, [0, 2, 1, 3]),
+                                     [batch * seq, hidden])
+                    h = layer_norm(h + drop(dense(ctx, hidden, "output")),
+                                   "attention_ln")
+                    ff = tf.nn.gelu(dense(h, 4 * hidden, "intermediate"))
+                    h = layer_norm(h + drop(dense(ff, hidden, "ffn_output")),
+                                   "output_ln")
+            feeds = [(tokens, vocab), (segments, 2)]
+            if head == "pretraining":
+                positions = _v1.placeholder(tf.int32, [batch, predictions],
+                                            name="positions")
+                labels = _v1.placeholder(tf.int32, [batch * predictions],
+                                         name="mlm_labels")
+                nsp = _v1.placeholder(tf.int32, [batch], name="nsp_labels")
+                flat = tf.reshape(positions + seq * tf.range(batch)[:, None],
+                                  [-1])
+                m = tf.gather(h, flat)
+                with _v1.variable_scope("mlm"):
+                    m = layer_norm(tf.nn.gelu(dense(m, hidden, "transform")),
+                                   "ln")
+                    logits = tf.matmul(m, tf.cast(table, compute),
+                                       transpose_b=True)
+                    logits += weight("bias", [vocab], tf.zeros_initializer())
+                first = tf.reshape(h, [batch, seq, hidden])[:, 0]
+                pooled = tf.tanh(dense(first, hidden, "pooler"))
+                nsp_logits = dense(pooled, 2, "nsp")
+                loss = tf.add(
+                    _classification_loss32(logits, labels),
+                    _classification_loss32(nsp_logits, nsp), name="loss")
+                feeds += [(positions, seq), (labels, vocab), (nsp, 2)]
+            else:
+                starts = _v1.placeholder(tf.int32, [batch], name="starts")
+                ends = _v1.placeholder(tf.int32, [batch], name="ends")
+                span = tf.reshape(dense(h, 2, "squad"), [batch, seq, 2])
+                loss = tf.add(
+                    _classification_loss32(span[:, :, 0], starts),
+                    _classification_loss32(span[:, :, 1], ends), name="loss")
+                feeds += [(starts, seq), (ends, seq)]
+            train_op = _v1.train.AdamOptimizer(1e-4).minimize(
+                loss, name="train")
+        init_op = _v1.variables_initializer(_v1.global_variables(),
+                                            name="init")
+        for key, item in ((_v1.GraphKeys.TRAIN_OP, train_op),
+                          (_v1.GraphKeys.LOSSES, loss)):
+            _v1.add_to_collection(key, item)
+    return Built("bert", graph, train_op, loss, batch, init_op,
+                 _feed_maker(feeds, seed),
+                 "BERT %d layers, hidden %d, seq %d, batch %d, %s%s" % (
+                     layers, hidden, seq, batch, head,
+                     ", mixed float16" if compute == tf.float16 else ""))
+
+
+def _classification_loss32(logits, labels):
+    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=labels, logits=tf.cast(logits, tf.float32)))

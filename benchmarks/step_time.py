@@ -1,18 +1,20 @@
 """Check the step-time model (`tflms.steptime`) against published numbers.
 
-    python benchmarks/step_time.py            # under a minute on 2 cores
+    python benchmarks/step_time.py            # about 10 minutes on 2 cores
     python benchmarks/step_time.py --doc docs/benchmarks.md
-    python benchmarks/step_time.py --no-grappler --lms-case 224:256
+    python benchmarks/step_time.py --lms-case 224:256
 
 Prints two markdown tables (docs/benchmarks.md, "Step-time model"):
 
-1. Keras ResNet50 at 224x224, trained with SGD and momentum, at the batch
-   sizes of NVIDIA's published single-GPU training throughput for ResNet50
-   v1.5 in TensorFlow (`PUBLISHED`): the model's predicted images/s on
-   V100 (FP32) and A100 (TF32), the published images/s in the same
-   precision, and the step time of Grappler's virtual cluster for the same
-   graph (`tflms.oracle`, its analytical cost model on device properties of
-   the same GPU).
+1. Published single-GPU training throughput (`PUBLISHED`: NVIDIA's
+   DeepLearningExamples, ResNet50 v1.5 in TensorFlow and PyTorch, BERT-large
+   pretraining and SQuAD fine-tuning in TensorFlow, on V100 and A100, in
+   the precisions published) beside the model's prediction for the same
+   model at the same batch and precision (`benchmarks.models.resnet50_at`,
+   `benchmarks.models.bert`). The model's fractions of the peak rates
+   (`steptime.Efficiency`) are fitted here on the rows marked "fitted"
+   (`fit`) and must equal `steptime.ACHIEVED`, which the table uses; the
+   rows marked "held out" test them.
 2. Auto-tuned LMS plans for ResNet50 at sizes that do not fit 16 GiB
    without LMS (224x224 at batch 384, 6592x6592 at batch 1): the predicted
    step without and with the plan, and the exposed transfer time, over
@@ -25,6 +27,9 @@ when it rewrites docs/benchmarks.md.
 """
 
 import argparse
+import collections
+import dataclasses
+import math
 import os
 import sys
 import time
@@ -35,76 +40,259 @@ if __package__ in (None, ""):
 
 from benchmarks import common  # pylint: disable=wrong-import-position
 
-__all__ = ["PUBLISHED", "BEGIN", "END", "main", "section_of",
-           "with_section"]
+__all__ = ["PUBLISHED", "SOURCES", "Published", "BEGIN", "END", "fit",
+           "main", "section_of", "with_section"]
 
 BEGIN = "<!-- step-time section: benchmarks/step_time.py --doc -->"
 END = "<!-- end of step-time section -->"
 
-_SOURCE = ("NVIDIA DeepLearningExamples, TensorFlow/Classification/ConvNets/"
-           "resnet50v1.5/README.md, \"Training performance results\" "
-           "(TensorFlow 20.06-tf1-py3 NGC container, 1 GPU, XLA on, images/s "
-           "averaged over a training epoch), "
-           "https://github.com/NVIDIA/DeepLearningExamples/blob/master/"
-           "TensorFlow/Classification/ConvNets/resnet50v1.5/README.md")
+_DLE = "https://github.com/NVIDIA/DeepLearningExamples/blob/master/"
+SOURCES = collections.OrderedDict([
+    ("tf-rn50", "NVIDIA DeepLearningExamples, TensorFlow ResNet50 v1.5, "
+                "\"Training performance results\" (20.06-tf1-py3 NGC "
+                "container, 1 GPU, XLA on, images/s averaged over an epoch), "
+                + _DLE + "TensorFlow/Classification/ConvNets/resnet50v1.5/"
+                "README.md"),
+    ("pt-rn50", "NVIDIA DeepLearningExamples, PyTorch ResNet50 v1.5, "
+                "\"Training performance results\" (pytorch-21.03 NGC "
+                "container, 1 GPU; batch sizes from configs.yml: 112 in FP32 "
+                "on DGX-1, 256 otherwise), " + _DLE
+                + "PyTorch/Classification/ConvNets/resnet50v1.5/README.md"),
+    ("tf-bert", "NVIDIA DeepLearningExamples, TensorFlow BERT-large, "
+                "\"Training performance results\" (20.06-py3 NGC container, "
+                "1 GPU; pretraining with LAMB and gradient accumulation, "
+                "sequences/s in steady state; SQuAD v1.1 fine-tuning at "
+                "sequence length 384), " + _DLE
+                + "TensorFlow/LanguageModeling/BERT/README.md"),
+])
 
-# (GPU, batch, precision, published images/s, where).
+
+@dataclasses.dataclass(frozen=True)
+class Published:
+    """One published single-GPU training throughput.
+
+    Attributes:
+      model: ``"resnet50"``, ``"bert-pretraining"`` or ``"bert-squad"``.
+      seq: sequence length (BERT), or None.
+      gpu: the key of `tflms.hardware.GPUS` it ran on.
+      precision: ``"FP32"``, ``"TF32"`` or ``"AMP"`` (mixed float16).
+      batch: per-GPU batch.
+      throughput: images or sequences per second.
+      source: a key of `SOURCES`.
+      role: ``"fit"`` (the efficiencies are fitted on it) or ``"held
+        out"``.
+    """
+
+    model: str
+    seq: object
+    gpu: str
+    precision: str
+    batch: int
+    throughput: float
+    source: str
+    role: str
+
+    @property
+    def unit(self):
+        return "img/s" if self.model == "resnet50" else "seq/s"
+
+    @property
+    def label(self):
+        if self.model == "resnet50":
+            return "ResNet50 (%s)" % ("TF" if self.source == "tf-rn50"
+                                      else "PyTorch")
+        if self.model == "bert-squad":
+            return "BERT-large SQuAD, seq %d" % self.seq
+        return "BERT-large pretraining, seq %d" % self.seq
+
+
+_V16, _A40, _A80 = "V100-SXM2-16GB", "A100-SXM4-40GB", "A100-SXM4-80GB"
+_P = Published
 PUBLISHED = (
-    ("V100-SXM2-16GB", 128, "FP32", 412.0, "DGX-1 (8x V100 16GB), 1 GPU"),
-    ("A100-SXM4-40GB", 256, "TF32", 909.0, "DGX A100 (8x A100 40GB), 1 GPU"),
+    # Fitted: ResNet50 (convolutions) and BERT-large at sequence length 128
+    # (matrix products), in TensorFlow with XLA, both GPUs, every precision.
+    _P("resnet50", None, _V16, "FP32", 128, 412.0, "tf-rn50", "fit"),
+    _P("resnet50", None, _V16, "AMP", 256, 1270.0, "tf-rn50", "fit"),
+    _P("resnet50", None, _A40, "TF32", 256, 909.0, "tf-rn50", "fit"),
+    _P("resnet50", None, _A40, "AMP", 256, 2375.0, "tf-rn50", "fit"),
+    _P("bert-pretraining", 128, _V16, "FP32", 8, 39.43, "tf-bert", "fit"),
+    _P("bert-pretraining", 128, _V16, "AMP", 16, 134.34, "tf-bert", "fit"),
+    _P("bert-pretraining", 128, _A40, "TF32", 64, 238.10, "tf-bert", "fit"),
+    _P("bert-pretraining", 128, _A40, "AMP", 64, 356.845, "tf-bert", "fit"),
+    # Held out: BERT-large at sequence length 512 (phase 2), ResNet50 in
+    # PyTorch (another framework; the A100 with 80 GB and 2,039 GB/s), and
+    # SQuAD fine-tuning.
+    _P("bert-pretraining", 512, _V16, "FP32", 2, 9.80, "tf-bert",
+       "held out"),
+    _P("bert-pretraining", 512, _V16, "AMP", 4, 28.72, "tf-bert",
+       "held out"),
+    _P("bert-pretraining", 512, _A40, "TF32", 8, 39.96, "tf-bert",
+       "held out"),
+    _P("bert-pretraining", 512, _A40, "AMP", 16, 70.856, "tf-bert",
+       "held out"),
+    _P("resnet50", None, _V16, "FP32", 112, 367.0, "pt-rn50", "held out"),
+    _P("resnet50", None, _V16, "AMP", 256, 1200.0, "pt-rn50", "held out"),
+    _P("resnet50", None, _A80, "TF32", 256, 938.0, "pt-rn50", "held out"),
+    _P("resnet50", None, _A80, "AMP", 256, 2470.0, "pt-rn50", "held out"),
+    _P("bert-squad", 384, _V16, "FP32", 2, 7.36, "tf-bert", "held out"),
+    _P("bert-squad", 384, _V16, "AMP", 4, 29.74, "tf-bert", "held out"),
+    _P("bert-squad", 384, _A40, "TF32", 16, 61.364, "tf-bert", "held out"),
+    _P("bert-squad", 384, _A40, "AMP", 32, 102.26, "tf-bert", "held out"),
 )
 
-
-def _grappler_step_s(built, gpu):
-    from tflms import oracle  # pylint: disable=import-outside-toplevel
-    # The virtual cluster's GPU is the row's (tflms.hardware.GPUS).
-    result = oracle.peak_memory(built.graph, [built.train_op], gpu=gpu)
-    return result.run_time_s
+# The published precision -> the precision of the graph's products.
+_PRODUCTS = {"FP32": "fp32", "TF32": "tf32", "AMP": "fp16"}
 
 
-def throughput_rows(grappler=True):
-    """Predicted, published and Grappler's images/s per `PUBLISHED` row."""
+def _build(row):
     from benchmarks import models  # pylint: disable=import-outside-toplevel
+    precision = "mixed_float16" if row.precision == "AMP" else "float32"
+    if row.model == "resnet50":
+        return models.resnet50_at(image=224, batch=row.batch, classes=1000,
+                                  precision=precision)
+    # NVIDIA's pretraining masks 20 positions per sequence at length 128
+    # and 80 at 512 (its run_pretraining_lamb_phase1/2.sh).
+    return models.bert(seq=row.seq, batch=row.batch,
+                       predictions=20 if row.seq == 128 else 80,
+                       head="squad" if row.model == "bert-squad"
+                       else "pretraining", precision=precision)
+
+
+class _Costs:
+    """One graph's kernels as arrays, for fitting: FLOPs, bytes through
+    memory, 2-byte products, convolutions, own launches (from a model at
+    the peak rates; `time` gives the step for other fractions)."""
+
+    def __init__(self, index, roles, batch):
+        import numpy as np  # pylint: disable=import-outside-toplevel
+        from tflms import graph_index as gi  # pylint: disable=import-outside-toplevel
+        from tflms import steptime  # pylint: disable=import-outside-toplevel
+        model = steptime.StepTimeModel(index, roles, batch,
+                                       efficiency=steptime.PEAK, fusion=True)
+        ids = np.flatnonzero(model.op_seconds > 0)
+        self.flops = np.asarray([gi.op_flops(index, i, batch) or 0
+                                 for i in ids], dtype=float)
+        self.bytes = np.asarray([model.bytes_touched(i) for i in ids],
+                                dtype=float)
+        self.half = np.asarray([model.precision(i) == model.half
+                                for i in ids])
+        self.conv = np.asarray([index.types[i] in steptime.CONVOLUTION_TYPES
+                                for i in ids])
+        self.launches = int(sum((i, 0) not in model.fused for i in ids))
+        self.launch_s = model.launch_overhead_s
+
+    def conv_share(self):
+        return self.flops[self.conv].sum() / max(self.flops.sum(), 1.0)
+
+    def time(self, gpu, products, efficiency):
+        """The step on `gpu` with `efficiency`; 4-byte products in
+        `products` ("fp32" or "tf32")."""
+        import numpy as np  # pylint: disable=import-outside-toplevel
+        peak = np.where(
+            self.half,
+            np.where(self.conv, efficiency.conv_fp16, efficiency.fp16)
+            * gpu.peak_flops("fp16"),
+            np.where(self.conv, efficiency.of(products, True),
+                     efficiency.of(products)) * gpu.peak_flops(products))
+        return float(np.maximum(
+            self.flops / peak,
+            self.bytes / (gpu.memory_bandwidth * efficiency.memory)).sum()
+            + self.launches * self.launch_s)
+
+
+def _products(row, gpu):
+    # A float32 graph's products: TF32 where the GPU has it.
+    return "tf32" if gpu.tensor_flops > gpu.fp32_flops else "fp32"
+
+
+def fit(rows, costs):
+    """The `steptime.Efficiency` that brings the predicted throughput of
+    `rows` closest to the published one: the least largest error
+    ``|log(predicted / published)|`` over the rows.
+
+    Memory's fraction is searched on a grid; for each, the products'
+    fractions per precision are fitted to the rows whose FLOPs are mostly
+    matrix products, then the convolutions' to those mostly convolutions.
+    bfloat16 takes float16's fractions.
+
+    Args:
+      rows: `Published` rows.
+      costs: their `_Costs`, in the same order.
+    """
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    from tflms import hardware, steptime  # pylint: disable=import-outside-toplevel
+    grid = np.exp(np.linspace(math.log(0.05), 0.0, 150))
+
+    def error(row, cost, eff):
+        gpu = hardware.GPUS[row.gpu]
+        step = cost.time(gpu, _products(row, gpu), eff)
+        return abs(math.log(row.batch / step / row.throughput))
+
+    best = None
+    for memory in grid:
+        eff = steptime.Efficiency(memory=float(memory))
+        worst = 0.0
+        for conv in (False, True):
+            for published, precision in _PRODUCTS.items():
+                group = [(r, c) for r, c in zip(rows, costs)
+                         if r.precision == published
+                         and (c.conv_share() > 0.5) == conv]
+                if not group:
+                    continue
+                name = ("conv_" if conv else "") + precision
+                chosen = None
+                for value in grid:
+                    trial = dataclasses.replace(eff, **{name: float(value)})
+                    err = max(error(r, c, trial) for r, c in group)
+                    if chosen is None or err < chosen[0]:
+                        chosen = (err, float(value))
+                eff = dataclasses.replace(eff, **{name: chosen[1]})
+                worst = max(worst, chosen[0])
+        if best is None or worst < best[0]:
+            best = (worst, eff)
+    eff = best[1]
+    return dataclasses.replace(eff, bf16=eff.fp16, conv_bf16=eff.conv_fp16)
+
+
+def throughput_rows():
+    """Each `PUBLISHED` row with its prediction (`steptime.ACHIEVED`), and
+    the efficiencies fitted on the rows marked "fit"."""
     from tflms import graph_index as gi  # pylint: disable=import-outside-toplevel
     from tflms import pipeline, steptime  # pylint: disable=import-outside-toplevel
     from tflms.settings import Settings  # pylint: disable=import-outside-toplevel
-    rows = []
-    for gpu, batch, precision, published, where in PUBLISHED:
+    graphs = {}
+    for row in PUBLISHED:
+        key = (row.model, row.seq, row.precision == "AMP", row.batch)
+        if key in graphs:
+            continue
         start = time.perf_counter()
-        built = models.resnet50(image=224, batch=batch, classes=1000)
+        built = _build(row)
         index = gi.build_index(built.graph)
         roles = pipeline.classify(index, Settings())
-        model = steptime.StepTimeModel(index, roles, batch, gpu=gpu)
-        step = model.predict()
-        kernels = int((model.op_seconds > 0).sum())
-        flops = sum(gi.op_flops(index, i, batch) or 0
-                    for i in range(index.num_ops) if model.runs[i])
-        # Time of the ops whose FLOPs bound them (convolutions, matmuls),
-        # the rest being memory-bound or launch overhead.
-        flop_bound_s = 0.0
-        for i in range(index.num_ops):
-            if model.op_seconds[i] > 0:
-                by_flops = (gi.op_flops(index, i, batch) or 0) / \
-                    model.peak_flops(i)
-                by_bytes = (model.bytes_touched(i)
-                            / model.gpu.memory_bandwidth)
-                if by_flops > by_bytes:
-                    flop_bound_s += by_flops
-        row = {"gpu": gpu, "batch": batch, "precision": precision,
-               "published": published, "where": where,
-               "step_s": step.without_lms_s,
-               "predicted": batch / step.without_lms_s,
-               "kernels": kernels, "flops": flops,
-               "flop_bound_s": flop_bound_s,
-               "launch_s": kernels * model.launch_overhead_s}
-        if grappler:
-            row["grappler_step_s"] = _grappler_step_s(built, gpu)
-            row["grappler"] = batch / row["grappler_step_s"]
-        row["seconds"] = time.perf_counter() - start
-        print("# %s batch %d done in %.0f s" % (gpu, batch, row["seconds"]),
-              file=sys.stderr)
-        rows.append(row)
-    return rows
+        graphs[key] = (index, roles, _Costs(index, roles, row.batch),
+                       built.description)
+        print("# %s built and indexed in %.0f s" % (
+            built.description, time.perf_counter() - start),
+            file=sys.stderr)
+    keyed = [graphs[(r.model, r.seq, r.precision == "AMP", r.batch)]
+             for r in PUBLISHED]
+    fitted = fit([r for r in PUBLISHED if r.role == "fit"],
+                 [g[2] for r, g in zip(PUBLISHED, keyed) if r.role == "fit"])
+    out = []
+    for row, (index, roles, cost, description) in zip(PUBLISHED, keyed):
+        # The published runs fused elementwise ops (XLA in TensorFlow).
+        model = steptime.StepTimeModel(index, roles, row.batch, gpu=row.gpu,
+                                       fusion=True)
+        step = model.predict().without_lms_s
+        predicted = row.batch / step
+        out.append({"row": row, "description": description, "step_s": step,
+                    "predicted": predicted,
+                    "ratio": predicted / row.throughput,
+                    "kernels": int((model.op_seconds > 0).sum()),
+                    "products": model.precision(next(
+                        i for i in range(index.num_ops)
+                        if (gi.op_flops(index, i, row.batch) or 0) > 0))})
+    return out, fitted
 
 
 def lms_rows(batch, gpu_mem_gib, gpu="V100-SXM2-16GB",
@@ -117,8 +305,17 @@ def lms_rows(batch, gpu_mem_gib, gpu="V100-SXM2-16GB",
     start = time.perf_counter()
     built = models.resnet50(image=image, batch=batch, classes=1000)
     index = gi.build_index(built.graph)
-    planned = pipeline.plan(index, Settings(batch_size=batch,
-                                            autotune_gpu_mem=gpu_mem_gib))
+    try:
+        planned = pipeline.plan(index, Settings(batch_size=batch,
+                                                autotune_gpu_mem=gpu_mem_gib))
+    except Exception as err:  # pylint: disable=broad-except
+        # A planning stage's failure (no plan fits the device, or the host
+        # memory it needs exceeds the host's): a row that says so.
+        print("# no plan for ResNet50 %dx%d batch %d: %s" % (
+            image, image, batch, err), file=sys.stderr)
+        return [{"batch": batch, "image": image, "gpu": gpu,
+                 "gpu_mem_gib": gpu_mem_gib, "error": "%s: %s" % (
+                     type(err).__name__, str(err).split(". ")[0])}]
     print("# tuned ResNet50 %dx%d batch %d for %g GiB in %.0f s" % (
         image, image, batch, gpu_mem_gib, time.perf_counter() - start),
         file=sys.stderr)
@@ -147,23 +344,44 @@ def _ms(seconds):
 
 
 def throughput_table(rows):
-    lines = ["| GPU | batch | precision | predicted | published | "
-             "predicted / published | Grappler virtual cluster | "
-             "predicted step | FLOP-bound ops in it | launch overhead in "
-             "it | kernels | FLOPs per step |",
-             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    """The published rows beside the predictions."""
+    sources = list(SOURCES)
+    lines = ["| model | GPU | precision (products) | batch | published | "
+             "predicted | predicted / published | role | source |",
+             "|---|---|---|---:|---:|---:|---:|---|---|"]
     for r in rows:
-        grappler = ("%.0f img/s (%s)" % (r["grappler"],
-                                         _ms(r["grappler_step_s"]))
-                    if "grappler" in r else "-")
-        lines.append("| %s | %d | %s | %.0f img/s | %.0f img/s | %.2f | %s "
-                     "| %s | %s | %s | %d | %.3g |" % (
-                         r["gpu"], r["batch"], r["precision"],
-                         r["predicted"], r["published"],
-                         r["predicted"] / r["published"], grappler,
-                         _ms(r["step_s"]), _ms(r["flop_bound_s"]),
-                         _ms(r["launch_s"]), r["kernels"], r["flops"]))
+        row = r["row"]
+        off = abs(r["ratio"] - 1.0)
+        lines.append("| %s | %s | %s (%s) | %d | %s %s | %s %s | %.2f%s | "
+                     "%s | [%d] |" % (
+                         row.label, row.gpu, row.precision, r["products"],
+                         row.batch, _number(row.throughput), row.unit,
+                         _number(r["predicted"]), row.unit, r["ratio"],
+                         "" if off <= 0.15 else " (off by %.0f%%)"
+                         % (100 * off),
+                         "fitted" if row.role == "fit" else "held out",
+                         sources.index(row.source) + 1))
     return "\n".join(lines)
+
+
+def _number(value):
+    return "%.0f" % value if value >= 100 else "%.1f" % value
+
+
+def efficiency_text(fitted):
+    """The fitted fractions beside `steptime.ACHIEVED` (which the table
+    uses); says so when they differ."""
+    from tflms import steptime  # pylint: disable=import-outside-toplevel
+    names = [f.name for f in dataclasses.fields(fitted)]
+    same = all(abs(getattr(fitted, n) - getattr(steptime.ACHIEVED, n))
+               <= 0.0005 for n in names)
+    text = ("Fitted on the rows marked fitted (`fit`): %s. %s" % (
+        ", ".join("%s %.3f" % (n, getattr(fitted, n)) for n in names),
+        "`steptime.ACHIEVED` holds these fractions."
+        if same else "**`steptime.ACHIEVED` differs** (%s): set it to "
+        "the fitted fractions." % ", ".join(
+            "%s %.3f" % (n, getattr(steptime.ACHIEVED, n)) for n in names)))
+    return text, same
 
 
 def lms_table(rows):
@@ -171,6 +389,10 @@ def lms_table(rows):
              "LMS | step with LMS | exposed transfer | link busy out / in |",
              "|---|---|---|---:|---:|---:|---:|---:|"]
     for r in rows:
+        if "error" in r:
+            lines.append("| %dx%d, batch %d | - | no plan: %s | | | | | |"
+                         % (r["image"], r["image"], r["batch"], r["error"]))
+            continue
         p = r["params"]
         plan = ("no plan needed" if p is None else
                 "%d swaps, %d swap-ins, sync_mode %d, peak %s" % (
@@ -193,49 +415,68 @@ _INTRO = """\
 ## Step-time model
 
 `tflms.steptime` ([performance](performance.md#the-step-time-model))
-predicts one training step from the graph alone: a roofline time per op at
-the GPU's published peak FLOP/s and memory bandwidth plus 5 us per kernel,
-one op at a time, and the copies of a plan on one stream each way beside
-the compute. Below it is set against NVIDIA's published single-GPU training
-throughput for ResNet50 in TensorFlow, and against Grappler's virtual
-cluster (TensorFlow's analytical cost model, `tflms.oracle`) given the same
-GPU's properties, for the same graph: Keras ResNet50 at 224x224, 1000
-classes, SGD with momentum, batch norm in training mode, float32, at the
-published batch sizes. Like with like: FP32 on the V100 (its tensor cores
-take FP16 only), TF32 on the A100 (TensorFlow's default for float32
-convolutions and matmuls there), never mixed precision. Two differences
-remain: NVIDIA's model is ResNet50 v1.5 (stride 2 in the 3x3 instead of the
-1x1 convolutions: about 6% more FLOPs than the Keras v1 here) and its
-figures are with XLA, which fuses the memory-bound ops this model times one
-by one.
+predicts one training step from the graph alone: per kernel the larger of
+its FLOPs at a fraction of the GPU's peak for its precision (matrix
+products and convolutions each their own fraction) and its bytes through
+memory at a fraction of the HBM bandwidth, plus 5 us per kernel launched;
+elementwise ops read only by elementwise ops and reductions stay inside
+one fused kernel, as XLA fuses them (the published runs used XLA or fused
+kernels; planning times TensorFlow without XLA, every op a kernel of its
+own); kernels one at a time; the copies of
+a plan on one stream each way beside the compute, at the link's rate in
+that direction. The fractions (`steptime.ACHIEVED`) are fitted to the
+published single-GPU training throughput below marked "fitted", and the
+rows marked "held out" test them: nothing in the model is set per row,
+per model or per GPU.
+
+Each row's graph is the published model at the published batch and
+precision, built in graph mode by `benchmarks/models.py`: Keras ResNet50
+at 224x224, 1000 classes, SGD with momentum (`resnet50_at`; NVIDIA's is
+ResNet50 v1.5, about 6% more FLOPs, and has no convolution biases), and
+BERT-large (24 layers, hidden 1024, 16 heads, vocabulary 30522, dropout
+0.1; `bert`) with the masked-LM and next-sentence losses (20 masked
+positions at sequence length 128, 80 at 512) or SQuAD's span logits, with
+Adam (NVIDIA's pretraining uses LAMB and accumulates gradients over many
+micro-batches: the optimizer's cost per micro-batch is smaller there).
+FP32 rows are float32 graphs on a V100 (no TF32 there), TF32 rows float32
+graphs on an A100 (TensorFlow's default runs their products in TF32), AMP
+rows float16 graphs (Keras' `mixed_float16` policy for ResNet50; float16
+products, float32 layer norms, softmax and losses for BERT).
 """
 
 _READING = """\
-How far off: on the V100 the prediction is within about 6% of the
-published FP32 throughput, and would be closer still for v1.5's extra
-FLOPs. Most of its predicted step is convolutions at the FP32 peak (the
-FLOP-bound column), and the published step leaves little room below it, so
-those kernels run near peak there. On the A100 it is far too fast: at
-TF32's 156 TFLOP/s the convolutions take a small share of the predicted
-step, the rest is memory-bound ops at full HBM bandwidth, and the published
-step is about 1.6 times longer, so the kernels there run well below those
-peaks (which of the two falls shorter, this comparison cannot say).
-Grappler's virtual cluster knows no tensor cores
-(its peak is SMs x FP32 cores x clock), so on the A100 it is slow by about
-as much as the model is fast. Read the predictions as lower bounds on the
-step time, tight on a V100 in FP32 and loose on tensor-core GPUs; they are
-best used to compare plans of one model on one GPU (what the tuner needs),
-where the roofline errors are common to both sides.
+How far off: within 15% on every ResNet50 and BERT pretraining row,
+fitted or held out, on both GPUs and in every precision, including
+ResNet50 in PyTorch (another framework, no XLA) on the A100 with 80 GB and
+2,039 GB/s, a GPU no fitted row ran on. The fitted fractions say where
+published runs leave the peak: TF32 convolutions reached about a fifth
+of the A100's TF32 peak in these runs (cuDNN's TF32 kernels of 2020),
+float16 products and convolutions about half of the tensor-core peak,
+FP32 and TF32 matrix products about three quarters, memory-bound kernels
+nearly all of the HBM bandwidth.
 
-The plan table times auto-tuned plans on a 16 GiB V100 at sizes that need
-LMS. At 224x224, batch 384 (198 fits without LMS) the tuner keeps the
-copies asynchronous: over NVLink 2.0 they hide behind the compute, over
-PCIe 4.0 x16 part of them does not. At 6592x6592, batch 1 (issue 15's
-case; about 3072 fits without LMS) the tuner needs synchronous swap-ins
-(sync_mode 2) and moves several times the step's device memory each way;
-the device then waits for every copy back, and the step grows by the
-exposed time shown even over NVLink 2.0. No GPU was used: every number here
-is a prediction or a published figure.
+Not within 15%: SQuAD fine-tuning on the V100 (batch 2 in FP32, 4 with
+AMP), where the published step is 1.6 and 1.3 times the predicted one,
+while the same fine-tuning on the A100 (batch 16 and 32) is close. At
+these small batches each step also updates all 335 million parameters
+(no gradient accumulation there), whose variable and optimizer-slot bytes
+the model leaves out (it counts an update's gradient only), and the
+published FP32 figure is 2.4 times slower per token than the FP32
+pretraining at sequence length 512 on the same GPU. No H100 row: no
+single-GPU H100 training throughput was found in a published table this
+project could read (NVIDIA's Deep Learning Performance pages give H100
+results as MLPerf times to train on 8 or more GPUs); the H100's peak
+rates are in `tflms.hardware`, and its predictions are untested.
+
+Predictions of a plan's cost compare two steps of one model on one GPU,
+where the errors above are common to both; the table above times
+auto-tuned plans on a 16 GiB V100 at sizes that need LMS: 224x224 at
+batch 384 (198 fits without LMS) and 6592x6592 at batch 1 (issue 15's
+case; about 3072 fits without LMS), where the tuner needs swap-outs its
+readers wait for (sync_mode 1) and moves several times the step's device
+memory each way. These steps are timed as TensorFlow runs a Session
+graph, without XLA's fusion. No GPU was used: every number here is a
+prediction or a published figure.
 """
 
 
@@ -257,16 +498,33 @@ def with_section(text, section):
     return text.rstrip("\n") + "\n\n" + section + "\n"
 
 
-def _section(throughput, plan, command):
+def _section(throughput, fitted, plan, command):
+    efficiency, _ = efficiency_text(fitted)
+    fitted_rows = [r for r in throughput if r["row"].role == "fit"]
+    held = [r for r in throughput if r["row"].role != "fit"]
     rows = [BEGIN, _INTRO,
             "Command: `%s` (%s).\n" % (command, time.strftime("%Y-%m-%d")),
             throughput_table(throughput), "",
-            "Predicted: `StepTimeModel(...).predict()` at the published "
-            "batch; images/s = batch / step. Published: " + _SOURCE + ".",
-            "Grappler: `oracle.peak_memory(..., gpu=...).run_time_s` on "
-            "the row's GPU as `tflms.hardware` describes it (the A100: 108 "
-            "SMs at 1,410 MHz, compute capability 8.0, 1,555 GB/s).", "",
-            plan_title(plan), "", lms_table(plan), "", _READING, END]
+            "Largest error: %.0f%% on the fitted rows, %.0f%% on the %d "
+            "held-out rows within 15%%%s. Predicted: `StepTimeModel(index, "
+            "roles, batch, gpu=..., fusion=True).predict()` with "
+            "`steptime.ACHIEVED`; "
+            "throughput = batch / step. %s" % (
+                100 * max(abs(r["ratio"] - 1) for r in fitted_rows),
+                100 * max([abs(r["ratio"] - 1) for r in held
+                           if abs(r["ratio"] - 1) <= 0.15] or [0.0]),
+                sum(abs(r["ratio"] - 1) <= 0.15 for r in held),
+                "".join("; off by more: %s" % ", ".join(
+                    "%s on %s in %s" % (r["row"].label, r["row"].gpu,
+                                         r["row"].precision)
+                    for r in held if abs(r["ratio"] - 1) > 0.15)
+                    for _ in [0] if any(abs(r["ratio"] - 1) > 0.15
+                                        for r in held)),
+                efficiency),
+            ""]
+    rows += ["[%d] %s" % (k + 1, text)
+             for k, text in enumerate(SOURCES.values())]
+    rows += ["", plan_title(plan), "", lms_table(plan), "", _READING, END]
     return "\n".join(rows)
 
 
@@ -288,8 +546,6 @@ def _case(text):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--no-grappler", action="store_true",
-                        help="skip the virtual cluster's estimate (slow)")
     parser.add_argument("--lms-case", action="append", default=None,
                         metavar="IMAGE:BATCH", type=_case,
                         help="ResNet50 input side and batch to tune an LMS "
@@ -304,14 +560,14 @@ def main(argv=None):
                              "file (e.g. docs/benchmarks.md)")
     args = parser.parse_args(argv)
     common.setup_tensorflow("v2")
-    throughput = throughput_rows(grappler=not args.no_grappler)
+    throughput, fitted = throughput_rows()
     plan = []
     for image, batch in args.lms_case or [(224, 384), (6592, 1)]:
         plan.extend(lms_rows(batch, args.gpu_mem, image=image))
     command = "python benchmarks/step_time.py" + "".join(
         " " + a for a in (sys.argv[1:] if argv is None else argv)
         if not a.startswith("--doc") and a != args.doc)
-    section = _section(throughput, plan, command)
+    section = _section(throughput, fitted, plan, command)
     print(section)
     if args.doc:
         with open(args.doc, encoding="utf-8") as f:

@@ -8,6 +8,7 @@ search finds a size that fits and one that does not, the swap ops ran). The
 other tests pin the pure helpers on inputs with known answers.
 """
 
+import dataclasses
 import json
 import math
 import os
@@ -329,32 +330,131 @@ def test_memory_note_compares_oracle_with_simulator():
         "(oracle +10.0%)" in note
 
 
-def test_gpu_measure_says_it_needs_a_gpu(tmp_path):
-    """Without a GPU (none visible to CUDA) the command stops before
-    building anything, with the message and exit status 2."""
+def test_gpu_measure_without_a_gpu_predicts_and_says_so(tmp_path):
+    """Without a GPU (none visible to CUDA) the command says so, plans and
+    predicts a tiny model all the same, prints and writes the table with
+    the measured columns empty, puts it between a page's markers, and
+    exits with status 2 (nothing measured); ``--dry-run`` exits with 0."""
     from benchmarks import gpu_measure  # pylint: disable=import-outside-toplevel
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    page = tmp_path / "page.md"
+    page.write_text("before\n%s\nold table\n%s\nafter\n"
+                    % (gpu_measure.BEGIN, gpu_measure.END))
+    out = tmp_path / "table.md"
+    script = os.path.join(ROOT, "benchmarks", "gpu_measure.py")
     proc = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "benchmarks", "gpu_measure.py"),
-         "--model", "resnet50"], cwd=str(tmp_path), env=env,
-        capture_output=True, text=True, timeout=300, check=False)
+        [sys.executable, script, "--model", "tiny", "--out", str(out),
+         "--doc", str(page)], cwd=str(tmp_path), env=env,
+        capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == gpu_measure.EXIT_CANNOT_RUN == 2, proc.stderr
     assert gpu_measure.NO_GPU_MESSAGE in proc.stderr
-    assert proc.stdout == ""
+    table = out.read_text()
+    assert table.strip() in proc.stdout
+    assert "`python benchmarks/gpu_measure.py --model tiny` (" in table
+    assert "no GPU used" in table
+    rows = [line for line in table.splitlines() if line.startswith("| MLP")]
+    assert len(rows) == 2
+    without, with_lms = ([c.strip() for c in row.split("|")[1:-1]]
+                         for row in rows)
+    assert without[1] == "without LMS"
+    assert with_lms[1].startswith("LMS, tuned for ")
+    assert "swaps)" in with_lms[1]
+    for cells in (without, with_lms):
+        assert cells[2] == cells[4] == gpu_measure.NOT_MEASURED
+        assert cells[3].endswith("iB") and cells[5].endswith(" ms")
+    # The plan was made for less than the peak without it, and fits.
+    units = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+    sim = [float(c[3].split()[0]) * units[c[3].split()[1]]
+           for c in (without, with_lms)]
+    assert sim[1] < sim[0]
+    text = page.read_text()
+    assert text.startswith("before\n" + gpu_measure.BEGIN)
+    assert text.endswith(gpu_measure.END + "\nafter\n")
+    assert "old table" not in text and rows[0] in text
+    dry = subprocess.run(
+        [sys.executable, script, "--model", "tiny", "--dry-run"],
+        cwd=str(tmp_path), env=env, capture_output=True, text=True,
+        timeout=600, check=False)
+    assert dry.returncode == 0, dry.stderr
+    assert gpu_measure.NO_GPU_MESSAGE not in dry.stderr
+    assert rows[0] in dry.stdout
+
+
+def test_gpu_measure_wants_markers_on_the_page():
+    from benchmarks import gpu_measure  # pylint: disable=import-outside-toplevel
+    with pytest.raises(ValueError, match=r"^the page has no <!-- "
+                       r"gpu_measure table --> \.\.\. <!-- /gpu_measure "
+                       r"table --> markers to put the table between$"):
+        gpu_measure.with_table("no markers", "table")
 
 
 def test_step_time_tables_show_the_ratios():
     from benchmarks import step_time  # pylint: disable=import-outside-toplevel
-    text = step_time.throughput_table([{
-        "gpu": "V100-SXM2-16GB", "batch": 128, "precision": "FP32",
-        "published": 400.0, "predicted": 500.0, "step_s": 0.256,
-        "launch_s": 0.0075, "kernels": 1500, "flops": 3e12,
-        "flop_bound_s": 0.2,
-        "grappler": 250.0, "grappler_step_s": 0.512}])
-    assert text.splitlines()[2] == (
-        "| V100-SXM2-16GB | 128 | FP32 | 500 img/s | 400 img/s | 1.25 | "
-        "250 img/s (512.0 ms) | 256.0 ms | 200.0 ms | 7.5 ms | 1500 | "
-        "3e+12 |")
+    row = step_time.Published("bert-pretraining", 128, "A100-SXM4-40GB",
+                              "TF32", 64, 238.1, "tf-bert", "held out")
+    text = step_time.throughput_table([
+        {"row": row, "predicted": 300.0, "ratio": 300.0 / 238.1,
+         "products": "tf32"},
+        {"row": dataclasses.replace(row, role="fit"), "predicted": 250.0,
+         "ratio": 250.0 / 238.1, "products": "tf32"}])
+    assert text.splitlines()[2:] == [
+        "| BERT-large pretraining, seq 128 | A100-SXM4-40GB | TF32 (tf32) | "
+        "64 | 238 seq/s | 300 seq/s | 1.26 (off by 26%) | held out | [3] |",
+        "| BERT-large pretraining, seq 128 | A100-SXM4-40GB | TF32 (tf32) | "
+        "64 | 238 seq/s | 250 seq/s | 1.05 | fitted | [3] |"]
+    # A case no plan fits is a row that says why.
+    assert step_time.lms_table([{
+        "image": 6592, "batch": 1, "error": "AutotuneError: too big"}]
+    ).splitlines()[2] == (
+        "| 6592x6592, batch 1 | - | no plan: AutotuneError: too big "
+        "| | | | | |")
+
+
+def test_step_time_fit_finds_the_fractions_that_made_the_rows():
+    """Rows whose 'published' throughput is the model's own prediction with
+    known fractions: the fit finds those fractions again (to its grid's
+    resolution), each from the rows that depend on it."""
+    from benchmarks import step_time  # pylint: disable=import-outside-toplevel
+    from tflms import analysis, steptime  # pylint: disable=import-outside-toplevel
+    from tflms import graph_index as gi  # pylint: disable=import-outside-toplevel
+    mb = 1 << 20
+
+    def graph(product, relu_mb):
+        # A product (compute-bound at these sizes) and a memory-bound op;
+        # two sizes of the latter make memory's share differ between rows.
+        return gi.from_edges(
+            [("x", "Placeholder", {"outputs": [64 * mb]}),
+             ("p", product, {"outputs": [64 * mb], "flops": 4 * 10 ** 10}),
+             ("r", "Relu", {"outputs": [relu_mb * mb]}),
+             ("n", "MatMul", {"outputs": [4]})],
+            edges=[("x", "p"), ("p", "r"), ("r", "n")])
+
+    truth = steptime.Efficiency(memory=0.8, fp32=0.7, tf32=0.6,
+                                conv_fp32=0.5, conv_tf32=0.3)
+    rows, costs = [], []
+    for product, relu_mb in (("MatMul", 4096), ("MatMul", 256),
+                             ("Conv2D", 4096), ("Conv2D", 256)):
+        index = graph(product, relu_mb)
+        roles = analysis.classify_ops(index)
+        for gpu, precision in (("V100-SXM2-16GB", "FP32"),
+                               ("A100-SXM4-40GB", "TF32")):
+            step = steptime.StepTimeModel(
+                index, roles, 1, gpu=gpu, efficiency=truth).predict()
+            rows.append(step_time.Published(
+                "bert-pretraining" if product == "MatMul" else "resnet50",
+                None, gpu, precision, 1, 1 / step.without_lms_s, "tf-bert",
+                "fit"))
+            costs.append(step_time._Costs(  # pylint: disable=protected-access
+                index, roles, 1))
+    fitted = step_time.fit(rows, costs)
+    for name in ("memory", "fp32", "tf32", "conv_fp32", "conv_tf32"):
+        assert getattr(fitted, name) == pytest.approx(
+            getattr(truth, name), rel=0.025), name
+    # Nothing was fitted for float16: it stays at the peak, and bfloat16
+    # takes float16's fractions.
+    assert fitted.fp16 == fitted.bf16 == 1.0
+    assert step_time.efficiency_text(fitted)[1] is (
+        fitted == steptime.ACHIEVED)
 
 
 def test_step_time_section_is_replaced_or_appended():

@@ -71,8 +71,15 @@ def test_interconnect_named_takes_a_name_a_link_or_instant():
 def test_every_gpu_has_its_rates_chip_and_sources(name):
     gpu = hardware.GPUS[name]
     for field in dataclasses.fields(gpu):
-        assert getattr(gpu, field.name) not in (None, ""), field.name
+        if field.name != "bf16_flops":
+            assert getattr(gpu, field.name) not in (None, ""), field.name
     assert 0 < gpu.fp32_flops <= gpu.tensor_flops < gpu.half_flops
+    # bfloat16 tensor cores came with Ampere (compute capability 8.0), at
+    # the float16 rate.
+    if gpu.compute_capability >= "8":
+        assert gpu.bf16_flops == gpu.half_flops
+    else:
+        assert gpu.bf16_flops is None
     assert gpu.compute_capability.count(".") == 1
     # The datasheet's FP32 rate is SMs x FP32 lanes per SM (64 up to
     # Ampere's GA100, 128 on Hopper) x 2 FLOP per fused multiply-add x the
@@ -183,3 +190,43 @@ def test_gpu_measure_guesses_the_gpu_from_its_name(device_name, key):
     guess = gpu_measure._guess_gpu(  # pylint: disable=protected-access
         _FakeTf(device_name), "/physical_device:GPU:0")
     assert guess == (key, device_name)
+
+
+@pytest.mark.parametrize("name, rates", [
+    # (fp32, tf32, fp16, bf16) dense TFLOP/s from the datasheets: V100 has
+    # no TF32 (float32 products stay on the CUDA cores) and no bfloat16
+    # tensor cores; the H100 datasheet's TF32 and FP16/BF16 figures are
+    # with sparsity, twice these.
+    ("V100-SXM2-16GB", (15.7, 15.7, 125, 15.7)),
+    ("A100-SXM4-40GB", (19.5, 156, 312, 312)),
+    ("H100-SXM5-80GB", (67, 494.5, 989.5, 989.5)),
+])
+def test_peak_flops_per_precision(name, rates):
+    gpu = hardware.GPUS[name]
+    assert tuple(gpu.peak_flops(p) / 1e12 for p in hardware.PRECISIONS) \
+        == pytest.approx(rates, rel=1e-12)
+    with pytest.raises(ValueError, match=r"^precision must be one of fp32, "
+                       r"tf32, fp16, bf16; got 'fp8'$"):
+        gpu.peak_flops("fp8")
+
+
+def test_links_have_a_rate_each_way():
+    for link in hardware.INTERCONNECTS.values():
+        assert 0 < link.d2h_bytes_per_s <= link.bytes_per_s
+        assert 0 < link.h2d_bytes_per_s <= link.bytes_per_s
+    # PCIe and NVLink 2.0: their specification's rate both ways.
+    for name in ("pcie3", "pcie4", "pcie5", "nvlink2"):
+        link = hardware.INTERCONNECTS[name]
+        assert link.h2d_bytes_per_s == link.d2h_bytes_per_s \
+            == link.bytes_per_s
+    # Grace Hopper: measured, far slower from the device to the host.
+    c2c = hardware.INTERCONNECTS["nvlink-c2c"]
+    assert (c2c.bytes_per_s, c2c.h2d_bytes_per_s, c2c.d2h_bytes_per_s) == (
+        450e9, 416e9, 170e9)
+    assert "Megatron-LM/issues/6491" in c2c.source
+    # A link made with one rate gets it both ways; either can be given.
+    one = hardware.Interconnect("x", "x", 10.0, "test")
+    assert (one.h2d_bytes_per_s, one.d2h_bytes_per_s) == (10.0, 10.0)
+    two = hardware.Interconnect("x", "x", 10.0, "test", d2h_bytes_per_s=4.0)
+    assert (two.h2d_bytes_per_s, two.d2h_bytes_per_s) == (10.0, 4.0)
+    assert "| 450 | 416 | 170 |" in hardware.link_table()

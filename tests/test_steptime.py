@@ -3,7 +3,8 @@
 Hardware with round numbers keeps every time exact: memory at 1000 bytes/s
 and 1000 FLOP/s, so an op reading one 1000-byte tensor and writing another
 takes 2 s; a link of 1000 bytes/s (or 250) moves a 1000-byte tensor in 1 s
-(or 4 s); no launch overhead unless a test sets one.
+(or 4 s); no launch overhead unless a test sets one. These models run at the
+peak rates (`steptime.PEAK`) without fusion unless a test says otherwise.
 """
 
 import dataclasses
@@ -22,15 +23,19 @@ SLOW_GPU = steptime.Gpu("test-gpu", fp32_flops=1000.0, tensor_flops=1000.0,
                         memory_bytes=1 << 20, source="a round test device")
 
 
-def link(bytes_per_s):
+def link(bytes_per_s, d2h=None):
     return steptime.Interconnect("test-link", "test link", bytes_per_s,
-                                 "a round test link")
+                                 "a round test link", d2h_bytes_per_s=d2h)
 
 
-def model(index, bytes_per_s=1000.0, overhead=0.0, batch_size=None):
+def model(index, bytes_per_s=1000.0, overhead=0.0, batch_size=None,
+          **kwargs):
+    kwargs.setdefault("efficiency", steptime.PEAK)
+    kwargs.setdefault("fusion", False)
     return steptime.StepTimeModel(
         index, analysis.classify_ops(index), batch_size, gpu=SLOW_GPU,
-        interconnect=link(bytes_per_s), launch_overhead_s=overhead)
+        interconnect=link(bytes_per_s), launch_overhead_s=overhead,
+        **kwargs)
 
 
 def chain(extra_reader_of_a=False):
@@ -158,7 +163,8 @@ def test_a_planned_step_from_the_pipeline():
         steptime.predict_planned(planned)
     step = steptime.predict_planned(
         pipeline.simulate_plan(planned), gpu=SLOW_GPU,
-        interconnect=link(1000.0), launch_overhead_s=0.0)
+        interconnect=link(1000.0), launch_overhead_s=0.0,
+        efficiency=steptime.PEAK, fusion=False)
     assert (step.without_lms_s, step.with_lms_s) == (11, 12)
 
 
@@ -284,7 +290,8 @@ def test_a_hidden_plan_exposes_exactly_nothing_with_inexact_times():
     plan = plan_of(index, [swap(index, "a", [("d", 0)], ["b"])])
     step = steptime.StepTimeModel(
         index, analysis.classify_ops(index), gpu=gpu,
-        interconnect=link(1e6), launch_overhead_s=0.1).predict(plan)
+        interconnect=link(1e6), launch_overhead_s=0.1,
+        efficiency=steptime.PEAK, fusion=False).predict(plan)
     assert step.exposed_transfer_s == 0.0
     assert step.with_lms_s == step.without_lms_s
 
@@ -305,15 +312,19 @@ def test_a_convolution_of_a_tensorflow_graph_at_its_roofline():
     batch = 4
     flops = 2 * batch * 16 * 16 * 32 * 3 * 3 * 8
     nbytes = 4 * (batch * 16 * 16 * 8 + 3 * 3 * 8 * 32 + batch * 16 * 16 * 32)
-    for gpu in ("V100-SXM2-16GB", "A100-SXM4-80GB"):
+    fitted = steptime.ACHIEVED
+    for gpu, precision in (("V100-SXM2-16GB", "fp32"),
+                           ("A100-SXM4-80GB", "tf32")):
         model = steptime.StepTimeModel(index, roles, batch, gpu=gpu)
         spec = steptime.GPUS[gpu]
         conv = index.id_of["conv"]
         assert gi.op_flops(index, conv, batch) == flops
         assert model.bytes_touched(conv) == nbytes
+        assert model.precision(conv) == precision
         assert model.op_seconds[conv] == max(
-            flops / spec.tensor_flops,
-            nbytes / spec.memory_bandwidth) + steptime.LAUNCH_OVERHEAD_S
+            flops / (spec.tensor_flops * fitted.of(precision, True)),
+            nbytes / (spec.memory_bandwidth * fitted.memory)) \
+            + steptime.LAUNCH_OVERHEAD_S
         assert model.op_seconds[index.id_of["flat"]] == 0
         assert model.predict().without_lms_s == model.op_seconds[conv]
 
@@ -372,7 +383,8 @@ def test_instant_is_a_link_of_infinite_speed():
     plan = plan_of(index, [swap(index, "a", [("d", 0)], ["b"])])
     step = steptime.StepTimeModel(
         index, analysis.classify_ops(index), gpu=SLOW_GPU,
-        interconnect="instant", launch_overhead_s=0.0).predict(plan)
+        interconnect="instant", launch_overhead_s=0.0,
+        efficiency=steptime.PEAK, fusion=False).predict(plan)
     assert step.exposed_transfer_s == 0
     assert step.swapout_busy_s == step.swapin_busy_s == 0
     assert (step.swaps[0].out_start_s, step.swaps[0].out_end_s) == (2, 2)
@@ -393,3 +405,153 @@ def test_recompute_clones_run_before_their_first_late_reader():
     assert step.recompute_s == 2 and step.exposed_transfer_s == 0
     assert step.op_start_s[i["d"]] == 10 and step.op_end_s[i["d"]] == 13
     assert step.swapout_bytes == step.swapin_bytes == 0
+
+
+def test_swap_outs_go_at_the_device_to_host_rate():
+    # As in test_a_hidden_swap_costs_nothing, but copies to the host at
+    # 250 B/s: a's swap-out runs 2-6 s. Its swap-in (triggered by b at 4 s)
+    # waits for it and runs 6-7 s at 1000 B/s host to device; d starts at
+    # 8 s as without LMS. The other way round (a slow host-to-device
+    # direction) the swap-in would take 4 s.
+    index = chain()
+    plan = plan_of(index, [swap(index, "a", [("d", 0)], ["b"])])
+    slow_out = steptime.StepTimeModel(
+        index, analysis.classify_ops(index), gpu=SLOW_GPU,
+        interconnect=link(1000.0, d2h=250.0), launch_overhead_s=0.0,
+        efficiency=steptime.PEAK, fusion=False).predict(plan)
+    (timing,) = slow_out.swaps
+    assert (timing.out_start_s, timing.out_end_s) == (2, 6)
+    (sin,) = timing.swap_ins
+    assert (sin.ready_s, sin.start_s, sin.end_s) == (6, 6, 7)
+    assert slow_out.with_lms_s == 11
+    assert (slow_out.swapout_busy_s, slow_out.swapin_busy_s) == (4, 1)
+    slow_in = steptime.StepTimeModel(
+        index, analysis.classify_ops(index), gpu=SLOW_GPU,
+        interconnect=steptime.Interconnect(
+            "t", "t", 1000.0, "t", h2d_bytes_per_s=250.0),
+        launch_overhead_s=0.0, efficiency=steptime.PEAK,
+        fusion=False).predict(plan)
+    (timing,) = slow_in.swaps
+    assert (timing.out_start_s, timing.out_end_s) == (2, 3)
+    assert (timing.swap_ins[0].start_s, timing.swap_ins[0].end_s) == (4, 8)
+    assert (slow_in.swapout_busy_s, slow_in.swapin_busy_s) == (1, 4)
+
+
+def test_grace_hopper_copies_out_slower_than_in():
+    index = chain()
+    gh = steptime.StepTimeModel(index, analysis.classify_ops(index),
+                                gpu="H100-SXM5-80GB",
+                                interconnect="nvlink-c2c")
+    plan = plan_of(index, [swap(index, "a", [("d", 0)], ["b"])])
+    step = gh.predict(plan)
+    assert step.swapout_busy_s == 1000 / 170e9
+    assert step.swapin_busy_s == 1000 / 416e9
+
+
+def half_and_single_products():
+    """f: a float32 product, h: a 2-byte one; 12000 FLOPs each, 1000 bytes
+    out and 1000 in (h reads f's output)."""
+    return gi.from_edges(
+        [("x", "Placeholder", {"outputs": [1000]}),
+         ("f", "MatMul", {"outputs": [1000], "flops": 12000}),
+         ("h", "MatMul", {"outputs": [((1, 500), 2)], "flops": 12000})],
+        edges=[("x", "f"), ("f", "h")])
+
+
+def test_the_precision_of_products():
+    index = half_and_single_products()
+    f, h = index.id_of["f"], index.id_of["h"]
+    # A GPU with TF32 (tensor_flops above fp32_flops) and bfloat16 units.
+    gpu = steptime.Gpu("tc", fp32_flops=1000.0, tensor_flops=2000.0,
+                       half_flops=4000.0, memory_bandwidth=1000.0,
+                       memory_bytes=1, source="test", bf16_flops=3000.0)
+    def times(**kwargs):
+        m = steptime.StepTimeModel(
+            index, analysis.classify_ops(index), gpu=gpu,
+            interconnect=link(1.0), launch_overhead_s=0.0,
+            efficiency=steptime.PEAK, fusion=False, **kwargs)
+        return (m.precision(f), m.precision(h),
+                m.op_seconds[f], m.op_seconds[h])
+    assert times() == ("tf32", "fp16", 6, 3)
+    assert times(tf32=False) == ("fp32", "fp16", 12, 3)
+    assert times(half="bf16") == ("tf32", "bf16", 6, 4)
+    # Without TF32 on the GPU (V100), float32 products are FP32 whatever
+    # the setting; without bfloat16 units, bfloat16 runs at the FP32 rate.
+    v100_like = dataclasses.replace(gpu, tensor_flops=1000.0,
+                                    bf16_flops=None)
+    m = steptime.StepTimeModel(
+        index, analysis.classify_ops(index), gpu=v100_like,
+        interconnect=link(1.0), launch_overhead_s=0.0,
+        efficiency=steptime.PEAK, fusion=False, half="bf16")
+    assert (m.precision(f), m.op_seconds[f], m.op_seconds[h]) == (
+        "fp32", 12, 12)
+    with pytest.raises(ValueError, match=r"^half must be 'fp16' or 'bf16' "
+                       r"\(the precision of 2-byte products\); got 'fp8'$"):
+        steptime.StepTimeModel(index, analysis.classify_ops(index),
+                               half="fp8")
+
+
+def test_efficiency_scales_each_precision_and_memory():
+    index = half_and_single_products()
+    f, h = index.id_of["f"], index.id_of["h"]
+    eff = steptime.Efficiency(memory=0.5, fp32=0.5, tf32=0.5, fp16=0.25,
+                              conv_fp32=0.1)
+    m = model(index, efficiency=eff)
+    # f: 12000 / (1000 x 0.5) = 24 s; h: 12000 / (4000 x 0.25) = 12 s.
+    assert (m.op_seconds[f], m.op_seconds[h]) == (24, 12)
+    # A convolution of the same FLOPs gets conv_fp32: 12000 / 100 = 120 s.
+    conv = gi.from_edges(
+        [("x", "Placeholder", {"outputs": [1000]}),
+         ("c", "Conv2D", {"outputs": [1000], "flops": 12000})],
+        edges=[("x", "c")])
+    assert model(conv, efficiency=eff).op_seconds[conv.id_of["c"]] == 120
+    # Memory-bound at half the bandwidth: 2000 B / 500 B/s.
+    assert model(chain(), efficiency=eff).op_seconds.tolist() == [
+        0, 4, 4, 4, 4, 6]
+    for bad in (0.0, 1.5):
+        with pytest.raises(ValueError, match=r"^Efficiency.conv_tf32 must "
+                           r"be a fraction of the peak in \(0, 1\]; got %r$"
+                           % bad):
+            steptime.Efficiency(conv_tf32=bad)
+    # The fitted fractions derate the published GPUs; a GPU made elsewhere
+    # keeps the rates it was given.
+    assert steptime.StepTimeModel(
+        index, analysis.classify_ops(index)).efficiency is steptime.ACHIEVED
+    assert steptime.StepTimeModel(
+        index, analysis.classify_ops(index),
+        gpu=SLOW_GPU).efficiency is steptime.PEAK
+    assert steptime.StepTimeModel(
+        index, analysis.classify_ops(index), gpu=dataclasses.replace(
+            steptime.GPUS["V100-SXM2-16GB"], memory_bandwidth=1.0),
+    ).efficiency is steptime.PEAK
+    assert steptime.PEAK == steptime.Efficiency(*[1.0] * 9)
+
+
+def test_fusion_keeps_a_chain_of_elementwise_ops_in_one_kernel():
+    # x -> a -> b -> c -> e -> d(a, e), all Relu/AddV2 (elementwise): every
+    # output but d's is read by elementwise ops only, so it stays inside
+    # the fused kernel (a is computed again inside d's). What goes through
+    # memory: x read (by a, 1 s) and d written (1 s); only d launches a
+    # kernel of its own.
+    index = chain()
+    fused = model(index, overhead=0.5, fusion=True)
+    i = index.id_of
+    assert fused.fused == {(i[n], 0) for n in "abce"}
+    assert fused.op_seconds.tolist() == [0, 1, 0, 0, 0, 1.5]
+    assert model(index, overhead=0.5).op_seconds.tolist() == [
+        0, 2.5, 2.5, 2.5, 2.5, 3.5]
+    # A reader that is no elementwise op or reduction (a matrix product)
+    # keeps its input in memory: a is written (and read by m and r); r's
+    # output, read by a reduction only, is not.
+    index = gi.from_edges(
+        [("x", "Placeholder", {"outputs": [1000]}),
+         ("a", "Relu", {"outputs": [1000]}),
+         ("m", "MatMul", {"outputs": [1000], "flops": 1}),
+         ("r", "Relu", {"outputs": [1000]}),
+         ("s", "Sum", {"outputs": [4]})],
+        edges=[("x", "a"), ("a", "m"), ("a", "r"), ("r", "s")])
+    fused = model(index, fusion=True)
+    assert fused.fused == {(index.id_of["r"], 0)}
+    assert fused.op_seconds[index.id_of["a"]] == 2
+    assert fused.op_seconds[index.id_of["r"]] == 1
+    assert fused.op_seconds[index.id_of["s"]] == 0.004

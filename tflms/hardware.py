@@ -20,6 +20,7 @@ from typing import Optional
 __all__ = [
     "Gpu",
     "Interconnect",
+    "PRECISIONS",
     "GPUS",
     "INTERCONNECTS",
     "INSTANT",
@@ -64,8 +65,11 @@ class Gpu:
         what ``nvidia-smi`` shows).
       architecture_source: where the SMs, clock, compute capability, L2
         and shared memory come from.
+      bf16_flops: bfloat16 tensor-core FLOP/s (dense), or None for a GPU
+        without bfloat16 tensor cores (V100: its bfloat16 products run on
+        the CUDA cores, at `fp32_flops` at best).
 
-    The last seven describe the chip to Grappler's analytical cost model
+    The seven from `sms` on describe the chip to Grappler's analytical cost model
     (`tflms.oracle.gpu_properties`); the step-time model uses the rates
     above. A `Gpu` made without them is fine for timing steps but cannot
     be the oracle's GPU.
@@ -85,6 +89,29 @@ class Gpu:
     shared_memory_per_sm: Optional[int] = None
     device_name: Optional[str] = None
     architecture_source: str = ""
+    bf16_flops: Optional[float] = None
+
+    def peak_flops(self, precision):
+        """The dense FLOP/s of matrix products in `precision` (one of
+        `PRECISIONS`): ``"fp32"`` the CUDA cores, ``"tf32"``
+        `tensor_flops` (the CUDA cores' rate on a GPU without TF32),
+        ``"fp16"`` `half_flops`, ``"bf16"`` `bf16_flops` (the CUDA cores'
+        rate without bfloat16 tensor cores).
+
+        Raises:
+          ValueError: for another precision.
+        """
+        if precision == "fp32":
+            return self.fp32_flops
+        if precision == "tf32":
+            return self.tensor_flops
+        if precision == "fp16":
+            return self.half_flops
+        if precision == "bf16":
+            return (self.fp32_flops if self.bf16_flops is None
+                    else self.bf16_flops)
+        raise ValueError("precision must be one of %s; got %r"
+                         % (", ".join(PRECISIONS), precision))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,16 +121,34 @@ class Interconnect:
     Attributes:
       name: the key in `INTERCONNECTS`.
       label: how tables show it.
-      bytes_per_s: peak data rate in each direction (links are full duplex,
-        so swap-outs and swap-ins each get this much).
-      source: where the number comes from.
+      bytes_per_s: the link's peak data rate per direction, as its
+        specification gives it (links are full duplex: swap-outs and
+        swap-ins run at once, each in its own direction).
+      source: where the numbers come from.
+      h2d_bytes_per_s: the rate copies from the host to the device
+        (swap-ins) get; default `bytes_per_s`.
+      d2h_bytes_per_s: the rate copies from the device to the host
+        (swap-outs) get; default `bytes_per_s`. The two differ where
+        copies were measured to run at different rates each way (Grace
+        Hopper's NVLink-C2C).
     """
 
     name: str
     label: str
     bytes_per_s: float
     source: str
+    h2d_bytes_per_s: Optional[float] = None
+    d2h_bytes_per_s: Optional[float] = None
 
+    def __post_init__(self):
+        for field in ("h2d_bytes_per_s", "d2h_bytes_per_s"):
+            if getattr(self, field) is None:
+                object.__setattr__(self, field, self.bytes_per_s)
+
+
+# The precisions of matrix products (`Gpu.peak_flops`): float32 on the CUDA
+# cores, TF32, float16 and bfloat16 on the tensor cores.
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 
 _T = 1e12
 _G = 1e9
@@ -113,13 +158,13 @@ _V100_SOURCE = ("NVIDIA Tesla V100 GPU Accelerator datasheet (SXM2: FP32 "
                 "https://images.nvidia.com/content/technologies/volta/pdf/"
                 "tesla-volta-v100-datasheet-letter-fnl-web.pdf")
 _A100_SOURCE = ("NVIDIA A100 Tensor Core GPU datasheet (SXM: FP32 19.5 "
-                "TFLOPS, TF32 156 TFLOPS, FP16 312 TFLOPS dense; 40 GB "
+                "TFLOPS, TF32 156 TFLOPS, FP16 and BF16 312 TFLOPS dense; 40 GB "
                 "HBM2 1,555 GB/s, 80 GB HBM2e 2,039 GB/s), "
                 "https://www.nvidia.com/content/dam/en-zz/Solutions/"
                 "Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-"
                 "1758950-r4-web.pdf")
 _H100_SOURCE = ("NVIDIA H100 Tensor Core GPU datasheet (SXM: FP32 67 "
-                "TFLOPS; TF32 989 and FP16 1,979 TFLOPS with sparsity, half "
+                "TFLOPS; TF32 989, FP16 and BF16 1,979 TFLOPS with sparsity, half "
                 "that dense; HBM3 3.35 TB/s, 80 GB), "
                 "https://resources.nvidia.com/en-us-tensor-core/"
                 "nvidia-tensor-core-gpu-datasheet")
@@ -168,13 +213,13 @@ GPUS = {g.name: g for g in (
         **_VOLTA),
     Gpu("A100-SXM4-40GB", 19.5 * _T, 156 * _T, 312 * _T, 1555 * _G,
         40 * _GIB, _A100_SOURCE, device_name="NVIDIA A100-SXM4-40GB",
-        **_AMPERE),
+        bf16_flops=312 * _T, **_AMPERE),
     Gpu("A100-SXM4-80GB", 19.5 * _T, 156 * _T, 312 * _T, 2039 * _G,
         80 * _GIB, _A100_SOURCE, device_name="NVIDIA A100-SXM4-80GB",
-        **_AMPERE),
+        bf16_flops=312 * _T, **_AMPERE),
     Gpu("H100-SXM5-80GB", 67 * _T, 494.5 * _T, 989.5 * _T, 3350 * _G,
         80 * _GIB, _H100_SOURCE, device_name="NVIDIA H100 80GB HBM3",
-        **_HOPPER),
+        bf16_flops=989.5 * _T, **_HOPPER),
 )}
 
 
@@ -197,10 +242,19 @@ INTERCONNECTS = {i.name: i for i in (
         "direction) and IBM Power System AC922 (8335-GTH) technical "
         "overview, IBM Redpaper REDP-5472 (3 bricks between a POWER9 and "
         "each V100 in the 4-GPU model: 75 GB/s per direction)"),
+    # Grace Hopper's copies run at different rates each way, far below
+    # the link's 450 GB/s from the device to the host: NVIDIA's
+    # nvbandwidth on 4 x GH200 measured copy-engine copies CPU -> GPU at
+    # 411.6-421.1 GB/s and GPU -> CPU at 169.9-170.1 GB/s per GPU.
     Interconnect(
         "nvlink-c2c", "NVLink-C2C (Grace Hopper)", 450.0 * _G,
         "NVIDIA GH200 Grace Hopper Superchip datasheet (NVLink-C2C 900 "
-        "GB/s bidirectional, 450 GB/s per direction)"),
+        "GB/s bidirectional, 450 GB/s per direction); copies measured "
+        "with nvbandwidth on 4 x GH200 at 411.6-421.1 GB/s host to device "
+        "(416 used) and 169.9-170.1 GB/s device to host (170 used), "
+        "NVIDIA/Megatron-LM issue 6491, "
+        "https://github.com/NVIDIA/Megatron-LM/issues/6491",
+        h2d_bytes_per_s=416.0 * _G, d2h_bytes_per_s=170.0 * _G),
 )}
 
 # Not a link: copies that take no time. Planning with it counts memory as
@@ -274,9 +328,9 @@ def gpu_table():
     """The Markdown table of `GPUS`: rates, memory, chip, sources."""
     rows = [
         "| GPU (`--gpu`) | FP32 TFLOP/s | matmul/conv peak for float32 | "
-        "FP16 tensor | HBM bandwidth | memory | SMs x boost clock, compute "
-        "capability, L2 (the oracle's GPU) | sources |",
-        "|---|---:|---:|---:|---:|---:|---|---|",
+        "FP16 tensor | BF16 tensor | HBM bandwidth | memory | SMs x boost "
+        "clock, compute capability, L2 (the oracle's GPU) | sources |",
+        "|---|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for gpu in GPUS.values():
         # Matmuls of a float32 graph get TF32 where the tensor cores are
@@ -285,13 +339,15 @@ def gpu_table():
         chip = "%d x %s MHz, %s, %s MiB" % (
             gpu.sms, _number(gpu.boost_clock_mhz), gpu.compute_capability,
             _number(gpu.l2_bytes / _MIB))
-        rows.append("| `%s`%s | %s | %s (%s) | %s | %s GB/s | %s GiB | %s | "
-                    "%s; %s |" % (
+        rows.append("| `%s`%s | %s | %s (%s) | %s | %s | %s GB/s | %s GiB | "
+                    "%s | %s; %s |" % (
                         gpu.name,
                         " (default)" if gpu.name == DEFAULT_GPU else "",
                         _number(gpu.fp32_flops / _T),
                         _number(gpu.tensor_flops / _T), kind,
                         _number(gpu.half_flops / _T),
+                        "none" if gpu.bf16_flops is None
+                        else _number(gpu.bf16_flops / _T),
                         _number(gpu.memory_bandwidth / _G),
                         _number(gpu.memory_bytes / _GIB), chip,
                         _source_title(gpu.source),
@@ -300,14 +356,19 @@ def gpu_table():
 
 
 def link_table():
-    """The Markdown table of `INTERCONNECTS`: rate per direction, source."""
-    rows = ["| link (`--interconnect`) | GB/s per direction | source |",
-            "|---|---:|---|"]
+    """The Markdown table of `INTERCONNECTS`: the peak rate per direction,
+    the rates copies get each way, source."""
+    rows = ["| link (`--interconnect`) | GB/s per direction (peak) | "
+            "host to device (swap-ins) | device to host (swap-outs) | "
+            "source |",
+            "|---|---:|---:|---:|---|"]
     for link in INTERCONNECTS.values():
-        rows.append("| `%s` %s%s | %s | %s |" % (
+        rows.append("| `%s` %s%s | %s | %s | %s | %s |" % (
             link.name, link.label,
             " (default)" if link.name == DEFAULT_INTERCONNECT else "",
-            _number(link.bytes_per_s / _G), link.source))
+            _number(link.bytes_per_s / _G),
+            _number(link.h2d_bytes_per_s / _G),
+            _number(link.d2h_bytes_per_s / _G), link.source))
     return "\n".join(rows)
 
 

@@ -10,18 +10,31 @@ The model
 * **Compute.** Ops run one at a time on the GPU's compute stream, in the
   order of the simulator's levels (level by level, a level's ops back to
   back in op-id order). An op takes a roofline estimate
-  ``max(flops / peak_flops, bytes_touched / memory_bandwidth)`` plus
+  ``max(flops / achieved_flops, bytes_touched / achieved_bandwidth)`` plus
   `LAUNCH_OVERHEAD_S`. FLOPs are the index's (`GraphIndex.flops`:
   matrix products and convolutions and their gradients; every other op
   counts as memory-bound); bytes touched are the op's input and output
-  tensors (`graph_index.tensor_bytes`). The peak is `Gpu.tensor_flops`
-  for ops with 4-byte outputs (float32 graphs) and `Gpu.half_flops` for
-  2-byte outputs. Ops that run no kernel (`NO_KERNEL_TYPES`: forwarding
-  ops, variable reads, constants, placeholders, v1 control flow) and ops
-  off the managed device take no time.
+  tensors (`graph_index.tensor_bytes`) that go through device memory.
+  The achieved rates are the GPU's peaks times an `Efficiency`
+  (`ACHIEVED`: fractions fitted to published training throughput,
+  benchmarks/step_time.py): per precision for matrix products and for
+  convolutions, and one for memory. The precision (`PRECISIONS`) is
+  float16 or bfloat16 (`half`) for ops with 2-byte outputs, TF32 (`tf32`,
+  on GPUs that have it) or FP32 for the others (`Gpu.peak_flops`). Ops
+  that run no kernel (`NO_KERNEL_TYPES`: forwarding ops, variable reads,
+  constants, placeholders, v1 control flow) and ops off the managed
+  device take no time.
+* **Fusion.** An elementwise op (`ELEMENTWISE_TYPES`) whose output only
+  elementwise ops and reductions (`REDUCTION_TYPES`) on the device read is
+  computed inside their kernels, as XLA fuses it: that output is neither
+  written nor read through memory, and the op launches no kernel of its
+  own (`StepTimeModel.fused`). Only with ``fusion=True`` (XLA); without
+  XLA TensorFlow runs every op as a kernel of its own.
 * **Copies.** Swap-outs queue first in, first out on one device-to-host
-  copy stream, swap-ins on one host-to-device stream; both run beside the
-  compute stream at the interconnect's bandwidth per direction. A swap-out
+  copy stream at the link's device-to-host rate
+  (`Interconnect.d2h_bytes_per_s`), swap-ins on one host-to-device stream
+  at its host-to-device rate (`h2d_bytes_per_s`); both run beside the
+  compute stream. A swap-out
   can start when its tensor has been made; a swap-in when its triggers have
   finished and its swap-out has finished. A reader of a swap-in waits until
   the copy has finished. With ``sync_mode`` 1 or 3, the plan's waiters
@@ -48,14 +61,16 @@ plan with them (what the auto-tuner checks its chosen plan with).
 
 Not modelled: the variable and slot bytes an optimizer update reads and
 writes through resource handles (handles have no size in the index; only
-the gradient counts), overlapping kernels (several streams, or ops of one level
-running concurrently), cuDNN algorithm choice, fusion (XLA, Grappler's
-remapper), caches, host-side op scheduling, input pipelines, clocks below
-their boost rate, and copy efficiency below the link's peak rate.
+the gradient counts), overlapping kernels (several streams, or ops of one
+level running concurrently), cuDNN algorithm choice per shape, fusion
+beyond elementwise chains (epilogues of matrix products, Grappler's
+remapper), caches, host-side op scheduling, input pipelines, and copy
+rates below the link's.
 
 Hardware numbers are the vendors' published peak rates (sources in
-`GPUS` and `INTERCONNECTS`), so predictions are lower bounds on real step
-times; docs/performance.md compares them with published throughput.
+`GPUS` and `INTERCONNECTS`; the Grace Hopper link's copy rates are
+measured ones); docs/benchmarks.md compares the predictions with
+published throughput.
 """
 
 import bisect
@@ -70,8 +85,8 @@ from tflms import simulator
 # The hardware tables live in `tflms.hardware` (standard library only, for
 # the settings' checks); they are re-exported here, where they are used.
 from tflms.hardware import (DEFAULT_GPU, DEFAULT_INTERCONNECT, GPUS, INSTANT,
-                            INTERCONNECTS, LINKS, Gpu, Interconnect,
-                            gpu_named, interconnect_named)
+                            INTERCONNECTS, LINKS, PRECISIONS, Gpu,
+                            Interconnect, gpu_named, interconnect_named)
 from tflms.analysis import initializer_only_ops
 from tflms.graph_index import CONTROL_FLOW_V1_TYPES
 
@@ -84,8 +99,15 @@ __all__ = [
     "LINKS",
     "DEFAULT_GPU",
     "DEFAULT_INTERCONNECT",
+    "PRECISIONS",
+    "Efficiency",
+    "PEAK",
+    "ACHIEVED",
     "LAUNCH_OVERHEAD_S",
     "NO_KERNEL_TYPES",
+    "ELEMENTWISE_TYPES",
+    "CONVOLUTION_TYPES",
+    "REDUCTION_TYPES",
     "gpu_named",
     "interconnect_named",
     "StepTimeModel",
@@ -101,6 +123,66 @@ __all__ = [
 # (a few microseconds) plus TensorFlow's executor bookkeeping per op. 5 us is
 # a round figure in that range; set it per model with `launch_overhead_s`.
 LAUNCH_OVERHEAD_S = 5e-6
+
+@dataclasses.dataclass(frozen=True)
+class Efficiency:
+    """The fractions of the published peak rates kernels reach. Matrix
+    products (`MatMul`, `BatchMatMul*`: cuBLAS) and convolutions
+    (`CONVOLUTION_TYPES`: cuDNN) per precision (`PRECISIONS`), memory-bound
+    work of the HBM bandwidth. One set for every GPU and model: what
+    differs between GPUs is their peak rates, what differs between models
+    is their ops. Every fraction defaults to 1 (the peak).
+
+    Raises:
+      ValueError: a fraction that is not in (0, 1].
+    """
+
+    memory: float = 1.0
+    fp32: float = 1.0
+    tf32: float = 1.0
+    fp16: float = 1.0
+    bf16: float = 1.0
+    conv_fp32: float = 1.0
+    conv_tf32: float = 1.0
+    conv_fp16: float = 1.0
+    conv_bf16: float = 1.0
+
+    def __post_init__(self):
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if not 0 < value <= 1:
+                raise ValueError(
+                    "Efficiency.%s must be a fraction of the peak in (0, 1]; "
+                    "got %r" % (field.name, value))
+
+    def of(self, precision, convolution=False):
+        """The fraction for products in `precision`: a convolution's, or a
+        matrix product's."""
+        return getattr(self, ("conv_" if convolution else "") + precision)
+
+
+# Every kernel at its peak rate: the roofline as the datasheets draw it.
+PEAK = Efficiency()
+
+# The fractions fitted to published single-GPU training throughput by
+# `benchmarks/step_time.py` (docs/benchmarks.md, "Step-time model": which
+# published runs they were fitted on, and how far off the model is on the
+# runs held out). The products' fractions come from BERT-large, the
+# convolutions' from ResNet50, memory from both. bfloat16 takes float16's
+# fractions: no published run in bfloat16 was fitted or held out.
+ACHIEVED = Efficiency(
+    memory=0.961,
+    fp32=0.755, tf32=0.71, fp16=0.505, bf16=0.505,
+    conv_fp32=0.851, conv_tf32=0.217, conv_fp16=0.439, conv_bf16=0.439)
+
+# Convolutions and their gradients (cuDNN's kernels; `Efficiency` gives
+# them fractions of their own).
+CONVOLUTION_TYPES = frozenset({
+    "Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter", "Conv3D",
+    "Conv3DBackpropInputV2", "Conv3DBackpropFilterV2",
+    "DepthwiseConv2dNative", "DepthwiseConv2dNativeBackpropInput",
+    "DepthwiseConv2dNativeBackpropFilter",
+})
 
 # Ops that run no GPU kernel in a step: they forward a buffer, hand out a
 # variable, or were materialized before the step (constants, fed inputs).
@@ -153,6 +235,28 @@ class SwapTiming:
     out_end_s: float
     out_done_level: int
     swap_ins: tuple
+
+
+# Ops that compute each output element from the elements at the same
+# position of their inputs (broadcasting allowed), or draw them at random:
+# what XLA's loop fusion merges into one kernel.
+ELEMENTWISE_TYPES = frozenset({
+    "Add", "AddV2", "AddN", "Sub", "Mul", "RealDiv", "Div", "DivNoNan",
+    "Neg", "Abs", "Sign", "Maximum", "Minimum", "Pow", "Reciprocal",
+    "ReciprocalGrad", "Square", "SquaredDifference", "Sqrt", "SqrtGrad",
+    "Rsqrt", "RsqrtGrad", "Exp", "Log", "Log1p", "Erf", "Erfc", "Tanh",
+    "TanhGrad", "Sigmoid", "SigmoidGrad", "Relu", "ReluGrad", "Relu6",
+    "Relu6Grad", "Elu", "EluGrad", "Selu", "SeluGrad", "Softplus",
+    "SoftplusGrad", "LeakyRelu", "LeakyReluGrad", "BiasAdd", "Cast",
+    "Select", "SelectV2", "Greater", "GreaterEqual", "Less", "LessEqual",
+    "Equal", "NotEqual", "LogicalAnd", "LogicalOr", "LogicalNot",
+    "ZerosLike", "OnesLike", "Floor", "Ceil", "Round", "FloorDiv",
+    "FloorMod", "ClipByValue", "RandomUniform", "RandomStandardNormal",
+})
+
+# Reductions, into which XLA fuses the elementwise ops that feed them.
+REDUCTION_TYPES = frozenset({"Sum", "Mean", "Max", "Min", "Prod",
+                             "BiasAddGrad"})
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -210,26 +314,57 @@ class StepTimeModel:
       gpu: a `Gpu` or a key of `GPUS`.
       interconnect: an `Interconnect` or a key of `INTERCONNECTS`.
       launch_overhead_s: seconds added to every op that runs a kernel.
+      efficiency: the `Efficiency` kernels reach. Default: `ACHIEVED`
+        (the fractions fitted to published runs) for the GPUs of `GPUS`,
+        whose datasheet peaks they derate; `PEAK` for a `Gpu` made
+        elsewhere, whose rates are taken as given. `PEAK` for the
+        datasheets' roofline.
+      tf32: whether products with 4-byte outputs run in TF32 on GPUs that
+        have it (TensorFlow's default on Ampere and later,
+        ``tf.config.experimental.enable_tensor_float_32_execution``); False:
+        in FP32 on the CUDA cores.
+      half: the precision of products with 2-byte outputs: ``"fp16"``
+        (float16, the default) or ``"bf16"`` (bfloat16); the index records
+        sizes, not types.
+      fusion: whether an elementwise op whose output only elementwise ops
+        and reductions on the device read runs inside their kernels, as
+        XLA fuses it (`fused`). Default False: TensorFlow without XLA (a
+        Session, a tf.function without ``jit_compile``) runs every op as
+        a kernel of its own. The published runs `ACHIEVED` is fitted to
+        ran with XLA, and benchmarks/step_time.py times them with fusion.
 
     Raises:
-      ValueError: an unknown GPU or link, or a negative overhead.
+      ValueError: an unknown GPU or link, a negative overhead, or a `half`
+        that is not a 2-byte precision.
     """
 
     def __init__(self, index, roles, batch_size=None, gpu=DEFAULT_GPU,
                  interconnect=DEFAULT_INTERCONNECT,
-                 launch_overhead_s=LAUNCH_OVERHEAD_S):
+                 launch_overhead_s=LAUNCH_OVERHEAD_S, efficiency=None,
+                 tf32=True, half="fp16", fusion=False):
         if not launch_overhead_s >= 0:
             raise ValueError("launch_overhead_s must be >= 0 seconds; got "
                              "%r" % (launch_overhead_s,))
+        if half not in ("fp16", "bf16"):
+            raise ValueError("half must be 'fp16' or 'bf16' (the precision "
+                             "of 2-byte products); got %r" % (half,))
+        self.gpu = gpu_named(gpu)
+        if efficiency is None:
+            published = GPUS.get(self.gpu.name) is self.gpu
+            efficiency = ACHIEVED if published else PEAK
+        self.efficiency = efficiency
+        self.tf32 = bool(tf32)
+        self.half = half
+        self.fusion = bool(fusion)
         self.index = index
         self.roles = roles
         self.batch_size = batch_size
-        self.gpu = gpu_named(gpu)
         self.interconnect = interconnect_named(interconnect)
         self.launch_overhead_s = launch_overhead_s
         inactive = roles.inactive | initializer_only_ops(index)
         self.runs = np.asarray([i not in inactive
                                 for i in range(index.num_ops)], dtype=bool)
+        self.fused = self._fused_tensors() if self.fusion else frozenset()
         self.op_seconds = np.asarray(
             [self._op_seconds(i) if self.runs[i] else 0.0
              for i in range(index.num_ops)], dtype=np.float64)
@@ -245,20 +380,66 @@ class StepTimeModel:
         return gi.tensor_bytes(self.index, op_id, output,
                                self.batch_size) or 0
 
-    def bytes_touched(self, op_id):
-        """Bytes of an op's input and output tensors (unknown sizes: 0)."""
+    def _fused_tensors(self):
+        """The tensors ``(producer, output)`` that stay inside fused
+        kernels: the only output of a running elementwise op on the device
+        whose consumers are all running elementwise ops or reductions on
+        the device. (XLA fuses an elementwise op into each of its
+        consumers, computing it again in each; the inputs it reads are
+        counted once, as its own.)"""
         index = self.index
-        total = sum(self._bytes(p, k) for p, k in index.inputs[op_id])
-        return total + sum(self._bytes(op_id, k)
-                           for k in range(len(index.output_shapes[op_id])))
+        device = self.roles.device_ops
+        runs = self.runs
+        fusible = ELEMENTWISE_TYPES | REDUCTION_TYPES
+        fused = set()
+        for p in range(index.num_ops):
+            if (index.types[p] not in ELEMENTWISE_TYPES or p not in device
+                    or not runs[p] or len(index.consumers[p]) != 1
+                    or not index.consumers[p][0]):
+                continue
+            if all(runs[c] and c in device and index.types[c] in fusible
+                   for c, _ in index.consumers[p][0]):
+                fused.add((p, 0))
+        return frozenset(fused)
 
-    def peak_flops(self, op_id):
-        """The FLOP/s an op's products get: 2-byte outputs (FP16, bfloat16)
-        the half-precision tensor cores, others `Gpu.tensor_flops`."""
+    def bytes_touched(self, op_id):
+        """Bytes of an op's input and output tensors that go through device
+        memory (unknown sizes: 0; tensors in `fused`: 0)."""
+        index = self.index
+        fused = self.fused
+        total = sum(self._bytes(p, k) for p, k in index.inputs[op_id]
+                    if (p, k) not in fused)
+        return total + sum(self._bytes(op_id, k)
+                           for k in range(len(index.output_shapes[op_id]))
+                           if (op_id, k) not in fused)
+
+    def precision(self, op_id):
+        """The precision of an op's products (one of `PRECISIONS`): 2-byte
+        outputs `half`; others TF32 (with `tf32`, on a GPU whose
+        `Gpu.tensor_flops` exceed its FP32 rate) or FP32."""
         sizes = self.index.output_itemsizes[op_id]
         if sizes and sizes[0] == 2:
-            return self.gpu.half_flops
-        return self.gpu.tensor_flops
+            return self.half
+        if self.tf32 and self.gpu.tensor_flops > self.gpu.fp32_flops:
+            return "tf32"
+        return "fp32"
+
+    def peak_flops(self, op_id):
+        """The published peak FLOP/s of an op's products in its
+        `precision`."""
+        return self.gpu.peak_flops(self.precision(op_id))
+
+    def achieved_flops(self, op_id):
+        """`peak_flops` times the `efficiency` of its precision (a
+        convolution's or a matrix product's)."""
+        precision = self.precision(op_id)
+        return self.gpu.peak_flops(precision) * self.efficiency.of(
+            precision, self.index.types[op_id] in CONVOLUTION_TYPES)
+
+    @property
+    def achieved_bandwidth(self):
+        """The HBM bytes/s memory-bound work gets (peak x efficiency)."""
+        return self.gpu.memory_bandwidth * self.efficiency.memory
 
     def _op_seconds(self, op_id):
         index = self.index
@@ -266,8 +447,10 @@ class StepTimeModel:
                 or index.types[op_id] in NO_KERNEL_TYPES):
             return 0.0
         flops = gi.op_flops(index, op_id, self.batch_size) or 0
-        work = max(flops / self.peak_flops(op_id),
-                   self.bytes_touched(op_id) / self.gpu.memory_bandwidth)
+        work = max(flops / self.achieved_flops(op_id),
+                   self.bytes_touched(op_id) / self.achieved_bandwidth)
+        if (op_id, 0) in self.fused:
+            return work  # in its consumer's kernel: no launch of its own
         return work + self.launch_overhead_s
 
     # ---- one step ------------------------------------------------------
@@ -310,7 +493,10 @@ class StepTimeModel:
                 % (needed, num_levels))
         order = self._order(levels)
         swaps = plan.swaps if plan is not None else ()
-        bandwidth = self.interconnect.bytes_per_s
+        # Swap-outs go device to host, swap-ins host to device, each at its
+        # direction's rate.
+        out_rate = self.interconnect.d2h_bytes_per_s
+        in_rate = self.interconnect.h2d_bytes_per_s
 
         # What each op waits for, and which copies it sets off.
         swapouts_of = {}     # producer -> swap indexes
@@ -387,7 +573,7 @@ class StepTimeModel:
                         % (index.names[swap.producer], swap.output))
                 when, _, first = heapq.heappop(queue)
                 start = max(when, h2d_free)
-                h2d_free = start + sizes[first[0]] / bandwidth
+                h2d_free = start + sizes[first[0]] / in_rate
                 in_times[first] = (when, start, h2d_free)
             return in_times[key][2]
 
@@ -409,7 +595,7 @@ class StepTimeModel:
             clock = end
             for s in swapouts_of.get(i, ()):
                 out_start[s] = max(end, d2h_free)
-                d2h_free = out_end[s] = out_start[s] + sizes[s] / bandwidth
+                d2h_free = out_end[s] = out_start[s] + sizes[s] / out_rate
                 for k in range(len(swaps[s].swap_ins)):
                     finished((s, k), out_end[s])
             for key in trigger_of.get(i, ()):
@@ -443,8 +629,8 @@ class StepTimeModel:
             with_lms_s=max(clock, d2h_free, h2d_free),
             compute_s=compute, recompute_s=recompute_s,
             swapout_bytes=int(sum(sizes)), swapin_bytes=int(swapin_bytes),
-            swapout_busy_s=sum(sizes) / bandwidth,
-            swapin_busy_s=swapin_bytes / bandwidth,
+            swapout_busy_s=sum(sizes) / out_rate,
+            swapin_busy_s=swapin_bytes / in_rate,
             level_start_s=level_start, op_start_s=op_start,
             op_end_s=op_end, swaps=tuple(timings))
 
@@ -496,14 +682,16 @@ class StepTimeModel:
 
 def predict_planned(planned, gpu=DEFAULT_GPU,
                     interconnect=DEFAULT_INTERCONNECT,
-                    launch_overhead_s=LAUNCH_OVERHEAD_S):
+                    launch_overhead_s=LAUNCH_OVERHEAD_S, efficiency=None,
+                    tf32=True, half="fp16", fusion=False):
     """The `StepTime` of a `pipeline.Planned`: its plan (if any) timed at
     the levels of its with-LMS simulation.
 
     Args:
       planned: a `pipeline.Planned` with its simulations
         (`pipeline.simulate_plan`; auto-tuned ones have them).
-      gpu, interconnect, launch_overhead_s: as for `StepTimeModel`.
+      gpu, interconnect, launch_overhead_s, efficiency, tf32, half,
+        fusion: as for `StepTimeModel`.
 
     Raises:
       ValueError: `planned` has a plan but no with-LMS simulation.
@@ -511,7 +699,9 @@ def predict_planned(planned, gpu=DEFAULT_GPU,
     model = StepTimeModel(planned.index, planned.roles,
                           planned.settings.batch_size, gpu=gpu,
                           interconnect=interconnect,
-                          launch_overhead_s=launch_overhead_s)
+                          launch_overhead_s=launch_overhead_s,
+                          efficiency=efficiency, tf32=tf32, half=half,
+                          fusion=fusion)
     if planned.plan is None:
         return model.predict()
     if planned.with_lms is None:
