@@ -563,7 +563,7 @@ def test_plan_prints_the_predicted_step_time(saved, capsys):
                            "1000", "--no-plots", *fixed, *hardware)
     assert code == 0
     assert ("Predicted step time on A100-SXM4-40GB, copies over PCIe 3.0 "
-            "x16 (step-time model: peak rates, one op at a time):\n"
+            "x16 (step-time model: fitted rates, one op at a time):\n"
             "  without LMS: %10.2f ms\n"
             "  with LMS:    %10.2f ms  (exposed transfer time %.2f ms)\n"
             % (step.without_lms_s * 1e3, step.with_lms_s * 1e3,

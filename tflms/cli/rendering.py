@@ -122,7 +122,7 @@ def render(report, args):
                      "swap-outs and swap-ins at the same time)")
     t = r.step_time
     lines.append("Predicted step time on %s, copies over %s (step-time "
-                 "model: peak rates, one op at a time):"
+                 "model: fitted rates, one op at a time):"
                  % (t["gpu"], t["interconnect"]))
     lines.append("  without LMS: %10.2f ms" % t["without_lms_ms"])
     if t["with_lms_ms"] is not None:
