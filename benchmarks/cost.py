@@ -22,7 +22,7 @@ Two parts:
 from benchmarks import common
 from benchmarks import timing
 # One table of links for the library and the benchmarks: (label, GB/s per
-# direction, theoretical peak), with its sources in tflms/steptime.py.
+# direction, theoretical peak), with its sources in tflms/hardware.py.
 from tflms.steptime import LINKS
 
 __all__ = ["LINKS", "run", "transfer_table", "tables"]
