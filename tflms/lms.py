@@ -21,6 +21,7 @@ from tflms import graph_index as gi
 from tflms import keras3
 from tflms import pipeline
 from tflms import rewriter
+from tflms import run_log
 from tflms import settings as S
 from tflms import step
 from tflms._logging import Logger
@@ -32,7 +33,6 @@ __all__ = ["LMS", "RunResult", "Outcome", "EagerModeError",
 UnsupportedStackError = _compat.UnsupportedStackError
 
 _GIB = float(1 << 30)
-_MIB = float(1 << 20)
 
 
 _EAGER_MESSAGE = (
@@ -252,9 +252,9 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
         log.info("Editing model for LMS")
         if index is None:
             index = gi.build_index(graph, fetches)
-        self._log_step(graph, index)
+        run_log.log_step(log, index)
         roles = pipeline.classify(index, settings)
-        self._log_graph_facts(graph, index, roles)
+        run_log.log_graph_facts(log, index, roles, settings)
         planned = pipeline.plan(index, settings, roles=roles, log=log)
         if not planned.needed:
             return RunResult(Outcome.NOT_NEEDED, planned,
@@ -262,8 +262,8 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
 
         plan = planned.plan
         if plan.swaps or plan.recomputes:
-            self._log_parameters(plan.params, planned.autotuned,
-                                 planned.only_tensors, planned.unwaited)
+            run_log.log_parameters(log, plan.params, planned.autotuned,
+                                   planned.only_tensors, planned.unwaited)
         else:
             log.info("LMS will swap nothing: the step fits with the %d "
                      "control edges it adds (serialization, ordering, "
@@ -271,7 +271,7 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
         if plan.unplanned_groups:
             log.info("%d swap-in groups had no op to start them in time and "
                      "were left on the device" % plan.unplanned_groups, 1)
-        self._log_plan_details(planned.index, plan)
+        run_log.log_plan_details(log, planned.index, plan)
         rewrite = rewriter.apply_plan(graph, planned.index, plan,
                                       settings.cpu_device)
         log.info(
@@ -288,7 +288,7 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
                         len(rewrite.recompute_ops)))
         seconds = time.perf_counter() - start
         log.info("Editing model for LMS, took: %.1f ms" % (seconds * 1000))
-        log.warning(_summary_line(planned, rewrite, seconds))
+        log.warning(run_log.summary_line(planned, rewrite, seconds))
         return RunResult(Outcome.REWRITTEN, planned, rewrite, seconds)
 
     def function(self, step_fn):
@@ -298,125 +298,6 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
         graph. Returns a callable used like `step_fn`; see
         `tflms.function.function` and docs/tf2.md."""
         return function_mod.function(step_fn, lms=self)
-
-    # ---- logging ------------------------------------------------------
-    def _log_step(self, graph, index):
-        log = self._log
-        if not index.fetches:
-            log.info("The training step is %s. If the graph holds more than "
-                     "one step runs (evaluation heads, summaries, a second "
-                     "model), pass what the step runs: lms.run(graph, "
-                     "fetches=train_op)" % index.step_rule)
-            return
-        outside = index.graph_num_ops - index.num_ops
-        log.info("The training step is the fan-in of %s: %d of the graph's "
-                 "%d operations%s" % (
-                     index.step_rule, index.num_ops, index.graph_num_ops,
-                     "; LMS leaves the %d others alone" % outside
-                     if outside else ""))
-
-    def _log_graph_facts(self, graph, index, roles):
-        log = self._log
-        log.info("The graph has %d vertices and %d edges."
-                 % (index.num_ops, index.num_edges))
-        log.info("The graph has %.2f MiB of learning parameters"
-                 % (analysis.learning_parameter_bytes(index) / _MIB))
-        op, nbytes = analysis.largest_device_op(
-            index, roles.device_ops, self._settings.batch_size,
-            excluded=analysis.initializer_only_ops(index))
-        if op is not None:
-            log.info("The largest operation is %s consuming %.2f GiB"
-                     % (index.names[op], nbytes / _GIB))
-        log.info("Original categorized topological sort has %d levels"
-                 % index.num_levels)
-        if log.enabled(1):
-            for lvl, ops in enumerate(index.ops_by_level):
-                log.info("[%d]: %s" % (lvl, ", ".join(
-                    "%s (%s)" % (index.names[o], index.types[o])
-                    for o in ops)), 1)
-        if self._settings.is_training and not analysis.has_training_ops(
-                index):
-            log.warning(
-                "The graph has no training operations (no gradients, no "
-                "optimizer updates), but LMS plans for a training step "
-                "(is_training=True). For an inference-only graph, set "
-                "lms.is_training = False.")
-        if roles.has_loops:
-            log.info("The graph has loops: LMS leaves tensors inside loops "
-                     "alone. For RNNs, also pass swap_memory=True to "
-                     "tf.compat.v1.nn.dynamic_rnn / tf.while_loop so "
-                     "TensorFlow swaps loop tensors itself.")
-        if roles.fused_with:
-            pairs = sorted({tuple(sorted((index.types[a], index.types[b])))
-                            for a, partners in roles.fused_with.items()
-                            for b in partners})
-            log.info("%d operations may be merged in pairs by TensorFlow at "
-                     "run time when oneDNN is on (%s): LMS never starts a "
-                     "swap-in from one of a pair for the other, which would "
-                     "make the merged operation wait for itself." % (
-                         len(roles.fused_with),
-                         ", ".join("+".join(p) for p in pairs)))
-
-    def _log_parameters(self, p, autotuned, only_tensors=None, unwaited=()):
-        log = self._log
-        hand_set = ("LMS(swapout_threshold=%d, swapin_ahead=%d, "
-                    "swapin_groupby=%d, sync_mode=%d)"
-                    % (p.swapout_threshold, p.swapin_ahead, p.swapin_groupby,
-                       p.sync_mode))
-        if autotuned and only_tensors is not None:
-            log.info("LMS will swap %d tensors chosen by the simulator with "
-                     "the parameters below. Set by hand, %s would swap "
-                     "every tensor past the threshold instead (more bytes "
-                     "moved; that plan was not simulated): only auto-tuning "
-                     "reproduces this selection."
-                     % (len(only_tensors), hand_set))
-        elif autotuned:
-            log.info("LMS will use the parameters found by the simulator; to "
-                     "skip tuning next time, pass: %s" % hand_set)
-        else:
-            log.info("LMS will use the following parameter set:")
-        ignored = " (ignored: sync_mode %d)" % p.sync_mode if p.sync_swapin \
-            else ""
-        log.info("sync_mode: %d (%s)" % (p.sync_mode, p.sync_mode.text),
-                 indent=2)
-        if unwaited:
-            log.info("except for %d swap-outs, whose waits the plan does "
-                     "not need to fit (docs/autotuning.md, step 9)"
-                     % len(unwaited), indent=2)
-        log.info("swapout_threshold: %d" % p.swapout_threshold, indent=2)
-        log.info("swapin_ahead: %d%s" % (p.swapin_ahead, ignored), indent=2)
-        log.info("swapin_groupby: %d%s" % (p.swapin_groupby, ignored),
-                 indent=2)
-
-    def _log_plan_details(self, index, plan):
-        log = self._log
-        if not log.enabled(1):
-            return
-        lv = index.levels
-        for swap in plan.swaps:
-            name = "%s:%d" % (index.names[swap.producer], swap.output)
-            log.info("Swap-out: %s (level %d, %s bytes)"
-                     % (name, lv[swap.producer], swap.nbytes), 1, 2)
-            for sin in swap.swap_ins:
-                kind = "sync on" if sin.synchronous else "triggered by"
-                log.info("Swap-in for %s %s %s" % (
-                    ", ".join("%s (level %d)" % (index.names[c], lv[c])
-                              for c, _ in sin.consumers), kind,
-                    ", ".join("%s (level %d)" % (index.names[t], lv[t])
-                              for t in sin.triggers)), 1, 4)
-            if swap.waiters:
-                log.info("Waiting for the swap-out: %s" % ", ".join(
-                    index.names[w] for w in swap.waiters), 2, 4)
-        for rec in plan.recomputes:
-            name = "%s:%d" % (index.names[rec.producer], rec.output)
-            log.info("Recompute: %s (level %d, %s bytes) from %s" % (
-                name, lv[rec.producer], rec.nbytes, ", ".join(
-                    "%s (%s)" % (index.names[o], index.types[o])
-                    for o in rec.ops)), 1, 2)
-            log.info("Recompute for %s triggered by %s (level %d)" % (
-                ", ".join("%s (level %d)" % (index.names[c], lv[c])
-                          for c, _ in rec.consumers),
-                index.names[rec.trigger], lv[rec.trigger]), 1, 4)
 
     # ---- SessionRunHook -----------------------------------------------
     def begin(self):
@@ -563,35 +444,6 @@ class _StepGuard:
 for _field in S.fields():
     setattr(LMS, _field.name, _setting_property(_field))
 del _field
-
-
-def _summary_line(planned, rewrite, seconds):
-    """The one line LMS logs at WARNING level when it rewrites a graph, so
-    that it shows at TensorFlow's default log level (docs/usage.md, "What
-    LMS logs", says how to silence it)."""
-    plan = planned.plan
-    parts = ["Large Model Support rewrote the training step (%d of the "
-             "graph's %d operations) in %.2f s: %d tensors (%s) go to "
-             "host memory and back each step" % (
-                 planned.index.num_ops, planned.index.graph_num_ops,
-                 seconds, len(plan.swaps), _size(plan.swapout_bytes()))]
-    if plan.recomputes:
-        parts.append("%d are recomputed instead (%s)" % (
-            len(plan.recomputes), _size(plan.recompute_bytes())))
-    if planned.with_lms is not None and planned.without_lms is not None:
-        parts.append("predicted device peak %s, %s without LMS"
-                     % (_size(planned.with_lms.peak_device_bytes),
-                        _size(planned.without_lms.peak_device_bytes)))
-    parts.append("%d operations added; lms.last_run has the plan"
-                 % (len(rewrite.swapout_ops) + len(rewrite.swapin_ops)
-                    + len(rewrite.recompute_ops)))
-    return "; ".join(parts)
-
-
-def _size(nbytes):
-    if nbytes >= 0.1 * _GIB:
-        return "%.2f GiB" % (nbytes / _GIB)
-    return "%.1f MiB" % (nbytes / _MIB)
 
 
 def _graph_to_edit(graph):
