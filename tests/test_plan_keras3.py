@@ -260,3 +260,51 @@ def test_inference_and_a_missing_batch_size(files):
         "pass --batch-size N (the training step is traced for one batch)"
         % files["compiled"])
 
+
+_PROBE = r"""
+import json
+
+import tensorflow as tf
+
+from benchmarks import capacity, measure, models
+from tflms import _tf_function, oracle, pipeline
+from tflms.settings import Settings
+
+built = models.keras3_app(image=512)
+graph_def = oracle.graph_def(built.graph)
+handles = {n.name: n for n in graph_def.node if n.op == "VarHandleOp"}
+captured = _tf_function.captured_variables(built.graph)
+index = measure.step_index(built)
+handle_bytes = sum(
+    tf.TensorShape(n.attr["shape"].shape).num_elements()
+    * tf.as_dtype(n.attr["dtype"].type).size for n in handles.values())
+without = pipeline.simulate_without(
+    index, pipeline.classify(index, Settings()), Settings(batch_size=1))
+none = capacity.measure_probe("none", built, 16)
+budget_gib = 0.6 * none["gpu_peak"] / float(1 << 30)
+lms = capacity.measure_probe("tflms", models.keras3_app(image=512),
+                             budget_gib)
+print("PROBE " + json.dumps({
+    "handles": sorted(handles), "captured": sorted(captured),
+    "handle_bytes": handle_bytes,
+    "variable_bytes": int(sum(index.variable_bytes)),
+    "simulated": int(without.peak_device_bytes),
+    "none": none["gpu_peak"], "budget": budget_gib * (1 << 30),
+    "status": lms["status"], "tflms": lms.get("gpu_peak")}))
+"""
+
+
+def test_the_capacity_probe_of_a_keras3_fit_step():
+    """`benchmarks/models.keras3_app` (issue 24 item 8) through the capacity
+    probes: the oracle sees the function graph's captured variables as
+    variables (every one, at its size), measures the step as the simulator
+    counts it, and judges the rewritten function graph."""
+    out = _python("-c", _PROBE)
+    assert out.returncode == 0, out.stderr[-3000:]
+    line = [l for l in out.stdout.splitlines() if l.startswith("PROBE ")]
+    probe = json.loads(line[-1][len("PROBE "):])
+    assert probe["handles"] == probe["captured"] and probe["handles"]
+    assert probe["handle_bytes"] == probe["variable_bytes"] > 0
+    assert probe["none"] == pytest.approx(probe["simulated"], rel=0.05)
+    assert probe["status"] == "swapped"
+    assert probe["tflms"] <= probe["budget"] < probe["none"]
