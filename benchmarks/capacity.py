@@ -122,10 +122,10 @@ def _prediction(built):
     the peak without LMS and the smallest peak of the most aggressive fixed
     plans (every tensor swapped, each sync mode), planned by
     `pipeline.plan` as LMS.run plans."""
+    from benchmarks import measure  # pylint: disable=import-outside-toplevel
     from tflms import pipeline  # pylint: disable=import-outside-toplevel
-    from tflms import graph_index as gi  # pylint: disable=import-outside-toplevel
     from tflms.settings import Settings  # pylint: disable=import-outside-toplevel
-    index = gi.build_index(built.graph)
+    index = measure.step_index(built)
     roles = pipeline.classify(index, Settings())
     base = pipeline.simulate_without(index, roles,
                                      Settings(batch_size=built.batch_size))
@@ -146,7 +146,8 @@ def _scale(size, peak, resident, budget, k):
     return size * ((budget - resident) / float(peak - resident)) ** (1.0 / k)
 
 
-def measure_probe(method, built, budget_gib, tflmsv2_path=None):
+def measure_probe(method, built, budget_gib, tflmsv2_path=None,
+                  lms_settings=None):
     """One probe's measurements of `built` (edited in place) by `method`.
 
     "none": the oracle on the graph as given. "tf_swap": TensorFlow's
@@ -154,7 +155,8 @@ def measure_probe(method, built, budget_gib, tflmsv2_path=None):
     then the oracle. "tflms": `measure.apply_tflms` auto-tuned to the
     budget, then the oracle unless no plan fits ("no fit"). "tflmsv2": the
     original TFLMSv2 from `tflmsv2_path` (`benchmarks.tflmsv2.apply`),
-    then the oracle unless it found no plan ("no plan").
+    then the oracle unless it found no plan ("no plan"). `lms_settings`:
+    LMS properties tflms is given besides the budget (a case's ``lms``).
 
     Returns:
       dict of the probe's numbers; the caller judges ``gpu_peak`` (absent
@@ -172,7 +174,8 @@ def measure_probe(method, built, budget_gib, tflmsv2_path=None):
         row.update(measure.oracle_peaks(
             optimized, built.train_op.name, place=False))
     elif method == "tflms":
-        row.update(measure.apply_tflms(built, budget_gib=budget_gib))
+        row.update(measure.apply_tflms(built, budget_gib=budget_gib,
+                                       settings=lms_settings))
         if row["status"] != "no fit":
             row.update(measure.oracle_peaks(built.graph, built.train_op))
     elif method == "tflmsv2":
@@ -222,7 +225,7 @@ def run(case):
             row = {"size": size, "method": method}
             try:
                 row.update(measure_probe(method, built, case["budget_gib"],
-                                         tflmsv2_path))
+                                         tflmsv2_path, case.get("lms")))
                 ok = row.get("gpu_peak") is not None and \
                     row["gpu_peak"] <= budget
             except Exception as err:  # pylint: disable=broad-except

@@ -85,15 +85,16 @@ def setup_tensorflow(control_flow="v2"):
     """Graph mode for this worker process: "v2" disables eager execution
     only (v2 control flow, what Keras users get); "v1" calls
     ``disable_v2_behavior()`` (Switch/Merge control flow, ref-free v1
-    graph mode)."""
+    graph mode); "eager" leaves TensorFlow 2's eager execution on, for
+    steps traced as `tf.function` (`models.keras3_app`)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     if control_flow == "v1":
         tf.compat.v1.disable_v2_behavior()
     elif control_flow == "v2":
         tf.compat.v1.disable_eager_execution()
-    else:
-        raise ValueError("control_flow must be 'v1' or 'v2'; got %r"
+    elif control_flow != "eager":
+        raise ValueError("control_flow must be 'v1', 'v2' or 'eager'; got %r"
                          % (control_flow,))
     tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.ERROR)
     return tf

@@ -64,6 +64,7 @@ from tensorflow.python.grappler import tf_optimizer
 from benchmarks import common
 from tflms import LMS
 from tflms import autotune
+from tflms import function as function_mod
 from tflms import graph_index as gi
 from tflms import oracle
 from tflms import pipeline
@@ -77,6 +78,7 @@ __all__ = [
     "oracle_peaks",
     "grappler_memory_optimize",
     "apply_tflms",
+    "step_index",
     "predicted_step_without_lms",
     "tensor_bytes_of",
     "cpu_step_pair",
@@ -362,7 +364,7 @@ def grappler_memory_optimize(graph, fetch, mode, gpu_memory_bytes):
     return optimized, info
 
 
-def apply_tflms(built, params=None, budget_gib=None):
+def apply_tflms(built, params=None, budget_gib=None, settings=None):
     """Rewrite `built.graph` in place with the public `tflms.LMS`.
 
     Args:
@@ -370,6 +372,8 @@ def apply_tflms(built, params=None, budget_gib=None):
       params: ``(swapout_threshold, swapin_ahead, swapin_groupby,
         sync_mode)`` for a fixed-parameter edit, or None to auto-tune.
       budget_gib: ``autotune_gpu_mem`` when auto-tuning.
+      settings: other LMS properties to set, ``{name: value}`` (a
+        capacity case's ``lms``, such as ``{"interconnect": "instant"}``).
 
     Returns:
       dict with status ("swapped", "not needed" or "no fit"), edit_s,
@@ -391,10 +395,13 @@ def apply_tflms(built, params=None, budget_gib=None):
         t, a, g, s = params
         lms = LMS(swapout_threshold=t, swapin_ahead=a, swapin_groupby=g,
                   sync_mode=s)
+    for name, value in (settings or {}).items():
+        setattr(lms, name, value)
     lms.batch_size = built.batch_size
     start = time.perf_counter()
     try:
-        result = lms.run(built.graph)
+        result = (lms.run(built.graph) if built.function is None
+                  else function_mod.rewrite_graph(lms, built.graph))
     except autotune.AutotuneError as err:
         return {"status": "no fit", "edit_s": time.perf_counter() - start,
                 "error": str(err).split(". ")[0]}
@@ -445,6 +452,15 @@ def _predicted_steps(planned, gpu=None):
     return out
 
 
+def step_index(built):
+    """The `GraphIndex` of `built`'s training step: found by `tflms.step`'s
+    rules in a Session graph, or a function graph's outputs and control
+    outputs with its captured variables resident (`tflms.function`)."""
+    if built.function is not None:
+        return function_mod.step_of(built.graph)[1]
+    return gi.build_index(built.graph)
+
+
 def predicted_step_without_lms(built, gpu=None):
     """The step `tflms.steptime` predicts for `built.graph` as given (no
     copies, so no link), as `tflms plan` predicts a graph it does not
@@ -454,7 +470,7 @@ def predicted_step_without_lms(built, gpu=None):
       dict with gpu (default `Settings().gpu`) and without_lms_s.
     """
     gpu = gpu or Settings().gpu
-    index = gi.build_index(built.graph)
+    index = step_index(built)
     roles = pipeline.classify(index, Settings())
     step = steptime.StepTimeModel(index, roles, built.batch_size,
                                   gpu=gpu).predict()

@@ -29,6 +29,12 @@ benchmark sizes:
   (Keras keeps that symbolic forward pass in the graph, a branch the step
   never runs), called with ``training=True`` on placeholders, and trained by
   ``MomentumOptimizer.minimize`` on its trainable weights.
+* `keras3_app`: a Keras 3 application (``keras.applications``) compiled as
+  ``fit()`` trains it (momentum SGD, sparse categorical cross entropy) and
+  its ``train_step`` traced by ``tf.function`` for one batch: the graph is
+  the concrete function's `FuncGraph` (TensorFlow 2.16+ with Keras 3, in
+  eager mode), planned and rewritten as `tflms.function` does
+  (`Built.function`).
 * `unet3d_recipe`: the 3D U-Net of the PyPI package segmentation-models-3D
   (ZFTurbo's Keras recipe, ``segmentation_models_3D.Unet`` on a 3D ResNet
   encoder of classification-models-3D), written by others, in the same
@@ -50,7 +56,8 @@ import tensorflow as tf
 
 from zoo import models as zoo
 
-__all__ = ["Built", "BUILDERS", "build", "resnet50", "keras_app", "unet3d",
+__all__ = ["Built", "BUILDERS", "build", "resnet50", "keras_app",
+           "keras3_app", "unet3d",
            "unet3d_recipe", "SM3D_INSTALL", "transformer", "mlp", "layered", "deep_mlp", "size_key",
            "KERAS_APPS"]
 
@@ -70,6 +77,14 @@ class Built:
       init_op: initializes every variable.
       make_feed: callable returning a feed dict of random inputs.
       description: short text for tables.
+      function: for a `tf.function`'s step (`keras3_app`): its concrete
+        function and model, kept alive while the graph is measured (the
+        graph reads the model's variables through captured handles);
+        `graph` is then the function graph, indexed and rewritten as
+        `tflms.function` does (`measure.step_index`,
+        `measure.apply_tflms`), and `train_op` a NoOp beside the function's
+        outputs that runs its step (for the oracle). None for a Session
+        graph.
     """
 
     name: str
@@ -80,6 +95,7 @@ class Built:
     init_op: Optional[tf.Operation]
     make_feed: Callable[[], dict]
     description: str
+    function: object = None
 
     @property
     def num_ops(self):
@@ -198,6 +214,67 @@ def keras_app(app="ResNet50", image=224, batch=1, classes=1000, seed=0):
                  _feed_maker([(x, 0), (y, classes)], seed),
                  "Keras %s %dx%d, batch %d (Session graph)"
                  % (app, image, image, batch))
+
+
+def keras3_app(app="ResNet50", image=224, batch=1, classes=1000, seed=0):
+    """A Keras 3 application's ``fit()`` step, traced as a `tf.function`.
+
+    ``keras.applications.<app>(weights=None, input_shape=(image, image,
+    3), classes=classes)`` (softmax head), compiled with
+    ``SGD(0.01, momentum=0.9)`` and ``sparse_categorical_crossentropy``;
+    its ``train_step`` (what ``fit()`` runs: forward, loss, backward,
+    momentum update, batch-norm statistics, the loss tracker) traced by
+    ``tf.function`` on a `tf.TensorSpec` of one batch. Needs TensorFlow
+    2.16+ with Keras 3 and eager execution on (the benchmark case's
+    ``control_flow: "eager"``).
+
+    Args:
+      app: a name of `KERAS_APPS` (a function of ``keras.applications``).
+      image: input height and width (at least the app's minimum).
+      batch: batch size.
+      classes: output classes.
+      seed: seed for weights.
+
+    Returns:
+      A `Built` whose `function` is set (see `Built`).
+    """
+    from tflms import function as function_mod  # pylint: disable=import-outside-toplevel
+    from tflms import keras3_plan  # pylint: disable=import-outside-toplevel
+    keras = keras3_plan.keras3()
+    if keras is None or not tf.executing_eagerly():
+        raise RuntimeError(
+            "keras3_app needs Keras 3 (TensorFlow 2.16+) and eager "
+            "execution; run its case with control_flow 'eager' on the "
+            "newest TensorFlow")
+    if app not in KERAS_APPS:
+        raise ValueError("app must be one of %s; got %r"
+                         % (list(KERAS_APPS), app))
+    keras.utils.set_random_seed(seed)
+    model = getattr(keras.applications, app)(
+        weights=None, input_shape=(image, image, 3), classes=classes)
+    model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
+                  loss="sparse_categorical_crossentropy", jit_compile=False)
+    model.optimizer.build(model.trainable_variables)
+    step = tf.function(model.train_step, jit_compile=False)
+    concrete = step.get_concrete_function((
+        tf.TensorSpec([batch, image, image, 3], tf.float32),
+        tf.TensorSpec([batch], tf.int32)))
+    graph = concrete.graph
+    fetches = function_mod.step_fetches(graph)
+    with graph.as_default():
+        # Outside the function's outputs: the function never runs it, and
+        # LMS's index (the outputs' and control outputs' fan-in) leaves it
+        # out; the oracle runs the step through it.
+        train_op = tf.group(*fetches.ops, name="tflms_bench_step")
+
+    def no_feed():
+        raise RuntimeError("keras3_app's function graph is measured, not "
+                           "run in a Session")
+    return Built("keras3_app", graph, train_op, graph.outputs[0], batch,
+                 None, no_feed,
+                 "Keras 3 %s %dx%d, batch %d (train_step as a tf.function)"
+                 % (app, image, image, batch),
+                 function=(concrete, model))
 
 
 # segmentation-models-3D and the packages it imports, as the benchmarks use
@@ -535,6 +612,7 @@ def deep_mlp(num_ops=10000, width=32, batch=32, seed=0):
 BUILDERS = collections.OrderedDict([
     ("resnet50", resnet50),
     ("keras_app", keras_app),
+    ("keras3_app", keras3_app),
     ("unet3d", unet3d),
     ("unet3d_recipe", unet3d_recipe),
     ("transformer", transformer),

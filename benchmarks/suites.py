@@ -12,6 +12,10 @@
   3D U-Net (`benchmarks.models.unet3d_recipe`; the package is not a test
   dependency, see `benchmarks.models.SM3D_INSTALL`), each in a Session
   graph as their users write it.
+* ``keras3``: the capacity of a Keras 3 ResNet50's ``fit()`` step traced as
+  a `tf.function` (`benchmarks.models.keras3_app`, issue 24 item 8), beside
+  the Session-graph figure of ``thirdparty``; TensorFlow 2.16+ with Keras 3
+  only (run it without TF_USE_LEGACY_KERAS), so ``full`` does not run it.
 
 Each case is a dict handed to a worker (see the section modules); the
 ``timeout_s`` of a case is enforced by the runner, and a stopped case keeps
@@ -313,11 +317,40 @@ FULL = {
     ],
 }
 
+
+def _keras3_capacity(label, lms=None, **kw):
+    case = {"model": "keras3_app", "label": label, "control_flow": "eager",
+            "dimension": "image",
+            "kwargs": {"app": "ResNet50", "image": 224, "batch": 1},
+            "budget_gib": 16, "start": 1024, "step": 32, "tolerance": 0,
+            "max": 32768, "methods": ["none", "tflms"], "timeout_s": 3600}
+    if lms:
+        case["lms"] = lms
+    case.update(kw)
+    return case
+
+
+# Issue 24, item 8: Keras 3 ResNet50, its fit() step as a tf.function, batch
+# 1, 16 GiB, at a 32-pixel grid without tolerance (as the Session-graph
+# figure it is compared with); tflms as auto-tuned by default (copies timed
+# at PCIe 4.0), and with copies timed at NVLink 2.0 and instant.
+KERAS3 = {
+    "capacity": [
+        _keras3_capacity("Keras 3 ResNet50 image side (fit step as a "
+                         "tf.function)"),
+        _keras3_capacity("Keras 3 ResNet50 image side, copies at NVLink 2.0",
+                         lms={"interconnect": "nvlink2"},
+                         methods=["tflms"]),
+        _keras3_capacity("Keras 3 ResNet50 image side, copies instant",
+                         lms={"interconnect": "instant"}, methods=["tflms"]),
+    ],
+}
+
 for _section, _cases in THIRD_PARTY.items():
     FULL[_section] = FULL[_section] + _cases
 
 SUITES = {"smoke": SMOKE, "quick": QUICK, "full": FULL,
-          "thirdparty": THIRD_PARTY}
+          "thirdparty": THIRD_PARTY, "keras3": KERAS3}
 
 
 def suite(name):

@@ -40,7 +40,8 @@ from tflms import graph_index as gi
 from tflms import step
 from tflms.results import EagerModeError, Outcome
 
-__all__ = ["function", "LMSFunction", "UnsupportedFunctionError"]
+__all__ = ["function", "LMSFunction", "UnsupportedFunctionError",
+           "step_fetches", "step_of", "rewrite_graph"]
 
 
 class UnsupportedFunctionError(ValueError):
@@ -200,20 +201,52 @@ class LMSFunction:
                       "(%d operations)" % (
                           self._name, _text(concrete.name),
                           len(graph.get_operations())))
-        fetches = step.StepFetches(
-            _tf_function.fetch_ops(graph),
-            "the function's outputs and control outputs (%d ops)"
-            % len(_tf_function.fetch_ops(graph)))
         with _gc.paused():
-            index = _with_captured_variables(
-                gi.build_index(graph, fetches), graph)
-            result = lms._run(graph, fetches, start, index=index)  # pylint: disable=protected-access
+            result = rewrite_graph(lms, graph, start)
             # A graph rewritten before (another LMSFunction of the same
             # tf.function) runs as rewritten too.
             rewritten = (concrete if result.outcome is Outcome.NOT_NEEDED
                          else _tf_function.rebuild(concrete, graph))
         lms.last_run = result
         return concrete, rewritten, result
+
+
+def step_fetches(graph):
+    """The `step.StepFetches` of the function graph `graph`: its outputs
+    and control outputs."""
+    ops = _tf_function.fetch_ops(graph)
+    return step.StepFetches(
+        ops, "the function's outputs and control outputs (%d ops)"
+        % len(ops))
+
+
+def step_of(graph):
+    """``(fetches, index)`` of the training step of the function graph
+    `graph`: `step_fetches`, and the `GraphIndex` of their fan-in with the
+    variables it captures resident (as `LMSFunction` plans each concrete
+    function; `tflms plan` and the benchmarks plan a Keras 3 train step
+    with it)."""
+    fetches = step_fetches(graph)
+    return fetches, _with_captured_variables(gi.build_index(graph, fetches),
+                                             graph)
+
+
+def rewrite_graph(lms, graph, start=None):
+    """Plan and rewrite the function graph `graph` in place with the
+    settings of `lms` (the pipeline `LMS.run` uses, on `step_of`'s index).
+
+    Nothing is rebuilt: the caller makes a function of the rewritten graph
+    (`LMSFunction`) or only reads the plan (`tflms plan` on a Keras 3
+    model).
+
+    Returns:
+      The `tflms.RunResult`.
+    """
+    if start is None:
+        start = time.perf_counter()
+    with _gc.paused():
+        fetches, index = step_of(graph)
+        return lms._run(graph, fetches, start, index=index)  # pylint: disable=protected-access
 
 
 def _text(name):

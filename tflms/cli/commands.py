@@ -10,7 +10,7 @@ import time
 
 from tflms.cli.arguments import build_parser, lms_from_args
 from tflms.cli.lazy import Lazy
-from tflms.cli.loading import PlanError, load_graph
+from tflms.cli.loading import PlanError, is_keras3_plan, load_graph
 from tflms.cli.planning import plan_graph
 from tflms.cli.rendering import render
 
@@ -44,9 +44,11 @@ class _Progress:
 def _run_command(args, work):
     """Set up a command's own process, run ``work()`` and turn the errors a
     user can fix into one line on stderr and exit status 2."""
-    # Keras builds its training graph only in graph mode; this is the
-    # command's own process, not a library import.
-    tf.compat.v1.disable_eager_execution()
+    # Keras 2 builds its training graph only in graph mode; this is the
+    # command's own process, not a library import. A Keras 3 model is
+    # traced in eager mode.
+    if not is_keras3_plan(args.graph, args):
+        tf.compat.v1.disable_eager_execution()
     tf.compat.v1.logging.set_verbosity(
         tf.compat.v1.logging.INFO if args.verbose
         else tf.compat.v1.logging.ERROR)

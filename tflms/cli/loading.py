@@ -1,6 +1,8 @@
 """Loading a saved graph into a fresh `tf.Graph` (`load_graph`): a
 MetaGraph, a SavedModel, or a Keras model compiled and given its train
-function as ``fit()`` would."""
+function as ``fit()`` would; a model saved by Keras 3 is traced instead
+(its ``train_step`` as a `tf.function` for one batch, the function graph
+planned as `tflms.function` plans it: `tflms.keras3_plan`)."""
 
 import dataclasses
 import os
@@ -12,6 +14,7 @@ text_format = Lazy("google.protobuf.text_format")
 saved_model_pb2 = Lazy("tensorflow.core.protobuf.saved_model_pb2")
 _compat = Lazy("tflms._compat")
 keras_models = Lazy("tflms.keras_models")
+keras3_plan = Lazy("tflms.keras3_plan")
 tf_reader = Lazy("tflms.tf_reader")
 
 _KERAS_EXTENSIONS = (".h5", ".hdf5", ".keras")
@@ -36,6 +39,9 @@ class LoadedGraph:
       fetches: what one step runs (`step.StepFetches`), when the file
         says (a Keras model's train function, or its outputs for
         inference); None: LMS finds it (`tflms.step`).
+      traced: for a Keras 3 model, its `keras3_plan.TracedStep`: `graph`
+        is then the traced step's function graph, planned as
+        `tflms.function` plans one; None for a Session graph.
     """
 
     graph: object
@@ -43,6 +49,7 @@ class LoadedGraph:
     training: bool
     notes: list
     fetches: object = None
+    traced: object = None
 
 
 def _has_backward(graph):
@@ -225,6 +232,13 @@ def load_graph(path, args):
     """
     if not os.path.exists(path):
         raise PlanError("%s does not exist" % path)
+    if is_keras3_plan(path, args):
+        traced = keras3_plan.load(path, args.batch_size, args.loss,
+                                  args.optimizer, args.inference)
+        return LoadedGraph(
+            graph=traced.graph, training=traced.training, notes=traced.notes,
+            kind="Keras 3 model (%s)" % os.path.splitext(path.lower())[1],
+            fetches=traced.fetches, traced=traced)
     graph = tf.Graph()
     lower = path.lower()
     fetches = None
@@ -272,3 +286,13 @@ def load_graph(path, args):
                 "and plan that." % (path, len(calls), calls[0].type))
     return LoadedGraph(graph=graph, kind=kind, training=training, notes=notes,
                        fetches=fetches)
+
+
+def is_keras3_plan(path, args):
+    """`tflms plan` of a file saved by Keras 3 where Keras 3 is installed,
+    in a process whose eager execution is on (the command's own is):
+    traced as a `tf.function` (`tflms.keras3_plan`)."""
+    return (getattr(args, "command", "plan") == "plan"
+            and path.lower().endswith(_KERAS_EXTENSIONS)
+            and os.path.isfile(path) and keras3_plan.is_keras3_file(path)
+            and tf.executing_eagerly() and keras3_plan.keras3() is not None)

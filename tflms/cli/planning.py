@@ -13,6 +13,8 @@ from tflms.cli.loading import PlanError
 tf = Lazy("tensorflow")
 autotune = Lazy("tflms.autotune")
 gi = Lazy("tflms.graph_index")
+function_mod = Lazy("tflms.function")
+oracle = Lazy("tflms.oracle")
 pipeline = Lazy("tflms.pipeline")
 plotting = Lazy("tflms.plots")
 steptime = Lazy("tflms.steptime")
@@ -114,18 +116,21 @@ def plan_graph(loaded, args, graph_name, progress=_silent):
     graph = loaded.graph
     lms = lms_from_args(args, loaded)
     settings = lms.settings
-    params_count, params_bytes = _trainable(graph)
+    traced = loaded.traced
+    params_count, params_bytes = (traced.trainable if traced is not None
+                                  else _trainable(graph))
     before = fetches = None
     if args.oracle:
         fetches = _oracle_fetches(graph)
-        before = graph.as_graph_def()
+        before = oracle.graph_def(graph)
     error = None
     progress("planning %s ops: index, roles, %s, rewrite ..." % (
         "{:,}".format(len(graph.get_operations())),
         "auto-tuning" if settings.autotune_requested
         else "plan with the given parameters"))
     try:
-        run = lms.run(graph, fetches=loaded.fetches)
+        run = (lms.run(graph, fetches=loaded.fetches) if traced is None
+               else function_mod.rewrite_graph(lms, graph))
     except autotune.AutotuneError as e:
         run, error = None, str(e)
     if run is not None and run.planned is None:
@@ -141,7 +146,8 @@ def plan_graph(loaded, args, graph_name, progress=_silent):
     else:
         # Nothing fits: the report still shows the step without LMS (the
         # graph is unchanged).
-        index = gi.build_index(graph, loaded.fetches)
+        index = (gi.build_index(graph, loaded.fetches) if traced is None
+                 else function_mod.step_of(graph)[1])
         roles = pipeline.classify(index, settings)
         without = pipeline.simulate_without(index, roles, settings)
         with_lms = None
@@ -185,7 +191,7 @@ def plan_graph(loaded, args, graph_name, progress=_silent):
     if args.oracle:
         progress("measuring with the oracle (Grappler's virtual GPU) ...")
         oracle_peaks = _oracle_peaks(
-            fetches, before, graph.as_graph_def() if plan else None,
+            fetches, before, oracle.graph_def(graph) if plan else None,
             settings.batch_size, budget, settings.gpu)
         if plan is not None:
             # The oracle replays copies as instant; the simulator's peak

@@ -205,6 +205,7 @@ as zero bytes.
 # the single module it was is re-exported here.
 from tflms.oracle.devices import (CPU_DEVICE, GPU_DEVICE, cpu_properties,
                                   gpu_properties, place_on_gpu)
+from tflms.oracle.functions import graph_def
 from tflms.oracle.peak import peak_memory
 from tflms.oracle.results import LiveTensor, OracleResult, TimedCopy, Transfer
 from tflms.oracle.runtime import (ALLOCATING_REF_TYPES, FORWARDING_TYPES,
@@ -222,6 +223,7 @@ __all__ = [
     "cpu_properties",
     "place_on_gpu",
     "peak_memory",
+    "graph_def",
     "FORWARDING_TYPES",
     "VARIABLE_READ_TYPES",
     "ALLOCATING_REF_TYPES",

@@ -10,6 +10,7 @@ from tensorflow.core.protobuf import device_properties_pb2
 from tensorflow.python.grappler import cluster as gcluster
 
 from tflms import hardware
+from tflms.oracle import functions
 
 GPU_DEVICE = "/job:localhost/replica:0/task:0/device:GPU:0"
 CPU_DEVICE = "/job:localhost/replica:0/task:0/device:CPU:0"
@@ -123,7 +124,8 @@ def _is_cpu_device(device: str) -> bool:
 
 def _as_graph_def(graph: _GraphLike) -> graph_pb2.GraphDef:
     if isinstance(graph, tf.Graph):
-        return graph.as_graph_def()
+        # A tf.function's graph with its captured variables made variables.
+        return functions.graph_def(graph)
     if isinstance(graph, graph_pb2.GraphDef):
         copy = graph_pb2.GraphDef()
         copy.CopyFrom(graph)
