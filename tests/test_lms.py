@@ -1,0 +1,124 @@
+"""The `LMS` object itself (tflms/lms.py): its settings as attributes,
+`run()`'s answers for a graph it has planned, rewritten or cannot edit,
+and the summary line it logs (tflms/run_log.py). How plans are made and
+trained is tested elsewhere (test_pipeline, test_integrations...)."""
+
+import pytest
+import tensorflow as tf
+
+from tflms import LMS, Outcome
+from tflms import run_log
+from tflms.function import LMSFunction
+from tflms import settings as S
+from tflms.results import EagerModeError
+
+from tests import _graphs
+
+FIXED = dict(swapout_threshold=2, swapin_ahead=1, swapin_groupby=0)
+
+
+def test_constructor_arguments_are_its_settings():
+    lms = LMS(swapout_threshold=7, swapin_ahead=2, swapin_groupby=1,
+              sync_mode=3, recompute=True, serialization=[1, "3:5"],
+              gpu_device="/device:GPU:1")
+    assert lms.settings == S.Settings(
+        swapout_threshold=7, swapin_ahead=2, swapin_groupby=1, sync_mode=3,
+        recompute=True, serialization=[1, "3:5"],
+        gpu_device="/device:GPU:1")
+    assert (lms.swapout_threshold, lms.sync_mode, lms.serialization) == (
+        7, 3, (1, "3:5"))
+
+
+def test_every_setting_is_an_attribute_and_properties_are_checked():
+    lms = LMS()
+    for field in S.fields():
+        assert getattr(lms, field.name) == getattr(lms.settings, field.name)
+    lms.batch_size = 32
+    lms.autotune_host_mem = 48
+    assert (lms.settings.batch_size, lms.settings.autotune_host_mem) == (
+        32, 48.0)
+    with pytest.raises(ValueError, match=r"autotune_host_mem .* got -1"):
+        lms.autotune_host_mem = -1
+    assert lms.autotune_host_mem == 48.0  # a refused value changes nothing
+
+
+def test_a_constructor_setting_cannot_be_set_later():
+    lms = LMS(swapout_threshold=5)
+    with pytest.raises(AttributeError, match=(
+            r"swapout_threshold is set once, in the constructor: "
+            r"LMS\(swapout_threshold=9\)")):
+        lms.swapout_threshold = 9
+    assert lms.swapout_threshold == 5
+
+
+def test_from_settings_keeps_every_value():
+    chosen = S.Settings(swapout_threshold=4, batch_size=8,
+                        autotune_gpu_mem=2, is_training=False)
+    assert LMS.from_settings(chosen).settings is chosen
+    with pytest.raises(ValueError, match="settings must be a "
+                                         "tflms.settings.Settings; got"):
+        LMS.from_settings({"swapout_threshold": 4})
+
+
+def test_a_second_run_on_the_same_graph_gives_the_same_result(lms_log):
+    graph, _ = _graphs.dense_net(depth=6, batch=16)
+    lms = LMS(**FIXED)
+    first = lms.run(graph)
+    assert first.outcome is Outcome.REWRITTEN and first.swapout_ops
+    ops = len(graph.get_operations())
+    again = lms.run(graph)
+    assert again is first and lms.last_run is first
+    assert len(graph.get_operations()) == ops
+    # Another LMS object sees the swap ops and leaves the graph alone.
+    other = LMS(**FIXED).run(graph)
+    assert other.outcome is Outcome.ALREADY_REWRITTEN
+    assert len(graph.get_operations()) == ops
+    assert any("already has LMS swap operations" in line
+               for line in lms_log())
+
+
+def test_run_logs_one_summary_line_of_what_it_did(lms_log):
+    graph, _ = _graphs.dense_net(depth=6, batch=16)
+    result = LMS(**FIXED).run(graph)
+    summaries = [line for line in lms_log()
+                 if "Large Model Support rewrote the training step" in line]
+    assert len(summaries) == 1
+    plan = result.planned.plan
+    assert ("%d tensors (%s) go to host memory and back each step" % (
+        len(plan.swaps), run_log.size_text(plan.swapout_bytes()))
+            in summaries[0])
+    assert "%d operations added" % (
+        len(result.swapout_ops) + len(result.swapin_ops)) in summaries[0]
+
+
+def test_size_text_switches_to_gib_at_a_tenth_of_one():
+    assert run_log.size_text(50 << 20) == "50.0 MiB"
+    assert run_log.size_text(102 << 20) == "102.0 MiB"  # < 0.1 GiB
+    assert run_log.size_text(103 << 20) == "0.10 GiB"
+    assert run_log.size_text(3 << 30) == "3.00 GiB"
+
+
+def test_run_refuses_graphs_it_cannot_edit():
+    with pytest.raises(ValueError, match="graph must be a tf.Graph or None"):
+        LMS(**FIXED).run("train")
+    graph, _ = _graphs.dense_net(depth=2, batch=4)
+    graph.finalize()
+    with pytest.raises(ValueError, match="the graph is finalized"):
+        LMS(**FIXED).run(graph)
+
+    @tf.function
+    def step(x):
+        with pytest.raises(EagerModeError, match=r"lms.function\(step_fn\)"):
+            LMS(**FIXED).run(tf.compat.v1.get_default_graph())
+        return x + 1
+
+    step.get_concrete_function(tf.TensorSpec([2], tf.float32))
+
+
+def test_function_returns_a_callable_bound_to_this_lms():
+    # (Running one is test_function's: the tests run in graph mode, and a
+    # missing graph in eager mode is test_integrations'.)
+    lms = LMS(**FIXED)
+    wrapped = lms.function(lambda x: x * 2)
+    assert isinstance(wrapped, LMSFunction) and wrapped.lms is lms
+    assert wrapped.results == {}  # nothing traced or planned yet
