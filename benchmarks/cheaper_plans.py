@@ -51,12 +51,8 @@ def measure(model, size=None, batch=1, gpu_mem=16.0,
             gpu=steptime.DEFAULT_GPU,
             interconnect=steptime.DEFAULT_INTERCONNECT):
     """One row per `VARIANTS` entry (dicts), for `model` at `size`."""
-    kwargs = {"batch": batch}
-    if size:
-        kwargs[models.size_key("image" if model == "resnet50"
-                               else "volume")] = size
     start = time.perf_counter()
-    built = models.build(model, **kwargs)
+    built = models.build_sized(model, size, batch)
     index = gi.build_index(built.graph)
     print("# built %s (%d ops) in %.0f s" % (
         built.description, index.num_ops, time.perf_counter() - start),

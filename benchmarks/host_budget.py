@@ -30,15 +30,12 @@ from tflms import steptime  # noqa: E402
 from tflms.settings import Settings  # noqa: E402
 from tflms.stages.host import HostMemoryError  # noqa: E402
 
+
 def measure(model, host_gibs, size=None, batch=1, gpu_mem=16.0,
             gpu=steptime.DEFAULT_GPU,
             interconnect=steptime.DEFAULT_INTERCONNECT):
     """One row (a dict) per host budget in `host_gibs`."""
-    kwargs = {"batch": batch}
-    if size:
-        kwargs[models.size_key("image" if model == "resnet50"
-                               else "volume")] = size
-    built = models.build(model, **kwargs)
+    built = models.build_sized(model, size, batch)
     index = gi.build_index(built.graph)
     base = Settings(batch_size=built.batch_size, autotune_gpu_mem=gpu_mem,
                     gpu=gpu, interconnect=interconnect)

@@ -59,6 +59,7 @@ from zoo import models as zoo
 __all__ = ["Built", "BUILDERS", "build", "resnet50", "keras_app",
            "keras3_app", "unet3d",
            "unet3d_recipe", "SM3D_INSTALL", "transformer", "mlp", "layered", "deep_mlp", "size_key",
+           "build_sized",
            "KERAS_APPS"]
 
 _v1 = tf.compat.v1
@@ -643,6 +644,16 @@ def build(name, **kwargs):
         raise ValueError("unknown model %r; use one of %s"
                          % (name, list(BUILDERS))) from None
     return builder(**kwargs)
+
+
+def build_sized(name, size=None, batch=1):
+    """`build` of ResNet50 (`size`: the image side) or the 3D U-Net
+    (`size`: the volume side) at `batch`; the builder's default size for
+    None."""
+    kwargs = {"batch": batch}
+    if size:
+        kwargs[size_key("image" if name == "resnet50" else "volume")] = size
+    return build(name, **kwargs)
 
 
 # ---------------------------------------------------------------------------

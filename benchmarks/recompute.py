@@ -33,11 +33,7 @@ def main(argv=None):
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--budget-ratio", type=float, default=0.5)
     args = parser.parse_args(argv)
-    kwargs = {"batch": args.batch}
-    if args.size:
-        kwargs[models.size_key("image" if args.model == "resnet50"
-                               else "volume")] = args.size
-    built = models.build(args.model, **kwargs)
+    built = models.build_sized(args.model, args.size, args.batch)
     index = gi.build_index(built.graph)
     base = Settings(batch_size=built.batch_size)
     without = pipeline.simulate_without(
