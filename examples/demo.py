@@ -31,7 +31,6 @@ Run from the repository root::
 """
 
 import argparse
-import glob
 import os
 import sys
 import tempfile
@@ -44,6 +43,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from tflms import LMS  # noqa: E402
+from tflms import function as function_mod  # noqa: E402
 from tflms._argparse_types import positive_float, positive_int  # noqa: E402
 
 import _lms_flags  # noqa: E402  (examples/_lms_flags.py)
@@ -211,31 +211,12 @@ def executed_swaps(lms, run_metadata):
         return 0, 0
     added = set(result.swapout_ops) | set(result.swapin_ops)
     if isinstance(run_metadata, str):
-        ran = _swap_ops_in_partition_graphs(run_metadata)
+        ran = set(function_mod.swap_ops_in_partition_graphs(
+            function_mod.partition_graph_files(run_metadata)))
     else:
         ran = {node.node_name for dev in run_metadata.step_stats.dev_stats
                for node in dev.node_stats}
     return len(added & ran), len(added)
-
-
-def _swap_ops_in_partition_graphs(dump_dir):
-    from google.protobuf import text_format  # pylint: disable=import-outside-toplevel
-    last = {}
-    for path in glob.glob(os.path.join(dump_dir, "*_partition_*.pbtxt")):
-        base = os.path.basename(path)[:-len(".pbtxt")]
-        key, seq = base.split(".")[0], int(base.split(".")[1])
-        if key not in last or seq > last[key][0]:
-            last[key] = (seq, path)
-    found = set()
-    for _, path in last.values():
-        graph_def = tf.compat.v1.GraphDef()
-        with open(path) as f:
-            text_format.Parse(f.read(), graph_def)
-        for node in graph_def.node:
-            _, sep, own = node.name.rpartition("lms/")
-            if sep and own.startswith(("swapout_", "swapin_")):
-                found.add("lms/" + own)
-    return found
 
 
 def print_plan(lms, run_metadata):

@@ -408,29 +408,6 @@ def _case_calls(keras, tf, dump_dir):  # pylint: disable=unused-argument
                         for r in fn.results.values()))
 
 
-def _swap_ops_in_final_graphs(dump_dir):
-    """Names (without the prefix inlining gives them) of the swap ops in
-    the last partition graph TensorFlow dumped per function and device."""
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    from google.protobuf import text_format  # pylint: disable=import-outside-toplevel
-    last = {}
-    for path in glob.glob(os.path.join(dump_dir, "*_partition_*.pbtxt")):
-        base = os.path.basename(path)[:-len(".pbtxt")]
-        key, seq = base.split(".")[0], int(base.split(".")[1])
-        if key not in last or seq > last[key][0]:
-            last[key] = (seq, path)
-    found = {}
-    for _, path in last.values():
-        graph_def = tf.compat.v1.GraphDef()
-        with open(path) as f:
-            text_format.Parse(f.read(), graph_def)
-        for node in graph_def.node:
-            _, sep, own = node.name.rpartition("lms/")
-            if sep and own.startswith(("swapout_", "swapin_")):
-                found["lms/" + own] = node.device
-    return found
-
-
 def _case_fit(keras, tf, dump_dir, steps_per_execution="1"):
     """Keras fit: the model's train_step replaced by its LMSFunction; the
     train function Keras makes (with steps_per_execution > 1 the step is
@@ -458,7 +435,9 @@ def _case_fit(keras, tf, dump_dir, steps_per_execution="1"):
     lms = LMS(swapout_threshold=3, swapin_ahead=1, swapin_groupby=0)
     losses, weights = fit(lms)
     result = lms.last_run
-    ran = _swap_ops_in_final_graphs(dump_dir)
+    from tflms import function as function_mod  # pylint: disable=import-outside-toplevel
+    ran = function_mod.swap_ops_in_partition_graphs(
+        function_mod.partition_graph_files(dump_dir))
     swap_ops = list(result.swapout_ops) + list(result.swapin_ops)
     return dict(
         outcome=result.outcome.value, swapouts=len(result.swapout_ops),

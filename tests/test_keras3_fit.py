@@ -19,7 +19,6 @@ per-device partition graphs its executors run. Every swap op must be in
 them, on the CPU.
 """
 
-import glob
 import json
 import os
 import subprocess
@@ -117,39 +116,13 @@ def _fit(keras, model_name, lms=None, epochs=2, **compile_args):
             [v.numpy() for v in model.weights], again)
 
 
-def _swap_ops_in(paths):
-    """{swap op name: device} in the last graph TensorFlow dumped per
-    function and device partition among `paths`."""
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    from google.protobuf import text_format  # pylint: disable=import-outside-toplevel
-    last = {}
-    for path in paths:
-        base = os.path.basename(path)[:-len(".pbtxt")]
-        key, seq = base.split(".")[0], int(base.split(".")[1])
-        if key not in last or seq > last[key][0]:
-            last[key] = (seq, path)
-    found = {}
-    for _, path in last.values():
-        graph_def = tf.compat.v1.GraphDef()
-        with open(path) as f:
-            text_format.Parse(f.read(), graph_def)
-        for node in graph_def.node:
-            _, sep, own = node.name.rpartition("lms/")
-            if sep and own.startswith(("swapout_", "swapin_")):
-                found["lms/" + own] = node.device
-    return found
-
-
-def _partition_graphs(dump_dir):
-    return set(glob.glob(os.path.join(dump_dir, "*_partition_*.pbtxt")))
-
-
 def _case_fit(keras, tf, dump_dir, model_name="cnn", steps_per_execution=1,
               jit_compile=False):
     """fit with the LMS callback against fit without it, from the same
     seed; the witness; the model after the fit."""
     import numpy as np  # pylint: disable=import-outside-toplevel
     from tflms import LMS  # pylint: disable=import-outside-toplevel
+    from tflms import function as function_mod  # pylint: disable=import-outside-toplevel
     compile_args = dict(steps_per_execution=steps_per_execution,
                         jit_compile=jit_compile)
     # The reference runs the kernels LMS's fit runs: without XLA.
@@ -159,20 +132,20 @@ def _case_fit(keras, tf, dump_dir, model_name="cnn", steps_per_execution=1,
     model, losses, weights, again = _fit(keras, model_name, lms,
                                          **compile_args)
     result = lms.last_run
-    graphs = _partition_graphs(dump_dir)
-    ran = _swap_ops_in(graphs)
+    graphs = function_mod.partition_graph_files(dump_dir)
+    ran = function_mod.swap_ops_in_partition_graphs(graphs)
     swap_ops = list(result.swapout_ops) + list(result.swapin_ops)
     after = dict(own_step="train_step" not in vars(model),
                  jit_compile=model.jit_compile,
                  train_function=model.train_function is None)
     # The same model fit again without the callback: its own step, no swap.
     again()
-    later_graphs = _partition_graphs(dump_dir) - graphs
-    later = _swap_ops_in(later_graphs)
+    later_graphs = function_mod.partition_graph_files(dump_dir) - graphs
+    later = function_mod.swap_ops_in_partition_graphs(later_graphs)
     # And again with the callback: its step is reused, planned once.
     again(lms)
-    reused = _swap_ops_in(_partition_graphs(dump_dir) - graphs
-                          - later_graphs)
+    reused = function_mod.swap_ops_in_partition_graphs(
+        function_mod.partition_graph_files(dump_dir) - graphs - later_graphs)
     return dict(
         outcome=result.outcome.value, swapouts=len(result.swapout_ops),
         swapins=len(result.swapin_ops),

@@ -30,6 +30,8 @@ yet), and a step `tf.function` cannot trace. docs/tf2.md has the details.
 """
 
 import dataclasses
+import glob
+import os
 import time
 
 import tensorflow as tf
@@ -41,7 +43,8 @@ from tflms import step
 from tflms.results import EagerModeError, Outcome
 
 __all__ = ["function", "LMSFunction", "UnsupportedFunctionError",
-           "step_fetches", "step_of", "rewrite_graph"]
+           "step_fetches", "step_of", "rewrite_graph",
+           "partition_graph_files", "swap_ops_in_partition_graphs"]
 
 
 class UnsupportedFunctionError(ValueError):
@@ -273,3 +276,37 @@ def _with_captured_variables(index, graph):
             trainable_bytes[op_id] = nbytes
     return dataclasses.replace(index, variable_bytes=tuple(variable_bytes),
                                trainable_bytes=tuple(trainable_bytes))
+
+
+# ---- checking that the swaps ran (docs/tf2.md) ------------------------------
+def partition_graph_files(dump_dir):
+    """The per-device partition graphs (``.pbtxt`` paths) TensorFlow wrote
+    into `dump_dir`, the folder of ``TF_DUMP_GRAPH_PREFIX``: the graphs its
+    executors run."""
+    return set(glob.glob(os.path.join(dump_dir, "*_partition_*.pbtxt")))
+
+
+def swap_ops_in_partition_graphs(paths):
+    """``{swap op name: device}`` of LMS's swap ops in the partition graphs
+    at `paths`, reading only the last graph TensorFlow dumped per function
+    and device (``<name>.<n>.pbtxt``, the highest ``n``). Names lose the
+    prefix inlining gives them: ``.../lms/swapin_3`` is ``lms/swapin_3``,
+    as in `RunResult.swapin_ops`."""
+    # Imported here: only this check reads text protos.
+    from google.protobuf import text_format  # pylint: disable=import-outside-toplevel
+    last = {}
+    for path in paths:
+        base = os.path.basename(path)[:-len(".pbtxt")]
+        key, seq = base.split(".")[0], int(base.split(".")[1])
+        if key not in last or seq > last[key][0]:
+            last[key] = (seq, path)
+    found = {}
+    for _, path in last.values():
+        graph_def = tf.compat.v1.GraphDef()
+        with open(path, encoding="utf-8") as f:
+            text_format.Parse(f.read(), graph_def)
+        for node in graph_def.node:
+            _, sep, own = node.name.rpartition("lms/")
+            if sep and own.startswith(("swapout_", "swapin_")):
+                found["lms/" + own] = node.device
+    return found
