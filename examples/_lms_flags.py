@@ -156,12 +156,15 @@ def exit_unless_estimator(script):
         raise SystemExit(2) from None
 
 
-def batch_loss_recorder(tf):
+def batch_loss_recorder(tf, keras=None):
     """A Keras callback that records the loss of every training batch
-    (``.losses``), so the examples can print the first and the last one."""
+    (``.losses``), so the examples can print the first and the last one.
 
-    del tf  # the callback must be one of the Keras the model is built with
-    class BatchLoss(keras2().callbacks.Callback):
+    `keras`: the Keras the model is built with (the callback must be one of
+    its callbacks); None: Keras 2 (`keras2`)."""
+
+    del tf
+    class BatchLoss((keras or keras2()).callbacks.Callback):
         def __init__(self):
             super().__init__()
             self.losses = []

@@ -158,18 +158,6 @@ def build_model(args, run_metadata=None, keras=None):
     return model
 
 
-def _keras3_loss_recorder(keras):
-    class BatchLoss(keras.callbacks.Callback):
-        def __init__(self):
-            super().__init__()
-            self.losses = []
-
-        def on_train_batch_end(self, batch, logs=None):
-            if logs and "loss" in logs:
-                self.losses.append(float(logs["loss"]))
-    return BatchLoss()
-
-
 def train(args, images, labels, lms=None, run_metadata=None, keras=None):
     """Fresh graph (Keras 2) or model (Keras 3), same seed, one epoch of
     `args.steps` steps; returns the per-step losses and the seconds spent
@@ -177,7 +165,7 @@ def train(args, images, labels, lms=None, run_metadata=None, keras=None):
     if keras is not None:
         keras.utils.set_random_seed(args.seed)
         model = build_model(args, keras=keras)
-        recorder = _keras3_loss_recorder(keras)
+        recorder = _lms_flags.batch_loss_recorder(tf, keras)
     else:
         _lms_flags.keras2().backend.clear_session()
         tf.compat.v1.set_random_seed(args.seed)
