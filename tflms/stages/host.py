@@ -71,15 +71,11 @@ def _within_host(context, planned, limit):
     def accept(candidate, current):
         if host_peaks[id(current)][1] <= limit:
             return False  # fits the host: no more compute spent on it
-        result = model.replay(candidate, detail=False)
-        if not result.fits(budget):
+        fitting = timed.fitting_replay(model, timer, candidate, budget)
+        if (fitting is None
+                or fitting[0].peak_host_bytes >= host_peaks[id(current)][1]):
             return False
-        replay, _ = timed.replay_in_time(model, timer, candidate,
-                                         detail=False, instant=result)
-        if (not replay.fits(budget)
-                or replay.peak_host_bytes >= host_peaks[id(current)][1]):
-            return False
-        host_peaks[id(candidate)] = (candidate, replay.peak_host_bytes)
+        host_peaks[id(candidate)] = (candidate, fitting[0].peak_host_bytes)
         return True
 
     chosen = planned.plan

@@ -88,16 +88,10 @@ def _within_budget(context, planned):
     def accept(candidate, current):
         if slower_than(candidate, costs[id(current)][1][0], timer, compute_s):
             return False
-        result = model.replay(candidate, detail=False)
-        # Copies that take time only hold memory longer: a plan over the
-        # budget with instant copies is not timed.
-        if not result.fits(budget):
+        fitting = timed.fitting_replay(model, timer, candidate, budget)
+        if fitting is None:
             return False
-        replay, step = timed.replay_in_time(model, timer, candidate,
-                                            detail=False, instant=result)
-        if not replay.fits(budget):
-            return False
-        value = (step.with_lms_s, candidate.moved_bytes())
+        value = (fitting[1].with_lms_s, candidate.moved_bytes())
         if value < costs[id(current)][1]:
             costs[id(candidate)] = (candidate, value)
             return True

@@ -6,7 +6,7 @@ import dataclasses
 from tflms import plots
 from tflms import steptime
 
-__all__ = ["replay_in_time", "replaced_plan"]
+__all__ = ["replay_in_time", "fitting_replay", "replaced_plan"]
 
 
 def replay_in_time(model, timer, plan, detail=True, instant=None):
@@ -21,6 +21,20 @@ def replay_in_time(model, timer, plan, detail=True, instant=None):
                                       instant.num_levels)
     return steptime.replay_in_time(model, timer, plan, detail=detail,
                                    instant=instant)
+
+
+def fitting_replay(model, timer, plan, budget):
+    """``(replay, step)`` of `plan` with its copies timed (as
+    `replay_in_time`, without detail) when it fits `budget`, else None.
+
+    Copies that take time only hold memory longer, so a plan over the
+    budget with instant copies is not timed."""
+    result = model.replay(plan, detail=False)
+    if not result.fits(budget):
+        return None
+    replay, step = replay_in_time(model, timer, plan, detail=False,
+                                  instant=result)
+    return (replay, step) if replay.fits(budget) else None
 
 
 def replaced_plan(context, planned, plan, replay, step):
