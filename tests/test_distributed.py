@@ -279,6 +279,29 @@ def test_mirrored_strategy_session_swaps_stay_in_their_tower(tmp_path):
         _assert_swaps_stay_in_their_tower(info, mode)
 
 
+def test_mirrored_strategy_custom_loop_with_lms_function(tmp_path):
+    """A TF2 custom loop: the user's `tf.function` runs `strategy.run` on
+    two towers and reduces the loss, and `LMS.function` rewrites it. The
+    same losses and weights as without LMS, each tower's swaps in its
+    tower, and every swap op in the partition graphs TensorFlow ran."""
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    modes = ("none", "one")
+    code, out = _finish(_spawn(
+        [sys.executable, os.path.join(JOBS, "mirrored_function_job.py"),
+         str(tmp_path), ",".join(modes)],
+        _env(TF_DUMP_GRAPH_PREFIX=str(dump),
+             TF_DUMP_GRAPH_NAME_FILTER="_tflms_")), JOB_TIMEOUT,
+        "MirroredStrategy custom-loop job")
+    assert code == 0, out[-4000:]
+    (base, base_info), (weights, info) = (
+        _load(tmp_path, "function_" + mode) for mode in modes)
+    assert info["replicas"] == 2
+    assert info["losses"] == base_info["losses"]
+    _assert_same_weights(base, weights, "one")
+    _assert_swaps_stay_in_their_tower(info, "one")
+
+
 def _free_ports(n):
     sockets = [socket.socket() for _ in range(n)]
     try:

@@ -25,8 +25,10 @@ TensorFlow inlines the rewritten step there.
 Where LMS cannot work it raises before anything is traced or changed:
 ``tf.function(jit_compile=True)``, or a call while XLA compiles the
 caller (XLA ignores device placement, so swap ops would not run where
-they are placed), calls under a `tf.distribute` strategy (not supported
-yet), and a step `tf.function` cannot trace. docs/tf2.md has the details.
+they are placed), calls under a `tf.distribute` strategy (a `MirroredStrategy` custom
+loop works when LMS is given the `tf.function` that calls ``strategy.run``,
+called outside the strategy's scope), and a step `tf.function` cannot
+trace. docs/tf2.md has the details.
 """
 
 import dataclasses
@@ -70,9 +72,11 @@ _XLA_CALLER_MESSAGE = (
     "Make the calling function without jit_compile (for Keras 3: "
     "model.compile(..., jit_compile=False)).")
 _STRATEGY_MESSAGE = (
-    "%s was called under a tf.distribute strategy (%s): LMS does not "
-    "support tf.distribute strategies for tf.function steps yet. Train "
-    "without the strategy (one device), or use LMS on a graph-mode "
+    "%s was called under a tf.distribute strategy (%s): LMS cannot "
+    "rewrite a step that runs inside strategy.scope() or strategy.run. "
+    "With MirroredStrategy, give lms.function the tf.function that calls "
+    "strategy.run (and reduces the loss) and call it outside the scope; "
+    "otherwise train without the strategy, or use LMS on a graph-mode "
     "training step (docs/distributed.md).")
 _TRACE_MESSAGE = (
     "LMS traces %s with tf.function to get its graph, and tracing failed: "

@@ -25,9 +25,10 @@ TOWERS = ("/cpu:1", "/cpu:2")
 FIXED = dict(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0)
 
 
-def setup_cpu_devices(count, host_index):
-    """Split the CPU into `count` logical devices, turn graph mode on, and
-    make LMS treat CPU:`host_index` alone as the host.
+def setup_cpu_devices(count, host_index, graph_mode=True):
+    """Split the CPU into `count` logical devices, turn graph mode on
+    (unless not `graph_mode`: a TF2 job), and make LMS treat
+    CPU:`host_index` alone as the host.
 
     LMS only manages accelerators; the job's other logical CPUs stand in
     for GPUs, so `devices.is_cpu_device` answers False for them. Must
@@ -36,7 +37,8 @@ def setup_cpu_devices(count, host_index):
     cpus = tf.config.list_physical_devices("CPU")
     tf.config.set_logical_device_configuration(
         cpus[0], [tf.config.LogicalDeviceConfiguration()] * count)
-    tf.compat.v1.disable_eager_execution()
+    if graph_mode:
+        tf.compat.v1.disable_eager_execution()
     real = devices.is_cpu_device
 
     def is_cpu_device(device):
