@@ -263,7 +263,8 @@ def test_named_hardware_and_bad_names():
                                                     450.0]
     with pytest.raises(ValueError, match=r"^gpu 'P100' is not known; use "
                        r"one of V100-SXM2-16GB, V100-SXM2-32GB, "
-                       r"A100-SXM4-40GB, A100-SXM4-80GB, H100-SXM5-80GB$"):
+                       r"A100-SXM4-40GB, A100-SXM4-80GB, H100-SXM5-80GB, "
+                       r"H100-PCIe-80GB$"):
         steptime.gpu_named("P100")
     with pytest.raises(ValueError, match=r"^interconnect 'pcie6' is not "
                        r"known; use one of pcie3, pcie4, pcie5, nvlink2, "
