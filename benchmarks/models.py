@@ -698,7 +698,7 @@ def resnet50_at(image=224, batch=1, classes=1000, precision="float32",
 
 def bert(layers=24, hidden=1024, heads=16, seq=128, batch=8,
          vocab=30522, predictions=20, head="pretraining",
-         precision="float32", dropout=0.1, seed=0):
+         precision="float32", dropout=0.1, optimizer="adam", seed=0):
     """A BERT encoder stack trained with Adam, in graph mode.
 
     BERT-large by default (24 layers, hidden 1024, 16 heads, feed-forward
@@ -718,10 +718,20 @@ def bert(layers=24, hidden=1024, heads=16, seq=128, batch=8,
     float16; layer norms, softmax and the losses in float32 (what
     automatic mixed precision's lists keep in float32).
 
+    ``optimizer="accumulate"``: the step adds each gradient to an
+    accumulator variable (``AssignAddVariableOp``) instead of applying
+    Adam: one micro-batch of gradient accumulation, as NVIDIA's
+    pretraining runs most steps (its LAMB update comes once every 256 to
+    16384 micro-batches); its gradients gated per op as the optimizers'
+    ``compute_gradients`` gates them (``GATE_OP``).
+
     Returns:
       A `Built` whose feed draws token ids, positions and labels.
     """
     _check_precision(precision)
+    if optimizer not in ("adam", "accumulate"):
+        raise ValueError("optimizer must be 'adam' or 'accumulate'; got %r"
+                         % (optimizer,))
     if head not in ("pretraining", "squad"):
         raise ValueError("head must be 'pretraining' or 'squad'; got %r"
                          % (head,))
@@ -827,8 +837,22 @@ def bert(layers=24, hidden=1024, heads=16, seq=128, batch=8,
                     _classification_loss32(span[:, :, 0], starts),
                     _classification_loss32(span[:, :, 1], ends), name="loss")
                 feeds += [(starts, seq), (ends, seq)]
-            train_op = _v1.train.AdamOptimizer(1e-4).minimize(
-                loss, name="train")
+            if optimizer == "adam":
+                train_op = _v1.train.AdamOptimizer(1e-4).minimize(
+                    loss, name="train")
+            else:
+                params = _v1.trainable_variables()
+                adds = []
+                with _v1.variable_scope("accumulators"):
+                    for param, grad in zip(params, _v1.gradients(
+                            loss, params, gate_gradients=True)):
+                        acc = _v1.get_variable(
+                            param.op.name.replace("/", "_"), param.shape,
+                            tf.float32, tf.zeros_initializer(),
+                            trainable=False, use_resource=True)
+                        adds.append(acc.assign_add(
+                            tf.convert_to_tensor(grad), read_value=False))
+                train_op = tf.group(*adds, name="train")
         init_op = _v1.variables_initializer(_v1.global_variables(),
                                             name="init")
         for key, item in ((_v1.GraphKeys.TRAIN_OP, train_op),
