@@ -698,7 +698,7 @@ def resnet50_at(image=224, batch=1, classes=1000, precision="float32",
 
 def bert(layers=24, hidden=1024, heads=16, seq=128, batch=8,
          vocab=30522, predictions=20, head="pretraining",
-         precision="float32", dropout=0.1, seed=0):
+         precision="float32", dropout=0.1, optimizer="adam", seed=0):
     """A BERT encoder stack trained with Adam, in graph mode.
 
     BERT-large by default (24 layers, hidden 1024, 16 heads, feed-forward
@@ -718,10 +718,25 @@ def bert(layers=24, hidden=1024, heads=16, seq=128, batch=8,
     float16; layer norms, softmax and the losses in float32 (what
     automatic mixed precision's lists keep in float32).
 
+    ``optimizer="adam-weight-decay"``: the update NVIDIA's TensorFlow
+    BERT fine-tuning runs (its optimization.py): gated gradients (with
+    mixed precision, a finiteness check of all of them), clipped to global
+    norm 1, then Adam with weight decay 0.01 (not on layer norms and
+    biases) written as elementwise ops per variable, its slots and the
+    variable assigned. ``optimizer="accumulate"``: the step adds each gradient to an
+    accumulator variable (``AssignAddVariableOp``) instead of applying
+    Adam: one micro-batch of gradient accumulation, as NVIDIA's
+    pretraining runs most steps (its LAMB update comes once every 256 to
+    16384 micro-batches); its gradients gated per op as the optimizers'
+    ``compute_gradients`` gates them (``GATE_OP``).
+
     Returns:
       A `Built` whose feed draws token ids, positions and labels.
     """
     _check_precision(precision)
+    if optimizer not in ("adam", "adam-weight-decay", "accumulate"):
+        raise ValueError("optimizer must be 'adam', 'adam-weight-decay' or "
+                         "'accumulate'; got %r" % (optimizer,))
     if head not in ("pretraining", "squad"):
         raise ValueError("head must be 'pretraining' or 'squad'; got %r"
                          % (head,))
@@ -827,8 +842,24 @@ def bert(layers=24, hidden=1024, heads=16, seq=128, batch=8,
                     _classification_loss32(span[:, :, 0], starts),
                     _classification_loss32(span[:, :, 1], ends), name="loss")
                 feeds += [(starts, seq), (ends, seq)]
-            train_op = _v1.train.AdamOptimizer(1e-4).minimize(
-                loss, name="train")
+            if optimizer == "adam":
+                train_op = _v1.train.AdamOptimizer(1e-4).minimize(
+                    loss, name="train")
+            elif optimizer == "adam-weight-decay":
+                train_op = _adam_weight_decay(loss, compute == tf.float16)
+            else:
+                params = _v1.trainable_variables()
+                adds = []
+                with _v1.variable_scope("accumulators"):
+                    for param, grad in zip(params, _v1.gradients(
+                            loss, params, gate_gradients=True)):
+                        acc = _v1.get_variable(
+                            param.op.name.replace("/", "_"), param.shape,
+                            tf.float32, tf.zeros_initializer(),
+                            trainable=False, use_resource=True)
+                        adds.append(acc.assign_add(
+                            tf.convert_to_tensor(grad), read_value=False))
+                train_op = tf.group(*adds, name="train")
         init_op = _v1.variables_initializer(_v1.global_variables(),
                                             name="init")
         for key, item in ((_v1.GraphKeys.TRAIN_OP, train_op),
@@ -839,6 +870,41 @@ def bert(layers=24, hidden=1024, heads=16, seq=128, batch=8,
                  "BERT %d layers, hidden %d, seq %d, batch %d, %s%s" % (
                      layers, hidden, seq, batch, head,
                      ", mixed float16" if compute == tf.float16 else ""))
+
+
+def _adam_weight_decay(loss, finite_check):
+    """NVIDIA's BERT fine-tuning update (TensorFlow/LanguageModeling/BERT/
+    optimization.py: create_optimizer, AdamWeightDecayOptimizer) on every
+    trainable variable: gated gradients, a finiteness check of them all
+    with mixed precision, clipping to global norm 1, Adam with weight
+    decay as elementwise ops; the train op groups the assignments."""
+    params = _v1.trainable_variables()
+    grads = [tf.convert_to_tensor(g) for g in _v1.gradients(
+        loss, params, gate_gradients=True)]
+    norm = tf.linalg.global_norm(grads)
+    if finite_check:
+        finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g))
+                                for g in grads])
+        norm = tf.where(finite, norm, 1.0)
+    scale = 1.0 / tf.maximum(norm, 1.0)  # clip_by_global_norm(grads, 1.0)
+    assigns = []
+    with _v1.variable_scope("adam_weight_decay"):
+        for param, grad in zip(params, grads):
+            grad = grad * scale
+            name = param.op.name
+            m, v = (_v1.get_variable(
+                name.replace("/", "_") + slot, param.shape, tf.float32,
+                tf.zeros_initializer(), trainable=False, use_resource=True)
+                for slot in ("_adam_m", "_adam_v"))
+            next_m = 0.9 * m + 0.1 * grad
+            next_v = 0.999 * v + 0.001 * tf.square(grad)
+            update = next_m / (tf.sqrt(next_v) + 1e-6)
+            if not any(k in name for k in ("gamma", "beta", "bias")):
+                update += 0.01 * param  # layer norms and biases excluded
+            assigns += [param.assign(param - 1e-4 * update, read_value=False),
+                        m.assign(next_m, read_value=False),
+                        v.assign(next_v, read_value=False)]
+    return tf.group(*assigns, name="train")
 
 
 def _classification_loss32(logits, labels):

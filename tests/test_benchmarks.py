@@ -697,3 +697,31 @@ def test_capacity_says_tflmsv2_was_not_measured_without_its_path(tmp_path):
         capacity.measure_probe("tflmsv3", None, 16)
     from benchmarks import run  # pylint: disable=import-outside-toplevel
     assert run._parse(["--tflmsv2", "/x"]).tflmsv2 == "/x"  # pylint: disable=protected-access
+
+
+@pytest.mark.parametrize("optimizer,precision", [
+    ("adam-weight-decay", "mixed_float16"), ("adam-weight-decay", "float32"),
+    ("accumulate", "float32")])
+def test_bert_step_runs_the_update_it_names(optimizer, precision):
+    """A tiny BERT's step with NVIDIA's fine-tuning update moves every
+    trainable variable; with accumulation it moves none and fills the
+    accumulators (step_time's pretraining and SQuAD graphs)."""
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from benchmarks import models  # pylint: disable=import-outside-toplevel
+    built = models.bert(layers=1, hidden=16, heads=2, seq=8, batch=2,
+                        vocab=50, predictions=2, precision=precision,
+                        head="squad" if optimizer != "accumulate"
+                        else "pretraining", optimizer=optimizer)
+    v1 = tf.compat.v1
+    with built.graph.as_default():
+        params = v1.trainable_variables()
+        others = [v for v in v1.global_variables() if v not in params]
+    with v1.Session(graph=built.graph) as sess:
+        sess.run(built.init_op)
+        before = sess.run(params)
+        sess.run(built.train_op, built.make_feed())
+        after, state = sess.run([params, others])
+    moved = [not np.array_equal(b, a) for b, a in zip(before, after)]
+    assert all(moved) if optimizer != "accumulate" else not any(moved)
+    assert others and all(np.any(s != 0) for s in state)

@@ -581,7 +581,8 @@ def test_plan_prints_the_predicted_step_time(saved, capsys):
     # --gpu is the `gpu` setting's flag: the setting's check names it.
     assert cli.main(["plan", saved["meta"], "--gpu", "P100"]) == 2
     assert ("tflms plan: error: gpu must be one of V100-SXM2-16GB, "
-            "V100-SXM2-32GB, A100-SXM4-40GB, A100-SXM4-80GB, H100-SXM5-80GB "
+            "V100-SXM2-32GB, A100-SXM4-40GB, A100-SXM4-80GB, H100-SXM5-80GB, "
+            "H100-PCIe-80GB "
             "(the GPU whose op times pace the copies when counting their "
             "memory); got 'P100'") in capsys.readouterr().err
 

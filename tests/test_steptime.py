@@ -263,7 +263,8 @@ def test_named_hardware_and_bad_names():
                                                     450.0]
     with pytest.raises(ValueError, match=r"^gpu 'P100' is not known; use "
                        r"one of V100-SXM2-16GB, V100-SXM2-32GB, "
-                       r"A100-SXM4-40GB, A100-SXM4-80GB, H100-SXM5-80GB$"):
+                       r"A100-SXM4-40GB, A100-SXM4-80GB, H100-SXM5-80GB, "
+                       r"H100-PCIe-80GB$"):
         steptime.gpu_named("P100")
     with pytest.raises(ValueError, match=r"^interconnect 'pcie6' is not "
                        r"known; use one of pcie3, pcie4, pcie5, nvlink2, "
@@ -294,6 +295,43 @@ def test_a_hidden_plan_exposes_exactly_nothing_with_inexact_times():
         efficiency=steptime.PEAK, fusion=False).predict(plan)
     assert step.exposed_transfer_s == 0.0
     assert step.with_lms_s == step.without_lms_s
+
+
+def test_an_update_reads_and_writes_the_variables_behind_its_handles():
+    """Adam's update op takes handles (0 bytes) to the variable and its two
+    slots, and reads and writes each of them: 6 times the gradient's bytes
+    beyond its tensors; an assignment that adds reads and writes its
+    variable (twice its value), a plain one writes it (once)."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    v1 = tf.compat.v1
+    graph = tf.Graph()
+    with graph.as_default():
+        x = v1.placeholder(tf.float32, [8, 64], name="x")
+        w = v1.get_variable("w", [64, 32], use_resource=True)
+        acc = v1.get_variable("acc", [64, 32], use_resource=True)
+        loss = tf.reduce_sum(tf.matmul(x, w))
+        grad, = v1.gradients(loss, [w])
+        updates = [acc.assign_add(grad, read_value=False),
+                   acc.assign(grad, read_value=False)]
+        train = tf.group(v1.train.AdamOptimizer(1e-3).apply_gradients(
+            [(grad, w)]), *updates, name="train")
+        v1.add_to_collection(v1.GraphKeys.TRAIN_OP, train)
+    index = gi.build_index(graph)
+    model = steptime.StepTimeModel(index, analysis.classify_ops(index))
+    gbytes = 64 * 32 * 4
+    apply = next(i for i in range(index.num_ops)
+                 if index.types[i] == "ResourceApplyAdam")
+    inputs = sum(gi.tensor_bytes(index, p, k) or 0
+                 for p, k in index.inputs[apply])
+    assert model.state_bytes(apply) == 6 * gbytes
+    assert model.bytes_touched(apply) == inputs + 6 * gbytes
+    add, put = (index.id_of[op.name] for op in updates)
+    assert index.types[add] == "AssignAddVariableOp"
+    assert model.state_bytes(add) == 2 * gbytes
+    assert model.state_bytes(put) == gbytes
+    matmul = next(i for i in range(index.num_ops)
+                  if index.types[i] == "MatMul")
+    assert model.state_bytes(matmul) == 0
 
 
 def test_a_convolution_of_a_tensorflow_graph_at_its_roofline():

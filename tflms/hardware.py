@@ -168,6 +168,15 @@ _H100_SOURCE = ("NVIDIA H100 Tensor Core GPU datasheet (SXM: FP32 67 "
                 "that dense; HBM3 3.35 TB/s, 80 GB), "
                 "https://resources.nvidia.com/en-us-tensor-core/"
                 "nvidia-tensor-core-gpu-datasheet")
+# Read in hpctech's copy of the datasheet's table,
+# https://archive-lib.hpctech.co.jp/gpuproduct/nvidia-h100.html, and
+# NVIDIA's H100 PCIe product brief (PB-11133-001_v02: 350 W, "greater than
+# 2,000 gigabytes per second").
+_H100_PCIE_SOURCE = ("NVIDIA H100 Tensor Core GPU datasheet (PCIe: FP32 51 "
+                     "TFLOPS; TF32 756, FP16 and BF16 1,513 TFLOPS with "
+                     "sparsity, half that dense; HBM2e 2,000 GB/s, 80 GB), "
+                     "https://resources.nvidia.com/en-us-tensor-core/"
+                     "nvidia-tensor-core-gpu-datasheet")
 
 _KIB = 1 << 10
 _MIB = 1 << 20
@@ -193,6 +202,16 @@ _HOPPER_SOURCE = ("NVIDIA H100 Tensor Core GPU Architecture whitepaper "
                   "gtc22-whitepaper-hopper; boost clock 1980 MHz: the "
                   "datasheet's 67 TFLOPS FP32 is 132 SMs x 128 FP32 lanes "
                   "x 2 FLOP x 1.98 GHz")
+# H100 PCIe: 114 SMs (the datasheet's table); 1755 MHz is the clock its
+# 51 TFLOPS FP32 implies.
+_HOPPER_PCIE_SOURCE = ("NVIDIA H100 Tensor Core GPU Architecture whitepaper "
+                       "(L2 50 MB, compute capability 9.0, shared memory "
+                       "configurable up to 228 KB per SM), "
+                       "https://resources.nvidia.com/en-us-tensor-core/"
+                       "gtc22-whitepaper-hopper; H100 PCIe: 114 SMs (the "
+                       "datasheet), boost clock 1755 MHz: the datasheet's "
+                       "51 TFLOPS FP32 is 114 SMs x 128 FP32 lanes x 2 FLOP "
+                       "x 1.755 GHz")
 
 _VOLTA = dict(sms=80, boost_clock_mhz=1530, compute_capability="7.0",
               l2_bytes=6 * _MIB, shared_memory_per_sm=96 * _KIB,
@@ -203,6 +222,9 @@ _AMPERE = dict(sms=108, boost_clock_mhz=1410, compute_capability="8.0",
 _HOPPER = dict(sms=132, boost_clock_mhz=1980, compute_capability="9.0",
                l2_bytes=50 * _MIB, shared_memory_per_sm=228 * _KIB,
                architecture_source=_HOPPER_SOURCE)
+_HOPPER_PCIE = dict(sms=114, boost_clock_mhz=1755, compute_capability="9.0",
+                    l2_bytes=50 * _MIB, shared_memory_per_sm=228 * _KIB,
+                    architecture_source=_HOPPER_PCIE_SOURCE)
 
 GPUS = {g.name: g for g in (
     Gpu("V100-SXM2-16GB", 15.7 * _T, 15.7 * _T, 125 * _T, 900 * _G,
@@ -220,6 +242,9 @@ GPUS = {g.name: g for g in (
     Gpu("H100-SXM5-80GB", 67 * _T, 494.5 * _T, 989.5 * _T, 3350 * _G,
         80 * _GIB, _H100_SOURCE, device_name="NVIDIA H100 80GB HBM3",
         bf16_flops=989.5 * _T, **_HOPPER),
+    Gpu("H100-PCIe-80GB", 51 * _T, 378 * _T, 756.5 * _T, 2000 * _G,
+        80 * _GIB, _H100_PCIE_SOURCE, device_name="NVIDIA H100 PCIe",
+        bf16_flops=756.5 * _T, **_HOPPER_PCIE),
 )}
 
 

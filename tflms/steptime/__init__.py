@@ -14,7 +14,10 @@ The model
   `LAUNCH_OVERHEAD_S`. FLOPs are the index's (`GraphIndex.flops`:
   matrix products and convolutions and their gradients; every other op
   counts as memory-bound); bytes touched are the op's input and output
-  tensors (`graph_index.tensor_bytes`) that go through device memory.
+  tensors (`graph_index.tensor_bytes`) that go through device memory,
+  and the variables an update writes through resource handles
+  (`StepTimeModel.state_bytes`: an optimizer's update reads and writes
+  the variable and its slots).
   The achieved rates are the GPU's peaks times an `Efficiency`
   (`ACHIEVED`: fractions fitted to published training throughput,
   benchmarks/step_time.py): per precision for matrix products and for

@@ -12,6 +12,7 @@ from tflms import graph_index as gi
 from tflms.analysis import initializer_only_ops
 from tflms.hardware import (DEFAULT_GPU, DEFAULT_INTERCONNECT, GPUS,
                             gpu_named, interconnect_named)
+from tflms.step import APPLY_PREFIXES, ASSIGN_TYPES
 from tflms.steptime.rates import (ACHIEVED, CONVOLUTION_TYPES,
                                   ELEMENTWISE_TYPES, LAUNCH_OVERHEAD_S,
                                   NO_KERNEL_TYPES, PEAK, REDUCTION_TYPES)
@@ -211,14 +212,40 @@ class StepTimeModel:
 
     def bytes_touched(self, op_id):
         """Bytes of an op's input and output tensors that go through device
-        memory (unknown sizes: 0; tensors in `fused`: 0)."""
+        memory (unknown sizes: 0; tensors in `fused`: 0), and the variables
+        an update writes (`state_bytes`)."""
         index = self.index
         fused = self.fused
         total = sum(self._bytes(p, k) for p, k in index.inputs[op_id]
                     if (p, k) not in fused)
-        return total + sum(self._bytes(op_id, k)
-                           for k in range(len(index.output_shapes[op_id]))
-                           if (op_id, k) not in fused)
+        return total + self.state_bytes(op_id) + sum(
+            self._bytes(op_id, k)
+            for k in range(len(index.output_shapes[op_id]))
+            if (op_id, k) not in fused)
+
+    def state_bytes(self, op_id):
+        """Bytes of variables an update op reads and writes in place, which
+        its tensors do not show: a resource input is a handle (0 bytes),
+        but the kernel reads and writes the variable behind it. An
+        optimizer's update (`step.APPLY_PREFIXES`: ``ResourceApplyAdam``
+        reads and writes the variable and its two slots) moves, per
+        resource input, the bytes of its largest other input (the
+        gradient, or for a sparse update its rows) twice; an assignment
+        (`step.ASSIGN_TYPES`) writes its value into the variable, and one
+        that adds or subtracts reads the variable too. 0 for other ops."""
+        index = self.index
+        kind = index.types[op_id]
+        if not (kind.startswith(APPLY_PREFIXES) or kind in ASSIGN_TYPES):
+            return 0
+        sizes = index.output_itemsizes
+        handles = sum(1 for p, k in index.inputs[op_id] if sizes[p][k] == 0)
+        if not handles:
+            return 0  # reference variables: their tensors are counted
+        value = max([self._bytes(p, k) for p, k in index.inputs[op_id]
+                     if sizes[p][k] != 0] or [0])
+        if kind.startswith(APPLY_PREFIXES):
+            return 2 * handles * value
+        return value * (1 if kind == "AssignVariableOp" else 2)
 
     def precision(self, op_id):
         """The precision of an op's products (one of `PRECISIONS`): 2-byte
