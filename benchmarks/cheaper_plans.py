@@ -49,8 +49,10 @@ VARIANTS = (
 
 def measure(model, size=None, batch=1, gpu_mem=16.0,
             gpu=steptime.DEFAULT_GPU,
-            interconnect=steptime.DEFAULT_INTERCONNECT):
-    """One row per `VARIANTS` entry (dicts), for `model` at `size`."""
+            interconnect=steptime.DEFAULT_INTERCONNECT, echo=True, waits=0):
+    """One row per `VARIANTS` entry (dicts), for `model` at `size`; each
+    printed as a JSON line when made, with `echo`. With `waits`, each row
+    also has ``idle_ms`` and ``waits`` (`step_waits`)."""
     start = time.perf_counter()
     built = models.build_sized(model, size, batch)
     index = gi.build_index(built.graph)
@@ -92,8 +94,38 @@ def measure(model, size=None, batch=1, gpu_mem=16.0,
             "exposed_ms": round(step.exposed_transfer_s * 1e3, 1),
             "recompute_ms": round(step.recompute_s * 1e3, 1),
             "plan_s": round(seconds, 1)})
-        print(json.dumps(rows[-1]), flush=True)
+        if waits:
+            rows[-1]["idle_ms"], rows[-1]["waits"] = step_waits(
+                step, planned.index, waits)
+        if echo:
+            print(json.dumps(rows[-1]), flush=True)
     return rows
+
+
+def step_waits(step, index, count):
+    """Where the predicted step waits: the time the graph's own ops do not
+    run (ms; copies waited for, and the recompute clones' compute) and its
+    `count` longest gaps, each as ``[ms, start ms, the copy ending nearest
+    the gap's end: "out" or "in", the swapped tensor's producer]``, in
+    step order. A gap that ends with a copy is the compute waiting for it
+    (a swap-in its reader needs, or a swap-out a reader waits for)."""
+    gaps, busy_until = [], 0.0
+    for start, end in sorted(zip(step.op_start_s, step.op_end_s)):
+        if start > busy_until + 1e-9:
+            gaps.append((busy_until, start))
+        busy_until = max(busy_until, end)
+    ends = [(sw.out_end_s, "out", sw.producer) for sw in step.swaps]
+    ends += [(si.end_s, "in", sw.producer) for sw in step.swaps
+             for si in sw.swap_ins]
+    longest = sorted(gaps, key=lambda g: g[0] - g[1])[:count]
+    described = []
+    for start, end in sorted(longest):
+        near = min(ends, key=lambda e: abs(e[0] - end)) if ends else None
+        described.append([
+            round((end - start) * 1e3, 1), round(start * 1e3, 1),
+            near[1] if near else None,
+            index.names[near[2]] if near else None])
+    return round(sum(b - a for a, b in gaps) * 1e3, 1), described
 
 
 def table(rows):

@@ -725,3 +725,41 @@ def test_bert_step_runs_the_update_it_names(optimizer, precision):
     moved = [not np.array_equal(b, a) for b, a in zip(before, after)]
     assert all(moved) if optimizer != "accumulate" else not any(moved)
     assert others and all(np.any(s != 0) for s in state)
+
+def test_plan_cost_script_sets_each_plan_against_the_step_without_lms():
+    """benchmarks/plan_cost.py on a 24^3 U-Net tuned for 16 MiB over two
+    links: a row per link and plan, each step at least the step without
+    LMS (the same on both links: compute alone), the ratio their quotient,
+    and the issue's goal for the link judged in the table."""
+    env = dict(os.environ, TF_LMS_SIMULATOR_MEM_RATIO="0.9",
+               TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", "plan_cost.py"),
+         "--cases", "unet3d:24:1", "--links", "pcie4", "nvlink2",
+         "--gpu-mem", "0.016"],
+        capture_output=True, text=True, env=env, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.strip().splitlines()
+    rows = [json.loads(line) for line in lines if line.startswith("{")]
+    assert [(r["interconnect"], r["plan"]) for r in rows] == [
+        (link, plan) for link in ("pcie4", "nvlink2")
+        for plan in ("swap only, by time", "swap + recompute, by time")]
+    assert len({r["without_lms_ms"] for r in rows}) == 1
+    for row in rows:
+        assert row["swaps"] > 0
+        assert row["step_ms"] >= row["without_lms_ms"]
+        # The idle time is the step's excess over the graph's own compute
+        # (copies waited for, clones), and the waits listed are the
+        # longest parts of it.
+        assert row["idle_ms"] == pytest.approx(
+            row["step_ms"] - row["without_lms_ms"], abs=0.3)
+        assert sum(w[0] for w in row["waits"]) <= row["idle_ms"] + 0.1
+        assert all(w[2] in ("out", "in") for w in row["waits"])
+        assert row["ratio"] == round(row["step_ms"] / row["without_lms_ms"],
+                                     3)
+    table = [line for line in lines if line.startswith("| 3D U-Net")]
+    assert len(table) == 4
+    assert table[0].endswith("| %.2fx | 1.4x: %s |" % (
+        rows[0]["ratio"], "met" if rows[0]["ratio"] <= 1.4 else "missed"))
+    assert table[2].endswith("| 1.1x: %s |" % (
+        "met" if rows[2]["ratio"] <= 1.1 else "missed"))
