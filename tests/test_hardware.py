@@ -51,7 +51,7 @@ def test_gpu_named_takes_a_name_or_a_gpu_and_names_the_known_ones():
     with pytest.raises(ValueError, match=(
             r"^gpu 'A100' is not known; use one of V100-SXM2-16GB, "
             r"V100-SXM2-32GB, A100-SXM4-40GB, A100-SXM4-80GB, "
-            r"H100-SXM5-80GB$")):
+            r"H100-SXM5-80GB, H100-PCIe-80GB$")):
         hardware.gpu_named("A100")
 
 

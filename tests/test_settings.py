@@ -82,7 +82,8 @@ BAD_PROPERTIES = [
      r"'pcie6'$"),
     ("gpu", "P100",
      r"^gpu must be one of V100-SXM2-16GB, V100-SXM2-32GB, A100-SXM4-40GB, "
-     r"A100-SXM4-80GB, H100-SXM5-80GB \(the GPU whose op times pace the "
+     r"A100-SXM4-80GB, H100-SXM5-80GB, H100-PCIe-80GB \(the GPU whose op "
+     r"times pace the "
      r"copies when counting their memory\); got 'P100'$"),
 ] + [(name, value, message % name)
      for name in FILTERS for value, message in (
