@@ -714,9 +714,16 @@ def test_bert_step_runs_the_update_it_names(optimizer, precision):
                         head="squad" if optimizer != "accumulate"
                         else "pretraining", optimizer=optimizer)
     v1 = tf.compat.v1
+    # The SQuAD head's bias is added to every position before a softmax
+    # over positions, so its gradient is zero in exact arithmetic: float
+    # rounding decides whether it moves (with oneDNN on it does not), and
+    # its Adam slots stay zero with it.
     with built.graph.as_default():
-        params = v1.trainable_variables()
-        others = [v for v in v1.global_variables() if v not in params]
+        params = [v for v in v1.trainable_variables()
+                  if v.op.name != "bert/squad/bias"]
+        others = [v for v in v1.global_variables()
+                  if v not in params and "squad_bias" not in v.op.name
+                  and v.op.name != "bert/squad/bias"]
     with v1.Session(graph=built.graph) as sess:
         sess.run(built.init_op)
         before = sess.run(params)
@@ -725,6 +732,7 @@ def test_bert_step_runs_the_update_it_names(optimizer, precision):
     moved = [not np.array_equal(b, a) for b, a in zip(before, after)]
     assert all(moved) if optimizer != "accumulate" else not any(moved)
     assert others and all(np.any(s != 0) for s in state)
+
 
 def test_plan_cost_script_sets_each_plan_against_the_step_without_lms():
     """benchmarks/plan_cost.py on a 24^3 U-Net tuned for 16 MiB over two
