@@ -261,22 +261,6 @@ def test_inference_and_a_missing_batch_size(files):
         % files["compiled"])
 
 
-
-def test_verify_refuses_a_keras3_file_and_points_to_plan(files):
-    """`tflms verify` trains Session graphs: a Keras 3 file is an error
-    that says so and names `tflms plan`, which plans it."""
-    out = _python("-m", "tflms", "verify", files["compiled"], "--batch-size",
-                  "4", "--autotune-gpu-mem", "1")
-    assert out.returncode == 2
-    line = [l for l in out.stderr.splitlines()
-            if l.startswith("tflms verify: error:")]
-    assert line, out.stderr[-3000:]
-    assert line[0].startswith(
-        "tflms verify: error: %s was saved by Keras 3." % files["compiled"])
-    assert ("a Keras 3 file cannot be converted. To only plan it, run "
-            "`tflms plan` on TensorFlow 2.16+ with Keras 3 (docs/plan.md)."
-            ) in line[0]
-
 _PROBE = r"""
 import json
 

@@ -30,8 +30,8 @@ import tensorflow as tf
 from tflms import function as function_mod
 from tflms import keras_models
 
-__all__ = ["Keras3PlanError", "TracedStep", "keras3", "is_keras3_file",
-           "load"]
+__all__ = ["Keras3PlanError", "LoadedModel", "TracedStep", "keras3",
+           "is_keras3_file", "load", "load_model"]
 
 
 class Keras3PlanError(ValueError):
@@ -215,24 +215,39 @@ def _compile(model, path, loss, optimizer):
         "the model was saved without a training configuration")]
 
 
-def load(path, batch_size=None, loss=None, optimizer=None, inference=False):
-    """Load the Keras 3 model `path` and trace its step for planning.
+@dataclasses.dataclass
+class LoadedModel:
+    """A Keras 3 model loaded (and, for training, compiled) for one batch.
 
-    Args:
-      path: a ``.keras`` (or ``.h5``) file written by Keras 3.
-      batch_size: the batch to trace with (the model's own fixed batch when
-        None).
-      loss, optimizer: replace the saved ones (names Keras 3 knows); needed
-        when the file has no training configuration (`loss` at least).
-      inference: trace the forward pass ``model(x, training=False)``
-        instead of ``train_step``.
+    Attributes:
+      keras: the Keras 3 package.
+      model: the Keras model.
+      notes: lines for the report (how it was compiled).
+      x, y: `tf.TensorSpec` structures of one batch's inputs and targets
+        (`y` is None for inference).
+      batch: the batch size.
+    """
+
+    keras: object
+    model: object
+    notes: list
+    x: object
+    y: object
+    batch: int
+
+
+def load_model(path, batch_size=None, loss=None, optimizer=None,
+               inference=False):
+    """Load the Keras 3 model `path` in eager mode and compile it for
+    training (the saved loss and optimizer, or `loss` / `optimizer`),
+    with its optimizer built; `tflms plan` traces its step
+    (`load`) and `tflms verify` trains it (`tflms.verify_keras3`).
 
     Returns:
-      A `TracedStep`.
+      A `LoadedModel`.
 
     Raises:
-      Keras3PlanError: no Keras 3 here, a file Keras 3 cannot load, no loss
-        known, no batch size, shapes that are not fixed.
+      Keras3PlanError: as `load`.
     """
     keras = keras3()
     if keras is None:
@@ -256,16 +271,42 @@ def load(path, batch_size=None, loss=None, optimizer=None, inference=False):
     if not inference:
         notes.extend(_compile(model, path, loss, optimizer))
     x, y, batch = _signature(keras, model, batch_size, path, not inference)
+    if not inference and not model.optimizer.built:
+        # Built outside the trace, as fit() builds it before its first
+        # step; the step only reads and updates the slots.
+        model.optimizer.build(model.trainable_variables)
+    return LoadedModel(keras=keras, model=model, notes=notes, x=x, y=y,
+                       batch=batch)
+
+
+def load(path, batch_size=None, loss=None, optimizer=None, inference=False):
+    """Load the Keras 3 model `path` and trace its step for planning.
+
+    Args:
+      path: a ``.keras`` (or ``.h5``) file written by Keras 3.
+      batch_size: the batch to trace with (the model's own fixed batch when
+        None).
+      loss, optimizer: replace the saved ones (names Keras 3 knows); needed
+        when the file has no training configuration (`loss` at least).
+      inference: trace the forward pass ``model(x, training=False)``
+        instead of ``train_step``.
+
+    Returns:
+      A `TracedStep`.
+
+    Raises:
+      Keras3PlanError: no Keras 3 here, a file Keras 3 cannot load, no loss
+        known, no batch size, shapes that are not fixed.
+    """
+    loaded = load_model(path, batch_size, loss, optimizer, inference)
+    model, notes, x, y, batch = (loaded.model, loaded.notes, loaded.x,
+                                 loaded.y, loaded.batch)
     if inference:
         step = tf.function(lambda x: model(x, training=False))
         concrete = step.get_concrete_function(x)
         notes.append("--inference: traced the forward pass model(x, "
                      "training=False) with tf.function, batch %d." % batch)
     else:
-        # Built outside the trace, as fit() builds it before its first
-        # step; the step only reads and updates the slots.
-        if not model.optimizer.built:
-            model.optimizer.build(model.trainable_variables)
         step = tf.function(model.train_step, jit_compile=False)
         concrete = step.get_concrete_function((x, y))
         notes.append("Traced Keras 3's train step (model.train_step, the "

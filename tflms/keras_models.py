@@ -219,8 +219,9 @@ def _keras3_file_message(path, version, keras, error):
         "with: Keras 3 has no graph to rewrite) cannot load a Keras 3 file. "
         "Build the model with Keras 2 (`import tf_keras as keras`, or "
         "tf.keras with TF_USE_LEGACY_KERAS=1 set before Python starts) and "
-        "save it from there; a Keras 3 file cannot be converted. To only "
-        "plan it, run `tflms plan` on TensorFlow 2.16+ with Keras 3 "
+        "save it from there; a Keras 3 file cannot be converted. To plan "
+        "it, or to check that it trains the same with LMS, run `tflms "
+        "plan` or `tflms verify` on TensorFlow 2.16+ with Keras 3 "
         "(docs/plan.md). (Keras 2's own error: %s)" % (
             path, version, _keras_name(keras),
             getattr(keras, "__version__", ""), error))

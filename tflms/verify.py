@@ -31,8 +31,8 @@ import tensorflow as tf
 
 from tflms import tf_reader
 
-__all__ = ["VerifyReport", "VerifyError", "kernel_counts", "unexecuted_nodes",
-           "verify"]
+__all__ = ["VerifyReport", "VerifyError", "compare", "kernel_counts",
+           "random_value", "unexecuted_nodes", "verify"]
 
 _TRACE = tf.compat.v1.RunOptions(
     trace_level=tf.compat.v1.RunOptions.FULL_TRACE,
@@ -70,6 +70,8 @@ class VerifyReport:
       kernels_differ: op types TensorFlow ran a different number of times
         with LMS (a swap op changed what it fused), as
         ``{type: (without, with)}``.
+      notes: lines about how the model was loaded and trained (a Keras 3
+        model: `tflms.verify_keras3`).
     """
 
     steps: int
@@ -87,6 +89,7 @@ class VerifyReport:
     kernels_differ: dict
     swap_ops_removed: list = dataclasses.field(default_factory=list)
     ops_entering_step: list = dataclasses.field(default_factory=list)
+    notes: list = dataclasses.field(default_factory=list)
 
     @property
     def ok(self):
@@ -161,21 +164,27 @@ def _feed(graph, fetches, batch_size, seed):
                 "dimensions %s besides the batch: verify cannot make inputs "
                 "for it; save the model with a fully defined input shape"
                 % (op.name, dims))
-        dtype = t.dtype.base_dtype
-        if dtype.is_floating:
-            # In [0, 1): valid as images, weights and probabilities, and as
-            # Keras' float class labels, which its sparse losses cast to 0.
-            value = rng.uniform(0.0, 1.0, dims).astype(dtype.as_numpy_dtype)
-        elif dtype.is_integer:
-            # Labels and indices: 0 is valid for any class count or table.
-            value = np.zeros(dims, dtype.as_numpy_dtype)
-        elif dtype == tf.bool:
-            value = np.zeros(dims, bool)
-        else:
-            raise VerifyError("placeholder %s has type %s; verify cannot make "
-                              "inputs for it" % (op.name, dtype.name))
-        feed[t] = value
+        feed[t] = random_value(rng, dims, t.dtype, "placeholder %s"
+                               % op.name)
     return feed
+
+
+def random_value(rng, dims, dtype, what):
+    """A random input of shape `dims` and type `dtype` drawn from the
+    `np.random.RandomState` `rng`, valid for any model: floats in [0, 1)
+    (valid as images, weights and probabilities, and as Keras' float class
+    labels, which its sparse losses cast to 0), integers and booleans 0
+    (valid labels and indices for any class count or table). `what` names
+    the input in the error for another type."""
+    dtype = tf.as_dtype(dtype).base_dtype
+    if dtype.is_floating:
+        return rng.uniform(0.0, 1.0, dims).astype(dtype.as_numpy_dtype)
+    if dtype.is_integer:
+        return np.zeros(dims, dtype.as_numpy_dtype)
+    if dtype == tf.bool:
+        return np.zeros(dims, bool)
+    raise VerifyError("%s has type %s; verify cannot make inputs for it"
+                      % (what, dtype.name))
 
 
 def _train(graph, fetches, feed, steps, values=None):
@@ -231,6 +240,29 @@ def kernel_counts(metadata):
     return counts
 
 
+def compare(pairs, rtol=0.0):
+    """``(names that differ, largest absolute difference)`` of `pairs`,
+    ``(name, without LMS, with LMS)`` values: bit-identical, or within
+    `rtol` (relative, no absolute tolerance) when it is not 0."""
+    different = []
+    worst = 0.0
+    for name, a, b in pairs:
+        a, b = np.asarray(a), np.asarray(b)
+        if a.shape != b.shape:
+            different.append(name)
+            continue
+        if a.dtype.kind in "fc":
+            diff = float(np.max(np.abs(a - b))) if a.size else 0.0
+            worst = max(worst, diff)
+            same = np.allclose(a, b, rtol=rtol, atol=0.0) if rtol else (
+                np.array_equal(a, b))
+        else:
+            same = np.array_equal(a, b)
+        if not same:
+            different.append(name)
+    return different, worst
+
+
 def verify(load, lms, steps=3, batch_size=None, train_op_names=(),
            loss_name=None, rtol=0.0, seed=0):
     """Train a graph with and without LMS and compare.
@@ -267,23 +299,11 @@ def verify(load, lms, steps=3, batch_size=None, train_op_names=(),
         rewritten, lms_fetches,
         _feed(rewritten, lms_fetches, batch_size, seed), steps, values)
 
-    different = []
-    worst = 0.0
-    pairs = [("loss at step %d" % (i + 1), a, b)
-             for i, (a, b) in enumerate(zip(base_losses, losses))]
-    pairs += [(v.op.name, a, b)
-              for v, a, b in zip(plain_fetches[2], base_final, final)]
-    for name, a, b in pairs:
-        a, b = np.asarray(a), np.asarray(b)
-        if a.dtype.kind in "fc":
-            diff = float(np.max(np.abs(a - b))) if a.size else 0.0
-            worst = max(worst, diff)
-            same = np.allclose(a, b, rtol=rtol, atol=0.0) if rtol else (
-                np.array_equal(a, b))
-        else:
-            same = np.array_equal(a, b)
-        if not same:
-            different.append(name)
+    different, worst = compare(
+        [("loss at step %d" % (i + 1), a, b)
+         for i, (a, b) in enumerate(zip(base_losses, losses))]
+        + [(v.op.name, a, b)
+           for v, a, b in zip(plain_fetches[2], base_final, final)], rtol)
 
     nodes, executed = _node_names(md), _executed(md)
     # Recompute clones count as swap ops here: each one Grappler kept must

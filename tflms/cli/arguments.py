@@ -43,11 +43,16 @@ def build_parser():
             "same variable values and the same random inputs (with oneDNN "
             "as TensorFlow has it here: TF_ENABLE_ONEDNN_OPTS), and compare "
             "losses, every variable, the global step and which ops ran. "
+            "A model saved by Keras 3 (TensorFlow 2.16+): its "
+            "model.train_step trained with tf.function and with "
+            "lms.function, losses and every variable compared, every swap "
+            "op found in the graphs TensorFlow ran. "
             "Exit status 0: identical; 1: any difference; 2: error."),
         epilog=("GRAPH as for `tflms plan`; the train op comes from the "
                 "graph's train_op collection unless --train-op names it. "
-                "Example: tflms verify model.meta --batch-size 8 "
-                "--autotune-gpu-mem 4"))
+                "Examples: tflms verify model.meta --batch-size 8 "
+                "--autotune-gpu-mem 4; tflms verify model.keras "
+                "--batch-size 8 --autotune-gpu-mem 4"))
     _graph_arguments(verify)
     for flag in _PLAN_ONLY_FLAGS:
         # No default: an unused flag sets no attribute, so the settings

@@ -5,7 +5,9 @@ one line on stderr and exit status 2."""
 import dataclasses
 import json
 import os
+import subprocess
 import sys
+import tempfile
 import time
 
 from tflms.cli.arguments import build_parser, lms_from_args
@@ -83,8 +85,9 @@ def _plan_command(args):
 
 def render_verify(report):
     """The lines `tflms verify` prints."""
-    lines = ["oneDNN: %s" % ("on" if report.onednn else "off"),
-             "Steps: %d with and without LMS" % report.steps]
+    lines = list(report.notes)
+    lines += ["oneDNN: %s" % ("on" if report.onednn else "off"),
+              "Steps: %d with and without LMS" % report.steps]
     if report.losses_without:
         lines.append("Losses without LMS: %s" % ", ".join(
             "%.8g" % x for x in report.losses_without))
@@ -124,15 +127,79 @@ def render_verify(report):
     return lines
 
 
-def _verify_command(args):
+# Set by `tflms verify` for the process it starts to verify a Keras 3
+# model: the folder TF_DUMP_GRAPH_PREFIX names, which that process uses
+# and the starting one removes.
+_DUMP_DIR_ENV = "TFLMS_VERIFY_DUMP_DIR"
+
+
+def _verify_keras3(args, argv, fresh):
+    """`tflms verify` of a Keras 3 file: a `VerifyReport`
+    (`tflms.verify_keras3`), or the exit status of the process it ran in.
+
+    The witness that the swap ops ran is in the graphs TensorFlow dumps
+    when TF_DUMP_GRAPH_PREFIX and TF_DUMP_GRAPH_NAME_FILTER are set, and
+    TensorFlow reads the filter at the first function a process runs. In a
+    process that had not imported TensorFlow when the command started
+    (`fresh`: the command's own), nothing has run yet and the variables
+    are set here; otherwise (`main` called by a program that may have run
+    functions) the command runs again in a new Python process with them
+    set."""
+    from tflms import verify_keras3  # pylint: disable=import-outside-toplevel
+    for flag, given in (("--train-op", args.train_op),
+                        ("--loss-tensor", args.loss_tensor),
+                        ("--inference", args.inference)):
+        if given:
+            raise PlanError(
+                "%s is for Session graphs; %s was saved by Keras 3, whose "
+                "training step is its model.train_step (with the saved or "
+                "--loss loss): remove %s" % (flag, args.graph, flag))
+
+    def run(dump):
+        return verify_keras3.verify(
+            args.graph, lms_from_args(args), dump, steps=args.steps,
+            batch_size=args.batch_size, loss=args.loss,
+            optimizer=args.optimizer, rtol=args.rtol)
+
+    given = os.environ.get(_DUMP_DIR_ENV)
+    if given and os.environ.get("TF_DUMP_GRAPH_PREFIX") == given:
+        return run(given)  # the process started below
+    names = ("TF_DUMP_GRAPH_PREFIX", "TF_DUMP_GRAPH_NAME_FILTER",
+             _DUMP_DIR_ENV)
+    with tempfile.TemporaryDirectory(prefix="tflms_verify_") as dump:
+        values = dict(zip(names, (dump, verify_keras3.DUMP_FILTER, dump)))
+        if not fresh:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            return subprocess.run(
+                [sys.executable, "-m", "tflms"] + [str(a) for a in argv],
+                env=dict(os.environ, **values), check=False).returncode
+        saved = {name: os.environ.get(name) for name in names}
+        os.environ.update(values)
+        try:
+            return run(dump)
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+
+
+def _verify_command(args, argv=(), fresh=False):
     from tflms import verify as verifying  # pylint: disable=import-outside-toplevel
 
     def work():
-        report = verifying.verify(
-            lambda: load_graph(args.graph, args).graph, lms_from_args(args),
-            steps=args.steps, batch_size=args.batch_size,
-            train_op_names=args.train_op, loss_name=args.loss_tensor,
-            rtol=args.rtol)
+        if is_keras3_plan(args.graph, args):
+            report = _verify_keras3(args, argv, fresh)
+            if isinstance(report, int):
+                return report
+        else:
+            report = verifying.verify(
+                lambda: load_graph(args.graph, args).graph,
+                lms_from_args(args), steps=args.steps,
+                batch_size=args.batch_size, train_op_names=args.train_op,
+                loss_name=args.loss_tensor, rtol=args.rtol)
         if args.json:
             print(json.dumps(dataclasses.asdict(report), indent=1,
                              sort_keys=True))
@@ -160,6 +227,10 @@ def main(argv=None, program=False):
         which may then quieten TensorFlow's logging for itself; callers in
         a library process leave it False.
     """
+    # Nothing TensorFlow runs can have happened in a process that has not
+    # imported it (tflms verify on a Keras 3 file counts on that).
+    fresh = "tensorflow" not in sys.modules
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(argv)
     if program:
@@ -167,6 +238,6 @@ def main(argv=None, program=False):
     if args.command == "plan":
         return _plan_command(args)
     if args.command == "verify":
-        return _verify_command(args)
+        return _verify_command(args, argv, fresh)
     parser.error("unknown command %r" % args.command)
     return EXIT_ERROR
