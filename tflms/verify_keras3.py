@@ -53,9 +53,10 @@ __all__ = ["DUMP_FILTER", "verify"]
 DUMP_FILTER = "_tflms_"
 
 
-def _inputs(keras, loaded, seed):
+def _inputs(loaded, seed):
     """One batch ``(x, y)`` of random tensors for `loaded`'s specs."""
     rng = np.random.RandomState(seed)
+    keras = loaded.keras
 
     def make(spec):
         return tf.constant(verify_mod.random_value(
@@ -118,7 +119,7 @@ def verify(path, lms, dump_dir, steps=3, batch_size=None, loss=None,
                                      % (steps,))
     plain = keras3_plan.load_model(path, batch_size, loss, optimizer)
     rewritten = keras3_plan.load_model(path, batch_size, loss, optimizer)
-    data = _inputs(plain.keras, plain, seed)
+    data = _inputs(plain, seed)
 
     base_losses, base_step = _train(
         plain.model,
@@ -147,8 +148,9 @@ def verify(path, lms, dump_dir, steps=3, batch_size=None, loss=None,
              if result is not None else [])
     ran = function_mod.swap_ops_in_partition_graphs(
         function_mod.partition_graph_files(dump_dir))
-    entering = sorted(set(tf_reader.fan_in(function_mod.step_fetches(
-        graph).ops)) - before - set(added))
+    # The rewrite edits `graph` in place; its fetches stay the same ops.
+    entering = sorted(set(tf_reader.fan_in(fetch_ops)) - before
+                      - set(added))
     notes = list(plain.notes) + [
         "Trained model.train_step (the step fit() runs) %d steps on one "
         "random batch of %d with tf.function and with lms.function; swap "
