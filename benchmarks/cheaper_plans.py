@@ -49,10 +49,11 @@ VARIANTS = (
 
 def measure(model, size=None, batch=1, gpu_mem=16.0,
             gpu=steptime.DEFAULT_GPU,
-            interconnect=steptime.DEFAULT_INTERCONNECT, echo=True, waits=0):
-    """One row per `VARIANTS` entry (dicts), for `model` at `size`; each
-    printed as a JSON line when made, with `echo`. With `waits`, each row
-    also has ``idle_ms`` and ``waits`` (`step_waits`)."""
+            interconnect=steptime.DEFAULT_INTERCONNECT, echo=True, waits=0,
+            variants=VARIANTS):
+    """One row per entry of `variants` (of `VARIANTS`; dicts), for `model`
+    at `size`; each printed as a JSON line when made, with `echo`. With
+    `waits`, each row also has ``idle_ms`` and ``waits`` (`step_waits`)."""
     start = time.perf_counter()
     built = models.build_sized(model, size, batch)
     index = gi.build_index(built.graph)
@@ -64,7 +65,7 @@ def measure(model, size=None, batch=1, gpu_mem=16.0,
                     gpu=gpu, interconnect=interconnect)
     roles = pipeline.classify(index, base)
     rows = []
-    for label, by_time, recompute in VARIANTS:
+    for label, by_time, recompute in variants:
         start = time.perf_counter()
         planned = pipeline.plan(index, base.replace(recompute=recompute),
                                 roles=roles, by_step_time=by_time)

@@ -41,11 +41,10 @@ def measure(cases=CASES, links=tuple(GOALS), gpu_mem=16.0, waits=5):
     rows = []
     for model, size, batch in cases:
         for link in links:
-            for row in cheaper_plans.measure(model, size, batch, gpu_mem,
-                                             interconnect=link, echo=False,
-                                             waits=waits):
-                if row["plan"] not in PLANS:
-                    continue
+            for row in cheaper_plans.measure(
+                    model, size, batch, gpu_mem, interconnect=link,
+                    echo=False, waits=waits, variants=[
+                        v for v in cheaper_plans.VARIANTS if v[0] in PLANS]):
                 row["interconnect"] = link
                 row["ratio"] = round(row["step_ms"] / row["without_lms_ms"],
                                      3)
