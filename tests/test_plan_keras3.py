@@ -10,49 +10,29 @@ Budgets are derived from the step's own peak, never hard-coded.
 """
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-from tflms import _compat
+from _keras3 import needs_keras3, python, save_models
 
-pytestmark = pytest.mark.skipif(
-    _compat.TF_VERSION < (2, 16, 0),
-    reason="Keras 3 needs TensorFlow 2.16+; TensorFlow %s has Keras 2 only"
-    % ".".join(map(str, _compat.TF_VERSION)))
+pytestmark = needs_keras3
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BATCH = 8
 _GIB = float(1 << 30)
-
-_SAVE = r"""
-import sys
-import keras
-
-def cnn():
-    keras.utils.set_random_seed(1)
-    return keras.Sequential([
-        keras.Input((32, 32, 3)),
-        keras.layers.Conv2D(16, 3, padding="same"),
-        keras.layers.BatchNormalization(),
-        keras.layers.ReLU(),
-        keras.layers.Conv2D(16, 3, padding="same"),
-        keras.layers.BatchNormalization(),
-        keras.layers.ReLU(),
-        keras.layers.Conv2D(32, 3, padding="same"),
-        keras.layers.ReLU(),
-        keras.layers.GlobalAveragePooling2D(),
-        keras.layers.Dense(10, activation="softmax"),
-    ])
-
-model = cnn()
-model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
-              loss="sparse_categorical_crossentropy", metrics=["accuracy"])
-model.save(sys.argv[1])
-cnn().save(sys.argv[2])
-"""
+# The model both saved files hold (`save_models`).
+_LAYERS = (
+    "keras.Input((32, 32, 3))",
+    'keras.layers.Conv2D(16, 3, padding="same")',
+    "keras.layers.BatchNormalization()",
+    "keras.layers.ReLU()",
+    'keras.layers.Conv2D(16, 3, padding="same")',
+    "keras.layers.BatchNormalization()",
+    "keras.layers.ReLU()",
+    'keras.layers.Conv2D(32, 3, padding="same")',
+    "keras.layers.ReLU()",
+    "keras.layers.GlobalAveragePooling2D()",
+    'keras.layers.Dense(10, activation="softmax")',
+)
 
 # The same step planned in-process through LMS.function: for each
 # configuration, the model loaded, compiled as asked, its train_step traced
@@ -108,21 +88,8 @@ print("REFERENCE " + json.dumps(out))
 """
 
 
-def _env():
-    env = dict(os.environ)
-    env.pop("TF_USE_LEGACY_KERAS", None)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    return env
-
-
-def _python(*argv):
-    return subprocess.run([sys.executable] + list(argv), capture_output=True,
-                          text=True, timeout=600, env=_env(), cwd=ROOT)
-
-
 def _plan(*argv):
-    out = _python("-m", "tflms", "plan", *[str(a) for a in argv])
+    out = python("-m", "tflms", "plan", *[str(a) for a in argv])
     return out
 
 
@@ -134,15 +101,11 @@ def _plan_json(*argv):
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
-    root = tmp_path_factory.mktemp("keras3")
-    compiled, bare = root / "cnn.keras", root / "bare.keras"
-    out = _python("-c", _SAVE, str(compiled), str(bare))
-    assert out.returncode == 0, out.stderr[-3000:]
-    return {"compiled": str(compiled), "bare": str(bare)}
+    return save_models(tmp_path_factory.mktemp("keras3"), _LAYERS)
 
 
 def _reference(path, configs):
-    out = _python("-c", _REFERENCE, path, str(BATCH), json.dumps(configs))
+    out = python("-c", _REFERENCE, path, str(BATCH), json.dumps(configs))
     assert out.returncode == 0, out.stderr[-3000:]
     line = [l for l in out.stdout.splitlines() if l.startswith("REFERENCE ")]
     return json.loads(line[-1][len("REFERENCE "):])
@@ -299,7 +262,7 @@ def test_the_capacity_probe_of_a_keras3_fit_step():
     probes: the oracle sees the function graph's captured variables as
     variables (every one, at its size), measures the step as the simulator
     counts it, and judges the rewritten function graph."""
-    out = _python("-c", _PROBE)
+    out = python("-c", _PROBE)
     assert out.returncode == 0, out.stderr[-3000:]
     line = [l for l in out.stdout.splitlines() if l.startswith("PROBE ")]
     probe = json.loads(line[-1][len("PROBE "):])

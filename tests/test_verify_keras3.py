@@ -7,50 +7,30 @@ The subprocesses inherit TF_ENABLE_ONEDNN_OPTS (conftest.py).
 """
 
 import json
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 
-from tflms import _compat
+from _keras3 import needs_keras3, python, save_models
 
-pytestmark = pytest.mark.skipif(
-    _compat.TF_VERSION < (2, 16, 0),
-    reason="Keras 3 needs TensorFlow 2.16+; TensorFlow %s has Keras 2 only"
-    % ".".join(map(str, _compat.TF_VERSION)))
+pytestmark = needs_keras3
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BATCH = 4
 # Every tensor it can swap, so that the step has many swap ops.
 SWAPS = ("--swapout-threshold", "1", "--swapin-ahead", "1",
          "--swapin-groupby", "0")
-
-_SAVE = r"""
-import sys
-import keras
-
-def cnn():
-    keras.utils.set_random_seed(1)
-    return keras.Sequential([
-        keras.Input((16, 16, 3)),
-        keras.layers.Conv2D(8, 3, padding="same", use_bias=False),
-        keras.layers.BatchNormalization(),
-        keras.layers.ReLU(),
-        keras.layers.Conv2D(8, 3, padding="same", use_bias=False),
-        keras.layers.BatchNormalization(),
-        keras.layers.ReLU(),
-        keras.layers.GlobalAveragePooling2D(),
-        keras.layers.Dense(10, activation="softmax"),
-    ])
-
-model = cnn()
-model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
-              loss="sparse_categorical_crossentropy", metrics=["accuracy"])
-model.save(sys.argv[1])
-cnn().save(sys.argv[2])
-"""
+# The model both saved files hold (`save_models`).
+_LAYERS = (
+    "keras.Input((16, 16, 3))",
+    'keras.layers.Conv2D(8, 3, padding="same", use_bias=False)',
+    "keras.layers.BatchNormalization()",
+    "keras.layers.ReLU()",
+    'keras.layers.Conv2D(8, 3, padding="same", use_bias=False)',
+    "keras.layers.BatchNormalization()",
+    "keras.layers.ReLU()",
+    "keras.layers.GlobalAveragePooling2D()",
+    'keras.layers.Dense(10, activation="softmax")',
+)
 
 # `tflms.cli.main` called by a program that has run a TensorFlow function
 # already: TensorFlow has read TF_DUMP_GRAPH_NAME_FILTER (unset), so the
@@ -106,31 +86,13 @@ print("MOVED %s HIDDEN %s CODE %d" % (
 """
 
 
-def _env():
-    env = dict(os.environ)
-    env.pop("TF_USE_LEGACY_KERAS", None)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    return env
-
-
-def _python(*argv):
-    return subprocess.run([sys.executable] + [str(a) for a in argv],
-                          capture_output=True, text=True, timeout=600,
-                          env=_env(), cwd=ROOT)
-
-
 def _verify(*argv):
-    return _python("-m", "tflms", "verify", *argv)
+    return python("-m", "tflms", "verify", *argv)
 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
-    root = tmp_path_factory.mktemp("keras3_verify")
-    compiled, bare = root / "cnn.keras", root / "bare.keras"
-    out = _python("-c", _SAVE, compiled, bare)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return {"compiled": str(compiled), "bare": str(bare)}
+    return save_models(tmp_path_factory.mktemp("keras3_verify"), _LAYERS)
 
 
 @pytest.mark.numerics
@@ -164,7 +126,7 @@ def test_verify_after_a_function_ran_in_the_process(files):
     """`main` in a program that ran a function before: TensorFlow would
     dump no graph there, so the command verifies in a new process (the
     witness still finds every swap op) and returns its exit status."""
-    out = _python("-c", _AFTER_A_FUNCTION, "verify", files["compiled"],
+    out = python("-c", _AFTER_A_FUNCTION, "verify", files["compiled"],
                   "--batch-size", BATCH, *SWAPS, "--rtol", "1e-5")
     assert out.returncode == 0, out.stderr[-3000:]
     assert "CODE 0" in out.stdout, out.stdout + out.stderr[-3000:]
@@ -175,7 +137,7 @@ def test_verify_after_a_function_ran_in_the_process(files):
 
 
 def test_a_difference_and_a_missing_swap_op_fail(files):
-    out = _python("-c", _BROKEN, "verify", files["compiled"], "--batch-size",
+    out = python("-c", _BROKEN, "verify", files["compiled"], "--batch-size",
                   BATCH, *SWAPS)
     assert out.returncode == 0, out.stderr[-3000:]
     last = re.search(r"MOVED (\S+) HIDDEN (\S+) CODE (\d+)", out.stdout)
