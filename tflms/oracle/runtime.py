@@ -11,6 +11,7 @@ import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 from tensorflow.python.framework import op_def_registry
 
+from tflms.inplace import inplace_candidates
 from tflms.oracle.copies import _hold_for_copies
 from tflms.oracle.devices import (_GraphLike, _is_cpu_device, _recv_name,
                                   _sanitized)
@@ -189,10 +190,13 @@ def _runtime_replay(step_stats, graph_def, gpu_device, static_bytes=None,
             if key in sizes and sizes[key] < nbytes:
                 sizes[key] = nbytes
 
+    written_into = {}  # in-place output -> the input buffer it took
+
     def gpu_buffer(key):
         # The GPU buffer a GPU reader of tensor `key` reads: the scheduler's
         # _Recv copy for a tensor from another device, the forwarded
-        # buffer's owner for a forwarding op, None for a variable.
+        # buffer's owner for a forwarding op or an op that wrote its output
+        # into an input's buffer, None for a variable.
         while True:
             name, port = key
             if placement.get(name) != gpu_device:
@@ -208,6 +212,9 @@ def _runtime_replay(step_stats, graph_def, gpu_device, static_bytes=None,
             else:
                 slot = None
             if slot is None:
+                if key in written_into:
+                    key = written_into[key]
+                    continue
                 return key
             data = [i for i in node.input if not i.startswith("^")]
             key = _parse_input(data[slot])
@@ -250,6 +257,10 @@ def _runtime_replay(step_stats, graph_def, gpu_device, static_bytes=None,
             sent_from[(_recv_name(*key, gpu_device), 0)] = key
     sent_early = set()  # copies allocated before their _Recv ran
     host_done = {}  # host op -> when it has ended, see _host_done
+
+    _write_in_place(written_into, gpu_buffer, release_key, nodes, times,
+                    placement, order, sizes, gpu_device,
+                    timed=bytes_per_s is not None)
 
     live = {}  # buffer -> [alloc ns, release key, transferred]
     for key in sizes:
@@ -353,6 +364,57 @@ def _runtime_replay(step_stats, graph_def, gpu_device, static_bytes=None,
     at_peak.extend(resident)
     at_peak.sort(key=lambda t: (-t.nbytes, t.name))
     return peak, at_peak, peak_ns, timed_copies
+
+
+def _write_in_place(written_into, gpu_buffer, release_key, nodes, times,
+                    placement, order, sizes, gpu_device, timed):
+    """Fills `written_into` (output key -> input buffer) with the GPU ops
+    whose kernels write their output into an input's buffer
+    (`tflms.inplace`): in the GPU's execution order, an op takes the first
+    candidate input whose buffer has the output's size and whose last
+    reader it is, read through one slot only. A buffer a host op reads is
+    taken only when copies are instant and that read has ended (with timed
+    copies the copy to the host may still hold it). Part of
+    `_runtime_replay` (its names)."""
+    readers = {}  # buffer -> [(release key, reader)]
+    for name in times:
+        node = nodes.get(name)
+        if node is None:
+            continue
+        on_gpu = placement[name] == gpu_device
+        for text in node.input:
+            parsed = _parse_input(text)
+            if parsed is None or parsed[0] not in placement:
+                continue
+            if not on_gpu and placement[parsed[0]] != gpu_device:
+                continue
+            buffer = gpu_buffer(parsed)
+            if buffer is not None:
+                readers.setdefault(buffer, []).append(
+                    (release_key(name), name, on_gpu))
+    for name in sorted(order, key=order.get):
+        node = nodes.get(name)
+        if node is None or (name, 0) not in sizes:
+            continue
+        data = [i for i in node.input if not i.startswith("^")]
+        candidates = inplace_candidates(node.op, len(data))
+        if not candidates or gpu_buffer((name, 0)) != (name, 0):
+            continue
+        mine = release_key(name)
+        buffers = [gpu_buffer(_parse_input(text)) for text in data]
+        for slot in candidates:
+            buffer = buffers[slot]
+            if (buffer is None or buffers.count(buffer) != 1
+                    or sizes.get(buffer) != sizes[(name, 0)]):
+                continue
+            reads = readers.get(buffer, ())
+            if max(reads)[:2] != (mine, name):
+                continue  # read after this op: the count is not one
+            if timed and not all(on_gpu for _, _, on_gpu in reads):
+                continue
+            written_into[(name, 0)] = buffer
+            readers[buffer] = list(reads) + readers.pop((name, 0), [])
+            break
 
 
 def _host_done(name, nodes, times, placement, gpu_device, memo):

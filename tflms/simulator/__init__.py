@@ -39,6 +39,17 @@ Memory model (what is counted, and why):
   feeds such an op (Keras' optimizers pass every gradient through one
   ``IdentityN``), the op forwards the swap-in's device copy, so the readers
   of its output keep the copy alive, not the swapped-out original.
+* **Outputs written into an input's buffer.** Element-wise kernels
+  (`tflms.inplace`: arithmetic, activations and their gradients, ``AddN``)
+  take an input's buffer for their output when nothing else holds it. A
+  device op does so here when, in the graph without a plan, it is the only
+  reader of that buffer at the latest level that reads it, reads it
+  through one slot, and the sizes match: its output is then that buffer
+  (counted once, its life extended by the output's readers; its input
+  chain carries reads to a swap-in's copy as an alias's does). A read a
+  plan adds later of a tensor so written over (a recompute's input) gets
+  a buffer of its own from the writer's level on, as the runtime, seeing
+  the extra reference, would not write into it.
 * **Resident memory.** Variables (``variable_bytes``: weights and optimizer
   slots, which are variables too) and ``Const`` outputs are allocated for
   the whole step on the space of their op.
@@ -65,9 +76,10 @@ Memory model (what is counted, and why):
   the clones ran (a swap-in read by a clone keeps its device copy).
 * **Not modelled.** Kernel scratch space (e.g. cuDNN workspaces), allocator
   fragmentation and the runtime's own reservations; callers leave headroom
-  for these with a memory ratio below 1. Element-wise kernels that reuse
-  their input buffer on a real GPU are counted as allocating a new one, which
-  can only overestimate. Ops that only initialize variables
+  for these with a memory ratio below 1. An element-wise op whose input's
+  other readers share its level is counted as allocating, though the
+  runtime may run them first and let it write in place. Ops that only
+  initialize variables
   (`initializer_only_ops`) run in their own session call, not in a step.
 
 Sizes come from static shapes; the first unknown dimension is the batch

@@ -33,6 +33,9 @@ class Additions:
         self.shortened = False   # a rerouted edge held up its consumer's level
         self.moved = False       # some original op must move (or may)
         self.swapout_bytes = self.swapin_bytes = self.recompute_bytes = 0
+        # (tensor id, node, held-through level or None): added reads of the
+        # graph's tensors, made when every reroute is known.
+        self._tensor_reads = []
 
     def new_node(self):
         self.node += 1
@@ -91,9 +94,10 @@ class Additions:
                 tname = safe_name(tensor_name(index, p, swap.output))
                 self.names.append("lms/swapout_%s" % tname)
             if b != NO_BUFFER:
-                self.read(b, so)
-                if copy_levels is not None:
-                    self.held.append((b, copy_levels.held_through[s_index]))
+                # Read once every reroute is known (`add_rerouted_reads`).
+                self._tensor_reads.append((t, so, None if copy_levels is None
+                                           else copy_levels.held_through[
+                                               s_index]))
             host_buf = self.buffer(size, HOST, so)
             ins = []
             for sin in swap.swap_ins:
@@ -133,6 +137,7 @@ class Additions:
         base_levels = self._base_levels
         base_nodes = self._num_base_nodes
         index = self._buffers.index
+        overwritten_by = self._buffers.overwritten_by
         for rec in recomputes:
             p = rec.producer
             self.recompute_bytes += tensor_bytes[out_base[p] + rec.output]
@@ -158,9 +163,31 @@ class Additions:
                                else self.new_levels[v - base_nodes])
                     level = max(level, v_level)
                     in_bufs.append(b)
-                    if b != NO_BUFFER:
-                        self.read(b, cn)
                 self.new_levels.append(level + 1)
+                for src_index, src in enumerate(sources):
+                    b = in_bufs[src_index]
+                    if src[0] not in ("clone", "swapin"):
+                        t = out_base[src[1]] + src[2]
+                        writer = overwritten_by.get(t)
+                        if writer is not None and \
+                                base_levels[writer] <= level:
+                            # The runtime keeps the tensor: the clone's read
+                            # holds it, so `writer` cannot write over it and
+                            # makes a buffer of its own. Counted as the
+                            # tensor's own buffer from `writer` on.
+                            b = self.buffer(tensor_bytes[t], DEVICE, writer)
+                            in_bufs[src_index] = b
+                            if detail:
+                                self.names.append("%s (kept for %s)" % (
+                                    tensor_name(index, src[1], src[2]),
+                                    rname))
+                    if src[0] not in ("clone", "swapin") and \
+                            b == tensor_buffer[out_base[src[1]] + src[2]]:
+                        if b != NO_BUFFER:
+                            self._tensor_reads.append(
+                                (out_base[src[1]] + src[2], cn, None))
+                    elif b != NO_BUFFER:
+                        self.read(b, cn)
                 out_bufs = []
                 for k in range(len(index.output_shapes[op])):
                     slot = alias_slot(index.types[op], k, index.inputs[op],
@@ -189,11 +216,19 @@ class Additions:
     def add_rerouted_reads(self):
         """Reads the rerouted inputs no longer make of the producer's buffer
         (masked) move to the copy they now read, along the graph's alias
-        chains."""
+        chains; the swap-outs' and clones' reads of the graph's tensors go
+        to the buffer each tensor is in once the reroutes are made."""
         for u, copy_buf in self._buffers.rerouted_uses(self.rerouted):
             self.masked.append(u)
             if copy_buf != NO_BUFFER:
                 self.read(copy_buf, int(self._buffers.use_node[u]))
+        for t, node, held in self._tensor_reads:
+            b = self._buffers.buffer_read(t, self.rerouted)
+            if b == NO_BUFFER:
+                continue
+            self.read(b, node)
+            if held is not None:
+                self.held.append((b, held))
 
 
 def safe_name(name):

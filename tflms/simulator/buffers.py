@@ -13,6 +13,7 @@ import numpy as np
 from tflms import devices
 from tflms import graph_index as gi
 from tflms.analysis import initializer_only_ops
+from tflms.inplace import inplace_candidates
 
 # Memory spaces.
 DEVICE, HOST, OTHER = 0, 1, 2
@@ -107,6 +108,12 @@ class GraphBuffers:
       uses_by_buf, uses_ptr: the reads grouped by buffer.
       use_chain, edge_uses: device reads through chains of aliases, and
         the reads each ``(op, slot)`` edge of such a chain carries.
+      alias_edge: tensor id -> the ``(op, slot)`` edge whose input buffer
+        the tensor is (an alias, or an output written in place).
+      overwritten_by: tensor id -> the op that wrote its output into the
+        tensor's buffer in place (`tflms.inplace`): the tensor's value is
+        gone after that op, so a read a plan adds later needs a buffer of
+        its own (`Additions`).
       resident_device_bytes, resident_host_bytes, unknown_tensors.
     """
 
@@ -140,6 +147,15 @@ class GraphBuffers:
         copy_of = {}         # host tensor id -> its device copy buffer
         resident = [0, 0, 0]
         unknown = []
+        # Per buffer, the latest level that reads it, the ops reading it
+        # there and the tensors it holds: an element-wise op at that level
+        # that is its only reader there may write its output into it
+        # (`tflms.inplace`). Every tensor of a buffer is made before its
+        # last reader's level, so the counts are complete when asked.
+        last_read = []       # buffer -> [level, {reader: slots}]
+        buf_tensors = []     # buffer -> tensor ids held in it
+        overwritten_by = {}  # tensor id -> op that wrote over its buffer
+        levels = index.levels
 
         for i in range(n):
             if index.variable_bytes[i]:
@@ -166,15 +182,36 @@ class GraphBuffers:
                             p, pk = index.inputs[i][slot]
                             if space[p] == space[i] and p not in inactive:
                                 # Same buffer (or resident: no buffer at all).
-                                tensor_buffer[t] = tensor_buffer[
-                                    out_base[p] + pk]
+                                b = tensor_buffer[out_base[p] + pk]
+                                tensor_buffer[t] = b
                                 alias_edge[t] = (i, slot)
+                                if b != NO_BUFFER:
+                                    self._add_tensor(b, t, i, k, last_read,
+                                                     buf_tensors, inactive)
                                 continue
-                    tensor_buffer[t] = len(buf_bytes)
+                    elif k == 0 and space[i] == DEVICE:
+                        slot = self._inplace_slot(
+                            i, size, tensor_bytes, tensor_buffer, buf_space,
+                            last_read, inactive)
+                        if slot is not None:
+                            p, pk = index.inputs[i][slot]
+                            b = tensor_buffer[out_base[p] + pk]
+                            for old in buf_tensors[b]:
+                                overwritten_by.setdefault(old, i)
+                            tensor_buffer[t] = b
+                            alias_edge[t] = (i, slot)
+                            self._add_tensor(b, t, i, k, last_read,
+                                             buf_tensors, inactive)
+                            continue
+                    tensor_buffer[t] = b = len(buf_bytes)
                     buf_bytes.append(size)
                     buf_space.append(space[i])
                     buf_alloc.append(i)
                     buf_name.append(tensor_name(index, i, k))
+                    last_read.append([levels[i], {}])
+                    buf_tensors.append([])
+                    self._add_tensor(b, t, i, k, last_read, buf_tensors,
+                                     inactive)
 
                 # Reads of this op's inputs.
                 sp_c = space[i]
@@ -193,6 +230,10 @@ class GraphBuffers:
                             buf_bytes.append(tensor_bytes[t])
                             buf_space.append(DEVICE)
                             buf_alloc.append(p)
+                            # Never written over in place (the copy's
+                            # readers are not counted per level here).
+                            last_read.append([-1, {}])
+                            buf_tensors.append([])
                             buf_name.append("%s (device copy)"
                                             % tensor_name(index, p, pk))
                         b = copy
@@ -205,6 +246,8 @@ class GraphBuffers:
 
         self.tensor_bytes = tensor_bytes
         self.tensor_buffer = tensor_buffer
+        self.overwritten_by = overwritten_by
+        self.alias_edge = alias_edge
         # (op, slot) edge -> uses whose alias chain contains it.
         edge_uses = {}
         for u, edges in use_chain.items():
@@ -227,6 +270,52 @@ class GraphBuffers:
         self.resident_host_bytes = resident[HOST]
         self.unknown_tensors = tuple(unknown)
 
+    def _add_tensor(self, b, t, op_id, output, last_read, buf_tensors,
+                    inactive):
+        """Tensor `t` (output `output` of `op_id`) is held in buffer `b`:
+        its readers read `b`."""
+        buf_tensors[b].append(t)
+        levels = self.index.levels
+        entry = last_read[b]
+        for c, slot in self.index.consumers[op_id][output]:
+            if c in inactive:
+                continue
+            level = levels[c]
+            if level > entry[0]:
+                entry[0] = level
+                entry[1] = {c: 1}
+            elif level == entry[0]:
+                entry[1][c] = entry[1].get(c, 0) + 1
+
+    def _inplace_slot(self, op_id, size, tensor_bytes, tensor_buffer,
+                      buf_space, last_read, inactive):
+        """The input slot whose device buffer op `op_id` writes its output
+        0 (of `size` bytes) into, or None (`tflms.inplace`): the first
+        candidate slot whose buffer has the output's size and element size
+        and whose only read at the latest level that reads it is this op's,
+        through this one slot."""
+        index = self.index
+        inputs = index.inputs[op_id]
+        slots = inplace_candidates(index.types[op_id], len(inputs))
+        if not slots or size == 0:
+            return None
+        itemsize = index.output_itemsizes[op_id][0]
+        level = index.levels[op_id]
+        out_base = self.out_base
+        for slot in slots:
+            p, pk = inputs[slot]
+            if p in inactive or index.output_itemsizes[p][pk] != itemsize:
+                continue
+            t = out_base[p] + pk
+            b = tensor_buffer[t]
+            if (b == NO_BUFFER or buf_space[b] != DEVICE
+                    or tensor_bytes[t] != size):
+                continue
+            last_level, readers = last_read[b]
+            if last_level == level and readers == {op_id: 1}:
+                return slot
+        return None
+
     def _size(self, op_id, output, unknown):
         index = self.index
         if index.output_itemsizes[op_id][output] == 0:
@@ -248,6 +337,21 @@ class GraphBuffers:
             p, pk = self.index.inputs[op_id][slot]
             tensor = self.out_base[p] + pk
         return tuple(chain)
+
+    def buffer_read(self, t, rerouted):
+        """The buffer a read that a plan adds of tensor `t` reads: the copy
+        of the rerouted edge nearest to `t` on its alias chain (an alias or
+        in-place op fed by a swap-in holds its output in the copy), else
+        `t`'s own buffer. `rerouted`: ``(consumer, slot) -> buffer``."""
+        tensor = t
+        while tensor in self.alias_edge:
+            edge = self.alias_edge[tensor]
+            if edge in rerouted:
+                return rerouted[edge]
+            op_id, slot = edge
+            p, pk = self.index.inputs[op_id][slot]
+            tensor = self.out_base[p] + pk
+        return self.tensor_buffer[t]
 
     def rerouted_uses(self, rerouted):
         """Device reads that a set of rerouted edges moves to copies.
