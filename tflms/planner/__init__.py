@@ -39,7 +39,9 @@ Everything public is also a name of this package (`planner.make_plan`).
 from tflms.planner.edges import (DEFERRABLE_TYPES, deferral_edges,
                                  levels_over_size, requirement_masks,
                                  serialization_edges)
-from tflms.planner.recompute import (MAX_RECOMPUTE_OPS, RECOMPUTABLE_TYPES,
+from tflms.planner.recompute import (MAX_RECOMPUTE_OPS,
+                                     MAX_TIMED_RECOMPUTE_OPS,
+                                     RECOMPUTABLE_TYPES,
                                      TIMED_RECOMPUTABLE_TYPES, plan_recompute,
                                      retrigger_swaps, with_recomputes)
 from tflms.planner.swaps import candidate_edges, make_plan, wait_for_ordering
@@ -60,6 +62,7 @@ __all__ = [
     "RECOMPUTABLE_TYPES",
     "TIMED_RECOMPUTABLE_TYPES",
     "MAX_RECOMPUTE_OPS",
+    "MAX_TIMED_RECOMPUTE_OPS",
     "Plan",
     "TriggerFinder",
     "TRIGGER_SEARCH_LEVELS",

@@ -40,6 +40,12 @@ _BATCH_NORM_TYPES = frozenset({
 # At most this many ops are cloned to recompute one tensor: a longer chain
 # costs compute time and holds more intermediate buffers.
 MAX_RECOMPUTE_OPS = 4
+# The same limit where each recompute is judged by predicted step time (a
+# chain is taken only where it shortens the step): long enough for a
+# residual block's output, made again from the block's input and its last
+# convolution's input (convolution, bias, batch norm, the shortcut's add,
+# ReLU, with the shortcut's batch norm where it has one).
+MAX_TIMED_RECOMPUTE_OPS = 6
 
 # Tensors on the device for the whole step: constants, and snapshots of
 # resource variables (a later update of the variable copies on write, so
@@ -108,15 +114,15 @@ def _input_source(index, roles, tensor, level, rerouted, swaps_by_tensor):
 
 def plan_recompute(index, roles, producer, output, consumers,
                    batch_size=None, swaps=(), recomputes=(), triggers=None,
-                   clone_types=RECOMPUTABLE_TYPES):
+                   clone_types=RECOMPUTABLE_TYPES,
+                   max_ops=MAX_RECOMPUTE_OPS):
     """The cheapest way to make tensor ``(producer, output)`` again for its
     late readers `consumers`, or None.
 
     Walks back from the producer over data inputs: an input that is on the
     device when the first late reader runs (see `_input_source`) is read
     as it is; any other input's producer must be cloned too (it must be of
-    `clone_types`, see `_may_clone`), up to `MAX_RECOMPUTE_OPS`
-    ops. Cloning exactly the producers of the inputs that are not available
+    `clone_types`, see `_may_clone`), up to `max_ops` ops. Cloning exactly the producers of the inputs that are not available
     is the smallest set that can work. The clones wait on a trigger found
     as a swap-in's is, `len(ops)` levels ahead of the first late reader, so
     they run just before it and not as soon as their inputs exist.
@@ -134,6 +140,8 @@ def plan_recompute(index, roles, producer, output, consumers,
       clone_types: the op types that may be cloned: `RECOMPUTABLE_TYPES`
         (cheap ops), or `TIMED_RECOMPUTABLE_TYPES` (convolutions and matrix
         products too) where a step-time model judges each recompute.
+      max_ops: the most ops cloned (`MAX_RECOMPUTE_OPS`, or
+        `MAX_TIMED_RECOMPUTE_OPS` where each recompute is timed).
 
     Returns:
       A `RecomputePlan`, or None.
@@ -162,7 +170,7 @@ def plan_recompute(index, roles, producer, output, consumers,
                 sources[tensor] = source
                 continue
             q = tensor[0]
-            if len(cloned) >= MAX_RECOMPUTE_OPS or not _may_clone(
+            if len(cloned) >= max_ops or not _may_clone(
                     index, roles, q, clone_types):
                 return None
             cloned.add(q)
@@ -220,7 +228,8 @@ def retrigger_swaps(swaps, recompute):
 
 
 def with_recomputes(index, roles, plan, accept, batch_size=None,
-                    triggers=None, clone_types=RECOMPUTABLE_TYPES):
+                    triggers=None, clone_types=RECOMPUTABLE_TYPES,
+                    max_ops=MAX_RECOMPUTE_OPS):
     """`plan` with swaps replaced by recomputes where `accept` agrees.
 
     Each swapped tensor, most bytes moved first, is tried: its swap-ins'
@@ -236,7 +245,7 @@ def with_recomputes(index, roles, plan, accept, batch_size=None,
       accept: callable ``(candidate Plan, current Plan) -> bool``.
       batch_size: for tensor sizes.
       triggers: a `TriggerFinder` for the same index and roles.
-      clone_types: as for `plan_recompute`.
+      clone_types, max_ops: as for `plan_recompute`.
 
     Returns:
       A `Plan` (the same object when nothing was replaced).
@@ -259,7 +268,8 @@ def with_recomputes(index, roles, plan, accept, batch_size=None,
         consumers = tuple(c for sin in swap.swap_ins for c in sin.consumers)
         rec = plan_recompute(index, roles, swap.producer, swap.output,
                              consumers, batch_size, others,
-                             current.recomputes, triggers, clone_types)
+                             current.recomputes, triggers, clone_types,
+                             max_ops)
         if rec is None:
             continue
         candidate = dataclasses.replace(

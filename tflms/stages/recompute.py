@@ -3,8 +3,9 @@ where that costs less (`Settings.recompute`).
 
 * A tuned plan: a recompute is taken where a replay with copies timed
   still fits the budget and the predicted step (then the bytes moved) is
-  lower (`recompute_cost`). Clones of convolutions and matrix products are
-  offered too, since each is timed.
+  lower (`recompute_cost`). Clones of convolutions and matrix products, and
+  longer chains (`planner.MAX_TIMED_RECOMPUTE_OPS`), are offered too, since
+  each is timed.
 * Fixed parameters give no budget, so the swap-only plan's own peak is the
   memory a recompute must stay within, and the cost is the bytes moved: no
   step-time choice was asked for.
@@ -112,7 +113,8 @@ def _within_budget(context, planned):
     chosen = planner.with_recomputes(planned.index, context.roles,
                                      planned.plan, accept,
                                      context.batch_size,
-                                     clone_types=clone_types)
+                                     clone_types=clone_types,
+                                     max_ops=planner.MAX_TIMED_RECOMPUTE_OPS)
     log = context.log
     if chosen is planned.plan:
         log.info("[Simulator] No swapped tensor can be recomputed within "
