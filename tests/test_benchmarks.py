@@ -268,12 +268,15 @@ def test_oracle_peaks_reports_the_runtime_peak():
     Reshape(v), v a resource variable; every large tensor is S bytes.
 
     At run time the Reshapes and the variable read hand on their input's
-    buffer, and v is resident: the peak is x, a1 and v while a1 runs, plus
-    the two 8-byte shape constants, 3 S + 16. ``InferFromTrace``'s rules
-    (the corrected count) give the read and both Reshapes buffers of their
-    own, count no variable, and keep x, a1 and the read 1 ns into the
-    microsecond where flat, vflat and b start: 6 S + 16, twice the runtime
-    peak. The benchmark's GPU peak must be the runtime one.
+    buffer, v is resident, and sin, cos and the product write into their
+    input's buffer (each is its last reader; v's buffer is never written
+    over): a1, flat, b and out are all x's buffer. The peak is x and v,
+    plus the two 8-byte shape constants, 2 S + 16; its largest buffers are
+    v, x and flat's shape. ``InferFromTrace``'s rules (the corrected count)
+    give the read and both Reshapes buffers of their own, count no
+    variable, and keep x, a1 and the read 1 ns into the microsecond where
+    flat, vflat and b start: 6 S + 16, three times the runtime peak. The
+    benchmark's GPU peak must be the runtime one.
     """
     S = 4 << 20  # pylint: disable=invalid-name
     tf = measure.tf
@@ -286,8 +289,8 @@ def test_oracle_peaks_reports_the_runtime_peak():
         out = tf.multiply(b, tf.reshape(v, [512, 2048], name="vflat"),
                           name="out")
     peaks = measure.oracle_peaks(graph, out.op)
-    assert peaks["gpu_peak"] == 3 * S + 16
-    assert sorted(peaks["top"]) == ["a1:0", "v", "x:0"]
+    assert peaks["gpu_peak"] == 2 * S + 16
+    assert sorted(peaks["top"]) == ["flat/shape:0", "v", "x:0"]
     assert peaks["corrected_peak"] == peaks["raw_gpu_peak"] == 6 * S + 16
 
 
