@@ -30,12 +30,20 @@ SHAPE = [1024, 1024]
 S = 4 * 1024 * 1024  # one float32 tensor of SHAPE
 
 
+def _own(h, name=None):
+    """An op whose output is a buffer of its own: a matrix product (of `h`
+    with itself), which no kernel writes into an input's buffer
+    (`tflms.inplace`). The runtime replay's closed forms below count one
+    buffer per op; `test_inplace.py` checks the ops that write in place."""
+    return tf.linalg.matmul(h, h, name=name)
+
+
 def _chain(n):
     graph = tf.Graph()
     with graph.as_default():
         h = tf.compat.v1.placeholder(tf.float32, SHAPE, name="x")
         for i in range(n):
-            h = tf.math.sin(h, name=f"a{i + 1}")
+            h = _own(h, name=f"a{i + 1}")
     return graph, h
 
 
@@ -46,21 +54,21 @@ def _swap_graph(delay=True):
     ``lms/swapin_a1`` (both on the CPU); only ``out``, at the very end,
     reads the swapped-in copy. With ``delay`` the swap-in waits for ``a2``,
     as LMS's control dependencies would make it. After the swap-in, a 4 S
-    ``tile`` and its 4 S ``sin`` dominate memory.
+    ``tile`` and its 4 S product ``b`` dominate memory.
     """
     graph = tf.Graph()
     with graph.as_default():
         x = tf.compat.v1.placeholder(tf.float32, SHAPE, name="x")
-        a1 = tf.math.sin(x, name="a1")
-        a2 = tf.math.sin(a1, name="a2")
-        a3 = tf.math.sin(a2, name="a3")
+        a1 = _own(x, name="a1")
+        a2 = _own(a1, name="a2")
+        a3 = _own(a2, name="a3")
         with tf.device("/cpu:0"):
             swap_out = tf.identity(a1, name="lms/swapout_a1")
             deps = [a2.op] if delay else []
             with tf.control_dependencies(deps):
                 swap_in = tf.identity(swap_out, name="lms/swapin_a1")
         big = tf.tile(a3, [2, 2], name="big")
-        b = tf.math.sin(big, name="b")
+        b = _own(big, name="b")
         c = tf.reduce_sum(tf.reshape(b, [4] + SHAPE), axis=0, name="c")
         out = tf.add(c, swap_in, name="out")
     return graph, out
@@ -159,10 +167,11 @@ def test_runtime_chain_holds_two_tensors(n):
 
 
 def test_runtime_peak_forwards_identity_and_reshape():
-    """x -> a0 -> ... -> a4 (sin) -> Identity -> Reshape -> out (cos).
+    """x -> a0 -> ... -> a4 (`_own`) -> Identity -> Reshape -> out (cos).
 
-    The runtime holds two tensors at a time (an op's input and its output)
-    and the forwarding ops add nothing. ``InferFromTrace`` counts five: the
+    The runtime holds two tensors at a time (an op's input and its output),
+    the forwarding ops add nothing, and out writes into a4's buffer (it is
+    its last reader). ``InferFromTrace`` counts five: the
     Identity and Reshape outputs as new buffers, and a3 and a4 still live
     when out is allocated, because the zero-cost forwarding ops run in the
     same microsecond and each input is released 1 ns after its reader.
@@ -171,7 +180,7 @@ def test_runtime_peak_forwards_identity_and_reshape():
     with graph.as_default():
         h = tf.compat.v1.placeholder(tf.float32, SHAPE, name="x")
         for i in range(5):
-            h = tf.math.sin(h, name="a%d" % i)
+            h = _own(h, name="a%d" % i)
         h = tf.reshape(tf.identity(h, name="fwd"), [512, 2048], name="flat")
         out = tf.math.cos(h, name="out")
     result = oracle.peak_memory(graph, out)
@@ -186,7 +195,7 @@ def test_runtime_peak_forwards_identity_and_reshape():
 
 
 def test_runtime_forwarded_buffer_is_its_source():
-    """x -> a1 (sin); out = Reshape(Identity(a1)) + a1.
+    """x -> a1 (`_own`); out = Reshape(Identity(a1)) + a1.
 
     The Identity and the Reshape return a1's buffer, so at out's start the
     runtime holds a1 and out (x was released when a1 ended): 2 S, as at
@@ -197,7 +206,7 @@ def test_runtime_forwarded_buffer_is_its_source():
     graph = tf.Graph()
     with graph.as_default():
         x = tf.compat.v1.placeholder(tf.float32, SHAPE, name="x")
-        a1 = tf.math.sin(x, name="a1")
+        a1 = _own(x, name="a1")
         same = tf.reshape(tf.identity(a1, name="fwd"), SHAPE, name="same")
         out = tf.add(same, a1, name="out")
     result = oracle.peak_memory(graph, out)
@@ -209,17 +218,17 @@ def test_runtime_forwarded_buffer_is_its_source():
 
 
 def test_runtime_identity_n_forwards_each_port():
-    """a1 = sin(x) (S), a2 = tile(x) (4 S); i1, i2 = IdentityN(a1, a2);
-    out = sin(i2) (4 S). Output 1 of the IdentityN is a2's buffer, so a2
+    """a1 = _own(x) (S), a2 = tile(x) (4 S); i1, i2 = IdentityN(a1, a2);
+    out = _own(i2) (4 S). Output 1 of the IdentityN is a2's buffer, so a2
     stays live until out ends: at out's start a2 and out hold 8 S (a1 and
     x were released when their last readers ended)."""
     graph = tf.Graph()
     with graph.as_default():
         x = tf.compat.v1.placeholder(tf.float32, SHAPE, name="x")
-        a1 = tf.math.sin(x, name="a1")
+        a1 = _own(x, name="a1")
         a2 = tf.tile(x, [2, 2], name="a2")
         _, i2 = tf.identity_n([a1, a2], name="both")
-        out = tf.math.sin(i2, name="out")
+        out = _own(i2, name="out")
     result = oracle.peak_memory(graph, out)
     assert result.runtime_gpu_peak_bytes == 8 * S
     assert sorted(t.name for t in result.runtime_live_at_peak) == [
@@ -228,7 +237,7 @@ def test_runtime_identity_n_forwards_each_port():
 
 @pytest.mark.parametrize("neutral", ["mul_one", "add_zero"])
 def test_runtime_neutral_operand_op_forwards_its_input(neutral):
-    """x -> a (sin) -> b1 -> b2 (sin); out = f(a) + b2 with f(a) = a * 1.0
+    """x -> a -> b1 -> b2 (`_own`); out = f(a) + b2 with f(a) = a * 1.0
     or a + 0.0, made before b1, which Grappler's constant folding replaces
     by an Identity of a (tf.nn.swish's gradient computes x * 1.0). Its
     output is a's buffer, so the runtime peak is the one of out = a + b2,
@@ -237,14 +246,14 @@ def test_runtime_neutral_operand_op_forwards_its_input(neutral):
         graph = tf.Graph()
         with graph.as_default():
             x = tf.compat.v1.placeholder(tf.float32, SHAPE, name="x")
-            a = tf.math.sin(x, name="a")
+            a = _own(x, name="a")
             kept = f(a)
             h = a
             # f(a) runs before b1, so a buffer of its own would be live
             # from there to out.
             with tf.control_dependencies([kept]):
-                h = tf.math.sin(h, name="b1")
-            h = tf.math.sin(h, name="b2")
+                h = _own(h, name="b1")
+            h = _own(h, name="b2")
             out = tf.add(kept, h, name="out")
         return oracle.peak_memory(graph, out)
     op = {"mul_one": lambda a: tf.multiply(a, 1.0, name="f"),
@@ -297,7 +306,7 @@ def _swap_in_after(make_readers):
     graph = tf.Graph()
     with graph.as_default():
         x = tf.compat.v1.placeholder(tf.float32, SHAPE, name="x")
-        a1 = tf.math.sin(x, name="a1")
+        a1 = _own(x, name="a1")
         trigger, outputs = make_readers(a1)
         with tf.device("/cpu:0"):
             swap_out = tf.identity(a1, name="lms/swapout_a1")
@@ -310,13 +319,13 @@ def _swap_in_after(make_readers):
 
 
 def _then_big(t):
-    """``t`` starts the swap-in; ``big = sin(t)`` is reduced."""
-    return t, [tf.math.sin(t, name="big")]
+    """``t`` starts the swap-in; ``big = _own(t)`` is reduced."""
+    return t, [_own(t, name="big")]
 
 
 def test_runtime_copy_allocated_when_the_host_sends_it():
-    """`_swap_in_after`: ``t = sin(tile(a1))`` (4 S) starts the swap-in,
-    ``big = sin(t)`` (4 S) reads it.
+    """`_swap_in_after`: ``t = _own(tile(a1))`` (4 S) starts the swap-in,
+    ``big = _own(t)`` (4 S) reads it.
 
     The virtual scheduler runs the swap-in on the CPU when ``t`` ends and
     queues its ``_Recv`` on the GPU behind ``big``, which became ready at
@@ -328,7 +337,7 @@ def test_runtime_copy_allocated_when_the_host_sends_it():
     8 S + 24.
     """
     result = _swap_in_after(lambda a1: _then_big(
-        tf.math.sin(tf.tile(a1, [2, 2]), name="t")))
+        _own(tf.tile(a1, [2, 2]), name="t")))
     (transfer,) = result.transfers
     copy_name = transfer.recv_node + ":0"
     live = {t.name: t for t in result.runtime_live_at_peak}
@@ -342,7 +351,7 @@ def test_runtime_copy_allocated_when_the_host_sends_it():
 
 def test_runtime_copy_after_the_ops_ready_before_it_was_sent():
     """`_swap_in_after` with m = tile(a1) (4 S) and two readers of it
-    (4 S each): ``p = sin(m)`` starts the swap-in, ``q = cos(m)`` was
+    (4 S each): ``p = _own(m)`` starts the swap-in, ``q = _own(m)`` was
     ready as early but runs after
     ``p``. When ``p`` ends, the swap-in is sent and ``q`` is launched; q
     was waiting already, so it is launched first and releases m (its last
@@ -351,8 +360,8 @@ def test_runtime_copy_after_the_ops_ready_before_it_was_sent():
     it would be 13 S + 48."""
     def readers(a1):
         m = tf.tile(a1, [2, 2], name="m")
-        p = tf.math.sin(m, name="p")
-        return p, [p, tf.math.cos(m, name="q")]
+        p = _own(m, name="p")
+        return p, [p, _own(m, name="q")]
 
     result = _swap_in_after(readers)
     (transfer,) = result.transfers
@@ -365,7 +374,7 @@ def test_runtime_copy_after_the_ops_ready_before_it_was_sent():
 
 def test_runtime_copy_waits_for_the_swap_ins_trigger():
     """`_swap_in_after`: ``t = tile(a1)`` (4 S) starts the swap-in,
-    ``big = sin(t)`` reads it. The virtual scheduler starts the swap-in on
+    ``big = _own(t)`` reads it. The virtual scheduler starts the swap-in on
     the CPU with ``t`` (it takes an op's ready time from the input it
     processed last, here the swap-out), but the GPU copy is allocated no
     earlier than ``t``'s end, here when its ``_Recv`` runs, just before
@@ -392,8 +401,8 @@ def test_runtime_peak_counts_variables_not_reads():
     with graph.as_default():
         x = tf.compat.v1.placeholder(tf.float32, SHAPE, name="x")
         v = tf.Variable(tf.zeros(SHAPE), name="v")
-        a1 = tf.math.sin(x, name="a1")
-        a2 = tf.math.sin(a1, name="a2")
+        a1 = _own(x, name="a1")
+        a2 = _own(a1, name="a2")
         out = tf.multiply(a2, v, name="out")
     result = oracle.peak_memory(graph, out)
     assert result.raw_gpu_peak_bytes == 4 * S
@@ -424,8 +433,8 @@ def test_runtime_peak_counts_ref_variables_once():
         v = tf.compat.v1.get_variable(
             "v", SHAPE, initializer=tf.compat.v1.zeros_initializer(),
             use_resource=False)
-        a1 = tf.math.sin(x, name="a1")
-        a2 = tf.math.sin(a1, name="a2")
+        a1 = _own(x, name="a1")
+        a2 = _own(a1, name="a2")
         out = tf.multiply(a2, v, name="out")
         update = tf.compat.v1.assign(v, out, name="update")
     assert v.op.type == "VariableV2"
@@ -467,8 +476,8 @@ def test_models_without_swaps_need_no_correction(builder, kwargs):
 
 
 def test_runtime_sizes_come_from_static_shapes():
-    """x -> a = sin(x); t = Transpose(a, InvertPermutation([1, 0]));
-    c = cos(t); out = c + a.
+    """x -> a = _own(x); t = Transpose(a, InvertPermutation([1, 0]));
+    c = _own(t); out = c + a.
 
     Grappler's shape inference does not evaluate the InvertPermutation, so
     the step stats size t (and c, computed from it) as 4 bytes, and the
@@ -479,10 +488,10 @@ def test_runtime_sizes_come_from_static_shapes():
     graph = tf.Graph()
     with graph.as_default():
         x = tf.compat.v1.placeholder(tf.float32, SHAPE, name="x")
-        a = tf.math.sin(x, name="a")
+        a = _own(x, name="a")
         perm = tf.math.invert_permutation(tf.constant([1, 0]), name="perm")
         t = tf.transpose(a, perm, name="t")
-        out = tf.add(tf.math.cos(t, name="c"), a, name="out")
+        out = tf.add(_own(t, name="c"), a, name="out")
     assert t.shape.as_list() == SHAPE
     result = oracle.peak_memory(graph, out)
     assert result.raw_gpu_peak_bytes < 2 * S + 64
@@ -504,9 +513,9 @@ def test_runtime_zero_length_op_holds_its_input_while_allocating():
     graph = tf.Graph()
     with graph.as_default():
         x = tf.compat.v1.placeholder(tf.float32, SHAPE, name="x")
-        a = tf.math.sin(x, name="a")
+        a = _own(x, name="a")
         perm = tf.math.invert_permutation(tf.constant([1, 0]), name="perm")
-        c = tf.math.cos(tf.transpose(a, perm, name="t"), name="c")
+        c = _own(tf.transpose(a, perm, name="t"), name="c")
         out = tf.add(c, a, name="out")
     result = oracle.peak_memory(graph, out)
     live = {t.name: t for t in result.runtime_live_at_peak}
@@ -523,7 +532,7 @@ def test_graph_def_with_a_dangling_colocation_is_measured():
         x = tf.compat.v1.placeholder(tf.float32, SHAPE, name="x")
         fwd = tf.identity(x, name="fwd")
         with tf.compat.v1.colocate_with(fwd):
-            tf.math.sin(x, name="y")
+            _own(x, name="y")
     graph_def = tf.compat.v1.GraphDef()
     for node in graph.as_graph_def().node:
         if node.name != "fwd":

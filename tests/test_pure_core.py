@@ -21,7 +21,7 @@ CORE = ("graph_index", "graph_index.index", "graph_index.build",
         "planner.types", "planner.triggers", "planner.swaps",
         "planner.recompute", "planner.edges", "simulator",
         "simulator.model", "simulator.buffers", "simulator.levels",
-        "simulator.additions", "simulator.results", "steptime",
+        "simulator.additions", "simulator.results", "inplace", "steptime",
         "steptime.rates", "steptime.model", "steptime.planned",
         "ordering", "hardware", "settings", "validation", "budget",
         "context", "autotune", "autotune.tuner", "autotune.search",
@@ -57,11 +57,13 @@ _PROGRAM = textwrap.dedent("""
     # A chain of device ops read again at the end, as a forward pass is by
     # its gradients: x -> a -> b -> c -> d -> e, and e reads a and x (a
     # placeholder, fed, so never swapped). b and c are the large ones:
-    # swapping a out lowers the peak they make by its 1000 bytes.
+    # swapping a out lowers the peak they make by its 1000 bytes. Matrix
+    # products, so that no op writes into its input's buffer.
     sizes = {"x": 1000, "a": 1000, "b": 5000, "c": 5000, "d": 100, "e": 10}
     names = list(sizes)
     index = graph_index.from_edges(
-        [(n, "Placeholder" if n == "x" else "Relu", {"outputs": [sizes[n]]})
+        [(n, "Placeholder" if n == "x" else "MatMul",
+          {"outputs": [sizes[n]]})
          for n in names],
         edges=[(p, c) for p, c in zip(names, names[1:])]
         + [("a", "e"), ("x", "e")])

@@ -17,8 +17,17 @@ from tflms import simulator
 MIB = 1 << 20
 
 
+def own_buffer(a, b=None, name=None):
+    """An op whose output is a buffer of its own: a matrix product, which no
+    kernel writes into an input's buffer (`tflms.inplace`). The closed forms
+    here count one buffer per op; `test_inplace.py` checks the ops that
+    write in place."""
+    return tf.linalg.matmul(a, a if b is None else b, name=name)
+
+
 def chain(n=6):
-    """Forward f1..fn (sin), backward g_n = cos(f_n), g_i = g_{i+1} * f_i.
+    """Forward f1..fn, backward g_n from f_n, g_i from g_{i+1} and f_i,
+    each op making a buffer of its own (`own_buffer`).
 
     Levels: x 0, f_i i, g_n n+1, g_i 2n+1-i. f_i lives from level i to the
     level of g_i, so without LMS the peak is n+1 MiB at level n+1
@@ -29,10 +38,10 @@ def chain(n=6):
         x = tf.compat.v1.placeholder(tf.float32, [512, 512], name="x")
         f = [x]
         for i in range(1, n + 1):
-            f.append(tf.math.sin(f[-1], name="f%d" % i))
-        grad = tf.math.cos(f[n], name="g%d" % n)
+            f.append(own_buffer(f[-1], name="f%d" % i))
+        grad = own_buffer(f[n], name="g%d" % n)
         for i in range(n - 1, 0, -1):
-            grad = tf.math.multiply(grad, f[i], name="g%d" % i)
+            grad = own_buffer(grad, f[i], name="g%d" % i)
     index = gi.build_index(g)
     return g, index, analysis.classify_ops(index)
 
@@ -113,14 +122,15 @@ def test_identity_and_reshape_alias_their_input():
     g = tf.Graph()
     with g.as_default():
         x = tf.compat.v1.placeholder(tf.float32, [512, 512], name="x")
-        a = tf.math.sin(x, name="a")
+        a = own_buffer(x, name="a")
         b = tf.identity(a, name="b")
         c = tf.reshape(b, [1024, 256], name="c")
         tf.math.cos(c, name="d")
     index = gi.build_index(g)
     result = simulator.SimulationModel(
         index, analysis.classify_ops(index)).replay(None)
-    # x (freed after a), a (= b = c) and d: at most x + a, or a + d.
+    # x (freed after a) and a (= b = c, and d: cos writes into the buffer
+    # its only reader holds): at most x + a.
     # The reshape's shape operand is a Const: 8 bytes, resident.
     assert result.resident_device_bytes == 8
     assert result.peak_device_bytes == 2 * MIB + 8
@@ -133,7 +143,7 @@ def test_variables_are_resident_and_reads_add_nothing():
             "w", [512, 512], initializer=tf.compat.v1.zeros_initializer(),
             use_resource=True)
         x = tf.compat.v1.placeholder(tf.float32, [512, 512], name="x")
-        tf.math.multiply(x, v.read_value(), name="y")
+        own_buffer(x, v.read_value(), name="y")
     index = gi.build_index(g)
     roles = analysis.classify_ops(index)
     model = simulator.SimulationModel(index, roles)
@@ -155,7 +165,7 @@ def test_variables_are_resident_and_reads_add_nothing():
 
 def test_ref_variables_are_resident_and_their_references_add_nothing():
     """A v1 ref variable w (VariableV2, 1 MiB), y = x * w, assign(w, y),
-    z = identity(assign) * 2, q = z + x.
+    z = identity(assign) * 2, q = z x (a matrix product, `own_buffer`).
 
     Levels: x, w 0; w/read 1; y 2; assign 3; after 4; z 5; q 6. The
     VariableV2 and Assign outputs are references to w's buffer (0 bytes in
@@ -171,7 +181,7 @@ def test_ref_variables_are_resident_and_their_references_add_nothing():
         y = tf.math.multiply(x, w, name="y")
         assign = tf.compat.v1.assign(w, y, name="assign")
         z = tf.math.multiply(tf.identity(assign, name="after"), 2.0, name="z")
-        tf.math.add(z, x, name="q")
+        own_buffer(z, x, name="q")
     index = gi.build_index(g)
     assert index.output_itemsizes[index.id_of["w"]] == (0,)
     assert index.output_itemsizes[index.id_of["assign"]] == (0,)
@@ -216,7 +226,9 @@ def test_unknown_batch_dimension_needs_the_batch_size():
     assert "lms.batch_size = <your mini-batch size>" in message
     assert "swapout_threshold, swapin_ahead and swapin_groupby" in message
     model = simulator.SimulationModel(index, roles, batch_size=2)
-    assert model.replay(None).peak_device_bytes == 2 * 2 * 224 * 224 * 3 * 4
+    # y = sin(x) is written into x's buffer (x's only reader): one tensor
+    # of batch 2.
+    assert model.replay(None).peak_device_bytes == 2 * 224 * 224 * 3 * 4
 
 
 def test_serialization_edges_move_ops_to_later_levels():
@@ -275,8 +287,9 @@ def test_levels_that_no_edge_explains_are_refused():
 
 
 def identity_n_graph():
-    """a = sin(x) is read only through IdentityN, like the gradients Keras'
-    optimizers pass through one IdentityN before the updates.
+    """a = f(x) is read only through IdentityN, like the gradients Keras'
+    optimizers pass through one IdentityN before the updates (every op but
+    the IdentityN and the sums makes a buffer of its own, `own_buffer`).
 
     Levels: x 0, a 1, b 2, c 3, d 4, e 5, n = IdentityN(a, e) 6, the two
     sums 7. Without LMS a lives from 1 to 7 (its alias n:0 is read at 7).
@@ -284,10 +297,10 @@ def identity_n_graph():
     g = tf.Graph()
     with g.as_default():
         x = tf.compat.v1.placeholder(tf.float32, [512, 512], name="x")
-        a = tf.math.sin(x, name="a")
+        a = own_buffer(x, name="a")
         h = a
         for name in "bcde":
-            h = tf.math.sin(h, name=name)
+            h = own_buffer(h, name=name)
         n = tf.identity_n([a, h], name="n")
         tf.reduce_sum(n[0], name="sum_a")
         tf.reduce_sum(n[1], name="sum_e")

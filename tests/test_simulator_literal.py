@@ -69,7 +69,7 @@ def test_chain_peak_in_closed_form():
 def test_unknown_batch_dimension_in_a_literal_graph():
     index = gi.from_edges(
         [("x", "Placeholder", {"outputs": [((None, 10), 4)]}),
-         ("y", "Relu", {"outputs": [((None, 10), 4)]})],
+         ("y", "MatMul", {"outputs": [((None, 10), 4)]})],
         edges=[("x", "y")])
     with pytest.raises(simulator.BatchSizeError,
                        match=r"^LMS cannot size tensor 'x:0' \(shape "
@@ -80,18 +80,20 @@ def test_unknown_batch_dimension_in_a_literal_graph():
 
 
 def u_graph(n=4):
-    """f_i = sin(f_{i-1}) (f_0 = x), g_n = cos(f_n), g_i = g_{i+1} * f_i;
-    every tensor U bytes. Levels: x 0, f_i i, g_i 2n+1-i. f_i lives from
-    level i to g_i's level 2n+1-i."""
+    """f_i from f_{i-1} (f_0 = x), g_n from f_n, g_i from g_{i+1} and f_i;
+    every tensor U bytes and every op a matrix product, whose output is a
+    buffer of its own (no kernel writes it into an input's buffer,
+    `tflms.inplace`; `test_inplace.py` checks those that do). Levels: x 0,
+    f_i i, g_i 2n+1-i. f_i lives from level i to g_i's level 2n+1-i."""
     ops = [("x", "Placeholder", {"outputs": [U]})]
     edges = []
     for i in range(1, n + 1):
-        ops.append(("f%d" % i, "Sin", {"outputs": [U]}))
+        ops.append(("f%d" % i, "MatMul", {"outputs": [U]}))
         edges.append(("f%d" % (i - 1) if i > 1 else "x", "f%d" % i))
-    ops.append(("g%d" % n, "Cos", {"outputs": [U]}))
+    ops.append(("g%d" % n, "MatMul", {"outputs": [U]}))
     edges.append(("f%d" % n, "g%d" % n))
     for i in range(n - 1, 0, -1):
-        ops.append(("g%d" % i, "Mul", {"outputs": [U]}))
+        ops.append(("g%d" % i, "MatMul", {"outputs": [U]}))
         edges += [("g%d" % (i + 1), "g%d" % i), ("f%d" % i, "g%d" % i)]
     return gi.from_edges(ops, edges)
 
