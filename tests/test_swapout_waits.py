@@ -33,8 +33,12 @@ def _replay(planned, plan):
 
 def test_unet_352_waits_only_for_its_largest_copy(monkeypatch):
     # The 3D U-Net at 352^3 in 16 GiB (14.4 GiB planned): the search needs
-    # `sync_mode` 1. Of its 14 swap-outs only the 5.2 GiB concat's copy
-    # must hold its reader back; waiting for the other 13 only cost time.
+    # `sync_mode` 1. Of its 14 swap-outs only pool2's copy (21 MB) must
+    # hold its reader (down3_a's convolution) back: it is queued behind
+    # the 6.8 GiB of earlier copies (down0 to down2), so waiting for it
+    # lets them end first. Waiting for the other 13 only cost time. (With
+    # element-wise ops written in place the 5.2 GiB concat0 is no longer
+    # swapped.)
     from benchmarks import models as bench_models
     monkeypatch.setenv(autotune.MEM_RATIO_ENV, "0.9")
     built = bench_models.build("unet3d", volume=352, base_filters=16,
@@ -56,20 +60,20 @@ def test_unet_352_waits_only_for_its_largest_copy(monkeypatch):
     assert all(s.waiters for s in by_bytes.plan.swaps)
     waited = [by_time.index.names[s.producer] for s in plan.swaps
               if s.waiters]
-    assert waited == ["unet3d/concat0"]
+    assert waited == ["unet3d/pool2"]
     assert len(by_time.unwaited) == 13 and by_bytes.unwaited == ()
     timed, step = _replay(by_time, plan)
     assert timed.fits(by_time.budget_bytes)
     assert timed.peak_device_bytes == by_time.with_lms.peak_device_bytes
     assert step.with_lms_s == by_time.step_time.with_lms_s
-    assert round(step.with_lms_s * 1e3, 1) == 1599.0
+    assert round(step.with_lms_s * 1e3, 1) == 1444.8
     _, every_wait = _replay(by_bytes, by_bytes.plan)
-    assert round(every_wait.with_lms_s * 1e3, 1) == 1862.8
+    assert round(every_wait.with_lms_s * 1e3, 1) == 1658.5
     # The one wait kept is needed: without it the step would not fit.
     unwaited = dataclasses.replace(plan, swaps=tuple(
         dataclasses.replace(s, waiters=()) for s in plan.swaps))
     over, _ = _replay(by_time, unwaited)
-    assert round(over.peak_device_bytes / _GIB, 2) == 19.59
+    assert round(over.peak_device_bytes / _GIB, 2) == 14.55
     assert not over.fits(by_time.budget_bytes)
 
 
