@@ -75,6 +75,15 @@ def main(name):
     # are named, and must have run.
     memo = {}
 
+    def trigger_of(op):
+        # Grappler removes Identity ops and moves their readers, control
+        # readers too, to the Identity's input: a trigger that is an
+        # Identity (`tuple/control_dependency` of a gradient) is its
+        # source's twin.
+        while op.type == "Identity" and op.inputs:
+            op = op.inputs[0].op
+        return op.name
+
     def signature(name):
         # What a clone computes: its type and inputs, clones by signature.
         if name not in memo:
@@ -82,7 +91,7 @@ def main(name):
             memo[name] = (op.type, tuple(
                 (signature(t.op.name), t.value_index) if t.op.name in clones
                 else t.name for t in op.inputs),
-                tuple(sorted(c.name for c in op.control_inputs)))
+                tuple(sorted({trigger_of(c) for c in op.control_inputs})))
         return memo[name]
 
     gone = {}
