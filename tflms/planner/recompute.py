@@ -229,7 +229,7 @@ def retrigger_swaps(swaps, recompute):
 
 def with_recomputes(index, roles, plan, accept, batch_size=None,
                     triggers=None, clone_types=RECOMPUTABLE_TYPES,
-                    max_ops=MAX_RECOMPUTE_OPS):
+                    max_ops=MAX_RECOMPUTE_OPS, latest_first=False):
     """`plan` with swaps replaced by recomputes where `accept` agrees.
 
     Each swapped tensor, most bytes moved first, is tried: its swap-ins'
@@ -237,7 +237,10 @@ def with_recomputes(index, roles, plan, accept, batch_size=None,
     swap and with the recompute is offered to ``accept(candidate,
     current)``, which returns True to keep it (e.g. a replay that still
     fits the budget and a cost function that prefers it). Swaps whose
-    swap-ins or tensors an accepted recompute reads are kept.
+    swap-ins or tensors an accepted recompute reads are kept, so the order
+    matters: of tensors moving as many bytes, the one whose producer was
+    added to the graph first is tried first, or the one made last in the
+    step with `latest_first`.
 
     Args:
       index, roles: as for `make_plan`.
@@ -246,14 +249,18 @@ def with_recomputes(index, roles, plan, accept, batch_size=None,
       batch_size: for tensor sizes.
       triggers: a `TriggerFinder` for the same index and roles.
       clone_types, max_ops: as for `plan_recompute`.
+      latest_first: of swaps moving as many bytes, try the one whose
+        tensor is made latest first.
 
     Returns:
       A `Plan` (the same object when nothing was replaced).
     """
     if triggers is None:
         triggers = TriggerFinder(index, roles)
+    levels = index.levels
     order = sorted(plan.swaps, key=lambda s: (
-        -(s.nbytes or 0) * (1 + len(s.swap_ins)), s.producer, s.output))
+        -(s.nbytes or 0) * (1 + len(s.swap_ins)),
+        -levels[s.producer] if latest_first else 0, s.producer, s.output))
     current = plan
     # Tensors whose swaps or originals recomputes read, the plan's own
     # recomputes too (a second pass over a plan keeps what the first took).

@@ -102,19 +102,28 @@ def _within_budget(context, planned):
     # products are offered too: one is taken only where it shortens the
     # predicted step.
     clone_types = planner.TIMED_RECOMPUTABLE_TYPES
+    # The search keeps the swaps an accepted recompute reads, so which
+    # tensor is tried first decides what can follow: of tensors moving as
+    # many bytes, it tries those made first, then (a second search from the
+    # tuner's plan) those made last, and keeps the faster plan. ResNet50 at
+    # 224x224, batch 1000, over PCIe 4.0 (`benchmarks/plan_cost.py`): 1.50x
+    # the step without LMS one way, 1.42x the other; at 6592x6592 the first
+    # way is the faster one.
+    orders = (False, True)
     step_s = costs[id(planned.plan)][1][0]
     if step_s - compute_s <= 1e-9 * step_s:
         # The compute hides every copy, and no recompute can change that (a
         # step is never shorter than its compute): only clones that take no
-        # time pass `slower_than`, so only those are looked for. The
-        # 200,000-op deep MLP (`benchmarks/plan_speed.py deep_mlp 200000
-        # --recompute`) plans in 18.9 s, not 39.1 s.
+        # time pass `slower_than`, so only those are looked for, in one
+        # search. The 200,000-op deep MLP (`benchmarks/plan_speed.py
+        # deep_mlp 200000 --recompute`) plans in 18.9 s, not 39.1 s.
         clone_types = clone_types & steptime.NO_KERNEL_TYPES
-    chosen = planner.with_recomputes(planned.index, context.roles,
-                                     planned.plan, accept,
-                                     context.batch_size,
-                                     clone_types=clone_types,
-                                     max_ops=planner.MAX_TIMED_RECOMPUTE_OPS)
+        orders = (False,)
+    chosen = min((planner.with_recomputes(
+        planned.index, context.roles, planned.plan, accept,
+        context.batch_size, clone_types=clone_types,
+        max_ops=planner.MAX_TIMED_RECOMPUTE_OPS, latest_first=latest)
+        for latest in orders), key=lambda plan: costs[id(plan)][1])
     log = context.log
     if chosen is planned.plan:
         log.info("[Simulator] No swapped tensor can be recomputed within "
