@@ -100,8 +100,17 @@ def test_swaps_with_fixed_parameters_is_the_planners_plan():
         "f1", "f2", "f3", "f4"]
 
 
+def _chain():
+    """`_literal.chain` one step deeper: x -> f1 .. f7 and back. f1 writes
+    into x's buffer and g7 .. g1 into f7's, so its peak without LMS is 7U
+    (f1 .. f7, at levels 7-9), as the six-deep chain's was before in-place
+    writes were counted: the budgets below (5U: swap f1 and f2, the f2 one
+    a Relu that can be recomputed from f1) were chosen for that."""
+    return L.chain(depth=7)
+
+
 def test_swaps_tunes_to_the_budget():
-    index = L.chain()
+    index = _chain()
     context = L.context(index, budget_units=6)
     planned = swaps.stage(context, _start(context))
     assert planned.autotuned and planned.budget_bytes == 6 * L.U
@@ -137,7 +146,7 @@ def test_a_failure_no_stage_overcame_is_raised(monkeypatch):
 # ---- order ----------------------------------------------------------------
 def test_order_makes_the_step_fit_and_keeps_the_edges_without_swaps():
     # The crowded graph peaks at 9U + 8 bytes; no swap helps, but f before
-    # i brings it to 6U. The step then fits without swapping only with that
+    # i brings it to 5U + 8 (test_ordering). The step then fits without swapping only with that
     # edge, so the plan is that edge alone (LMS must not turn itself off).
     index = crowded_graph()
     context = L.context(index, budget_units=7 * OU / L.U)
@@ -147,7 +156,7 @@ def test_order_makes_the_step_fit_and_keeps_the_edges_without_swaps():
     assert planned.ordering_edges == ((ids["f"], ids["i"]),)
     assert planned.needed and planned.plan.swaps == ()
     assert planned.plan.serialization_edges == ((ids["f"], ids["i"]),)
-    assert planned.with_lms.peak_device_bytes == 6 * OU
+    assert planned.with_lms.peak_device_bytes == 5 * OU + 8
     assert planned.without_lms.peak_device_bytes == 9 * OU + 8
 
 
@@ -172,7 +181,7 @@ def test_order_raises_the_last_search_failure_when_no_round_fits():
 
 # ---- fewer_waits ----------------------------------------------------------
 def test_fewer_waits_drops_the_waits_memory_does_not_need():
-    index = L.chain()
+    index = _chain()
     context = L.context(index, budget_units=5)
     tuned = _through(context, "serialize", "defer", "swaps", "order")
     assert tuned.params.sync_mode == planner.SyncMode.SWAPOUT
@@ -189,7 +198,7 @@ def test_fewer_waits_drops_the_waits_memory_does_not_need():
 
 # ---- recompute ------------------------------------------------------------
 def test_recompute_replaces_a_swap_within_the_budget():
-    index = L.chain()
+    index = _chain()
     context = L.context(index, budget_units=5, recompute=True)
     tuned = _through(context, "serialize", "defer", "swaps", "order",
                      "fewer_waits")
@@ -224,7 +233,7 @@ def _host_units(units):
 
 
 def _tuned_on_chain(**settings):
-    index = L.chain()
+    index = _chain()
     context = L.context(index, budget_units=5, **settings)
     return context, _through(context, "serialize", "defer", "swaps",
                              "order", "fewer_waits", "recompute")
@@ -267,7 +276,7 @@ def test_host_fails_with_what_to_change_when_no_recompute_is_enough():
     assert "autotune_host_mem=0.000488281" in message
     assert "lms.autotune_host_mem = <GiB>" in message
     with pytest.raises(host.HostMemoryError):
-        pipeline.plan(L.chain(), context.settings, env=L.EXACT)
+        pipeline.plan(_chain(), context.settings, env=L.EXACT)
     # An AutotuneError: code that handles a failed search handles it.
     assert issubclass(host.HostMemoryError, autotune.AutotuneError)
 
