@@ -35,8 +35,11 @@ _GIB = float(1 << 30)
 
 # (case id, builder, builder kwargs, [(share of the activation range or
 # None for fixed parameters, Settings keywords)]). On TensorFlow 2.15 the
-# ResNet50 and U-Net plans at 0.45 take ordering edges, the U-Net's also
-# drops swap-out waits, and the recompute ones replace swaps.
+# ResNet50 plans at 0.45 and the U-Net's at 0.47 take ordering edges, the
+# U-Net's also drops swap-out waits, and the recompute ones replace swaps.
+# (With in-place writes counted the U-Net's peak is lower and no plan fits
+# 0.45 of its activations; at 0.47 the same stages engage as at 0.45
+# before.)
 CASES = [
     ("keras_resnet50_96", "keras_app", dict(app="ResNet50", image=96), [
         (0.7, {}), (0.5, {}), (0.45, {}), (0.45, dict(recompute=True)),
@@ -46,8 +49,8 @@ CASES = [
                     serialization=[3, 4], recompute=True)),
     ]),
     ("unet3d_48", "unet3d", dict(volume=48), [
-        (0.6, {}), (0.6, dict(recompute=True)), (0.45, {}),
-        (0.45, dict(recompute=True)),
+        (0.6, {}), (0.6, dict(recompute=True)), (0.47, {}),
+        (0.47, dict(recompute=True)),
         (None, dict(swapout_threshold=5, swapin_ahead=1, swapin_groupby=0,
                     sync_mode=3)),
     ]),
