@@ -34,11 +34,11 @@ def _replay(planned, plan):
 def test_unet_352_waits_only_for_its_largest_copy(monkeypatch):
     # The 3D U-Net at 352^3 in 16 GiB (14.4 GiB planned): the search needs
     # `sync_mode` 1. Of its 14 swap-outs only pool2's copy (21 MB) must
-    # hold its reader (down3_a's convolution) back: it is queued behind
-    # the 6.8 GiB of earlier copies (down0 to down2), so waiting for it
-    # lets them end first. Waiting for the other 13 only cost time. (With
-    # element-wise ops written in place the 5.2 GiB concat0 is no longer
-    # swapped.)
+    # hold its reader (down3_a's convolution) back: copies to the host run
+    # in order, so waiting for it also waits for the 6.8 GiB of earlier
+    # copies (down0 to down2), whose tensors are held until then. Waiting
+    # for the other 13 only cost time. (With element-wise ops written in
+    # place the 5.2 GiB concat0 is no longer swapped.)
     from benchmarks import models as bench_models
     monkeypatch.setenv(autotune.MEM_RATIO_ENV, "0.9")
     built = bench_models.build("unet3d", volume=352, base_filters=16,
