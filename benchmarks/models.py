@@ -183,7 +183,7 @@ def _unfused_batch_norm(make_model):
 
 
 def keras_app(app="ResNet50", image=224, batch=1, classes=1000, seed=0,
-              fused_batch_norm=True):
+              fused_batch_norm=True, gate_gradients=1):
     """A Keras application trained in a Session graph, as issue 22 wrote it.
 
     The graph holds what a user of ``tf.keras.applications`` in TF1 code
@@ -201,7 +201,11 @@ def keras_app(app="ResNet50", image=224, batch=1, classes=1000, seed=0,
     element-wise ops and their gradients) instead of ``FusedBatchNormV3``
     and ``FusedBatchNormGradV3``; the model is otherwise the same (issue
     24 item 8: the Session-graph figure of the computation `keras3_app`
-    runs).
+    runs). ``gate_gradients`` is ``minimize``'s: 1 (``GATE_OP``, its
+    default, what the issue's program gets: the gradients of each op
+    grouped by ``tf.tuple``, so none is used before all of that op's are
+    made) or 0 (``GATE_NONE``, no grouping, as a ``GradientTape`` step
+    such as Keras 3's ``train_step`` computes them).
 
     Args:
       app: a name of `KERAS_APPS` (a function of ``tf.keras.applications``).
@@ -210,6 +214,7 @@ def keras_app(app="ResNet50", image=224, batch=1, classes=1000, seed=0,
       classes: output classes.
       seed: seed for weights and data.
       fused_batch_norm: False: every batch-norm layer unfused (see above).
+      gate_gradients: ``minimize``'s gating, 1 (GATE_OP) or 0 (GATE_NONE).
 
     Returns:
       A `Built`.
@@ -238,13 +243,16 @@ def keras_app(app="ResNet50", image=224, batch=1, classes=1000, seed=0,
             tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y,
                                                            logits=logits))
         train_op = _v1.train.MomentumOptimizer(0.01, 0.9).minimize(
-            loss, var_list=model.trainable_weights)
+            loss, var_list=model.trainable_weights,
+            gate_gradients=gate_gradients)
         init_op = _v1.global_variables_initializer()
     return Built("keras_app", graph, train_op, loss, batch, init_op,
                  _feed_maker([(x, 0), (y, classes)], seed),
                  "Keras %s %dx%d, batch %d (Session graph%s)"
                  % (app, image, image, batch,
-                    "" if fused_batch_norm else ", batch norm unfused"))
+                    ("" if fused_batch_norm else ", batch norm unfused")
+                    + ("" if gate_gradients == 1 else
+                       ", gate_gradients %d" % gate_gradients)))
 
 
 def keras3_app(app="ResNet50", image=224, batch=1, classes=1000, seed=0):
