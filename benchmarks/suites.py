@@ -352,10 +352,11 @@ KERAS3 = {
 }
 
 
-def _unfused_capacity(label, lms=None, **kw):
+def _unfused_capacity(label, lms=None, gate_gradients=1, **kw):
     case = {"model": "keras_app", "label": label, "dimension": "image",
             "kwargs": {"app": "ResNet50", "image": 224, "batch": 1,
-                       "fused_batch_norm": False},
+                       "fused_batch_norm": False,
+                       "gate_gradients": gate_gradients},
             "budget_gib": 16, "start": 1024, "step": 32, "tolerance": 0,
             "max": 32768, "methods": ["none", "tflms"], "timeout_s": 3600}
     if lms:
@@ -366,8 +367,10 @@ def _unfused_capacity(label, lms=None, **kw):
 
 # Issue 24, item 8, the other side of KERAS3: the same computation in a
 # Session graph (tf.keras on TensorFlow 2.15, batch norm unfused as Keras 3
-# computes it), the same budget, grid and tolerance. The guesses (near the
-# Keras 3 figures) only save probes.
+# computes it), the same budget, grid and tolerance; with minimize's default
+# gating (GATE_OP) and, as a GradientTape step computes its gradients,
+# without (GATE_NONE). The guesses (near the Keras 3 figures) only save
+# probes.
 KERAS3_GRAPH = {
     "capacity": [
         _unfused_capacity("tf.keras ResNet50 image side, batch norm unfused "
@@ -377,6 +380,14 @@ KERAS3_GRAPH = {
                           "unfused, copies instant",
                           lms={"interconnect": "instant"}, methods=["tflms"],
                           guess={"tflms": 6880}),
+        _unfused_capacity("tf.keras ResNet50 image side, batch norm "
+                          "unfused, gradients not gated (Session graph)",
+                          gate_gradients=0,
+                          guess={"none": 3136, "tflms": 5824}),
+        _unfused_capacity("tf.keras ResNet50 image side, batch norm "
+                          "unfused, gradients not gated, copies instant",
+                          gate_gradients=0, lms={"interconnect": "instant"},
+                          methods=["tflms"], guess={"tflms": 6880}),
     ],
 }
 
