@@ -103,3 +103,16 @@ def test_keras_app_unfused_batch_norm_has_no_fused_op_and_trains():
         sess.run(built.train_op, feed)
         after = sess.run(built.loss, feed)
     assert after < before
+
+
+def test_keras_app_gate_gradients_zero_groups_no_gradients():
+    def grouped(built):
+        return sum(1 for op in built.graph.get_operations()
+                   if op.name.startswith("gradients/") and "/tuple/" in
+                   op.name)
+    gated = models.keras_app(image=32, classes=10, fused_batch_norm=False)
+    ungated = models.keras_app(image=32, classes=10, fused_batch_norm=False,
+                               gate_gradients=0)
+    assert grouped(gated) > 0
+    assert grouped(ungated) == 0
+    assert "gate_gradients 0" in ungated.description
