@@ -73,16 +73,18 @@ def test_recipe_unet_trains_in_a_session_graph_and_the_simulator_agrees():
                - 1) < 0.05
 
 
-def test_keras3_graph_cases_build_keras_app_with_batch_norm_unfused():
+def test_keras3_graph_cases_build_keras_app_mostly_with_batch_norm_unfused():
     cases = suites.suite("keras3_graph")
     assert set(cases) == {"capacity"}
     params = inspect.signature(models.keras_app).parameters
     for case in cases["capacity"]:
         assert case["model"] == "keras_app"
         assert set(case["kwargs"]) <= set(params), case
-        assert case["kwargs"]["fused_batch_norm"] is False
         assert (case["budget_gib"], case["kwargs"]["batch"], case["step"],
                 case["tolerance"]) == (16, 1, 32, 0)
+    unfused = [c for c in cases["capacity"]
+               if not c["kwargs"]["fused_batch_norm"]]
+    assert len(unfused) == 4
 
 
 def test_keras_app_unfused_batch_norm_has_no_fused_op_and_trains():
