@@ -168,7 +168,22 @@ KERAS_APPS = collections.OrderedDict([
 ])
 
 
-def keras_app(app="ResNet50", image=224, batch=1, classes=1000, seed=0):
+def _unfused_batch_norm(make_model):
+    """`make_model()` rebuilt with every ``BatchNormalization`` layer
+    ``fused=False``: the model is made once in a scratch graph for its
+    config (so its variables stay out of the caller's graph), each batch-norm
+    layer's config gets ``fused=False``, and the model is made again from
+    that config in the current graph."""
+    with tf.Graph().as_default():
+        config = make_model().get_config()
+    for layer in config["layers"]:
+        if layer["class_name"] == "BatchNormalization":
+            layer["config"]["fused"] = False
+    return tf.keras.Model.from_config(config)
+
+
+def keras_app(app="ResNet50", image=224, batch=1, classes=1000, seed=0,
+              fused_batch_norm=True, gate_gradients=1):
     """A Keras application trained in a Session graph, as issue 22 wrote it.
 
     The graph holds what a user of ``tf.keras.applications`` in TF1 code
@@ -180,12 +195,26 @@ def keras_app(app="ResNet50", image=224, batch=1, classes=1000, seed=0):
     does not ask for them). The step is found by `tflms.step`'s rules (the
     optimizer's updates); nothing is put in the train-op collection.
 
+    ``fused_batch_norm=False`` builds every ``BatchNormalization`` layer
+    with ``fused=False``: batch norm computed as Keras 3 computes it on
+    TensorFlow (``tf.nn.moments`` and ``tf.nn.batch_normalization``,
+    element-wise ops and their gradients) instead of ``FusedBatchNormV3``
+    and ``FusedBatchNormGradV3``; the model is otherwise the same (issue
+    24 item 8: the Session-graph figure of the computation `keras3_app`
+    runs). ``gate_gradients`` is ``minimize``'s: 1 (``GATE_OP``, its
+    default, what the issue's program gets: the gradients of each op
+    grouped by ``tf.tuple``, so none is used before all of that op's are
+    made) or 0 (``GATE_NONE``, no grouping, as a ``GradientTape`` step
+    such as Keras 3's ``train_step`` computes them).
+
     Args:
       app: a name of `KERAS_APPS` (a function of ``tf.keras.applications``).
       image: input height and width (at least the app's minimum).
       batch: batch size.
       classes: output classes.
       seed: seed for weights and data.
+      fused_batch_norm: False: every batch-norm layer unfused (see above).
+      gate_gradients: ``minimize``'s gating, 1 (GATE_OP) or 0 (GATE_NONE).
 
     Returns:
       A `Built`.
@@ -196,12 +225,17 @@ def keras_app(app="ResNet50", image=224, batch=1, classes=1000, seed=0):
     if image < KERAS_APPS[app]:
         raise ValueError("image must be at least %d for %s; got %d"
                          % (KERAS_APPS[app], app, image))
+
+    def make_model():
+        return getattr(tf.keras.applications, app)(
+            weights=None, input_shape=(image, image, 3), classes=classes,
+            classifier_activation=None)
+
     graph = tf.Graph()
     with graph.as_default():
         _v1.set_random_seed(seed)
-        model = getattr(tf.keras.applications, app)(
-            weights=None, input_shape=(image, image, 3), classes=classes,
-            classifier_activation=None)
+        model = make_model() if fused_batch_norm else \
+            _unfused_batch_norm(make_model)
         x = _v1.placeholder(tf.float32, [batch, image, image, 3], name="x")
         y = _v1.placeholder(tf.int32, [batch], name="y")
         logits = model(x, training=True)
@@ -209,12 +243,16 @@ def keras_app(app="ResNet50", image=224, batch=1, classes=1000, seed=0):
             tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y,
                                                            logits=logits))
         train_op = _v1.train.MomentumOptimizer(0.01, 0.9).minimize(
-            loss, var_list=model.trainable_weights)
+            loss, var_list=model.trainable_weights,
+            gate_gradients=gate_gradients)
         init_op = _v1.global_variables_initializer()
     return Built("keras_app", graph, train_op, loss, batch, init_op,
                  _feed_maker([(x, 0), (y, classes)], seed),
-                 "Keras %s %dx%d, batch %d (Session graph)"
-                 % (app, image, image, batch))
+                 "Keras %s %dx%d, batch %d (Session graph%s)"
+                 % (app, image, image, batch,
+                    ("" if fused_batch_norm else ", batch norm unfused")
+                    + ("" if gate_gradients == 1 else
+                       ", gate_gradients %d" % gate_gradients)))
 
 
 def keras3_app(app="ResNet50", image=224, batch=1, classes=1000, seed=0):

@@ -16,6 +16,12 @@
   a `tf.function` (`benchmarks.models.keras3_app`, issue 24 item 8), beside
   the Session-graph figure of ``thirdparty``; TensorFlow 2.16+ with Keras 3
   only (run it without TF_USE_LEGACY_KERAS), so ``full`` does not run it.
+* ``keras3_graph``: the Session-graph figure of the same computation on
+  TensorFlow 2.15: tf.keras ResNet50 (`benchmarks.models.keras_app`) with
+  every batch-norm layer unfused, as Keras 3 computes batch norm, with and
+  without ``minimize``'s gating of gradients, and the fused model both
+  ways; the other half of the ``keras3`` comparison, run with
+  TF_USE_LEGACY_KERAS (or on a TensorFlow with Keras 2).
 
 Each case is a dict handed to a worker (see the section modules); the
 ``timeout_s`` of a case is enforced by the runner, and a stopped case keeps
@@ -346,11 +352,62 @@ KERAS3 = {
     ],
 }
 
+
+def _graph_capacity(label, lms=None, fused_batch_norm=False,
+                    gate_gradients=1, **kw):
+    case = {"model": "keras_app", "label": label, "dimension": "image",
+            "kwargs": {"app": "ResNet50", "image": 224, "batch": 1,
+                       "fused_batch_norm": fused_batch_norm,
+                       "gate_gradients": gate_gradients},
+            "budget_gib": 16, "start": 1024, "step": 32, "tolerance": 0,
+            "max": 32768, "methods": ["none", "tflms"], "timeout_s": 3600}
+    if lms:
+        case["lms"] = lms
+    case.update(kw)
+    return case
+
+
+# Issue 24, item 8, the other side of KERAS3: the same computation in a
+# Session graph (tf.keras on TensorFlow 2.15, batch norm unfused as Keras 3
+# computes it), the same budget, grid and tolerance; with minimize's default
+# gating (GATE_OP) and, as a GradientTape step computes its gradients,
+# without (GATE_NONE); and the fused model both ways. The guesses (near the
+# Keras 3 and Session-graph figures) only save probes.
+KERAS3_GRAPH = {
+    "capacity": [
+        _graph_capacity("tf.keras ResNet50 image side, batch norm unfused "
+                        "(Session graph)",
+                        guess={"none": 3136, "tflms": 5824}),
+        _graph_capacity("tf.keras ResNet50 image side, batch norm "
+                        "unfused, copies instant",
+                        lms={"interconnect": "instant"}, methods=["tflms"],
+                        guess={"tflms": 6880}),
+        _graph_capacity("tf.keras ResNet50 image side, batch norm "
+                        "unfused, gradients not gated (Session graph)",
+                        gate_gradients=0,
+                        guess={"none": 3136, "tflms": 5824}),
+        _graph_capacity("tf.keras ResNet50 image side, batch norm "
+                        "unfused, gradients not gated, copies instant",
+                        gate_gradients=0, lms={"interconnect": "instant"},
+                        methods=["tflms"], guess={"tflms": 6880}),
+        # The fused model (thirdparty's ResNet50) on the same grid and
+        # code, gated and not.
+        _graph_capacity("tf.keras ResNet50 image side, batch norm fused "
+                        "(Session graph)", fused_batch_norm=True,
+                        guess={"none": 3168, "tflms": 8544}),
+        _graph_capacity("tf.keras ResNet50 image side, batch norm fused, "
+                        "gradients not gated (Session graph)",
+                        fused_batch_norm=True, gate_gradients=0,
+                        guess={"none": 3168, "tflms": 8544}),
+    ],
+}
+
 for _section, _cases in THIRD_PARTY.items():
     FULL[_section] = FULL[_section] + _cases
 
 SUITES = {"smoke": SMOKE, "quick": QUICK, "full": FULL,
-          "thirdparty": THIRD_PARTY, "keras3": KERAS3}
+          "thirdparty": THIRD_PARTY, "keras3": KERAS3,
+          "keras3_graph": KERAS3_GRAPH}
 
 
 def suite(name):

@@ -71,3 +71,50 @@ def test_recipe_unet_trains_in_a_session_graph_and_the_simulator_agrees():
     measured = oracle.peak_memory(built.graph, built.train_op)
     assert abs(sim.peak_device_bytes / measured.runtime_gpu_peak_bytes
                - 1) < 0.05
+
+
+def test_keras3_graph_cases_build_keras_app_mostly_with_batch_norm_unfused():
+    cases = suites.suite("keras3_graph")
+    assert set(cases) == {"capacity"}
+    params = inspect.signature(models.keras_app).parameters
+    for case in cases["capacity"]:
+        assert case["model"] == "keras_app"
+        assert set(case["kwargs"]) <= set(params), case
+        assert (case["budget_gib"], case["kwargs"]["batch"], case["step"],
+                case["tolerance"]) == (16, 1, 32, 0)
+    unfused = [c for c in cases["capacity"]
+               if not c["kwargs"]["fused_batch_norm"]]
+    assert len(unfused) == 4
+
+
+def test_keras_app_unfused_batch_norm_has_no_fused_op_and_trains():
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    built = models.keras_app(image=32, classes=10, fused_batch_norm=False)
+    types = [op.type for op in built.graph.get_operations()]
+    assert not [t for t in types if t.startswith("FusedBatchNorm")]
+    # One SquaredDifference per batch-norm layer and call: the model on
+    # its own Input and on the placeholders.
+    assert types.count("SquaredDifference") == 2 * 53
+    fused = models.keras_app(image=32, classes=10)
+    assert len(built.graph.get_collection("variables")) == \
+        len(fused.graph.get_collection("variables"))
+    with tf.compat.v1.Session(graph=built.graph) as sess:
+        sess.run(built.init_op)
+        feed = built.make_feed()
+        before = sess.run(built.loss, feed)
+        sess.run(built.train_op, feed)
+        after = sess.run(built.loss, feed)
+    assert after < before
+
+
+def test_keras_app_gate_gradients_zero_groups_no_gradients():
+    def grouped(built):
+        return sum(1 for op in built.graph.get_operations()
+                   if op.name.startswith("gradients/") and "/tuple/" in
+                   op.name)
+    gated = models.keras_app(image=32, classes=10, fused_batch_norm=False)
+    ungated = models.keras_app(image=32, classes=10, fused_batch_norm=False,
+                               gate_gradients=0)
+    assert grouped(gated) > 0
+    assert grouped(ungated) == 0
+    assert "gate_gradients 0" in ungated.description
