@@ -324,16 +324,23 @@ FULL = {
 }
 
 
-def _keras3_capacity(label, lms=None, **kw):
-    case = {"model": "keras3_app", "label": label, "control_flow": "eager",
-            "dimension": "image",
-            "kwargs": {"app": "ResNet50", "image": 224, "batch": 1},
+def _resnet50_capacity(model, label, kwargs=None, lms=None, **kw):
+    # ResNet50's image side at 16 GiB, batch 1, on a 32-pixel grid without
+    # tolerance: issue 24's item 8 and the Session graphs set against it.
+    case = {"model": model, "label": label, "dimension": "image",
+            "kwargs": dict({"app": "ResNet50", "image": 224, "batch": 1},
+                           **(kwargs or {})),
             "budget_gib": 16, "start": 1024, "step": 32, "tolerance": 0,
             "max": 32768, "methods": ["none", "tflms"], "timeout_s": 3600}
     if lms:
         case["lms"] = lms
     case.update(kw)
     return case
+
+
+def _keras3_capacity(label, lms=None, **kw):
+    return _resnet50_capacity("keras3_app", label, lms=lms,
+                              control_flow="eager", **kw)
 
 
 # Issue 24, item 8: Keras 3 ResNet50, its fit() step as a tf.function, batch
@@ -355,16 +362,9 @@ KERAS3 = {
 
 def _graph_capacity(label, lms=None, fused_batch_norm=False,
                     gate_gradients=1, **kw):
-    case = {"model": "keras_app", "label": label, "dimension": "image",
-            "kwargs": {"app": "ResNet50", "image": 224, "batch": 1,
-                       "fused_batch_norm": fused_batch_norm,
-                       "gate_gradients": gate_gradients},
-            "budget_gib": 16, "start": 1024, "step": 32, "tolerance": 0,
-            "max": 32768, "methods": ["none", "tflms"], "timeout_s": 3600}
-    if lms:
-        case["lms"] = lms
-    case.update(kw)
-    return case
+    return _resnet50_capacity(
+        "keras_app", label, {"fused_batch_norm": fused_batch_norm,
+                             "gate_gradients": gate_gradients}, lms, **kw)
 
 
 # Issue 24, item 8, the other side of KERAS3: the same computation in a
