@@ -280,27 +280,16 @@ def _runtime_replay(step_stats, graph_def, gpu_device, static_bytes=None,
                 sent_early.add(key)
         live[key] = [alloc, release_key(name), transferred]
     to_host_ready = {}  # GPU tensor read by a CPU op -> first such read
-    for name in times:
-        node = nodes.get(name)
-        if node is None:
-            continue
-        reader_on_gpu = placement[name] == gpu_device
-        for text in node.input:
-            parsed = _parse_input(text)
-            if parsed is None or parsed[0] not in placement:
-                continue
-            # A GPU reader reads a GPU buffer (maybe a copy); a CPU reader
-            # (an LMS swap-out) keeps the GPU tensor it copies alive.
-            if not reader_on_gpu and placement[parsed[0]] != gpu_device:
-                continue
-            if not reader_on_gpu:
-                # The runtime sends a tensor to the host once, for its
-                # first CPU reader.
-                to_host_ready[parsed] = min(
-                    to_host_ready.get(parsed, times[name][0]), times[name][0])
-            buffer = gpu_buffer(parsed)
-            if buffer in live:
-                live[buffer][1] = max(live[buffer][1], release_key(name))
+    for name, parsed, reader_on_gpu in _gpu_reads(nodes, times, placement,
+                                                  gpu_device):
+        if not reader_on_gpu:
+            # The runtime sends a tensor to the host once, for its first
+            # CPU reader.
+            to_host_ready[parsed] = min(
+                to_host_ready.get(parsed, times[name][0]), times[name][0])
+        buffer = gpu_buffer(parsed)
+        if buffer in live:
+            live[buffer][1] = max(live[buffer][1], release_key(name))
 
     timed_copies = []
     if bytes_per_s is not None:
@@ -366,6 +355,25 @@ def _runtime_replay(step_stats, graph_def, gpu_device, static_bytes=None,
     return peak, at_peak, peak_ns, timed_copies
 
 
+def _gpu_reads(nodes, times, placement, gpu_device):
+    """``(reader, (tensor name, port), reader on the GPU)`` for every read
+    that holds a GPU buffer: a GPU reader reads a GPU buffer (maybe a
+    copy); a CPU reader (an LMS swap-out) keeps the GPU tensor it copies
+    alive. Part of `_runtime_replay` (its names)."""
+    for name in times:
+        node = nodes.get(name)
+        if node is None:
+            continue
+        reader_on_gpu = placement[name] == gpu_device
+        for text in node.input:
+            parsed = _parse_input(text)
+            if parsed is None or parsed[0] not in placement:
+                continue
+            if not reader_on_gpu and placement[parsed[0]] != gpu_device:
+                continue
+            yield name, parsed, reader_on_gpu
+
+
 def _write_in_place(written_into, gpu_buffer, release_key, nodes, times,
                     placement, order, sizes, gpu_device, timed):
     """Fills `written_into` (output key -> input buffer) with the GPU ops
@@ -376,22 +384,13 @@ def _write_in_place(written_into, gpu_buffer, release_key, nodes, times,
     taken only when copies are instant and that read has ended (with timed
     copies the copy to the host may still hold it). Part of
     `_runtime_replay` (its names)."""
-    readers = {}  # buffer -> [(release key, reader)]
-    for name in times:
-        node = nodes.get(name)
-        if node is None:
-            continue
-        on_gpu = placement[name] == gpu_device
-        for text in node.input:
-            parsed = _parse_input(text)
-            if parsed is None or parsed[0] not in placement:
-                continue
-            if not on_gpu and placement[parsed[0]] != gpu_device:
-                continue
-            buffer = gpu_buffer(parsed)
-            if buffer is not None:
-                readers.setdefault(buffer, []).append(
-                    (release_key(name), name, on_gpu))
+    readers = {}  # buffer -> [(release key, reader, reader on the GPU)]
+    for name, parsed, on_gpu in _gpu_reads(nodes, times, placement,
+                                           gpu_device):
+        buffer = gpu_buffer(parsed)
+        if buffer is not None:
+            readers.setdefault(buffer, []).append(
+                (release_key(name), name, on_gpu))
     for name in sorted(order, key=order.get):
         node = nodes.get(name)
         if node is None or (name, 0) not in sizes:
