@@ -1,9 +1,10 @@
 """GPU kernels that write their output into one of their inputs' buffers.
 
 Many element-wise kernels ask TensorFlow for their output with
-``forward_input_or_allocate_output`` (or try ``forward_input_to_output_with_shape``
-input by input, as ``AddN`` does): the runtime hands them an input's buffer
-as output 0 instead of allocating a new one when, at the kernel's launch,
+``forward_input_or_allocate_output`` (or try
+``forward_input_to_output_with_shape`` input by input, as ``AddN`` does):
+the runtime hands them an input's buffer as output 0 instead of allocating
+a new one when, at the kernel's launch,
 
 * the input is not a reference (a v1 variable) and has the output's dtype
   and number of elements, on the same memory type, and
@@ -25,9 +26,10 @@ activations and their gradients), ``aggregate_ops.h`` (``AddN``),
 ``cwise_op_select.cc`` and ``op_kernel.cc``
 (``OpKernelContext::forward_input``). TensorFlow 2.21's GPU build runs some
 of these ops (``AddV2``, ``Mul``, ``Relu``...) with generated kernels that
-forward under the same rule. Left out, as not checked: ``Softplus``, ``Softsign``, ``Cast`` (which
-changes the dtype in any case), ``AccumulateNV2``, and the second output
-of ``SoftmaxCrossEntropyWithLogits``.
+forward under the same rule. Left out, as not checked: ``Softplus``,
+``Softsign``, ``Cast`` (which changes the dtype in any case),
+``AccumulateNV2``, and the second output of
+``SoftmaxCrossEntropyWithLogits``.
 """
 
 __all__ = ["ALL_INPUTS", "INPLACE_INPUTS", "inplace_candidates"]

@@ -122,8 +122,9 @@ def plan_recompute(index, roles, producer, output, consumers,
     Walks back from the producer over data inputs: an input that is on the
     device when the first late reader runs (see `_input_source`) is read
     as it is; any other input's producer must be cloned too (it must be of
-    `clone_types`, see `_may_clone`), up to `max_ops` ops. Cloning exactly the producers of the inputs that are not available
-    is the smallest set that can work. The clones wait on a trigger found
+    `clone_types`, see `_may_clone`), up to `max_ops` ops. Cloning exactly
+    the producers of the inputs that are not available is the smallest set
+    that can work. The clones wait on a trigger found
     as a swap-in's is, `len(ops)` levels ahead of the first late reader, so
     they run just before it and not as soon as their inputs exist.
 

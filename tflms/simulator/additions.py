@@ -166,28 +166,27 @@ class Additions:
                 self.new_levels.append(level + 1)
                 for src_index, src in enumerate(sources):
                     b = in_bufs[src_index]
-                    if src[0] not in ("clone", "swapin"):
-                        t = out_base[src[1]] + src[2]
-                        writer = overwritten_by.get(t)
-                        if writer is not None and \
-                                base_levels[writer] <= level:
-                            # The runtime keeps the tensor: the clone's read
-                            # holds it, so `writer` cannot write over it and
-                            # makes a buffer of its own. Counted as the
-                            # tensor's own buffer from `writer` on.
-                            b = self.buffer(tensor_bytes[t], DEVICE, writer)
-                            in_bufs[src_index] = b
-                            if detail:
-                                self.names.append("%s (kept for %s)" % (
-                                    tensor_name(index, src[1], src[2]),
-                                    rname))
-                    if src[0] not in ("clone", "swapin") and \
-                            b == tensor_buffer[out_base[src[1]] + src[2]]:
+                    if src[0] in ("clone", "swapin"):
                         if b != NO_BUFFER:
-                            self._tensor_reads.append(
-                                (out_base[src[1]] + src[2], cn, None))
-                    elif b != NO_BUFFER:
+                            self.read(b, cn)
+                        continue
+                    t = out_base[src[1]] + src[2]
+                    writer = overwritten_by.get(t)
+                    if writer is not None and base_levels[writer] <= level:
+                        # The runtime keeps the tensor: the clone's read
+                        # holds it, so `writer` cannot write over it and
+                        # makes a buffer of its own. Counted as the
+                        # tensor's own buffer from `writer` on.
+                        b = self.buffer(tensor_bytes[t], DEVICE, writer)
+                        in_bufs[src_index] = b
+                        if detail:
+                            self.names.append("%s (kept for %s)" % (
+                                tensor_name(index, src[1], src[2]), rname))
                         self.read(b, cn)
+                    elif b != NO_BUFFER:
+                        # Read once every reroute is known
+                        # (`add_rerouted_reads`).
+                        self._tensor_reads.append((t, cn, None))
                 out_bufs = []
                 for k in range(len(index.output_shapes[op])):
                     slot = alias_slot(index.types[op], k, index.inputs[op],
