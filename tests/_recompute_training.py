@@ -111,6 +111,11 @@ def main(name):
         "cloned_types": sorted({index.types[o]
                                 for r in result.planned.plan.recomputes
                                 for o in r.ops}),
+        # Clones a recompute reads from another recompute (not cloned
+        # twice): ``('recompute', ...)`` sources.
+        "shared_reads": sum(src[0] == "recompute"
+                            for r in result.planned.plan.recomputes
+                            for srcs in r.inputs for src in srcs),
         "clones": list(result.rewrite.recompute_ops),
         "clones_ran": [c for c in clones if c in ran],
         "clones_gone": gone,

@@ -36,6 +36,10 @@ EXPECTED_TYPES = {
     # go through convolutions (`_recompute_training.tuned_lms`).
     "keras_resnet_64:tuned": {"Conv2D", "FusedBatchNormV3", "Relu"},
 }
+# Models whose plans have a recompute read another's clone (a
+# ``('recompute', ...)`` source): the rewrite of shared clones trains the
+# same and runs them.
+SHARES_CLONES = {"cnn_branchy", "keras_resnet", "keras_resnet_64:tuned"}
 
 
 def train_in_subprocess(name, onednn):
@@ -55,6 +59,8 @@ def test_recompute_trains_bit_identically(name, onednn):
     assert out["onednn"] == onednn
     assert out["recomputed"], "nothing was recomputed"
     assert EXPECTED_TYPES[name] <= set(out["cloned_types"])
+    assert (out["shared_reads"] > 0) == (name in SHARES_CLONES), out[
+        "shared_reads"]
     assert out["swapouts"] > 0
     assert not out["unrun"], "ops that ran without LMS did not run with it"
     assert out["same_losses"], out["losses"]

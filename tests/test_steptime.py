@@ -450,6 +450,26 @@ def test_recompute_clones_run_before_their_first_late_reader():
     assert step.swapout_bytes == step.swapin_bytes == 0
 
 
+def test_a_clone_another_recompute_reads_runs_before_that_ones():
+    # b's recompute (for c) reads the clone of a that a's recompute (for d)
+    # makes: that clone runs before c, with b's after it, not before d.
+    # a 0-2 s, b 2-4, a's clone 4-6, b's 6-8, c 8-10, e 10-12, d 12-15.
+    index = chain()
+    i = index.id_of
+    rec_a = planner.RecomputePlan(
+        producer=i["a"], output=0, nbytes=1000, ops=(i["a"],),
+        inputs=((("tensor", i["x"], 0),),), consumers=((i["d"], 0),),
+        trigger=i["e"])
+    rec_b = planner.RecomputePlan(
+        producer=i["b"], output=0, nbytes=1000, ops=(i["b"],),
+        inputs=((("recompute", i["a"], 0, 0, 0),),),
+        consumers=((i["c"], 0),), trigger=i["b"])
+    plan = dataclasses.replace(plan_of(index, ()), recomputes=(rec_a, rec_b))
+    step = model(index).predict(plan)
+    assert step.recompute_s == 4 and step.with_lms_s == 15
+    assert step.op_start_s[i["c"]] == 8 and step.op_start_s[i["d"]] == 12
+
+
 def test_swap_outs_go_at_the_device_to_host_rate():
     # As in test_a_hidden_swap_costs_nothing, but copies to the host at
     # 250 B/s: a's swap-out runs 2-6 s. Its swap-in (triggered by b at 4 s)

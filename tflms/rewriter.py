@@ -231,6 +231,7 @@ def apply_plan(graph, index, plan, cpu_device):
             "before applying a plan" % (len(graph.get_operations()),
                                         index.graph_num_ops))
     _check_step(index, plan)
+    _check_shared_clones(index, plan)
     for producer, output, consumers in _rerouted(plan):
         tensor = ops[producer].outputs[output]
         for consumer, slot in consumers:
@@ -273,6 +274,7 @@ def apply_plan(graph, index, plan, cpu_device):
             for w in swap.waiters:
                 add_controls(ops[w], [swapout.op])
 
+    clones_of = {}  # (producer, output) -> that recompute's clones
     for rec in plan.recomputes:
         tensor = ops[rec.producer].outputs[rec.output]
         made = []
@@ -284,6 +286,9 @@ def apply_plan(graph, index, plan, cpu_device):
                     inputs.append(made[src[1]].outputs[src[2]])
                 elif src[0] == "swapin":
                     inputs.append(swapin_of[src[1:]])
+                elif src[0] == "recompute":
+                    inputs.append(
+                        clones_of[src[1:3]][src[3]].outputs[src[4]])
                 else:
                     inputs.append(ops[src[1]].outputs[src[2]])
             with _outside_user_context(graph, op.device, _CLONE_ATTRS):
@@ -295,6 +300,7 @@ def apply_plan(graph, index, plan, cpu_device):
         for consumer, slot in rec.consumers:
             ops[consumer]._update_input(slot, made[-1].outputs[rec.output])  # pylint: disable=protected-access
             rerouted += 1
+        clones_of[(rec.producer, rec.output)] = made
 
     for op, controls in pending_controls.items():
         if controls:
@@ -351,6 +357,27 @@ def _check_step(index, plan):
                 "; ".join(problems)))
 
 
+def _check_shared_clones(index, plan):
+    """Each clone a recompute reads from another (``('recompute', ...)``
+    sources) is one that recompute makes, and it is made first: earlier
+    in `Plan.recomputes`."""
+    made = {}
+    for rec in plan.recomputes:
+        for sources in rec.inputs:
+            for src in sources:
+                if src[0] != "recompute":
+                    continue
+                ops = made.get(src[1:3])
+                if ops is None or not 0 <= src[3] < len(ops):
+                    raise ValueError(
+                        "the recompute of %s reads clone %d of the "
+                        "recompute of %s, which no earlier recompute of the "
+                        "plan makes; nothing was edited" % (
+                            "%s:%d" % (index.names[rec.producer], rec.output),
+                            src[3], "%s:%d" % (index.names[src[1]], src[2])))
+        made[(rec.producer, rec.output)] = rec.ops
+
+
 def _plan_op_ids(plan):
     """Every op id `plan` names."""
     for a, b in plan.control_edges:
@@ -371,7 +398,7 @@ def _plan_op_ids(plan):
             yield consumer
         for sources in rec.inputs:
             for src in sources:
-                if src[0] not in ("clone", "swapin"):
+                if src[0] == "tensor":
                     yield src[1]
 
 

@@ -126,6 +126,13 @@ def log_plan_details(log, index, plan):
             name, lv[rec.producer], rec.nbytes, ", ".join(
                 "%s (%s)" % (index.names[o], index.types[o])
                 for o in rec.ops)), 1, 2)
+        shared = sorted({"%s:%d" % (index.names[src[1]], src[2])
+                         for srcs in rec.inputs for src in srcs
+                         if src[0] == "recompute"})
+        if shared:
+            log.info("Recompute of %s reads clones the recomputes of %s "
+                     "make (not cloned again)" % (name, ", ".join(shared)),
+                     1, 4)
         log.info("Recompute for %s triggered by %s (level %d)" % (
             ", ".join("%s (level %d)" % (index.names[c], lv[c])
                       for c, _ in rec.consumers),

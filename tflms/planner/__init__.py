@@ -29,7 +29,8 @@ The package's modules, each importable on its own:
     types      SyncMode, SwapParams, SwapInPlan, SwapPlan, RecomputePlan, Plan
     triggers   find_trigger, may_trigger, TriggerFinder
     swaps      candidate_edges, make_plan, wait_for_ordering
-    recompute  plan_recompute, with_recomputes, retrigger_swaps
+    recompute  plan_recompute, with_recomputes, with_shared_clones,
+               retrigger_swaps
     edges      deferral_edges, serialization_edges, levels_over_size,
                requirement_masks
 
@@ -43,7 +44,8 @@ from tflms.planner.recompute import (MAX_RECOMPUTE_OPS,
                                      MAX_TIMED_RECOMPUTE_OPS,
                                      RECOMPUTABLE_TYPES,
                                      TIMED_RECOMPUTABLE_TYPES, plan_recompute,
-                                     retrigger_swaps, with_recomputes)
+                                     retrigger_swaps, with_recomputes,
+                                     with_shared_clones)
 from tflms.planner.swaps import candidate_edges, make_plan, wait_for_ordering
 from tflms.planner.triggers import (TRIGGER_SEARCH_LEVELS, TriggerFinder,
                                     find_trigger, may_trigger)
@@ -76,6 +78,7 @@ __all__ = [
     "plan_recompute",
     "retrigger_swaps",
     "with_recomputes",
+    "with_shared_clones",
     "serialization_edges",
     "requirement_masks",
     "levels_over_size",

@@ -112,19 +112,44 @@ def _input_source(index, roles, tensor, level, rerouted, swaps_by_tensor):
     return None
 
 
+def _shared_clones(index, recomputes, level):
+    """``{op: (recompute, n)}``: the ops the plan's `recomputes` clone whose
+    clones a recompute first read at `level` may read: the n-th clone of
+    `recompute`, of those whose first late reader runs at or before
+    `level`, the latest such (its clone is kept the shortest time).
+
+    Such a recompute's clones, and everything they wait on (its trigger,
+    the swap-ins it reads), run before its first late reader, so at levels
+    below `level`: no reader at `level` or later leads to them, and reading
+    one of its clones adds no cycle."""
+    levels = index.levels
+    shared = {}
+    for rec in recomputes:
+        first = min(levels[c] for c, _ in rec.consumers)
+        if first > level:
+            continue
+        for n, op in enumerate(rec.ops):
+            known = shared.get(op)
+            if known is None or first > known[0]:
+                shared[op] = (first, rec, n)
+    return {op: (rec, n) for op, (_, rec, n) in shared.items()}
+
+
 def plan_recompute(index, roles, producer, output, consumers,
                    batch_size=None, swaps=(), recomputes=(), triggers=None,
                    clone_types=RECOMPUTABLE_TYPES,
-                   max_ops=MAX_RECOMPUTE_OPS):
+                   max_ops=MAX_RECOMPUTE_OPS, shared_from=None):
     """The cheapest way to make tensor ``(producer, output)`` again for its
     late readers `consumers`, or None.
 
     Walks back from the producer over data inputs: an input that is on the
     device when the first late reader runs (see `_input_source`) is read
-    as it is; any other input's producer must be cloned too (it must be of
-    `clone_types`, see `_may_clone`), up to `max_ops` ops. Cloning exactly
-    the producers of the inputs that are not available is the smallest set
-    that can work. The clones wait on a trigger found
+    as it is, and so is one whose producer another of the plan's
+    recomputes clones before then (`_shared_clones`: that clone is kept
+    for this one); any other input's producer must be cloned too (it must
+    be of `clone_types`, see `_may_clone`), up to `max_ops` ops. Cloning
+    exactly the producers of the inputs that are not available is the
+    smallest set that can work. The clones wait on a trigger found
     as a swap-in's is, `len(ops)` levels ahead of the first late reader, so
     they run just before it and not as soon as their inputs exist.
 
@@ -143,6 +168,9 @@ def plan_recompute(index, roles, producer, output, consumers,
         products too) where a step-time model judges each recompute.
       max_ops: the most ops cloned (`MAX_RECOMPUTE_OPS`, or
         `MAX_TIMED_RECOMPUTE_OPS` where each recompute is timed).
+      shared_from: the recomputes whose clones may be read (each must come
+        before this one in the plan's `recomputes`); default: those of
+        `recomputes`, which the plan holds before this one.
 
     Returns:
       A `RecomputePlan`, or None.
@@ -155,6 +183,8 @@ def plan_recompute(index, roles, producer, output, consumers,
     rerouted = _rerouted_edges(swaps, recomputes) | set(consumers)
     swaps_by_tensor = {(s.producer, s.output): s for s in swaps}
     recomputed = {(r.producer, r.output) for r in recomputes}
+    shared = _shared_clones(
+        index, recomputes if shared_from is None else shared_from, level)
     cloned = {producer}
     sources = {}
     stack = [producer]
@@ -167,6 +197,14 @@ def plan_recompute(index, roles, producer, output, consumers,
             if tensor not in recomputed:
                 source = _input_source(index, roles, tensor, level, rerouted,
                                        swaps_by_tensor)
+            if (source is None or source[0] == "later") and (
+                    tensor[0] in shared):
+                # Another recompute clones this op before: its clone is
+                # read (kept until then) instead of cloned again, and
+                # instead of a swap-in started earlier for it.
+                rec, n = shared[tensor[0]]
+                source = ("recompute", rec.producer, rec.output, n,
+                          tensor[1])
             if source is not None:
                 sources[tensor] = source
                 continue
@@ -290,8 +328,72 @@ def with_recomputes(index, roles, plan, accept, batch_size=None,
     return current
 
 
+def with_shared_clones(index, roles, plan, accept, batch_size=None,
+                       triggers=None, clone_types=RECOMPUTABLE_TYPES,
+                       max_ops=MAX_RECOMPUTE_OPS):
+    """`plan` with recomputes that clone an op an earlier one clones reading
+    that clone instead, where `accept` agrees.
+
+    A recompute can read only clones made before its own (`plan_recompute`
+    reads those of the recomputes a plan already holds), but a search that
+    adds recomputes one at a time also adds some that run before ones it
+    took earlier. Here the recomputes are taken in the order their clones
+    run (first late reader's level), and each that clones an op an earlier
+    one clones is planned again reading the earlier clones; the plan with
+    it is offered to ``accept(candidate, current)``.
+
+    Args:
+      index, roles, plan, accept, batch_size, triggers: as for
+        `with_recomputes`.
+      clone_types, max_ops: as for `plan_recompute`.
+
+    Returns:
+      A `Plan` (its recomputes in the order their clones run), or `plan`
+      itself when no recompute was replaced.
+    """
+    levels = index.levels
+    # Ties keep the plan's order, in which a recompute reading another's
+    # clones comes after it.
+    recs = [rec for _, _, rec in sorted(
+        (min(levels[c] for c, _ in rec.consumers), k, rec)
+        for k, rec in enumerate(plan.recomputes))]
+    cloned = set()
+    repeats = False
+    for rec in recs:
+        repeats = repeats or not cloned.isdisjoint(rec.ops)
+        cloned.update(rec.ops)
+    if not repeats:
+        return plan
+    if triggers is None:
+        triggers = TriggerFinder(index, roles)
+    # Recomputes whose clones others read keep their clones as they are.
+    read = {src[1:3] for rec in recs for srcs in rec.inputs for src in srcs
+            if src[0] == "recompute"}
+    current = plan
+    cloned = set()
+    for k, rec in enumerate(recs):
+        if cloned.isdisjoint(rec.ops) or (rec.producer, rec.output) in read:
+            cloned.update(rec.ops)
+            continue
+        cloned.update(rec.ops)
+        earlier = tuple(recs[:k])
+        again = plan_recompute(index, roles, rec.producer, rec.output,
+                               rec.consumers, batch_size, current.swaps,
+                               earlier + tuple(recs[k + 1:]), triggers,
+                               clone_types, max_ops, shared_from=earlier)
+        if again is None or len(again.ops) >= len(rec.ops):
+            continue
+        candidate = dataclasses.replace(
+            current, swaps=retrigger_swaps(current.swaps, again),
+            recomputes=earlier + (again,) + tuple(recs[k + 1:]))
+        if accept(candidate, current):
+            current = candidate
+            recs[k] = again
+    return current
+
+
 def _sources_read(rec):
     """``(producer, output)`` of the swapped or original tensors the clones
     of `rec` read."""
     return ((src[1], src[2]) for srcs in rec.inputs for src in srcs
-            if src[0] != "clone")
+            if src[0] in ("tensor", "swapin"))

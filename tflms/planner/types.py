@@ -139,7 +139,11 @@ class RecomputePlan:
         ``('tensor', op, output)`` (an original tensor still on the device
         then), ``('clone', k, output)`` (an output of the k-th clone) or
         ``('swapin', op, output, j)`` (the device copy of the j-th swap-in
-        of tensor ``(op, output)`` of the same plan's swaps).
+        of tensor ``(op, output)`` of the same plan's swaps) or
+        ``('recompute', op, output, n, k)`` (output k of the n-th clone of
+        the same plan's recompute of tensor ``(op, output)``, which comes
+        earlier in `Plan.recomputes` and whose clones run first: an op
+        two recomputes need is cloned once).
       consumers: ``(op_id, input_slot)`` pairs rerouted to the last clone.
       trigger: the op every clone waits on through a control edge, so the
         clones run just before the first late reader (found as a

@@ -130,7 +130,8 @@ class Additions:
         from then to their last reader (aliasing types forward their
         input's buffer, as the originals do); the late readers read the
         last clone, so the original buffer is freed after its early
-        readers."""
+        readers. A clone another recompute reads (a ``'recompute'``
+        source) is kept until that read too."""
         out_base = self._buffers.out_base
         tensor_bytes = self._buffers.tensor_bytes
         tensor_buffer = self._buffers.tensor_buffer
@@ -138,6 +139,7 @@ class Additions:
         base_nodes = self._num_base_nodes
         index = self._buffers.index
         overwritten_by = self._buffers.overwritten_by
+        clones_of = {}  # (producer, output) -> (clone nodes, their buffers)
         for rec in recomputes:
             p = rec.producer
             self.recompute_bytes += tensor_bytes[out_base[p] + rec.output]
@@ -155,6 +157,9 @@ class Additions:
                         v, b = nodes[src[1]], bufs[src[1]][src[2]]
                     elif src[0] == "swapin":
                         v, b = self.swapin_of[(src[1], src[2], src[3])]
+                    elif src[0] == "recompute":
+                        made, made_bufs = clones_of[(src[1], src[2])]
+                        v, b = made[src[3]], made_bufs[src[3]][src[4]]
                     else:
                         v = src[1]
                         b = tensor_buffer[out_base[v] + src[2]]
@@ -166,7 +171,7 @@ class Additions:
                 self.new_levels.append(level + 1)
                 for src_index, src in enumerate(sources):
                     b = in_bufs[src_index]
-                    if src[0] in ("clone", "swapin"):
+                    if src[0] != "tensor":
                         if b != NO_BUFFER:
                             self.read(b, cn)
                         continue
@@ -211,6 +216,7 @@ class Additions:
             for c, slot in rec.consumers:
                 self.reroute(c, slot, out_buf, p, last_level)
             self.clone_reroutes.append((p, last, rec.consumers))
+            clones_of[(p, rec.output)] = (nodes, bufs)
 
     def add_rerouted_reads(self):
         """Reads the rerouted inputs no longer make of the producer's buffer

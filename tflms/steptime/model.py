@@ -363,11 +363,10 @@ class StepTimeModel:
             position = {op: k for k, op in enumerate(order)}
             swap_of = {(swap.producer, swap.output): s
                        for s, swap in enumerate(swaps)}
-        for rec in recomputes:
-            readers = [c for c, _ in rec.consumers if c in position]
-            if not readers:
+            firsts = self._clones_run_before(recomputes, position)
+        for rec, first in zip(recomputes, firsts if recomputes else ()):
+            if first is None:
                 continue
-            first = min(readers, key=position.get)
             keys = tuple(
                 (swap_of[(src[1], src[2])], src[3])
                 for srcs in rec.inputs for src in srcs
@@ -480,6 +479,34 @@ class StepTimeModel:
                 clock += seconds[i]
             self._without = clock
         return self._without
+
+    @staticmethod
+    def _clones_run_before(recomputes, position):
+        """Per recompute, the op its clones run just before: the first of
+        its late readers that runs (by `position`), or None when none
+        does. A recompute whose clone another reads (a ``'recompute'``
+        source, always an earlier one of the plan) runs no later than
+        that one, as the reader's clones wait for it."""
+        firsts = []
+        for rec in recomputes:
+            readers = [c for c, _ in rec.consumers if c in position]
+            firsts.append(min(readers, key=position.get) if readers
+                          else None)
+        number = {(rec.producer, rec.output): k
+                  for k, rec in enumerate(recomputes)}
+        for k in range(len(recomputes) - 1, -1, -1):
+            first = firsts[k]
+            if first is None:
+                continue
+            for srcs in recomputes[k].inputs:
+                for src in srcs:
+                    if src[0] != "recompute":
+                        continue
+                    j = number[src[1:3]]
+                    if firsts[j] is None or position[first] < position[
+                            firsts[j]]:
+                        firsts[j] = first
+        return firsts
 
     def _order(self, levels):
         """The ops that run, by level then id (a list of ints)."""
