@@ -50,10 +50,17 @@ VARIANTS = (
 def measure(model, size=None, batch=1, gpu_mem=16.0,
             gpu=steptime.DEFAULT_GPU,
             interconnect=steptime.DEFAULT_INTERCONNECT, echo=True, waits=0,
-            variants=VARIANTS):
+            variants=VARIANTS, measure_plan=None):
     """One row per entry of `variants` (of `VARIANTS`; dicts), for `model`
     at `size`; each printed as a JSON line when made, with `echo`. With
-    `waits`, each row also has ``idle_ms`` and ``waits`` (`step_waits`)."""
+    `waits`, each row also has ``idle_ms`` and ``waits`` (`step_waits`).
+
+    `measure_plan`, if given, is called as ``measure_plan(built, planned)``
+    after each plan is made, with the model built here (whose graph the
+    plan's index refers to) and the `Planned`; the dict it returns is added
+    to the row. A hook that applies the plan edits ``built.graph``, which
+    the next variant's plan could then not be applied to: pass one variant
+    per call then (each call builds the model afresh)."""
     start = time.perf_counter()
     built = models.build_sized(model, size, batch)
     index = gi.build_index(built.graph)
@@ -98,6 +105,8 @@ def measure(model, size=None, batch=1, gpu_mem=16.0,
         if waits:
             rows[-1]["idle_ms"], rows[-1]["waits"] = step_waits(
                 step, planned.index, waits)
+        if measure_plan is not None:
+            rows[-1].update(measure_plan(built, planned))
         if echo:
             print(json.dumps(rows[-1]), flush=True)
     return rows

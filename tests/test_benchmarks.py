@@ -774,3 +774,60 @@ def test_plan_cost_script_sets_each_plan_against_the_step_without_lms():
         rows[0]["ratio"], "met" if rows[0]["ratio"] <= 1.4 else "missed"))
     assert table[2].endswith("| 1.1x: %s |" % (
         "met" if rows[2]["ratio"] <= 1.1 else "missed"))
+
+
+def test_plan_cost_oracle_judges_each_applied_plan_against_its_budget(
+        monkeypatch):
+    """plan_cost's ``--oracle`` path on a 48^3 U-Net planned for 52 MiB
+    over PCIe (its recompute plan recomputes a tensor): each plan is
+    applied to a build of its own (swap ops, and recompute clones where it
+    recomputes) before the oracle replays it; the row's oracle peak is the
+    replay's, lower than the oracle's peak without LMS and near the
+    simulator's instant count; the verdict is that peak against the
+    planning budget, in the JSON and the table, and turns to "no" when
+    the replay's peak is above the budget."""
+    from benchmarks import models  # pylint: disable=import-outside-toplevel
+    from benchmarks import plan_cost  # pylint: disable=import-outside-toplevel
+    from tflms import budget  # pylint: disable=import-outside-toplevel
+    gpu_mem = 0.052
+    limit = budget.device_budget(gpu_mem)
+    real = measure.oracle_peaks
+    seen = []
+
+    def spy(graph, fetch, **kwargs):
+        peaks = real(graph, fetch, **kwargs)
+        names = [op.name for op in graph.get_operations()]
+        seen.append((peaks, sum("lms/swapout_" in n for n in names),
+                     sum("lms/recompute_" in n for n in names)))
+        return peaks
+
+    monkeypatch.setattr(measure, "oracle_peaks", spy)
+    case = [("unet3d", 48, 1)]
+    rows = plan_cost.measure(case, ("pcie4",), gpu_mem, oracle=True)
+    assert [r["plan"] for r in rows] == list(plan_cost.PLANS)
+    assert rows[1]["recomputes"] > 0
+    built = models.build_sized("unet3d", 48, 1)
+    without = real(built.graph, built.train_op)["gpu_peak"]
+    table = plan_cost.table(rows)[2:]
+    for row, (peaks, swapouts, clones), line in zip(rows, seen, table):
+        assert swapouts == row["swaps"]
+        assert (clones > 0) == (row["recomputes"] > 0)
+        assert row["oracle_gib"] == round(peaks["gpu_peak"] / measure.GIB, 3)
+        assert row["grappler_gib"] == round(
+            peaks["raw_gpu_peak"] / measure.GIB, 3)
+        assert 0 < peaks["gpu_peak"] < without
+        # Section 5 holds the simulator within 5% of the runtime replay.
+        assert row["oracle_gib"] == pytest.approx(row["sim_instant_gib"],
+                                                  rel=0.05)
+        assert row["oracle_fits"] is (peaks["gpu_peak"] <= limit)
+        assert line.endswith("| %.2f | %s |" % (
+            row["grappler_gib"], "yes" if row["oracle_fits"] else "**no**"))
+
+    def over(graph, fetch, **kwargs):
+        return dict(real(graph, fetch, **kwargs), gpu_peak=limit + 1)
+
+    monkeypatch.setattr(measure, "oracle_peaks", over)
+    rows = plan_cost.measure(case, ("pcie4",), gpu_mem, oracle=True)
+    assert [r["oracle_fits"] for r in rows] == [False, False]
+    assert all(line.endswith("| **no** |")
+               for line in plan_cost.table(rows)[2:])
