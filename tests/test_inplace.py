@@ -15,6 +15,7 @@ from tflms import graph_index as gi
 from tflms import inplace
 from tflms import oracle
 from tflms import planner
+from tflms import rewriter
 from tflms import simulator
 
 MIB = 1 << 20
@@ -190,3 +191,71 @@ def test_oracle_input_read_later_is_not_written_over():
     assert result.runtime_gpu_peak_bytes == 3 * S
     assert sorted(t.name for t in result.runtime_live_at_peak
                   if t.nbytes >= S) == ["a:0", "b:0", "e:0"]
+
+
+def _recomputed_chain(twice=False):
+    """a = tile(x), b = relu(a), c = sigmoid(b) (or b * b with `twice`),
+    z = tanh(c); m1 = sum(z), m2..m5 = sin(...) (small); gz = z * m5 reads
+    z late, out = gz + a reads a last. Levels: x and the tile's multiples 0,
+    a 1, b 2, c 3, z 4, m1..m5 5..9, gz 10, out 11. The plan recomputes z
+    for gz by cloning b, c and z from a (on the device until out), three
+    levels ahead of gz: the clones run at 7, 8 and 9."""
+    g = tf.Graph()
+    with g.as_default():
+        _, a = _tiled(512)
+        b = tf.nn.relu(a, name="b")
+        c = (tf.math.multiply(b, b, name="c") if twice
+             else tf.math.sigmoid(b, name="c"))
+        z = tf.math.tanh(c, name="z")
+        m = tf.reduce_sum(z, name="m1")
+        for k in range(2, 6):
+            m = tf.math.sin(m, name="m%d" % k)
+        gz = tf.math.multiply(z, m, name="gz")
+        out = tf.math.add(gz, a, name="out")
+    index = gi.build_index(g)
+    roles = analysis.classify_ops(index)
+    ids = index.id_of
+    rec = planner.plan_recompute(
+        index, roles, ids["z"], 0, ((ids["gz"], 0),))
+    assert rec.ops == (ids["b"], ids["c"], ids["z"])
+    plan = planner.Plan(params=planner.SwapParams(1, 1, 0, 0), swaps=(),
+                        serialization_edges=(), num_levels=0,
+                        recomputes=(rec,))
+    return g, out, index, roles, plan
+
+
+def test_clones_write_in_place_as_their_kernels_do():
+    """A clone that is the only reader of an earlier clone's output writes
+    into it, as the original kernel would (the plan decides a clone's
+    readers): the three clones are one buffer. The simulator and the
+    oracle's runtime replay of the rewritten graph agree."""
+    g, out, index, roles, plan = _recomputed_chain()
+    result = simulator.SimulationModel(index, roles).replay(plan)
+    resident = result.resident_device_bytes
+    x = 16 * 16 * 4
+    # a and b until out (c and z written into b); z freed after m1 (5);
+    # m1..m5 one 4-byte buffer; the clones at 7-9 one buffer beside a (as
+    # new buffers, b's and c's clones would be 3 MiB at 8); gz written into
+    # z's clone at 10; out at 11.
+    assert (result.device_timeline - resident).tolist() == [
+        x, x + MIB, 2 * MIB, 2 * MIB, 2 * MIB, 2 * MIB + 4, MIB + 4,
+        2 * MIB + 4, 2 * MIB + 4, 2 * MIB + 4, 2 * MIB + 4, 2 * MIB]
+    rewriter.apply_plan(g, index, plan, "/cpu:0")
+    replay = oracle.peak_memory(g, out)
+    # The runtime peak is a and one other buffer (and the small constants):
+    # the clones do not hold three.
+    assert replay.runtime_gpu_peak_bytes < 2 * MIB + 64
+
+
+def test_a_clone_output_read_twice_is_not_written_over():
+    """c = b * b reads b's clone twice: its clone allocates (the runtime
+    holds two references), and z's clone writes into c's: a, b's clone and
+    c's clone at 8, in the simulator and the oracle alike."""
+    g, out, index, roles, plan = _recomputed_chain(twice=True)
+    result = simulator.SimulationModel(index, roles).replay(plan)
+    resident = result.resident_device_bytes
+    assert (result.device_timeline - resident).tolist()[7:10] == [
+        2 * MIB + 4, 3 * MIB + 4, 2 * MIB + 4]
+    rewriter.apply_plan(g, index, plan, "/cpu:0")
+    replay = oracle.peak_memory(g, out)
+    assert 3 * MIB <= replay.runtime_gpu_peak_bytes < 3 * MIB + 64

@@ -2,6 +2,9 @@
 clones, their buffers and reads, and the inputs they reroute.
 """
 
+import collections
+
+from tflms.inplace import inplace_candidates
 from tflms.simulator.buffers import (DEVICE, HOST, NO_BUFFER, alias_slot,
                                      tensor_name)
 
@@ -140,8 +143,21 @@ class Additions:
         index = self._buffers.index
         overwritten_by = self._buffers.overwritten_by
         clones_of = {}  # (producer, output) -> (clone nodes, their buffers)
+        # Clone outputs another recompute reads: (producer, output, n, k).
+        shared = {src[1:] for rec in recomputes for srcs in rec.inputs
+                  for src in srcs if src[0] == "recompute"}
         for rec in recomputes:
             p = rec.producer
+            # Reads of each clone output (n, k) by the recompute's own
+            # clones: an output read once, by one clone, is that clone's
+            # to write over.
+            clone_reads = collections.Counter(
+                src[1:] for srcs in rec.inputs for src in srcs
+                if src[0] == "clone")
+            # Buffers this recompute's clones made -> the clone output
+            # (n, k) that holds them now (views made by aliasing types
+            # do not hold one of their own).
+            holder = {}
             self.recompute_bytes += tensor_bytes[out_base[p] + rec.output]
             if detail:
                 rname = "lms/recompute_%s" % safe_name(
@@ -203,7 +219,16 @@ class Additions:
                     if size == 0:
                         out_bufs.append(NO_BUFFER)
                         continue
+                    if k == 0:
+                        b = self._clone_written_over(
+                            op, sources, rec, bufs, size, clone_reads,
+                            shared, holder)
+                        if b is not None:
+                            holder[b] = (len(nodes), k)
+                            out_bufs.append(b)
+                            continue
                     out_bufs.append(self.buffer(size, DEVICE, cn))
+                    holder[out_bufs[-1]] = (len(nodes), k)
                     if detail:
                         self.names.append("%s/%s:%d" % (
                             rname, safe_name(index.names[op]), k))
@@ -217,6 +242,35 @@ class Additions:
                 self.reroute(c, slot, out_buf, p, last_level)
             self.clone_reroutes.append((p, last, rec.consumers))
             clones_of[(p, rec.output)] = (nodes, bufs)
+
+    def _clone_written_over(self, op, sources, rec, bufs, size, clone_reads,
+                            shared, holder):
+        """The buffer a clone of `op` (reading `sources`) writes its output
+        0 into, as the original's kernel would (`tflms.inplace`), or None:
+        the first candidate input that is an earlier clone's output of the
+        same size and element size, in a buffer of the recompute's own that
+        holds it alone (`holder`), read only by this clone, once, and by no
+        other recompute (`shared`). Unlike the graph's own ops, this is
+        decided on the plan: a clone's readers are the plan's."""
+        index = self._buffers.index
+        out_base = self._buffers.out_base
+        tensor_bytes = self._buffers.tensor_bytes
+        itemsize = index.output_itemsizes[op][0]
+        for slot in inplace_candidates(index.types[op], len(sources)):
+            src = sources[slot]
+            if src[0] != "clone":
+                continue
+            n, k = src[1], src[2]
+            made = rec.ops[n]
+            if (clone_reads[(n, k)] != 1
+                    or (rec.producer, rec.output, n, k) in shared
+                    or index.output_itemsizes[made][k] != itemsize
+                    or tensor_bytes[out_base[made] + k] != size):
+                continue
+            b = bufs[n][k]
+            if b != NO_BUFFER and holder.get(b) == (n, k):
+                return b
+        return None
 
     def add_rerouted_reads(self):
         """Reads the rerouted inputs no longer make of the producer's buffer
