@@ -204,7 +204,8 @@ def test_recompute_looks_only_for_free_clones_when_every_copy_is_hidden(
 
     def spy(*args, **kwargs):
         looked_for.append((kwargs["clone_types"],
-                           kwargs.get("latest_first", False)))
+                           kwargs.get("latest_first", False),
+                           kwargs.get("unpin", False)))
         return real(*args, **kwargs)
 
     monkeypatch.setattr(planner, "with_recomputes", spy)
@@ -217,12 +218,14 @@ def test_recompute_looks_only_for_free_clones_when_every_copy_is_hidden(
         gib = 0.6 * without.peak_device_bytes / float(1 << 30)
         results[link] = pipeline.plan(index, base.replace(
             autotune_gpu_mem=gib, recompute=True), env=env)
-    # Exposed copies: two searches (the graph's order, then latest-made
-    # first); hidden ones: one, for clones that take no time.
+    # Exposed copies: four searches (the graph's order or latest-made
+    # first, each keeping or unpinning swaps recomputes read; no clone is
+    # repeated here, so no search after sharing clones); hidden ones: one,
+    # for clones that take no time.
+    timed = planner.TIMED_RECOMPUTABLE_TYPES
     assert looked_for == [
-        (planner.TIMED_RECOMPUTABLE_TYPES, False),
-        (planner.TIMED_RECOMPUTABLE_TYPES, True),
-        (planner.TIMED_RECOMPUTABLE_TYPES & steptime.NO_KERNEL_TYPES, False)]
+        (timed, False, False), (timed, True, False), (timed, False, True),
+        (timed, True, True), (timed & steptime.NO_KERNEL_TYPES, False, False)]
     assert results["pcie3"].plan.recomputes
     hidden = results["nvlink-c2c"]
     assert hidden.plan.recomputes == ()

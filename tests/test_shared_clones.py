@@ -4,6 +4,8 @@ op again (``('recompute', ...)`` sources): what `planner.plan_recompute` and
 form, and the rewrite in a real graph (same values, the clones run, a plan
 whose order cannot work refused before any edit)."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -204,3 +206,60 @@ def test_a_plan_reading_a_clone_not_made_yet_is_refused_unedited():
                             "/cpu:0")
     assert graph.as_graph_def().SerializeToString(
         deterministic=True) == before
+
+
+def chain_read_twice():
+    """p = relu(x), t = sigmoid(p), u = tanh(t); u read late by gu, t later
+    by gt; x read last (so clones can read it). Levels: x 0, p 1, t 2,
+    u 3, m1..m6 4..9, gu 10, gt 11, out 12."""
+    ops = [("x", "Placeholder", {"outputs": [100]}),
+           ("p", "Relu", {"outputs": [1000]}),
+           ("t", "Sigmoid", {"outputs": [1000]}),
+           ("u", "Tanh", {"outputs": [1000]})]
+    edges = [("x", "p"), ("p", "t"), ("t", "u"), ("u", "m1")]
+    for k in range(1, 7):
+        ops.append(("m%d" % k, "Sin", {"outputs": [10]}))
+        if k > 1:
+            edges.append(("m%d" % (k - 1), "m%d" % k))
+    ops += [("gu", "TanhGrad", {"outputs": [1]}),
+            ("gt", "SigmoidGrad", {"outputs": [1]}),
+            ("out", "AddV2", {"outputs": [1]})]
+    edges += [("m6", "gu"), ("u", "gu"), ("gu", "gt"), ("t", "gt"),
+              ("gt", "out"), ("x", "out")]
+    return gi.from_edges(ops, edges)
+
+
+def test_a_swap_recomputes_read_is_recomputed_with_them_when_unpinned():
+    index = chain_read_twice()
+    assert index.levels == (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12)
+    n = index.id_of
+    roles = analysis.classify_ops(index)
+    # t swapped for gt, its swap-in started after m2 (5): on the device
+    # when u's recompute runs before gu, which reads it.
+    swap_t = planner.SwapPlan(
+        producer=n["t"], output=0, nbytes=1000,
+        swap_ins=(planner.SwapInPlan(((n["gt"], 1),), (n["m2"],), False),),
+        waiters=())
+    rec_u = recompute(index, "u", "gu", swaps=(swap_t,))
+    assert rec_u.inputs == ((("swapin", n["t"], 0, 0),),)
+    plan = dataclasses.replace(plan_of(index, rec_u), swaps=(swap_t,))
+
+    def accept(candidate, current):
+        return True
+
+    # The search keeps a swap a recompute reads...
+    assert planner.with_recomputes(index, roles, plan, accept) is plan
+    # ...unless unpinned: u's recompute clones p and t from x, and t's
+    # recompute reads its clone of p (clone 0) and clones t alone.
+    unpinned = planner.with_recomputes(index, roles, plan, accept,
+                                       unpin=True)
+    assert unpinned.swaps == ()
+    again, rec_t = unpinned.recomputes
+    assert again.ops == (n["p"], n["t"], n["u"])
+    assert again.inputs[0] == (("tensor", n["x"], 0),)
+    assert rec_t.ops == (n["t"],)
+    assert rec_t.inputs == ((("recompute", n["u"], 0, 0, 0),),)
+    assert rec_t.consumers == ((n["gt"], 1),)
+    result = simulator.SimulationModel(index, roles).replay(unpinned)
+    assert result.swapout_bytes == result.swapin_bytes == 0
+    assert result.recompute_bytes == 2000

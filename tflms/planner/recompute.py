@@ -138,7 +138,8 @@ def _shared_clones(index, recomputes, level):
 def plan_recompute(index, roles, producer, output, consumers,
                    batch_size=None, swaps=(), recomputes=(), triggers=None,
                    clone_types=RECOMPUTABLE_TYPES,
-                   max_ops=MAX_RECOMPUTE_OPS, shared_from=None):
+                   max_ops=MAX_RECOMPUTE_OPS, shared_from=None,
+                   rerouted=()):
     """The cheapest way to make tensor ``(producer, output)`` again for its
     late readers `consumers`, or None.
 
@@ -171,6 +172,8 @@ def plan_recompute(index, roles, producer, output, consumers,
       shared_from: the recomputes whose clones may be read (each must come
         before this one in the plan's `recomputes`); default: those of
         `recomputes`, which the plan holds before this one.
+      rerouted: more ``(consumer, slot)`` edges the plan reroutes (the late
+        readers of a tensor about to be recomputed as well).
 
     Returns:
       A `RecomputePlan`, or None.
@@ -180,7 +183,8 @@ def plan_recompute(index, roles, producer, output, consumers,
     levels = index.levels
     consumers = tuple(sorted(consumers, key=lambda c: (levels[c[0]], c)))
     level = levels[consumers[0][0]]
-    rerouted = _rerouted_edges(swaps, recomputes) | set(consumers)
+    rerouted = (_rerouted_edges(swaps, recomputes) | set(consumers)
+                | set(rerouted))
     swaps_by_tensor = {(s.producer, s.output): s for s in swaps}
     recomputed = {(r.producer, r.output) for r in recomputes}
     shared = _shared_clones(
@@ -268,7 +272,8 @@ def retrigger_swaps(swaps, recompute):
 
 def with_recomputes(index, roles, plan, accept, batch_size=None,
                     triggers=None, clone_types=RECOMPUTABLE_TYPES,
-                    max_ops=MAX_RECOMPUTE_OPS, latest_first=False):
+                    max_ops=MAX_RECOMPUTE_OPS, latest_first=False,
+                    unpin=False):
     """`plan` with swaps replaced by recomputes where `accept` agrees.
 
     Each swapped tensor, most bytes moved first, is tried: its swap-ins'
@@ -290,6 +295,10 @@ def with_recomputes(index, roles, plan, accept, batch_size=None,
       clone_types, max_ops: as for `plan_recompute`.
       latest_first: of swaps moving as many bytes, try the one whose
         tensor is made latest first.
+      unpin: a swap kept only because recomputes read its swap-ins is
+        tried too: those recomputes are planned again without it (cloning
+        what made the tensor, or reading another's clones), and the
+        tensor recomputed after them, all in one candidate.
 
     Returns:
       A `Plan` (the same object when nothing was replaced).
@@ -301,14 +310,21 @@ def with_recomputes(index, roles, plan, accept, batch_size=None,
         -(s.nbytes or 0) * (1 + len(s.swap_ins)),
         -levels[s.producer] if latest_first else 0, s.producer, s.output))
     current = plan
-    # Tensors whose swaps or originals recomputes read, the plan's own
-    # recomputes too (a second pass over a plan keeps what the first took).
-    pinned = set()
-    for rec in plan.recomputes:
-        pinned.update(_sources_read(rec))
     for swap in order:
         tensor = (swap.producer, swap.output)
-        if tensor in pinned:
+        # Tensors whose swaps or originals the plan's recomputes read, and
+        # those recomputed: from the current plan, as an unpinned candidate
+        # may have planned recomputes again.
+        readers = _swapin_readers(current.recomputes)
+        if tensor in readers:
+            if unpin:
+                candidate = _unpinned(
+                    index, roles, current, swap, readers[tensor],
+                    batch_size, triggers, clone_types, max_ops)
+                if candidate is not None and accept(candidate, current):
+                    current = candidate
+            continue
+        if tensor in _held(current.recomputes):
             continue
         others = tuple(s for s in current.swaps if s is not swap)
         consumers = tuple(c for sin in swap.swap_ins for c in sin.consumers)
@@ -323,9 +339,69 @@ def with_recomputes(index, roles, plan, accept, batch_size=None,
             recomputes=current.recomputes + (rec,))
         if accept(candidate, current):
             current = candidate
-            pinned.add(tensor)
-            pinned.update(_sources_read(rec))
     return current
+
+
+def _swapin_readers(recomputes):
+    """``{tensor: [recomputes reading a swap-in of it]}``."""
+    readers = {}
+    for rec in recomputes:
+        for srcs in rec.inputs:
+            for src in srcs:
+                if src[0] == "swapin":
+                    got = readers.setdefault((src[1], src[2]), [])
+                    if rec not in got:
+                        got.append(rec)
+    return readers
+
+
+def _held(recomputes):
+    """Tensors the plan recomputes, or whose originals recomputes read."""
+    held = set()
+    for rec in recomputes:
+        held.add((rec.producer, rec.output))
+        held.update(src[1:3] for srcs in rec.inputs for src in srcs
+                    if src[0] == "tensor")
+    return held
+
+
+def _unpinned(index, roles, plan, swap, readers, batch_size, triggers,
+              clone_types, max_ops):
+    """`plan` without `swap`, its tensor recomputed instead, and the
+    recomputes that read its swap-ins (`readers`) planned again without
+    it; None where one of them cannot be, or another recompute reads
+    their clones."""
+    keys = {(r.producer, r.output) for r in readers}
+    for rec in plan.recomputes:
+        if any(src[0] == "recompute" and src[1:3] in keys
+               for srcs in rec.inputs for src in srcs):
+            return None
+    levels = index.levels
+    tensor = (swap.producer, swap.output)
+    # The plan's own swap of the tensor: a recompute may have started its
+    # swap-ins earlier (`retrigger_swaps`) since the search began.
+    swap = next(s for s in plan.swaps if (s.producer, s.output) == tensor)
+    consumers = tuple(c for sin in swap.swap_ins for c in sin.consumers)
+    swaps = tuple(s for s in plan.swaps if s is not swap)
+    kept = tuple(r for r in plan.recomputes if r not in readers)
+    placed = ()
+    for rec in sorted(readers, key=lambda r: (
+            min(levels[c] for c, _ in r.consumers), r.producer)):
+        again = plan_recompute(index, roles, rec.producer, rec.output,
+                               rec.consumers, batch_size, swaps,
+                               kept + placed, triggers, clone_types,
+                               max_ops, rerouted=consumers)
+        if again is None:
+            return None
+        swaps = retrigger_swaps(swaps, again)
+        placed += (again,)
+    rec = plan_recompute(index, roles, swap.producer, swap.output,
+                         consumers, batch_size, swaps, kept + placed,
+                         triggers, clone_types, max_ops)
+    if rec is None:
+        return None
+    return dataclasses.replace(plan, swaps=retrigger_swaps(swaps, rec),
+                               recomputes=kept + placed + (rec,))
 
 
 def with_shared_clones(index, roles, plan, accept, batch_size=None,
@@ -390,10 +466,3 @@ def with_shared_clones(index, roles, plan, accept, batch_size=None,
             current = candidate
             recs[k] = again
     return current
-
-
-def _sources_read(rec):
-    """``(producer, output)`` of the swapped or original tensors the clones
-    of `rec` read."""
-    return ((src[1], src[2]) for srcs in rec.inputs for src in srcs
-            if src[0] in ("tensor", "swapin"))

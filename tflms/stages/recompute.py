@@ -104,12 +104,15 @@ def _within_budget(context, planned):
     clone_types = planner.TIMED_RECOMPUTABLE_TYPES
     # The search keeps the swaps an accepted recompute reads, so which
     # tensor is tried first decides what can follow: of tensors moving as
-    # many bytes, it tries those made first, then (a second search from the
-    # tuner's plan) those made last, and keeps the faster plan. ResNet50 at
-    # 224x224, batch 1000, over PCIe 4.0 (`benchmarks/plan_cost.py`): 1.50x
-    # the step without LMS one way, 1.42x the other; at 6592x6592 the first
-    # way is the faster one.
-    orders = (False, True)
+    # many bytes, it tries those made first, or (another search from the
+    # tuner's plan) those made last; and a swap recomputes read is kept, or
+    # (`unpin`) also tried with those recomputes planned again. All four
+    # run, and the fastest plan is kept (`benchmarks/plan_cost.py`, over
+    # PCIe 4.0): ResNet50 at 224x224, batch 1000, 1.50x the step without
+    # LMS made-first and 1.42x made-last, unpinning no faster; at 6592x6592
+    # made-first 1.38x kept and 1.29x unpinned (`conv1_relu` was kept
+    # swapped because the recompute of `pool1_pad` read its swap-in).
+    searches = ((False, False), (True, False), (False, True), (True, True))
     step_s = costs[id(planned.plan)][1][0]
     if step_s - compute_s <= 1e-9 * step_s:
         # The compute hides every copy, and no recompute can change that (a
@@ -118,14 +121,16 @@ def _within_budget(context, planned):
         # search. The 200,000-op deep MLP (`benchmarks/plan_speed.py
         # deep_mlp 200000 --recompute`) plans in 18.9 s, not 39.1 s.
         clone_types = clone_types & steptime.NO_KERNEL_TYPES
-        orders = (False,)
+        searches = ((False, False),)
 
     def search(plan):
         return min((planner.with_recomputes(
             planned.index, context.roles, plan, accept,
             context.batch_size, clone_types=clone_types,
-            max_ops=planner.MAX_TIMED_RECOMPUTE_OPS, latest_first=latest)
-            for latest in orders), key=lambda plan: costs[id(plan)][1])
+            max_ops=planner.MAX_TIMED_RECOMPUTE_OPS, latest_first=latest,
+            unpin=unpin)
+            for latest, unpin in searches),
+            key=lambda plan: costs[id(plan)][1])
 
     chosen = search(planned.plan)
     # Recomputes taken one at a time clone some ops twice (one taken first
