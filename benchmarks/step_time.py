@@ -57,7 +57,8 @@ SOURCES = collections.OrderedDict([
     ("pt-rn50", "NVIDIA DeepLearningExamples, PyTorch ResNet50 v1.5, "
                 "\"Training performance results\" (pytorch-21.03 NGC "
                 "container, 1 GPU; batch sizes from configs.yml: 112 in FP32 "
-                "on DGX-1, 256 otherwise), " + _DLE
+                "on DGX-1, 256 otherwise; `memory_format: nhwc` in AMP only, "
+                "FP32 and TF32 in the default NCHW), " + _DLE
                 + "PyTorch/Classification/ConvNets/resnet50v1.5/README.md"),
     ("tf-bert", "NVIDIA DeepLearningExamples, TensorFlow BERT-large, "
                 "\"Training performance results\" (20.06-py3 NGC container, "
@@ -87,6 +88,13 @@ SOURCES = collections.OrderedDict([
                     "times where the FP32 peaks differ 1.24 times), "
                     "https://github.com/lambdal/deeplearning-benchmark/"
                     "blob/master/pytorch/pytorch-train-throughput-fp32.csv"),
+    ("cudnn", "NVIDIA cuDNN Developer Guide, Legacy API, \"Convolution "
+              "Functions\", \"Data and Filter Formats\": the library may "
+              "use padding, folding and NCHW-to-NHWC transformations to "
+              "call the Tensor Core operations (and \"Tensor "
+              "Transformations\"), "
+              "https://docs.nvidia.com/deeplearning/cudnn/developer/"
+              "legacy-api.html"),
 ])
 
 
@@ -104,6 +112,11 @@ class Published:
       source: a key of `SOURCES`.
       role: ``"fit"`` (the efficiencies are fitted on it) or ``"held
         out"``.
+      layout: the layout of the convolutions' tensors in the run
+        (`StepTimeModel`'s `layout`): ``"NCHW"`` where the source runs
+        PyTorch in its default memory format, else ``"NHWC"`` (TensorFlow
+        with XLA, which lays out float16 convolutions in NHWC; PyTorch
+        with ``--memory-format nhwc``; BERT has no convolutions).
     """
 
     model: str
@@ -114,6 +127,7 @@ class Published:
     throughput: float
     source: str
     role: str
+    layout: str = "NHWC"
 
     @property
     def unit(self):
@@ -158,9 +172,13 @@ PUBLISHED = (
        "held out"),
     _P("bert-pretraining", 512, _A40, "AMP", 16, 70.856, "tf-bert",
        "held out"),
-    _P("resnet50", None, _V16, "FP32", 112, 367.0, "pt-rn50", "held out"),
+    # NVIDIA's configs.yml sets `memory_format: nhwc` for AMP only: FP32
+    # and TF32 run in PyTorch's default NCHW.
+    _P("resnet50", None, _V16, "FP32", 112, 367.0, "pt-rn50", "held out",
+       "NCHW"),
     _P("resnet50", None, _V16, "AMP", 256, 1200.0, "pt-rn50", "held out"),
-    _P("resnet50", None, _A80, "TF32", 256, 938.0, "pt-rn50", "held out"),
+    _P("resnet50", None, _A80, "TF32", 256, 938.0, "pt-rn50", "held out",
+       "NCHW"),
     _P("resnet50", None, _A80, "AMP", 256, 2470.0, "pt-rn50", "held out"),
     _P("bert-squad", 384, _V16, "FP32", 2, 7.36, "tf-bert", "held out"),
     _P("bert-squad", 384, _V16, "AMP", 4, 29.74, "tf-bert", "held out"),
@@ -173,14 +191,17 @@ PUBLISHED = (
     _P("bert-squad", 384, _V32, "AMP", 24, 51.02, "tf-bert", "held out"),
     # Held out: H100 (PCIe), PyTorch, Lambda's runs of NVIDIA's examples,
     # and the same runs on the A100 80GB: the harness beside NVIDIA's.
-    _P("resnet50", None, _A80, "TF32", 640, 1066.0, "lambda", "held out"),
-    _P("resnet50", None, _A80, "AMP", 1280, 1582.0, "lambda", "held out"),
+    # Lambda's ResNet50 passes no --memory-format: NCHW in both precisions.
+    _P("resnet50", None, _A80, "TF32", 640, 1066.0, "lambda", "held out",
+       "NCHW"),
+    _P("resnet50", None, _A80, "AMP", 1280, 1582.0, "lambda", "held out",
+       "NCHW"),
     _P("bert-squad", 384, _A80, "TF32", 64, 75.0, "lambda", "held out"),
     _P("bert-squad", 384, _A80, "AMP", 112, 152.0, "lambda", "held out"),
     _P("resnet50", None, _H100P, "TF32", 640, 1197.0, "lambda",
-       "held out"),
+       "held out", "NCHW"),
     _P("resnet50", None, _H100P, "AMP", 1280, 1866.0, "lambda",
-       "held out"),
+       "held out", "NCHW"),
     _P("bert-squad", 384, _H100P, "TF32", 64, 97.0, "lambda",
        "held out"),
     _P("bert-squad", 384, _H100P, "AMP", 112, 203.0, "lambda",
@@ -225,13 +246,16 @@ class _Costs:
     memory, 2-byte products, convolutions, own launches (from a model at
     the peak rates; `time` gives the step for other fractions)."""
 
-    def __init__(self, index, roles, batch):
+    def __init__(self, index, roles, batch, layout="NHWC"):
         import numpy as np  # pylint: disable=import-outside-toplevel
         from tflms import graph_index as gi  # pylint: disable=import-outside-toplevel
         from tflms import steptime  # pylint: disable=import-outside-toplevel
         model = steptime.StepTimeModel(index, roles, batch,
-                                       efficiency=steptime.PEAK, fusion=True)
+                                       efficiency=steptime.PEAK, fusion=True,
+                                       layout=layout)
         ids = np.flatnonzero(model.op_seconds > 0)
+        # Layout transposes run as memory-bound kernels of their own.
+        self.transposed = float(sum(model.transposed_bytes(i) for i in ids))
         self.flops = np.asarray([gi.op_flops(index, i, batch) or 0
                                  for i in ids], dtype=float)
         self.bytes = np.asarray([model.bytes_touched(i) for i in ids],
@@ -240,7 +264,9 @@ class _Costs:
                                 for i in ids])
         self.conv = np.asarray([index.types[i] in steptime.CONVOLUTION_TYPES
                                 for i in ids])
-        self.launches = int(sum((i, 0) not in model.fused for i in ids))
+        self.launches = int(sum((i, 0) not in model.fused for i in ids)
+                            + sum(len(model.transposed_tensors(i))
+                                  for i in ids))
         self.launch_s = model.launch_overhead_s
 
     def conv_share(self):
@@ -259,6 +285,7 @@ class _Costs:
         return float(np.maximum(
             self.flops / peak,
             self.bytes / (gpu.memory_bandwidth * efficiency.memory)).sum()
+            + self.transposed / (gpu.memory_bandwidth * efficiency.memory)
             + self.launches * self.launch_s)
 
 
@@ -331,20 +358,21 @@ def throughput_rows():
         built = _build(row)
         index = gi.build_index(built.graph)
         roles = pipeline.classify(index, Settings())
-        graphs[key] = (index, roles, _Costs(index, roles, row.batch),
-                       built.description)
+        graphs[key] = (index, roles, built.description)
         print("# %s built and indexed in %.0f s" % (
             built.description, time.perf_counter() - start),
             file=sys.stderr)
     keyed = [graphs[_graph_key(r)]
              for r in PUBLISHED]
-    fitted = fit([r for r in PUBLISHED if r.role == "fit"],
-                 [g[2] for r, g in zip(PUBLISHED, keyed) if r.role == "fit"])
+    fitting = [(r, g) for r, g in zip(PUBLISHED, keyed) if r.role == "fit"]
+    fitted = fit([r for r, _ in fitting],
+                 [_Costs(index, roles, r.batch, layout=r.layout)
+                  for r, (index, roles, _) in fitting])
     out = []
-    for row, (index, roles, cost, description) in zip(PUBLISHED, keyed):
+    for row, (index, roles, description) in zip(PUBLISHED, keyed):
         # The published runs fused elementwise ops (XLA in TensorFlow).
         model = steptime.StepTimeModel(index, roles, row.batch, gpu=row.gpu,
-                                       fusion=True)
+                                       fusion=True, layout=row.layout)
         step = model.predict().without_lms_s
         predicted = row.batch / step
         out.append({"row": row, "description": description, "step_s": step,
@@ -409,15 +437,19 @@ def _ms(seconds):
 def throughput_table(rows):
     """The published rows beside the predictions."""
     sources = list(SOURCES)
-    lines = ["| model | GPU | precision (products) | batch | published | "
-             "predicted | predicted / published | role | source |",
+    lines = ["| model | GPU | precision (products; layout) | batch | "
+             "published | predicted | predicted / published | role | "
+             "source |",
              "|---|---|---|---:|---:|---:|---:|---|---|"]
     for r in rows:
         row = r["row"]
         off = abs(r["ratio"] - 1.0)
-        lines.append("| %s | %s | %s (%s) | %d | %s %s | %s %s | %.2f%s | "
+        lines.append("| %s | %s | %s (%s%s) | %d | %s %s | %s %s | %.2f%s | "
                      "%s | [%d] |" % (
                          row.label, row.gpu, row.precision, r["products"],
+                         # Layouts matter for convolutions only.
+                         "; " + row.layout if row.model == "resnet50"
+                         else "",
                          row.batch, _number(row.throughput), row.unit,
                          _number(r["predicted"]), row.unit, r["ratio"],
                          "" if off <= 0.15 else " (off by %.0f%%)"
@@ -515,7 +547,17 @@ FP32 rows are float32 graphs on a V100 (no TF32 there), TF32 rows float32
 graphs on an A100 or H100 (TensorFlow's default runs their products in
 TF32; for Lambda's PyTorch runs see [4]), AMP rows float16 graphs (Keras'
 `mixed_float16` policy for ResNet50; float16 products, float32 layer
-norms, softmax and losses for BERT).
+norms, softmax and losses for BERT). A ResNet50 row's layout is the
+layout of its run's convolution tensors (`layout` of `StepTimeModel`):
+NCHW where the run is PyTorch in its default memory format (NVIDIA's FP32
+and TF32 configurations, all of Lambda's), NHWC where NVIDIA's PyTorch
+AMP runs pass `--memory-format nhwc` and in TensorFlow with XLA, which
+lays float16 convolutions out in NHWC itself. In NCHW a convolution with
+float16 products pays cuDNN's transposes of its tensors into and out of
+NHWC, where its tensor-core kernels work ([5]): each 4-D input and
+output read and written once more, by a memory-bound kernel of its own;
+the graph's convolution shapes give the bytes, and nothing in it is
+fitted.
 """
 
 _READING = """\
@@ -604,7 +646,7 @@ def _section(throughput, fitted, plan, command):
             throughput_table(throughput), "",
             "Largest error: %.0f%% on the fitted rows, %.0f%% on the %d "
             "held-out rows within 15%%%s. Predicted: `StepTimeModel(index, "
-            "roles, batch, gpu=..., fusion=True).predict()` with "
+            "roles, batch, gpu=..., fusion=True, layout=...).predict()` with "
             "`steptime.ACHIEVED`; "
             "throughput = batch / step. %s" % (
                 100 * max(abs(r["ratio"] - 1) for r in fitted_rows),
