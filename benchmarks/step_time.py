@@ -10,9 +10,10 @@ Prints two markdown tables (docs/benchmarks.md, "Step-time model"):
    DeepLearningExamples, ResNet50 v1.5 in TensorFlow and PyTorch, BERT-large
    pretraining and SQuAD fine-tuning in TensorFlow, on V100 and A100; and
    Lambda's runs of NVIDIA's PyTorch ResNet50 and BERT-large SQuAD on the
-   A100 80GB and H100 PCIe; in the precisions published) beside the model's prediction for the same
-   model at the same batch and precision (`benchmarks.models.resnet50_at`,
-   `benchmarks.models.bert`). The model's fractions of the peak rates
+   A100 80GB and H100 PCIe; in the precisions published) beside the
+   model's prediction for the same model at the same batch and precision
+   (`benchmarks.models.resnet50_at`, `benchmarks.models.bert`), its
+   convolutions in the run's layout (`Published.layout`). The model's fractions of the peak rates
    (`steptime.Efficiency`) are fitted here on the rows marked "fitted"
    (`fit`) and must equal `steptime.ACHIEVED`, which the table uses; the
    rows marked "held out" test them.
