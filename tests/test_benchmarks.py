@@ -405,6 +405,15 @@ def test_step_time_tables_show_the_ratios():
         "64 | 238 seq/s | 300 seq/s | 1.26 (off by 26%) | held out | [3] |",
         "| BERT-large pretraining, seq 128 | A100-SXM4-40GB | TF32 (tf32) | "
         "64 | 238 seq/s | 250 seq/s | 1.05 | fitted | [3] |"]
+    # ResNet50 rows say the layout of their convolutions.
+    rn50 = step_time.Published("resnet50", None, "A100-SXM4-80GB", "AMP",
+                               1280, 1582.0, "lambda", "held out", "NCHW")
+    assert step_time.throughput_table([
+        {"row": rn50, "predicted": 2000.0, "ratio": 2000.0 / 1582.0,
+         "products": "fp16"}]).splitlines()[2] == (
+        "| ResNet50 (PyTorch, Lambda) | A100-SXM4-80GB | AMP (fp16; NCHW) | "
+        "1280 | 1582 img/s | 2000 img/s | 1.26 (off by 26%) | held out | "
+        "[4] |")
     # A case no plan fits is a row that says why.
     assert step_time.lms_table([{
         "image": 6592, "batch": 1, "error": "AutotuneError: too big"}]

@@ -618,3 +618,83 @@ def test_fusion_keeps_a_chain_of_elementwise_ops_in_one_kernel():
     assert fused.op_seconds[index.id_of["a"]] == 2
     assert fused.op_seconds[index.id_of["r"]] == 1
     assert fused.op_seconds[index.id_of["s"]] == 0.004
+
+
+def test_nchw_transposes_around_half_precision_convolutions():
+    # cuDNN runs 2-byte convolutions on tensor cores in NHWC: with NCHW
+    # tensors, each 4-D input and output of such a convolution is
+    # transposed by a kernel of its own that reads and writes it once.
+    # Every product here is compute-bound (40000 FLOPs at the 4000 FLOP/s
+    # half peak: 10 s; f 10000 at the 1000 FLOP/s FP32 peak: 10 s), so
+    # its time in NHWC is 10 s plus the 0.25 s launch.
+    index = gi.from_edges(
+        [("x", "Placeholder", {"outputs": [((1, 1, 10, 50), 2)]}),  # 1000 B
+         ("w", "Placeholder", {"outputs": [((1, 1, 5, 50), 2)]}),  # 500 B
+         ("s", "Placeholder", {"outputs": [((4,), 4)]}),  # a shape, 16 B
+         ("c", "Conv2D", {"outputs": [((1, 1, 10, 50), 2)],
+                          "flops": 40000}),
+         ("bi", "Conv2DBackpropInput", {"outputs": [((1, 1, 10, 50), 2)],
+                                        "flops": 40000}),
+         ("bf", "Conv2DBackpropFilter", {"outputs": [((1, 1, 5, 50), 2)],
+                                         "flops": 40000}),
+         ("f", "Conv2D", {"outputs": [((1, 1, 10, 25), 4)],
+                          "flops": 10000}),
+         ("m", "MatMul", {"outputs": [((10, 50), 2)], "flops": 40000})],
+        edges=[("x", "c"), ("w", "c"),
+               ("s", "bi"), ("w", "bi"), ("c", "bi"),
+               ("x", "bf"), ("s", "bf"), ("c", "bf"),
+               ("x", "f"), ("w", "f"), ("c", "m")])
+    i = index.id_of
+    nhwc = model(index, overhead=0.25)
+    nchw = model(index, overhead=0.25, layout="NCHW")
+    assert nhwc.layout == "NHWC"
+    assert model(index, overhead=0.25, layout="NHWC").op_seconds.tolist() \
+        == nhwc.op_seconds.tolist() == [0, 0, 0, 10.25, 10.25, 10.25,
+                                        10.25, 10.25]
+    # c: x 1000 B, w 500 B in, 1000 B out; bi: w, dy (c) in, dx out (its
+    # rank-1 input sizes are no activation); bf: x and dy in, the 500 B
+    # filter gradient out. Each 2500 B transposed, read and written: 5000
+    # B, 5 s at 1000 B/s, in three kernels of 0.25 s launch each.
+    for op in ("c", "bi", "bf"):
+        assert nchw.transposed_bytes(i[op]) == 5000
+        assert nchw.op_seconds[i[op]] == 10 + 5 + 4 * 0.25
+    assert sorted(nchw.transposed_tensors(i["bi"])) == [500, 1000, 1000]
+    # The float32 convolution and the float16 matrix product transpose
+    # nothing, nor does any op in NHWC.
+    for op in ("f", "m"):
+        assert nchw.transposed_bytes(i[op]) == 0
+        assert nchw.op_seconds[i[op]] == 10.25
+    assert all(nhwc.transposed_bytes(k) == 0 for k in range(index.num_ops))
+    assert nchw.predict().without_lms_s == 3 * 16 + 2 * 10.25
+    with pytest.raises(ValueError, match=r"^layout must be 'NHWC' or 'NCHW' "
+                       r"\(the layout of the convolutions' tensors\); got "
+                       r"'NDHWC'$"):
+        model(index, layout="NDHWC")
+
+
+def test_nchw_transposes_of_a_tensorflow_float16_convolution():
+    """On a real graph: a float16 convolution in NCHW on an A100 pays its
+    input, filter and output through memory twice more (each transposed:
+    read and written), and launches three more kernels."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float16, [None, 16, 16, 8], name="x")
+        w = tf.cast(tf.compat.v1.get_variable("w", [3, 3, 8, 32]),
+                    tf.float16)
+        tf.nn.conv2d(x, w, 1, "SAME", name="conv")
+    index = gi.build_index(graph)
+    roles = analysis.classify_ops(index)
+    batch = 4
+    nbytes = 2 * (batch * 16 * 16 * 8 + 3 * 3 * 8 * 32 + batch * 16 * 16 * 32)
+    conv = index.id_of["conv"]
+    nhwc = steptime.StepTimeModel(index, roles, batch, gpu="A100-SXM4-80GB")
+    nchw = steptime.StepTimeModel(index, roles, batch, gpu="A100-SXM4-80GB",
+                                  layout="NCHW")
+    assert nchw.precision(conv) == "fp16"
+    assert nchw.bytes_touched(conv) == nhwc.bytes_touched(conv) == nbytes
+    assert nchw.transposed_bytes(conv) == 2 * nbytes
+    # (approx: the same terms, added in another order)
+    assert nchw.op_seconds[conv] == pytest.approx(
+        nhwc.op_seconds[conv] + 2 * nbytes / nchw.achieved_bandwidth
+        + 3 * steptime.LAUNCH_OVERHEAD_S, rel=1e-12)

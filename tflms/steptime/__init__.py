@@ -33,6 +33,13 @@ The model
   written nor read through memory, and the op launches no kernel of its
   own (`StepTimeModel.fused`). Only with ``fusion=True`` (XLA); without
   XLA TensorFlow runs every op as a kernel of its own.
+* **Layout.** With ``layout="NCHW"`` (the layout of the run's
+  convolution tensors, default ``"NHWC"``, TensorFlow's), a convolution
+  with 2-byte products has each of its 4-D or 5-D tensors transposed
+  into or out of NHWC, where cuDNN runs tensor-core convolutions: a
+  memory-bound kernel each that reads and writes the tensor
+  (`StepTimeModel.transposed_bytes`). In NHWC, and for 4-byte products,
+  nothing is transposed.
 * **Copies.** Swap-outs queue first in, first out on one device-to-host
   copy stream at the link's device-to-host rate
   (`Interconnect.d2h_bytes_per_s`), swap-ins on one host-to-device stream
@@ -62,10 +69,10 @@ what the simulator needs to count copies that take time: `copy_levels`
 turns them into a `simulator.CopyLevels`, and `replay_in_time` replays a
 plan with them (what the auto-tuner checks its chosen plan with).
 
-Not modelled: the variable and slot bytes an optimizer update reads and
-writes through resource handles (handles have no size in the index; only
-the gradient counts), overlapping kernels (several streams, or ops of one
-level running concurrently), cuDNN algorithm choice per shape, fusion
+Not modelled: overlapping kernels (several streams, or ops of one
+level running concurrently), cuDNN algorithm choice per shape and layout
+(an NCHW run pays only its transposes), the transposes a layout optimizer
+(Grappler's, XLA's) adds at the edges of the regions it lays out, fusion
 beyond elementwise chains (epilogues of matrix products, Grappler's
 remapper), caches, host-side op scheduling, input pipelines, and copy
 rates below the link's.

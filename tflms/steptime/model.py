@@ -140,22 +140,36 @@ class StepTimeModel:
         Session, a tf.function without ``jit_compile``) runs every op as
         a kernel of its own. The published runs `ACHIEVED` is fitted to
         ran with XLA, and benchmarks/step_time.py times them with fusion.
+      layout: the memory layout of the 4-D (and 5-D) tensors the graph's
+        convolutions read and write when the step runs: ``"NHWC"``
+        (channels last, the default: TensorFlow's layout, and the one
+        XLA's layout assignment gives float16 convolutions) or ``"NCHW"``
+        (channels first, PyTorch's default memory format). The index
+        records shapes, not layouts. cuDNN runs 2-byte convolutions on
+        tensor cores in NHWC and transposes NCHW tensors into and out of
+        it around each one (`transposed_bytes`); in NHWC, and in 4-byte
+        precisions, it transposes nothing.
 
     Raises:
-      ValueError: an unknown GPU or link, a negative overhead, or a `half`
-        that is not a 2-byte precision.
+      ValueError: an unknown GPU or link, a negative overhead, a `half`
+        that is not a 2-byte precision, or an unknown `layout`.
     """
 
     def __init__(self, index, roles, batch_size=None, gpu=DEFAULT_GPU,
                  interconnect=DEFAULT_INTERCONNECT,
                  launch_overhead_s=LAUNCH_OVERHEAD_S, efficiency=None,
-                 tf32=True, half="fp16", fusion=False):
+                 tf32=True, half="fp16", fusion=False, layout="NHWC"):
         if not launch_overhead_s >= 0:
             raise ValueError("launch_overhead_s must be >= 0 seconds; got "
                              "%r" % (launch_overhead_s,))
         if half not in ("fp16", "bf16"):
             raise ValueError("half must be 'fp16' or 'bf16' (the precision "
                              "of 2-byte products); got %r" % (half,))
+        if layout not in ("NHWC", "NCHW"):
+            raise ValueError("layout must be 'NHWC' or 'NCHW' (the layout "
+                             "of the convolutions' tensors); got %r"
+                             % (layout,))
+        self.layout = layout
         self.gpu = gpu_named(gpu)
         if efficiency is None:
             published = GPUS.get(self.gpu.name) is self.gpu
@@ -247,6 +261,38 @@ class StepTimeModel:
             return 2 * handles * value
         return value * (1 if kind == "AssignVariableOp" else 2)
 
+    def transposed_tensors(self, op_id):
+        """The bytes of each tensor the layout has transposed around a
+        convolution (`transposed_bytes`), one entry per transpose kernel;
+        empty for other ops, NHWC and 4-byte products."""
+        if (self.layout != "NCHW"
+                or self.index.types[op_id] not in CONVOLUTION_TYPES
+                or self.precision(op_id) not in ("fp16", "bf16")):
+            return []
+        index = self.index
+        tensors = list(index.inputs[op_id]) + [
+            (op_id, k) for k in range(len(index.output_shapes[op_id]))]
+        # Rank 4 or 5: the activations, their gradients and the filter;
+        # not the shape vectors the backprop ops take.
+        return [self._bytes(p, k) for p, k in tensors
+                if index.output_shapes[p][k] is not None
+                and len(index.output_shapes[p][k]) >= 4]
+
+    def transposed_bytes(self, op_id):
+        """Bytes the layout transposes around a convolution move: with
+        ``layout="NCHW"``, a convolution whose products are 2-byte (cuDNN
+        runs it on tensor cores, in NHWC) has each of its 4-D or 5-D
+        input and output tensors transposed by a kernel of its own, which
+        reads it and writes it once (inputs into NHWC before, outputs back
+        to NCHW after): twice the tensor's bytes, memory-bound. The cuDNN
+        Developer Guide (Legacy API, "Data and Filter Formats") says it
+        may reach tensor-core convolutions through NCHW-to-NHWC
+        transformations; channels-last exists in PyTorch to avoid them.
+        0 for other ops, for NHWC, and for 4-byte products: the published
+        NCHW runs in FP32 and TF32 (benchmarks/step_time.py) show no such
+        cost."""
+        return 2 * sum(self.transposed_tensors(op_id))
+
     def precision(self, op_id):
         """The precision of an op's products (one of `PRECISIONS`): 2-byte
         outputs `half`; others TF32 (with `tf32`, on a GPU whose
@@ -285,7 +331,12 @@ class StepTimeModel:
                    self.bytes_touched(op_id) / self.achieved_bandwidth)
         if (op_id, 0) in self.fused:
             return work  # in its consumer's kernel: no launch of its own
-        return work + self.launch_overhead_s
+        # Layout transposes: kernels of their own before and after the
+        # convolution's, each memory-bound and launched.
+        transposes = self.transposed_tensors(op_id)
+        if transposes:
+            work += 2 * sum(transposes) / self.achieved_bandwidth
+        return work + self.launch_overhead_s * (1 + len(transposes))
 
     # ---- one step ------------------------------------------------------
     def predict(self, plan=None, levels=None, num_levels=None):
