@@ -124,13 +124,19 @@ def _within_budget(context, planned):
         searches = ((False, False),)
 
     def search(plan):
-        return min((planner.with_recomputes(
-            planned.index, context.roles, plan, accept,
-            context.batch_size, clone_types=clone_types,
-            max_ops=planner.MAX_TIMED_RECOMPUTE_OPS, latest_first=latest,
-            unpin=unpin)
-            for latest, unpin in searches),
-            key=lambda plan: costs[id(plan)][1])
+        found = {}
+        for latest, unpin in searches:
+            if unpin and not _reads_swap_ins(found[(latest, False)]):
+                # The same search without unpinning never kept a swap for
+                # a recompute reading it, so unpinning would change
+                # nothing: the plans are the same.
+                continue
+            found[(latest, unpin)] = planner.with_recomputes(
+                planned.index, context.roles, plan, accept,
+                context.batch_size, clone_types=clone_types,
+                max_ops=planner.MAX_TIMED_RECOMPUTE_OPS, latest_first=latest,
+                unpin=unpin)
+        return min(found.values(), key=lambda plan: costs[id(plan)][1])
 
     chosen = search(planned.plan)
     # Recomputes taken one at a time clone some ops twice (one taken first
@@ -165,6 +171,12 @@ def _within_budget(context, planned):
                  final.peak_level, final.peak_op, step.with_lms_s * 1e3,
                  step.exposed_transfer_s * 1e3, step.recompute_s * 1e3))
     return timed.replaced_plan(context, planned, chosen, final, step)
+
+
+def _reads_swap_ins(plan):
+    """True if one of `plan`'s recomputes reads a swap-in."""
+    return any(src[0] == "swapin" for rec in plan.recomputes
+               for srcs in rec.inputs for src in srcs)
 
 
 def _within_peak(context, planned):
