@@ -38,7 +38,8 @@ def _through(context, *names):
 def test_the_stages_run_in_this_order():
     assert [s.__module__.rsplit(".", 1)[-1] for s in stages.STAGES] == [
         "serialize", "defer", "swaps", "order", "fewer_waits", "recompute",
-        "host"]
+        "fewer_waits", "host"]
+    assert stages.STAGES[6] is fewer_waits.after_recompute
     assert all(callable(s) for s in stages.STAGES)
 
 
@@ -194,6 +195,32 @@ def test_fewer_waits_drops_the_waits_memory_does_not_need():
     # By bytes moved, not step time: the waits stay.
     by_bytes = dataclasses.replace(context, by_step_time=False)
     assert fewer_waits.stage(by_bytes, tuned) is tuned
+
+
+def test_fewer_waits_runs_again_only_where_recomputes_replaced_swaps():
+    index = _chain()
+    context = L.context(index, budget_units=5, recompute=True)
+    tuned = _through(context, "serialize", "defer", "swaps", "order")
+    assert [s for s in tuned.plan.swaps if s.waiters]
+    # No recomputes: the pass before the recompute stage had its turn.
+    assert fewer_waits.after_recompute(context, tuned) is tuned
+    replaced = recompute.stage(context, tuned)
+    assert replaced.plan.recomputes
+    again = fewer_waits.after_recompute(context, replaced)
+    once = fewer_waits.stage(context, replaced)
+    assert (again.plan, again.unwaited) == (once.plan, once.unwaited)
+    assert replaced.step_time.exposed_transfer_s >= (
+        fewer_waits.MIN_EXPOSED_SHARE * replaced.step_time.with_lms_s)
+    # A step that (as predicted) waits for no copy has no wait to drop.
+    step = replaced.step_time
+    unwaiting = dataclasses.replace(replaced, step_time=dataclasses.replace(
+        step, with_lms_s=step.without_lms_s + step.recompute_s))
+    assert fewer_waits.after_recompute(context, unwaiting) is unwaiting
+    # What the earlier pass freed stays listed.
+    first = fewer_waits.stage(context, tuned)
+    assert first.unwaited
+    later = fewer_waits.stage(context, recompute.stage(context, first))
+    assert later.unwaited[:len(first.unwaited)] == first.unwaited
 
 
 # ---- recompute ------------------------------------------------------------

@@ -17,6 +17,9 @@ stage does not apply). Adding or removing a stage is one line in `STAGES`.
                  asynchronous where memory allows and the step gets shorter
     recompute    with `Settings.recompute`: swaps replaced by clones of the
                  ops that made the tensor, where they cost less
+    fewer_waits  again where recomputes replaced swaps
+                 (`fewer_waits.after_recompute`): their room may free
+                 more waits
     host         the swapped tensors within the host budget: a tuned plan
                  that needs more host memory has swaps replaced by
                  recomputes until it fits (`host.HostMemoryError` if never)
@@ -43,5 +46,6 @@ STAGES = (
     order.stage,
     fewer_waits.stage,
     recompute.stage,
+    fewer_waits.after_recompute,
     host.stage,
 )
