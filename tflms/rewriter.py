@@ -363,18 +363,15 @@ def _check_shared_clones(index, plan):
     in `Plan.recomputes`."""
     made = {}
     for rec in plan.recomputes:
-        for sources in rec.inputs:
-            for src in sources:
-                if src[0] != "recompute":
-                    continue
-                ops = made.get(src[1:3])
-                if ops is None or not 0 <= src[3] < len(ops):
-                    raise ValueError(
-                        "the recompute of %s reads clone %d of the "
-                        "recompute of %s, which no earlier recompute of the "
-                        "plan makes; nothing was edited" % (
-                            "%s:%d" % (index.names[rec.producer], rec.output),
-                            src[3], "%s:%d" % (index.names[src[1]], src[2])))
+        for src in rec.sources("recompute"):
+            ops = made.get(src[1:3])
+            if ops is None or not 0 <= src[3] < len(ops):
+                raise ValueError(
+                    "the recompute of %s reads clone %d of the recompute of "
+                    "%s, which no earlier recompute of the plan makes; "
+                    "nothing was edited" % (
+                        "%s:%d" % (index.names[rec.producer], rec.output),
+                        src[3], "%s:%d" % (index.names[src[1]], src[2])))
         made[(rec.producer, rec.output)] = rec.ops
 
 
@@ -396,10 +393,8 @@ def _plan_op_ids(plan):
         yield from rec.ops
         for consumer, _ in rec.consumers:
             yield consumer
-        for sources in rec.inputs:
-            for src in sources:
-                if src[0] == "tensor":
-                    yield src[1]
+        for src in rec.sources("tensor"):
+            yield src[1]
 
 
 def _rerouted(plan):

@@ -127,8 +127,7 @@ def log_plan_details(log, index, plan):
                 "%s (%s)" % (index.names[o], index.types[o])
                 for o in rec.ops)), 1, 2)
         shared = sorted({"%s:%d" % (index.names[src[1]], src[2])
-                         for srcs in rec.inputs for src in srcs
-                         if src[0] == "recompute"})
+                         for src in rec.sources("recompute")})
         if shared:
             log.info("Recompute of %s reads clones the recomputes of %s "
                      "make (not cloned again)" % (name, ", ".join(shared)),

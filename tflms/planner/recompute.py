@@ -310,12 +310,12 @@ def with_recomputes(index, roles, plan, accept, batch_size=None,
         -(s.nbytes or 0) * (1 + len(s.swap_ins)),
         -levels[s.producer] if latest_first else 0, s.producer, s.output))
     current = plan
+    # Tensors whose swap-ins the plan's recomputes read, and those
+    # recomputed or whose originals they read: made again from each plan
+    # taken, as an unpinned candidate plans recomputes again.
+    readers, held = _swapin_readers(plan.recomputes), _held(plan.recomputes)
     for swap in order:
         tensor = (swap.producer, swap.output)
-        # Tensors whose swaps or originals the plan's recomputes read, and
-        # those recomputed: from the current plan, as an unpinned candidate
-        # may have planned recomputes again.
-        readers = _swapin_readers(current.recomputes)
         if tensor in readers:
             if unpin:
                 candidate = _unpinned(
@@ -323,8 +323,10 @@ def with_recomputes(index, roles, plan, accept, batch_size=None,
                     batch_size, triggers, clone_types, max_ops)
                 if candidate is not None and accept(candidate, current):
                     current = candidate
+                    readers = _swapin_readers(current.recomputes)
+                    held = _held(current.recomputes)
             continue
-        if tensor in _held(current.recomputes):
+        if tensor in held:
             continue
         others = tuple(s for s in current.swaps if s is not swap)
         consumers = tuple(c for sin in swap.swap_ins for c in sin.consumers)
@@ -339,6 +341,8 @@ def with_recomputes(index, roles, plan, accept, batch_size=None,
             recomputes=current.recomputes + (rec,))
         if accept(candidate, current):
             current = candidate
+            readers = _swapin_readers(current.recomputes)
+            held = _held(current.recomputes)
     return current
 
 
@@ -346,12 +350,10 @@ def _swapin_readers(recomputes):
     """``{tensor: [recomputes reading a swap-in of it]}``."""
     readers = {}
     for rec in recomputes:
-        for srcs in rec.inputs:
-            for src in srcs:
-                if src[0] == "swapin":
-                    got = readers.setdefault((src[1], src[2]), [])
-                    if rec not in got:
-                        got.append(rec)
+        for src in rec.sources("swapin"):
+            got = readers.setdefault(src[1:3], [])
+            if rec not in got:
+                got.append(rec)
     return readers
 
 
@@ -360,8 +362,7 @@ def _held(recomputes):
     held = set()
     for rec in recomputes:
         held.add((rec.producer, rec.output))
-        held.update(src[1:3] for srcs in rec.inputs for src in srcs
-                    if src[0] == "tensor")
+        held.update(src[1:3] for src in rec.sources("tensor"))
     return held
 
 
@@ -373,8 +374,7 @@ def _unpinned(index, roles, plan, swap, readers, batch_size, triggers,
     their clones."""
     keys = {(r.producer, r.output) for r in readers}
     for rec in plan.recomputes:
-        if any(src[0] == "recompute" and src[1:3] in keys
-               for srcs in rec.inputs for src in srcs):
+        if any(src[1:3] in keys for src in rec.sources("recompute")):
             return None
     levels = index.levels
     tensor = (swap.producer, swap.output)
@@ -433,25 +433,17 @@ def with_shared_clones(index, roles, plan, accept, batch_size=None,
     recs = [rec for _, _, rec in sorted(
         (min(levels[c] for c, _ in rec.consumers), k, rec)
         for k, rec in enumerate(plan.recomputes))]
-    cloned = set()
-    repeats = False
-    for rec in recs:
-        repeats = repeats or not cloned.isdisjoint(rec.ops)
-        cloned.update(rec.ops)
-    if not repeats:
-        return plan
-    if triggers is None:
-        triggers = TriggerFinder(index, roles)
     # Recomputes whose clones others read keep their clones as they are.
-    read = {src[1:3] for rec in recs for srcs in rec.inputs for src in srcs
-            if src[0] == "recompute"}
+    read = {src[1:3] for rec in recs for src in rec.sources("recompute")}
     current = plan
     cloned = set()
     for k, rec in enumerate(recs):
-        if cloned.isdisjoint(rec.ops) or (rec.producer, rec.output) in read:
-            cloned.update(rec.ops)
-            continue
+        repeats = not cloned.isdisjoint(rec.ops)
         cloned.update(rec.ops)
+        if not repeats or (rec.producer, rec.output) in read:
+            continue
+        if triggers is None:
+            triggers = TriggerFinder(index, roles)
         earlier = tuple(recs[:k])
         again = plan_recompute(index, roles, rec.producer, rec.output,
                                rec.consumers, batch_size, current.swaps,

@@ -168,6 +168,13 @@ class RecomputePlan:
     def first_consumer(self):
         return min(c for c, _ in self.consumers)
 
+    def sources(self, kind):
+        """The sources of `kind` (``'tensor'``, ``'clone'``, ``'swapin'``
+        or ``'recompute'``) the clones read, once per read, in clone and
+        input order."""
+        return (src for srcs in self.inputs for src in srcs
+                if src[0] == kind)
+
 
 @dataclasses.dataclass(frozen=True)
 class Plan:

@@ -144,16 +144,15 @@ class Additions:
         overwritten_by = self._buffers.overwritten_by
         clones_of = {}  # (producer, output) -> (clone nodes, their buffers)
         # Clone outputs another recompute reads: (producer, output, n, k).
-        shared = {src[1:] for rec in recomputes for srcs in rec.inputs
-                  for src in srcs if src[0] == "recompute"}
+        shared = {src[1:] for rec in recomputes
+                  for src in rec.sources("recompute")}
         for rec in recomputes:
             p = rec.producer
             # Reads of each clone output (n, k) by the recompute's own
             # clones: an output read once, by one clone, is that clone's
             # to write over.
             clone_reads = collections.Counter(
-                src[1:] for srcs in rec.inputs for src in srcs
-                if src[0] == "clone")
+                src[1:] for src in rec.sources("clone"))
             # Buffers this recompute's clones made -> the clone output
             # (n, k) that holds them now (views made by aliasing types
             # do not hold one of their own).

@@ -175,8 +175,7 @@ def _within_budget(context, planned):
 
 def _reads_swap_ins(plan):
     """True if one of `plan`'s recomputes reads a swap-in."""
-    return any(src[0] == "swapin" for rec in plan.recomputes
-               for srcs in rec.inputs for src in srcs)
+    return any(any(rec.sources("swapin")) for rec in plan.recomputes)
 
 
 def _within_peak(context, planned):

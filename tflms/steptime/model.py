@@ -410,18 +410,18 @@ class StepTimeModel:
         # as the ops they copy, after the swap-ins they read have arrived.
         clones_before = {}   # op -> [(seconds, swap-in keys read)]
         recomputes = plan.recomputes if plan is not None else ()
+        firsts = []
         if recomputes:
             position = {op: k for k, op in enumerate(order)}
             swap_of = {(swap.producer, swap.output): s
                        for s, swap in enumerate(swaps)}
             firsts = self._clones_run_before(recomputes, position)
-        for rec, first in zip(recomputes, firsts if recomputes else ()):
+        for rec, first in zip(recomputes, firsts):
             if first is None:
                 continue
-            keys = tuple(
-                (swap_of[(src[1], src[2])], src[3])
-                for srcs in rec.inputs for src in srcs
-                if src[0] == "swapin" and (src[1], src[2]) in swap_of)
+            keys = tuple((swap_of[src[1:3]], src[3])
+                         for src in rec.sources("swapin")
+                         if src[1:3] in swap_of)
             clones_before.setdefault(first, []).append(
                 (math.fsum(self.op_seconds[o] for o in rec.ops), keys))
 
@@ -549,14 +549,11 @@ class StepTimeModel:
             first = firsts[k]
             if first is None:
                 continue
-            for srcs in recomputes[k].inputs:
-                for src in srcs:
-                    if src[0] != "recompute":
-                        continue
-                    j = number[src[1:3]]
-                    if firsts[j] is None or position[first] < position[
-                            firsts[j]]:
-                        firsts[j] = first
+            for src in recomputes[k].sources("recompute"):
+                j = number[src[1:3]]
+                if firsts[j] is None or position[first] < position[
+                        firsts[j]]:
+                    firsts[j] = first
         return firsts
 
     def _order(self, levels):
