@@ -13,10 +13,10 @@ Prints two markdown tables (docs/benchmarks.md, "Step-time model"):
    A100 80GB and H100 PCIe; in the precisions published) beside the
    model's prediction for the same model at the same batch and precision
    (`benchmarks.models.resnet50_at`, `benchmarks.models.bert`), its
-   convolutions in the run's layout (`Published.layout`). The model's fractions of the peak rates
-   (`steptime.Efficiency`) are fitted here on the rows marked "fitted"
-   (`fit`) and must equal `steptime.ACHIEVED`, which the table uses; the
-   rows marked "held out" test them.
+   convolutions in the run's layout (`Published.layout`). The model's
+   fractions of the peak rates (`steptime.Efficiency`) are fitted here on
+   the rows marked "fitted" (`fit`) and must equal `steptime.ACHIEVED`,
+   which the table uses; the rows marked "held out" test them.
 2. Auto-tuned LMS plans for ResNet50 at sizes that do not fit 16 GiB
    without LMS (224x224 at batch 384, 6592x6592 at batch 1): the predicted
    step without and with the plan, and the exposed transfer time, over
