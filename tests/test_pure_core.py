@@ -28,7 +28,8 @@ CORE = ("graph_index", "graph_index.index", "graph_index.build",
         "autotune.selection", "autotune.choice", "autotune.report",
         "stages", "stages.serialize", "stages.defer", "stages.swaps",
         "stages.order", "stages.fewer_waits", "stages.recompute",
-        "stages.timed", "stages.host", "pipeline", "plots", "_logging")
+        "stages.prefetch", "stages.timed", "stages.host", "pipeline",
+        "plots", "_logging")
 
 _BLOCKED = ("tensorflow", "keras", "tf_keras")
 

@@ -38,7 +38,7 @@ def _through(context, *names):
 def test_the_stages_run_in_this_order():
     assert [s.__module__.rsplit(".", 1)[-1] for s in stages.STAGES] == [
         "serialize", "defer", "swaps", "order", "fewer_waits", "recompute",
-        "fewer_waits", "host"]
+        "fewer_waits", "prefetch", "host"]
     assert stages.STAGES[6] is fewer_waits.after_recompute
     assert all(callable(s) for s in stages.STAGES)
 

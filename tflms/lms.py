@@ -263,7 +263,8 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
         plan = planned.plan
         if plan.swaps or plan.recomputes:
             run_log.log_parameters(log, plan.params, planned.autotuned,
-                                   planned.only_tensors, planned.unwaited)
+                                   planned.only_tensors, planned.unwaited,
+                                   planned.prefetched)
         else:
             log.info("LMS will swap nothing: the step fits with the %d "
                      "control edges it adds (serialization, ordering, "

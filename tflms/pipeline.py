@@ -66,7 +66,12 @@ class Planned:
       unwaited: ``(producer, output)`` of the swapped tensors whose
         swap-outs the tuner's `sync_mode` would make their readers wait
         for, and whose waits were dropped because the plan fits without
-        them and its predicted step is shorter (`_fewer_swapout_waits`).
+        them and its predicted step is shorter (`stages.fewer_waits`).
+      prefetched: ``(producer, output, j)`` of the swap-ins (the j-th of
+        that tensor's) the prefetch stage started earlier than the tuner
+        did, because a reader (or a recompute's clones) waited for them and
+        the plan fits and runs faster with the earlier start
+        (`stages.prefetch`).
       plan: the complete `planner.Plan` (swaps, serialization and deferral
         edges), or None when LMS is not needed (auto-tuning found that the
         step fits without swapping).
@@ -99,6 +104,7 @@ class Planned:
     deferral_edges: tuple = ()
     ordering_edges: tuple = ()
     unwaited: tuple = ()
+    prefetched: tuple = ()
     plan: object = None
     autotuned: bool = False
     tune: object = None

@@ -70,7 +70,8 @@ def log_graph_facts(log, index, roles, settings):
                      len(roles.fused_with),
                      ", ".join("+".join(p) for p in pairs)))
 
-def log_parameters(log, p, autotuned, only_tensors=None, unwaited=()):
+def log_parameters(log, p, autotuned, only_tensors=None, unwaited=(),
+                   prefetched=()):
     """The swap parameters, in a form to paste into the constructor."""
     hand_set = ("LMS(swapout_threshold=%d, swapin_ahead=%d, "
                 "swapin_groupby=%d, sync_mode=%d)"
@@ -98,6 +99,10 @@ def log_parameters(log, p, autotuned, only_tensors=None, unwaited=()):
                  % len(unwaited), indent=2)
     log.info("swapout_threshold: %d" % p.swapout_threshold, indent=2)
     log.info("swapin_ahead: %d%s" % (p.swapin_ahead, ignored), indent=2)
+    if prefetched:
+        log.info("except for %d swap-ins started earlier, where memory "
+                 "allows and the step gets shorter (docs/autotuning.md, "
+                 "step 10)" % len(prefetched), indent=2)
     log.info("swapin_groupby: %d%s" % (p.swapin_groupby, ignored),
              indent=2)
 

@@ -20,6 +20,9 @@ stage does not apply). Adding or removing a stage is one line in `STAGES`.
     fewer_waits  again where recomputes replaced swaps
                  (`fewer_waits.after_recompute`): their room may free
                  more waits
+    prefetch     swap-ins that readers (or recompute clones) wait for,
+                 started earlier where memory allows and the step gets
+                 shorter
     host         the swapped tensors within the host budget: a tuned plan
                  that needs more host memory has swaps replaced by
                  recomputes until it fits (`host.HostMemoryError` if never)
@@ -33,6 +36,7 @@ from tflms.stages import defer
 from tflms.stages import fewer_waits
 from tflms.stages import host
 from tflms.stages import order
+from tflms.stages import prefetch
 from tflms.stages import recompute
 from tflms.stages import serialize
 from tflms.stages import swaps
@@ -47,5 +51,6 @@ STAGES = (
     fewer_waits.stage,
     recompute.stage,
     fewer_waits.after_recompute,
+    prefetch.stage,
     host.stage,
 )

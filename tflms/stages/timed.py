@@ -49,4 +49,6 @@ def replaced_plan(context, planned, plan, replay, step):
     swapped = {(s.producer, s.output) for s in plan.swaps}
     return dataclasses.replace(
         planned, plan=plan, with_lms=replay, step_time=step,
-        unwaited=tuple(t for t in planned.unwaited if t in swapped))
+        unwaited=tuple(t for t in planned.unwaited if t in swapped),
+        prefetched=tuple(k for k in planned.prefetched
+                         if k[:2] in swapped))

@@ -1,0 +1,236 @@
+"""Prefetch: swap-ins something waits for, started earlier where memory
+allows and the step gets shorter.
+
+The tuner starts every swap-in the same number of levels (`swapin_ahead`)
+before its first reader, the most the memory peak lets it. Away from the
+peak that is often too late: in ResNet50's backward phase at 224x224, batch
+1000, device memory stays under 7 GiB of the 14.4 GiB budget while reader
+after reader waits for its swap-in over NVLink 2.0 (the swap-in starts one
+level ahead, `benchmarks/plan_cost.py`). This stage gives each swap-in that
+something waits for (its first reader, or the clones of a recompute that
+reads it), earliest in the step first, a trigger early enough for the copy
+to end before the waiting op would otherwise start, and keeps it where a
+replay with copies timed still fits the budget and predicts a shorter step;
+where it does not fit, triggers half as far back are tried. The trigger is
+a data ancestor of the earliest reader of the swap-in and of those clones
+(`TriggerFinder.find`), so the control edge into the swap-in closes no
+cycle. Only plans the tuner chose by predicted step time, and whose step
+waits for copies at least `fewer_waits.MIN_EXPOSED_SHARE` of its time, are
+changed; at most `ordering.replays_for` timed replays are spent.
+"""
+
+import bisect
+import dataclasses
+
+from tflms import ordering
+from tflms.planner.triggers import TriggerFinder
+from tflms.planner.types import SwapInPlan
+from tflms.stages import timed
+from tflms.stages.fewer_waits import MIN_EXPOSED_SHARE
+
+__all__ = ["stage"]
+
+# Triggers tried per swap-in: the one early enough for the copy, then
+# halfway back towards the tuner's where that goes over the budget.
+_TRIES_PER_SWAP_IN = 3
+
+
+def stage(context, planned):
+    """`planned` with the swap-ins something waits for started earlier,
+    where that fits the budget and shortens the predicted step."""
+    plan = planned.plan
+    step = planned.step_time
+    if not (planned.autotuned and context.by_step_time and plan is not None
+            and plan.swaps and step is not None):
+        return planned
+    if step.exposed_transfer_s < MIN_EXPOSED_SHARE * step.with_lms_s:
+        return planned
+    index = planned.index
+    model = context.model(index)
+    timer = context.timer(index)
+    finder = TriggerFinder(index, context.roles)
+    budget = planned.budget_bytes
+    current, best = plan, step
+    tried, moved = set(), []
+    replays = ordering.replays_for(index.num_ops)
+    accepted = True
+    while accepted and replays > 0:
+        # The swap-ins to try, from the latest timing: made again only
+        # after a change was kept.
+        accepted = False
+        for key, reader, end_by_s in _waiting(index, timer, current, best,
+                                              tried):
+            tried.add(key)
+            for trigger in _triggers(index, finder, current, key, reader,
+                                     best, end_by_s):
+                if replays <= 0:
+                    break
+                replays -= 1
+                candidate = _retriggered(current, key, trigger)
+                fitting = timed.fitting_replay(model, timer, candidate,
+                                               budget)
+                if fitting is not None and (
+                        fitting[1].with_lms_s < best.with_lms_s):
+                    current, best, accepted = candidate, fitting[1], True
+                    moved.append(key)
+                    break
+            if accepted or replays <= 0:
+                break
+    if not moved:
+        return planned
+    final, step = timed.replay_in_time(model, timer, current)
+    context.log.info(
+        "[Simulator] %d swap-ins start earlier, where memory allows: one "
+        "step peaks at %.2f GiB of %.2f GiB with copies timed at %s; "
+        "predicted step %.1f ms instead of %.1f ms"
+        % (len(moved), final.peak_device_bytes / float(1 << 30),
+           budget / float(1 << 30), context.interconnect.name,
+           step.with_lms_s * 1e3, planned.step_time.with_lms_s * 1e3))
+    return timed.replaced_plan(
+        context,
+        dataclasses.replace(planned, prefetched=planned.prefetched + tuple(
+            moved)),
+        current, final, step)
+
+
+def _waiting(index, timer, plan, step, skipped):
+    """The swap-ins something waits for, not in `skipped`, earliest wait
+    first, as ``((producer, output, j), reader, when the copy should
+    end)``. What waits is the swap-in's first reader, or the clones of a
+    recompute reading it, which run just before their own first reader
+    (`StepTimeModel.predict`); `reader` is the earliest of the swap-in's
+    and those recomputes' readers, the op its trigger must come before.
+    The copy should end when the op before the waiting one on the compute
+    stream ended: without the wait it would have started then."""
+    ends = sorted(step.op_end_s)
+    levels = index.levels
+    # Per swap-in a recompute reads: (when its clones start, the
+    # recompute's first reader). Clones before the same op run one after
+    # the other; their start is taken as the earliest, the sum of them all
+    # before that op.
+    clones_s, readers_of = {}, {}
+    for rec in plan.recomputes:
+        running = [c for c, _ in rec.consumers if timer.runs[c]]
+        if not running:
+            continue
+        first = min(running, key=lambda c: step.op_start_s[c])
+        clones_s[first] = clones_s.get(first, 0.0) + sum(
+            timer.op_seconds[o] for o in rec.ops)
+        for src in rec.sources("swapin"):
+            readers_of.setdefault(src[1:], []).append(first)
+    lowest = _lowest_readers(index, plan)
+    found = []
+    for swap, timing in zip(plan.swaps, step.swaps):
+        for j, (sin, copy) in enumerate(zip(swap.swap_ins, timing.swap_ins)):
+            key = (swap.producer, swap.output, j)
+            if key in skipped or sin.synchronous:
+                continue
+            waits = [(step.op_start_s[sin.first_consumer], sin.first_consumer)]
+            waits += [(step.op_start_s[f] - clones_s[f], f)
+                      for f in readers_of.get(key, ())]
+            wait_s = min(w for w, _ in waits)
+            if copy.end_s < wait_s - 1e-9 * max(1.0, wait_s):
+                continue  # the copy was there before anything read it
+            n = bisect.bisect_right(ends, wait_s)
+            before_s = ends[n - 1] if n else 0.0
+            if before_s < wait_s:
+                reader = min([op for _, op in waits] + lowest.get(key, []),
+                             key=lambda op: (levels[op], op))
+                found.append((wait_s, key, reader, before_s))
+    found.sort()
+    return [(key, reader, before_s) for _, key, reader, before_s in found]
+
+
+def _lowest_readers(index, plan):
+    """``{swap-in key: [op]}``: for each swap-in a recompute reads, the
+    lowest-level reader of those clones and of the clones of every
+    recompute reading theirs (``('recompute', ...)`` sources), the ops
+    after the swap-in in the rewritten graph besides its own readers."""
+    by_tensor = {(rec.producer, rec.output): rec for rec in plan.recomputes}
+    readers = {}   # recompute -> recomputes reading its clones
+    for rec in plan.recomputes:
+        for src in rec.sources("recompute"):
+            readers.setdefault(by_tensor[src[1:3]], []).append(rec)
+    levels = index.levels
+    lowest = {}
+    for rec in plan.recomputes:
+        keys = [src[1:] for src in rec.sources("swapin")]
+        if not keys:
+            continue
+        ops, stack, seen = [], [rec], set()
+        while stack:
+            r = stack.pop()
+            if id(r) in seen:
+                continue
+            seen.add(id(r))
+            ops.extend(c for c, _ in r.consumers)
+            stack.extend(readers.get(r, ()))
+        low = min(ops, key=lambda op: (levels[op], op))
+        for key in keys:
+            lowest.setdefault(key, []).append(low)
+    return lowest
+
+
+def _triggers(index, finder, plan, key, reader, step, end_by_s):
+    """Triggers to try for swap-in `key`, whose earliest reader is
+    `reader`: the nearest whose op ends early enough for the copy to end
+    by `end_by_s`, then triggers halfway back towards the current one.
+
+    Each is a data ancestor of `reader` at a lower level
+    (`TriggerFinder.find`), so it comes before every reader of the
+    swap-in and of the clones reading it: no cycle through the swap-in."""
+    producer, output, j = key
+    s = next(n for n, swap in enumerate(plan.swaps)
+             if (swap.producer, swap.output) == (producer, output))
+    sin = plan.swaps[s].swap_ins[j]
+    copy = step.swaps[s].swap_ins[j]
+    levels = index.levels
+    ahead_now = max(0, levels[reader] - max(levels[t] for t in sin.triggers))
+    most = levels[reader] - levels[producer] - 1
+    ready_by_s = end_by_s - (copy.end_s - copy.start_s)
+    # The smallest ahead whose trigger ends by then (a trigger further back
+    # ends no later, so the search halves).
+    low, high, chosen = ahead_now + 1, most, None
+    while low <= high:
+        mid = (low + high) // 2
+        trigger = finder.find(producer, reader, mid)
+        if trigger is None:
+            high = mid - 1
+        elif step.op_end_s[trigger] <= ready_by_s:
+            chosen, high = (mid, trigger), mid - 1
+        else:
+            low = mid + 1
+    if chosen is None:
+        # No trigger ends early enough: the earliest there is.
+        for mid in range(most, ahead_now, -1):
+            trigger = finder.find(producer, reader, mid)
+            if trigger is not None:
+                chosen = (mid, trigger)
+                break
+    if chosen is None:
+        return []
+    out = [chosen]
+    ahead = chosen[0]
+    while len(out) < _TRIES_PER_SWAP_IN:
+        ahead = (ahead + ahead_now) // 2
+        if ahead <= ahead_now:
+            break
+        trigger = finder.find(producer, reader, ahead)
+        if trigger is not None:
+            out.append((ahead, trigger))
+    current = set(sin.triggers)
+    return [t for _, t in out if t not in current
+            and levels[t] < min(levels[c] for c in current)]
+
+
+def _retriggered(plan, key, trigger):
+    """`plan` with swap-in `key` started by `trigger` alone."""
+    producer, output, j = key
+    swaps = []
+    for swap in plan.swaps:
+        if (swap.producer, swap.output) == (producer, output):
+            swap = dataclasses.replace(swap, swap_ins=tuple(
+                SwapInPlan(sin.consumers, (trigger,), False) if n == j
+                else sin for n, sin in enumerate(swap.swap_ins)))
+        swaps.append(swap)
+    return dataclasses.replace(plan, swaps=tuple(swaps))
