@@ -79,12 +79,9 @@ def stage(context, planned):
     final, step = timed.replay_in_time(model, timer, current)
     context.log.info(
         "[Simulator] %d of %d swap-outs no longer make their readers wait "
-        "(%.2f GiB): one step peaks at %.2f GiB of %.2f GiB with copies "
-        "timed at %s; predicted step %.1f ms instead of %.1f ms"
+        "(%.2f GiB): %s"
         % (len(freed), len(waited), sum(s.nbytes or 0 for s in freed) / _GIB,
-           final.peak_device_bytes / _GIB, budget / _GIB,
-           context.interconnect.name, step.with_lms_s * 1e3,
-           planned.step_time.with_lms_s * 1e3))
+           timed.outcome(context, final, budget, step, planned.step_time)))
     unwaited = planned.unwaited + tuple((s.producer, s.output)
                                         for s in freed)
     return timed.replaced_plan(

@@ -80,12 +80,9 @@ def stage(context, planned):
         return planned
     final, step = timed.replay_in_time(model, timer, current)
     context.log.info(
-        "[Simulator] %d swap-ins start earlier, where memory allows: one "
-        "step peaks at %.2f GiB of %.2f GiB with copies timed at %s; "
-        "predicted step %.1f ms instead of %.1f ms"
-        % (len(moved), final.peak_device_bytes / float(1 << 30),
-           budget / float(1 << 30), context.interconnect.name,
-           step.with_lms_s * 1e3, planned.step_time.with_lms_s * 1e3))
+        "[Simulator] %d swap-ins start earlier, where memory allows: %s"
+        % (len(moved), timed.outcome(context, final, budget, step,
+                                     planned.step_time)))
     return timed.replaced_plan(
         context,
         dataclasses.replace(planned, prefetched=planned.prefetched + tuple(

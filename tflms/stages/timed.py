@@ -6,7 +6,7 @@ import dataclasses
 from tflms import plots
 from tflms import steptime
 
-__all__ = ["replay_in_time", "fitting_replay", "replaced_plan"]
+__all__ = ["replay_in_time", "fitting_replay", "replaced_plan", "outcome"]
 
 
 def replay_in_time(model, timer, plan, detail=True, instant=None):
@@ -52,3 +52,15 @@ def replaced_plan(context, planned, plan, replay, step):
         unwaited=tuple(t for t in planned.unwaited if t in swapped),
         prefetched=tuple(k for k in planned.prefetched
                          if k[:2] in swapped))
+
+
+def outcome(context, replay, budget, step, before):
+    """The log's account of a plan a stage changed: its timed `replay`'s
+    peak against `budget` and its predicted `step` against the step
+    before (`before`, a `steptime.StepTime`)."""
+    gib = float(1 << 30)
+    return ("one step peaks at %.2f GiB of %.2f GiB with copies timed at "
+            "%s; predicted step %.1f ms instead of %.1f ms"
+            % (replay.peak_device_bytes / gib, budget / gib,
+               context.interconnect.name, step.with_lms_s * 1e3,
+               before.with_lms_s * 1e3))
