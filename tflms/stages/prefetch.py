@@ -120,7 +120,7 @@ def _waiting(index, timer, plan, step, skipped):
     for swap, timing in zip(plan.swaps, step.swaps):
         for j, (sin, copy) in enumerate(zip(swap.swap_ins, timing.swap_ins)):
             key = (swap.producer, swap.output, j)
-            if key in skipped or sin.synchronous:
+            if key in skipped or sin.synchronous or not sin.triggers:
                 continue
             waits = [(step.op_start_s[sin.first_consumer], sin.first_consumer)]
             waits += [(step.op_start_s[f] - clones_s[f], f)
