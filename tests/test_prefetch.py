@@ -178,3 +178,33 @@ def test_a_prefetched_plan_trains_the_same_and_runs_every_swap(
         op = graph.get_operation_by_name(swapin_of[key])
         assert [c.name for c in op.control_inputs] == [
             planned.index.names[sin.triggers[0]]]
+
+
+def test_a_swap_in_clones_read_is_triggered_before_the_clones_readers():
+    # two_readers (test_shared_clones): conv's output is read late by gbn
+    # (level 12) and swapped; z's recompute clones bn and z from conv's
+    # swap-in for gz (level 10), and w's reads z's clone of bn for gw (11).
+    # The swap-in feeds every clone, so its trigger must come before gz:
+    # the lowest reader is gz, not its own reader gbn, and not gw.
+    from test_shared_clones import two_readers
+    from tflms import planner
+    index = two_readers()
+    n = index.id_of
+    rec_z = planner.RecomputePlan(
+        producer=n["z"], output=0, nbytes=4000, ops=(n["bn"], n["z"]),
+        inputs=((("swapin", n["conv"], 0, 0),), (("clone", 0, 0),)),
+        consumers=((n["gz"], 0),), trigger=n["m4"])
+    rec_w = planner.RecomputePlan(
+        producer=n["w"], output=0, nbytes=3000, ops=(n["w"],),
+        inputs=((("recompute", n["z"], 0, 0, 0),),),
+        consumers=((n["gw"], 1),), trigger=n["m6"])
+    swap = planner.SwapPlan(
+        producer=n["conv"], output=0, nbytes=1000,
+        swap_ins=(planner.SwapInPlan(((n["gbn"], 1),), (n["m5"],), False),),
+        waiters=())
+    plan = planner.Plan(params=planner.SwapParams(1, 1, 0, 0), swaps=(swap,),
+                        serialization_edges=(), num_levels=index.num_levels,
+                        recomputes=(rec_z, rec_w))
+    assert prefetch._lowest_readers(index, plan) == {
+        (n["conv"], 0, 0): [n["gz"]]}
+    assert index.levels[n["gz"]] < index.levels[n["gbn"]]

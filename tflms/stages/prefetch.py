@@ -139,32 +139,21 @@ def _waiting(index, timer, plan, step, skipped):
 
 
 def _lowest_readers(index, plan):
-    """``{swap-in key: [op]}``: for each swap-in a recompute reads, the
-    lowest-level reader of those clones and of the clones of every
-    recompute reading theirs (``('recompute', ...)`` sources), the ops
-    after the swap-in in the rewritten graph besides its own readers."""
-    by_tensor = {(rec.producer, rec.output): rec for rec in plan.recomputes}
-    readers = {}   # recompute -> recomputes reading its clones
-    for rec in plan.recomputes:
-        for src in rec.sources("recompute"):
-            readers.setdefault(by_tensor[src[1:3]], []).append(rec)
+    """``{swap-in key: [op]}``: for each recompute reading a swap-in, its
+    lowest-level reader, which the swap-in's trigger must come before
+    besides the swap-in's own readers. A recompute reading another's
+    clones (a ``('recompute', ...)`` source) has its first reader at or
+    after that one's (`planner.recompute._shared_clones`), so the readers
+    of the clones a swap-in feeds directly are the lowest."""
     levels = index.levels
     lowest = {}
     for rec in plan.recomputes:
         keys = [src[1:] for src in rec.sources("swapin")]
-        if not keys:
-            continue
-        ops, stack, seen = [], [rec], set()
-        while stack:
-            r = stack.pop()
-            if id(r) in seen:
-                continue
-            seen.add(id(r))
-            ops.extend(c for c, _ in r.consumers)
-            stack.extend(readers.get(r, ()))
-        low = min(ops, key=lambda op: (levels[op], op))
-        for key in keys:
-            lowest.setdefault(key, []).append(low)
+        if keys:
+            low = min((c for c, _ in rec.consumers),
+                      key=lambda op: (levels[op], op))
+            for key in keys:
+                lowest.setdefault(key, []).append(low)
     return lowest
 
 
