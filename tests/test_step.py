@@ -263,6 +263,29 @@ def test_fewer_waits_stays_inside_the_step():
     assert result.planned.unwaited
 
 
+def test_prefetch_stays_inside_the_step_and_its_swaps_run():
+    # Keras' ResNet50 application with an evaluation head and summaries
+    # beside the step, tuned for half its activations over PCIe 4.0: the
+    # prefetch stage starts a swap-in earlier. Its trigger is an op of the
+    # step, and every swap op runs in a traced step.
+    from _graphs import assert_swaps_ran, trace_options
+    graph, train_op, loss = keras_app_graph()
+    lms = LMS.from_settings(Settings(interconnect="pcie4"))
+    lms.batch_size = 1
+    lms.autotune_gpu_mem = _budget_gib(graph, 0.5)
+    result = _rewrite_and_check(graph, train_op, lms)
+    assert len(result.planned.prefetched) == 1
+    metadata = tf.compat.v1.RunMetadata()
+    with graph.as_default():
+        init = tf.compat.v1.global_variables_initializer()
+    with tf.compat.v1.Session(graph=graph) as sess:
+        sess.run(init)
+        value, _ = sess.run([loss, train_op], options=trace_options(),
+                            run_metadata=metadata)
+    assert np.isfinite(value)
+    assert_swaps_ran(graph, result, metadata)
+
+
 def test_baseline_is_the_same_whatever_the_budget():
     graph, _, _ = keras_app_graph()
     index = gi.build_index(graph)
