@@ -124,6 +124,8 @@ def test_a_hidden_swap_costs_nothing():
     (sin,) = timing.swap_ins
     assert (sin.ready_s, sin.start_s, sin.end_s) == (4, 4, 5)
     assert sin.start_level == 3
+    # d, its reader, could start at 8 s: needed then, there since 5 s.
+    assert sin.needed_s == 8
 
 
 def test_a_swap_in_triggered_just_before_its_reader_is_fully_exposed():
@@ -137,6 +139,8 @@ def test_a_swap_in_triggered_just_before_its_reader_is_fully_exposed():
     assert step.exposed_transfer_s == 1
     assert step.op_start_s[index.id_of["d"]] == 9
     assert step.swaps[0].swap_ins[0].start_s == 8
+    # Needed when e ended, a second before the copy did.
+    assert step.swaps[0].swap_ins[0].needed_s == 8
 
 
 def test_sync_mode_2_from_the_planner_waits_for_the_whole_copy():
@@ -193,6 +197,7 @@ def test_two_swap_ins_queue_on_one_link():
     assert [(s.ready_s, s.start_s, s.end_s) for s in
             a.swap_ins + b.swap_ins] == [(8, 8, 12), (10, 12, 16)]
     assert step.op_start_s[index.id_of["d"]] == 16
+    assert [s.needed_s for s in a.swap_ins + b.swap_ins] == [8, 8]
     assert step.with_lms_s == 20
     assert step.exposed_transfer_s == 8
     assert step.swapout_busy_s == step.swapin_busy_s == 8
@@ -448,6 +453,36 @@ def test_recompute_clones_run_before_their_first_late_reader():
     assert step.recompute_s == 2 and step.exposed_transfer_s == 0
     assert step.op_start_s[i["d"]] == 10 and step.op_end_s[i["d"]] == 13
     assert step.swapout_bytes == step.swapin_bytes == 0
+
+
+def test_a_swap_in_clones_read_is_needed_when_the_clones_would_start():
+    # b is made again from a's swap-in just before d, which reads a's
+    # swap-in and b's clone. a 0-2 s, b 2-4, c 4-6, e 6-8, g 8-10. At 250
+    # B/s a's swap-out runs 2-6 s and its swap-in, triggered by g, 10-14 s:
+    # the clone, which would have started at 10 s, runs 14-16 s and d
+    # (4 s: three inputs, one output) 16-20 s.
+    index = gi.from_edges(
+        [("x", "Placeholder", {"outputs": [1000]}),
+         ("a", "Relu", {"outputs": [1000]}),
+         ("b", "Relu", {"outputs": [1000]}),
+         ("c", "Relu", {"outputs": [1000]}),
+         ("e", "Relu", {"outputs": [1000]}),
+         ("g", "Relu", {"outputs": [1000]}),
+         ("d", "AddN", {"outputs": [1000]})],
+        edges=[("x", "a"), ("a", "b"), ("b", "c"), ("c", "e"), ("e", "g"),
+               ("a", "d"), ("b", "d"), ("g", "d")])
+    i = index.id_of
+    rec = planner.RecomputePlan(
+        producer=i["b"], output=0, nbytes=1000, ops=(i["b"],),
+        inputs=((("swapin", i["a"], 0, 0),),), consumers=((i["d"], 1),),
+        trigger=i["g"])
+    plan = dataclasses.replace(
+        plan_of(index, [swap(index, "a", [("d", 0)], ["g"])]),
+        recomputes=(rec,))
+    step = model(index, 250.0).predict(plan)
+    (sin,) = step.swaps[0].swap_ins
+    assert (sin.start_s, sin.end_s, sin.needed_s) == (10, 14, 10)
+    assert step.op_start_s[i["d"]] == 16 and step.with_lms_s == 20
 
 
 def test_a_clone_another_recompute_reads_runs_before_that_ones():

@@ -19,7 +19,6 @@ waits for copies at least `fewer_waits.MIN_EXPOSED_SHARE` of its time, are
 changed; at most `ordering.replays_for` timed replays are spent.
 """
 
-import bisect
 import dataclasses
 
 from tflms import ordering
@@ -58,15 +57,15 @@ def stage(context, planned):
         # The swap-ins to try, from the latest timing: made again only
         # after a change was kept.
         accepted = False
-        for key, reader, end_by_s in _waiting(index, timer, current, best,
-                                              tried):
+        for s, key, reader, end_by_s in _waiting(index, current, best,
+                                                 tried):
             tried.add(key)
-            for trigger in _triggers(index, finder, current, key, reader,
+            for trigger in _triggers(index, finder, current, s, key, reader,
                                      best, end_by_s):
                 if replays <= 0:
                     break
                 replays -= 1
-                candidate = _retriggered(current, key, trigger)
+                candidate = _retriggered(current, s, key[2], trigger)
                 fitting = timed.fitting_replay(model, timer, candidate,
                                                budget)
                 if fitting is not None and (
@@ -90,52 +89,30 @@ def stage(context, planned):
         current, final, step)
 
 
-def _waiting(index, timer, plan, step, skipped):
-    """The swap-ins something waits for, not in `skipped`, earliest wait
-    first, as ``((producer, output, j), reader, when the copy should
-    end)``. What waits is the swap-in's first reader, or the clones of a
-    recompute reading it, which run just before their own first reader
-    (`StepTimeModel.predict`); `reader` is the earliest of the swap-in's
-    and those recomputes' readers, the op its trigger must come before.
-    The copy should end when the op before the waiting one on the compute
-    stream ended: without the wait it would have started then."""
-    ends = sorted(step.op_end_s)
+def _waiting(index, plan, step, skipped):
+    """The swap-ins the step waited for, not in `skipped`, earliest wait
+    first, as ``(position of the swap, (producer, output, j), reader, when
+    the copy should end)``. What waited is the swap-in's first reader, or
+    the clones of a recompute reading it (`SwapInTiming.needed_s`: when
+    it would have started without the wait, the moment the copy should
+    end by); `reader` is the lowest of the swap-in's first reader and the
+    recomputes' readers, the op its trigger must come before."""
     levels = index.levels
-    # Per swap-in a recompute reads: (when its clones start, the
-    # recompute's first reader). Clones before the same op run one after
-    # the other; their start is taken as the earliest, the sum of them all
-    # before that op.
-    clones_s, readers_of = {}, {}
-    for rec in plan.recomputes:
-        running = [c for c, _ in rec.consumers if timer.runs[c]]
-        if not running:
-            continue
-        first = min(running, key=lambda c: step.op_start_s[c])
-        clones_s[first] = clones_s.get(first, 0.0) + sum(
-            timer.op_seconds[o] for o in rec.ops)
-        for src in rec.sources("swapin"):
-            readers_of.setdefault(src[1:], []).append(first)
     lowest = _lowest_readers(index, plan)
     found = []
-    for swap, timing in zip(plan.swaps, step.swaps):
+    for s, (swap, timing) in enumerate(zip(plan.swaps, step.swaps)):
         for j, (sin, copy) in enumerate(zip(swap.swap_ins, timing.swap_ins)):
             key = (swap.producer, swap.output, j)
             if key in skipped or sin.synchronous or not sin.triggers:
                 continue
-            waits = [(step.op_start_s[sin.first_consumer], sin.first_consumer)]
-            waits += [(step.op_start_s[f] - clones_s[f], f)
-                      for f in readers_of.get(key, ())]
-            wait_s = min(w for w, _ in waits)
-            if copy.end_s < wait_s - 1e-9 * max(1.0, wait_s):
-                continue  # the copy was there before anything read it
-            n = bisect.bisect_right(ends, wait_s)
-            before_s = ends[n - 1] if n else 0.0
-            if before_s < wait_s:
-                reader = min([op for _, op in waits] + lowest.get(key, []),
-                             key=lambda op: (levels[op], op))
-                found.append((wait_s, key, reader, before_s))
+            if copy.end_s <= copy.needed_s:
+                continue  # the copy was there when it was needed
+            reader = min([sin.first_consumer] + lowest.get(key, []),
+                         key=lambda op: (levels[op], op))
+            found.append((copy.needed_s, s, key, reader))
     found.sort()
-    return [(key, reader, before_s) for _, key, reader, before_s in found]
+    return [(s, key, reader, needed_s)
+            for needed_s, s, key, reader in found]
 
 
 def _lowest_readers(index, plan):
@@ -157,17 +134,16 @@ def _lowest_readers(index, plan):
     return lowest
 
 
-def _triggers(index, finder, plan, key, reader, step, end_by_s):
-    """Triggers to try for swap-in `key`, whose earliest reader is
-    `reader`: the nearest whose op ends early enough for the copy to end
-    by `end_by_s`, then triggers halfway back towards the current one.
+def _triggers(index, finder, plan, s, key, reader, step, end_by_s):
+    """Triggers to try for swap-in `key` of ``plan.swaps[s]``, whose
+    earliest reader is `reader`: the nearest whose op ends early enough
+    for the copy to end by `end_by_s`, then triggers halfway back towards
+    the current one.
 
     Each is a data ancestor of `reader` at a lower level
     (`TriggerFinder.find`), so it comes before every reader of the
     swap-in and of the clones reading it: no cycle through the swap-in."""
-    producer, output, j = key
-    s = next(n for n, swap in enumerate(plan.swaps)
-             if (swap.producer, swap.output) == (producer, output))
+    producer, _, j = key
     sin = plan.swaps[s].swap_ins[j]
     copy = step.swaps[s].swap_ins[j]
     levels = index.levels
@@ -204,19 +180,17 @@ def _triggers(index, finder, plan, key, reader, step, end_by_s):
         trigger = finder.find(producer, reader, ahead)
         if trigger is not None:
             out.append((ahead, trigger))
-    current = set(sin.triggers)
-    return [t for _, t in out if t not in current
-            and levels[t] < min(levels[c] for c in current)]
+    # Only triggers below the current ones start the copy earlier.
+    lowest_now = min(levels[t] for t in sin.triggers)
+    return [t for _, t in out if levels[t] < lowest_now]
 
 
-def _retriggered(plan, key, trigger):
-    """`plan` with swap-in `key` started by `trigger` alone."""
-    producer, output, j = key
-    swaps = []
-    for swap in plan.swaps:
-        if (swap.producer, swap.output) == (producer, output):
-            swap = dataclasses.replace(swap, swap_ins=tuple(
-                SwapInPlan(sin.consumers, (trigger,), False) if n == j
-                else sin for n, sin in enumerate(swap.swap_ins)))
-        swaps.append(swap)
-    return dataclasses.replace(plan, swaps=tuple(swaps))
+def _retriggered(plan, s, j, trigger):
+    """`plan` with swap-in `j` of ``plan.swaps[s]`` started by `trigger`
+    alone."""
+    swap = plan.swaps[s]
+    swap = dataclasses.replace(swap, swap_ins=tuple(
+        SwapInPlan(sin.consumers, (trigger,), False) if n == j else sin
+        for n, sin in enumerate(swap.swap_ins)))
+    return dataclasses.replace(
+        plan, swaps=plan.swaps[:s] + (swap,) + plan.swaps[s + 1:])

@@ -30,12 +30,17 @@ class SwapInTiming:
       start_level: the level running when the copy starts (the last level
         that started at or before `start_s`): the device copy occupies
         memory from this level on.
+      needed_s: when the compute stream first needed the copy: the moment
+        the first op or recompute clones reading it would have started had
+        they not waited for it (``inf`` when nothing in the step reads
+        it). The copy delayed the step where ``end_s > needed_s``.
     """
 
     ready_s: float
     start_s: float
     end_s: float
     start_level: int
+    needed_s: float = math.inf
 
 
 @dataclasses.dataclass(frozen=True)
@@ -431,6 +436,7 @@ class StepTimeModel:
         out_end = [0.0] * len(swaps)
         ready = {}           # swap-in key -> latest finish it waited for
         in_times = {}        # swap-in key -> (ready, start, end)
+        needed = {}          # swap-in key -> when the stream first needed it
         queue = []           # ready swap-ins not yet copied: (ready, seq, key)
         seq = [0]
         d2h_free = h2d_free = 0.0
@@ -466,11 +472,13 @@ class StepTimeModel:
             for seconds, keys in clones_before.get(i, ()):
                 start = clock
                 for key in keys:
+                    needed.setdefault(key, clock)
                     start = max(start, copy_in(key))
                 clock = start + seconds
                 recompute_s += seconds
             start = clock
             for key in waits_in.get(i, ()):
+                needed.setdefault(key, clock)
                 start = max(start, copy_in(key))
             for s in waits_out.get(i, ()):
                 start = max(start, out_end[s])
@@ -498,7 +506,8 @@ class StepTimeModel:
                 ins.append(SwapInTiming(
                     ready_s=when, start_s=start, end_s=end,
                     start_level=max(0, bisect.bisect_right(
-                        level_start, start) - 1)))
+                        level_start, start) - 1),
+                    needed_s=needed.get((s, k), math.inf)))
             timings.append(SwapTiming(
                 producer=swap.producer, output=swap.output, nbytes=sizes[s],
                 out_start_s=out_start[s], out_end_s=out_end[s],
