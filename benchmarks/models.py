@@ -699,7 +699,7 @@ def build_sized(name, size=None, batch=1):
 # against (benchmarks/step_time.py): their models at their precision.
 # ---------------------------------------------------------------------------
 
-PRECISIONS = ("float32", "mixed_float16")
+PRECISIONS = ("float32", "mixed_float16", "float16")
 
 
 def _check_precision(precision):
@@ -755,6 +755,10 @@ def bert(layers=24, hidden=1024, heads=16, seq=128, batch=8,
     float16 where read; matrix products, GELU, dropout and residuals run in
     float16; layer norms, softmax and the losses in float32 (what
     automatic mixed precision's lists keep in float32).
+    ``precision="float16"``: the same, but the softmax reads and writes
+    float16 too, as apex's O2 runs a model cast to float16 (NVIDIA's
+    PyTorch run_squad.py with ``--fp16``); layer norms still compute in
+    float32 between float16 tensors, as apex's fused layer norm does.
 
     ``optimizer="adam-weight-decay"``: the update NVIDIA's TensorFlow
     BERT fine-tuning runs (its optimization.py): gated gradients (with
@@ -781,7 +785,8 @@ def bert(layers=24, hidden=1024, heads=16, seq=128, batch=8,
     if hidden % heads:
         raise ValueError("hidden %d is not divisible by heads %d"
                          % (hidden, heads))
-    compute = tf.float16 if precision == "mixed_float16" else tf.float32
+    compute = tf.float32 if precision == "float32" else tf.float16
+    softmax32 = precision != "float16"
     depth = hidden // heads
     graph = tf.Graph()
     with graph.as_default():
@@ -839,8 +844,11 @@ def bert(layers=24, hidden=1024, heads=16, seq=128, batch=8,
                     v = heads_of(dense(h, hidden, "value"))
                     scores = tf.matmul(q, k, transpose_b=True) * \
                         tf.cast(1.0 / np.sqrt(depth), compute)
-                    probs = tf.cast(tf.nn.softmax(tf.cast(scores, tf.float32)),
-                                    compute)
+                    if softmax32:
+                        probs = tf.cast(tf.nn.softmax(
+                            tf.cast(scores, tf.float32)), compute)
+                    else:
+                        probs = tf.nn.softmax(scores)
                     ctx = tf.matmul(drop(probs), v)
                     ctx = tf.reshape(tf.transpose(ctx, [0, 2, 1, 3]),
                                      [batch * seq, hidden])

@@ -713,7 +713,7 @@ def test_capacity_says_tflmsv2_was_not_measured_without_its_path(tmp_path):
 
 @pytest.mark.parametrize("optimizer,precision", [
     ("adam-weight-decay", "mixed_float16"), ("adam-weight-decay", "float32"),
-    ("accumulate", "float32")])
+    ("accumulate", "float32"), ("adam", "float16")])
 def test_bert_step_runs_the_update_it_names(optimizer, precision):
     """A tiny BERT's step with NVIDIA's fine-tuning update moves every
     trainable variable; with accumulation it moves none and fills the
@@ -744,6 +744,34 @@ def test_bert_step_runs_the_update_it_names(optimizer, precision):
     moved = [not np.array_equal(b, a) for b, a in zip(before, after)]
     assert all(moved) if optimizer != "accumulate" else not any(moved)
     assert others and all(np.any(s != 0) for s in state)
+
+
+def test_bert_softmax_runs_in_the_precision_of_the_published_run():
+    """Automatic mixed precision keeps BERT's softmax in float32; apex's O2
+    (Lambda's BERT runs) casts the model to float16, softmax included:
+    step_time builds those rows' graphs so, and only those."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from benchmarks import models, step_time  # pylint: disable=import-outside-toplevel
+
+    def softmax_dtypes(precision):
+        built = models.bert(layers=2, hidden=16, heads=2, seq=8, batch=2,
+                            vocab=50, predictions=2, precision=precision,
+                            head="squad", optimizer="adam")
+        return [op.outputs[0].dtype for op in built.graph.get_operations()
+                if op.type == "Softmax"]
+
+    assert softmax_dtypes("float16") == [tf.float16] * 2
+    assert softmax_dtypes("mixed_float16") == [tf.float32] * 2
+    assert softmax_dtypes("float32") == [tf.float32] * 2
+    o2 = [(r.gpu, r.batch) for r in step_time.PUBLISHED
+          if r.amp_graph == "float16"]
+    assert o2 == [("A100-SXM4-80GB", 112), ("H100-PCIe-80GB", 112)]
+    assert all(r.source == "lambda" and r.model == "bert-squad"
+               and r.precision == "AMP" for r in step_time.PUBLISHED
+               if r.amp_graph == "float16")
+    with pytest.raises(ValueError, match="precision must be one of "
+                       "float32, mixed_float16, float16; got 'half'"):
+        models.bert(precision="half")
 
 
 def test_plan_cost_script_sets_each_plan_against_the_step_without_lms():
