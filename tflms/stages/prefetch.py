@@ -105,8 +105,10 @@ def _waiting(index, plan, step, skipped):
             key = (swap.producer, swap.output, j)
             if key in skipped or sin.synchronous or not sin.triggers:
                 continue
-            if copy.end_s <= copy.needed_s:
-                continue  # the copy was there when it was needed
+            # The copy was there when it was needed (up to the rounding of
+            # two sums of the same times, which is no wait to remove).
+            if copy.end_s <= copy.needed_s + 1e-9 * max(1.0, copy.needed_s):
+                continue
             reader = min([sin.first_consumer] + lowest.get(key, []),
                          key=lambda op: (levels[op], op))
             found.append((copy.needed_s, s, key, reader))
