@@ -60,8 +60,8 @@ def stage(context, planned):
         for s, key, reader, end_by_s in _waiting(index, current, best,
                                                  tried):
             tried.add(key)
-            for trigger in _triggers(index, finder, current, s, key, reader,
-                                     best, end_by_s):
+            for trigger in _triggers(index, finder, current, s, key[2],
+                                     reader, best, end_by_s):
                 if replays <= 0:
                     break
                 replays -= 1
@@ -136,8 +136,8 @@ def _lowest_readers(index, plan):
     return lowest
 
 
-def _triggers(index, finder, plan, s, key, reader, step, end_by_s):
-    """Triggers to try for swap-in `key` of ``plan.swaps[s]``, whose
+def _triggers(index, finder, plan, s, j, reader, step, end_by_s):
+    """Triggers to try for swap-in `j` of ``plan.swaps[s]``, whose
     earliest reader is `reader`: the nearest whose op ends early enough
     for the copy to end by `end_by_s`, then triggers halfway back towards
     the current one.
@@ -145,7 +145,7 @@ def _triggers(index, finder, plan, s, key, reader, step, end_by_s):
     Each is a data ancestor of `reader` at a lower level
     (`TriggerFinder.find`), so it comes before every reader of the
     swap-in and of the clones reading it: no cycle through the swap-in."""
-    producer, _, j = key
+    producer = plan.swaps[s].producer
     sin = plan.swaps[s].swap_ins[j]
     copy = step.swaps[s].swap_ins[j]
     levels = index.levels
