@@ -469,6 +469,106 @@ def test_step_time_fit_finds_the_fractions_that_made_the_rows():
         fitted == steptime.ACHIEVED)
 
 
+def test_step_time_tried_explanations_change_what_they_name():
+    """Each explanation `--tried` refits with changes the costs it names
+    and nothing else: on a convolution, a batch norm and a product, the
+    step moves by what the explanation adds or takes away, on the rows it
+    applies to."""
+    from benchmarks import step_time  # pylint: disable=import-outside-toplevel
+    from tflms import analysis, hardware, steptime  # pylint: disable=import-outside-toplevel
+    from tflms import graph_index as gi  # pylint: disable=import-outside-toplevel
+    activation = ((8, 64, 64, 64), 4)  # 8 MiB of float32
+    index = gi.from_edges(
+        [("x", "Placeholder", {"outputs": [activation]}),
+         ("c", "Conv2D", {"outputs": [activation], "flops": 4 * 10 ** 10}),
+         ("b", "FusedBatchNormV3", {"outputs": [activation]}),
+         ("n", "MatMul", {"outputs": [4], "flops": 10 ** 9})],
+        edges=[("x", "c"), ("c", "b"), ("b", "n")])
+    roles = analysis.classify_ops(index)
+    a100_gpu = "A100-SXM4-40GB"
+    costs = step_time._Costs(  # pylint: disable=protected-access
+        index, roles, 1, gpu=a100_gpu)
+    eight_mib = float(8 << 20)
+    assert costs.read_again.sum() == eight_mib  # the batch norm's input
+    # The convolution's input and output, each 4-D.
+    assert (costs.conv_tensor_bytes, costs.conv_tensor_count) == (
+        2 * eight_mib, 2)
+    efficiency = steptime.ACHIEVED
+
+    def row(gpu, precision, source="tf-rn50", layout="NHWC", fusion=True):
+        return step_time.Published("resnet50", None, gpu, precision, 1, 1.0,
+                                   source, "fit", layout, fusion=fusion)
+
+    def same_fusion():
+        raise AssertionError("only rows timed without fusion are refused")
+
+    def step(name, published, of=costs, refused=same_fusion):
+        gpu = hardware.GPUS[published.gpu]
+        varied = step_time._tried(  # pylint: disable=protected-access
+            name, published, of, refused)
+        return varied.time(gpu, step_time._products(  # pylint: disable=protected-access
+            published, gpu), efficiency)
+
+    a100 = row(a100_gpu, "TF32")
+    bandwidth = hardware.GPUS[a100_gpu].memory_bandwidth * efficiency.memory
+    base = step("as published", a100)
+    assert base == costs.time(hardware.GPUS[a100_gpu], "tf32", efficiency)
+    # The batch norm is memory-bound: its input read again is all it adds.
+    assert step("batch norm twice", a100) == pytest.approx(
+        base + eight_mib / bandwidth)
+    # In NCHW a TF32 convolution pays two transposes, each reading and
+    # writing its tensor in a kernel of its own; the explanation takes
+    # them away, and only from TF32 rows in NCHW.
+    nchw = step_time._Costs(  # pylint: disable=protected-access
+        index, roles, 1, layout="NCHW", gpu=a100_gpu)
+    a100_nchw = row(a100_gpu, "TF32", layout="NCHW")
+    assert step("as published", a100_nchw, nchw) == pytest.approx(
+        base + 2 * 2 * eight_mib / bandwidth + 2 * costs.launch_s)
+    assert step("TF32 without transposes", a100_nchw, nchw) == \
+        pytest.approx(base)
+    assert step("TF32 without transposes", a100) == base
+    # A V100 runs float32 convolutions on its CUDA cores: nothing to
+    # transpose, in either layout.
+    v100 = step_time._Costs(  # pylint: disable=protected-access
+        index, roles, 1, layout="NCHW", gpu="V100-SXM2-16GB")
+    assert v100.transposed == 0
+    # Added times exceed the larger; the 2-norm lies between.
+    assert base < step("p-norm 2", a100) < step("added", a100)
+    # Tensor cores at the A100's rate per SM and clock: slower on an
+    # H100, the same on an A100.
+    h100 = row("H100-PCIe-80GB", "TF32", source="lambda", fusion=False)
+    assert step("H100 at A100 rate", h100) > step("as published", h100)
+    assert step("H100 at A100 rate", a100) == base
+    # The rows timed without fusion are the ones timed with it instead.
+    calls = []
+
+    def fused():
+        calls.append(1)
+        return nchw
+    assert step("PyTorch fused", h100, refused=fused) == step(
+        "as published", h100, nchw)
+    assert calls == [1]
+    assert step("PyTorch fused", a100) == base
+    with pytest.raises(ValueError, match="no tried explanation 'XLA'"):
+        step("XLA", a100)
+
+
+def test_step_time_rows_state_their_runs_layout_and_fusion():
+    """The published rows say how their runs laid out convolutions and
+    fused ops: PyTorch's ResNet50 without fusion (no torch.jit), every
+    other run fused; TensorFlow's XLA in NCHW for float32 convolutions
+    and in NHWC for float16 ones."""
+    from benchmarks import step_time  # pylint: disable=import-outside-toplevel
+    rows = step_time.PUBLISHED
+    pytorch_resnet = [r for r in rows if r.model == "resnet50"
+                      and r.source in ("pt-rn50", "lambda")]
+    assert len(pytorch_resnet) == 8
+    assert [r for r in rows if not r.fusion] == pytorch_resnet
+    assert sorted((r.precision, r.layout) for r in rows
+                  if r.source == "tf-rn50") == [
+        ("AMP", "NHWC"), ("AMP", "NHWC"), ("FP32", "NCHW"), ("TF32", "NCHW")]
+
+
 def test_step_time_section_is_replaced_or_appended():
     from benchmarks import step_time  # pylint: disable=import-outside-toplevel
     section = "%s\nnew\n%s" % (step_time.BEGIN, step_time.END)

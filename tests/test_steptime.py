@@ -707,21 +707,29 @@ def test_nchw_transposes_around_half_precision_convolutions():
         model(index, layout="NDHWC")
 
 
+def _one_convolution(dtype):
+    """A TensorFlow graph of one 3x3 convolution ("conv") of a batch of 4
+    16x16x8 inputs into 32 channels in `dtype`: its index, roles, batch
+    and the bytes of its input, filter and output."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(dtype, [None, 16, 16, 8], name="x")
+        w = tf.cast(tf.compat.v1.get_variable("w", [3, 3, 8, 32]), dtype)
+        tf.nn.conv2d(x, w, 1, "SAME", name="conv")
+    index = gi.build_index(graph)
+    batch = 4
+    itemsize = tf.as_dtype(dtype).size
+    nbytes = itemsize * (batch * 16 * 16 * 8 + 3 * 3 * 8 * 32
+                         + batch * 16 * 16 * 32)
+    return index, analysis.classify_ops(index), batch, nbytes
+
+
 def test_nchw_transposes_of_a_tensorflow_float16_convolution():
     """On a real graph: a float16 convolution in NCHW on an A100 pays its
     input, filter and output through memory twice more (each transposed:
     read and written), and launches three more kernels."""
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    graph = tf.Graph()
-    with graph.as_default():
-        x = tf.compat.v1.placeholder(tf.float16, [None, 16, 16, 8], name="x")
-        w = tf.cast(tf.compat.v1.get_variable("w", [3, 3, 8, 32]),
-                    tf.float16)
-        tf.nn.conv2d(x, w, 1, "SAME", name="conv")
-    index = gi.build_index(graph)
-    roles = analysis.classify_ops(index)
-    batch = 4
-    nbytes = 2 * (batch * 16 * 16 * 8 + 3 * 3 * 8 * 32 + batch * 16 * 16 * 32)
+    index, roles, batch, nbytes = _one_convolution("float16")
     conv = index.id_of["conv"]
     nhwc = steptime.StepTimeModel(index, roles, batch, gpu="A100-SXM4-80GB")
     nchw = steptime.StepTimeModel(index, roles, batch, gpu="A100-SXM4-80GB",
@@ -733,3 +741,25 @@ def test_nchw_transposes_of_a_tensorflow_float16_convolution():
     assert nchw.op_seconds[conv] == pytest.approx(
         nhwc.op_seconds[conv] + 2 * nbytes / nchw.achieved_bandwidth
         + 3 * steptime.LAUNCH_OVERHEAD_S, rel=1e-12)
+
+
+def test_nchw_transposes_of_a_tf32_convolution_only():
+    """A float32 convolution runs on the tensor cores in TF32 on an A100:
+    in NCHW it pays the same transposes as a float16 one. On a V100 (FP32
+    on the CUDA cores), or with TF32 off, it pays none."""
+    index, roles, batch, nbytes = _one_convolution("float32")
+    conv = index.id_of["conv"]
+
+    def nchw(**kwargs):
+        return steptime.StepTimeModel(index, roles, batch, layout="NCHW",
+                                      **kwargs)
+    a100 = nchw(gpu="A100-SXM4-80GB")
+    assert a100.precision(conv) == "tf32"
+    assert a100.transposed_bytes(conv) == 2 * nbytes
+    assert len(a100.transposed_tensors(conv)) == 3
+    fp32 = nchw(gpu="A100-SXM4-80GB", tf32=False)
+    assert fp32.precision(conv) == "fp32"
+    assert fp32.transposed_bytes(conv) == 0
+    v100 = nchw(gpu="V100-SXM2-16GB")
+    assert v100.precision(conv) == "fp32"
+    assert v100.transposed_bytes(conv) == 0

@@ -35,11 +35,11 @@ The model
   XLA TensorFlow runs every op as a kernel of its own.
 * **Layout.** With ``layout="NCHW"`` (the layout of the run's
   convolution tensors, default ``"NHWC"``, TensorFlow's), a convolution
-  with 2-byte products has each of its 4-D or 5-D tensors transposed
-  into or out of NHWC, where cuDNN runs tensor-core convolutions: a
-  memory-bound kernel each that reads and writes the tensor
-  (`StepTimeModel.transposed_bytes`). In NHWC, and for 4-byte products,
-  nothing is transposed.
+  on the tensor cores (2-byte or TF32 products) has each of its 4-D or
+  5-D tensors transposed into or out of NHWC, where cuDNN runs
+  tensor-core convolutions: a memory-bound kernel each that reads and
+  writes the tensor (`StepTimeModel.transposed_bytes`). In NHWC, and for
+  FP32 products (the CUDA cores'), nothing is transposed.
 * **Copies.** Swap-outs queue first in, first out on one device-to-host
   copy stream at the link's device-to-host rate
   (`Interconnect.d2h_bytes_per_s`), swap-ins on one host-to-device stream

@@ -150,10 +150,10 @@ class StepTimeModel:
         (channels last, the default: TensorFlow's layout, and the one
         XLA's layout assignment gives float16 convolutions) or ``"NCHW"``
         (channels first, PyTorch's default memory format). The index
-        records shapes, not layouts. cuDNN runs 2-byte convolutions on
-        tensor cores in NHWC and transposes NCHW tensors into and out of
-        it around each one (`transposed_bytes`); in NHWC, and in 4-byte
-        precisions, it transposes nothing.
+        records shapes, not layouts. cuDNN runs tensor-core convolutions
+        (2-byte, and TF32) in NHWC and transposes NCHW tensors into and
+        out of it around each one (`transposed_bytes`); in NHWC, and in
+        FP32 on the CUDA cores, it transposes nothing.
 
     Raises:
       ValueError: an unknown GPU or link, a negative overhead, a `half`
@@ -269,10 +269,10 @@ class StepTimeModel:
     def transposed_tensors(self, op_id):
         """The bytes of each tensor the layout has transposed around a
         convolution (`transposed_bytes`), one entry per transpose kernel;
-        empty for other ops, NHWC and 4-byte products."""
+        empty for other ops, NHWC and FP32 products."""
         if (self.layout != "NCHW"
                 or self.index.types[op_id] not in CONVOLUTION_TYPES
-                or self.precision(op_id) not in ("fp16", "bf16")):
+                or self.precision(op_id) == "fp32"):
             return []
         index = self.index
         tensors = list(index.inputs[op_id]) + [
@@ -285,17 +285,20 @@ class StepTimeModel:
 
     def transposed_bytes(self, op_id):
         """Bytes the layout transposes around a convolution move: with
-        ``layout="NCHW"``, a convolution whose products are 2-byte (cuDNN
-        runs it on tensor cores, in NHWC) has each of its 4-D or 5-D
-        input and output tensors transposed by a kernel of its own, which
-        reads it and writes it once (inputs into NHWC before, outputs back
-        to NCHW after): twice the tensor's bytes, memory-bound. The cuDNN
+        ``layout="NCHW"``, a convolution whose products run on tensor
+        cores (2-byte or TF32: cuDNN runs it in NHWC) has each of its 4-D
+        or 5-D input and output tensors transposed by a kernel of its own,
+        which reads it and writes it once (inputs into NHWC before, outputs
+        back to NCHW after): twice the tensor's bytes, memory-bound. The
+        cuDNN
         Developer Guide (Legacy API, "Data and Filter Formats") says it
         may reach tensor-core convolutions through NCHW-to-NHWC
         transformations; channels-last exists in PyTorch to avoid them.
-        0 for other ops, for NHWC, and for 4-byte products: the published
-        NCHW runs in FP32 and TF32 (benchmarks/step_time.py) show no such
-        cost."""
+        0 for other ops, for NHWC, and for FP32 products (the CUDA
+        cores'). With the TF32 convolution fraction refitted, the
+        published TF32 runs in NCHW (PyTorch's default; XLA's layout for
+        float32 convolutions in TensorFlow 1.15) are within 11% with
+        these transposes (benchmarks/step_time.py)."""
         return 2 * sum(self.transposed_tensors(op_id))
 
     def precision(self, op_id):

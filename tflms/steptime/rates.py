@@ -64,7 +64,7 @@ PEAK = Efficiency()
 ACHIEVED = Efficiency(
     memory=0.98,
     fp32=0.77, tf32=0.71, fp16=0.515, bf16=0.515,
-    conv_fp32=0.851, conv_tf32=0.213, conv_fp16=0.43, conv_bf16=0.43)
+    conv_fp32=0.851, conv_tf32=0.447, conv_fp16=0.43, conv_bf16=0.43)
 
 # Convolutions and their gradients (cuDNN's kernels; `Efficiency` gives
 # them fractions of their own).
