@@ -144,7 +144,8 @@ class StepTimeModel:
         XLA fuses it (`fused`). Default False: TensorFlow without XLA (a
         Session, a tf.function without ``jit_compile``) runs every op as
         a kernel of its own. The published runs `ACHIEVED` is fitted to
-        ran with XLA, and benchmarks/step_time.py times them with fusion.
+        ran with XLA, and benchmarks/step_time.py times them with fusion
+        (and PyTorch's eager ResNet50 runs, held out, without).
       layout: the memory layout of the 4-D (and 5-D) tensors the graph's
         convolutions read and write when the step runs: ``"NHWC"``
         (channels last, the default: TensorFlow's layout, and the one
