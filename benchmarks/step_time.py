@@ -137,13 +137,17 @@ class Published:
         precision: softmax, layer norms and losses in float32), or
         ``"float16"`` where the run casts the model to float16 (apex's O2,
         which Lambda's BERT logs show), the softmax in float16 too.
-      fusion: whether the run fuses elementwise ops into their readers'
-        kernels (`StepTimeModel`'s `fusion`): TensorFlow with XLA, and
-        NVIDIA's PyTorch BERT (apex's fused layer norm, its scripted
-        bias and GELU); not PyTorch's ResNet50, which NVIDIA's main.py
-        runs without torch.jit unless ``--jit script`` is passed (its
-        default ``no``; neither configs.yml nor Lambda's runs, whose logs
-        say ``jit : no``, pass it).
+      fusion: whether the run is timed with elementwise ops fused into
+        their readers' kernels (`StepTimeModel`'s `fusion`): TensorFlow
+        with XLA; not PyTorch's ResNet50, which NVIDIA's main.py runs
+        without torch.jit unless ``--jit script`` is passed (its default
+        ``no``; neither configs.yml nor Lambda's runs, whose logs say
+        ``jit : no``, pass it). Lambda's PyTorch BERT (its fork's
+        modeling.py: plain modules, no torch.jit) is timed with fusion
+        too: PyTorch runs a layer norm or a GELU as one kernel, where the
+        TensorFlow graph the model times spells each as a chain of
+        elementwise ops and reductions, which fusion turns into about as
+        few kernels ("PyTorch BERT unfused" in `TRIED` times them apart).
     """
 
     model: str
@@ -447,6 +451,9 @@ TRIED = collections.OrderedDict([
      "TF32 convolutions in NCHW without cuDNN's transposes"),
     ("PyTorch fused + TF32 without transposes",
      "both: the model until 2026-11-26"),
+    ("PyTorch BERT unfused",
+     "Lambda's PyTorch BERT rows timed without fusion, every op of the "
+     "TensorFlow graph (each layer norm's and GELU's too) a kernel"),
     ("batch norm twice",
      "a training batch norm reads its input a second time (its statistics "
      "before its output), its gradient both of its inputs (two reductions "
@@ -476,6 +483,9 @@ def _tried(name, row, costs, refused):
         return costs
     gpu = hardware.GPUS[row.gpu]
     if name == "PyTorch fused" and not row.fusion:
+        costs = refused()
+    if (name == "PyTorch BERT unfused" and row.source == "lambda"
+            and row.model != "resnet50"):
         costs = refused()
     varied = copy.copy(costs)
     if name == "TF32 without transposes":
@@ -734,11 +744,12 @@ an update's bytes include the variables it reads and writes through
 resource handles (`ResourceApplyAdam`: the variable and its two slots,
 each read and written; an accumulation: its accumulator);
 elementwise ops read only by elementwise ops and reductions stay inside
-one fused kernel, as XLA fuses them, in the runs that fuse (TensorFlow
-with XLA, NVIDIA's PyTorch BERT with its fused kernels;
-`Published.fusion`), and PyTorch's ResNet50, like planning (TensorFlow
-without XLA), runs every op as a kernel of its own; kernels one at a
-time; the copies of
+one fused kernel, as XLA fuses them (the TensorFlow runs used XLA;
+Lambda's PyTorch BERT runs its layer norms and GELUs as one kernel each,
+which the TensorFlow graph spells as chains of elementwise ops), and
+PyTorch's ResNet50, like planning (TensorFlow without XLA), runs every
+op as a kernel of its own (`Published.fusion`); kernels one at a time;
+the copies of
 a plan on one stream each way beside the compute, at the link's rate in
 that direction. The fractions (`steptime.ACHIEVED`) are fitted to the
 published single-GPU training throughput below marked "fitted", and the
@@ -873,6 +884,10 @@ Not within 15%:
   fitted rows (the table at the end of this section, `python
   benchmarks/step_time.py --tried`, gives each one's fractions and the
   rows it leaves off):
+  - Lambda's PyTorch BERT timed without fusion, as its plain modules
+    run, but with every op of the TensorFlow graph a kernel: each layer
+    norm and GELU a chain of kernels where PyTorch runs one. 8 rows off,
+    Lambda's four BERT rows at 0.51 to 0.69.
   - Batch norm reading its input twice in training, as a kernel must
     when the tensor does not fit in cache: the same 5 rows off.
   - Convolutions bound by 3 times their tensors' bytes as well as by

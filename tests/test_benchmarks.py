@@ -549,6 +549,15 @@ def test_step_time_tried_explanations_change_what_they_name():
         "as published", h100, nchw)
     assert calls == [1]
     assert step("PyTorch fused", a100) == base
+    # Only Lambda's PyTorch BERT rows are the ones "PyTorch BERT unfused"
+    # times with the other setting.
+    bert = step_time.Published("bert-squad", 384, "A100-SXM4-80GB", "TF32",
+                               1, 1.0, "lambda", "held out")
+    assert step("PyTorch BERT unfused", bert, refused=fused) == step(
+        "as published", bert, nchw)
+    assert calls == [1, 1]
+    assert step("PyTorch BERT unfused", h100) == step("as published", h100)
+    assert step("PyTorch BERT unfused", a100) == base
     with pytest.raises(ValueError, match="no tried explanation 'XLA'"):
         step("XLA", a100)
 
