@@ -108,6 +108,17 @@ SOURCES = collections.OrderedDict([
               "Transformations\"), "
               "https://docs.nvidia.com/deeplearning/cudnn/developer/"
               "legacy-api.html"),
+    ("pt-rn50-2006", "NVIDIA DeepLearningExamples, PyTorch ResNet50 v1.5, "
+                     "\"Training performance results\" as of June 2020 "
+                     "(pytorch-20.06 NGC container, 1 GPU of DGX A100 40GB "
+                     "and DGX-1 16GB; batch 256, 128 in FP32; apex AMP O1; "
+                     "every run NCHW: main.py's --memory-format default "
+                     "nchw, no torch.jit, and the README: \"We are "
+                     "currently working on adding NHWC data layout "
+                     "support for Mixed Precision training\"), " + _DLE.replace(
+                         "blob/master/", "blob/46ff3707e04683e41b79af0f94a74e"
+                         "45f8016786/") + "PyTorch/Classification/ConvNets/"
+                     "resnet50v1.5/README.md"),
 ])
 
 
@@ -170,6 +181,7 @@ class Published:
     def label(self):
         if self.model == "resnet50":
             return "ResNet50 (%s)" % {"tf-rn50": "TF",
+                                      "pt-rn50-2006": "PyTorch, 20.06",
                                       "lambda": "PyTorch, Lambda"}.get(
                                           self.source, "PyTorch")
         if self.model == "bert-squad":
@@ -244,6 +256,17 @@ PUBLISHED = (
        "held out"),
     _P("bert-squad", 384, _H100P, "AMP", 112, 203.0, "lambda",
        "held out", amp_graph="float16"),
+    # Held out: NVIDIA's PyTorch ResNet50 a year before the rows above
+    # (pytorch-20.06), every precision in NCHW: float16 convolutions in
+    # NCHW on the V100 as well as the A100, from NVIDIA itself.
+    _P("resnet50", None, _V16, "FP32", 128, 373.21, "pt-rn50-2006",
+       "held out", "NCHW", fusion=False),
+    _P("resnet50", None, _V16, "AMP", 256, 856.52, "pt-rn50-2006",
+       "held out", "NCHW", fusion=False),
+    _P("resnet50", None, _A40, "TF32", 256, 680.15, "pt-rn50-2006",
+       "held out", "NCHW", fusion=False),
+    _P("resnet50", None, _A40, "AMP", 256, 1240.81, "pt-rn50-2006",
+       "held out", "NCHW", fusion=False),
 )
 
 # The published precision -> the precision of the graph's products.
@@ -781,7 +804,8 @@ cast the model to float16 with apex's O2 (their logs, [4]), the softmax
 in float16 too: `Published.amp_graph`). A ResNet50 row's layout is the
 layout of its run's convolution tensors (`layout` of `StepTimeModel`):
 NCHW where the run is PyTorch in its default memory format (NVIDIA's FP32
-and TF32 configurations, all of Lambda's) and where it is TensorFlow
+and TF32 configurations, all of its 2020 runs, all of Lambda's) and where
+it is TensorFlow
 with XLA in float32 (TensorFlow 1.15's gpu_layout_assignment.cc lays out
 a convolution in NHWC only in float16 on Volta or later); NHWC where
 NVIDIA's PyTorch AMP runs pass `--memory-format nhwc` and in TensorFlow's
@@ -803,8 +827,10 @@ take away what came into it on 2026-11-26:"""
 _READING = """\
 How far off: within 15% on every ResNet50 row in FP32 and TF32
 (TensorFlow and PyTorch, NVIDIA's runs and Lambda's, on the V100, the
-A100 and the H100 PCIe, where no fitted row ran) and on NVIDIA's AMP
-ResNet50 rows, on every row of NVIDIA's BERT pretraining, fitted or held
+A100 and the H100 PCIe, where no fitted row ran) but NVIDIA's PyTorch
+TF32 run of 2020 on the A100 (below), on NVIDIA's AMP ResNet50 rows on
+the V100 in both layouts and on the A100 in NHWC, on every row of
+NVIDIA's BERT pretraining, fitted or held
 out, on both GPUs and in every precision, on NVIDIA's SQuAD fine-tuning
 on the A100 and with AMP on the V100, and on Lambda's BERT-large SQuAD
 on the H100 in both precisions (TF32 at the limit, 1.15) and in TF32 on
@@ -817,8 +843,8 @@ all of the HBM bandwidth.
 
 Two facts of the runs came into the model on 2026-11-26, each from its
 source, and took Lambda's TF32 ResNet50 on the H100 from 1.36 to 1.05
-(6 rows off before, 5 now; the rows "PyTorch fused + TF32 without
-transposes" of the table at the end give the model before): TF32
+(8 of the 34 rows off before, 7 now; the row "PyTorch fused + TF32
+without transposes" of the table at the end gives the model before): TF32
 convolutions in NCHW pay cuDNN's transposes as float16 ones do (cuDNN
 runs both on the tensor cores in NHWC, [5]; TensorFlow 1.15's XLA lays
 out float32 convolutions in NCHW, so NVIDIA's TF32 ResNet50 pays them
@@ -848,16 +874,22 @@ Not within 15%:
   pretraining. Wave quantization (a small product's 128x128 output tiles
   leaving SMs idle), tried with the fractions refitted on the BERT rows,
   made the FP32 rows worse and is not in the model.
-- ResNet50 in Lambda's runs with AMP: 1.32 (A100) and 1.33 (H100) times
-  the published rate, where NVIDIA's AMP run in NHWC on the same A100 is
-  1.05. Lambda's configuration passes no `--memory-format`, so the
-  example runs NCHW and cuDNN transposes the tensors of every float16
+- ResNet50 in PyTorch in NCHW on the A100 and H100: Lambda's runs with
+  AMP 1.32 (A100) and 1.33 (H100) times the published rate, NVIDIA's own
+  of June 2020 1.30 with AMP and 1.26 in TF32 (A100 40GB), where
+  NVIDIA's AMP run in NHWC on the A100 is 1.05 and its NCHW AMP run of
+  June 2020 on the V100 1.01. Lambda's configuration passes no
+  `--memory-format` and NVIDIA's of 2020 had no NHWC for AMP yet, so
+  these runs are NCHW and cuDNN transposes the tensors of every float16
   convolution: 314 GB a step at batch 1280, 0.16 s at the A100's
   achieved bandwidth. The model's step is still 0.19 s (A100) and 0.17 s
-  (H100) short of the published one. Published, NCHW costs 1.56 times
-  NVIDIA's NHWC per image on the same A100; in the model, 1.25 times.
-  What else NCHW costs (cuDNN's choice of other kernels, transposes
-  below the bandwidth the fitted rows reach) has no number in the
+  (H100) short of Lambda's. Published, NCHW costs 1.56 times NVIDIA's
+  NHWC per image on the same A100; in the model, 1.25 times. On the
+  V100 the transposes are all NCHW costs; on the A100 and H100, in two
+  harnesses and three containers (2020 to 2022), about 30% more, and
+  NVIDIA's TF32 runs on the A100 went from 1.26 (2020) to 1.11 (2021)
+  and Lambda's 0.99 (2022) as cuDNN's TF32 kernels matured. What NCHW
+  costs on Ampere and Hopper beyond the transposes has no number in the
   sources or the fitted rows and is not in the model.
 - Lambda's BERT-large SQuAD with AMP on the A100 (0.84): the model is
   slower than the published run; on the H100 the same run is within
@@ -886,19 +918,19 @@ Not within 15%:
   rows it leaves off):
   - Lambda's PyTorch BERT timed without fusion, as its plain modules
     run, but with every op of the TensorFlow graph a kernel: each layer
-    norm and GELU a chain of kernels where PyTorch runs one. 8 rows off,
-    Lambda's four BERT rows at 0.51 to 0.69.
+    norm and GELU a chain of kernels where PyTorch runs one. 10 rows
+    off, Lambda's four BERT rows at 0.51 to 0.69.
   - Batch norm reading its input twice in training, as a kernel must
-    when the tensor does not fit in cache: the same 5 rows off.
+    when the tensor does not fit in cache: the same 7 rows off.
   - Convolutions bound by 3 times their tensors' bytes as well as by
-    their FLOPs: a stand-in for traffic the graph does not show. 5 rows
-    off, the H100 AMP ResNet50 row in, the H100 TF32 BERT row (1.16)
-    out, and both convolution fractions pinned at 1 (every tensor-core
-    convolution memory-bound). A factor with no source behind it is not
-    kept.
+    their FLOPs: a stand-in for traffic the graph does not show. 6 rows
+    off: the H100 AMP ResNet50 row and NVIDIA's 2020 TF32 row in, the
+    H100 TF32 BERT row (1.16) out, and both convolution fractions pinned
+    at 1 (every tensor-core convolution memory-bound). A factor with no
+    source behind it is not kept.
   - A kernel's FLOP time and byte time added instead of the larger of
     the two (no overlap of compute and memory inside a kernel), or the
-    2-norm of the two: the fractions rise and the same 5 rows are off.
+    2-norm of the two: the fractions rise and the same 7 rows are off.
   - The H100 PCIe's tensor cores at the A100's rate per SM and clock
     (114 SMs at 1755 MHz against 108 at 1410 MHz: 1.31 times the A100,
     205 TFLOPS TF32 and 410 float16), the rate kernels written for the
@@ -907,7 +939,7 @@ Not within 15%:
     published H100 PCIe rates are 1.29 (TF32) and 1.34 (AMP) times the
     A100 80GB's for BERT and 1.12 and 1.18 for ResNet50, against 2.4
     times in the peaks. Lambda's H100 AMP ResNet50 row comes to 1.19,
-    but its AMP BERT row to 0.72: 6 rows off, and which library's
+    but its AMP BERT row to 0.72: 8 rows off, and which library's
     kernels ran at which rate on that GPU is not stated by any source
     read.
 - Lambda's later runs of the same harness on the H100 SXM5 (the rows

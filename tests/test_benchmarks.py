@@ -570,8 +570,9 @@ def test_step_time_rows_state_their_runs_layout_and_fusion():
     from benchmarks import step_time  # pylint: disable=import-outside-toplevel
     rows = step_time.PUBLISHED
     pytorch_resnet = [r for r in rows if r.model == "resnet50"
-                      and r.source in ("pt-rn50", "lambda")]
-    assert len(pytorch_resnet) == 8
+                      and r.source in ("pt-rn50", "pt-rn50-2006",
+                                       "lambda")]
+    assert len(pytorch_resnet) == 12
     assert [r for r in rows if not r.fusion] == pytorch_resnet
     assert sorted((r.precision, r.layout) for r in rows
                   if r.source == "tf-rn50") == [
