@@ -291,15 +291,15 @@ class StepTimeModel:
         or 5-D input and output tensors transposed by a kernel of its own,
         which reads it and writes it once (inputs into NHWC before, outputs
         back to NCHW after): twice the tensor's bytes, memory-bound. The
-        cuDNN
-        Developer Guide (Legacy API, "Data and Filter Formats") says it
-        may reach tensor-core convolutions through NCHW-to-NHWC
+        cuDNN Developer Guide (Legacy API, "Data and Filter Formats")
+        says it may reach tensor-core convolutions through NCHW-to-NHWC
         transformations; channels-last exists in PyTorch to avoid them.
         0 for other ops, for NHWC, and for FP32 products (the CUDA
-        cores'). With the TF32 convolution fraction refitted, the
-        published TF32 runs in NCHW (PyTorch's default; XLA's layout for
-        float32 convolutions in TensorFlow 1.15) are within 11% with
-        these transposes (benchmarks/step_time.py)."""
+        cores'). With these transposes and the TF32 convolution fraction
+        refitted, the published TF32 ResNet50 runs in NCHW (PyTorch's
+        default; XLA's layout for float32 convolutions in TensorFlow
+        1.15) from 2020 to 2022 are within 11%, but for PyTorch's of June
+        2020 (benchmarks/step_time.py)."""
         return 2 * sum(self.transposed_tensors(op_id))
 
     def precision(self, op_id):
