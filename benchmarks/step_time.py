@@ -115,10 +115,10 @@ SOURCES = collections.OrderedDict([
                      "every run NCHW: main.py's --memory-format default "
                      "nchw, no torch.jit, and the README: \"We are "
                      "currently working on adding NHWC data layout "
-                     "support for Mixed Precision training\"), " + _DLE.replace(
-                         "blob/master/", "blob/46ff3707e04683e41b79af0f94a74e"
-                         "45f8016786/") + "PyTorch/Classification/ConvNets/"
-                     "resnet50v1.5/README.md"),
+                     "support for Mixed Precision training\"), "
+                     "https://github.com/NVIDIA/DeepLearningExamples/blob/"
+                     "46ff3707e04683e41b79af0f94a74e45f8016786/PyTorch/"
+                     "Classification/ConvNets/resnet50v1.5/README.md"),
 ])
 
 
@@ -320,10 +320,6 @@ class _Costs:
                                        efficiency=steptime.PEAK,
                                        fusion=fusion, layout=layout)
         ids = np.flatnonzero(model.op_seconds > 0)
-
-        def tensor_bytes(tensors):
-            return sum(gi.tensor_bytes(index, p, k, batch) or 0
-                       for p, k in tensors)
         # Layout transposes run as memory-bound kernels of their own.
         self.transposed = float(sum(model.transposed_bytes(i) for i in ids))
         self.flops = np.asarray([gi.op_flops(index, i, batch) or 0
@@ -334,27 +330,19 @@ class _Costs:
                                 for i in ids])
         self.conv = np.asarray([index.types[i] in steptime.CONVOLUTION_TYPES
                                 for i in ids])
+        # Each transposed tensor is a kernel of its own.
+        self.transpose_launches = int(sum(len(model.transposed_tensors(i))
+                                          for i in ids))
         self.launches = int(sum((i, 0) not in model.fused for i in ids)
-                            + sum(len(model.transposed_tensors(i))
-                                  for i in ids))
+                            + self.transpose_launches)
         self.launch_s = model.launch_overhead_s
-        # For the explanations in `TRIED`: the inputs a training batch norm
-        # would read a second time, and each convolution's 4-D and 5-D
-        # tensors (what cuDNN transposes in NCHW).
+        # For "batch norm twice" in `TRIED`: the inputs a training batch
+        # norm would read a second time.
         again = {"FusedBatchNormV3": 1, "FusedBatchNormGradV3": 2}
         self.read_again = np.asarray(
-            [tensor_bytes(index.inputs[i][:again.get(index.types[i], 0)])
+            [sum(gi.tensor_bytes(index, p, k, batch) or 0
+                 for p, k in index.inputs[i][:again.get(index.types[i], 0)])
              for i in ids], dtype=float)
-        conv_tensors = [
-            [(p, k) for p, k in list(index.inputs[i]) + [
-                (i, k) for k in range(len(index.output_shapes[i]))]
-             if index.output_shapes[p][k] is not None
-             and len(index.output_shapes[p][k]) >= 4]
-            if index.types[i] in steptime.CONVOLUTION_TYPES else []
-            for i in ids]
-        self.conv_tensor_bytes = float(sum(tensor_bytes(t)
-                                           for t in conv_tensors))
-        self.conv_tensor_count = int(sum(len(t) for t in conv_tensors))
         # How a kernel's FLOP time and byte time combine: "max" (the
         # model), "sum", or the p-norm of the two for a number p.
         self.combine = "max"
@@ -512,11 +500,11 @@ def _tried(name, row, costs, refused):
         costs = refused()
     varied = copy.copy(costs)
     if name == "TF32 without transposes":
-        if (row.layout == "NCHW" and row.precision != "AMP"
-                and _products(row, gpu) == "tf32"):
-            varied.transposed = (costs.transposed
-                                 - 2 * costs.conv_tensor_bytes)
-            varied.launches = costs.launches - costs.conv_tensor_count
+        # A float32 graph's transposes are all around TF32 convolutions
+        # (the model transposes none for FP32); an AMP row's are float16's.
+        if row.precision != "AMP":
+            varied.transposed = 0.0
+            varied.launches = costs.launches - costs.transpose_launches
     elif name == "batch norm twice":
         varied.bytes = costs.bytes + costs.read_again
     elif name == "conv bytes x3":

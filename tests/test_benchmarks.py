@@ -490,9 +490,6 @@ def test_step_time_tried_explanations_change_what_they_name():
         index, roles, 1, gpu=a100_gpu)
     eight_mib = float(8 << 20)
     assert costs.read_again.sum() == eight_mib  # the batch norm's input
-    # The convolution's input and output, each 4-D.
-    assert (costs.conv_tensor_bytes, costs.conv_tensor_count) == (
-        2 * eight_mib, 2)
     efficiency = steptime.ACHIEVED
 
     def row(gpu, precision, source="tf-rn50", layout="NHWC", fusion=True):
@@ -521,6 +518,9 @@ def test_step_time_tried_explanations_change_what_they_name():
     # them away, and only from TF32 rows in NCHW.
     nchw = step_time._Costs(  # pylint: disable=protected-access
         index, roles, 1, layout="NCHW", gpu=a100_gpu)
+    # The convolution's input and output, each 4-D, each read and written.
+    assert (nchw.transposed, nchw.transpose_launches) == (
+        2 * 2 * eight_mib, 2)
     a100_nchw = row(a100_gpu, "TF32", layout="NCHW")
     assert step("as published", a100_nchw, nchw) == pytest.approx(
         base + 2 * 2 * eight_mib / bandwidth + 2 * costs.launch_s)
@@ -531,7 +531,7 @@ def test_step_time_tried_explanations_change_what_they_name():
     # transpose, in either layout.
     v100 = step_time._Costs(  # pylint: disable=protected-access
         index, roles, 1, layout="NCHW", gpu="V100-SXM2-16GB")
-    assert v100.transposed == 0
+    assert (v100.transposed, v100.transpose_launches) == (0, 0)
     # Added times exceed the larger; the 2-norm lies between.
     assert base < step("p-norm 2", a100) < step("added", a100)
     # Tensor cores at the A100's rate per SM and clock: slower on an
