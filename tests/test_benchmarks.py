@@ -527,6 +527,21 @@ def test_step_time_tried_explanations_change_what_they_name():
     assert step("TF32 without transposes", a100_nchw, nchw) == \
         pytest.approx(base)
     assert step("TF32 without transposes", a100) == base
+    # Transposes at half the bandwidth: each costs twice its time.
+    assert step("transposes at half bandwidth", a100_nchw, nchw) == \
+        pytest.approx(base + 2 * 2 * 2 * eight_mib / bandwidth
+                      + 2 * costs.launch_s)
+    assert step("transposes at half bandwidth", a100) == base
+    # The batch norm read again on PyTorch's rows in NCHW only.
+    pytorch_nchw = row(a100_gpu, "TF32", source="pt-rn50", layout="NCHW",
+                       fusion=False)
+    assert step("batch norm twice in PyTorch NCHW", pytorch_nchw, nchw) == \
+        pytest.approx(step("as published", pytorch_nchw, nchw)
+                      + eight_mib / bandwidth)
+    assert step("batch norm twice in PyTorch NCHW", a100_nchw, nchw) == \
+        step("as published", a100_nchw, nchw)
+    assert step("batch norm twice in PyTorch NCHW",
+                row(a100_gpu, "AMP", source="pt-rn50", fusion=False)) == base
     # A V100 runs float32 convolutions on its CUDA cores: nothing to
     # transpose, in either layout.
     v100 = step_time._Costs(  # pylint: disable=protected-access
