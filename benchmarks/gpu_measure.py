@@ -44,7 +44,8 @@ if __package__ in (None, ""):
 from benchmarks import common  # pylint: disable=wrong-import-position
 from tflms import hardware  # pylint: disable=wrong-import-position
 
-__all__ = ["NO_GPU_MESSAGE", "BEGIN", "END", "main", "with_table"]
+__all__ = ["NO_GPU_MESSAGE", "NOT_MEASURED", "BEGIN", "END", "find_gpu",
+           "guess_gpu", "main", "publish", "report", "with_table"]
 
 EXIT_OK, EXIT_CANNOT_RUN = 0, 2
 
@@ -86,7 +87,7 @@ def _builders(args):
     return [(name, cases[name]) for name in args.model]
 
 
-def _guess_gpu(tf, device):
+def guess_gpu(tf, device):
     """The `hardware.GPUS` entry the device's name gives."""
     try:
         name = tf.config.experimental.get_device_details(device).get(
@@ -203,37 +204,40 @@ def _table(rows, args):
     return "\n".join(lines)
 
 
-def _report(rows, args, argv, device_name):
-    """The table with what it was made with: the command, the date, the
-    device (or that none was used) and the TensorFlow version."""
+def report(table, args, argv, device_name, script="benchmarks/gpu_measure.py",
+           begin=BEGIN, end=END):
+    """`table` between `begin` and `end` with what it was made with: the
+    command (`script` and `argv`, less ``--out`` and ``--doc``), the date,
+    the device (`device_name`; None: that none was used) and the
+    TensorFlow version."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    command = "python benchmarks/gpu_measure.py" + "".join(
+    command = "python " + script + "".join(
         " " + a for a in argv if not a.startswith(("--out", "--doc"))
         and a not in (args.out, args.doc))
-    if args.measure:
+    if device_name is not None:
         where = "measured on %s (predictions for %s)" % (device_name,
                                                         args.gpu)
     else:
         where = ("no GPU used: the measured columns are empty, the "
                  "predictions are for %s" % args.gpu)
     return "%s\n\n`%s` (%s; TensorFlow %s; %s)\n\n%s\n%s" % (
-        BEGIN, command, time.strftime("%Y-%m-%d"), tf.__version__, where,
-        _table(rows, args), END)
+        begin, command, time.strftime("%Y-%m-%d"), tf.__version__, where,
+        table, end)
 
 
-def with_table(text, report):
-    """`text` with what stands between `BEGIN` and `END` (markers
-    included) replaced by `report`.
+def with_table(text, report, begin=BEGIN, end=END):
+    """`text` with what stands between `begin` and `end` (markers
+    included; by default this script's) replaced by `report`.
 
     Raises:
       ValueError: `text` has no such markers.
     """
-    start = text.find(BEGIN)
-    end = text.find(END, start)
-    if start < 0 or end < 0:
+    start = text.find(begin)
+    stop = text.find(end, start)
+    if start < 0 or stop < 0:
         raise ValueError("the page has no %s ... %s markers to put the "
-                         "table between" % (BEGIN, END))
-    return text[:start] + report + text[end + len(END):]
+                         "table between" % (begin, end))
+    return text[:start] + report + text[stop + len(end):]
 
 
 def build_parser():
@@ -282,42 +286,62 @@ def build_parser():
     return parser
 
 
+def find_gpu(tf, args, script, no_gpu_message=NO_GPU_MESSAGE):
+    """Look for GPU:0 (not with `args.dry_run`) and set `args.gpu`, the
+    GPU predicted for, from its name unless given (`hardware.DEFAULT_GPU`
+    without a GPU). Returns ``(measure, device_name, status)``: whether
+    there is a GPU to measure on, its name, and the exit status so far:
+    `EXIT_CANNOT_RUN` without a GPU (`no_gpu_message` on stderr; the
+    predictions are made all the same), or None when GPU:0 is one tflms
+    has no figures for and `args.gpu` is not given (`script` says so on
+    stderr; nothing can be predicted)."""
+    gpus = [] if args.dry_run else tf.config.list_physical_devices("GPU")
+    device_name = None
+    status = EXIT_OK
+    if not gpus and not args.dry_run:
+        print(no_gpu_message, file=sys.stderr)
+        status = EXIT_CANNOT_RUN
+    if gpus:
+        guessed, device_name = guess_gpu(tf, gpus[0])
+        args.gpu = args.gpu or guessed
+        if args.gpu is None:
+            print("%s: GPU:0 is %r, which tflms has no figures for; pass "
+                  "--gpu with the nearest of its GPUs for the predictions"
+                  % (script, device_name), file=sys.stderr)
+            return True, device_name, None
+    args.gpu = args.gpu or hardware.DEFAULT_GPU
+    return bool(gpus), device_name, status
+
+
+def publish(text, args, begin=BEGIN, end=END):
+    """Print `text` (a `report`), write it to `args.out` and put it
+    between the `begin` and `end` markers of the page `args.doc`, each if
+    given."""
+    print(text)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+    if args.doc:
+        with open(args.doc, encoding="utf-8") as f:
+            page = f.read()
+        with open(args.doc, "w", encoding="utf-8") as f:
+            f.write(with_table(page, text, begin, end))
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     args.model = args.model or ["resnet50", "unet3d"]
     tf = common.setup_tensorflow("v2")
-    gpus = [] if args.dry_run else tf.config.list_physical_devices("GPU")
-    args.measure = bool(gpus)
-    device_name = None
-    status = EXIT_OK
-    if not gpus and not args.dry_run:
-        print(NO_GPU_MESSAGE, file=sys.stderr)
-        status = EXIT_CANNOT_RUN
-    if gpus and args.gpu is None:
-        args.gpu, device_name = _guess_gpu(tf, gpus[0])
-        if args.gpu is None:
-            print("benchmarks/gpu_measure.py: GPU:0 is %r, which tflms has "
-                  "no figures for; pass --gpu with the nearest of its GPUs "
-                  "for the predictions" % device_name, file=sys.stderr)
-            return EXIT_CANNOT_RUN
-    elif gpus:
-        device_name = _guess_gpu(tf, gpus[0])[1]
-    if args.gpu is None:
-        args.gpu = hardware.DEFAULT_GPU
+    args.measure, device_name, status = find_gpu(
+        tf, args, "benchmarks/gpu_measure.py")
+    if status is None:
+        return EXIT_CANNOT_RUN
     rows = []
     for name, build in _builders(args):
         rows.extend(_measure(tf, name, build, args))
-    report = _report(rows, args, argv, device_name)
-    print(report)
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            f.write(report + "\n")
-    if args.doc:
-        with open(args.doc, encoding="utf-8") as f:
-            text = f.read()
-        with open(args.doc, "w", encoding="utf-8") as f:
-            f.write(with_table(text, report))
+    publish(report(_table(rows, args), args, argv,
+                   device_name if args.measure else None), args)
     return status
 
 

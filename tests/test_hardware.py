@@ -169,7 +169,7 @@ def test_gpu_measure_families_come_from_hardware():
 
 
 class _FakeTf:
-    """Just what `gpu_measure._guess_gpu` asks TensorFlow: a device name."""
+    """Just what `gpu_measure.guess_gpu` asks TensorFlow: a device name."""
 
     def __init__(self, device_name):
         details = {"device_name": device_name}
@@ -187,7 +187,7 @@ class _FakeTf:
     ("NVIDIA GeForce RTX 4090", None),
 ])
 def test_gpu_measure_guesses_the_gpu_from_its_name(device_name, key):
-    guess = gpu_measure._guess_gpu(  # pylint: disable=protected-access
+    guess = gpu_measure.guess_gpu(
         _FakeTf(device_name), "/physical_device:GPU:0")
     assert guess == (key, device_name)
 
