@@ -25,6 +25,13 @@ than by cuDNN, which is what a TensorFlow step pays):
   tokens (NVIDIA's pretraining, where the float16 products' fraction of
   the peak was fitted: 0.515) and 43,008 tokens (Lambda's SQuAD step,
   whose published time implies about 0.79), float16 and float32.
+* ``squad``: not a kernel but NVIDIA's whole BERT-large SQuAD
+  fine-tuning step in FP32 (`benchmarks.models.bert`, as
+  benchmarks/step_time.py builds it) at two batches (2 and 10, the
+  published ones), with XLA as NVIDIA ran it (predicted with fusion),
+  split into the part of the step that does not grow with the batch and
+  the part per sequence: published, about 100 and 86 ms on the V100;
+  predicted, about 53 and 72.
 
 Per case it prints the median wall time of `--steps` runs (after
 `--warmup`), the model's prediction for the same graph on `--gpu`
@@ -57,7 +64,7 @@ from benchmarks import gpu_measure  # pylint: disable=wrong-import-position
 from tflms import hardware  # pylint: disable=wrong-import-position
 
 __all__ = ["CASES", "BEGIN", "END", "NO_GPU_MESSAGE", "Case", "cases",
-           "predict", "session_config", "measure", "main"]
+           "predict", "session_config", "measure", "squad_split", "main"]
 
 EXIT_OK, EXIT_CANNOT_RUN = 0, 2
 
@@ -67,20 +74,28 @@ END = "<!-- /kernel_measure table -->"
 NO_GPU_MESSAGE = gpu_measure.NO_GPU_MESSAGE.replace(
     "benchmarks/gpu_measure.py", "benchmarks/kernel_measure.py")
 
-CASES = ("conv", "batchnorm", "matmul")
+CASES = ("conv", "batchnorm", "matmul", "squad")
 
 
 class Case:
     """One graph of the kernels a case times: `graph`, the op to run
-    (`step`), and what it is (`case`, `shape`, `layout`, `dtype`)."""
+    (`step`), and what it is (`case`, `shape`, `layout`, `dtype`). A whole
+    training step also has `init` (its variables' initializer), `feed`
+    (a feed dict per run) and `batch`, and runs with XLA (`xla`) if its
+    published runs did; a kernel case has none of these."""
 
-    def __init__(self, case, shape, layout, dtype, graph, step):
+    def __init__(self, case, shape, layout, dtype, graph, step, init=None,
+                 feed=None, batch=None, xla=False):
         self.case = case
         self.shape = shape
         self.layout = layout
         self.dtype = dtype
         self.graph = graph
         self.step = step
+        self.init = init
+        self.feed = feed
+        self.batch = batch
+        self.xla = xla
 
     @property
     def label(self):
@@ -133,9 +148,23 @@ def _matmul(tf, tokens, dtype):
     return _backward(tf, "step", [y], [x, w])
 
 
-def cases(names=CASES, batch=256, tokens=(8192, 43008)):
-    """The `Case` graphs of `names` (of `CASES`) at `batch` images and
-    each of `tokens`."""
+def _squad(batch, layers):
+    """NVIDIA's TensorFlow BERT-large SQuAD fine-tuning step in FP32, as
+    benchmarks/step_time.py times its published rows."""
+    from benchmarks import models  # pylint: disable=import-outside-toplevel
+    built = models.bert(layers=layers, seq=384, batch=batch, head="squad",
+                        optimizer="adam-weight-decay")
+    return Case("squad", "step, %d layers, seq 384, batch %d"
+                % (layers, batch), "-", "float32", built.graph,
+                built.train_op, built.init_op, built.make_feed, batch,
+                xla=True)
+
+
+def cases(names=CASES, batch=256, tokens=(8192, 43008),
+          squad_batches=(2, 10), squad_layers=24):
+    """The `Case` graphs of `names` (of `CASES`) at `batch` images, each
+    of `tokens`, and each of `squad_batches` sequences (a BERT of
+    `squad_layers` layers: 24 is BERT-large)."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     made = []
 
@@ -149,6 +178,9 @@ def cases(names=CASES, batch=256, tokens=(8192, 43008)):
         if name not in CASES:
             raise ValueError("case must be one of %s; got %r"
                              % (", ".join(CASES), name))
+        if name == "squad":
+            made.extend(_squad(n, squad_layers) for n in squad_batches)
+            continue
         for dtype in ((tf.float16,) if name == "batchnorm"
                       else (tf.float16, tf.float32)):
             if name == "matmul":
@@ -169,14 +201,13 @@ def predict(case, gpu):
     """The step-time model's time (s) for one run of `case` on `gpu`, the
     part of it that is layout transposes, and the case's FLOPs over the
     peak FLOP/s of its products' precision (s; 0 without FLOPs)."""
-    from tflms import analysis  # pylint: disable=import-outside-toplevel
     from tflms import graph_index as gi  # pylint: disable=import-outside-toplevel
-    from tflms import steptime  # pylint: disable=import-outside-toplevel
+    from tflms import pipeline, steptime  # pylint: disable=import-outside-toplevel
+    from tflms.settings import Settings  # pylint: disable=import-outside-toplevel
     index = gi.build_index(case.graph)
-    # A case's ops are all one step's: no optimizer, nothing to tell apart.
-    roles = analysis.classify_ops(index)
+    roles = pipeline.classify(index, Settings(batch_size=case.batch))
     model = steptime.StepTimeModel(
-        index, roles, gpu=gpu,
+        index, roles, case.batch, gpu=gpu, fusion=case.xla,
         layout="NCHW" if case.layout == "NCHW" else "NHWC")
     ran = [i for i in range(index.num_ops) if model.op_seconds[i] > 0]
     transposed = sum(model.transposed_bytes(i) for i in ran)
@@ -186,9 +217,10 @@ def predict(case, gpu):
             transposed / model.achieved_bandwidth, at_peak)
 
 
-def session_config(device=None):
+def session_config(device=None, xla=False):
     """The session's configuration: Grappler off (each kernel runs, in
-    the layout its graph has); no GPU if `device` is ``"/cpu:0"``."""
+    the layout its graph has); no GPU if `device` is ``"/cpu:0"``; XLA's
+    auto-clustering on with `xla` (as NVIDIA's BERT runs turn it on)."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     config = tf.compat.v1.ConfigProto()
     config.gpu_options.allow_growth = True
@@ -198,6 +230,9 @@ def session_config(device=None):
     config.graph_options.rewrite_options.disable_meta_optimizer = True
     if device is not None and "cpu" in device.lower():
         config.device_count["GPU"] = 0
+    if xla:
+        config.graph_options.optimizer_options.global_jit_level = (
+            tf.compat.v1.OptimizerOptions.ON_1)
     return config
 
 
@@ -205,16 +240,18 @@ def measure(case, steps, warmup, device=None):
     """The median wall time (s) of `steps` runs of `case` after `warmup`
     (`session_config`: every kernel runs, on `device`)."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    config = session_config(device)
+    config = session_config(device, case.xla)
     with tf.compat.v1.Session(graph=case.graph, config=config) as sess:
         with case.graph.as_default():
-            sess.run(tf.compat.v1.global_variables_initializer())
+            sess.run(case.init if case.init is not None
+                     else tf.compat.v1.global_variables_initializer())
         for _ in range(warmup):
-            sess.run(case.step)
+            sess.run(case.step, feed_dict=case.feed and case.feed())
         times = []
         for _ in range(steps):
+            feed = case.feed and case.feed()
             start = time.perf_counter()
-            sess.run(case.step)
+            sess.run(case.step, feed_dict=feed)
             times.append(time.perf_counter() - start)
     return statistics.median(times)
 
@@ -237,7 +274,42 @@ def _table(rows, gpu):
             r["transposes_s"] * 1e3,
             "-" if measured is None or not r["at_peak_s"]
             else "%.3f" % (r["at_peak_s"] / measured)))
+    split = squad_split(rows)
+    if split:
+        lines.append("")
+        lines.append(split)
     return "\n".join(lines)
+
+
+def _fixed_and_per_sequence(pairs):
+    """The part of a step that does not grow with the batch and the part
+    per sequence (s), from ``(batch, step)`` at the smallest and largest
+    batch."""
+    (b1, t1), (b2, t2) = min(pairs), max(pairs)
+    per = (t2 - t1) / (b2 - b1)
+    return t1 - per * b1, per
+
+
+def squad_split(rows):
+    """The SQuAD step split into the part that does not grow with the
+    batch and the part per sequence, predicted and (where both batches
+    were) measured; None with fewer than two batches. NVIDIA's published
+    FP32 rows on the V100 (batch 2 and 10) put them at about 100 and 86
+    ms; the model at 53 and 72 (docs/benchmarks.md)."""
+    squad = [r for r in rows if r["case"].case == "squad"]
+    if len({r["case"].batch for r in squad}) < 2:
+        return None
+    text = ("SQuAD step, from batch %d and %d: predicted %.1f ms a step "
+            "and %.1f ms a sequence" % (
+                min(r["case"].batch for r in squad),
+                max(r["case"].batch for r in squad),
+                *(1e3 * x for x in _fixed_and_per_sequence(
+                    [(r["case"].batch, r["predicted_s"]) for r in squad]))))
+    if all(r.get("measured_s") is not None for r in squad):
+        text += "; measured %.1f ms and %.1f ms" % tuple(
+            1e3 * x for x in _fixed_and_per_sequence(
+                [(r["case"].batch, r["measured_s"]) for r in squad]))
+    return text + "."
 
 
 def build_parser():
@@ -252,6 +324,10 @@ def build_parser():
     parser.add_argument("--tokens", type=int, action="append",
                         help="rows of the matmul case (repeatable; default "
                              "8192 and 43008)")
+    parser.add_argument("--squad-batch", type=int, action="append",
+                        help="sequences of the squad case (repeatable; "
+                             "default 2 and 10, NVIDIA's published FP32 "
+                             "batches on the V100 16GB and 32GB)")
     parser.add_argument("--steps", type=int, default=20,
                         help="timed runs per case (default 20)")
     parser.add_argument("--warmup", type=int, default=5,
@@ -278,8 +354,10 @@ def main(argv=None):
         if getattr(args, name) < 1:
             parser.error("--%s must be at least 1; got %d"
                          % (name, getattr(args, name)))
-    if any(n < 1 for n in args.tokens or ()):
-        parser.error("--tokens must be at least 1; got %s" % args.tokens)
+    for name in ("tokens", "squad_batch"):
+        if any(n < 1 for n in getattr(args, name) or ()):
+            parser.error("--%s must be at least 1; got %s" % (
+                name.replace("_", "-"), getattr(args, name)))
     tf = common.setup_tensorflow("v2")
     measuring, device_name, status = gpu_measure.find_gpu(
         tf, args, "benchmarks/kernel_measure.py", NO_GPU_MESSAGE)
@@ -287,7 +365,8 @@ def main(argv=None):
         return EXIT_CANNOT_RUN
     rows = []
     for case in cases(args.case or CASES, args.batch,
-                      tuple(args.tokens or (8192, 43008))):
+                      tuple(args.tokens or (8192, 43008)),
+                      tuple(args.squad_batch or (2, 10))):
         predicted, transposes, at_peak = predict(case, args.gpu)
         row = {"case": case, "predicted_s": predicted,
                "transposes_s": transposes, "at_peak_s": at_peak}

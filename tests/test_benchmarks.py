@@ -404,7 +404,8 @@ def test_kernel_measure_without_a_gpu_predicts_and_says_so(tmp_path):
                     % (kernel_measure.BEGIN, kernel_measure.END))
     script = os.path.join(ROOT, "benchmarks", "kernel_measure.py")
     proc = subprocess.run(
-        [sys.executable, script, "--batch", "2", "--tokens", "64",
+        [sys.executable, script, "--case", "conv", "--case", "batchnorm",
+         "--case", "matmul", "--batch", "2", "--tokens", "64",
          "--gpu", "A100-SXM4-80GB", "--doc", str(page)], cwd=str(tmp_path),
         env=env, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == kernel_measure.EXIT_CANNOT_RUN == 2, \
@@ -483,13 +484,41 @@ def test_kernel_measure_runs_every_kernel_of_a_case():
     assert kernel_measure.measure(case, 2, 1, device="/cpu:0") > 0
 
 
+def test_kernel_measure_splits_the_squad_step():
+    """The squad case is a whole fine-tuning step (fed, initialized, with
+    XLA as NVIDIA ran it, predicted with fusion): `measure` runs it (on
+    the CPU, without XLA's GPU clustering) and `squad_split` splits two
+    batches' steps into a part per step and a part per sequence, from the
+    predictions and, where both batches were measured, the times."""
+    from benchmarks import kernel_measure  # pylint: disable=import-outside-toplevel
+    small, large = kernel_measure.cases(["squad"], squad_batches=(1, 3),
+                                        squad_layers=1)
+    assert (small.batch, large.batch, small.xla) == (1, 3, True)
+    assert small.label == "squad step, 1 layers, seq 384, batch 1"
+    assert kernel_measure.measure(small, 1, 1, device="/cpu:0") > 0
+    rows = [{"case": small, "predicted_s": 0.030},
+            {"case": large, "predicted_s": 0.070}]
+    assert kernel_measure.squad_split(rows) == (
+        "SQuAD step, from batch 1 and 3: predicted 10.0 ms a step and "
+        "20.0 ms a sequence.")
+    rows[0]["measured_s"], rows[1]["measured_s"] = 0.050, 0.110
+    assert kernel_measure.squad_split(rows).endswith(
+        "; measured 20.0 ms and 30.0 ms.")
+    assert kernel_measure.squad_split(rows[:1]) is None
+    # The prediction is the fused step's, larger with the batch.
+    first, second = (kernel_measure.predict(c, "V100-SXM2-16GB")[0]
+                     for c in (small, large))
+    assert 0 < first < second
+
+
 def test_kernel_measure_refuses_bad_sizes():
     from benchmarks import kernel_measure  # pylint: disable=import-outside-toplevel
-    for argv in (["--batch", "0"], ["--steps", "0"], ["--tokens", "-1"]):
+    for argv in (["--batch", "0"], ["--steps", "0"], ["--tokens", "-1"],
+                 ["--squad-batch", "0"]):
         with pytest.raises(SystemExit):
             kernel_measure.main(["--dry-run"] + argv)
     with pytest.raises(ValueError, match="case must be one of conv, "
-                       "batchnorm, matmul; got 'relu'"):
+                       "batchnorm, matmul, squad; got 'relu'"):
         kernel_measure.cases(["relu"])
 
 
