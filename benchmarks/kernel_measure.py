@@ -8,12 +8,13 @@ facts for, beside its predictions.
 
 The step-time model (`tflms.steptime`) is off by more than 15% on some
 published runs (docs/benchmarks.md, "Not within 15%"), where it would
-need facts about kernels that no source gives and no fitted row shows. Each case here is
-one small graph of exactly such kernels, run forward and backward (the
-gradients given, `tf.gradients(..., grad_ys=...)`) with Grappler off, so
-that each runs, in the layout it is built in (TensorFlow's own kernels:
-a float16 convolution in NCHW may be transposed by TensorFlow rather
-than by cuDNN, which is what a TensorFlow step pays):
+need facts about kernels that no source gives and no fitted row shows.
+Each kernel case here is one small graph of exactly such kernels, run
+forward and backward (the gradients given, `tf.gradients(...,
+grad_ys=...)`) with Grappler off, so that each runs, in the layout it is
+built in (TensorFlow's own kernels: a float16 convolution in NCHW may be
+transposed by TensorFlow rather than by cuDNN, which is what a
+TensorFlow step pays):
 
 * ``conv``: ResNet50's 3x3 convolution of 64 channels at 56x56, in NHWC
   and in NCHW, float16 and float32 (TF32 on an A100 or H100). The model
@@ -263,17 +264,17 @@ def _table(rows, gpu):
              "|---|---|---|---:|---:|---:|---:|---:|"]
     for r in rows:
         measured = r.get("measured_s")
-        lines.append("| %s | %s | %s | %s | %.3f ms | %s | %.3f ms | %s |"
-                     % (
-            r["case"].label, r["case"].layout, r["case"].dtype,
-            r.get("error", gpu_measure.NOT_MEASURED) if measured is None
-            else "%.3f ms" % (measured * 1e3),
-            r["predicted_s"] * 1e3,
-            "-" if measured is None
-            else "%.2f" % (measured / r["predicted_s"]),
-            r["transposes_s"] * 1e3,
-            "-" if measured is None or not r["at_peak_s"]
-            else "%.3f" % (r["at_peak_s"] / measured)))
+        if measured is None:
+            cells = (r.get("error", gpu_measure.NOT_MEASURED), "-", "-")
+        else:
+            cells = ("%.3f ms" % (measured * 1e3),
+                     "%.2f" % (measured / r["predicted_s"]),
+                     "%.3f" % (r["at_peak_s"] / measured)
+                     if r["at_peak_s"] else "-")
+        lines.append("| %s | %s | %s | %s | %.3f ms | %s | %.3f ms | %s |" % (
+            r["case"].label, r["case"].layout, r["case"].dtype, cells[0],
+            r["predicted_s"] * 1e3, cells[1], r["transposes_s"] * 1e3,
+            cells[2]))
     split = squad_split(rows)
     if split:
         lines.append("")

@@ -504,6 +504,14 @@ def test_kernel_measure_splits_the_squad_step():
     rows[0]["measured_s"], rows[1]["measured_s"] = 0.050, 0.110
     assert kernel_measure.squad_split(rows).endswith(
         "; measured 20.0 ms and 30.0 ms.")
+    # The table: measured, predicted, their ratio, transposes, and the
+    # products' FLOPs at the peak over the measured time.
+    for r in rows:
+        r.update(transposes_s=0.0, at_peak_s=0.010)
+    table = kernel_measure._table(rows, "V100")  # pylint: disable=protected-access
+    assert ("| squad step, 1 layers, seq 384, batch 1 | - | float32 | "
+            "50.000 ms | 30.000 ms | 1.67 | 0.000 ms | 0.200 |") in table
+    assert table.endswith("; measured 20.0 ms and 30.0 ms.")
     assert kernel_measure.squad_split(rows[:1]) is None
     # The prediction is the fused step's, larger with the batch.
     first, second = (kernel_measure.predict(c, "V100-SXM2-16GB")[0]
