@@ -7,6 +7,7 @@ that list the GPUs (docs/performance.md, docs/plan.md) are made again
 and until the row carries what the oracle and the step-time model need.
 """
 
+import argparse
 import dataclasses
 import os
 import subprocess
@@ -190,6 +191,42 @@ def test_gpu_measure_guesses_the_gpu_from_its_name(device_name, key):
     guess = gpu_measure.guess_gpu(
         _FakeTf(device_name), "/physical_device:GPU:0")
     assert guess == (key, device_name)
+
+
+def _with_gpus(fake, devices):
+    fake.config.list_physical_devices = staticmethod(lambda kind: devices)
+    return fake
+
+
+def test_gpu_measure_finds_the_gpu_to_predict_for(capsys):
+    """`find_gpu`: a known GPU gives the predictions' GPU; `--gpu` wins
+    over the name; an unknown one without `--gpu` stops with a message
+    naming it and the option; without a GPU the default GPU is predicted
+    for and the exit status says nothing was measured; a dry run does not
+    look."""
+    gpu0 = ["/physical_device:GPU:0"]
+
+    def find(name, devices, gpu=None, dry_run=False):
+        args = argparse.Namespace(gpu=gpu, dry_run=dry_run)
+        found = gpu_measure.find_gpu(_with_gpus(_FakeTf(name), devices),
+                                     args, "benchmarks/x.py")
+        return found, args.gpu
+
+    assert find("NVIDIA A100-SXM4-80GB", gpu0) == (
+        (True, "NVIDIA A100-SXM4-80GB", 0), "A100-SXM4-80GB")
+    assert find("NVIDIA A100-SXM4-80GB", gpu0, gpu="V100-SXM2-16GB") == (
+        (True, "NVIDIA A100-SXM4-80GB", 0), "V100-SXM2-16GB")
+    assert capsys.readouterr().err == ""
+    assert find("NVIDIA GeForce RTX 4090", gpu0) == (
+        (True, "NVIDIA GeForce RTX 4090", None), None)
+    assert ("benchmarks/x.py: GPU:0 is 'NVIDIA GeForce RTX 4090', which "
+            "tflms has no figures for; pass --gpu with the nearest of its "
+            "GPUs for the predictions") in capsys.readouterr().err
+    assert find("", []) == ((False, None, 2), hardware.DEFAULT_GPU)
+    assert gpu_measure.NO_GPU_MESSAGE in capsys.readouterr().err
+    assert find("", gpu0, dry_run=True) == (
+        (False, None, 0), hardware.DEFAULT_GPU)
+    assert capsys.readouterr().err == ""
 
 
 @pytest.mark.parametrize("name, rates", [
