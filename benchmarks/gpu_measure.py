@@ -225,9 +225,10 @@ def report(table, args, argv, device_name, script="benchmarks/gpu_measure.py",
         table, end)
 
 
-def with_table(text, report, begin=BEGIN, end=END):
+def with_table(text, table, begin=BEGIN, end=END):
     """`text` with what stands between `begin` and `end` (markers
-    included; by default this script's) replaced by `report`.
+    included; by default this script's) replaced by `table` (a
+    `report`).
 
     Raises:
       ValueError: `text` has no such markers.
@@ -237,7 +238,7 @@ def with_table(text, report, begin=BEGIN, end=END):
     if start < 0 or stop < 0:
         raise ValueError("the page has no %s ... %s markers to put the "
                          "table between" % (begin, end))
-    return text[:start] + report + text[stop + len(end):]
+    return text[:start] + table + text[stop + len(end):]
 
 
 def build_parser():
@@ -340,8 +341,7 @@ def main(argv=None):
     rows = []
     for name, build in _builders(args):
         rows.extend(_measure(tf, name, build, args))
-    publish(report(_table(rows, args), args, argv,
-                   device_name if args.measure else None), args)
+    publish(report(_table(rows, args), args, argv, device_name), args)
     return status
 
 

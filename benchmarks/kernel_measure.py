@@ -378,8 +378,7 @@ def main(argv=None):
                 row["error"] = "out of device memory"
         rows.append(row)
     gpu_measure.publish(gpu_measure.report(
-        _table(rows, args.gpu), args, argv,
-        device_name if measuring else None,
+        _table(rows, args.gpu), args, argv, device_name,
         "benchmarks/kernel_measure.py", BEGIN, END), args, BEGIN, END)
     return status
 
