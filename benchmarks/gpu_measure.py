@@ -45,16 +45,24 @@ from benchmarks import common  # pylint: disable=wrong-import-position
 from tflms import hardware  # pylint: disable=wrong-import-position
 
 __all__ = ["NO_GPU_MESSAGE", "NOT_MEASURED", "BEGIN", "END", "find_gpu",
-           "guess_gpu", "main", "publish", "report", "with_table"]
+           "guess_gpu", "main", "no_gpu_message", "publish", "report",
+           "with_table"]
 
 EXIT_OK, EXIT_CANNOT_RUN = 0, 2
 
-NO_GPU_MESSAGE = (
-    "benchmarks/gpu_measure.py found no GPU: TensorFlow sees none here "
-    "(tf.config.list_physical_devices('GPU') is empty), so nothing is "
-    "measured and the table has the predictions only. To measure, run it "
-    "on a machine with an NVIDIA GPU and a GPU build of TensorFlow (pip "
-    "install 'tensorflow[and-cuda]').")
+def no_gpu_message(script):
+    """What `script` says on stderr when TensorFlow sees no GPU."""
+    return (
+        "%s found no GPU: TensorFlow sees none here "
+        "(tf.config.list_physical_devices('GPU') is empty), so nothing is "
+        "measured and the table has the predictions only. To measure, run "
+        "it on a machine with an NVIDIA GPU and a GPU build of TensorFlow "
+        "(pip install 'tensorflow[and-cuda]')." % script)
+
+
+SCRIPT = "benchmarks/gpu_measure.py"
+
+NO_GPU_MESSAGE = no_gpu_message(SCRIPT)
 
 NOT_MEASURED = "not measured"
 
@@ -204,8 +212,8 @@ def _table(rows, args):
     return "\n".join(lines)
 
 
-def report(table, args, argv, device_name, script="benchmarks/gpu_measure.py",
-           begin=BEGIN, end=END):
+def report(table, args, argv, device_name, script=SCRIPT, begin=BEGIN,
+           end=END):
     """`table` between `begin` and `end` with what it was made with: the
     command (`script` and `argv`, less ``--out`` and ``--doc``), the date,
     the device (`device_name`; None: that none was used) and the
@@ -287,7 +295,7 @@ def build_parser():
     return parser
 
 
-def find_gpu(tf, args, script, no_gpu_message=NO_GPU_MESSAGE):
+def find_gpu(tf, args, script):
     """Look for GPU:0 (not with `args.dry_run`) and set `args.gpu`, the
     GPU predicted for, from its name unless given (`hardware.DEFAULT_GPU`
     without a GPU). Returns ``(measure, device_name, status)``: whether
@@ -300,7 +308,7 @@ def find_gpu(tf, args, script, no_gpu_message=NO_GPU_MESSAGE):
     device_name = None
     status = EXIT_OK
     if not gpus and not args.dry_run:
-        print(no_gpu_message, file=sys.stderr)
+        print(no_gpu_message(script), file=sys.stderr)
         status = EXIT_CANNOT_RUN
     if gpus:
         guessed, device_name = guess_gpu(tf, gpus[0])
@@ -334,8 +342,7 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     args.model = args.model or ["resnet50", "unet3d"]
     tf = common.setup_tensorflow("v2")
-    args.measure, device_name, status = find_gpu(
-        tf, args, "benchmarks/gpu_measure.py")
+    args.measure, device_name, status = find_gpu(tf, args, SCRIPT)
     if status is None:
         return EXIT_CANNOT_RUN
     rows = []

@@ -72,8 +72,9 @@ EXIT_OK, EXIT_CANNOT_RUN = 0, 2
 BEGIN = "<!-- kernel_measure table -->"
 END = "<!-- /kernel_measure table -->"
 
-NO_GPU_MESSAGE = gpu_measure.NO_GPU_MESSAGE.replace(
-    "benchmarks/gpu_measure.py", "benchmarks/kernel_measure.py")
+SCRIPT = "benchmarks/kernel_measure.py"
+
+NO_GPU_MESSAGE = gpu_measure.no_gpu_message(SCRIPT)
 
 CASES = ("conv", "batchnorm", "matmul", "squad")
 
@@ -361,7 +362,7 @@ def main(argv=None):
                 name.replace("_", "-"), getattr(args, name)))
     tf = common.setup_tensorflow("v2")
     measuring, device_name, status = gpu_measure.find_gpu(
-        tf, args, "benchmarks/kernel_measure.py", NO_GPU_MESSAGE)
+        tf, args, SCRIPT)
     if status is None:
         return EXIT_CANNOT_RUN
     rows = []
@@ -379,7 +380,7 @@ def main(argv=None):
         rows.append(row)
     gpu_measure.publish(gpu_measure.report(
         _table(rows, args.gpu), args, argv, device_name,
-        "benchmarks/kernel_measure.py", BEGIN, END), args, BEGIN, END)
+        SCRIPT, BEGIN, END), args, BEGIN, END)
     return status
 
 

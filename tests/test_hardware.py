@@ -223,7 +223,8 @@ def test_gpu_measure_finds_the_gpu_to_predict_for(capsys):
             "tflms has no figures for; pass --gpu with the nearest of its "
             "GPUs for the predictions") in capsys.readouterr().err
     assert find("", []) == ((False, None, 2), hardware.DEFAULT_GPU)
-    assert gpu_measure.NO_GPU_MESSAGE in capsys.readouterr().err
+    assert gpu_measure.no_gpu_message("benchmarks/x.py") in \
+        capsys.readouterr().err
     assert find("", gpu0, dry_run=True) == (
         (False, None, 0), hardware.DEFAULT_GPU)
     assert capsys.readouterr().err == ""
