@@ -514,10 +514,10 @@ def _tried(name, row, costs, refused):
         if row.precision != "AMP":
             varied.transposed = 0.0
             varied.launches = costs.launches - costs.transpose_launches
-    elif name == "batch norm twice":
-        varied.bytes = costs.bytes + costs.read_again
-    elif name == "batch norm twice in PyTorch NCHW":
-        if row.layout == "NCHW" and not row.fusion:
+    elif name.startswith("batch norm twice"):
+        # Every row's batch norms, or PyTorch's in NCHW only.
+        if name == "batch norm twice" or (row.layout == "NCHW"
+                                          and not row.fusion):
             varied.bytes = costs.bytes + costs.read_again
     elif name == "transposes at half bandwidth":
         varied.transposed = 2 * costs.transposed
