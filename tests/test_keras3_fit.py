@@ -232,7 +232,10 @@ def _case_errors(keras, tf, dump_dir):  # pylint: disable=unused-argument
         x, y, batch_size=batch, verbose=0, callbacks=[LMS(**FIXED)]))
     out["run_eagerly_unchanged"] = unchanged(model, weights)
 
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    # MirroredStrategy works (test_keras3_distributed.py); a strategy
+    # whose step LMS does not plan raises.
+    strategy = tf.distribute.experimental.CentralStorageStrategy(
+        ["/cpu:0"])
     with strategy.scope():
         model, _, _ = _model(keras, "cnn")
     weights = [v.numpy() for v in model.weights]
@@ -413,9 +416,9 @@ def test_unsupported_fits_raise_and_change_nothing(tmp_path):
     kind, message = r["strategy"]
     assert kind == "UnsupportedFunctionError"
     assert message.startswith(
-        "The model trains under a tf.distribute strategy "
-        "(MirroredStrategy): LMS does not support tf.distribute "
-        "strategies for Keras 3 fit")
+        "The model trains under CentralStorageStrategy: LMS plans Keras 3 "
+        "fit under MirroredStrategy, MultiWorkerMirroredStrategy and "
+        "OneDeviceStrategy")
     assert r["strategy_unchanged"]
     # A subclass's own train_step runs (traced by LMS) and is rewritten.
     outcome, calls, own_step = r["custom"]

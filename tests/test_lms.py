@@ -3,6 +3,7 @@
 and the summary line it logs (tflms/run_log.py). How plans are made and
 trained is tested elsewhere (test_pipeline, test_integrations...)."""
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -122,3 +123,52 @@ def test_function_returns_a_callable_bound_to_this_lms():
     wrapped = lms.function(lambda x: x * 2)
     assert isinstance(wrapped, LMSFunction) and wrapped.lms is lms
     assert wrapped.results == {}  # nothing traced or planned yet
+
+
+def _keras_predictions(lms, x):
+    """TFLMSv2's own Keras call, from its tests of loading a Keras model
+    for prediction: the model built and compiled in graph mode, then
+    ``lms.is_training = False; lms.run(keras=True)`` on the default graph
+    before predicting. Without `lms` the same model predicts without LMS."""
+    from tflms import _compat  # pylint: disable=import-outside-toplevel
+    keras = _compat.keras2()
+    graph = tf.Graph()
+    with graph.as_default():
+        init = keras.initializers.GlorotUniform
+        model = keras.Sequential([
+            keras.Input((12, 12, 1)),
+            keras.layers.Conv2D(8, 3, activation="relu",
+                                kernel_initializer=init(seed=1)),
+            keras.layers.Conv2D(8, 3, activation="relu",
+                                kernel_initializer=init(seed=2)),
+            keras.layers.MaxPooling2D(2),
+            keras.layers.Dropout(0.25),
+            keras.layers.Flatten(),
+            keras.layers.Dense(16, activation="relu",
+                               kernel_initializer=init(seed=3)),
+            keras.layers.Dropout(0.5),
+            keras.layers.Dense(3, activation="softmax",
+                               kernel_initializer=init(seed=4))])
+        model.compile(loss="categorical_crossentropy", optimizer="adadelta")
+        if lms is not None:
+            lms.is_training = False
+            result = lms.run(keras=True)
+        else:
+            result = None
+        predictions = model.predict(x, verbose=0)
+    return predictions, result
+
+
+def test_run_takes_the_keras_argument_of_tflmsv2(lms_log):
+    """``run(keras=True)``, as TFLMSv2's Keras tests call it, plans the
+    Keras graph (learning-phase branches it does not run left out) and the
+    model predicts as without LMS; a non-bool is refused."""
+    x = np.random.RandomState(0).rand(4, 12, 12, 1).astype(np.float32)
+    base, _ = _keras_predictions(None, x)
+    lms = LMS(swapout_threshold=1, swapin_ahead=1, swapin_groupby=1)
+    predictions, result = _keras_predictions(lms, x)
+    assert result.outcome is Outcome.REWRITTEN and result.swapin_ops
+    np.testing.assert_array_equal(predictions, base)
+    assert any("run(keras=True)" in line for line in lms_log())
+    with pytest.raises(ValueError, match="keras must be True .* got 'yes'"):
+        LMS().run(tf.Graph(), keras="yes")

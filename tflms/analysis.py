@@ -26,6 +26,7 @@ __all__ = [
     "classify_ops",
     "device_matches",
     "same_device",
+    "compute_devices",
     "inactive_ops",
     "constant_ops",
     "initializer_seeds",
@@ -162,6 +163,24 @@ def same_device(a, b):
         if x is not None and y is not None and x != y:
             return False
     return ka[3:] == kb[3:]
+
+
+def compute_devices(index):
+    """The distinct compute devices the step's ops are placed on: one
+    device string per device (the first op's spelling, in op order),
+    leaving out CPUs (the host) and unplaced ops.
+
+    A step of a tf.distribute strategy holds every replica's ops, each
+    replica on its own device; one plan per device gives each replica its
+    own device's budget (`tflms.function` plans so when this names two or
+    more devices).
+    """
+    found = {}
+    for device in index.devices:
+        if not device or not device_matches(device, None):
+            continue
+        found.setdefault(_device_key(device), device)
+    return tuple(found.values())
 
 
 def _learning_phase_switches(index):

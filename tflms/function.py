@@ -39,10 +39,11 @@ import time
 import tensorflow as tf
 
 from tflms import _gc
+from tflms import analysis
 from tflms import _tf_function
 from tflms import graph_index as gi
 from tflms import step
-from tflms.results import EagerModeError, Outcome
+from tflms.results import EagerModeError, Outcome, RunResult
 
 __all__ = ["function", "LMSFunction", "UnsupportedFunctionError",
            "step_fetches", "step_of", "rewrite_graph",
@@ -74,10 +75,11 @@ _XLA_CALLER_MESSAGE = (
 _STRATEGY_MESSAGE = (
     "%s was called under a tf.distribute strategy (%s): LMS cannot "
     "rewrite a step that runs inside strategy.scope() or strategy.run. "
-    "With MirroredStrategy, give lms.function the tf.function that calls "
-    "strategy.run (and reduces the loss) and call it outside the scope; "
-    "otherwise train without the strategy, or use LMS on a graph-mode "
-    "training step (docs/distributed.md).")
+    "Give lms.function the tf.function that calls strategy.run (and "
+    "reduces the loss) and call it outside the scope: LMS then plans "
+    "every replica, each on its own device (docs/distributed.md). Keras 3 "
+    "fit under MirroredStrategy needs nothing of this: pass "
+    "callbacks=[lms].")
 _TRACE_MESSAGE = (
     "LMS traces %s with tf.function to get its graph, and tracing failed: "
     "%s: %s. LMS rewrites graphs, so it cannot act on eager code that "
@@ -182,6 +184,11 @@ class LMSFunction:
                 tf.compat.v1.get_default_graph()):
             raise UnsupportedFunctionError(_XLA_CALLER_MESSAGE % self._name)
         if tf.distribute.has_strategy():
+            # Inside strategy.run each replica would trace and rewrite its
+            # own copy of the step, and the strategy's cross-replica calls
+            # cannot run in a graph LMS rebuilds apart: the function that
+            # calls strategy.run, called outside the scope, holds every
+            # replica and is planned instead.
             raise UnsupportedFunctionError(_STRATEGY_MESSAGE % (
                 self._name, type(tf.distribute.get_strategy()).__name__))
         try:
@@ -227,15 +234,20 @@ def step_fetches(graph):
         % len(ops))
 
 
-def step_of(graph):
+def step_of(graph, variable_devices=False):
     """``(fetches, index)`` of the training step of the function graph
     `graph`: `step_fetches`, and the `GraphIndex` of their fan-in with the
     variables it captures resident (as `LMSFunction` plans each concrete
     function; `tflms plan` and the benchmarks plan a Keras 3 train step
-    with it)."""
+    with it).
+
+    `variable_devices`: the placeholder of a captured variable takes the
+    variable's device when it has none of its own, so that a plan for
+    one device of several counts on it the variables it holds (each
+    replica of a tf.distribute strategy has its own copies)."""
     fetches = step_fetches(graph)
     return fetches, _with_captured_variables(gi.build_index(graph, fetches),
-                                             graph)
+                                             graph, variable_devices)
 
 
 def rewrite_graph(lms, graph, start=None):
@@ -253,23 +265,51 @@ def rewrite_graph(lms, graph, start=None):
         start = time.perf_counter()
     with _gc.paused():
         fetches, index = step_of(graph)
-        return lms._run(graph, fetches, start, index=index)  # pylint: disable=protected-access
+        devices = (analysis.compute_devices(index)
+                   if lms.settings.gpu_device is None else ())
+        if len(devices) < 2:
+            return lms._run(graph, fetches, start, index=index)  # pylint: disable=protected-access
+        return _rewrite_per_device(lms, graph, devices, start)
+
+
+def _rewrite_per_device(lms, graph, devices, start):
+    """Plan and rewrite the step of `graph` one compute device at a time:
+    a tf.distribute strategy puts each replica's ops on its own device,
+    and each device has its own memory, so each replica is planned for its
+    own budget (as an LMS with ``gpu_device`` set to that device would)."""
+    by_device = []
+    fetches, index = step_of(graph, variable_devices=True)
+    for device in devices:
+        replica = type(lms).from_settings(
+            lms.settings.replace(gpu_device=device))
+        lms._log.info("Planning the replica on %s (%d of %d devices)"  # pylint: disable=protected-access
+                      % (device, len(by_device) + 1, len(devices)))
+        result = replica._run(graph, fetches, time.perf_counter(),  # pylint: disable=protected-access
+                              index=index)
+        by_device.append((device, result))
+        if result.rewritten:
+            # The next replica is planned on the graph as now rewritten.
+            fetches, index = step_of(graph, variable_devices=True)
+    return RunResult.of_replicas(by_device, time.perf_counter() - start)
 
 
 def _text(name):
     return name.decode() if isinstance(name, bytes) else name
 
 
-def _with_captured_variables(index, graph):
+def _with_captured_variables(index, graph, variable_devices=False):
     """`index` with the bytes of the variables the function graph reads
     through captured handles on their placeholders: resident for the
     whole step, as variable ops are in a Session graph
-    (`GraphIndex.variable_bytes`, `trainable_bytes`)."""
+    (`GraphIndex.variable_bytes`, `trainable_bytes`); with
+    `variable_devices`, each unplaced placeholder on its variable's
+    device (`step_of`)."""
     variables = _tf_function.captured_variables(graph)
     if not variables:
         return index
     variable_bytes = list(index.variable_bytes)
     trainable_bytes = list(index.trainable_bytes)
+    devices = list(index.devices)
     for name, v in variables.items():
         op_id = index.id_of.get(name)
         if op_id is None or not v.shape.is_fully_defined():
@@ -278,8 +318,11 @@ def _with_captured_variables(index, graph):
         variable_bytes[op_id] = nbytes
         if getattr(v, "trainable", False):
             trainable_bytes[op_id] = nbytes
+        if variable_devices and not devices[op_id]:
+            devices[op_id] = v.device or ""
     return dataclasses.replace(index, variable_bytes=tuple(variable_bytes),
-                               trainable_bytes=tuple(trainable_bytes))
+                               trainable_bytes=tuple(trainable_bytes),
+                               devices=tuple(devices))
 
 
 # ---- checking that the swaps ran (docs/tf2.md) ------------------------------
@@ -310,6 +353,11 @@ def swap_ops_in_partition_graphs(paths):
         with open(path, encoding="utf-8") as f:
             text_format.Parse(f.read(), graph_def)
         for node in graph_def.node:
+            # Swap ops are Identity ops: TensorFlow's own nodes named
+            # after them (a NoOp grouping a swap-in's cross-device
+            # triggers, sends and receives) are not.
+            if node.op != "Identity":
+                continue
             _, sep, own = node.name.rpartition("lms/")
             if sep and own.startswith(("swapout_", "swapin_")):
                 found["lms/" + own] = node.device

@@ -14,9 +14,11 @@ What `model.fit(x, y, callbacks=[lms])` does, in order::
     CallbackList(...)      lms.set_model(model): the model is recorded
                            (checked: a TensorFlow backend)
     make_train_function()  Keras makes its train function (not traced yet)
-    on_train_begin         begin(): checks (eager, no strategy, not
-                           run_eagerly); XLA off for the train function;
-                           model.train_step = LMSFunction(model.train_step);
+    on_train_begin         begin(): checks (eager, a supported strategy or
+                           none, not run_eagerly); XLA off for the train
+                           function; model.train_step =
+                           LMSFunction(model.train_step) (under a strategy:
+                           Keras' one_step_on_data wrapped instead, below);
                            model.make_train_function(force=True), guarded
                            so that an error in it undoes all this too
     first train step       Keras traces its train function, which calls the
@@ -25,6 +27,14 @@ What `model.fit(x, y, callbacks=[lms])` does, in order::
     on_train_end           end(): model.train_step, model.jit_compile as
                            they were; the train function is made again
                            (without LMS) by the next fit
+
+Under a tf.distribute strategy (MirroredStrategy, MultiWorkerMirroredStrategy,
+OneDeviceStrategy) Keras calls ``model.train_step`` inside ``strategy.run``,
+once per replica, from a tf.function of its own (``one_step_on_data``) whose
+graph holds every replica's step and the reductions between them. There the
+callback leaves ``train_step`` alone and puts an `LMSFunction` of that
+tf.function in its place in the train function Keras made: each replica's
+device is planned for its own memory (`tflms.function`).
 
 XLA (``jit_compile``) ignores device placement, so the swap ops would not
 run where LMS puts them: when it is on, `begin` turns it off for the
@@ -60,10 +70,17 @@ _RUN_EAGERLY_MESSAGE = (
     "model.train_step eagerly, without a graph for LMS to rewrite. Compile "
     "it with run_eagerly=False (the default) to train with LMS.")
 _STRATEGY_MESSAGE = (
-    "The model trains under a tf.distribute strategy (%s): LMS does not "
-    "support tf.distribute strategies for Keras 3 fit (or tf.function "
-    "steps) yet. Train without the strategy (one device), or use LMS on a "
-    "graph-mode training step with Keras 2 (docs/distributed.md).")
+    "The model trains under %s: LMS plans Keras 3 fit under "
+    "MirroredStrategy, MultiWorkerMirroredStrategy and OneDeviceStrategy, "
+    "whose train function runs every replica's step in one graph. Train "
+    "under one of those, or without a strategy (docs/distributed.md).")
+_KERAS_FUNCTION_MESSAGE = (
+    "The model trains under %s, and LMS did not find the function of one "
+    "step on every replica (the tf.function that calls strategy.run) in "
+    "the train function Keras %s made: LMS knows how Keras 3.0 to 3.15 "
+    "build it. Train without the strategy, or write the loop yourself "
+    "(a tf.function that calls strategy.run, given to lms.function; "
+    "docs/distributed.md).")
 _JIT_MESSAGE = (
     "The model's train function would be compiled with XLA "
     "(model.jit_compile is True: model.compile(jit_compile=True), or "
@@ -109,13 +126,17 @@ class Keras3Fit:
       own_step: ``model.train_step`` as the instance had it before (a
         step assigned to the instance), or None when it was the class's.
       jit_compile: ``model.jit_compile`` before the fit.
+      strategy: the tf.distribute strategy the model trains under, or
+        None. With one, `step` wraps Keras' function of one step on every
+        replica and ``model.train_step`` is not replaced.
     """
 
-    def __init__(self, model, step, own_step, jit_compile):
+    def __init__(self, model, step, own_step, jit_compile, strategy=None):
         self.model = model
         self.step = step
         self.own_step = own_step
         self.jit_compile = jit_compile
+        self.strategy = strategy
 
 
 def begin(lms, model, previous=None, on_error=None):
@@ -131,7 +152,9 @@ def begin(lms, model, previous=None, on_error=None):
       EagerModeError: eager execution is off, or the model is compiled
         with ``run_eagerly=True``.
       UnsupportedFunctionError: the model trains under a tf.distribute
-        strategy.
+        strategy other than MirroredStrategy, MultiWorkerMirroredStrategy
+        or OneDeviceStrategy, or Keras built its train function in a way
+        this module does not know.
       UnsupportedStackError: a backend other than TensorFlow.
     """
     check_backend()
@@ -140,10 +163,12 @@ def begin(lms, model, previous=None, on_error=None):
     if getattr(model, "run_eagerly", False):
         raise EagerModeError(_RUN_EAGERLY_MESSAGE)
     strategy = _strategy_of(model)
-    if strategy is not None:
+    if strategy is not None and not isinstance(strategy, _STRATEGIES):
         raise function_mod.UnsupportedFunctionError(
             _STRATEGY_MESSAGE % type(strategy).__name__)
     log = lms._log  # pylint: disable=protected-access
+    if strategy is not None:
+        return _begin_distributed(lms, model, strategy, previous, on_error)
     current = model.train_step
     if isinstance(current, function_mod.LMSFunction):
         # A fit that ended without on_train_end (an exception) left the
@@ -176,6 +201,89 @@ def begin(lms, model, previous=None, on_error=None):
     return Keras3Fit(model, step_fn, own_step, jit_compile)
 
 
+def _begin_distributed(lms, model, strategy, previous, on_error):
+    """`begin` for a model that trains under a tf.distribute strategy.
+
+    Keras 3 runs ``model.train_step`` inside ``strategy.run``, once per
+    replica, in a tf.function of its own (``one_step_on_data``) that the
+    train function calls once per step. That function's graph holds every
+    replica's step, each on its replica's device, and the strategy's
+    reductions between them: LMS rewrites that graph, planning each
+    replica's device for its own budget (`tflms.function`). The model's
+    ``train_step`` is left as it is."""
+    log = lms._log  # pylint: disable=protected-access
+    name = type(strategy).__name__
+    own_step = model.__dict__.get("train_step")
+    jit_compile = bool(model.jit_compile)
+    if jit_compile:
+        log.warning(_JIT_MESSAGE)
+        model.jit_compile = False
+    model.make_train_function(force=True)
+    cell = _one_step_cell(model.train_function)
+    if cell is None:
+        model.train_function = None
+        if jit_compile:
+            model.jit_compile = True
+        raise function_mod.UnsupportedFunctionError(
+            _KERAS_FUNCTION_MESSAGE % (name, _keras_version()))
+    if (previous is not None and previous.model is model
+            and previous.strategy is strategy
+            and previous.own_step is own_step):
+        # The same model, strategy and step: the function planned for an
+        # earlier fit runs again (Keras' new one would trace the same).
+        step_fn = previous.step
+    else:
+        step_fn = function_mod.LMSFunction(cell.cell_contents, lms)
+    cell.cell_contents = step_fn
+    if on_error is not None:
+        model.train_function = _guarded(model.train_function, on_error)
+    log.info("Keras 3 fit under %s (%d replicas): LMS rewrites the function "
+             "Keras runs each step on every replica (one_step_on_data, "
+             "which calls strategy.run), each replica's device planned for "
+             "its own memory, when Keras traces its train function%s"
+             % (name, strategy.num_replicas_in_sync,
+                " (steps_per_execution=%d: in its loop)"
+                % model.steps_per_execution
+                if getattr(model, "steps_per_execution", 1) > 1 else ""))
+    return Keras3Fit(model, step_fn, own_step, jit_compile, strategy)
+
+
+def _closure(fn):
+    """``{free variable name: cell}`` of a Python function."""
+    code = getattr(fn, "__code__", None)
+    if code is None or not fn.__closure__:
+        return {}
+    return dict(zip(code.co_freevars, fn.__closure__))
+
+
+def _one_step_cell(train_function):
+    """The closure cell that holds the tf.function Keras 3 made of one
+    step on every replica, or None when the train function is not built
+    as this module knows.
+
+    Keras' train function (``function(iterator)``) and its tf.function
+    ``multi_step_on_iterator`` both call ``one_step_on_data``: the
+    tf.function that calls ``strategy.run(model.train_step)``, which Keras
+    may wrap in a plain function (``_autoconvert_optionals``, its
+    tf.function in the wrapper's cell ``step_func``). Replacing the
+    tf.function in its cell makes every caller run LMS's rewrite."""
+    cell = _closure(train_function).get("one_step_on_data")
+    for _ in range(3):
+        if cell is None:
+            return None
+        content = cell.cell_contents
+        if isinstance(content, (tf.types.experimental.GenericFunction,
+                                function_mod.LMSFunction)):
+            return cell
+        cell = _closure(content).get("step_func")
+    return None
+
+
+def _keras_version():
+    keras = sys.modules.get("keras")
+    return getattr(keras, "__version__", "(unknown version)")
+
+
 def _guarded(train_function, on_error):
     """`train_function`, calling `on_error` before an error other than the
     end of the data (StopIteration) goes on."""
@@ -197,6 +305,13 @@ def _restore_step(model, own_step):
     elif "train_step" in model.__dict__:
         del model.train_step
     model.__dict__.pop("_tflms_own_train_step", None)
+
+
+# The strategies whose Keras 3 train function runs every replica's step in
+# one graph, on devices of this process (or of this worker).
+_STRATEGIES = (tf.distribute.MirroredStrategy,
+               tf.distribute.MultiWorkerMirroredStrategy,
+               tf.distribute.OneDeviceStrategy)
 
 
 def end(fit):

@@ -185,7 +185,7 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
     def _device_filter(self, device):
         return analysis.device_matches(device, self._settings.gpu_device)
 
-    def run(self, graph=None, fetches=None):
+    def run(self, graph=None, keras=False, fetches=None):
         """Rewrite `graph` in place for Large Model Support.
 
         LMS reads, plans and edits the training step only: the ops that a
@@ -197,6 +197,15 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
 
         Args:
           graph: the training `tf.Graph`; the default graph when None.
+          keras: True when the graph was built by Keras 2 in graph mode,
+            as TFLMSv2's ``run(graph, keras=True)`` is called: after a
+            rewrite, a Keras session that already ran the graph is
+            replaced by one that sees the edits, with the variables'
+            values (as the Keras callback does). The plan is the same
+            either way: LMS leaves out the ops of the learning phase it
+            does not run (the inactive branch of each
+            ``keras_learning_phase`` switch, by `is_training`) in every
+            graph.
           fetches: what one training step runs, as given to `Session.run`
             (the train op, or a list of ops, tensors or names). None: the
             graph's ``train_op`` collection, else its optimizer updates,
@@ -215,10 +224,16 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
             be edited; the graph is then unchanged.
         """
         start = time.perf_counter()
+        if not isinstance(keras, bool):
+            raise ValueError(
+                "keras must be True (a Keras 2 graph, as TFLMSv2's "
+                "run(keras=True)) or False; got %r. Pass the step's "
+                "fetches as fetches=..." % (keras,))
         graph = _graph_to_edit(graph)
         if not isinstance(fetches, step.StepFetches):
             fetches = step.find_fetches(graph, fetches)
         decided = self._decided
+        decided_before = decided[2] if decided is not None else None
         if (decided is not None and decided[0] is graph
                 and (decided[1] == graph.version or decided[2].rewritten)):
             # This object planned this graph before: the same answer (a
@@ -232,6 +247,10 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
             if result.planned is not None:
                 self._decided = (graph, graph.version, result)
         self.last_run = result
+        if keras and result.rewritten and result is not decided_before:
+            self._log.info("run(keras=True): the graph's Keras session, if "
+                           "it has one, is renewed to see LMS's edits")
+            _keras.renew_keras_session(graph, self._log)
         # Every rank of a multi-process job reaches this line whatever it
         # decided, so a rank that decided otherwise is an error here rather
         # than a hang at the first collective.

@@ -37,12 +37,44 @@ class RunResult:
         simulations); None for ALREADY_REWRITTEN.
       rewrite: the `rewriter.RewriteResult` (the ops added), or None.
       seconds: wall time of the call.
+      replicas: for a step whose replicas were planned one device at a
+        time, ``((device, RunResult), ...)``; empty otherwise.
     """
 
     outcome: Outcome
     planned: object = None
     rewrite: object = None
     seconds: float = 0.0
+
+    # ((device, RunResult), ...) when the step was planned one replica
+    # device at a time (a tf.distribute strategy's step): this result then
+    # sums them (`of_replicas`).
+    replicas: tuple = ()
+
+    @classmethod
+    def of_replicas(cls, by_device, seconds):
+        """One result for a step planned device by device: `by_device` is
+        ``[(device, RunResult), ...]`` in planning order. REWRITTEN when any
+        replica was rewritten, NOT_NEEDED when none needed LMS, else
+        ALREADY_REWRITTEN; `planned` is the first rewritten replica's (or
+        the first replica's); `rewrite` holds every replica's added ops."""
+        by_device = tuple(by_device)
+        results = [r for _, r in by_device]
+        rewritten = [r for r in results if r.rewritten]
+        if rewritten:
+            outcome = Outcome.REWRITTEN
+        elif all(r.outcome is Outcome.NOT_NEEDED for r in results):
+            outcome = Outcome.NOT_NEEDED
+        else:
+            outcome = Outcome.ALREADY_REWRITTEN
+        first = (rewritten or results)[0]
+        rewrite = None
+        if rewritten:
+            rewrite = dataclasses.replace(
+                rewritten[0].rewrite,
+                **{f.name: _summed(f.name, [r.rewrite for r in rewritten])
+                   for f in dataclasses.fields(rewritten[0].rewrite)})
+        return cls(outcome, first.planned, rewrite, seconds, by_device)
 
     @property
     def rewritten(self):
@@ -65,3 +97,12 @@ class RunResult:
     def control_edges(self):
         """Number of control edges the rewrite added."""
         return self.rewrite.control_edges if self.rewrite else 0
+
+
+def _summed(name, rewrites):
+    """A field of several `RewriteResult`s together: op names joined in
+    order, counts added."""
+    values = [getattr(r, name) for r in rewrites]
+    if isinstance(values[0], tuple):
+        return tuple(v for value in values for v in value)
+    return sum(values)
