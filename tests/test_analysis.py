@@ -314,6 +314,28 @@ def test_same_device(a, b, expected):
     assert analysis.same_device(a, b) is expected
 
 
+def test_compute_devices_names_each_replica_device_once():
+    """A strategy's step: two replicas on two GPUs (one spelled two ways),
+    a reduction on the host, an unplaced op: the two GPUs, in op order,
+    each in its first op's spelling."""
+    ops = [("x", "Placeholder", {"device": ""}),
+           ("a1", "Relu", {"device": "/job:localhost/replica:0/task:0/"
+                                     "device:GPU:1"}),
+           ("a0", "Relu", {"device": "/device:GPU:0"}),
+           ("b0", "Relu", {"device": "/gpu:0"}),
+           ("b1", "Relu", {"device": "/job:localhost/replica:0/task:0/"
+                                     "device:GPU:1"}),
+           ("sum", "AddV2", {"device": "/device:CPU:0"})]
+    index = gi.from_edges(ops, edges=[("x", "a1"), ("x", "a0"),
+                                      ("a0", "b0"), ("a1", "b1"),
+                                      ("b0", "sum"), ("b1", "sum")])
+    assert analysis.compute_devices(index) == (
+        "/job:localhost/replica:0/task:0/device:GPU:1", "/device:GPU:0")
+    one = gi.from_edges(ops[:1] + ops[2:4], edges=[("x", "a0"),
+                                                    ("a0", "b0")])
+    assert analysis.compute_devices(one) == ("/device:GPU:0",)
+
+
 def test_initializer_ops():
     """v/Initializer/random and v/Assign are seeds; stddev feeds only a
     seed, so it is initializer-only too; v is read by training as well."""

@@ -140,7 +140,7 @@ def test_fit_under_mirrored_strategy_with_steps_per_execution(tmp_path):
 @pytest.mark.numerics
 def test_keras_resnet50_under_mirrored_strategy_tuned(tmp_path):
     """A model the project did not write: Keras' ResNet50 application
-    (weights=None, 32x32) trained with fit under MirroredStrategy, LMS
+    (weights=None, 64x64) trained with fit under MirroredStrategy, LMS
     auto-tuned to half of each replica's activations."""
     results, _ = _train(tmp_path, "resnet50", ("none", "tuned"))
     record = results["tuned"][1]

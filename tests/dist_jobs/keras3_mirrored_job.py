@@ -8,7 +8,7 @@ and compiled in ``strategy.scope()`` from the same seed on the same data.
 
 Usage: keras3_mirrored_job.py OUT_DIR MODEL MODE[,MODE...]
   MODEL  cnn: a small CNN with batch norm (32x32x3, 4 classes);
-         resnet50: keras.applications.ResNet50(weights=None) at 32x32,
+         resnet50: keras.applications.ResNet50(weights=None) at 64x64,
          10 classes.
   MODE   none: no LMS; fixed: LMS with fixed parameters that swap much;
          tuned: LMS auto-tuned to a budget for half the activations of
@@ -58,9 +58,9 @@ def _cnn(keras):
 
 
 def _resnet50(keras):
-    return (keras.applications.ResNet50(weights=None, input_shape=(32, 32, 3),
+    return (keras.applications.ResNet50(weights=None, input_shape=(64, 64, 3),
                                         classes=10),
-            (32, 32, 3), 10)
+            (64, 64, 3), 10)
 
 
 MODELS = {"cnn": _cnn, "resnet50": _resnet50}
