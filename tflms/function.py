@@ -41,6 +41,7 @@ import tensorflow as tf
 from tflms import _gc
 from tflms import _tf_function
 from tflms import graph_index as gi
+from tflms import multi_worker
 from tflms import step
 from tflms.results import EagerModeError, Outcome
 
@@ -208,8 +209,15 @@ class LMSFunction:
                       "(%d operations)" % (
                           self._name, _text(concrete.name),
                           len(graph.get_operations())))
+        # Under a MultiWorkerMirroredStrategy: this worker's devices, and
+        # every worker's rewrite compared before the step first runs.
+        found = multi_worker.worker_of(graph, lms.settings.cpu_device)
+        worker = found[1] if found else None
         with _gc.paused():
-            result = rewrite_graph(lms, graph, start)
+            result = rewrite_graph(lms, graph, start, worker=worker)
+            if found:
+                multi_worker.check_workers_agree(found[0], worker, graph,
+                                                 result)
             # A graph rewritten before (another LMSFunction of the same
             # tf.function) runs as rewritten too.
             rewritten = (concrete if result.outcome is Outcome.NOT_NEEDED
@@ -238,9 +246,11 @@ def step_of(graph):
                                              graph)
 
 
-def rewrite_graph(lms, graph, start=None):
+def rewrite_graph(lms, graph, start=None, worker=None):
     """Plan and rewrite the function graph `graph` in place with the
-    settings of `lms` (the pipeline `LMS.run` uses, on `step_of`'s index).
+    settings of `lms` (the pipeline `LMS.run` uses, on `step_of`'s index);
+    `worker`: the `worker_devices.WorkerDevices` of a step under a
+    multi-worker strategy (`multi_worker.worker_of`).
 
     Nothing is rebuilt: the caller makes a function of the rewritten graph
     (`LMSFunction`) or only reads the plan (`tflms plan` on a Keras 3
@@ -253,7 +263,8 @@ def rewrite_graph(lms, graph, start=None):
         start = time.perf_counter()
     with _gc.paused():
         fetches, index = step_of(graph)
-        return lms._run(graph, fetches, start, index=index)  # pylint: disable=protected-access
+        return lms._run(graph, fetches, start, index=index,  # pylint: disable=protected-access
+                        worker=worker)
 
 
 def _text(name):
