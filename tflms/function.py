@@ -25,10 +25,12 @@ TensorFlow inlines the rewritten step there.
 Where LMS cannot work it raises before anything is traced or changed:
 ``tf.function(jit_compile=True)``, or a call while XLA compiles the
 caller (XLA ignores device placement, so swap ops would not run where
-they are placed), calls under a `tf.distribute` strategy (a `MirroredStrategy` custom
-loop works when LMS is given the `tf.function` that calls ``strategy.run``,
-called outside the strategy's scope), and a step `tf.function` cannot
-trace. docs/tf2.md has the details.
+they are placed), calls under a `tf.distribute` strategy (a `MirroredStrategy`
+or `MultiWorkerMirroredStrategy` custom loop works when LMS is given the
+`tf.function` that calls ``strategy.run``, called outside the strategy's
+scope; on each worker of the latter, tflms.multi_worker names the devices
+LMS manages and checks that every worker made the same rewrite), and a
+step `tf.function` cannot trace. docs/tf2.md has the details.
 """
 
 import dataclasses
