@@ -31,9 +31,11 @@ class RankInfo:
       rank: global rank (0 when not distributed).
       size: number of processes in the job (1 when not distributed).
       local_rank: rank on this node (0 when not distributed); under Horovod
-        this is the GPU index the process should use.
-      local_size: processes on this node; the host memory LMS plans with is
-        divided by it.
+        this is the GPU index the process should use. With ``TF_CONFIG``:
+        this task's place among the chief and workers on its host.
+      local_size: processes on this node (with ``TF_CONFIG``: the chief
+        and workers whose address names this task's host); the host
+        memory LMS plans with is divided by it.
       launcher: 'horovod', 'mpi', 'tf_config' or None.
       task_type: the ``TF_CONFIG`` task type ('chief', 'worker', ...), or
         None.
