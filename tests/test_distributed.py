@@ -17,6 +17,7 @@ Horovod 0.28.1 does not build, and the Horovod tests skip with a reason
 naming the stack (tests/_stack.py); so do the Estimator jobs there.
 """
 
+import itertools
 import json
 import os
 import signal
@@ -366,19 +367,23 @@ def _run_workers(job, args, tmp_path, timeout=JOB_TIMEOUT):
 def test_multi_worker_custom_loop_with_lms_function(tmp_path):
     """Two CPU-only workers (TF_CONFIG on 127.0.0.1, CPU collectives), a
     custom loop whose tf.function calls strategy.run, given to
-    LMS.function: LMS plans for each worker's CPU (its replica device),
+    LMS.function with fixed parameters and auto-tuned: LMS plans for each
+    worker's CPU (its replica device),
     puts the swap ops on the worker's own host, and every swap op runs
     there; the losses and weights are those of the workers without LMS,
     the same on both workers (each reads its own data)."""
     for worker, (code, out) in enumerate(_run_workers(
-            "mwms_function_job.py", [str(tmp_path), "none,lms"], tmp_path)):
+            "mwms_function_job.py", [str(tmp_path), "none,lms,tuned"],
+            tmp_path)):
         assert code == 0, "worker %d:\n%s" % (worker, out[-4000:])
     base = {w: _load(tmp_path, "none.worker%d" % w) for w in (0, 1)}
     _assert_same_weights(base[0][0], base[1][0], "workers without LMS")
     assert base[0][1]["losses"] == base[1][1]["losses"]
-    for w in (0, 1):
-        weights, info = _load(tmp_path, "lms.worker%d" % w)
-        what = "worker %d with LMS" % w
+    # Fixed parameters, and auto-tuned for a budget (autotune_gpu_mem) the
+    # step does not fit in.
+    for mode, w in itertools.product(("lms", "tuned"), (0, 1)):
+        weights, info = _load(tmp_path, "%s.worker%d" % (mode, w))
+        what = "worker %d with LMS (%s)" % (w, mode)
         host = "/job:worker/replica:0/task:%d/device:CPU:0" % w
         assert info["replicas"] == 2, what
         assert info["worker_devices"] == [host], what
@@ -389,8 +394,9 @@ def test_multi_worker_custom_loop_with_lms_function(tmp_path):
         missing = set(added) - set(info["executed"])
         assert not missing, "%s: not run: %s" % (what, sorted(missing))
         assert {info["executed"][n] for n in added} == {host}, what
-    assert (_load(tmp_path, "lms.worker0")[1]["swapin_ops"]
-            == _load(tmp_path, "lms.worker1")[1]["swapin_ops"])
+    for mode in ("lms", "tuned"):
+        assert (_load(tmp_path, "%s.worker0" % mode)[1]["swapin_ops"]
+                == _load(tmp_path, "%s.worker1" % mode)[1]["swapin_ops"])
 
 
 def test_multi_worker_workers_that_rewrite_differently_stop(tmp_path):

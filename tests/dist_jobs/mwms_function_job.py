@@ -11,7 +11,8 @@ reads its own data (``distribute_datasets_from_function``), so equal
 weights on both show the gradient all-reduce ran.
 
 Usage: mwms_function_job.py OUT_DIR MODE[,MODE...], MODE 'none' (no LMS),
-'lms' (fixed parameters) or 'lms_ahead3_on_worker1' (worker 1 with another
+'lms' (fixed parameters), 'tuned' (auto-tuned for a budget the step does
+not fit in) or 'lms_ahead3_on_worker1' (worker 1 with another
 swapin_ahead: the workers must stop with an error). The modes run one after
 the other with one strategy. Needs ``TF_DUMP_GRAPH_PREFIX`` (this worker's
 own folder: the partition graphs it ran). Writes OUT_DIR/MODE.worker<i>.npz
@@ -38,6 +39,7 @@ from tflms import function as function_mod  # noqa: E402
 
 GLOBAL_BATCH = 8
 STEPS = 3
+TUNED_GIB = 95e3 / 2**30  # 95 kB
 
 
 def make_weights(strategy):
@@ -96,17 +98,25 @@ def settings_for(mode, worker):
         return None
     if mode == "lms":
         return dict(FIXED)
+    if mode == "tuned":
+        # Auto-tuned for a device budget the step does not fit in.
+        return dict(autotune_gpu_mem=TUNED_GIB)
     if mode == "lms_ahead3_on_worker1":
         return dict(FIXED, swapin_ahead=3 if worker == 1 else 1)
-    raise ValueError("MODE must be 'none', 'lms' or 'lms_ahead3_on_worker1';"
-                     " got %r" % (mode,))
+    raise ValueError("MODE must be 'none', 'lms', 'tuned' or "
+                     "'lms_ahead3_on_worker1'; got %r" % (mode,))
 
 
 def train(strategy, out, mode, worker):
     weights = make_weights(strategy)
     train_step = make_step(strategy, weights)
     params = settings_for(mode, worker)
-    lms = LMS(**params) if params is not None else None
+    lms = None
+    if params is not None:
+        gib = params.pop("autotune_gpu_mem", None)
+        lms = LMS(**params)
+        if gib is not None:
+            lms.autotune_gpu_mem = gib
     step = lms.function(train_step) if lms else train_step
     losses = []
     for x, y in make_data(strategy):
