@@ -394,6 +394,7 @@ def test_multi_worker_custom_loop_with_lms_function(tmp_path):
         missing = set(added) - set(info["executed"])
         assert not missing, "%s: not run: %s" % (what, sorted(missing))
         assert {info["executed"][n] for n in added} == {host}, what
+        assert info["swap_devices"] == [host], what  # named in full
     for mode in ("lms", "tuned"):
         assert (_load(tmp_path, "%s.worker0" % mode)[1]["swapin_ops"]
                 == _load(tmp_path, "%s.worker1" % mode)[1]["swapin_ops"])

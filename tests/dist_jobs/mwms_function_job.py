@@ -119,14 +119,21 @@ def train(strategy, out, mode, worker):
             lms.autotune_gpu_mem = gib
     step = lms.function(train_step) if lms else train_step
     losses = []
-    for x, y in make_data(strategy):
-        losses.append(float(step(x, y)))
+    batch = None
+    for batch in make_data(strategy):
+        losses.append(float(step(*batch)))
     record = {"replicas": strategy.num_replicas_in_sync, "losses": losses,
               "worker_devices": list(strategy.extended.worker_devices),
               "swapout_ops": [], "swapin_ops": [], "executed": {}}
     if lms:
         record["swapout_ops"] = list(lms.last_run.swapout_ops)
         record["swapin_ops"] = list(lms.last_run.swapin_ops)
+        # Where the rewrite placed them (the partition graphs show where
+        # they ran).
+        graph = step.get_concrete_function(*batch).graph
+        record["swap_devices"] = sorted({
+            graph.get_operation_by_name(name).device
+            for name in record["swapout_ops"] + record["swapin_ops"]})
         record["executed"] = function_mod.swap_ops_in_partition_graphs(
             function_mod.partition_graph_files(
                 os.environ["TF_DUMP_GRAPH_PREFIX"]))
