@@ -44,8 +44,9 @@ WORKERS = 2
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
-        description="Train a small Keras CNN on two MultiWorkerMirroredStrategy "
-        "workers of this machine, without and with LMS, and compare.")
+        description="Train a small Keras CNN on two "
+        "MultiWorkerMirroredStrategy workers of this machine, without and "
+        "with LMS, and compare.")
     parser.add_argument("--steps", type=positive_int, default=3,
                         help="training steps per run (default 3)")
     parser.add_argument("--batch-size", type=positive_int, default=8,
