@@ -372,9 +372,9 @@ def test_multi_worker_custom_loop_with_lms_function(tmp_path):
     puts the swap ops on the worker's own host, and every swap op runs
     there; the losses and weights are those of the workers without LMS,
     the same on both workers (each reads its own data)."""
+    modes = "none,lms,tuned" + (",keras3_fit" if NEW_STACK else "")
     for worker, (code, out) in enumerate(_run_workers(
-            "mwms_function_job.py", [str(tmp_path), "none,lms,tuned"],
-            tmp_path)):
+            "mwms_function_job.py", [str(tmp_path), modes], tmp_path)):
         assert code == 0, "worker %d:\n%s" % (worker, out[-4000:])
     base = {w: _load(tmp_path, "none.worker%d" % w) for w in (0, 1)}
     _assert_same_weights(base[0][0], base[1][0], "workers without LMS")
@@ -398,6 +398,15 @@ def test_multi_worker_custom_loop_with_lms_function(tmp_path):
     for mode in ("lms", "tuned"):
         assert (_load(tmp_path, "%s.worker0" % mode)[1]["swapin_ops"]
                 == _load(tmp_path, "%s.worker1" % mode)[1]["swapin_ops"])
+    if NEW_STACK:
+        # Why the example and the docs use a custom loop: Keras 3's own fit
+        # does not train under this strategy, LMS or not (with arrays here;
+        # docs/distributed.md lists the inputs tried). When a Keras release
+        # fixes it, this fails: cover fit then, and update the docs.
+        for w in (0, 1):
+            info = _load(tmp_path, "keras3_fit.worker%d" % w)[1]
+            assert (info["fit_error"] or "").startswith(
+                "ValueError: Attempt to convert a value (PerReplica:"), info
 
 
 def test_multi_worker_workers_that_rewrite_differently_stop(tmp_path):
