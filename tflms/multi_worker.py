@@ -95,8 +95,8 @@ def worker_record(graph, result):
 def _allgather_text(strategy, text):
     """Every replica's `text` (same length everywhere), gathered through
     the strategy's collectives, one per worker in replica order."""
-    codes = tf.constant([[ord(c) for c in text]], dtype=tf.int32)
     with tf.init_scope():  # eager, also while an outer function is traced
+        codes = tf.constant([[ord(c) for c in text]], dtype=tf.int32)
         value = strategy.experimental_distribute_values_from_function(
             lambda _: codes)
         rows = strategy.gather(value, axis=0).numpy()
