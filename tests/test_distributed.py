@@ -17,6 +17,7 @@ Horovod 0.28.1 does not build, and the Horovod tests skip with a reason
 naming the stack (tests/_stack.py); so do the Estimator jobs there.
 """
 
+import itertools
 import json
 import os
 import signal
@@ -343,6 +344,88 @@ def test_multi_worker_mirrored_estimator_with_lms(tmp_path):
         assert info["collective_contacts"] == [], what
 
 
+def _run_workers(job, args, tmp_path, timeout=JOB_TIMEOUT):
+    """Start `job` as the two workers of a TF_CONFIG cluster on two free
+    127.0.0.1 ports, each dumping its partition graphs into its own
+    folder; ``[(exit status, output)]`` by worker."""
+    ports = _free_ports(2)
+    cluster = {"worker": ["127.0.0.1:%d" % p for p in ports]}
+    procs = []
+    for i in range(2):
+        dump = tmp_path / ("dump%d" % i)
+        dump.mkdir(exist_ok=True)
+        procs.append(_spawn(
+            [sys.executable, os.path.join(JOBS, job)] + list(args),
+            _env(TF_CONFIG=json.dumps({
+                "cluster": cluster, "task": {"type": "worker", "index": i}}),
+                TF_DUMP_GRAPH_PREFIX=str(dump),
+                TF_DUMP_GRAPH_NAME_FILTER="_tflms_")))
+    return [_finish(proc, timeout, "MultiWorkerMirroredStrategy worker %d"
+                    % i) for i, proc in enumerate(procs)]
+
+
+def test_multi_worker_custom_loop_with_lms_function(tmp_path):
+    """Two CPU-only workers (TF_CONFIG on 127.0.0.1, CPU collectives), a
+    custom loop whose tf.function calls strategy.run, given to
+    LMS.function with fixed parameters and auto-tuned: LMS plans for each
+    worker's CPU (its replica device),
+    puts the swap ops on the worker's own host, and every swap op runs
+    there; the losses and weights are those of the workers without LMS,
+    the same on both workers (each reads its own data)."""
+    modes = "none,lms,tuned" + (",keras3_fit" if NEW_STACK else "")
+    for worker, (code, out) in enumerate(_run_workers(
+            "mwms_function_job.py", [str(tmp_path), modes], tmp_path)):
+        assert code == 0, "worker %d:\n%s" % (worker, out[-4000:])
+    base = {w: _load(tmp_path, "none.worker%d" % w) for w in (0, 1)}
+    _assert_same_weights(base[0][0], base[1][0], "workers without LMS")
+    assert base[0][1]["losses"] == base[1][1]["losses"]
+    # Fixed parameters, and auto-tuned for a budget (autotune_gpu_mem) the
+    # step does not fit in.
+    for mode, w in itertools.product(("lms", "tuned"), (0, 1)):
+        weights, info = _load(tmp_path, "%s.worker%d" % (mode, w))
+        what = "worker %d with LMS (%s)" % (w, mode)
+        host = "/job:worker/replica:0/task:%d/device:CPU:0" % w
+        assert info["replicas"] == 2, what
+        assert info["worker_devices"] == [host], what
+        assert info["losses"] == base[w][1]["losses"], what
+        _assert_same_weights(base[w][0], weights, what)
+        added = info["swapout_ops"] + info["swapin_ops"]
+        assert info["swapout_ops"] and info["swapin_ops"], what
+        missing = set(added) - set(info["executed"])
+        assert not missing, "%s: not run: %s" % (what, sorted(missing))
+        assert {info["executed"][n] for n in added} == {host}, what
+        assert info["swap_devices"] == [host], what  # named in full
+    for mode in ("lms", "tuned"):
+        assert (_load(tmp_path, "%s.worker0" % mode)[1]["swapin_ops"]
+                == _load(tmp_path, "%s.worker1" % mode)[1]["swapin_ops"])
+    if NEW_STACK:
+        # Why the example and the docs use a custom loop: Keras 3's own fit
+        # does not train under this strategy, LMS or not (with arrays here;
+        # docs/distributed.md lists the inputs tried). When a Keras release
+        # fixes it, this fails: cover fit then, and update the docs.
+        for w in (0, 1):
+            info = _load(tmp_path, "keras3_fit.worker%d" % w)[1]
+            assert (info["fit_error"] or "").startswith(
+                "ValueError: Attempt to convert a value (PerReplica:"), info
+
+
+def test_multi_worker_workers_that_rewrite_differently_stop(tmp_path):
+    """Worker 1 with another swapin_ahead: both workers stop at the first
+    call of the step with an error naming the worker and both plans."""
+    results = _run_workers("mwms_function_job.py",
+                           [str(tmp_path), "lms_ahead3_on_worker1"], tmp_path,
+                           timeout=180)
+    for worker, (code, out) in enumerate(results):
+        assert code != 0, "worker %d finished:\n%s" % (worker, out[-3000:])
+        assert ("RankMismatchError: LMS rewrote the training step "
+                "differently on /job:worker/replica:0/task:1 than on "
+                "/job:worker/replica:0/task:0 (2 workers of a "
+                "MultiWorkerMirroredStrategy): /job:worker/replica:0/task:0:"
+                " rewritten: ") in out, out[-4000:]
+        assert "swapin_ahead 1," in out and "swapin_ahead 3," in out
+        assert "Timeout" not in out  # the watchdog did not have to fire
+
+
 # ---- collectives in the analysis ----------------------------------------------
 def _horovod_mlp_graph(hvd):
     graph = tf.Graph()
@@ -457,8 +540,20 @@ def test_rank_info_from_launcher_variables():
         "cluster": {"chief": ["127.0.0.1:1"],
                     "worker": ["127.0.0.1:2", "127.0.0.1:3"]},
         "task": {"type": "worker", "index": 1}})}
+    # All three on one host: they share its memory.
     assert distributed.rank_info(tf_config) == distributed.RankInfo(
-        2, 3, 0, 1, "tf_config", "worker", 1)
+        2, 3, 2, 3, "tf_config", "worker", 1)
+    # Members whose address names this task's host, loopback names as one.
+    two_hosts = {"TF_CONFIG": json.dumps({
+        "cluster": {"chief": ["localhost:1"],
+                    "worker": ["node-b:2", "127.0.0.1:3", "Node-B:4"]},
+        "task": {"type": "worker", "index": 2}})}
+    assert distributed.rank_info(two_hosts) == distributed.RankInfo(
+        3, 4, 1, 2, "tf_config", "worker", 2)
+    chief = dict(two_hosts, TF_CONFIG=two_hosts["TF_CONFIG"].replace(
+        '"type": "worker", "index": 2', '"type": "chief", "index": 0'))
+    assert distributed.rank_info(chief) == distributed.RankInfo(
+        0, 4, 0, 2, "tf_config", "chief", 0)
     # The local facts are read whatever the launcher (the auto-tuner's GPU
     # and host budgets use them).
     assert distributed.rank_info({"HOROVOD_LOCAL_RANK": "1",
@@ -479,6 +574,11 @@ def test_host_budget_is_shared_by_the_local_ranks():
     assert whole > 0
     for var in ("HOROVOD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"):
         assert autotune.host_budget({var: "4"}) == whole // 4
+    # Two workers of a TF_CONFIG cluster on this machine, one elsewhere.
+    workers = {"TF_CONFIG": json.dumps({
+        "cluster": {"worker": ["127.0.0.1:5", "localhost:6", "other:7"]},
+        "task": {"type": "worker", "index": 0}})}
+    assert autotune.host_budget(workers) == whole // 2
 
 
 class _Device:

@@ -303,5 +303,65 @@ def test_batches_are_full_size():
     assert next(small)[0].shape == (4, 1)
 
 
+# ---- multiworker_lms.py: two workers of this machine, one command ----------
+MULTIWORKER = "multiworker_lms.py"
+
+
+def test_multiworker_example_passes(tmp_path):
+    """The command examples/README.md shows: it starts its two workers,
+    prints each one's losses without and with LMS and where its swap ops
+    ran, and ends with a PASS verdict."""
+    proc, seconds = run_example(MULTIWORKER, [], tmp_path)
+    print("%s: %.1f s" % (MULTIWORKER, seconds))
+    assert proc.returncode == 0, _tail(proc.stdout + proc.stderr)
+    for worker in (0, 1):
+        host = "/job:worker/replica:0/task:%d/device:CPU:0" % worker
+        assert re.search(r"^worker %d \(%s\): [1-9]\d* swap operations, "
+                         r"all ran: \['%s'\]$" % (worker, host, host),
+                         proc.stdout, re.M), proc.stdout
+        assert "[worker %d] [LMS][0] Large Model Support rewrote the " \
+            "training step" % worker in proc.stdout
+    assert proc.stdout.rstrip().splitlines()[-1].startswith(
+        "VERDICT: PASS - on each of the 2 workers the losses with LMS equal "
+        "those without"), proc.stdout
+
+
+def _worker_result(worker, **changes):
+    host = "/job:worker/replica:0/task:%d/device:CPU:0" % worker
+    result = {"worker": worker, "replica_devices": [host],
+              "losses_without_lms": [2.5, 2.25],
+              "losses_with_lms": [2.5, 2.25], "weights_without_lms": 3.0,
+              "weights_with_lms": 3.0, "swap_ops": ["lms/swapout_a",
+                                                    "lms/swapin_a"],
+              "ran": {"lms/swapout_a": host, "lms/swapin_a": host}}
+    result.update(changes)
+    return result
+
+
+@pytest.mark.parametrize("second, expected", [
+    ({}, "VERDICT: PASS - on each of the 2 workers"),
+    ({"losses_with_lms": [2.5, 2.2500002]},
+     "VERDICT: FAIL - worker 1's losses differ with LMS"),
+    ({"swap_ops": [], "ran": {}}, "VERDICT: FAIL - LMS swapped nothing on "
+     "worker 1"),
+    ({"ran": {"lms/swapout_a": "/job:worker/replica:0/task:1/device:CPU:0"}},
+     "VERDICT: FAIL - 1 swap operations of worker 1 did not run, e.g. "
+     "lms/swapin_a"),
+    ({"ran": {"lms/swapout_a": "/job:worker/replica:0/task:0/device:CPU:0",
+              "lms/swapin_a": "/job:worker/replica:0/task:1/device:CPU:0"}},
+     "VERDICT: FAIL - worker 1 ran lms/swapout_a on /job:worker/replica:0/"
+     "task:0/device:CPU:0, not on its host /job:worker/replica:0/task:1/"
+     "device:CPU:0"),
+    ({"weights_with_lms": 3.5, "weights_without_lms": 3.5},
+     "VERDICT: FAIL - the workers ended with different losses or weights"),
+])
+def test_multiworker_verdict(second, expected):
+    import multiworker_lms  # pylint: disable=import-outside-toplevel
+    line, ok = multiworker_lms.verdict([_worker_result(0),
+                                        _worker_result(1, **second)])
+    assert line.startswith(expected), line
+    assert ok is expected.startswith("VERDICT: PASS")
+
+
 # Trains with and without LMS: run with oneDNN off and on (tools/run_tests.sh).
 pytestmark = pytest.mark.numerics

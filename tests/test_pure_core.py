@@ -17,7 +17,7 @@ import textwrap
 
 CORE = ("graph_index", "graph_index.index", "graph_index.build",
         "graph_index.literal", "graph_index.sizes", "step", "topo",
-        "devices", "analysis", "planner",
+        "devices", "worker_devices", "analysis", "planner",
         "planner.types", "planner.triggers", "planner.swaps",
         "planner.recompute", "planner.edges", "simulator",
         "simulator.model", "simulator.buffers", "simulator.levels",

@@ -119,15 +119,18 @@ class OpRoles:
     fused_with: dict = dataclasses.field(default_factory=dict)
 
 
-def device_matches(device, gpu_device):
+def device_matches(device, gpu_device, worker=None):
     """True if `device` is a device op's placement for `gpu_device`.
 
     With `gpu_device` None every non-CPU placement matches, including the
     empty (unplaced) device string, which TensorFlow places on the GPU when
-    one exists.
+    one exists. `worker` (a `worker_devices.WorkerDevices`, for a step of
+    a multi-worker strategy) adds the CPUs a worker without an accelerator
+    computes on, by full name.
     """
     if devices.is_cpu_device(device):
-        return False
+        return (gpu_device is None and worker is not None
+                and worker.computes_on(device))
     if gpu_device is None:
         return True
     if not device:
@@ -361,7 +364,8 @@ def collective_ops(index):
                      if t in COLLECTIVE_TYPES or index.calls_collective[i])
 
 
-def classify_ops(index, gpu_device=None, is_training=True, filters=None):
+def classify_ops(index, gpu_device=None, is_training=True, filters=None,
+                 worker=None):
     """Decide which ops LMS may use as sources, sinks, triggers and waiters.
 
     Collectives (`collective_ops`) get no role: LMS leaves their inputs,
@@ -374,6 +378,8 @@ def classify_ops(index, gpu_device=None, is_training=True, filters=None):
       filters: dict with optional frozensets of op ids under the keys
         'incl_sources', 'excl_sources', 'incl_sinks', 'excl_sinks' (from
         `ops_matching`).
+      worker: the `worker_devices.WorkerDevices` of a multi-worker step,
+        or None (`device_matches`).
 
     Returns:
       An `OpRoles`.
@@ -384,7 +390,8 @@ def classify_ops(index, gpu_device=None, is_training=True, filters=None):
     constant = constant_ops(index)
     n = index.num_ops
     device_ops = frozenset(i for i in range(n)
-                           if device_matches(index.devices[i], gpu_device))
+                           if device_matches(index.devices[i], gpu_device,
+                                             worker))
     has_loops = any(index.in_v1_loop) or any(
         t in ("While", "StatelessWhile") for t in index.types)
 

@@ -36,8 +36,9 @@ _FILTER_PAIRS = (
 )
 
 
-def classify(index, settings):
-    """The `OpRoles` of `index` under `settings` (device and filters).
+def classify(index, settings, worker=None):
+    """The `OpRoles` of `index` under `settings` (device and filters);
+    `worker`: the `worker_devices.WorkerDevices` of a multi-worker step.
 
     Raises:
       ValueError: a filter or `gpu_device` that matches no operation.
@@ -50,7 +51,7 @@ def classify(index, settings):
             filters[key] = analysis.ops_matching(
                 index, scopes, types, "%s/%s" % (scopes_name, types_name))
     roles = analysis.classify_ops(index, settings.gpu_device,
-                                  settings.is_training, filters)
+                                  settings.is_training, filters, worker)
     if settings.gpu_device is not None and not roles.device_ops:
         raise ValueError(
             "gpu_device=%r matches no operation in the graph; ops are "

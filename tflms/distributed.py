@@ -80,7 +80,8 @@ def _tensor_label(tensor):
 def rewrite_fingerprint(graph, result):
     """A digest of the swap ops LMS added to `graph` and how they are wired.
 
-    Covers each swap op's name, device, input, control inputs and
+    Covers each swap op's name, device (without job, replica and task,
+    which differ from worker to worker), input, control inputs and
     consumers (name and input slot), in a canonical order, so two ranks
     whose digests agree made the same rewrite.
 
@@ -97,6 +98,14 @@ def rewrite_fingerprint(graph, result):
     return _fingerprint(graph, names)
 
 
+def _device_within_task(device):
+    """`device` without its job, replica and task: each worker of a
+    multi-worker strategy places its swap ops on its own task's host, and
+    the rewrites agree when the rest does."""
+    spec = tf.DeviceSpec.from_string(device or "")
+    return spec.replace(job=None, replica=None, task=None).to_string()
+
+
 def _fingerprint(graph, names):
     digest = hashlib.sha256()
     for name in sorted(names):
@@ -104,7 +113,8 @@ def _fingerprint(graph, names):
         consumers = sorted(
             (c.name, i) for t in op.outputs for c in t.consumers()
             for i, x in enumerate(c.inputs) if x is t)
-        record = [op.name, op.device, [_tensor_label(t) for t in op.inputs],
+        record = [op.name, _device_within_task(op.device),
+                  [_tensor_label(t) for t in op.inputs],
                   sorted(c.name for c in op.control_inputs), consumers]
         digest.update(json.dumps(record).encode("utf-8"))
         digest.update(b"\n")

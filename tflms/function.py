@@ -25,10 +25,12 @@ TensorFlow inlines the rewritten step there.
 Where LMS cannot work it raises before anything is traced or changed:
 ``tf.function(jit_compile=True)``, or a call while XLA compiles the
 caller (XLA ignores device placement, so swap ops would not run where
-they are placed), calls under a `tf.distribute` strategy (a `MirroredStrategy` custom
-loop works when LMS is given the `tf.function` that calls ``strategy.run``,
-called outside the strategy's scope), and a step `tf.function` cannot
-trace. docs/tf2.md has the details.
+they are placed), calls under a `tf.distribute` strategy (a `MirroredStrategy`
+or `MultiWorkerMirroredStrategy` custom loop works when LMS is given the
+`tf.function` that calls ``strategy.run``, called outside the strategy's
+scope; on each worker of the latter, tflms.multi_worker names the devices
+LMS manages and checks that every worker made the same rewrite), and a
+step `tf.function` cannot trace. docs/tf2.md has the details.
 """
 
 import dataclasses
@@ -42,6 +44,7 @@ from tflms import _gc
 from tflms import analysis
 from tflms import _tf_function
 from tflms import graph_index as gi
+from tflms import multi_worker
 from tflms import step
 from tflms.results import EagerModeError, Outcome, RunResult
 
@@ -215,8 +218,15 @@ class LMSFunction:
                       "(%d operations)" % (
                           self._name, _text(concrete.name),
                           len(graph.get_operations())))
+        # Under a MultiWorkerMirroredStrategy: this worker's devices, and
+        # every worker's rewrite compared before the step first runs.
+        found = multi_worker.worker_of(graph, lms.settings.cpu_device)
+        worker = found[1] if found else None
         with _gc.paused():
-            result = rewrite_graph(lms, graph, start)
+            result = rewrite_graph(lms, graph, start, worker=worker)
+            if found:
+                multi_worker.check_workers_agree(found[0], worker, graph,
+                                                 result)
             # A graph rewritten before (another LMSFunction of the same
             # tf.function) runs as rewritten too.
             rewritten = (concrete if result.outcome is Outcome.NOT_NEEDED
@@ -250,9 +260,11 @@ def step_of(graph, variable_devices=False):
                                              graph, variable_devices)
 
 
-def rewrite_graph(lms, graph, start=None):
+def rewrite_graph(lms, graph, start=None, worker=None):
     """Plan and rewrite the function graph `graph` in place with the
-    settings of `lms` (the pipeline `LMS.run` uses, on `step_of`'s index).
+    settings of `lms` (the pipeline `LMS.run` uses, on `step_of`'s index);
+    `worker`: the `worker_devices.WorkerDevices` of a step under a
+    multi-worker strategy (`multi_worker.worker_of`).
 
     Nothing is rebuilt: the caller makes a function of the rewritten graph
     (`LMSFunction`) or only reads the plan (`tflms plan` on a Keras 3
@@ -268,15 +280,17 @@ def rewrite_graph(lms, graph, start=None):
         devices = (analysis.compute_devices(index)
                    if lms.settings.gpu_device is None else ())
         if len(devices) < 2:
-            return lms._run(graph, fetches, start, index=index)  # pylint: disable=protected-access
-        return _rewrite_per_device(lms, graph, devices, start)
+            return lms._run(graph, fetches, start, index=index,  # pylint: disable=protected-access
+                            worker=worker)
+        return _rewrite_per_device(lms, graph, devices, start, worker)
 
 
-def _rewrite_per_device(lms, graph, devices, start):
+def _rewrite_per_device(lms, graph, devices, start, worker):
     """Plan and rewrite the step of `graph` one compute device at a time:
     a tf.distribute strategy puts each replica's ops on its own device,
     and each device has its own memory, so each replica is planned for its
-    own budget (as an LMS with ``gpu_device`` set to that device would)."""
+    own budget (as an LMS with ``gpu_device`` set to that device would).
+    `worker`: as for `rewrite_graph` (its host takes the swap ops)."""
     by_device = []
     fetches, index = step_of(graph, variable_devices=True)
     for device in devices:
@@ -285,7 +299,7 @@ def _rewrite_per_device(lms, graph, devices, start):
         lms._log.info("Planning the replica on %s (%d of %d devices)"  # pylint: disable=protected-access
                       % (device, len(by_device) + 1, len(devices)))
         result = replica._run(graph, fetches, time.perf_counter(),  # pylint: disable=protected-access
-                              index=index)
+                              index=index, worker=worker)
         by_device.append((device, result))
         if result.rewritten:
             # The next replica is planned on the graph as now rewritten.

@@ -258,12 +258,22 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
                                       result.rewrite)
         return result
 
-    def _run(self, graph, fetches, start, index=None):
+    def _run(self, graph, fetches, start, index=None, worker=None):
         """Plan and rewrite `graph`; `index`: its index when the caller
-        built it (`tflms.function` adds what a function graph captures)."""
+        built it (`tflms.function` adds what a function graph captures);
+        `worker`: the `worker_devices.WorkerDevices` of a step that runs
+        under a multi-worker strategy (tflms.multi_worker), whose CPUs
+        LMS may manage and whose host takes the swap ops."""
         log = self._log
         settings = self._settings
-        if rewriter.is_rewritten(graph, self._device_filter):
+        device_filter = self._device_filter
+        if worker is not None:
+            log.info(worker.describe())
+
+            def device_filter(device):
+                return analysis.device_matches(device, settings.gpu_device,
+                                               worker)
+        if rewriter.is_rewritten(graph, device_filter):
             log.info("This model already has LMS swap operations; LMS "
                      "will not process it again.")
             return RunResult(Outcome.ALREADY_REWRITTEN,
@@ -272,7 +282,7 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
         if index is None:
             index = gi.build_index(graph, fetches)
         run_log.log_step(log, index)
-        roles = pipeline.classify(index, settings)
+        roles = pipeline.classify(index, settings, worker)
         run_log.log_graph_facts(log, index, roles, settings)
         planned = pipeline.plan(index, settings, roles=roles, log=log)
         if not planned.needed:
@@ -292,8 +302,9 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
             log.info("%d swap-in groups had no op to start them in time and "
                      "were left on the device" % plan.unplanned_groups, 1)
         run_log.log_plan_details(log, planned.index, plan)
-        rewrite = rewriter.apply_plan(graph, planned.index, plan,
-                                      settings.cpu_device)
+        rewrite = rewriter.apply_plan(
+            graph, planned.index, plan,
+            settings.cpu_device if worker is None else worker.host)
         log.info(
             "Added %d operations to the model (%d swap-out operations "
             "(%.2f GiB) and %d swap-in operations (%.2f GiB))"

@@ -31,9 +31,11 @@ class RankInfo:
       rank: global rank (0 when not distributed).
       size: number of processes in the job (1 when not distributed).
       local_rank: rank on this node (0 when not distributed); under Horovod
-        this is the GPU index the process should use.
-      local_size: processes on this node; the host memory LMS plans with is
-        divided by it.
+        this is the GPU index the process should use. With ``TF_CONFIG``:
+        this task's place among the chief and workers on its host.
+      local_size: processes on this node (with ``TF_CONFIG``: the chief
+        and workers whose address names this task's host); the host
+        memory LMS plans with is divided by it.
       launcher: 'horovod', 'mpi', 'tf_config' or None.
       task_type: the ``TF_CONFIG`` task type ('chief', 'worker', ...), or
         None.
@@ -62,14 +64,32 @@ def _int(env, names):
     return None
 
 
+# Names of this machine's loopback interface: members at any of them run
+# on the same host.
+_LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0"})
+
+
+def _host_of(address):
+    """The host part of a ``TF_CONFIG`` member's ``host:port``, lower case;
+    loopback names all read as 'localhost'. Names are compared as written
+    (no DNS lookup): a job that names one machine in two ways counts it as
+    two."""
+    host = str(address).rsplit(":", 1)[0] if ":" in str(address) else str(
+        address)
+    host = host.strip("[]").lower()
+    return "localhost" if host in _LOOPBACK or host.startswith(
+        "127.") else host
+
+
 def rank_info(env=None):
     """The `RankInfo` of this process, from the launcher's environment.
 
     Reads Horovod's (``HOROVOD_RANK``...), Open MPI's
     (``OMPI_COMM_WORLD_RANK``...) and PMI's variables, then tf.distribute's
-    ``TF_CONFIG`` (rank = index among the chief and workers). The local
-    rank and size are read whenever a launcher set them. No distributed
-    package is imported.
+    ``TF_CONFIG`` (rank = index among the chief and workers; local rank
+    and size among the chief and workers whose address names the same host
+    as this task's). Otherwise the local rank and size are read whenever a
+    launcher set them. No distributed package is imported.
 
     Args:
       env: environment mapping (default `os.environ`).
@@ -105,7 +125,16 @@ def rank_info(env=None):
         kind, index = task.get("type"), int(task.get("index", 0))
         rank = index + (len(cluster.get("chief", []))
                         if kind == "worker" else 0)
-        return RankInfo(rank=rank, size=max(1, len(members)), local_rank=0,
-                        local_size=local["local_size"], launcher="tf_config",
-                        task_type=kind, task_index=index if kind else None)
+        local_facts = dict(local_rank=0, local_size=local["local_size"])
+        if kind in ("chief", "worker") and rank < len(members):
+            # The members on this task's host share its memory (and its
+            # GPUs): the chief and workers whose address names that host.
+            here = _host_of(members[rank])
+            on_host = [r for r, m in enumerate(members)
+                       if _host_of(m) == here]
+            local_facts = dict(local_rank=on_host.index(rank),
+                               local_size=len(on_host))
+        return RankInfo(rank=rank, size=max(1, len(members)),
+                        launcher="tf_config", task_type=kind,
+                        task_index=index if kind else None, **local_facts)
     return RankInfo(**local)

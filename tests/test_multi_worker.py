@@ -1,0 +1,163 @@
+"""A worker of a multi-worker strategy: what LMS manages there, where its
+swap ops go (tflms.worker_devices, pure), and the check that every worker
+made the same rewrite (tflms.multi_worker), with the all-gather replaced by
+a list. tests/test_distributed.py runs two real workers."""
+
+import pytest
+import tensorflow as tf
+
+from tflms import LMS
+from tflms import analysis
+from tflms import distributed
+from tflms import graph_index as gi
+from tflms import multi_worker
+from tflms import worker_devices
+
+TASK1 = "/job:worker/replica:0/task:1"
+CPU_WORKER = worker_devices.for_worker([TASK1 + "/device:CPU:0"], "/cpu:0")
+GPU_WORKER = worker_devices.for_worker(
+    [TASK1 + "/device:GPU:0", TASK1 + "/device:GPU:1"], "/cpu:0")
+FIXED = dict(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0)
+
+
+def test_a_cpu_only_worker_computes_on_its_cpu():
+    assert CPU_WORKER.task == TASK1 and CPU_WORKER.task_index == 1
+    assert CPU_WORKER.compute_cpus == (TASK1 + "/device:CPU:0",)
+    assert CPU_WORKER.host == TASK1 + "/device:CPU:0"
+    assert CPU_WORKER.computes_on(TASK1 + "/device:CPU:0")
+    assert CPU_WORKER.computes_on(TASK1 + "/cpu:0")
+    # Full names are compared: another task's CPU, the worker's other CPU
+    # and a bare '/cpu:0' the user pinned are not the replica's device.
+    for other in ("/job:worker/replica:0/task:0/device:CPU:0",
+                  TASK1 + "/device:CPU:1", "/device:CPU:0", "/cpu:0", ""):
+        assert not CPU_WORKER.computes_on(other), other
+
+
+def test_a_gpu_worker_keeps_its_cpu_as_the_host():
+    assert GPU_WORKER.compute_cpus == ()
+    assert GPU_WORKER.host == TASK1 + "/device:CPU:0"
+    assert not GPU_WORKER.computes_on(TASK1 + "/device:CPU:0")
+    assert worker_devices.for_worker([TASK1 + "/device:GPU:0"],
+                                     "/device:CPU:1").host == \
+        TASK1 + "/device:CPU:1"
+
+
+@pytest.mark.parametrize("replica_devices, message", [
+    ([], "replica_devices must name at least one device; got none"),
+    (["/device:CPU:0"], "replica_devices must be full names of one "
+     "worker's devices, such as '/job:worker/replica:0/task:1/device:CPU:0';"
+     " got \\('/device:CPU:0',\\)"),
+    (["/job:worker/replica:0/task:0/device:GPU:0", TASK1 + "/device:GPU:0"],
+     "replica_devices must be full names of one worker's devices"),
+])
+def test_for_worker_refuses_other_devices(replica_devices, message):
+    with pytest.raises(ValueError, match=message):
+        worker_devices.for_worker(replica_devices, "/cpu:0")
+
+
+@pytest.mark.parametrize("device, worker, expected", [
+    (TASK1 + "/device:CPU:0", None, False),
+    (TASK1 + "/device:CPU:0", CPU_WORKER, True),
+    ("/job:worker/replica:0/task:0/device:CPU:0", CPU_WORKER, False),
+    ("/device:CPU:0", CPU_WORKER, False),
+    (TASK1 + "/device:CPU:0", GPU_WORKER, False),
+    (TASK1 + "/device:GPU:0", GPU_WORKER, True),
+    ("", CPU_WORKER, True),
+])
+def test_device_matches_a_workers_cpu(device, worker, expected):
+    assert analysis.device_matches(device, None, worker) is expected
+
+
+def test_classify_ops_manages_a_cpu_only_workers_replica():
+    cpu = TASK1 + "/device:CPU:0"
+    f32 = {"outputs": [((4, 8), 4)], "device": cpu}
+    index = gi.from_edges(
+        [("x", "Placeholder", f32), ("a", "Relu", f32), ("b", "Relu", f32),
+         ("c", "Relu", f32), ("d", "AddV2", f32),
+         ("pinned", "Relu", {"outputs": [((4, 8), 4)],
+                             "device": "/device:CPU:0"})],
+        edges=[("x", "a"), ("a", "b"), ("b", "c"), ("c", "d"), ("a", "d"),
+               ("d", "pinned")])
+    ids = {n: i for i, n in enumerate(index.names)}
+    assert analysis.classify_ops(index).device_ops == frozenset()
+    roles = analysis.classify_ops(index, worker=CPU_WORKER)
+    assert roles.device_ops == frozenset(ids[n] for n in "xabcd")
+    assert ids["a"] in roles.sources
+
+
+def _rewritten(**params):
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [4, 8], name="x")
+        h = x
+        for i in range(5):
+            h = tf.compat.v1.layers.dense(h, 8, activation=tf.nn.relu,
+                                          name="d%d" % i)
+        tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
+            tf.reduce_sum(h))
+    lms = LMS(**params)
+    lms.run(graph)
+    return graph, lms.last_run
+
+
+def _record(worker, graph, result):
+    """What this worker contributes to the all-gather."""
+    rows = []
+    multi_worker.check_workers_agree(
+        None, worker, graph, result,
+        allgather=lambda mine: rows.append(mine) or [mine])
+    return rows[0]
+
+
+def test_workers_that_agree_pass():
+    graph, result = _rewritten(**FIXED)
+    other_graph, other_result = _rewritten(**FIXED)
+    worker0 = worker_devices.for_worker(
+        ["/job:worker/replica:0/task:0/device:CPU:0"], "/cpu:0")
+    theirs = _record(worker0, other_graph, other_result)
+    records = multi_worker.check_workers_agree(
+        None, CPU_WORKER, graph, result,
+        allgather=lambda mine: [theirs, mine])
+    assert [r[0] for r in records] == ["/job:worker/replica:0/task:0", TASK1]
+    assert records[0][1] == (
+        "rewritten: %d swap-outs, %d swap-ins, 0 recomputes (swapout_"
+        "threshold 1, swapin_ahead 1, swapin_groupby 0, sync_mode 0)"
+        % (len(result.swapout_ops), len(result.swapin_ops)))
+    assert records[0][2] == distributed.rewrite_fingerprint(graph, result)
+
+
+def test_workers_that_differ_stop_with_what_differs():
+    graph, result = _rewritten(**FIXED)
+    other_graph, other_result = _rewritten(
+        swapout_threshold=1, swapin_ahead=3, swapin_groupby=0)
+    worker0 = worker_devices.for_worker(
+        ["/job:worker/replica:0/task:0/device:CPU:0"], "/cpu:0")
+    theirs = _record(CPU_WORKER, other_graph, other_result)
+    with pytest.raises(distributed.RankMismatchError) as info:
+        multi_worker.check_workers_agree(
+            None, worker0, graph, result,
+            allgather=lambda mine: [mine, theirs])
+    message = str(info.value)
+    assert message.startswith(
+        "LMS rewrote the training step differently on %s than on "
+        "/job:worker/replica:0/task:0 (2 workers of a "
+        "MultiWorkerMirroredStrategy): /job:worker/replica:0/task:0: "
+        "rewritten: " % TASK1)
+    assert "swapin_ahead 3" in message and "swapin_ahead 1" in message
+    assert ("set lms.autotune_gpu_mem to the same GiB on every worker, or "
+            "pass swapout_threshold, swapin_ahead and swapin_groupby "
+            "explicitly") in message
+    # The same counts and parameters, other swap ops: said so.
+    mine = _record(worker0, graph, result)
+    forged = mine[:-64] + "0" * 64
+    with pytest.raises(distributed.RankMismatchError,
+                       match=r"\(the same counts, other swap operations\)"):
+        multi_worker.check_workers_agree(
+            None, worker0, graph, result, allgather=lambda m: [m, forged])
+
+
+def test_a_graph_without_a_strategy_is_no_worker():
+    graph, _ = _rewritten(**FIXED)
+    assert multi_worker.strategy_of(graph) is None
+    assert multi_worker.worker_of(graph, "/cpu:0") is None
+    assert not multi_worker.is_multi_worker(tf.distribute.get_strategy())
