@@ -150,10 +150,22 @@ def test_host_budget_is_autotune_host_mem_when_set_else_physical_memory():
     assert L.context(L.chain(), budget_units=5).host_budget_bytes == 64 << 30
 
 
-def test_physical_memory_reads_this_machine(monkeypatch):
+def test_physical_memory_is_pages_times_page_size_or_unknown(monkeypatch):
+    """The page count times the page size; 0 (no host limit) where the
+    system cannot tell, as on platforms without sysconf."""
     monkeypatch.undo()  # conftest's 64 GiB host, for this test only
-    pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    assert budget.physical_memory() == pages > 0
+    values = {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": 3}
+    monkeypatch.setattr(os, "sysconf", values.__getitem__)
+    assert budget.physical_memory() == 12288
+    assert budget.host_budget(env={}) == 12288
+
+    def unknown(name):
+        raise ValueError("unknown configuration name %s" % name)
+    monkeypatch.setattr(os, "sysconf", unknown)
+    assert budget.physical_memory() == 0
+    assert budget.host_budget(env={}) == 0
+    monkeypatch.delattr(os, "sysconf")
+    assert budget.physical_memory() == 0
 
 
 # ---- the search ------------------------------------------------------------

@@ -55,7 +55,10 @@ def test_a_constructor_setting_cannot_be_set_later():
 def test_from_settings_keeps_every_value():
     chosen = S.Settings(swapout_threshold=4, batch_size=8,
                         autotune_gpu_mem=2, is_training=False)
-    assert LMS.from_settings(chosen).settings is chosen
+    lms = LMS.from_settings(chosen)
+    assert lms.settings is chosen
+    assert (lms.swapout_threshold, lms.batch_size, lms.autotune_gpu_mem,
+            lms.is_training) == (4, 8, 2, False)
     with pytest.raises(ValueError, match="settings must be a "
                                          "tflms.settings.Settings; got"):
         LMS.from_settings({"swapout_threshold": 4})

@@ -132,18 +132,6 @@ def test_classify_names_a_device_that_matches_nothing():
         pipeline.classify(index, Settings(gpu_device="/device:GPU:3"))
 
 
-def test_lms_from_settings_keeps_every_value():
-    settings = Settings(batch_size=4, sync_mode=2, plot_dir="p",
-                        excl_output_by_types={"Conv2D"}, **FIXED)
-    lms = LMS.from_settings(settings)
-    assert lms.settings is settings
-    assert (lms.batch_size, lms.sync_mode, lms.plot_dir,
-            lms.excl_output_by_types) == (4, 2, "p", frozenset({"Conv2D"}))
-    with pytest.raises(ValueError, match="settings must be a "
-                                         "tflms.settings.Settings"):
-        LMS.from_settings({"batch_size": 4})
-
-
 @pytest.mark.parametrize("enabled", [True, False])
 def test_run_pauses_the_garbage_collector_and_restores_it(enabled,
                                                           monkeypatch):

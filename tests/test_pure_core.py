@@ -29,7 +29,7 @@ CORE = ("graph_index", "graph_index.index", "graph_index.build",
         "stages", "stages.serialize", "stages.defer", "stages.swaps",
         "stages.order", "stages.fewer_waits", "stages.recompute",
         "stages.prefetch", "stages.timed", "stages.host", "pipeline",
-        "plots", "_logging")
+        "plots", "_logging", "results", "ranks")
 
 _BLOCKED = ("tensorflow", "keras", "tf_keras")
 

@@ -154,12 +154,17 @@ def test_constructor_settings_are_read_only_properties():
 
 
 def test_lms_exposes_every_setting():
+    """Every setting reads back from an LMS; the constructor's are taken
+    by name (all at once, as given), the others only as attributes."""
     lms = LMS()
     for field in settings.fields():
         assert getattr(lms, field.name) == field.default, field.name
-    assert {f.name for f in settings.fields(settings.CONSTRUCTOR)} == set(
-        LMS.__init__.__code__.co_varnames[
-            1:LMS.__init__.__code__.co_argcount])
+    given = {f.name: f.default for f in settings.fields(settings.CONSTRUCTOR)}
+    lms = LMS(**given)
+    assert {name: getattr(lms, name) for name in given} == given
+    for field in settings.fields(settings.PROPERTY):
+        with pytest.raises(TypeError, match=field.name):
+            LMS(**{field.name: field.default})
 
 
 def test_values_are_normalised_once():

@@ -35,12 +35,32 @@ def _through(context, *names):
     return planned
 
 
-def test_the_stages_run_in_this_order():
-    assert [s.__module__.rsplit(".", 1)[-1] for s in stages.STAGES] == [
-        "serialize", "defer", "swaps", "order", "fewer_waits", "recompute",
-        "fewer_waits", "prefetch", "host"]
-    assert stages.STAGES[6] is fewer_waits.after_recompute
-    assert all(callable(s) for s in stages.STAGES)
+def test_the_pipeline_hands_each_stage_what_the_one_before_returned(
+        monkeypatch):
+    """`pipeline.plan` runs every stage of `STAGES` once, in its order, in
+    one context, each on the `Planned` the stage before returned; the
+    last one's is the result."""
+    calls = []
+
+    def recording(stage):
+        def run(context, planned):
+            calls.append((stage, context, planned))
+            return dataclasses.replace(planned,
+                                       serialized_levels=(len(calls),))
+        return run
+
+    real = stages.STAGES
+    monkeypatch.setattr(stages, "STAGES",
+                        tuple(recording(s) for s in real))
+    index = L.chain()
+    planned = pipeline.plan(index, Settings(swapout_threshold=1,
+                                            swapin_ahead=1, swapin_groupby=0))
+    assert [c[0] for c in calls] == list(real)
+    assert len({id(c[1]) for c in calls}) == 1
+    assert calls[0][2].index is index
+    for k, (_, _, given) in enumerate(calls[1:], 1):
+        assert given.serialized_levels == (k,)
+    assert planned.serialized_levels == (len(real),)
 
 
 # ---- serialize ------------------------------------------------------------

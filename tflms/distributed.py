@@ -33,6 +33,7 @@ import tensorflow as tf
 from tflms import _compat
 from tflms import rewriter
 from tflms.ranks import RankInfo, rank_info
+from tflms.results import Outcome
 
 __all__ = [
     "HOROVOD_INSTALL_HINT",
@@ -57,9 +58,9 @@ HOROVOD_INSTALL_HINT = (
     "tools/install_test_deps.sh does it for a checkout of tflms)")
 
 # What `LMS.run` did with a graph; every rank must do the same.
-REWRITTEN = "rewritten"
-NOT_NEEDED = "not needed"
-ALREADY_REWRITTEN = "already rewritten"
+REWRITTEN = Outcome.REWRITTEN.value
+NOT_NEEDED = Outcome.NOT_NEEDED.value
+ALREADY_REWRITTEN = Outcome.ALREADY_REWRITTEN.value
 _OUTCOME_TEXT = {
     REWRITTEN: "rewrote the graph",
     NOT_NEEDED: "left the graph alone because the step fits without LMS",

@@ -294,7 +294,7 @@ LINKS = tuple((i.label, i.bytes_per_s / _G) for i in INTERCONNECTS.values())
 
 # V100: the GPU the original TFLMSv2 targeted (POWER9 AC922) and the
 # virtual cluster's (`tflms.oracle.gpu_properties`); PCIe 4.0: today's
-# common host link (issue 15 states it as the default).
+# common host link between a server's CPU and its GPUs.
 DEFAULT_GPU = "V100-SXM2-16GB"
 DEFAULT_INTERCONNECT = "pcie4"
 

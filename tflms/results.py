@@ -1,11 +1,10 @@
 """What `LMS.run` returns: `RunResult` and its `Outcome`, and the error
 for code LMS cannot act on (`EagerModeError`). A module of their own so that
-`tflms.function`, which `tflms.lms` imports, can name them too."""
+`tflms.function`, which `tflms.lms` imports, can name them too; standard
+library only."""
 
 import dataclasses
 import enum
-
-from tflms import distributed
 
 __all__ = ["EagerModeError", "Outcome", "RunResult"]
 
@@ -19,9 +18,9 @@ class Outcome(enum.Enum):
 
     # The values are what `distributed.check_ranks_agree` compares across
     # the ranks of a job.
-    REWRITTEN = distributed.REWRITTEN
-    NOT_NEEDED = distributed.NOT_NEEDED
-    ALREADY_REWRITTEN = distributed.ALREADY_REWRITTEN
+    REWRITTEN = "rewritten"
+    NOT_NEEDED = "not needed"
+    ALREADY_REWRITTEN = "already rewritten"
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

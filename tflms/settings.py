@@ -12,11 +12,10 @@ This module and its checks (`tflms.validation`) import only the standard
 library, so the example scripts can build their ``--help`` without loading
 TensorFlow.
 
-Why one module of about 650 lines (issue 23 item 4 asks for a reason past
-600): its parts are the one declaration of the settings and what is made
-from the same field metadata, in the order a reader follows a setting
-(its check's wiring, the `Settings` fields, the flags, the documentation
-tables). The checks themselves are in `tflms.validation`; the rest, split
+Why one module: its parts are the one declaration of the settings and
+what is made from the same field metadata, in the order a reader follows
+a setting (its check's wiring, the `Settings` fields, the flags, the
+documentation tables). The checks themselves are in `tflms.validation`; the rest, split
 off, would read this module's private field helpers, and `python -m
 tflms.settings --write docs/parameters.md` would move.
 """

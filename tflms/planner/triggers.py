@@ -111,11 +111,11 @@ class TriggerFinder:
     remembered per (consumer, ahead, lowest allowed level) across the plans
     of one search.
 
-    About 350 lines (issue 23 item 4 asks for a reason past 300): the
-    binary-lifting jumps, the spine, the per-device best tables and the
-    answer caches are built lazily and shared by `find`,
-    `_latest_trigger`, `may_also_start` and the plans' edge memos; one
-    object owns them so that each is built once per index and search.
+    One class, because the binary-lifting jumps, the spine, the
+    per-device best tables and the answer caches are built lazily and
+    shared by `find`, `_latest_trigger`, `may_also_start` and the plans'
+    edge memos; one object owns them so that each is built once per index
+    and search.
     """
 
     def __init__(self, index, roles):

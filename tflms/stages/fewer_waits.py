@@ -5,13 +5,12 @@ A synchronous mode holds every early reader of a swapped tensor back until
 its copy to the host has finished, so that nothing new is allocated while
 the tensor still occupies the device. The tuner sets the mode for the whole
 plan; where the budget has room for the allocations made during one copy,
-its wait only costs time (the U-Net at 352^3 waited 177 ms for one 5.2 GiB
-copy). The stage runs before the recompute stage and, where recomputes
-replaced swaps, again after it (`after_recompute`): they free device
-memory that can hold what a copy no longer waited for holds (ResNet50
-224x224 at batch 1000 over PCIe 4.0, `benchmarks/plan_cost.py`: 1.42x
-the step without LMS, 1.37x with the second pass). Each swap-out, most
-bytes first, is one replay with copies timed;
+its wait only costs time (a large 3D activation waits for its whole copy
+to the host). The stage runs before the recompute stage and, where
+recomputes replaced swaps, again after it (`after_recompute`): they free
+device memory that can hold what a copy no longer waited for holds
+(docs/benchmarks.md measures both passes). Each swap-out, most bytes
+first, is one replay with copies timed;
 `ordering.replays_for` bounds how many are tried. Only plans the tuner chose
 by predicted step time are changed: without a step time a wait costs
 nothing.

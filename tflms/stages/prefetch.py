@@ -3,10 +3,9 @@ allows and the step gets shorter.
 
 The tuner starts every swap-in the same number of levels (`swapin_ahead`)
 before its first reader, the most the memory peak lets it. Away from the
-peak that is often too late: in ResNet50's backward phase at 224x224, batch
-1000, device memory stays under 7 GiB of the 14.4 GiB budget while reader
-after reader waits for its swap-in over NVLink 2.0 (the swap-in starts one
-level ahead, `benchmarks/plan_cost.py`). This stage gives each swap-in that
+peak that is often too late: late in the backward phase device memory may
+stay far under the budget while reader after reader waits for a swap-in
+started a level or two ahead. This stage gives each swap-in that
 something waits for (its first reader, or the clones of a recompute that
 reads it), earliest in the step first, a trigger early enough for the copy
 to end before the waiting op would otherwise start, and keeps it where a

@@ -107,19 +107,17 @@ def _within_budget(context, planned):
     # many bytes, it tries those made first, or (another search from the
     # tuner's plan) those made last; and a swap recomputes read is kept, or
     # (`unpin`) also tried with those recomputes planned again. All four
-    # run, and the fastest plan is kept (`benchmarks/plan_cost.py`, over
-    # PCIe 4.0): ResNet50 at 224x224, batch 1000, 1.50x the step without
-    # LMS made-first and 1.42x made-last, unpinning no faster; at 6592x6592
-    # made-first 1.38x kept and 1.29x unpinned (`conv1_relu` was kept
-    # swapped because the recompute of `pool1_pad` read its swap-in).
+    # run, and the fastest plan is kept: no order wins on every model (a
+    # swap kept only because another recompute reads its swap-in is what
+    # unpinning frees; docs/benchmarks.md compares the four).
     searches = ((False, False), (True, False), (False, True), (True, True))
     step_s = costs[id(planned.plan)][1][0]
     if step_s - compute_s <= 1e-9 * step_s:
         # The compute hides every copy, and no recompute can change that (a
         # step is never shorter than its compute): only clones that take no
         # time pass `slower_than`, so only those are looked for, in one
-        # search. The 200,000-op deep MLP (`benchmarks/plan_speed.py
-        # deep_mlp 200000 --recompute`) plans in 18.9 s, not 39.1 s.
+        # search, which halves planning on graphs whose copies all hide
+        # (`benchmarks/plan_speed.py deep_mlp 200000 --recompute`).
         clone_types = clone_types & steptime.NO_KERNEL_TYPES
         searches = ((False, False),)
 

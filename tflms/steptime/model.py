@@ -110,8 +110,7 @@ class StepTime:
         return self.with_lms_s - self.without_lms_s - self.recompute_s
 
 
-# Why this class is about 375 lines (issue 23 asks for a reason past 300):
-# half of it is `predict`, one walk of the compute stream and the two copy
+# Why one class: half of it is `predict`, one walk of the compute stream and the two copy
 # streams together, whose clocks, queues and per-swap timings are shared
 # state of that walk; split into functions they would pass a dozen arrays
 # and clocks between them. The rest is each op's rate (precision, fusion,
