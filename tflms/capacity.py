@@ -351,7 +351,7 @@ def search(plan_at, budget_bytes, max_overhead_pct=None, start=1,
         seconds=time.monotonic() - began)
 
 
-def plan_row(index, roles, settings, batch, log=None):
+def plan_row(index, roles, settings, batch, log=None, env=None):
     """The `BatchRow` of `index` planned with `settings` at `batch`: the
     pipeline `LMS.run` runs (`pipeline.plan`), the step-time model
     `tflms plan` reports (`steptime.predict_planned`).
@@ -364,10 +364,12 @@ def plan_row(index, roles, settings, batch, log=None):
         replaced by `batch`.
       batch: the batch size.
       log: a `Logger` for the planning lines (default quiet).
+      env: the environment the budget reads (default `os.environ`).
     """
     settings = settings.replace(batch_size=batch)
     try:
-        planned = pipeline.plan(index, settings, roles=roles, log=log)
+        planned = pipeline.plan(index, settings, roles=roles, log=log,
+                                env=env)
     except autotune.AutotuneError as err:
         without = pipeline.simulate_without(index, roles, settings)
         step = steptime.StepTimeModel(
@@ -375,7 +377,7 @@ def plan_row(index, roles, settings, batch, log=None):
             interconnect=settings.interconnect).predict()
         lowest = err.floor or floor_mod.floor_of(index, roles, batch)
         budget = autotune.device_budget(settings.autotune_gpu_mem,
-                                        settings.gpu_device)
+                                        settings.gpu_device, env)
         return BatchRow(
             timeline=without.device_timeline,
             batch=batch, peak_without_bytes=int(without.peak_device_bytes),

@@ -2,7 +2,9 @@
 (a Session graph whose batch dimension is free) or of a live Keras 3
 model, planned with an `LMS`'s settings (docs/capacity.md)::
 
-    lms = LMS(autotune_gpu_mem=16, gpu="V100-SXM2-16GB")
+    lms = LMS()
+    lms.autotune_gpu_mem = 16
+    lms.gpu = "V100-SXM2-16GB"
     found = live_capacity.of_graph(graph, lms)            # tf.compat.v1
     found = live_capacity.of_keras3_model(model, lms)     # Keras 3
     found.max_batch_with_lms, found.rows
