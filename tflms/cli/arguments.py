@@ -87,19 +87,15 @@ _SETTING_FLAGS = ("batch_size", "autotune_gpu_mem", "autotune_host_mem",
 _OLD_FLAGS = {"autotune_gpu_mem": ["--gpu-mem"]}
 
 
-def _graph_arguments(sub, plan_output=False):
-    """Arguments `plan` and `verify` share: the graph and LMS's settings;
-    with `plan_output`, `plan`'s own flags for plots, the oracle and
-    progress lines.
-
-    The settings' flags come from `tflms.settings` (names, converters,
-    defaults and help), like the example scripts'."""
+def _model_arguments(sub, settings, verb, note=""):
+    """The graph, the LMS `settings`' flags and the Keras models' --loss
+    and --optimizer, which every command takes."""
     sub.add_argument("graph", metavar="GRAPH",
-                     help="the saved model or graph to plan")
+                     help="the saved model or graph to %s" % verb)
     lms = sub.add_argument_group(
         "LMS settings", "As the LMS settings of the same names "
-        "(docs/parameters.md); -1 lets the auto-tuner choose.")
-    S.add_arguments(lms, _SETTING_FLAGS, aliases=_OLD_FLAGS)
+        "(docs/parameters.md)%s." % note)
+    S.add_arguments(lms, settings, aliases=_OLD_FLAGS)
     keras = sub.add_argument_group("Keras models")
     keras.add_argument("--loss", default=None,
                        help="loss to compile with (default: the saved one, "
@@ -107,10 +103,25 @@ def _graph_arguments(sub, plan_output=False):
     keras.add_argument("--optimizer", default=None,
                        help="optimizer to compile with (default: the saved "
                             "one, else 'adam')")
-    other = sub.add_argument_group("graphs and output")
-    other.add_argument("--tag", default=None,
+
+
+def _tag_argument(group):
+    group.add_argument("--tag", default=None,
                        help="SavedModel tag set to load, comma-separated "
                             "(default: 'train' if present, else the first)")
+
+
+def _graph_arguments(sub, plan_output=False):
+    """Arguments `plan` and `verify` share: the graph and LMS's settings;
+    with `plan_output`, `plan`'s own flags for plots, the oracle and
+    progress lines.
+
+    The settings' flags come from `tflms.settings` (names, converters,
+    defaults and help), like the example scripts'."""
+    _model_arguments(sub, _SETTING_FLAGS, "plan",
+                     "; -1 lets the auto-tuner choose")
+    other = sub.add_argument_group("graphs and output")
+    _tag_argument(other)
     other.add_argument("--inference", action="store_true",
                        help="plan for inference: lms.is_training = False, "
                             "and for Keras models the forward graph only "
@@ -167,7 +178,7 @@ def _capacity_arguments(commands):
             "binary search over the batch size, the largest batch whose "
             "step fits the device budget without LMS, the largest LMS can "
             "plan to fit, and (--max-overhead) the largest whose predicted "
-            "step with LMS is within PCT%% of the step without LMS at the "
+            "step with LMS is within PCT% of the step without LMS at the "
             "same batch. Prints the batches tried (predicted peaks without "
             "and with LMS, step times, samples per second, bytes moved each "
             "way, the floor no plan goes below). Every number is a "
@@ -180,19 +191,7 @@ def _capacity_arguments(commands):
                 "--gpu V100-SXM2-16GB --max-overhead 10 --plot capacity.png"))
     sub.set_defaults(batch_size=None, inference=False, no_plots=True,
                      oracle=False)
-    sub.add_argument("graph", metavar="GRAPH",
-                     help="the saved model or graph to search")
-    lms = sub.add_argument_group(
-        "LMS settings", "As the LMS settings of the same names "
-        "(docs/parameters.md).")
-    S.add_arguments(lms, _CAPACITY_SETTING_FLAGS, aliases=_OLD_FLAGS)
-    keras = sub.add_argument_group("Keras models")
-    keras.add_argument("--loss", default=None,
-                       help="loss to compile with (default: the saved one, "
-                            "else 'mse')")
-    keras.add_argument("--optimizer", default=None,
-                       help="optimizer to compile with (default: the saved "
-                            "one, else 'adam')")
+    _model_arguments(sub, _CAPACITY_SETTING_FLAGS, "search")
     search = sub.add_argument_group("search and output")
     search.add_argument("--max-overhead", type=nonnegative_float,
                         default=None, metavar="PCT",
@@ -216,8 +215,7 @@ def _capacity_arguments(commands):
                              "largest with LMS again on Grappler's virtual "
                              "GPU (as tflms plan --oracle), beside the "
                              "simulator's peaks")
-    search.add_argument("--tag", default=None,
-                        help="SavedModel tag set to load, comma-separated")
+    _tag_argument(search)
     search.add_argument("-v", "--verbose", action="store_true",
                         help="show TensorFlow's INFO and WARNING lines")
     search.add_argument("--progress", action=argparse.BooleanOptionalAction,
