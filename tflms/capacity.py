@@ -2,10 +2,14 @@
 LMS, with LMS, and with LMS within an overhead of the step without it.
 
 `search(plan_at, ...)` asks a callable for one `BatchRow` per batch it
-tries: galloping (doubling from ``start``) until a batch has no plan, then
-a binary search between the last batch with a plan and the first without;
-the largest batch without LMS and the largest within the overhead are
-then searched between batches already tried. Every answer comes with the
+tries: ``start`` and twice it; from them, the largest batch without LMS
+(every level's bytes grow linearly with the batch) and the batch above
+it, and the largest batch the floor allows (it grows at least linearly);
+then galloping (doubling from the largest batch with a plan) until a
+batch has none, and a binary search between the last batch with a plan
+and the first without. The largest batch without LMS and the largest
+within the overhead are then searched between batches already tried (in
+two batches, when the prediction held). Every answer comes with the
 batch above it that was tried and failed, so each can be checked with
 ``tflms plan`` at both. The search relies on answers that hold: a plan
 found at one batch is found at every smaller one, which the planner keeps
@@ -218,25 +222,6 @@ def _predicted_floor(first, second, budget):
     return b1 + (budget - f1) * (b2 - b1) // (f2 - f1)
 
 
-# Interpolated guesses before the binary search for the largest batch
-# with LMS.
-_GUESSES = 2
-
-
-def _guess_between(good, bad, budget):
-    """A batch between `good` (a row with a plan) and `bad` (one without)
-    where the smallest plan may just fit: the floor interpolated between
-    them, scaled by how far above its floor `bad`'s smallest plan was."""
-    if (bad.smallest_peak_bytes is None or bad.floor_bytes <= 0
-            or bad.floor_bytes <= good.floor_bytes):
-        return None
-    scale = bad.smallest_peak_bytes / float(bad.floor_bytes)
-    target = budget / scale
-    span = bad.batch - good.batch
-    return good.batch + int((target - good.floor_bytes) * span
-                            // (bad.floor_bytes - good.floor_bytes))
-
-
 def search(plan_at, budget_bytes, max_overhead_pct=None, start=1,
            limit=DEFAULT_LIMIT, progress=None):
     """The largest batches that fit, by galloping then binary search.
@@ -310,19 +295,6 @@ def search(plan_at, budget_bytes, max_overhead_pct=None, start=1,
                 lo = nxt
             else:
                 hi = nxt
-        for _ in range(_GUESSES):
-            if hi is None or hi - lo <= 1:
-                break
-            guess = _guess_between(rows[lo], rows[hi], budget_bytes)
-            if guess is None or not lo < guess < hi:
-                break
-            # The batch and its neighbour: the answer, when the guess is.
-            if with_lms(at(guess)):
-                if guess + 1 < hi:
-                    at(guess + 1)
-            elif guess - 1 > lo:
-                at(guess - 1)
-            lo, hi = _bracket(rows, with_lms)
         if hi is not None:
             lo, hi = _largest(at, with_lms, lo, hi)
     best_with, next_with = lo, hi
