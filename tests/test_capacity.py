@@ -113,8 +113,11 @@ def test_capacity_agrees_with_plan_at_each_answer_and_the_batch_above(
     assert with_ms <= 1.25 * step["without_lms_ms"] + 1e-9
     above = rows[found["next_within_overhead"]]
     assert not above["fits_with"] or above["overhead_pct"] > 25
-    # Every row's samples per second is its batch over its step.
+    # Every row's samples per second is its batch over its step, and no
+    # plan is below its floor.
     for r in found["rows"]:
+        if r["peak_with_bytes"] is not None:
+            assert r["floor_bytes"] <= r["peak_with_bytes"]
         if r["samples_per_s_with"] is not None:
             assert r["samples_per_s_with"] == pytest.approx(
                 r["batch"] / (r["step_with_ms"] / 1e3))
@@ -143,6 +146,28 @@ def test_python_call_on_a_live_graph_finds_what_the_command_finds(
     # Nothing was rewritten.
     assert not [op for op in graph.get_operations()
                 if op.name.startswith("lms/")]
+
+
+def test_the_oracle_measures_the_two_largest_batches(meta, capsys, tmp_path):
+    gpu_mem = _budget(capsys, meta)
+    out_file = tmp_path / "capacity.json"
+    code, out, err = _run(capsys, "capacity", meta, "--autotune-gpu-mem",
+                          gpu_mem, "--oracle", "--json", out_file)
+    assert code == 0, err
+    found = json.loads(out_file.read_text())
+    measured = {r["batch"]: r["oracle"] for r in found["rows"]
+                if r["oracle"]}
+    assert sorted(measured) == [found["max_batch_without_lms"],
+                                found["max_batch_with_lms"]]
+    without = measured[found["max_batch_without_lms"]]
+    assert without["without_lms"]["fits"]
+    assert without["simulator_without_lms_peak_bytes"] <= found[
+        "budget_bytes"]
+    with_lms = measured[found["max_batch_with_lms"]]
+    assert with_lms["with_lms"]["runtime_peak_bytes"] > 0
+    assert with_lms["simulator_with_lms_peak_bytes"] <= found["budget_bytes"]
+    assert "Oracle (Grappler's virtual GPU" in out
+    assert "batch %d with LMS:" % found["max_batch_with_lms"] in out
 
 
 def test_bad_arguments_name_the_flag(meta, capsys):
