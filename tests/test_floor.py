@@ -136,6 +136,10 @@ def test_no_plan_goes_below_the_floor_and_answers_hold(name, sizes):
     lowest = floor.step_floor(sim)
     without = sim.replay(None).peak_device_bytes
     assert lowest.op_name and lowest.floor_bytes < without
+    # Below the floor nothing fits, and the error says why.
+    with pytest.raises(autotune.AutotuneError,
+                       match="That is over the budget, so no LMS setting"):
+        _plan(index, lowest.floor_bytes - 1)
     found_at = []
     for budget in _budgets(without, lowest.floor_bytes):
         try:
@@ -144,6 +148,8 @@ def test_no_plan_goes_below_the_floor_and_answers_hold(name, sizes):
             assert err.smallest_peak_bytes >= lowest.floor_bytes, (
                 budget, err.smallest_peak_bytes)
             assert "No plan can go below" in str(err)
+            assert ("That is over the budget" in str(err)) == (
+                lowest.floor_bytes > budget)
             # The smallest plan it names, given as the budget, is found.
             again = _plan(index, err.smallest_peak_bytes)
             assert again.plan is not None

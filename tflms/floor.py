@@ -67,18 +67,20 @@ class StepFloor:
 
     def describe(self):
         """One sentence: the floor, the op and what stays resident."""
+        return "%s: %s" % (_size(self.floor_bytes), self.reason())
+
+    def reason(self):
+        """Why the floor is where it is: the op and what stays resident."""
         if not self.op_name:
-            return ("%s, the variables and constants that stay on the device"
-                    % _size(self.floor_bytes))
+            return "the variables and constants that stay on the device"
         resident = ""
         if self.resident_bytes:
             resident = (", plus %s of variables, optimizer slots and "
                         "constants that stay there" % _size(self.resident_bytes))
-        return ("%s: %s (%s) needs its inputs (%s) and outputs (%s) on the "
+        return ("%s (%s) needs its inputs (%s) and outputs (%s) on the "
                 "device at once%s; kernel workspace not counted"
-                % (_size(self.floor_bytes), self.op_name, self.op_type,
-                   _size(self.input_bytes), _size(self.output_bytes),
-                   resident))
+                % (self.op_name, self.op_type, _size(self.input_bytes),
+                   _size(self.output_bytes), resident))
 
     def as_dict(self):
         return dataclasses.asdict(self)

@@ -60,6 +60,10 @@ def cannot_fit(sims, requested):
                       % gib(without.resident_device_bytes))
     lowest = floor_mod.step_floor(sims.model)
     facts += " No plan can go below %s." % lowest.describe()
+    if lowest.floor_bytes > sims.budget:
+        facts += (" That is over the budget, so no LMS setting fits this "
+                  "step: a smaller batch, a GPU with more memory or a "
+                  "smaller model does.")
     # Serialization already on is no advice; serializing other levels is.
     serialization = (
         "serializing more levels (this search ran with serialization on)"

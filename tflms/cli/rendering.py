@@ -5,6 +5,7 @@ from tflms.cli.lazy import Lazy
 from tflms.cli.planning import LINKS
 
 autotune = Lazy("tflms.autotune")
+floor_mod = Lazy("tflms.floor")
 
 _GIB = float(1 << 30)
 _MIB = float(1 << 20)
@@ -58,7 +59,8 @@ def render(report, args):
         lines.append("  with LMS:    no plan fits (below)")
     if r.floor is not None:
         lines.append("  floor:       %10s  no plan goes below it: %s" % (
-            gib(r.floor["floor_bytes"]), _floor_text(r.floor)))
+            gib(r.floor["floor_bytes"]),
+            floor_mod.StepFloor(**r.floor).reason()))
     if r.without_lms["largest_live"]:
         lines.append("  largest tensors live at the peak without LMS: " +
                      ", ".join("%s %s" % (name, gib(n)) for name, n in
@@ -154,16 +156,6 @@ def render(report, args):
                      % (gib(r.budget_bytes), gib(r.with_lms["peak_bytes"]),
                         ", ".join(_untried(args))))
     return lines
-
-
-def _floor_text(floor):
-    """Why the floor is where it is (`floor.StepFloor`, as a dict)."""
-    if not floor["op_name"]:
-        return "variables, optimizer slots and constants stay on the device"
-    return ("%s (%s) needs its inputs (%s) and outputs (%s) at once, plus "
-            "%s resident (variables, optimizer slots, constants)" % (
-                floor["op_name"], floor["op_type"], gib(floor["input_bytes"]),
-                gib(floor["output_bytes"]), gib(floor["resident_bytes"])))
 
 
 def _untried(args):
