@@ -12,6 +12,8 @@ from tflms import budget as budget_mod
 from tflms import floor
 from tflms import graph_index as gi
 from tflms import pipeline
+from tflms import run_log
+from tflms._logging import Logger
 from tflms import simulator
 from tflms.settings import Settings
 
@@ -89,6 +91,17 @@ def test_forwarding_ops_never_set_the_floor():
                ("m2", "pass"), ("m3", "pass")])
     found = floor.step_floor(_model(trimmed))
     assert (found.op_name, found.floor_bytes) == ("m2", 2000)
+
+
+def test_the_log_never_names_a_forwarding_op_the_largest(lms_log):
+    index = _literal()
+    roles = analysis.classify_ops(index)
+    run_log.log_graph_facts(Logger(), index, roles, Settings())
+    line = next(m for m in lms_log() if "The largest operation is" in m)
+    # `read` (the variable's 5000 bytes in and out) and `pass` (an
+    # IdentityN, 3000 bytes in and out) hand buffers on and allocate
+    # nothing; m2 reads m1 and the variable and makes 1000 bytes.
+    assert "The largest operation is m2 " in line, line
 
 
 def test_a_host_input_counts_as_its_device_copy():
