@@ -76,7 +76,8 @@ class StepFloor:
         resident = ""
         if self.resident_bytes:
             resident = (", plus %s of variables, optimizer slots and "
-                        "constants that stay there" % _size(self.resident_bytes))
+                        "constants that stay there"
+                        % _size(self.resident_bytes))
         return ("%s (%s) needs its inputs (%s) and outputs (%s) on the "
                 "device at once%s; kernel workspace not counted"
                 % (self.op_name, self.op_type, _size(self.input_bytes),
