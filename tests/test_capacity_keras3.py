@@ -22,7 +22,8 @@ _LAYERS = (
 
 # argv[1]: the model file. Runs `tflms plan` at batch 32 for the peak
 # without LMS, `tflms capacity` at half of it, then `tflms plan` at each
-# answer and at the batch above it; prints one JSON object.
+# answer and at the batch above it, and `live_capacity.of_keras3_model` on
+# the model loaded; prints one JSON object.
 _AGREE = r"""
 import contextlib, io, json, os, sys, tempfile
 from tflms import cli
@@ -49,8 +50,17 @@ answers = {}
 for key, next_key in (("max_batch_without_lms", "next_without_lms"),
                       ("max_batch_with_lms", "next_with_lms")):
     answers[key] = [plan(found[key], gpu_mem), plan(found[next_key], gpu_mem)]
+# The Python call on the live model finds the same.
+import keras
+from tflms import LMS, live_capacity
+lms = LMS()
+lms.autotune_gpu_mem = float(gpu_mem)
+live = live_capacity.of_keras3_model(keras.saving.load_model(sys.argv[1]),
+                                     lms)
 print(json.dumps({"code": code, "text": text, "found": found,
-                  "answers": answers}))
+                  "answers": answers,
+                  "live": [live.max_batch_without_lms,
+                           live.max_batch_with_lms]}))
 """
 
 
@@ -85,6 +95,8 @@ def test_keras3_capacity_agrees_with_plan(tmp_path):
     assert code_above == 1 and report_above["error"]
     assert "Largest batch with LMS: %d," % found["max_batch_with_lms"] in \
         result["text"]
+    assert result["live"] == [found["max_batch_without_lms"],
+                              found["max_batch_with_lms"]]
 
 
 # Keras 3 ResNet50 (10 classes) at 64x64, batch 2, momentum SGD: its step
