@@ -167,6 +167,13 @@ def test_keras_h5_fits_with_lms_and_matches_training_rewrite(
     assert report["swapped_tensors"] > 0
     assert report["swapout_ops"] > 0 and report["swapin_ops"] > 0
     check_transfer_times(report)
+    # The floor: below the plan, set by an op that computes.
+    floor = report["floor"]
+    assert 0 < floor["floor_bytes"] <= report["with_lms"]["peak_bytes"]
+    assert floor["floor_bytes"] == (floor["resident_bytes"]
+                                    + floor["input_bytes"]
+                                    + floor["output_bytes"])
+    assert floor["op_type"] not in ("Identity", "IdentityN", "Reshape")
 
     names = sorted(os.path.basename(p) for p in report["plots"])
     assert "memory_without_lms.png" in names
@@ -214,12 +221,17 @@ def test_cannot_fit_exits_1_with_the_reason(saved, capsys):
     assert "no parameter set that fits" in out
     assert "RESULT: does NOT fit" in out
     assert "Try a smaller batch size" in out
+    assert "No plan can go below" in out
+    assert re.search(r"floor: +[0-9.]+ [MG]iB  no plan goes below it: "
+                     r"\S+ \(\w+\) needs its inputs", out), out
     code, report = plan_json(capsys, saved["h5"], "--batch-size", BATCH,
                              "--autotune-gpu-mem", gpu_mem_for(0.02 * peak),
                              "--no-plots")
     assert code == 1
     assert report["fits"] is False and "no parameter set" in report["error"]
     assert report["without_lms"]["peak_bytes"] == peak
+    assert report["floor"]["floor_bytes"] > report["budget_bytes"] or \
+        "smallest plan it found" in report["error"]
 
 
 def test_metagraph_auto_and_fixed_parameters(saved, capsys):

@@ -31,7 +31,7 @@ from tflms import function as function_mod
 from tflms import keras_models
 
 __all__ = ["Keras3PlanError", "LoadedModel", "TracedStep", "keras3",
-           "is_keras3_file", "load", "load_model"]
+           "is_keras3_file", "load", "load_model", "trace", "from_model"]
 
 
 class Keras3PlanError(ValueError):
@@ -279,6 +279,17 @@ def load_model(path, batch_size=None, loss=None, optimizer=None,
                        batch=batch)
 
 
+def from_model(model, batch_size):
+    """A `LoadedModel` of a live Keras 3 model compiled for training (its
+    optimizer built here if it is not yet), for `trace`."""
+    keras = keras3()
+    x, y, batch = _signature(keras, model, batch_size, "the model", True)
+    if not model.optimizer.built:
+        model.optimizer.build(model.trainable_variables)
+    return LoadedModel(keras=keras, model=model, notes=[], x=x, y=y,
+                       batch=batch)
+
+
 def load(path, batch_size=None, loss=None, optimizer=None, inference=False):
     """Load the Keras 3 model `path` and trace its step for planning.
 
@@ -298,9 +309,19 @@ def load(path, batch_size=None, loss=None, optimizer=None, inference=False):
       Keras3PlanError: no Keras 3 here, a file Keras 3 cannot load, no loss
         known, no batch size, shapes that are not fixed.
     """
-    loaded = load_model(path, batch_size, loss, optimizer, inference)
-    model, notes, x, y, batch = (loaded.model, loaded.notes, loaded.x,
+    return trace(load_model(path, batch_size, loss, optimizer, inference),
+                 inference)
+
+
+def trace(loaded, inference=False, batch_size=None, path="the model"):
+    """The `TracedStep` of a `LoadedModel` (`load_model`, `from_model`),
+    for its batch or for `batch_size`: `tflms capacity` loads a model once
+    and traces its step once per batch it tries."""
+    model, notes, x, y, batch = (loaded.model, list(loaded.notes), loaded.x,
                                  loaded.y, loaded.batch)
+    if batch_size is not None and batch_size != batch:
+        x, y, batch = _signature(loaded.keras, model, batch_size, path,
+                                 not inference)
     if inference:
         step = tf.function(lambda x: model(x, training=False))
         concrete = step.get_concrete_function(x)

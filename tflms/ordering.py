@@ -233,7 +233,8 @@ def _early_pairs(model, ordered, roles, result):
     return pairs
 
 
-def order_peaks(model, plan, budget, max_replays=MAX_REPLAYS, target=None):
+def order_peaks(model, plan, budget, max_replays=MAX_REPLAYS, target=None,
+                overflow_from=None):
     """Greedy control edges that lower `plan`'s peak toward `target`.
 
     Args:
@@ -245,6 +246,12 @@ def order_peaks(model, plan, budget, max_replays=MAX_REPLAYS, target=None):
       max_replays: replays to spend at most.
       target: stop once the peak is at most this many bytes (default: the
         budget).
+      overflow_from: bytes above which the levels' overflow breaks ties
+        (default: the budget). The planning stages pass the step's floor
+        (`tflms.floor`), which does not depend on the budget: the edges
+        are then the same at every budget, a larger budget stopping at a
+        prefix of them, so a plan found at one budget is found at every
+        larger one.
 
     Returns:
       An `OrderingResult` (edges empty when no edge lowered the peak).
@@ -258,7 +265,8 @@ def order_peaks(model, plan, budget, max_replays=MAX_REPLAYS, target=None):
     preds = _planned_preds(ordered)
     spent = 1
     tried = set()
-    key = (result.peak_device_bytes, _excess(result, budget))
+    overflow_from = budget if overflow_from is None else overflow_from
+    key = (result.peak_device_bytes, _excess(result, overflow_from))
     while result.peak_device_bytes > target and spent < max_replays:
         best = None
         for pair in (_candidate_pairs(model, index, roles, result)
@@ -278,7 +286,7 @@ def order_peaks(model, plan, budget, max_replays=MAX_REPLAYS, target=None):
                 # A path through the plan's own edges (a sync mode's
                 # waits) that the index does not hold.
                 continue
-            k = (r.peak_device_bytes, _excess(r, budget))
+            k = (r.peak_device_bytes, _excess(r, overflow_from))
             if k < key and (best is None or k < best[0]):
                 best = (k, pair, r)
         if best is None:

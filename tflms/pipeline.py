@@ -32,6 +32,7 @@ afterwards.
 
 import dataclasses
 
+from tflms import floor
 from tflms import simulator
 from tflms import stages
 from tflms.context import PlanningContext, classify
@@ -39,7 +40,8 @@ from tflms.settings import Settings
 from tflms.stages.recompute import recompute_cost
 
 __all__ = ["Planned", "PlanningContext", "classify", "plan", "simulate_plan",
-           "instant_replay", "simulate_without", "recompute_cost"]
+           "instant_replay", "simulate_without", "recompute_cost",
+           "step_floor"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -203,6 +205,12 @@ def instant_replay(planned):
     if not planned.autotuned and planned.with_lms is not None:
         return planned.with_lms  # `simulate_plan` replayed it so already
     return _model_of(planned, planned.index).replay(planned.plan, detail=True)
+
+
+def step_floor(planned):
+    """The `floor.StepFloor` of `planned`'s step as given: device memory
+    no plan goes below, and the op that sets it."""
+    return floor.step_floor(_model_of(planned, planned.given_index))
 
 
 def simulate_without(index, roles, settings):

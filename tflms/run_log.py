@@ -3,6 +3,7 @@ graph's facts, the parameters, the plan's details, and the one-line
 summary shown at TensorFlow's default log level."""
 
 from tflms import analysis
+from tflms import floor
 
 __all__ = ["log_step", "log_graph_facts", "log_parameters",
            "log_plan_details", "summary_line", "size_text"]
@@ -34,9 +35,12 @@ def log_graph_facts(log, index, roles, settings):
              % (index.num_ops, index.num_edges))
     log.info("The graph has %.2f MiB of learning parameters"
              % (analysis.learning_parameter_bytes(index) / _MIB))
+    # Ops that hand a buffer on (Keras' optimizers pass every gradient
+    # through one IdentityN) allocate nothing: not the largest operation.
+    passing = {i for i in roles.device_ops if floor.forwards_only(index, i)}
     op, nbytes = analysis.largest_device_op(
         index, roles.device_ops, settings.batch_size,
-        excluded=analysis.initializer_only_ops(index))
+        excluded=analysis.initializer_only_ops(index) | passing)
     if op is not None:
         log.info("The largest operation is %s consuming %.2f GiB"
                  % (index.names[op], nbytes / _GIB))

@@ -7,6 +7,7 @@ does not fit.
 import dataclasses
 
 from tflms import steptime
+from tflms.floor import step_floor
 from tflms.autotune.report import AutotuneError, gib
 from tflms.autotune.search import Simulations, search
 from tflms.autotune.selection import select_best
@@ -156,6 +157,7 @@ def fit_in_time(sims, model, time_model, requested, max_level, select, log,
                             by_time)
         except AutotuneError:
             chosen = None
+    lowest = step_floor(model)
     raise AutotuneError(
         "LMS auto-tuning found no plan that fits in %s once its copies take "
         "the time they take at interconnect=%r (%s): the last plan found "
@@ -164,9 +166,11 @@ def fit_in_time(sims, model, time_model, requested, max_level, select, log,
         "the interconnect this machine has (a faster one finishes copies "
         "sooner), sync_mode=1 or 3 (operations wait for the swap-outs), a "
         "smaller batch size, a larger lms.autotune_gpu_mem, or "
-        "interconnect='instant' to plan as if copies took no time." % (
+        "interconnect='instant' to plan as if copies took no time. No plan "
+        "can go below %s." % (
             gib(budget), time_model.interconnect.name, link,
-            gib(final.peak_device_bytes)))
+            gib(final.peak_device_bytes), lowest.describe()),
+        floor=lowest)
 
 
 def fitting_candidates(sims, requested, found, selection):

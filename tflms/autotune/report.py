@@ -8,6 +8,7 @@ plots of that search when ``plot_dir`` is set.
 
 import os
 
+from tflms import floor as floor_mod
 from tflms import plots
 from tflms.budget import MEM_RATIO_ENV
 from tflms.settings import AUTO
@@ -22,11 +23,14 @@ class AutotuneError(ValueError):
       smallest_peak_bytes: the simulated peak of the smallest plan the
         search found (None when the error is not about one), so that of
         several failed searches the closest can be reported.
+      floor: the step's `floor.StepFloor` (device memory no plan goes
+        below, and the op that sets it), or None.
     """
 
-    def __init__(self, message, smallest_peak_bytes=None):
+    def __init__(self, message, smallest_peak_bytes=None, floor=None):
         super().__init__(message)
         self.smallest_peak_bytes = smallest_peak_bytes
+        self.floor = floor
 
 
 def cannot_fit(sims, requested):
@@ -54,6 +58,12 @@ def cannot_fit(sims, requested):
             facts += (" %s of the peak are variables, optimizer slots and "
                       "constants, which stay on the device."
                       % gib(without.resident_device_bytes))
+    lowest = floor_mod.step_floor(sims.model)
+    facts += " No plan can go below %s." % lowest.describe()
+    if lowest.floor_bytes > sims.budget:
+        facts += (" That is over the budget, so no LMS setting fits this "
+                  "step: a smaller batch, a GPU with more memory or a "
+                  "smaller model does.")
     # Serialization already on is no advice; serializing other levels is.
     serialization = (
         "serializing more levels (this search ran with serialization on)"
@@ -71,7 +81,7 @@ def cannot_fit(sims, requested):
         "lms.autotune_gpu_mem / %s if the GPU really has more memory.%s"
         % (gib(sims.budget), tried, params.describe(), gib(peak),
            gib(peak - sims.budget, exact=True), facts, serialization,
-           MEM_RATIO_ENV, hint), smallest_peak_bytes=peak)
+           MEM_RATIO_ENV, hint), smallest_peak_bytes=peak, floor=lowest)
 
 
 def gib(nbytes, exact=False):
@@ -110,7 +120,7 @@ def with_plots(err, sims, plot_dir, index, roles, batch_size, without,
         return AutotuneError(
             "%s (No memory plots: matplotlib is missing; the distance "
             "histogram is in %s.)" % (err, os.path.abspath(plot_dir)),
-            err.smallest_peak_bytes)
+            err.smallest_peak_bytes, err.floor)
     return AutotuneError("%s Memory plots of the step without LMS and with "
                          "the smallest plan: %s" % (
                              err, ", ".join(os.path.abspath(f)

@@ -5,14 +5,15 @@ flags (from `tflms.settings`), and the `LMS` the parsed arguments ask for
 import argparse
 
 from tflms import settings as S
-from tflms._argparse_types import positive_int
+from tflms._argparse_types import nonnegative_float, positive_int
 from tflms.cli.lazy import Lazy
 
 _lms = Lazy("tflms.lms")
 
 
 def build_parser():
-    """The ``tflms`` argument parser (sub-command ``plan``)."""
+    """The ``tflms`` argument parser (sub-commands ``plan``, ``verify``,
+    ``capacity``)."""
     parser = argparse.ArgumentParser(
         prog="tflms",
         description="TensorFlow Large Model Support tools.")
@@ -54,6 +55,7 @@ def build_parser():
                 "--autotune-gpu-mem 4; tflms verify model.keras "
                 "--batch-size 8 --autotune-gpu-mem 4"))
     _graph_arguments(verify)
+    _capacity_arguments(commands)
     for flag in _PLAN_ONLY_FLAGS:
         # No default: an unused flag sets no attribute, so the settings
         # read from the arguments keep their own defaults (plot_dir).
@@ -85,19 +87,15 @@ _SETTING_FLAGS = ("batch_size", "autotune_gpu_mem", "autotune_host_mem",
 _OLD_FLAGS = {"autotune_gpu_mem": ["--gpu-mem"]}
 
 
-def _graph_arguments(sub, plan_output=False):
-    """Arguments `plan` and `verify` share: the graph and LMS's settings;
-    with `plan_output`, `plan`'s own flags for plots, the oracle and
-    progress lines.
-
-    The settings' flags come from `tflms.settings` (names, converters,
-    defaults and help), like the example scripts'."""
+def _model_arguments(sub, settings, verb, note=""):
+    """The graph, the LMS `settings`' flags and the Keras models' --loss
+    and --optimizer, which every command takes."""
     sub.add_argument("graph", metavar="GRAPH",
-                     help="the saved model or graph to plan")
+                     help="the saved model or graph to %s" % verb)
     lms = sub.add_argument_group(
         "LMS settings", "As the LMS settings of the same names "
-        "(docs/parameters.md); -1 lets the auto-tuner choose.")
-    S.add_arguments(lms, _SETTING_FLAGS, aliases=_OLD_FLAGS)
+        "(docs/parameters.md)%s." % note)
+    S.add_arguments(lms, settings, aliases=_OLD_FLAGS)
     keras = sub.add_argument_group("Keras models")
     keras.add_argument("--loss", default=None,
                        help="loss to compile with (default: the saved one, "
@@ -105,10 +103,25 @@ def _graph_arguments(sub, plan_output=False):
     keras.add_argument("--optimizer", default=None,
                        help="optimizer to compile with (default: the saved "
                             "one, else 'adam')")
-    other = sub.add_argument_group("graphs and output")
-    other.add_argument("--tag", default=None,
+
+
+def _tag_argument(group):
+    group.add_argument("--tag", default=None,
                        help="SavedModel tag set to load, comma-separated "
                             "(default: 'train' if present, else the first)")
+
+
+def _graph_arguments(sub, plan_output=False):
+    """Arguments `plan` and `verify` share: the graph and LMS's settings;
+    with `plan_output`, `plan`'s own flags for plots, the oracle and
+    progress lines.
+
+    The settings' flags come from `tflms.settings` (names, converters,
+    defaults and help), like the example scripts'."""
+    _model_arguments(sub, _SETTING_FLAGS, "plan",
+                     "; -1 lets the auto-tuner choose")
+    other = sub.add_argument_group("graphs and output")
+    _tag_argument(other)
     other.add_argument("--inference", action="store_true",
                        help="plan for inference: lms.is_training = False, "
                             "and for Keras models the forward graph only "
@@ -146,6 +159,69 @@ def _plan_output_arguments(other):
                        help="one line per phase (loading, planning, plots) "
                             "on stderr while it works; default: when stderr "
                             "is a terminal")
+
+
+# LMS settings `tflms capacity` takes (the batch is what it searches).
+_CAPACITY_SETTING_FLAGS = ("autotune_gpu_mem", "autotune_host_mem", "gpu",
+                           "interconnect", "recompute")
+
+
+def _capacity_arguments(commands):
+    """`tflms capacity`: the graph, the settings it plans with, the
+    search's bounds and outputs."""
+    sub = commands.add_parser(
+        "capacity",
+        help="find the largest batch a GPU trains without LMS, with LMS "
+             "and within an overhead",
+        description=(
+            "Load a saved training graph and find, by galloping then "
+            "binary search over the batch size, the largest batch whose "
+            "step fits the device budget without LMS, the largest LMS can "
+            "plan to fit, and (--max-overhead) the largest whose predicted "
+            "step with LMS is within PCT% of the step without LMS at the "
+            "same batch. Prints the batches tried (predicted peaks without "
+            "and with LMS, step times, samples per second, bytes moved each "
+            "way, the floor no plan goes below). Every number is a "
+            "prediction (simulator and step-time model). No GPU needed. "
+            "Exit status 0: some batch fits; 1: none; 2: error."),
+        epilog=("GRAPH as for `tflms plan`; its batch dimension must be "
+                "free (a Keras model, or placeholders of shape [None, "
+                "...]); a Keras 3 model is traced once per batch. Example: "
+                "tflms capacity model.keras --autotune-gpu-mem 16 "
+                "--gpu V100-SXM2-16GB --max-overhead 10 --plot capacity.png"))
+    sub.set_defaults(batch_size=None, inference=False, no_plots=True,
+                     oracle=False)
+    _model_arguments(sub, _CAPACITY_SETTING_FLAGS, "search")
+    search = sub.add_argument_group("search and output")
+    search.add_argument("--max-overhead", type=nonnegative_float,
+                        default=None, metavar="PCT",
+                        help="also find the largest batch whose predicted "
+                             "step with LMS is within PCT%% of the step "
+                             "without LMS at the same batch")
+    search.add_argument("--start-batch", type=positive_int, default=1,
+                        metavar="N", help="first batch tried (default 1)")
+    search.add_argument("--max-batch", type=positive_int,
+                        default=1 << 20, metavar="N",
+                        help="largest batch tried (default 1048576)")
+    search.add_argument("--json", default=None, metavar="FILE",
+                        help="write the answers and every batch tried to "
+                             "FILE as JSON")
+    search.add_argument("--plot", default=None, metavar="FILE",
+                        help="draw samples per second against the batch, "
+                             "without and with LMS, to FILE (PNG; needs "
+                             "matplotlib)")
+    search.add_argument("--oracle", action="store_true",
+                        help="measure the largest batch without LMS and the "
+                             "largest with LMS again on Grappler's virtual "
+                             "GPU (as tflms plan --oracle), beside the "
+                             "simulator's peaks")
+    _tag_argument(search)
+    search.add_argument("-v", "--verbose", action="store_true",
+                        help="show TensorFlow's INFO and WARNING lines")
+    search.add_argument("--progress", action=argparse.BooleanOptionalAction,
+                        default=None,
+                        help="one line per batch on stderr while it works; "
+                             "default: when stderr is a terminal")
 
 
 class _PlanOnly(argparse.Action):

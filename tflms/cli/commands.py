@@ -1,6 +1,6 @@
-"""The commands: `main` parses the arguments and runs `tflms plan` or
-`tflms verify` in this process, turning the errors a user can fix into
-one line on stderr and exit status 2."""
+"""The commands: `main` parses the arguments and runs `tflms plan`,
+`tflms verify` or `tflms capacity` in this process, turning the errors a
+user can fix into one line on stderr and exit status 2."""
 
 import dataclasses
 import json
@@ -80,6 +80,26 @@ def _plan_command(args):
         else:
             print("\n".join(render(report, args)))
         return EXIT_FITS if report.fits else EXIT_DOES_NOT_FIT
+    return _run_command(args, work)
+
+
+def _capacity_command(args):
+    from tflms.cli import capacity as capacity_cli  # pylint: disable=import-outside-toplevel
+
+    def work():
+        if args.start_batch > args.max_batch:
+            raise PlanError(
+                "--start-batch %d is above --max-batch %d: give a "
+                "--max-batch of at least %d" % (
+                    args.start_batch, args.max_batch, args.start_batch))
+        progress = _Progress(args.command, args.progress)
+        found = capacity_cli.find(args, progress)
+        progress("done")
+        lines = capacity_cli.render(found, args)
+        lines += capacity_cli.write_outputs(found, args)
+        print("\n".join(lines))
+        return (EXIT_FITS if found.max_batch_with_lms is not None
+                else EXIT_DOES_NOT_FIT)
     return _run_command(args, work)
 
 
@@ -239,5 +259,7 @@ def main(argv=None, program=False):
         return _plan_command(args)
     if args.command == "verify":
         return _verify_command(args, argv, fresh)
+    if args.command == "capacity":
+        return _capacity_command(args)
     parser.error("unknown command %r" % args.command)
     return EXIT_ERROR

@@ -289,11 +289,12 @@ def load_graph(path, args):
 
 
 def is_keras3_plan(path, args):
-    """`tflms plan` or `tflms verify` of a file saved by Keras 3 where
+    """`tflms plan`, `verify` or `capacity` of a file saved by Keras 3 where
     Keras 3 is installed, in a process whose eager execution is on (the
     command's own is): traced as a `tf.function` (`tflms.keras3_plan`),
     or trained with and without ``lms.function`` (`tflms.verify_keras3`)."""
-    return (getattr(args, "command", "plan") in ("plan", "verify")
+    return (getattr(args, "command", "plan") in ("plan", "verify",
+                                                 "capacity")
             and path.lower().endswith(_KERAS_EXTENSIONS)
             and os.path.isfile(path) and keras3_plan.is_keras3_file(path)
             and tf.executing_eagerly() and keras3_plan.keras3() is not None)

@@ -13,6 +13,7 @@ from tflms.cli.loading import PlanError
 tf = Lazy("tensorflow")
 autotune = Lazy("tflms.autotune")
 gi = Lazy("tflms.graph_index")
+floor_mod = Lazy("tflms.floor")
 function_mod = Lazy("tflms.function")
 oracle = Lazy("tflms.oracle")
 pipeline = Lazy("tflms.pipeline")
@@ -66,6 +67,7 @@ class PlanReport:
     recompute_ops: int = 0
     ordering_edges: list = dataclasses.field(default_factory=list)
     plots_missing: object = None
+    floor: object = None
 
     def as_dict(self):
         return dataclasses.asdict(self)
@@ -123,7 +125,7 @@ def plan_graph(loaded, args, graph_name, progress=_silent):
     if args.oracle:
         fetches = _oracle_fetches(graph)
         before = oracle.graph_def(graph)
-    error = None
+    error = lowest = None
     progress("planning %s ops: index, roles, %s, rewrite ..." % (
         "{:,}".format(len(graph.get_operations())),
         "auto-tuning" if settings.autotune_requested
@@ -132,7 +134,7 @@ def plan_graph(loaded, args, graph_name, progress=_silent):
         run = (lms.run(graph, fetches=loaded.fetches) if traced is None
                else function_mod.rewrite_graph(lms, graph))
     except autotune.AutotuneError as e:
-        run, error = None, str(e)
+        run, error, lowest = None, str(e), e.floor
     if run is not None and run.planned is None:
         raise PlanError(
             "%s already has LMS's swap operations (saved after LMS rewrote "
@@ -143,6 +145,7 @@ def plan_graph(loaded, args, graph_name, progress=_silent):
         without, with_lms = planned.without_lms, planned.with_lms
         index, roles = planned.index, planned.roles
         budget = planned.budget_bytes
+        lowest = pipeline.step_floor(planned)
     else:
         # Nothing fits: the report still shows the step without LMS (the
         # graph is unchanged).
@@ -152,6 +155,8 @@ def plan_graph(loaded, args, graph_name, progress=_silent):
         without = pipeline.simulate_without(index, roles, settings)
         with_lms = None
         budget = None
+        if lowest is None:
+            lowest = floor_mod.floor_of(index, roles, settings.batch_size)
     if budget is None:
         budget = autotune.device_budget(settings.autotune_gpu_mem,
                                         settings.gpu_device)
@@ -230,7 +235,8 @@ def plan_graph(loaded, args, graph_name, progress=_silent):
         ordering_edges=[[run.planned.index.names[a],
                          run.planned.index.names[b]]
                         for a, b in run.planned.ordering_edges]
-        if run else [])
+        if run else [],
+        floor=lowest.as_dict())
 
 
 def _step_time(step, plan):

@@ -5,6 +5,7 @@ from tflms.cli.lazy import Lazy
 from tflms.cli.planning import LINKS
 
 autotune = Lazy("tflms.autotune")
+floor_mod = Lazy("tflms.floor")
 
 _GIB = float(1 << 30)
 _MIB = float(1 << 20)
@@ -56,6 +57,10 @@ def render(report, args):
             peak["peak_op"]))
     if r.error is not None:
         lines.append("  with LMS:    no plan fits (below)")
+    if r.floor is not None:
+        lines.append("  floor:       %10s  no plan goes below it: %s" % (
+            gib(r.floor["floor_bytes"]),
+            floor_mod.StepFloor(**r.floor).reason()))
     if r.without_lms["largest_live"]:
         lines.append("  largest tensors live at the peak without LMS: " +
                      ", ".join("%s %s" % (name, gib(n)) for name, n in

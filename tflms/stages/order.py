@@ -8,7 +8,10 @@ Two cases, both only with `Settings.order_peaks` and auto-tuning:
   crowded levels ordered (`ordering.order_peaks`) until the peak comes
   under the budget or the replays run out; the search runs again on the
   index with each set of edges, in rounds that order further what the last
-  round could not fit;
+  round could not fit. Between edges that leave the peak where it is, the
+  one that lowers the memory above the step's floor (`tflms.floor`) most
+  is taken, whatever the budget: a larger budget stops at a prefix of the
+  edges a smaller one finds, and never loses a plan the smaller one had;
 * the plan it found needs synchronous swap-ins (`sync_mode` 2 or 3), so
   memory, not the link, decides its step: ordering as far as it goes leaves
   room for earlier, asynchronous swap-ins, and the plan of the search on
@@ -17,6 +20,7 @@ Two cases, both only with `Settings.order_peaks` and auto-tuning:
 
 
 from tflms import autotune
+from tflms import floor
 from tflms import graph_index as gi
 from tflms import ordering
 from tflms import planner
@@ -142,6 +146,12 @@ def peak_orderings(context, index, deferral, target=None, found=()):
     """
     budget = context.budget_bytes
     model = context.model(index)
+    # Ties broken by the memory above the step's floor, not above the
+    # budget: the edges found then do not depend on the budget, and a
+    # larger budget stops at a prefix of them (answers that hold: a plan
+    # found at one budget is found at every larger one).
+    overflow_from = floor.step_floor(
+        context.model(context.given_index)).floor_bytes
     requested = context.requested
 
     def given(value, smallest):
@@ -159,7 +169,8 @@ def peak_orderings(context, index, deferral, target=None, found=()):
                               deferral=deferral), found)
         result = ordering.order_peaks(
             model, plan, budget, target=target,
-            max_replays=ordering.replays_for(index.num_ops))
+            max_replays=ordering.replays_for(index.num_ops),
+            overflow_from=overflow_from)
         if result.edges:
             results.append((result.result.peak_device_bytes, -sync, result,
                             params))

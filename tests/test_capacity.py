@@ -1,0 +1,258 @@
+"""`tflms capacity` and `tflms.capacity`: the largest batches found agree
+with `tflms plan` at that batch (fits) and at the batch above it that the
+search tried (does not fit, or no plan), on a Session graph whose batch
+dimension is free; the JSON keys; the Python call on a live graph; bad
+arguments named; the search on a literal graph."""
+
+import json
+
+import pytest
+import tensorflow as tf
+
+from tflms import LMS
+from tflms import analysis
+from tflms import capacity
+from tflms import cli
+from tflms import graph_index as gi
+from tflms import live_capacity
+from tflms.settings import Settings
+
+_GIB = float(1 << 30)
+
+
+def _v1_cnn():
+    """A tf.compat.v1 training graph: images of an unknown batch, three
+    convolutions, a dense layer, cross-entropy and SGD."""
+    v1 = tf.compat.v1
+    x = v1.placeholder(tf.float32, [None, 16, 16, 3], name="x")
+    y = v1.placeholder(tf.int32, [None], name="y")
+    h = x
+    for k in range(3):
+        h = tf.nn.relu(v1.layers.conv2d(
+            h, 16, 3, padding="same", name="conv%d" % k,
+            kernel_initializer=v1.glorot_uniform_initializer(seed=k)))
+    logits = v1.layers.dense(tf.reduce_mean(h, axis=[1, 2]), 10,
+                             name="dense")
+    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=y, logits=logits))
+    train_op = v1.train.GradientDescentOptimizer(0.01).minimize(loss)
+    v1.add_to_collection(v1.GraphKeys.TRAIN_OP, train_op)
+    return train_op
+
+
+@pytest.fixture(scope="module")
+def meta(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("capacity") / "cnn.meta")
+    with tf.Graph().as_default():
+        _v1_cnn()
+        tf.compat.v1.train.export_meta_graph(filename=path)
+    return path
+
+
+def _run(capsys, *argv):
+    code = cli.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _plan(capsys, meta_path, batch, gpu_mem):
+    code, out, _ = _run(capsys, "plan", meta_path, "--batch-size", batch,
+                        "--autotune-gpu-mem", gpu_mem, "--no-plots",
+                        "--json")
+    return code, json.loads(out)
+
+
+def _budget(capsys, meta_path):
+    """--autotune-gpu-mem (GiB) at which batch 64 needs LMS: half the
+    step's peak without LMS, over the default memory ratio."""
+    _, report = _plan(capsys, meta_path, 64, 1000)
+    return "%.6f" % (report["without_lms"]["peak_bytes"] * 0.5 / 0.9 / _GIB)
+
+
+def test_capacity_agrees_with_plan_at_each_answer_and_the_batch_above(
+        meta, capsys, tmp_path):
+    gpu_mem = _budget(capsys, meta)
+    out_file = tmp_path / "capacity.json"
+    code, out, err = _run(capsys, "capacity", meta, "--autotune-gpu-mem",
+                          gpu_mem, "--max-overhead", "25", "--json",
+                          out_file, "--plot", tmp_path / "capacity.png")
+    assert code == 0, err
+    found = json.loads(out_file.read_text())
+    for key in ("max_batch_without_lms", "max_batch_with_lms",
+                "max_batch_within_overhead", "rows"):
+        assert key in found, key
+    best_without = found["max_batch_without_lms"]
+    best_with = found["max_batch_with_lms"]
+    within = found["max_batch_within_overhead"]
+    assert 1 <= best_without < best_with
+    assert best_without <= within <= best_with
+    rows = {r["batch"]: r for r in found["rows"]}
+    assert "Largest batch without LMS: %d (%d does not" % (
+        best_without, found["next_without_lms"]) in out
+    assert "Largest batch with LMS: %d," % best_with in out
+
+    # Without LMS: fits at the answer, not at the batch above it.
+    code, report = _plan(capsys, meta, best_without, gpu_mem)
+    assert code == 0 and not report["lms_needed"], report
+    assert report["without_lms"]["peak_bytes"] == rows[best_without][
+        "peak_without_bytes"]
+    code, report = _plan(capsys, meta, found["next_without_lms"], gpu_mem)
+    assert report["without_lms"]["fits"] is False
+    # With LMS: a plan at the answer, none at the batch above it.
+    code, report = _plan(capsys, meta, best_with, gpu_mem)
+    assert code == 0 and report["lms_needed"] and report["fits"], report
+    assert report["with_lms"]["peak_bytes"] == rows[best_with][
+        "peak_with_bytes"]
+    assert report["floor"]["floor_bytes"] == rows[best_with]["floor_bytes"]
+    code, report = _plan(capsys, meta, found["next_with_lms"], gpu_mem)
+    assert code == 1 and report["error"], report
+    # Within the overhead: the step time tflms plan predicts.
+    code, report = _plan(capsys, meta, within, gpu_mem)
+    step = report["step_time"]
+    with_ms = step["with_lms_ms"] or step["without_lms_ms"]
+    assert with_ms <= 1.25 * step["without_lms_ms"] + 1e-9
+    above = rows[found["next_within_overhead"]]
+    assert not above["fits_with"] or above["overhead_pct"] > 25
+    # Every row's samples per second is its batch over its step, and no
+    # plan is below its floor.
+    for r in found["rows"]:
+        if r["peak_with_bytes"] is not None:
+            assert r["floor_bytes"] <= r["peak_with_bytes"]
+        if r["samples_per_s_with"] is not None:
+            assert r["samples_per_s_with"] == pytest.approx(
+                r["batch"] / (r["step_with_ms"] / 1e3))
+    with open(tmp_path / "capacity.png", "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_python_call_on_a_live_graph_finds_what_the_command_finds(
+        meta, capsys, tmp_path):
+    gpu_mem = _budget(capsys, meta)
+    out_file = tmp_path / "capacity.json"
+    code, _, err = _run(capsys, "capacity", meta, "--autotune-gpu-mem",
+                        gpu_mem, "--json", out_file)
+    assert code == 0, err
+    found = json.loads(out_file.read_text())
+    graph = tf.Graph()
+    with graph.as_default():
+        train_op = _v1_cnn()
+    lms = LMS()
+    lms.autotune_gpu_mem = float(gpu_mem)
+    live = live_capacity.of_graph(graph, lms, fetches=train_op)
+    assert (live.max_batch_without_lms, live.max_batch_with_lms,
+            live.max_batch_within_overhead) == (
+                found["max_batch_without_lms"], found["max_batch_with_lms"],
+                None)
+    # Nothing was rewritten.
+    assert not [op for op in graph.get_operations()
+                if op.name.startswith("lms/")]
+
+
+def test_the_oracle_measures_the_two_largest_batches(meta, capsys, tmp_path):
+    gpu_mem = _budget(capsys, meta)
+    out_file = tmp_path / "capacity.json"
+    code, out, err = _run(capsys, "capacity", meta, "--autotune-gpu-mem",
+                          gpu_mem, "--oracle", "--json", out_file)
+    assert code == 0, err
+    found = json.loads(out_file.read_text())
+    measured = {r["batch"]: r["oracle"] for r in found["rows"]
+                if r["oracle"]}
+    assert sorted(measured) == [found["max_batch_without_lms"],
+                                found["max_batch_with_lms"]]
+    without = measured[found["max_batch_without_lms"]]
+    assert without["without_lms"]["fits"]
+    assert without["simulator_without_lms_peak_bytes"] <= found[
+        "budget_bytes"]
+    with_lms = measured[found["max_batch_with_lms"]]
+    assert with_lms["with_lms"]["runtime_peak_bytes"] > 0
+    assert with_lms["simulator_with_lms_peak_bytes"] <= found["budget_bytes"]
+    assert "Oracle (Grappler's virtual GPU" in out
+    assert "batch %d with LMS:" % found["max_batch_with_lms"] in out
+
+
+def test_bad_arguments_name_the_flag(meta, capsys):
+    for argv, flag in (
+            (["--max-overhead", "-5"], "--max-overhead"),
+            (["--start-batch", "0"], "--start-batch"),
+            (["--max-batch", "x"], "--max-batch"),
+            (["--batch-size", "8"], "--batch-size")):
+        with pytest.raises(SystemExit) as exit_info:
+            cli.main(["capacity", meta, "--autotune-gpu-mem", "1"] + argv)
+        assert exit_info.value.code == 2
+        assert flag in capsys.readouterr().err, argv
+    code, _, err = _run(capsys, "capacity", meta, "--autotune-gpu-mem", "1",
+                        "--start-batch", "10", "--max-batch", "5")
+    assert code == 2 and "--start-batch 10 is above --max-batch 5" in err
+    code, _, err = _run(capsys, "capacity", meta)
+    assert code == 2 and "--autotune-gpu-mem" in err, err
+
+
+def test_a_graph_of_static_shapes_is_refused(tmp_path, capsys):
+    path = str(tmp_path / "static.meta")
+    with tf.Graph().as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [8, 32], name="x")
+        w = tf.compat.v1.get_variable("w", [32, 4])
+        loss = tf.reduce_sum(tf.matmul(x, w))
+        train_op = tf.compat.v1.train.GradientDescentOptimizer(
+            0.1).minimize(loss)
+        tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.TRAIN_OP,
+                                       train_op)
+        tf.compat.v1.train.export_meta_graph(filename=path)
+    code, _, err = _run(capsys, "capacity", path, "--autotune-gpu-mem", "1")
+    assert code == 2
+    assert "only static shapes, so its batch cannot change" in err
+
+
+def _literal_chain():
+    """x (batch x 1000 floats) -> f1..f4 -> g4..g1, each g reading its f:
+    every activation scales with the batch; one 4000-byte variable."""
+    shape = ((None, 1000), 4)
+    ops = [("x", "Placeholder", {"outputs": [shape]}),
+           ("w", "VarHandleOp", {"outputs": [((), 0)],
+                                 "variable_bytes": 4000})]
+    edges = []
+    prev = "x"
+    for k in range(1, 5):
+        ops.append(("f%d" % k, "MatMul", {"outputs": [shape]}))
+        edges.append((prev, "f%d" % k))
+        prev = "f%d" % k
+    ops.append(("g4", "MatMul", {"outputs": [shape]}))
+    edges.append(("f4", "g4"))
+    for k in range(3, 0, -1):
+        ops.append(("g%d" % k, "MatMul", {"outputs": [shape]}))
+        edges += [("g%d" % (k + 1), "g%d" % k), ("f%d" % k, "g%d" % k)]
+    return gi.from_edges(ops, edges=edges)
+
+
+def test_search_on_a_literal_graph_brackets_each_answer():
+    index = _literal_chain()
+    roles = analysis.classify_ops(index)
+    budget = 40 * 4000 * 5 + 4000  # five activations at batch 40
+    settings = Settings(autotune_gpu_mem=budget / _GIB,
+                        interconnect="instant")
+    env = {"TF_LMS_SIMULATOR_MEM_RATIO": "1"}
+
+    def plan_at(batch):
+        return capacity.plan_row(index, roles, settings, batch, env=env)
+
+    found = capacity.search(plan_at, budget)
+    best, above = found.max_batch_with_lms, found.next_with_lms
+    assert found.row(best).fits_with and not found.row(above).fits_with
+    assert above == best + 1
+    best, above = found.max_batch_without_lms, found.next_without_lms
+    assert found.row(best).fits_without
+    assert not found.row(above).fits_without and above == best + 1
+    assert found.max_batch_without_lms < found.max_batch_with_lms
+    # The floor at the largest batch with LMS is within the budget, and
+    # the batch above has no plan.
+    assert found.row(found.max_batch_with_lms).floor_bytes <= budget
+    assert found.max_batch_within_overhead is None
+
+
+def test_search_checks_its_arguments():
+    with pytest.raises(ValueError, match="start must be a positive batch"):
+        capacity.search(lambda b: None, 1, start=0)
+    with pytest.raises(ValueError, match="limit must be a batch size"):
+        capacity.search(lambda b: None, 1, start=4, limit=2)
+    with pytest.raises(ValueError, match="max_overhead_pct must be"):
+        capacity.search(lambda b: None, 1, max_overhead_pct=-1)

@@ -1,0 +1,419 @@
+"""How big can one train: the largest batch a device budget holds without
+LMS, with LMS, and with LMS within an overhead of the step without it.
+
+`search(plan_at, ...)` asks a callable for one `BatchRow` per batch it
+tries: ``start`` and twice it; from them, the largest batch without LMS
+(every level's bytes grow linearly with the batch) and the batch above
+it, and the largest batch the floor allows (it grows at least linearly);
+then galloping (doubling from the largest batch with a plan) until a
+batch has none, and a binary search between the last batch with a plan
+and the first without. The largest batch without LMS and the largest
+within the overhead are then searched between batches already tried (in
+two batches, when the prediction held). Every answer comes with the
+batch above it that was tried and failed, so each can be checked with
+``tflms plan`` at both. The search relies on answers that hold: a plan
+found at one batch is found at every smaller one, which the planner keeps
+for the budget (`tflms.stages.order`) and the memory of a step keeps for
+the batch (every activation grows with it).
+
+`plan_row(index, roles, settings, batch)` is the callable's work for an
+index whose batch dimension is free (the simulator sizes the first unknown
+dimension with the batch: one index, one `OpRoles`, a plan per batch);
+`tflms capacity` and `tflms.live_capacity` trace a Keras 3 step once per
+batch and call it on each trace's index.
+
+Every number is a prediction: peaks from the simulator, steps from the
+step-time model on the settings' ``gpu`` and ``interconnect``
+(docs/capacity.md). `write_plot` draws samples per second against the
+batch (matplotlib, lazily, as `tflms.plots`).
+
+Pure: no TensorFlow.
+"""
+
+import dataclasses
+import time
+from typing import Optional
+
+from tflms import autotune
+from tflms import floor as floor_mod
+from tflms import pipeline
+from tflms import plots
+from tflms import steptime
+
+__all__ = ["BatchRow", "Capacity", "search", "plan_row", "write_plot",
+           "DEFAULT_LIMIT"]
+
+# The largest batch galloping tries unless told otherwise.
+DEFAULT_LIMIT = 1 << 20
+
+
+@dataclasses.dataclass
+class BatchRow:
+    """One batch tried.
+
+    Attributes:
+      batch: the batch size.
+      peak_without_bytes: simulated device peak of the step without LMS.
+      fits_without: that peak is within the budget.
+      fits_with: LMS found a plan within the budget (or needs none).
+      lms_needed: a plan swaps or orders something.
+      peak_with_bytes: simulated peak with the plan (the step's own when
+        LMS is not needed; None without a plan).
+      floor_bytes, floor_op: the step's floor (`tflms.floor`) and the op
+        that sets it.
+      step_without_ms, step_with_ms: predicted step (step-time model);
+        step_with_ms is None without a plan.
+      swapout_bytes, swapin_bytes: bytes the plan moves each way per step.
+      error: the tuner's message when no plan fits, else None.
+      smallest_peak_bytes: the peak of the smallest plan the tuner found
+        when none fits (None otherwise).
+      oracle: the oracle's peaks (``tflms plan --oracle``'s), when asked.
+    """
+
+    batch: int
+    peak_without_bytes: int
+    fits_without: bool
+    fits_with: bool
+    lms_needed: bool
+    peak_with_bytes: Optional[int]
+    floor_bytes: int
+    floor_op: str
+    step_without_ms: float
+    step_with_ms: Optional[float]
+    swapout_bytes: int = 0
+    swapin_bytes: int = 0
+    error: Optional[str] = None
+    smallest_peak_bytes: Optional[int] = None
+    oracle: Optional[dict] = None
+    # The step's device memory per level without LMS: what `search`
+    # extrapolates from (not in `as_dict`).
+    timeline: object = dataclasses.field(default=None, repr=False,
+                                         compare=False)
+
+    @property
+    def samples_per_s_without(self):
+        """Predicted samples per second without LMS (None: does not fit)."""
+        if not self.fits_without or not self.step_without_ms:
+            return None
+        return self.batch / (self.step_without_ms / 1e3)
+
+    @property
+    def samples_per_s_with(self):
+        """Predicted samples per second with LMS (None: no plan)."""
+        if not self.fits_with or not self.step_with_ms:
+            return None
+        return self.batch / (self.step_with_ms / 1e3)
+
+    @property
+    def overhead_pct(self):
+        """The step with LMS over the step without it at this batch, in
+        percent (None without a plan)."""
+        if self.step_with_ms is None or not self.step_without_ms:
+            return None
+        return (self.step_with_ms / self.step_without_ms - 1.0) * 100.0
+
+    def as_dict(self):
+        out = {f.name: getattr(self, f.name)
+               for f in dataclasses.fields(self) if f.name != "timeline"}
+        out["samples_per_s_without"] = self.samples_per_s_without
+        out["samples_per_s_with"] = self.samples_per_s_with
+        out["overhead_pct"] = self.overhead_pct
+        return out
+
+
+@dataclasses.dataclass
+class Capacity:
+    """What `search` found.
+
+    Attributes:
+      budget_bytes: the device budget.
+      max_batch_without_lms, max_batch_with_lms: the largest batch that
+        fits without LMS, and with a plan of LMS (None: not even the first
+        batch tried).
+      max_batch_within_overhead: the largest batch with a plan whose
+        predicted step is within `max_overhead_pct` of the step without
+        LMS at the same batch (None when not asked, or none is).
+      max_overhead_pct: the overhead asked for, or None.
+      next_without_lms, next_with_lms, next_within_overhead: the batch
+        tried just above each answer that failed (None: none was, the
+        limit was reached).
+      limit: the largest batch galloping would try.
+      rows: every `BatchRow` tried, by batch.
+      seconds: the search's wall time.
+    """
+
+    budget_bytes: int
+    max_batch_without_lms: Optional[int]
+    max_batch_with_lms: Optional[int]
+    max_batch_within_overhead: Optional[int]
+    max_overhead_pct: Optional[float]
+    next_without_lms: Optional[int]
+    next_with_lms: Optional[int]
+    next_within_overhead: Optional[int]
+    limit: int
+    rows: list
+    seconds: float = 0.0
+
+    def row(self, batch):
+        """The `BatchRow` of `batch` (KeyError if not tried)."""
+        for r in self.rows:
+            if r.batch == batch:
+                return r
+        raise KeyError(batch)
+
+    def as_dict(self):
+        out = {f.name: getattr(self, f.name)
+               for f in dataclasses.fields(self) if f.name != "rows"}
+        out["rows"] = [r.as_dict() for r in self.rows]
+        return out
+
+
+def _largest(at, pred, lo, hi):
+    """Binary search: the largest batch in [lo, hi) for which `pred` holds,
+    knowing it holds at `lo` and fails at `hi`; returns (largest, hi)."""
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if pred(at(mid)):
+            lo = mid
+        else:
+            hi = mid
+    return lo, hi
+
+
+def _bracket(rows, pred):
+    """(largest tried batch where `pred` holds, smallest tried batch above
+    it where it fails), either None."""
+    good = [b for b, r in rows.items() if pred(r)]
+    if not good:
+        return None, min(rows) if rows else None
+    lo = max(good)
+    above = [b for b, r in rows.items() if b > lo and not pred(r)]
+    return lo, (min(above) if above else None)
+
+
+def _predicted_without(first, second, budget):
+    """The largest batch whose step fits `budget` without LMS if every
+    level's bytes grow with the batch as they do from `first` to `second`
+    (they do, for a step whose sizes are affine in the batch), or None."""
+    t1, t2 = first.timeline, second.timeline
+    if t1 is None or t2 is None or len(t1) != len(t2) or not len(t1):
+        return None
+    b1, b2 = first.batch, second.batch
+    if b2 <= b1:
+        return None
+    best = None
+    for v1, v2 in zip(t1.tolist(), t2.tolist()):
+        if v2 > v1:
+            b = b1 + (budget - v1) * (b2 - b1) // (v2 - v1)
+            best = b if best is None else min(best, b)
+        elif v2 > budget:
+            return None
+    return best
+
+
+def _predicted_floor(first, second, budget):
+    """The largest batch whose floor fits `budget` if it grows as it does
+    from `first` to `second` (it grows at least that fast: the floor is
+    the largest of sums affine in the batch), or None."""
+    b1, b2 = first.batch, second.batch
+    f1, f2 = first.floor_bytes, second.floor_bytes
+    if b2 <= b1 or f2 <= f1:
+        return None
+    return b1 + (budget - f1) * (b2 - b1) // (f2 - f1)
+
+
+def search(plan_at, budget_bytes, max_overhead_pct=None, start=1,
+           limit=DEFAULT_LIMIT, progress=None):
+    """The largest batches that fit, by galloping then binary search.
+
+    Args:
+      plan_at: ``plan_at(batch) -> BatchRow``.
+      budget_bytes: the device budget the rows were planned for.
+      max_overhead_pct: also find the largest batch whose predicted step
+        with LMS is within this many percent of the step without LMS.
+      start: the first batch tried.
+      limit: the largest batch tried.
+      progress: ``progress(text)`` before each batch (optional).
+
+    Returns:
+      A `Capacity`.
+
+    Raises:
+      ValueError: `start`, `limit` or `max_overhead_pct` out of range.
+    """
+    if not isinstance(start, int) or start < 1:
+        raise ValueError("start must be a positive batch size; got %r"
+                         % (start,))
+    if not isinstance(limit, int) or limit < start:
+        raise ValueError("limit must be a batch size of at least start (%d);"
+                         " got %r" % (start, limit))
+    if max_overhead_pct is not None and not max_overhead_pct >= 0:
+        raise ValueError("max_overhead_pct must be a percentage of 0 or "
+                         "more; got %r" % (max_overhead_pct,))
+    began = time.monotonic()
+    rows = {}
+
+    def at(batch):
+        if batch not in rows:
+            if progress is not None:
+                progress("batch %d ..." % batch)
+            rows[batch] = plan_at(batch)
+        return rows[batch]
+
+    def with_lms(row):
+        return row.fits_with
+
+    def without_lms(row):
+        return row.fits_without
+
+    def within(row):
+        return (row.fits_with and row.overhead_pct is not None
+                and row.overhead_pct <= max_overhead_pct)
+
+    # Two batches, then a jump to the batches the step's memory predicts:
+    # the largest without LMS, checked with the one above it, and the
+    # largest the floor allows, where galloping starts.
+    first = at(start)
+    if with_lms(first) and start < limit:
+        second = at(min(2 * start, limit))
+        guess = _predicted_without(first, second, budget_bytes)
+        if guess is not None and second.batch < guess < limit:
+            at(guess)
+            at(guess + 1)
+        ceiling = _predicted_floor(first, second, budget_bytes)
+        lo, _ = _bracket(rows, with_lms)
+        if ceiling is not None and lo < ceiling:
+            at(min(ceiling, limit))
+
+    # Galloping from the largest batch with a plan: double until a batch
+    # has none (or the limit), then binary search.
+    lo, hi = _bracket(rows, with_lms)
+    if lo is not None:
+        while hi is None and lo < limit:
+            nxt = min(lo * 2, limit)
+            if with_lms(at(nxt)):
+                lo = nxt
+            else:
+                hi = nxt
+        if hi is not None:
+            lo, hi = _largest(at, with_lms, lo, hi)
+    best_with, next_with = lo, hi
+
+    answers = []
+    preds = [without_lms] + ([within] if max_overhead_pct is not None
+                             else [])
+    for pred in preds:
+        lo, hi = _bracket(rows, pred)
+        if lo is not None and hi is not None:
+            lo, hi = _largest(at, pred, lo, hi)
+        answers.append((lo, hi))
+    best_without, next_without = answers[0]
+    best_within = next_within = None
+    if max_overhead_pct is not None:
+        best_within, next_within = answers[1]
+    return Capacity(
+        budget_bytes=int(budget_bytes),
+        max_batch_without_lms=best_without,
+        max_batch_with_lms=best_with,
+        max_batch_within_overhead=best_within,
+        max_overhead_pct=max_overhead_pct,
+        next_without_lms=next_without, next_with_lms=next_with,
+        next_within_overhead=next_within, limit=limit,
+        rows=[rows[b] for b in sorted(rows)],
+        seconds=time.monotonic() - began)
+
+
+def plan_row(index, roles, settings, batch, log=None, env=None):
+    """The `BatchRow` of `index` planned with `settings` at `batch`: the
+    pipeline `LMS.run` runs (`pipeline.plan`), the step-time model
+    `tflms plan` reports (`steptime.predict_planned`).
+
+    Args:
+      index: the step's `GraphIndex` (the first unknown dimension of its
+        shapes is the batch; a traced step's shapes may be static).
+      roles: its `OpRoles` (`pipeline.classify`), shared by every batch.
+      settings: `Settings` with auto-tuning on; its batch_size is
+        replaced by `batch`.
+      batch: the batch size.
+      log: a `Logger` for the planning lines (default quiet).
+      env: the environment the budget reads (default `os.environ`).
+    """
+    settings = settings.replace(batch_size=batch)
+    try:
+        planned = pipeline.plan(index, settings, roles=roles, log=log,
+                                env=env)
+    except autotune.AutotuneError as err:
+        without = pipeline.simulate_without(index, roles, settings)
+        step = steptime.StepTimeModel(
+            index, roles, batch, gpu=settings.gpu,
+            interconnect=settings.interconnect).predict()
+        lowest = err.floor or floor_mod.floor_of(index, roles, batch)
+        budget = autotune.device_budget(settings.autotune_gpu_mem,
+                                        settings.gpu_device, env)
+        return BatchRow(
+            timeline=without.device_timeline,
+            batch=batch, peak_without_bytes=int(without.peak_device_bytes),
+            fits_without=bool(without.fits(budget)), fits_with=False,
+            lms_needed=True, peak_with_bytes=None,
+            floor_bytes=lowest.floor_bytes, floor_op=lowest.op_name,
+            step_without_ms=step.without_lms_s * 1e3, step_with_ms=None,
+            error=str(err), smallest_peak_bytes=err.smallest_peak_bytes)
+    planned = pipeline.simulate_plan(planned)
+    budget = planned.budget_bytes
+    without = planned.without_lms
+    shown = planned.with_lms if planned.plan is not None else without
+    step = steptime.predict_planned(planned, gpu=settings.gpu,
+                                    interconnect=settings.interconnect)
+    lowest = pipeline.step_floor(planned)
+    plan = planned.plan
+    return BatchRow(
+        timeline=without.device_timeline,
+        batch=batch, peak_without_bytes=int(without.peak_device_bytes),
+        fits_without=bool(without.fits(budget)),
+        fits_with=bool(shown.fits(budget)), lms_needed=plan is not None,
+        peak_with_bytes=int(shown.peak_device_bytes),
+        floor_bytes=lowest.floor_bytes, floor_op=lowest.op_name,
+        step_without_ms=step.without_lms_s * 1e3,
+        step_with_ms=step.with_lms_s * 1e3,
+        swapout_bytes=int(plan.swapout_bytes()) if plan else 0,
+        swapin_bytes=int(plan.swapin_bytes()) if plan else 0)
+
+
+def write_plot(capacity, path, title="Samples per second by batch"):
+    """Samples per second against the batch, without and with LMS, with
+    the largest batches marked, as a PNG at `path`.
+
+    Raises:
+      ImportError: without matplotlib (`plots.MISSING_MATPLOTLIB`).
+    """
+    fig, ax = plots._new_figure()  # pylint: disable=protected-access
+    rows = capacity.rows
+    # With LMS first: where LMS is not needed the two agree, and the line
+    # without LMS stays visible on top.
+    for label, attr, color, marker in (
+            ("with LMS", "samples_per_s_with", "tab:orange", "o"),
+            ("without LMS", "samples_per_s_without", "tab:blue", "s")):
+        points = [(r.batch, getattr(r, attr)) for r in rows
+                  if getattr(r, attr) is not None]
+        if points:
+            xs, ys = zip(*points)
+            ax.plot(xs, ys, marker=marker, markersize=4, linestyle="-",
+                    color=color, label=label)
+    for value, text, style in (
+            (capacity.max_batch_without_lms, "largest without LMS", ":"),
+            (capacity.max_batch_with_lms, "largest with LMS", "--"),
+            (capacity.max_batch_within_overhead,
+             "largest within %s%%" % (capacity.max_overhead_pct,), "-.")):
+        if value is not None:
+            ax.axvline(value, color="gray", linestyle=style, linewidth=1.0,
+                       label="%s: %d" % (text, value))
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("batch size")
+    ax.set_ylabel("samples per second (predicted)")
+    ax.set_title(title)
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="best", fontsize="small")
+    fig.tight_layout()
+    plots._save(fig, path)  # pylint: disable=protected-access
+    return path

@@ -1,0 +1,196 @@
+"""`tflms capacity`: the largest batch a GPU trains without LMS, with LMS
+and within an overhead (`tflms.capacity.search`), for every format
+`tflms plan` loads; the table of the batches tried, the plot, the JSON
+file and, with --oracle, the oracle's peaks at the two largest batches
+(`tflms plan --oracle` at each)."""
+
+import argparse
+import json
+import os
+
+from tflms import settings as S
+from tflms.cli.lazy import Lazy
+from tflms.cli.loading import PlanError, is_keras3_plan, load_graph
+from tflms.cli.planning import plan_graph
+from tflms.cli.rendering import gib
+
+capacity = Lazy("tflms.capacity")
+keras3_plan = Lazy("tflms.keras3_plan")
+live_capacity = Lazy("tflms.live_capacity")
+plotting = Lazy("tflms.plots")
+
+
+def find(args, progress):
+    """The `capacity.Capacity` of ``args.graph`` with the command line's
+    settings.
+
+    Raises:
+      PlanError, ValueError: a graph that cannot be searched.
+    """
+    settings = S.from_arguments(args, is_training=True)
+    if is_keras3_plan(args.graph, args):
+        progress("loading the Keras 3 model %s ..." % args.graph)
+        loaded = keras3_plan.load_model(args.graph, args.start_batch,
+                                        args.loss, args.optimizer)
+        plan_at = live_capacity.keras3_plan_at(loaded, settings, args.graph)
+    else:
+        progress("loading %s ..." % args.graph)
+        loaded = load_graph(args.graph, args)
+        if not loaded.training:
+            raise PlanError(
+                "%s has no backward phase (no gradient or optimizer ops): "
+                "the capacity search plans a training step; save the "
+                "training graph" % args.graph)
+        plan_at = live_capacity.graph_plan_at(
+            loaded.graph, settings, loaded.fetches, what=args.graph)
+    found = capacity.search(plan_at, live_capacity.budget_of(settings),
+                            args.max_overhead, args.start_batch,
+                            args.max_batch, progress)
+    if args.oracle:
+        _with_oracle(found, args, progress)
+    return found
+
+
+def _with_oracle(found, args, progress):
+    """The oracle's peaks (`tflms plan --oracle`) at the largest batch
+    without LMS and the largest with LMS, in their rows."""
+    batches = sorted({b for b in (found.max_batch_without_lms,
+                                  found.max_batch_with_lms)
+                      if b is not None})
+    for batch in batches:
+        progress("batch %d with the oracle ..." % batch)
+        given = argparse.Namespace(**vars(args))
+        given.batch_size, given.oracle, given.no_plots = batch, True, True
+        report = plan_graph(load_graph(args.graph, given), given, args.graph)
+        row = found.row(batch)
+        row.oracle = dict(report.oracle or {})
+        row.oracle["simulator_without_lms_peak_bytes"] = \
+            report.without_lms["peak_bytes"]
+        measured = row.oracle.get("with_lms")
+        if measured is not None:
+            # The oracle replays copies as instant: the simulator's count
+            # with instant copies is the one to set beside it.
+            row.oracle["simulator_with_lms_peak_bytes"] = measured.pop(
+                "simulator_instant_peak_bytes")
+
+
+def _ms(value):
+    return "-" if value is None else "%.1f" % value
+
+
+def _rate(value):
+    return "-" if value is None else "%.1f" % value
+
+
+def render(found, args):
+    """The lines `tflms capacity` prints."""
+    lines = ["tflms capacity: %s" % args.graph,
+             "Device budget: %s (%s x TF_LMS_SIMULATOR_MEM_RATIO); step "
+             "times on %s, copies over %s" % (
+                 gib(found.budget_bytes),
+                 ("--autotune-gpu-mem %g GiB" % args.autotune_gpu_mem
+                  if args.autotune_gpu_mem else "the GPU's memory"),
+                 args.gpu or S.Settings().gpu,
+                 args.interconnect or S.Settings().interconnect),
+             "",
+             "Batches tried (predictions: peaks by the simulator, steps by "
+             "the step-time model):",
+             "  %6s %11s %11s %4s %4s %10s %10s %10s %10s %10s %10s %11s" % (
+                 "batch", "peak w/o", "peak LMS", "w/o", "LMS", "step w/o",
+                 "step LMS", "smp/s w/o", "smp/s LMS", "out", "in",
+                 "floor")]
+    for r in found.rows:
+        lines.append(
+            "  %6d %11s %11s %4s %4s %10s %10s %10s %10s %10s %10s %11s" % (
+                r.batch, gib(r.peak_without_bytes),
+                "no plan" if r.peak_with_bytes is None
+                else gib(r.peak_with_bytes),
+                "fits" if r.fits_without else "-",
+                "fits" if r.fits_with else "-",
+                _ms(r.step_without_ms), _ms(r.step_with_ms),
+                _rate(r.samples_per_s_without), _rate(r.samples_per_s_with),
+                gib(r.swapout_bytes), gib(r.swapin_bytes),
+                gib(r.floor_bytes)))
+    lines.append("  (steps in ms; out/in: bytes LMS moves to the host and "
+                 "back per step; floor: device memory no plan goes below)")
+    lines.append("")
+
+    def without_lms(row):
+        return "needs %s without LMS" % gib(row.peak_without_bytes)
+
+    def with_lms(row):
+        if row.floor_bytes > found.budget_bytes:
+            return "its floor, %s, is over the budget" % gib(row.floor_bytes)
+        return "no plan; the smallest needs %s" % gib(
+            row.smallest_peak_bytes or 0)
+
+    def overhead(row):
+        if not row.fits_with:
+            return "no plan"
+        return "predicted step %.0f%% over the step without LMS" % (
+            row.overhead_pct or 0.0)
+
+    def answer(label, batch, above, why, extra=""):
+        if batch is None:
+            return "%s: none (not even batch %d)" % (label, args.start_batch)
+        text = "%s: %d%s" % (label, batch, extra)
+        if above is None:
+            return text + " (the search stopped at --max-batch %d)" % (
+                found.limit)
+        return text + " (%d does not: %s)" % (above, why(found.row(above)))
+    lines.append(answer("Largest batch without LMS",
+                        found.max_batch_without_lms,
+                        found.next_without_lms, without_lms))
+    best = found.max_batch_with_lms
+    extra = ""
+    if best is not None:
+        row = found.row(best)
+        extra = (", %.1f samples/s predicted; its floor is %s, set by %s"
+                 % (row.samples_per_s_with or 0.0, gib(row.floor_bytes),
+                    row.floor_op or "the resident bytes"))
+    lines.append(answer("Largest batch with LMS", best, found.next_with_lms,
+                        with_lms, extra))
+    if found.max_overhead_pct is not None:
+        lines.append(answer(
+            "Largest batch with LMS within %g%% of the step without it"
+            % found.max_overhead_pct, found.max_batch_within_overhead,
+            found.next_within_overhead, overhead))
+    oracle_rows = [r for r in found.rows if r.oracle]
+    if oracle_rows:
+        lines.append("")
+        lines.append("Oracle (Grappler's virtual GPU, runtime buffer rules) "
+                     "beside the simulator:")
+        for r in oracle_rows:
+            for label, key in (("without LMS", "without_lms"),
+                               ("with LMS", "with_lms")):
+                measured = r.oracle.get(key)
+                if measured is None:
+                    continue
+                lines.append("  batch %d %-12s oracle %s (%s), simulator %s"
+                             % (r.batch, label + ":", gib(
+                                 measured["runtime_peak_bytes"]),
+                                "fits" if measured["fits"] else
+                                "does NOT fit", gib(r.oracle.get(
+                                    "simulator_%s_peak_bytes" % key, 0))))
+    lines.append("Searched %d batches in %.1f s." % (len(found.rows),
+                                                     found.seconds))
+    return lines
+
+
+def write_outputs(found, args):
+    """The --json file and the --plot picture; returns notes to print."""
+    notes = []
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(found.as_dict(), f, indent=1, sort_keys=True)
+        notes.append("JSON written: %s" % os.path.abspath(args.json))
+    if args.plot:
+        try:
+            capacity.write_plot(found, args.plot, title="%s: samples per "
+                                "second by batch" % os.path.basename(
+                                    args.graph.rstrip("/")))
+            notes.append("Plot written: %s" % os.path.abspath(args.plot))
+        except ImportError:
+            notes.append("Plot NOT written: %s"
+                         % plotting.MISSING_MATPLOTLIB)
+    return notes
