@@ -32,7 +32,7 @@ misses the block's graphs).
 import contextlib
 import dataclasses
 
-from tensorflow.python.eager import context as eager_context
+from tflms import _tf_function
 
 __all__ = ["SwapsRan", "watch_swaps", "swap_ops_in_graph_defs"]
 
@@ -110,18 +110,9 @@ def watch_swaps(lms):
       lms: the `LMS` whose rewrite runs inside the block (the callback
         given to `fit`, or the LMS whose `function` made the step).
     """
-    ctx = eager_context.context()
     swaps = SwapsRan()
-    ctx.export_run_metadata()  # drops what was collected before the block
-    ctx.enable_graph_collection()
-    try:
+    with _tf_function.partition_graphs_made() as graph_defs:
         yield swaps
-    finally:
-        metadata = ctx.export_run_metadata()
-        ctx.disable_graph_collection()
-    functions = metadata.function_graphs if metadata is not None else ()
-    graph_defs = [graph for function in functions
-                  for graph in function.partition_graphs]
     checked = _checked(lms.last_run, graph_defs)
     for field in dataclasses.fields(SwapsRan):
         setattr(swaps, field.name, getattr(checked, field.name))
