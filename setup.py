@@ -32,7 +32,8 @@ setup(
     license="Apache-2.0",
     packages=find_packages(include=["tflms", "tflms.*"]),
     # TensorFlow 2.15.1 has wheels for Python 3.9-3.11, TensorFlow 2.21 for
-    # 3.10-3.13; tflms is tested on 3.11 (see docs/install.md).
+    # 3.10-3.13; tflms is tested on 3.11, and its TensorFlow 2 and Keras 3
+    # tests on 3.13 too (tools/ci_py313.sh; see docs/install.md).
     python_requires=">=3.11,<3.14",
     install_requires=[
         # No numpy bound of our own: TensorFlow brings its own (2.15 pins

@@ -6,14 +6,16 @@ one size and budget (issue 15, item 4: "cheaper plans at the same size").
     python benchmarks/cheaper_plans.py resnet50 --size 224 --batch 384
 
 Auto-tunes the model for ``--gpu-mem`` GiB (default 16) times
-TF_LMS_SIMULATOR_MEM_RATIO (default 0.9) three ways through
+TF_LMS_SIMULATOR_MEM_RATIO (default 0.9) four ways through
 `pipeline.plan`, the path `LMS.run` takes:
 
 * ``swap only, by bytes``: the tuner as before the step-time model (the
   fitting plan moving the fewest bytes; recompute off);
 * ``swap only, by time``: the tuner's choice by predicted step time
-  (recompute off, today's default);
-* ``swap + recompute, by time``: with ``recompute=True`` as well.
+  (``recompute=False``);
+* ``swap + recompute, by time``: with ``recompute=True`` as well;
+* ``default settings``: ``recompute`` left at its default (None, which
+  recomputes when auto-tuning), the plan a user gets without asking.
 
 For each it prints the swaps, swap-ins, recomputes, bytes out and in, the
 simulated peak, and the predicted step and exposed transfer time
@@ -44,6 +46,7 @@ VARIANTS = (
     ("swap only, by bytes", False, False),
     ("swap only, by time", True, False),
     ("swap + recompute, by time", True, True),
+    ("default settings", True, None),
 )
 
 

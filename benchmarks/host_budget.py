@@ -5,7 +5,7 @@
 
 Auto-tunes the model for ``--gpu-mem`` GiB (default 16, times
 TF_LMS_SIMULATOR_MEM_RATIO) once per host budget (``autotune_host_mem``)
-through `pipeline.plan`, the path `LMS.run` takes, with ``recompute`` off:
+through `pipeline.plan`, the path `LMS.run` takes, with ``recompute=False``:
 every recompute in a row was made by the host stage (tflms/stages/host.py)
 because the host bound the plan. Prints one JSON line per budget, then a
 markdown table: swaps, recomputes, the simulated host and device peaks, the
@@ -37,8 +37,9 @@ def measure(model, host_gibs, size=None, batch=1, gpu_mem=16.0,
     """One row (a dict) per host budget in `host_gibs`."""
     built = models.build_sized(model, size, batch)
     index = gi.build_index(built.graph)
+    # recompute=False: every recompute in a row is the host stage's.
     base = Settings(batch_size=built.batch_size, autotune_gpu_mem=gpu_mem,
-                    gpu=gpu, interconnect=interconnect)
+                    gpu=gpu, interconnect=interconnect, recompute=False)
     roles = pipeline.classify(index, base)
     rows = []
     for host_gib in host_gibs:

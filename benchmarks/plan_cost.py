@@ -58,7 +58,8 @@ from benchmarks import cheaper_plans  # noqa: E402
 CASES = (("resnet50", 6592, 1), ("unet3d", 352, 1), ("resnet50", 224, 1000))
 GOALS = {"pcie4": 1.4, "nvlink2": 1.1}
 # The plans compared (labels of `cheaper_plans.VARIANTS`).
-PLANS = ("swap only, by time", "swap + recompute, by time")
+PLANS = ("swap only, by time", "swap + recompute, by time",
+         "default settings")
 _GIB = float(1 << 30)
 
 

@@ -3,7 +3,7 @@
     python benchmarks/plan_speed.py deep_mlp 200000               # auto-tuned
     python benchmarks/plan_speed.py layered 200000 --fixed 30768,8,4
     python benchmarks/plan_speed.py deep_mlp 50000 --profile out.prof
-    python benchmarks/plan_speed.py layered 200000 --recompute
+    python benchmarks/plan_speed.py layered 200000 --no-recompute
     python benchmarks/plan_speed.py resnet50 --kwargs '{"image": 1024,
         "learning_phase": "placeholder", "optimizer": "adam"}' --budget-gib 1
 
@@ -56,8 +56,11 @@ def main(argv=None):
     parser.add_argument("--fraction", type=float, default=0.5)
     parser.add_argument("--budget-gib", type=float, default=None)
     parser.add_argument("--control-flow", default="v2")
-    parser.add_argument("--recompute", action="store_true",
-                        help="plan with recompute=True (what it costs)")
+    parser.add_argument("--recompute", action=argparse.BooleanOptionalAction,
+                        default=None,
+                        help="plan with recompute=True (--recompute) or "
+                             "False (--no-recompute); default: LMS's "
+                             "default, which recomputes when auto-tuning")
     parser.add_argument("--profile", default=None,
                         help="write cProfile stats of LMS.run here")
     args = parser.parse_args(argv)

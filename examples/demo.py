@@ -240,6 +240,11 @@ def print_plan(lms, run_metadata):
               "back in per step)" % (len(plan.swaps),
                                      plan.swapout_bytes() / _MIB,
                                      plan.swapin_bytes() / _MIB))
+        if plan.recomputes:
+            # Auto-tuning recomputes where that makes the step shorter.
+            print("Recomputed instead of swapped: %5d  (%d cloned "
+                  "operations)" % (len(plan.recomputes),
+                                   len(lms.last_run.rewrite.recompute_ops)))
         ran, added = executed_swaps(lms, run_metadata)
         print("Swap ops that ran:           %7d of the %d LMS added (%s)"
               % (ran, added, "in the graphs TensorFlow ran"

@@ -1053,9 +1053,18 @@ def test_plan_cost_script_sets_each_plan_against_the_step_without_lms():
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = proc.stdout.strip().splitlines()
     rows = [json.loads(line) for line in lines if line.startswith("{")]
+    plans = ("swap only, by time", "swap + recompute, by time",
+             "default settings")
     assert [(r["interconnect"], r["plan"]) for r in rows] == [
-        (link, plan) for link in ("pcie4", "nvlink2")
-        for plan in ("swap only, by time", "swap + recompute, by time")]
+        (link, plan) for link in ("pcie4", "nvlink2") for plan in plans]
+    # The default settings recompute when auto-tuning: the plan of
+    # recompute=True, on each link.
+    for k in (0, 3):
+        with_recompute, default = rows[k + 1], rows[k + 2]
+        assert {key: default[key] for key in default if key != "plan_s"
+                and key != "plan"} == {key: with_recompute[key]
+                                       for key in with_recompute
+                                       if key not in ("plan_s", "plan")}
     assert len({r["without_lms_ms"] for r in rows}) == 1
     for row in rows:
         assert row["swaps"] > 0
@@ -1070,11 +1079,11 @@ def test_plan_cost_script_sets_each_plan_against_the_step_without_lms():
         assert row["ratio"] == round(row["step_ms"] / row["without_lms_ms"],
                                      3)
     table = [line for line in lines if line.startswith("| 3D U-Net")]
-    assert len(table) == 4
+    assert len(table) == 6
     assert table[0].endswith("| %.2fx | 1.4x: %s |" % (
         rows[0]["ratio"], "met" if rows[0]["ratio"] <= 1.4 else "missed"))
-    assert table[2].endswith("| 1.1x: %s |" % (
-        "met" if rows[2]["ratio"] <= 1.1 else "missed"))
+    assert table[3].endswith("| 1.1x: %s |" % (
+        "met" if rows[3]["ratio"] <= 1.1 else "missed"))
 
 
 def test_plan_cost_oracle_judges_each_applied_plan_against_its_budget(
@@ -1129,6 +1138,6 @@ def test_plan_cost_oracle_judges_each_applied_plan_against_its_budget(
 
     monkeypatch.setattr(measure, "oracle_peaks", over)
     rows = plan_cost.measure(case, ("pcie4",), gpu_mem, oracle=True)
-    assert [r["oracle_fits"] for r in rows] == [False, False]
+    assert [r["oracle_fits"] for r in rows] == [False] * len(plan_cost.PLANS)
     assert all(line.endswith("| **no** |")
                for line in plan_cost.table(rows)[2:])

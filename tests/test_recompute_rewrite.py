@@ -102,8 +102,8 @@ def test_tuned_plan_recomputes_within_the_budget():
                                         base)
     gib = 0.6 * without.peak_device_bytes / float(1 << 30)
     env = {"TF_LMS_SIMULATOR_MEM_RATIO": "1"}
-    swap_only = pipeline.plan(index, base.replace(autotune_gpu_mem=gib),
-                              env=env)
+    swap_only = pipeline.plan(index, base.replace(autotune_gpu_mem=gib,
+                                                  recompute=False), env=env)
     hybrid = pipeline.plan(index, base.replace(autotune_gpu_mem=gib,
                                                recompute=True), env=env)
     assert swap_only.plan.recomputes == ()

@@ -33,7 +33,9 @@ BAD_CONSTRUCTOR_ARGUMENTS = [
      r"serialization_by_size must be a number of GiB >= 0 .* got -1"),
     ({"debug_level": 3}, r"debug_level must be 1 or 2; got 3"),
     ({"debug": "yes"}, r"debug must be True or False; got 'yes'"),
-    ({"recompute": "on"}, r"recompute must be True or False; got 'on'"),
+    ({"recompute": "on"},
+     r"recompute must be None \(recompute where it shortens an auto-tuned "
+     r"plan's predicted step\), True .* or False \(never\); got 'on'"),
     ({"cpu_device": "/gpu:0"},
      r"cpu_device must name a CPU device such as '/cpu:0'; got '/gpu:0'"),
     ({"cpu_device": ""}, r"cpu_device must be a device string"),
@@ -56,7 +58,9 @@ def test_good_constructor_arguments():
               cpu_device="/device:CPU:0", gpu_device="/device:GPU:1")
     assert (lms.swapout_threshold, lms.swapin_ahead, lms.swapin_groupby,
             lms.sync_mode) == (3, 2, 0, 3)
-    assert lms.recompute is True and LMS().recompute is False
+    # The default, None, recomputes when auto-tuning only.
+    assert lms.recompute is True and LMS().recompute is None
+    assert LMS(recompute=False).recompute is False
     assert LMS().swapout_threshold == -1
 
 

@@ -254,9 +254,12 @@ def test_recompute_replaces_a_swap_within_the_budget():
     assert len(planned.plan.swaps) == len(tuned.plan.swaps) - 1
     assert planned.with_lms.fits(5 * L.U)
     assert planned.plan.moved_bytes() < tuned.plan.moved_bytes()
-    # Off unless asked for.
-    plain = L.context(index, budget_units=5)
-    assert recompute.stage(plain, tuned) is tuned
+    # The default (None) recomputes when auto-tuning, as True does;
+    # recompute=False opts out.
+    default = recompute.stage(L.context(index, budget_units=5), tuned)
+    assert default.plan == planned.plan
+    off = L.context(index, budget_units=5, recompute=False)
+    assert recompute.stage(off, tuned) is tuned
 
 
 def test_recompute_with_fixed_parameters_stays_within_the_swap_plans_peak():
@@ -272,6 +275,11 @@ def test_recompute_with_fixed_parameters_stays_within_the_swap_plans_peak():
     assert (model.replay(planned.plan).peak_device_bytes
             <= model.replay(swapped.plan).peak_device_bytes)
     assert planned.plan.moved_bytes() < swapped.plan.moved_bytes()
+    # With fixed parameters only True recomputes: the default (None)
+    # applies the parameters as given.
+    default = L.context(index, swapout_threshold=3, swapin_ahead=2,
+                        swapin_groupby=0)
+    assert recompute.stage(default, swapped) is swapped
 
 
 # ---- host -----------------------------------------------------------------
@@ -280,6 +288,9 @@ def _host_units(units):
 
 
 def _tuned_on_chain(**settings):
+    # Swaps only before the host stage, so that every recompute is the
+    # host stage's own.
+    settings.setdefault("recompute", False)
     index = _chain()
     context = L.context(index, budget_units=5, **settings)
     return context, _through(context, "serialize", "defer", "swaps",
@@ -300,7 +311,7 @@ def test_host_recomputes_swapped_tensors_until_the_host_budget_fits(lms_log):
     # 1.5U of host: one of the two swaps must become a recompute (Relu
     # outputs, cheap to make again), and the plan still fits 5U of device.
     context, tuned = _tuned_on_chain(**_host_units(1.5))
-    assert not tuned.plan.recomputes  # `recompute` is off: only host asks
+    assert not tuned.plan.recomputes  # `recompute=False`: only host asks
     planned = host.stage(context, tuned)
     assert planned.failure is None
     assert len(planned.plan.swaps) == 1 and len(planned.plan.recomputes) == 1

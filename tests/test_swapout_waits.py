@@ -44,7 +44,9 @@ def test_unet_352_waits_only_for_its_largest_copy(monkeypatch):
     built = bench_models.build("unet3d", volume=352, base_filters=16,
                                depth=4, batch=1)
     index = gi.build_index(built.graph)
-    settings = Settings(batch_size=built.batch_size, autotune_gpu_mem=16.0)
+    # Swaps only: the waits dropped are the swap plan's.
+    settings = Settings(batch_size=built.batch_size, autotune_gpu_mem=16.0,
+                        recompute=False)
     roles = pipeline.classify(index, settings)
     by_time = pipeline.plan(index, settings, roles=roles)
     by_bytes = pipeline.plan(index, settings, roles=roles,
@@ -118,7 +120,7 @@ def test_a_plan_with_some_waits_dropped_trains_as_without_lms(
     settings = Settings()
     without = pipeline.simulate_without(
         index, pipeline.classify(index, settings), settings)
-    lms = LMS()
+    lms = LMS(recompute=False)  # the swap plan's waits, none recomputed
     lms.autotune_gpu_mem = 0.25 * without.peak_device_bytes / _GIB
     result = lms.run(model.graph)
     planned = result.planned

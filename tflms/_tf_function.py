@@ -34,8 +34,10 @@ keyed on `_compat.TF_VERSION`. The `FuncGraph` attributes read
 are the ones `tf.function` itself documents on its graphs.
 """
 
+import contextlib
 import itertools
 
+from tensorflow.python.eager import context as eager_context
 from tensorflow.python.eager.polymorphic_function import atomic_function
 from tensorflow.python.ops import control_flow_util
 from tensorflow.python.eager.polymorphic_function import concrete_function
@@ -44,7 +46,7 @@ from tensorflow.python.eager.polymorphic_function import function_type_utils
 from tflms import _compat
 
 __all__ = ["is_jit_compiled", "in_xla_context", "fetch_ops", "captured_variables", "rebuild",
-           "call", "XLA_COMPILE_ATTR"]
+           "call", "partition_graphs_made", "XLA_COMPILE_ATTR"]
 
 TF_VERSION = _compat.TF_VERSION
 
@@ -138,3 +140,24 @@ def call(function, concrete, args, kwargs):
     bound = concrete.function_type.bind(*bound.args, **bound.kwargs)
     flat = concrete.function_type.unpack_inputs(bound)
     return concrete._call_flat(flat, captured_inputs=concrete.captured_inputs)
+
+
+@contextlib.contextmanager
+def partition_graphs_made():
+    """Context manager yielding a list that, when the block ends, holds the
+    per-device partition `GraphDef`s of every function TensorFlow
+    instantiated inside it (the eager context's graph collection, which
+    ``tf.summary.trace_on(graph=True)`` also uses). What was collected
+    before the block is dropped."""
+    ctx = eager_context.context()
+    graphs = []
+    ctx.export_run_metadata()
+    ctx.enable_graph_collection()
+    try:
+        yield graphs
+    finally:
+        metadata = ctx.export_run_metadata()
+        ctx.disable_graph_collection()
+        for function in (metadata.function_graphs if metadata is not None
+                         else ()):
+            graphs.extend(function.partition_graphs)

@@ -107,11 +107,13 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
       sync_mode: 0 asynchronous transfers; 1 device ops wait for swap-outs;
         2 swap-ins wait for their consumer's other inputs (swapin_ahead and
         swapin_groupby are then ignored); 3 both.
-      recompute: also make swapped tensors again from cheap stateless ops
-        (with auto-tuning, through convolutions too, where the predicted
-        step is shorter) just before their far readers, instead of
-        swapping them, where the simulated peak allows (see
-        docs/parameters.md).
+      recompute: None (default): when auto-tuning, make swapped tensors
+        again just before their far readers (cloning the ops that made
+        them, convolutions included) instead of swapping them, where the
+        plan still fits and the predicted step is shorter; with fixed
+        parameters nothing is recomputed. True: also with fixed
+        parameters (cheap stateless ops, where the simulated peak allows).
+        False: swaps only (see docs/parameters.md).
       serialization: levels whose ops are chained by control dependencies so
         they run one at a time: ints and Python slice strings, e.g.
         ``[1, '3:5']`` is levels 1, 3 and 4.
@@ -129,7 +131,7 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
                  swapin_groupby=-1,
                  swapin_ahead=-1,
                  sync_mode=0,
-                 recompute=False,
+                 recompute=None,
                  serialization=(),
                  serialization_by_size=0,
                  debug=False,

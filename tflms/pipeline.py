@@ -21,8 +21,8 @@ planned``:
     fewer_waits  swap-outs the tuned plan makes readers wait for, made
                  asynchronous where a replay with copies timed still fits
                  and the predicted step is shorter
-    recompute    with `Settings.recompute`, swaps replaced by recomputes
-                 where they cost less and the budget (tuning) or the
+    recompute    unless `Settings.recompute` is False, swaps replaced by
+                 recomputes where they cost less and the budget (tuning) or the
                  swap-only plan's peak (fixed parameters) still holds
 
 then replays the step without and with the plan when asked. It reads no

@@ -265,25 +265,32 @@ class Settings:
         flag="0 async, 1 sync swap-outs, 2 sync swap-ins, 3 both "
              "(default 0)",
         text=T.choice_int((0, 1, 2, 3)), metavar="{0,1,2,3}")
-    recompute: bool = _setting(
-        False, _named(V.check_bool),
+    recompute: object = _setting(
+        None, _one(V.check_recompute),
         "Also consider making a swapped tensor again, just before its far "
-        "readers, from tensors on the device then, by cloning the cheap "
+        "readers, from tensors on the device then, by cloning the "
         "stateless operations that made it (ReLU, batch norm in training "
-        "mode, add, concat, pooling...; at most four per tensor), instead "
-        "of copying it out and back. The values are bit-identical. With "
-        "auto-tuning a swap is replaced when the plan still fits the budget "
-        "with its copies timed (`interconnect`) "
-        "and the predicted step (`gpu`, `interconnect`) is shorter, and the "
-        "clones may then go through convolutions and matrix products too; "
-        "with fixed parameters (cheap operations only) when it peaks no "
-        "higher than the swap-only plan "
-        "and moves fewer bytes (which needs `batch_size` for unknown "
-        "dimensions). Costs compute instead of transfers; off by default: "
-        "it pays only where the link is the bottleneck (docs/benchmarks.md, "
-        "\"Cheaper plans at the same size\") and adds ops to the graph.",
+        "mode, add, concat, pooling...), instead of copying it out and "
+        "back. The values are bit-identical. `None` (the default): when "
+        "auto-tuning, a swap is replaced where the plan still fits the "
+        "budget with its copies timed (`interconnect`) and the predicted "
+        "step (`gpu`, `interconnect`) is shorter, and the clones may then "
+        "go through convolutions and matrix products too; the tuner keeps "
+        "the plan with the least predicted step and logs the recomputes "
+        "it chose. With fixed parameters nothing is recomputed. `True`: "
+        "the same when auto-tuning, and with fixed parameters too (cheap "
+        "operations only, at most four per tensor) where a recompute "
+        "peaks no higher than the swap-only plan and moves fewer bytes "
+        "(which needs `batch_size` for unknown dimensions). `False`: "
+        "swaps only, never a cloned operation in the graph (the plans of "
+        "tflms before recomputes were on by default). Recomputes cost "
+        "compute instead of transfers (docs/benchmarks.md, \"Cheaper plans "
+        "at the same size\").",
         flag="recompute swapped tensors by cloning the operations that "
-             "made them, where that pays, instead of swapping them")
+             "made them, where that pays (default: when auto-tuning; "
+             "--recompute also with fixed parameters, --no-recompute "
+             "never)",
+        shown_default="`None` (when auto-tuning)")
     serialization: tuple = _setting(
         (), _check_serialization,
         "Levels whose operations run one at a time, chained by control "
@@ -539,7 +546,13 @@ def add_arguments(group, names=None, aliases=None):
         meta = field.metadata
         flag = flag_of(field.name)
         switch = meta["text"] is None
-        if switch:
+        if switch and field.default is None:
+            # A switch whose default is neither on nor off (`recompute`):
+            # --name turns it on, --no-name off, neither keeps the default.
+            group.add_argument(flag, dest=field.name,
+                               action=argparse.BooleanOptionalAction,
+                               default=None, help=meta["flag"])
+        elif switch:
             group.add_argument(flag, dest=field.name, action="store_true",
                                default=field.default, help=meta["flag"])
         else:

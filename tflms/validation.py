@@ -26,6 +26,7 @@ __all__ = [
     "check_groupby",
     "check_sync_mode",
     "check_bool",
+    "check_recompute",
     "check_debug_level",
     "check_serialization_by_size",
     "check_cpu_device",
@@ -91,6 +92,20 @@ def check_bool(name, value):
             _is_int(value) and value in (0, 1)):
         return bool(value)
     raise ValueError("%s must be True or False; got %r" % (name, value))
+
+
+def check_recompute(value):
+    # None is the default: recompute when auto-tuning, where each recompute
+    # is judged by the predicted step, and not with fixed parameters.
+    if value is None:
+        return None
+    if isinstance(value, bool) or _is_numpy_bool(value) or (
+            _is_int(value) and value in (0, 1)):
+        return bool(value)
+    raise ValueError(
+        "recompute must be None (recompute where it shortens an auto-tuned "
+        "plan's predicted step), True (also with fixed parameters) or "
+        "False (never); got %r" % (value,))
 
 
 def check_debug_level(value):

@@ -15,8 +15,9 @@ stage does not apply). Adding or removing a stage is one line in `STAGES`.
                  memory peaks, and the search again
     fewer_waits  swap-outs the tuner made readers wait for, made
                  asynchronous where memory allows and the step gets shorter
-    recompute    with `Settings.recompute`: swaps replaced by clones of the
-                 ops that made the tensor, where they cost less
+    recompute    unless `Settings.recompute` is False: swaps replaced by
+                 clones of the ops that made the tensor, where they cost
+                 less
     fewer_waits  again where recomputes replaced swaps
                  (`fewer_waits.after_recompute`): their room may free
                  more waits

@@ -1,5 +1,5 @@
 """Recompute: swaps replaced by clones of the ops that made the tensor,
-where that costs less (`Settings.recompute`).
+where that costs less (`Settings.recompute`: by default when auto-tuning).
 
 * A tuned plan: a recompute is taken where a replay with copies timed
   still fits the budget and the predicted step (then the bytes moved) is
@@ -25,12 +25,15 @@ _GIB = float(1 << 30)
 
 
 def stage(context, planned):
-    """`planned` with the recomputes that cost less than their swaps."""
-    if not context.settings.recompute or planned.plan is None:
+    """`planned` with the recomputes that cost less than their swaps:
+    with `Settings.recompute` None (the default) when auto-tuning only,
+    with True also for fixed parameters, with False never."""
+    wanted = context.settings.recompute
+    if wanted is False or planned.plan is None:
         return planned
     if planned.autotuned:
         return _within_budget(context, planned)
-    if planned.plan.swaps:
+    if wanted and planned.plan.swaps:
         return _within_peak(context, planned)
     return planned
 
@@ -85,11 +88,18 @@ def _within_budget(context, planned):
     costs = {id(planned.plan): (planned.plan,
                                 recompute_cost(planned.plan, timer, start))}
     compute_s = math.fsum(timer.op_seconds)
+    # The timed replay of each plan offered: the searches below offer many
+    # plans more than once (ResNet50 1024x1024 at 1 GiB: 70 offers, 35
+    # plans), and a plan (frozen, compared by value) replays the same.
+    replays = {}
 
     def accept(candidate, current):
         if slower_than(candidate, costs[id(current)][1][0], timer, compute_s):
             return False
-        fitting = timed.fitting_replay(model, timer, candidate, budget)
+        if candidate not in replays:
+            replays[candidate] = timed.fitting_replay(model, timer,
+                                                      candidate, budget)
+        fitting = replays[candidate]
         if fitting is None:
             return False
         value = (fitting[1].with_lms_s, candidate.moved_bytes())
@@ -161,7 +171,7 @@ def _within_budget(context, planned):
                      context.interconnect.name,
                      final.peak_device_bytes / _GIB, budget / _GIB))
         return planned
-    _log_recomputes(log, chosen)
+    _log_recomputes(log, planned.index, chosen)
     log.info("[Simulator] With LMS and recomputes one step peaks at %.2f "
              "GiB of %.2f GiB at level %d (%s); predicted step %.1f ms, "
              "%.1f ms of it exposed transfer, %.1f ms recomputing" % (
@@ -196,13 +206,19 @@ def _within_peak(context, planned):
     chosen = planner.with_recomputes(planned.index, context.roles,
                                      planned.plan, accept,
                                      context.batch_size)
-    _log_recomputes(context.log, chosen)
+    _log_recomputes(context.log, planned.index, chosen)
     return dataclasses.replace(planned, plan=chosen)
 
 
-def _log_recomputes(log, plan):
+def _log_recomputes(log, index, plan):
+    """Which swapped tensors `plan` recomputes, each with the number of
+    operations cloned for it (debug level 1 lists the operations)."""
     if plan.recomputes:
         log.info("Recomputing %d swapped tensors (%.3f GiB) by cloning the "
-                 "operations that made them instead: %.3f GiB moved per step"
+                 "operations that made them instead: %.3f GiB moved per "
+                 "step; recomputed (cloned ops): %s"
                  % (len(plan.recomputes), plan.recompute_bytes() / _GIB,
-                    plan.moved_bytes() / _GIB))
+                    plan.moved_bytes() / _GIB, ", ".join(
+                        "%s:%d (%d)" % (index.names[rec.producer],
+                                        rec.output, len(rec.ops))
+                        for rec in plan.recomputes)))

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The TensorFlow 2 and Keras 3 tests on Python 3.13 with the newest
+# TensorFlow (setup.py allows Python 3.11 to 3.13; the other runs of
+# tools/run_tests.sh use 3.11).
+#
+# Usage: tools/ci_py313.sh [VENV] [PYTEST ARGS...]   (default .venv-py313)
+#
+# Creates VENV with python3.13 (from PATH, else pyenv's 3.13) if it does
+# not exist, installs tflms with the `tf` and `test` extras
+# (tools/install_test_deps.sh VENV tf), then runs the tests of TensorFlow 2
+# code and Keras 3 on it: `lms.function` steps, Keras 3 `fit` with the
+# callback, `tflms plan` and `tflms verify` on Keras 3 files, mixed
+# precision, the settings and the pure core, and the docs' TensorFlow 2
+# programs. As tools/ci_tf_latest.sh, with TF_USE_LEGACY_KERAS=1 (tf.keras
+# is Keras 2; the Keras 3 tests import keras themselves) and oneDNN on.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV="${1:-.venv-py313}"
+shift || true
+if [ ! -x "$VENV/bin/python" ]; then
+    PY313="$(command -v python3.13 || true)"
+    if [ -z "$PY313" ] && [ -x "$HOME/.pyenv/versions/3.13.0/bin/python3.13" ]; then
+        PY313="$HOME/.pyenv/versions/3.13.0/bin/python3.13"
+    fi
+    if [ -z "$PY313" ]; then
+        echo "tools/ci_py313.sh needs python3.13 on PATH (or pyenv's 3.13.0)" >&2
+        exit 1
+    fi
+    "$PY313" -m venv "$VENV"
+fi
+bash tools/install_test_deps.sh "$VENV" tf
+"$VENV/bin/python" -c 'import sys, tensorflow as tf, keras; print("Python", sys.version.split()[0], "TensorFlow", tf.__version__, "Keras", keras.__version__)'
+TF_ENABLE_ONEDNN_OPTS=1 TF_USE_LEGACY_KERAS=1 "$VENV/bin/python" -m pytest \
+    tests/test_function.py tests/test_keras3_fit.py tests/test_plan_keras3.py \
+    tests/test_verify_keras3.py tests/test_keras3_mixed_precision.py \
+    tests/test_swaps_ran.py \
+    tests/test_settings.py tests/test_pure_core.py tests/test_imports.py \
+    tests/test_docs.py -k "not test_doc_block_runs or tf2.md" "$@"
