@@ -290,14 +290,20 @@ def partition_graph_files(dump_dir):
     return set(glob.glob(os.path.join(dump_dir, "*_partition_*.pbtxt")))
 
 
-def swap_ops_in_partition_graphs(paths):
+def swap_ops_in_partition_graphs(paths, names=()):
     """``{swap op name: device}`` of LMS's swap ops in the partition graphs
     at `paths`, reading only the last graph TensorFlow dumped per function
-    and device (``<name>.<n>.pbtxt``, the highest ``n``). Names lose the
-    prefix inlining gives them: ``.../lms/swapin_3`` is ``lms/swapin_3``,
-    as in `RunResult.swapin_ops`."""
+    and device (``<name>.<n>.pbtxt``, the highest ``n``).
+
+    Inlining prefixes the names of a function's ops, and a swap-in's name
+    starts with its tensor's op (`rewriter.swapin_op_name`): a swap op is
+    known by the part of its name from ``lms/`` on (``.../conv/Relu-lms/
+    swapin_conv_Relu_0`` by ``lms/swapin_conv_Relu_0``), which is unique.
+    The keys are the names in `names` (such as `RunResult.swapin_ops`)
+    that were found, and ``lms/...`` for swap ops not in `names`."""
     # Imported here: only this check reads text protos.
     from google.protobuf import text_format  # pylint: disable=import-outside-toplevel
+    given = {"lms/" + n.rpartition("lms/")[2]: n for n in names}
     last = {}
     for path in paths:
         base = os.path.basename(path)[:-len(".pbtxt")]
@@ -312,5 +318,6 @@ def swap_ops_in_partition_graphs(paths):
         for node in graph_def.node:
             _, sep, own = node.name.rpartition("lms/")
             if sep and own.startswith(("swapout_", "swapin_")):
-                found["lms/" + own] = node.device
+                key = "lms/" + own
+                found[given.get(key, key)] = node.device
     return found
