@@ -244,6 +244,33 @@ def test_fusion_partners_see_through_identities():
         analysis.fusion_partners(index)
 
 
+def test_grappler_groups_are_neither_swapped_nor_ordered():
+    """A residual block's additions (bn_add -> res_add, Grappler makes one
+    AddN of them), a conv + bias add (one _FusedConv2D), and ops that
+    Grappler leaves as they are: an addition read twice, a Mul read by an
+    Add. The inner ops are not sources, no member triggers or waits."""
+    index = gi.from_edges(
+        [("x", "Placeholder"), ("conv", "Conv2D"), ("bias", "BiasAdd"),
+         ("scale", "Mul"), ("bn_add", "AddV2"), ("skip", "Identity"),
+         ("res_add", "AddV2"), ("relu", "Relu"), ("twice", "AddV2"),
+         ("late", "Relu"), ("sum", "AddN")],
+        edges=[("x", "conv"), ("conv", "bias"), ("bias", "scale"),
+               ("scale", "bn_add"), ("bn_add", "skip"), ("skip", "res_add"),
+               ("x", "res_add"), ("res_add", "relu"), ("relu", "twice"),
+               ("x", "twice"), ("twice", "late"), ("twice", "sum"),
+               ("late", "sum")])
+    inner, members = analysis.grappler_groups(index)
+    assert names_of(index, inner) == {"conv", "bn_add"}
+    assert names_of(index, members) == {"conv", "bias", "bn_add", "res_add"}
+    roles = analysis.classify_ops(index)
+    assert not names_of(index, roles.sources) & {"conv", "bn_add"}
+    assert {"bias", "scale", "res_add", "twice"} <= names_of(index,
+                                                             roles.sources)
+    assert not names_of(index, roles.triggers | roles.waiters) & {
+        "conv", "bias", "bn_add", "res_add"}
+    assert "scale" in names_of(index, roles.triggers)
+
+
 def test_ancestors_within():
     """x -> a -> b -> c, x -> s ~> c (control). Levels x 0, a 1, s 1, b 2,
     c 3."""

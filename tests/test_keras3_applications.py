@@ -15,8 +15,13 @@ passes, and an AddN adds its inputs in that order. A swap-in named
 an AddN sums (InceptionV3's and NASNetMobile's branches, DenseNet's
 concatenations) rounded differently; `rewriter.swapin_op_name` gives
 swap-ins names that sort where their tensors do.
-`test_lms_names_sorting_elsewhere_change_the_numbers` puts the old names
-back and sees the difference (the proof that this was the cause).
+Grappler's arithmetic optimizer and remapper merge an op into its one
+reader (an addition into the next, a convolution with its bias) only where
+the op has no other reader and no control edge; LMS leaves such groups
+alone (`analysis.grappler_groups`). With a swap or a trigger inside them,
+ResNet50's residual additions were grouped differently.
+`test_each_cause_turned_back_on_changes_the_numbers` puts each back alone
+and sees the difference (the proof that these were the causes).
 
 Keras 3 trains in eager mode and this test process has eager execution
 off (conftest.py): each application runs this file as a script in a
@@ -68,18 +73,21 @@ def _fit(keras, app, lms=None):
     return history.history["loss"], [v.numpy() for v in model.weights]
 
 
-def _main(app, dump_dir, names):
+def _main(app, dump_dir, mode):
     sys.path.insert(0, _ROOT)
     import numpy as np  # pylint: disable=import-outside-toplevel
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     import keras  # pylint: disable=import-outside-toplevel
-    from tflms import LMS, rewriter  # pylint: disable=import-outside-toplevel
+    from tflms import LMS, analysis, rewriter  # pylint: disable=import-outside-toplevel
     from tflms import function as function_mod  # pylint: disable=import-outside-toplevel
     tf.config.threading.set_inter_op_parallelism_threads(1)
-    if names == "lms":
+    if mode == "lms-names":
         # The names swap-ins had before: lms/swapin_<tensor>.
         rewriter.swapin_op_name = lambda t: rewriter.swap_op_name(
             "swapin", t)
+    elif mode == "no-groups":
+        # Swaps and control edges inside what Grappler merges, as before.
+        analysis.grappler_groups = lambda index: (frozenset(), frozenset())
     times = [time.perf_counter()]
     base_losses, base_weights = _fit(keras, app)
     times.append(time.perf_counter())
@@ -124,7 +132,7 @@ def _onednn():
     return os.environ.get("TF_ENABLE_ONEDNN_OPTS", "0")
 
 
-def _run(app, tmp_path, names="sorting", onednn=None):
+def _run(app, tmp_path, mode="as-is", onednn=None):
     dump = tmp_path / "dump"
     dump.mkdir()
     env = dict(os.environ, PYTHONPATH=_ROOT, TF_CPP_MIN_LOG_LEVEL="2",
@@ -134,7 +142,7 @@ def _run(app, tmp_path, names="sorting", onednn=None):
     env.pop("TF_USE_LEGACY_KERAS", None)  # Keras 3
     env.pop("KERAS_BACKEND", None)        # TensorFlow, Keras' default
     out = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), app, str(dump), names],
+        [sys.executable, os.path.abspath(__file__), app, str(dump), mode],
         env=env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-4000:]
     line = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
@@ -160,11 +168,16 @@ def test_applications_train_the_same_with_nearly_everything_swapped(
         assert r["different"] == 0
 
 
-def test_lms_names_sorting_elsewhere_change_the_numbers(tmp_path):
-    """The cause, turned back on: with swap-ins named ``lms/swapin_...``
-    (sorting after InceptionV3's own op names), Grappler orders the inputs
-    of the AddNs of gradients differently and weights differ."""
-    r = _run("InceptionV3", tmp_path, names="lms", onednn="0")
+@pytest.mark.parametrize("app,mode", [("InceptionV3", "lms-names"),
+                                      ("ResNet50", "no-groups")])
+def test_each_cause_turned_back_on_changes_the_numbers(app, mode, tmp_path):
+    """The causes, each turned back on alone, oneDNN off. With swap-ins
+    named ``lms/swapin_...`` (sorting after the model's own op names),
+    Grappler orders the inputs of InceptionV3's AddNs of gradients
+    differently. With swaps and control edges inside the groups Grappler
+    merges (`analysis.grappler_groups`), it groups ResNet50's residual
+    additions differently and leaves its first convolution unfused."""
+    r = _run(app, tmp_path, mode=mode, onednn="0")
     assert r["outcome"] == "rewritten" and r["missing"] == []
     assert r["different"] > 0
 

@@ -492,8 +492,8 @@ def fusion_partners(index):
     executor never runs it nor anything after it, silently, and the step
     ends without the weight updates that depend on it (nor the global
     step's `AssignAdd`, which waits for all of them). Grappler's own
-    remapper fusions decline ops with control edges, so they only change
-    rounding, never the computation.
+    remapper fusions decline ops with control edges, which would only
+    change rounding; LMS leaves those alone too (`grappler_groups`).
 
     Identities in between count as absent (Grappler removes them first).
 
