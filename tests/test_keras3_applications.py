@@ -89,7 +89,11 @@ def _main(app, dump_dir, mode):
         # Swaps and control edges inside what Grappler merges, as before.
         analysis.grappler_groups = lambda index: (frozenset(), frozenset())
     times = [time.perf_counter()]
+    # TensorFlow reads the dump folder at each dump: the fit without LMS
+    # writes none (hundreds of MB less).
+    prefix = os.environ.pop("TF_DUMP_GRAPH_PREFIX")
     base_losses, base_weights = _fit(keras, app)
+    os.environ["TF_DUMP_GRAPH_PREFIX"] = prefix
     times.append(time.perf_counter())
     lms = LMS(**FIXED)
     losses, weights = _fit(keras, app, lms)
@@ -132,11 +136,11 @@ def _onednn():
     return os.environ.get("TF_ENABLE_ONEDNN_OPTS", "0")
 
 
-def _run(app, tmp_path, mode="as-is", onednn=None):
+def _run(app, tmp_path, mode="as-is"):
     dump = tmp_path / "dump"
     dump.mkdir()
     env = dict(os.environ, PYTHONPATH=_ROOT, TF_CPP_MIN_LOG_LEVEL="2",
-               TF_ENABLE_ONEDNN_OPTS=onednn or _onednn(),
+               TF_ENABLE_ONEDNN_OPTS=_onednn(),
                TF_DUMP_GRAPH_PREFIX=str(dump),
                TF_DUMP_GRAPH_NAME_FILTER=DUMP_FILTER)
     env.pop("TF_USE_LEGACY_KERAS", None)  # Keras 3
@@ -177,7 +181,10 @@ def test_each_cause_turned_back_on_changes_the_numbers(app, mode, tmp_path):
     differently. With swaps and control edges inside the groups Grappler
     merges (`analysis.grappler_groups`), it groups ResNet50's residual
     additions differently and leaves its first convolution unfused."""
-    r = _run(app, tmp_path, mode=mode, onednn="0")
+    if _onednn() == "1":
+        pytest.skip("exact comparisons need oneDNN off: this test runs in "
+                    "the suite's pass with it off (tools/run_tests.sh)")
+    r = _run(app, tmp_path, mode=mode)
     assert r["outcome"] == "rewritten" and r["missing"] == []
     assert r["different"] > 0
 
