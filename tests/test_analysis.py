@@ -1,6 +1,8 @@
 """Analysis on literal graphs (`graph_index.from_edges`): no TensorFlow graph,
 no session; every expected set is worked out by hand in the docstrings."""
 
+import dataclasses
+
 import pytest
 
 from tflms import analysis
@@ -262,6 +264,11 @@ def test_grappler_groups_are_neither_swapped_nor_ordered():
     inner, members = analysis.grappler_groups(index)
     assert names_of(index, inner) == {"conv", "bn_add"}
     assert names_of(index, members) == {"conv", "bias", "bn_add", "res_add"}
+    # A Session graph's roles are as they were (its plans too) ...
+    roles = analysis.classify_ops(index)
+    assert {"conv", "bn_add"} <= names_of(index, roles.sources)
+    # ... a tf.function's step leaves the groups alone.
+    index = dataclasses.replace(index, keep_grappler_groups=True)
     roles = analysis.classify_ops(index)
     assert not names_of(index, roles.sources) & {"conv", "bn_add"}
     assert {"bias", "scale", "res_add", "twice"} <= names_of(index,

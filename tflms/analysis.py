@@ -411,11 +411,14 @@ def classify_ops(index, gpu_device=None, is_training=True, filters=None):
             triggers.add(i)
 
     # Ops Grappler merges with a neighbour only while they have one reader
-    # and no control edge (`grappler_groups`): LMS leaves them so.
-    inner, grouped = grappler_groups(index)
-    sources -= inner
-    triggers -= grouped
-    waiters -= grouped
+    # and no control edge (`grappler_groups`): in a tf.function's step LMS
+    # leaves them so. (Session graphs keep their plans for now: changing
+    # them changes every recorded plan and capacity.)
+    if index.keep_grappler_groups:
+        inner, grouped = grappler_groups(index)
+        sources -= inner
+        triggers -= grouped
+        waiters -= grouped
 
     if filters.get("incl_sources"):
         sources &= filters["incl_sources"]

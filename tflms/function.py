@@ -234,8 +234,10 @@ def step_of(graph):
     function; `tflms plan` and the benchmarks plan a Keras 3 train step
     with it)."""
     fetches = step_fetches(graph)
-    return fetches, _with_captured_variables(gi.build_index(graph, fetches),
-                                             graph)
+    index = _with_captured_variables(gi.build_index(graph, fetches), graph)
+    # Trained as the step without LMS, bit for bit: LMS leaves alone what
+    # Grappler merges (`analysis.grappler_groups`).
+    return fetches, dataclasses.replace(index, keep_grappler_groups=True)
 
 
 def rewrite_graph(lms, graph, start=None):
