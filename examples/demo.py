@@ -200,7 +200,7 @@ def executed_swaps(lms, run_metadata):
     added = set(result.swapout_ops) | set(result.swapin_ops)
     if isinstance(run_metadata, str):
         ran = set(function_mod.swap_ops_in_partition_graphs(
-            function_mod.partition_graph_files(run_metadata)))
+            function_mod.partition_graph_files(run_metadata), added))
     else:
         ran = {node.node_name for dev in run_metadata.step_stats.dev_stats
                for node in dev.node_stats}

@@ -144,7 +144,7 @@ def run_worker(args):
     losses, weights, swap_ops = train(args, strategy, lms)
     dump = os.environ.get("TF_DUMP_GRAPH_PREFIX")
     ran = lms_function.swap_ops_in_partition_graphs(
-        lms_function.partition_graph_files(dump)) if dump else {}
+        lms_function.partition_graph_files(dump), swap_ops) if dump else {}
     result = {"worker": index,
               "replica_devices": list(strategy.extended.worker_devices),
               "losses_without_lms": base_losses, "losses_with_lms": losses,

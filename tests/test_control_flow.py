@@ -168,8 +168,10 @@ def test_keras_learning_phase_v1_switch_swaps_and_deferred_zeros(
     # FusedBatchNormGradV3; each is swapped and the swap ops ran.
     switch_swaps = [s for s in plan.swaps if ops[s.producer].type == "Switch"]
     assert len(switch_swaps) == 3
-    names = {rewriter.swap_op_name(kind, ops[s.producer].outputs[s.output].name)
-             for s in switch_swaps for kind in ("swapout", "swapin")}
+    names = {name(ops[s.producer].outputs[s.output].name)
+             for s in switch_swaps
+             for name in (lambda t: rewriter.swap_op_name("swapout", t),
+                          rewriter.swapin_op_name)}
     assert names <= set(executed), sorted(names - set(executed))
     assert_live_swaps_ran(graph, result, md)
     # The three untaken-branch gradient zeros wait for an op of the backward

@@ -436,9 +436,9 @@ def _case_fit(keras, tf, dump_dir, steps_per_execution="1"):
     losses, weights = fit(lms)
     result = lms.last_run
     from tflms import function as function_mod  # pylint: disable=import-outside-toplevel
-    ran = function_mod.swap_ops_in_partition_graphs(
-        function_mod.partition_graph_files(dump_dir))
     swap_ops = list(result.swapout_ops) + list(result.swapin_ops)
+    ran = function_mod.swap_ops_in_partition_graphs(
+        function_mod.partition_graph_files(dump_dir), swap_ops)
     return dict(
         outcome=result.outcome.value, swapouts=len(result.swapout_ops),
         base_losses=base_losses, losses=losses,

@@ -133,8 +133,8 @@ def _case_fit(keras, tf, dump_dir, model_name="cnn", steps_per_execution=1,
                                          **compile_args)
     result = lms.last_run
     graphs = function_mod.partition_graph_files(dump_dir)
-    ran = function_mod.swap_ops_in_partition_graphs(graphs)
     swap_ops = list(result.swapout_ops) + list(result.swapin_ops)
+    ran = function_mod.swap_ops_in_partition_graphs(graphs, swap_ops)
     after = dict(own_step="train_step" not in vars(model),
                  jit_compile=model.jit_compile,
                  train_function=model.train_function is None)
@@ -145,7 +145,8 @@ def _case_fit(keras, tf, dump_dir, model_name="cnn", steps_per_execution=1,
     # And again with the callback: its step is reused, planned once.
     again(lms)
     reused = function_mod.swap_ops_in_partition_graphs(
-        function_mod.partition_graph_files(dump_dir) - graphs - later_graphs)
+        function_mod.partition_graph_files(dump_dir) - graphs - later_graphs,
+        swap_ops)
     return dict(
         outcome=result.outcome.value, swapouts=len(result.swapout_ops),
         swapins=len(result.swapin_ops),

@@ -38,10 +38,10 @@ def test_late_reader_reads_a_clone_and_the_original_stays():
                  recompute=True).run(graph)
     plan = result.planned.plan
     assert plan.swaps == () and len(plan.recomputes) == 1
-    assert result.rewrite.recompute_ops == ("lms/recompute_a_0/a",)
+    assert result.rewrite.recompute_ops == ("a-lms/recompute_a_0/a",)
     assert result.swapout_ops == () and result.swapin_ops == ()
     assert len(graph.get_operations()) == before + 1
-    clone = graph.get_operation_by_name("lms/recompute_a_0/a")
+    clone = graph.get_operation_by_name("a-lms/recompute_a_0/a")
     assert clone.type == "Relu"
     assert [t.name for t in clone.inputs] == ["x:0"]
     assert clone.get_attr("T") == tf.float32
@@ -51,7 +51,7 @@ def test_late_reader_reads_a_clone_and_the_original_stays():
     assert trigger in ("f3", "f4", "f5")
     late = graph.get_operation_by_name("late")
     assert [t.name for t in late.inputs] == ["f6:0",
-                                             "lms/recompute_a_0/a:0"]
+                                             "a-lms/recompute_a_0/a:0"]
     assert [c.name for c in graph.get_tensor_by_name("a:0").consumers()] \
         == ["f1"]
     np.testing.assert_array_equal(run_out(graph, value), expected)

@@ -44,10 +44,10 @@ def test_unchanged_graph_is_rewritten():
     index, plan = indexed_plan(graph)
     result = rewriter.apply_plan(graph, index, plan, CPU)
     assert result.swapout_ops == ("lms/swapout_f1_0",)
-    assert result.swapin_ops == ("lms/swapin_f1_0",)
+    assert result.swapin_ops == ("f1-lms/swapin_f1_0",)
     assert result.rerouted_inputs == 1
     assert graph.get_operation_by_name("g1").inputs[1].op.name == \
-        "lms/swapin_f1_0"
+        "f1-lms/swapin_f1_0"
 
 
 def test_an_op_added_after_indexing_is_refused():

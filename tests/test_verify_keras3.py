@@ -72,8 +72,8 @@ def moved(model, step, data, steps):
         v.assign(v + 1e-3)
     return out
 
-def one_hidden(paths):
-    ran = dict(found(paths))
+def one_hidden(paths, names=()):
+    ran = dict(found(paths, names))
     hidden.append(sorted(ran)[0])
     del ran[hidden[0]]
     return ran

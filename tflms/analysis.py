@@ -38,6 +38,7 @@ __all__ = [
     "ops_matching",
     "ancestors_within",
     "fusion_partners",
+    "grappler_groups",
     "learning_parameter_bytes",
     "has_training_ops",
     "largest_device_op",
@@ -434,6 +435,16 @@ def classify_ops(index, gpu_device=None, is_training=True, filters=None,
                 and not index.in_v1_cond[i] and i not in maybe_dead):
             triggers.add(i)
 
+    # Ops Grappler merges with a neighbour only while they have one reader
+    # and no control edge (`grappler_groups`): in a tf.function's step LMS
+    # leaves them so. (Session graphs keep their plans for now: changing
+    # them changes every recorded plan and capacity.)
+    if index.keep_grappler_groups:
+        inner, grouped = grappler_groups(index)
+        sources -= inner
+        triggers -= grouped
+        waiters -= grouped
+
     if filters.get("incl_sources"):
         sources &= filters["incl_sources"]
     sources -= filters.get("excl_sources", frozenset())
@@ -509,8 +520,8 @@ def fusion_partners(index):
     executor never runs it nor anything after it, silently, and the step
     ends without the weight updates that depend on it (nor the global
     step's `AssignAdd`, which waits for all of them). Grappler's own
-    remapper fusions decline ops with control edges, so they only change
-    rounding, never the computation.
+    remapper fusions decline ops with control edges, which would only
+    change rounding; LMS leaves those alone too (`grappler_groups`).
 
     Identities in between count as absent (Grappler removes them first).
 
@@ -539,6 +550,52 @@ def fusion_partners(index):
             if types[p] in ("Pad", "MirrorPad"):
                 pair(p, op)
     return {k: frozenset(v) for k, v in partners.items()}
+
+
+# Op kinds Grappler merges into their one reader: the arithmetic
+# optimizer's AddOpsRewrite collapses trees of Add, AddV2 and AddN into an
+# AddN per input shape and its MinimizeBroadcasts reorders chains of Mul;
+# the remapper fuses a convolution or product with its BiasAdd, and a
+# BiasAdd with its activation (one _FusedConv2D / _FusedMatMul kernel).
+_ADD = ("Add", "AddV2", "AddN")
+_MERGED_INTO = {
+    **{t: _ADD for t in _ADD},
+    "Mul": ("Mul",),
+    **{t: ("BiasAdd",) for t in ("Conv2D", "Conv3D", "DepthwiseConv2dNative",
+                                 "MatMul")},
+    "BiasAdd": ("Relu", "Relu6", "Elu", "LeakyRelu", "Tanh", "Sigmoid"),
+}
+
+
+def grappler_groups(index):
+    """Ops Grappler merges with their reader, which LMS must leave alone.
+
+    The arithmetic optimizer turns ``(a + b) + c`` into ``AddN(a, b, c)``
+    (which rounds differently from the additions as written) and the
+    remapper fuses a ``Conv2D`` with its ``BiasAdd`` (`_MERGED_INTO`), but
+    only where the inner op has exactly one reader and no op of the group
+    has a control edge in or out. LMS would change that: a swap-out is a
+    second reader, a swap-in between the two ops hides the inner one, and
+    a trigger or a waiter gets a control edge. The step would then round
+    differently from the step without LMS. Identities in between count as
+    absent (Grappler removes them first).
+
+    Returns:
+      ``(inner, members)``, frozensets of op ids: `inner` the ops merged
+      into their reader (their output is not swapped), `members` those
+      and their readers (never triggers or waiters).
+    """
+    types = index.types
+    inner, members = set(), set()
+    for op, t in enumerate(types):
+        into = _MERGED_INTO.get(t)
+        if into is None or not index.consumers[op]:
+            continue
+        readers = _readers_of(index, (op, 0))
+        if len(readers) == 1 and types[readers[0]] in into:
+            inner.add(op)
+            members.update((op, readers[0]))
+    return frozenset(inner), frozenset(members)
 
 
 def _readers_of(index, tensor):

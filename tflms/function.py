@@ -50,7 +50,8 @@ from tflms.results import EagerModeError, Outcome, RunResult
 
 __all__ = ["function", "LMSFunction", "UnsupportedFunctionError",
            "step_fetches", "step_of", "rewrite_graph",
-           "partition_graph_files", "swap_ops_in_partition_graphs"]
+           "partition_graph_files", "swap_ops_in_partition_graphs",
+           "swap_ops_in_graph_defs"]
 
 
 class UnsupportedFunctionError(ValueError):
@@ -256,8 +257,11 @@ def step_of(graph, variable_devices=False):
     one device of several counts on it the variables it holds (each
     replica of a tf.distribute strategy has its own copies)."""
     fetches = step_fetches(graph)
-    return fetches, _with_captured_variables(gi.build_index(graph, fetches),
-                                             graph, variable_devices)
+    index = _with_captured_variables(gi.build_index(graph, fetches), graph,
+                                     variable_devices)
+    # Trained as the step without LMS, bit for bit: LMS leaves alone what
+    # Grappler merges (`analysis.grappler_groups`).
+    return fetches, dataclasses.replace(index, keep_grappler_groups=True)
 
 
 def rewrite_graph(lms, graph, start=None, worker=None):
@@ -347,12 +351,11 @@ def partition_graph_files(dump_dir):
     return set(glob.glob(os.path.join(dump_dir, "*_partition_*.pbtxt")))
 
 
-def swap_ops_in_partition_graphs(paths):
+def swap_ops_in_partition_graphs(paths, names=()):
     """``{swap op name: device}`` of LMS's swap ops in the partition graphs
     at `paths`, reading only the last graph TensorFlow dumped per function
-    and device (``<name>.<n>.pbtxt``, the highest ``n``). Names lose the
-    prefix inlining gives them: ``.../lms/swapin_3`` is ``lms/swapin_3``,
-    as in `RunResult.swapin_ops`."""
+    and device (``<name>.<n>.pbtxt``, the highest ``n``); names as
+    `swap_ops_in_graph_defs` gives them."""
     # Imported here: only this check reads text protos.
     from google.protobuf import text_format  # pylint: disable=import-outside-toplevel
     last = {}
@@ -361,11 +364,27 @@ def swap_ops_in_partition_graphs(paths):
         key, seq = base.split(".")[0], int(base.split(".")[1])
         if key not in last or seq > last[key][0]:
             last[key] = (seq, path)
-    found = {}
+    graph_defs = []
     for _, path in last.values():
         graph_def = tf.compat.v1.GraphDef()
         with open(path, encoding="utf-8") as f:
             text_format.Parse(f.read(), graph_def)
+        graph_defs.append(graph_def)
+    return swap_ops_in_graph_defs(graph_defs, names)
+
+
+def swap_ops_in_graph_defs(graph_defs, names=()):
+    """``{swap op name: device}`` of LMS's swap ops in `graph_defs`.
+
+    Inlining prefixes the names of a function's ops, and a swap-in's name
+    starts with its tensor's op (`rewriter.swapin_op_name`): a swap op is
+    known by the part of its name from ``lms/`` on (``.../conv/Relu-lms/
+    swapin_conv_Relu_0`` by ``lms/swapin_conv_Relu_0``), which is unique.
+    The keys are the names in `names` (such as `RunResult.swapin_ops`)
+    that were found, and ``lms/...`` for swap ops not in `names`."""
+    given = {"lms/" + n.rpartition("lms/")[2]: n for n in names}
+    found = {}
+    for graph_def in graph_defs:
         for node in graph_def.node:
             # Swap ops are Identity ops: TensorFlow's own nodes named
             # after them (a NoOp grouping a swap-in's cross-device
@@ -374,5 +393,6 @@ def swap_ops_in_partition_graphs(paths):
                 continue
             _, sep, own = node.name.rpartition("lms/")
             if sep and own.startswith(("swapout_", "swapin_")):
-                found["lms/" + own] = node.device
+                key = "lms/" + own
+                found[given.get(key, key)] = node.device
     return found

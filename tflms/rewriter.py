@@ -6,7 +6,7 @@ everything they can before the first edit, so an error leaves the graph as
 it was.
 
 A swap-out and its swap-ins are `Identity` ops pinned to the CPU device,
-named ``lms/swapout_<tensor>`` / ``lms/swapin_<tensor>``, and carry the
+named ``lms/swapout_<tensor>`` / ``<op>-lms/swapin_<tensor>``, and carry the
 ``_grappler_do_not_remove`` attribute so that Grappler's dependency and
 arithmetic optimizers keep them (without it, on a machine where everything
 runs on the CPU, an Identity between two CPU ops would be folded away).
@@ -17,13 +17,24 @@ inputs, and Grappler may make two swap ops equal (the swap-outs of a
 tensor and of a copy of it that constant folding reduces to the tensor,
 such as ``x * 1.0`` in the swish gradient; two swap-ins of one tensor whose
 triggers the dependency optimizer pruned). A merged swap op would not
-run where the plan put it. A plan that
+run where the plan put it.
+
+A swap-in's name starts with the name of the op whose tensor it brings
+back (`swapin_op_name`), and so does a recompute's clone (`clone_op_name`):
+Grappler sorts the inputs of commutative ops by name (AddN, Add, Mul,
+...; its canonicalization, before common-subexpression elimination and
+the arithmetic optimizer) and an AddN adds its inputs in that order. An
+``lms/...`` input would sort elsewhere than the tensor it replaces, and
+the gradients summed by an AddN would round differently from the step
+without LMS. ``<op>-...`` sorts exactly where ``<op>`` does against every
+other name (``-`` sorts before every other character of op names), and
+``<op>>k-...`` where ``<op>:k`` does against the other ops' names. A plan that
 only serializes levels adds no swap op, so it leaves a marker instead: an
 unconnected ``NoOp`` named ``lms/serialization`` on the device of the
 serialized ops (never fetched, so it never runs)::
 
     before:  (src) --t--> (consumer)
-    after:   (src) --t--> [lms/swapout_t] --> [lms/swapin_t] --> (consumer)
+    after:   (src) --t--> [lms/swapout_t] --> [src-lms/swapin_t] --> (consumer)
                                                    ^ ctrl
                                                (trigger)
 
@@ -35,7 +46,7 @@ readers to the last clone; the original ops are not touched::
     before:  (x) --> (bn) --y--> (relu) --z--> (near) ...... (late)
     after:   (x) --> (bn) --y--> (relu) --z--> (near)
               |
-              +--> [lms/recompute_z/bn] --> [lms/recompute_z/relu] --> (late)
+              +--> [bn-lms/recompute_z/bn] --> [relu-lms/recompute_z/relu] --> (late)
                          ^ ctrl                    ^ ctrl
                      (trigger)                 (trigger)
 """
@@ -49,7 +60,8 @@ from tensorflow.core.framework import attr_value_pb2
 from tflms import step as step_mod
 
 __all__ = ["SWAP_MARKER_ATTR", "SERIALIZATION_MARKER", "RewriteResult",
-           "apply_plan", "is_rewritten", "swap_op_name", "clone_op_name"]
+           "apply_plan", "is_rewritten", "swap_op_name", "swapin_op_name",
+           "clone_op_name"]
 
 # Attribute set on every op LMS adds; its presence means "already rewritten".
 SWAP_MARKER_ATTR = "_tflms"
@@ -95,11 +107,28 @@ def swap_op_name(kind, tensor_name):
     return "lms/%s_%s" % (kind, tensor_name.replace("/", "_").replace(":", "_"))
 
 
-def clone_op_name(tensor_name, op_name):
-    """``lms/recompute_relu_0/bn`` style names: the clone of `op_name` made
-    to recompute `tensor_name`."""
-    return "%s/%s" % (swap_op_name("recompute", tensor_name),
-                      op_name.replace("/", "_"))
+def _sorting_prefix(tensor_name):
+    """A name prefix that sorts, against other ops' names, where
+    `tensor_name` (``op`` or ``op:k``, as an input of a NodeDef) sorts."""
+    op_name, _, output = tensor_name.rpartition(":")
+    if output in ("", "0"):
+        return op_name + "-"
+    return "%s>%s-" % (op_name, output)
+
+
+def swapin_op_name(tensor_name):
+    """``conv1/Relu-lms/swapin_conv1_Relu_0`` style names: a swap-in of
+    `tensor_name`, sorting where it does (module docstring)."""
+    return _sorting_prefix(tensor_name) + swap_op_name("swapin", tensor_name)
+
+
+def clone_op_name(tensor_name, op_name, output=0):
+    """``bn-lms/recompute_relu_0/bn`` style names: the clone of `op_name`
+    made to recompute `tensor_name`, sorting where ``op_name:output`` does
+    (module docstring)."""
+    return "%s%s/%s" % (_sorting_prefix("%s:%d" % (op_name, output)),
+                        swap_op_name("recompute", tensor_name),
+                        op_name.replace("/", "_"))
 
 
 def is_rewritten(graph, gpu_device_filter=None):
@@ -264,7 +293,7 @@ def apply_plan(graph, index, plan, cpu_device):
             swapouts.append(swapout.op.name)
             for k, sin in enumerate(swap.swap_ins):
                 swapin = _new_identity(graph, swapout,
-                                       swap_op_name("swapin", tensor.name))
+                                       swapin_op_name(tensor.name))
                 swapins.append(swapin.op.name)
                 swapin_of[(swap.producer, swap.output, k)] = swapin
                 for consumer, slot in sin.consumers:
@@ -291,9 +320,11 @@ def apply_plan(graph, index, plan, cpu_device):
                         clones_of[src[1:3]][src[3]].outputs[src[4]])
                 else:
                     inputs.append(ops[src[1]].outputs[src[2]])
+            # The last clone is read at the recomputed tensor's output.
+            read = rec.output if op_id == rec.ops[-1] else 0
             with _outside_user_context(graph, op.device, _CLONE_ATTRS):
                 clone = _new_clone(graph, op, inputs,
-                                   clone_op_name(tensor.name, op.name))
+                                   clone_op_name(tensor.name, op.name, read))
             made.append(clone)
             clones.append(clone.name)
             add_controls(clone, [ops[rec.trigger]])

@@ -33,8 +33,9 @@ import contextlib
 import dataclasses
 
 from tflms import _tf_function
+from tflms import function
 
-__all__ = ["SwapsRan", "watch_swaps", "swap_ops_in_graph_defs"]
+__all__ = ["SwapsRan", "watch_swaps"]
 
 
 @dataclasses.dataclass
@@ -77,23 +78,10 @@ class SwapsRan:
         return text
 
 
-def swap_ops_in_graph_defs(graph_defs):
-    """``{swap op name: device}`` of LMS's swap operations in `graph_defs`.
-    Names lose the prefix inlining gives them: ``.../lms/swapin_3`` is
-    ``lms/swapin_3``, as in `RunResult.swapin_ops`."""
-    found = {}
-    for graph_def in graph_defs:
-        for node in graph_def.node:
-            _, sep, own = node.name.rpartition("lms/")
-            if sep and own.startswith(("swapout_", "swapin_")):
-                found["lms/" + own] = node.device
-    return found
-
-
 def _checked(result, graph_defs):
     expected = (tuple(result.swapout_ops) + tuple(result.swapin_ops)
                 if result is not None else ())
-    found = swap_ops_in_graph_defs(graph_defs)
+    found = function.swap_ops_in_graph_defs(graph_defs, expected)
     ran = {name: found[name] for name in expected if name in found}
     return SwapsRan(expected=expected, ran=ran,
                     missing=tuple(n for n in expected if n not in ran),

@@ -147,7 +147,7 @@ def verify(path, lms, dump_dir, steps=3, batch_size=None, loss=None,
     added = (list(result.swapout_ops) + list(result.swapin_ops)
              if result is not None else [])
     ran = function_mod.swap_ops_in_partition_graphs(
-        function_mod.partition_graph_files(dump_dir))
+        function_mod.partition_graph_files(dump_dir), added)
     # The rewrite edits `graph` in place; its fetches stay the same ops.
     entering = sorted(set(tf_reader.fan_in(fetch_ops)) - before
                       - set(added))

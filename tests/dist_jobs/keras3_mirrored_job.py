@@ -142,7 +142,8 @@ def train(out, model_name, mode):
         # The graphs this fit's train function ran (dumped after the
         # earlier modes').
         record["executed"] = function_mod.swap_ops_in_partition_graphs(
-            function_mod.partition_graph_files(dump) - earlier)
+            function_mod.partition_graph_files(dump) - earlier,
+            record["swapins"] + record["swapouts"])
         for device, replica in (result.replicas or (("", result),)):
             planned = replica.planned
             record["plans"].append({

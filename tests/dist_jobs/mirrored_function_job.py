@@ -95,9 +95,10 @@ def train(out, mode):
         record["swaps"] = [
             {k: _without_job(v) for k, v in swap.items()}
             for swap in describe_swaps(graph, [lms])]
+        names = [s[k] for s in record["swaps"] for k in ("swapin", "swapout")]
         record["executed"] = sorted(function_mod.swap_ops_in_partition_graphs(
             function_mod.partition_graph_files(
-                os.environ["TF_DUMP_GRAPH_PREFIX"])))
+                os.environ["TF_DUMP_GRAPH_PREFIX"]), names))
     save_result(out, "function_" + mode, mode,
                 {v.name: v.numpy() for v in weights}, record)
 

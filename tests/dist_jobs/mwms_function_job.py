@@ -137,7 +137,8 @@ def train(strategy, out, mode, worker):
             for name in record["swapout_ops"] + record["swapin_ops"]})
         record["executed"] = function_mod.swap_ops_in_partition_graphs(
             function_mod.partition_graph_files(
-                os.environ["TF_DUMP_GRAPH_PREFIX"]))
+                os.environ["TF_DUMP_GRAPH_PREFIX"]),
+            record["swapout_ops"] + record["swapin_ops"])
     save_result(out, "%s.worker%d" % (mode, worker), mode,
                 {v.name.split(":")[0]: v.numpy() for v in weights}, record)
 

@@ -127,6 +127,10 @@ class GraphIndex:
       step_rule: how the fetches were found, for the log.
       graph_num_ops: ops in the whole graph when it was indexed (the
         rewriter's check that the graph has not changed since).
+      keep_grappler_groups: LMS swaps nothing out of, and adds no control
+        edge to, the groups of ops Grappler merges
+        (`analysis.grappler_groups`); set for a tf.function's step
+        (`tflms.function.step_of`).
     """
 
     ops: tuple
@@ -157,6 +161,7 @@ class GraphIndex:
     fetches: tuple = ()
     step_rule: str = "the whole graph"
     graph_num_ops: int = 0
+    keep_grappler_groups: bool = False
 
     @property
     def num_ops(self):
