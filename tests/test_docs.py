@@ -80,7 +80,10 @@ def test_docs_have_runnable_blocks():
     runnable = [b for b in BLOCKS if b.values[0].not_run is None]
     assert len(runnable) >= 8, "expected the docs to carry runnable code"
     skipped = len(BLOCKS) - len(runnable)
-    assert skipped <= 3, ("not-run is for rare cases; %d blocks use it"
+    # Today: two GPUs, and three jobs of several processes (Horovod ranks,
+    # the Estimator's and a custom loop's MultiWorkerMirroredStrategy
+    # workers), each run whole by a test job or an example.
+    assert skipped <= 4, ("not-run is for rare cases; %d blocks use it"
                           % skipped)
 
 
