@@ -13,7 +13,7 @@
 #   3. the newest TensorFlow with tf-keras (.venv-tf-latest, installed by
 #      tools/ci_tf_latest.sh): the whole suite, TF_ENABLE_ONEDNN_OPTS=1;
 #   4. the newest TensorFlow on Python 3.13 (.venv-py313, installed by
-#      tools/ci_py313.sh): the TensorFlow 2 and Keras 3 tests, oneDNN on.
+#      tools/ci_py313.sh): the TensorFlow 2 and Keras 3 fit tests, oneDNN off.
 #
 # Usage: tools/run_tests.sh [VENV]   (default: .venv-tf215); extra pytest
 # arguments may follow the venv and are passed to every run.
@@ -31,6 +31,6 @@ echo "== oneDNN on: tests marked numerics"
 TF_ENABLE_ONEDNN_OPTS=1 "$PY" -m pytest -m numerics "$@" || status=1
 echo "== newest TensorFlow with tf-keras, oneDNN on: whole suite"
 TF_ENABLE_ONEDNN_OPTS=1 bash tools/ci_tf_latest.sh .venv-tf-latest "$@" || status=1
-echo "== Python 3.13, newest TensorFlow, oneDNN on: TensorFlow 2 and Keras 3 tests"
+echo "== Python 3.13, newest TensorFlow, oneDNN off: TensorFlow 2 and Keras 3 fit tests"
 bash tools/ci_py313.sh .venv-py313 "$@" || status=1
 exit $status
