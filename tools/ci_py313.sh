@@ -22,12 +22,21 @@ cd "$(dirname "$0")/.."
 VENV="${1:-.venv-py313}"
 shift || true
 if [ ! -x "$VENV/bin/python" ]; then
-    PY313="$(command -v python3.13 || true)"
-    if [ -z "$PY313" ] && [ -x "$HOME/.pyenv/versions/3.13.0/bin/python3.13" ]; then
-        PY313="$HOME/.pyenv/versions/3.13.0/bin/python3.13"
-    fi
+    # A python3.13 that runs: pyenv's shim is on the PATH even where 3.13
+    # is not the selected version, and then fails, so each is tried.
+    PY313=""
+    for cand in "$(command -v python3.13 || true)" \
+            "$HOME"/.pyenv/versions/3.13*/bin/python3.13; do
+        if [ -n "$cand" ] && [ -x "$cand" ] && \
+                "$cand" -c 'import sys; assert sys.version_info[:2] == (3, 13)' \
+                >/dev/null 2>&1; then
+            PY313="$cand"
+            break
+        fi
+    done
     if [ -z "$PY313" ]; then
-        echo "tools/ci_py313.sh needs python3.13 on PATH (or pyenv's 3.13.0)" >&2
+        echo "tools/ci_py313.sh needs a python3.13 that runs (on the PATH, or" \
+             "pyenv's 3.13 under ~/.pyenv/versions)" >&2
         exit 1
     fi
     "$PY313" -m venv "$VENV"
