@@ -8,10 +8,10 @@ the index already. So every function here also works on a literal graph
 from `graph_index.from_edges`.
 
 Why one module: it is a flat list of small functions, the longest
-`classify_ops` at 80 lines, and `classify_ops` calls most of the others (inactive, constant,
-possibly-dead, collective ops, fusion partners, device matching) to make
-the `OpRoles` every stage plans with; splitting it by topic would only
-move those calls across modules.
+`classify_ops` at 80 lines, and `classify_ops` calls most of the others
+(inactive, constant, possibly-dead, collective ops, fusion partners,
+device matching) to make the `OpRoles` every stage plans with; splitting
+it by topic would only move those calls across modules.
 """
 
 import dataclasses

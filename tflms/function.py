@@ -286,17 +286,21 @@ def rewrite_graph(lms, graph, start=None, worker=None):
         if len(devices) < 2:
             return lms._run(graph, fetches, start, index=index,  # pylint: disable=protected-access
                             worker=worker)
-        return _rewrite_per_device(lms, graph, devices, start, worker)
+        return _rewrite_per_device(lms, graph, devices, fetches, index,
+                                   start, worker)
 
 
-def _rewrite_per_device(lms, graph, devices, start, worker):
+def _rewrite_per_device(lms, graph, devices, fetches, index, start, worker):
     """Plan and rewrite the step of `graph` one compute device at a time:
     a tf.distribute strategy puts each replica's ops on its own device,
     and each device has its own memory, so each replica is planned for its
     own budget (as an LMS with ``gpu_device`` set to that device would).
-    `worker`: as for `rewrite_graph` (its host takes the swap ops)."""
+    `fetches`, `index`: `step_of(graph)`; `worker`: as for `rewrite_graph`
+    (its host takes the swap ops)."""
     by_device = []
-    fetches, index = step_of(graph, variable_devices=True)
+    # The index `rewrite_graph` built, with each captured variable on its
+    # replica's device: nothing else differs, so it is not built again.
+    index = _with_captured_variables(index, graph, variable_devices=True)
     for device in devices:
         replica = type(lms).from_settings(
             lms.settings.replace(gpu_device=device))

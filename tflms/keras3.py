@@ -182,10 +182,7 @@ def begin(lms, model, previous=None, on_error=None):
         step_fn = previous.step
     else:
         step_fn = function_mod.LMSFunction(current, lms)
-    jit_compile = bool(model.jit_compile)
-    if jit_compile:
-        log.warning(_JIT_MESSAGE)
-        model.jit_compile = False
+    jit_compile = _xla_off(model, log)
     model.train_step = step_fn
     if own_step is not None:
         model.__dict__["_tflms_own_train_step"] = own_step
@@ -195,9 +192,7 @@ def begin(lms, model, previous=None, on_error=None):
     log.info("Keras 3 fit: LMS rewrites the model's training step "
              "(model.train_step) when Keras traces its train function%s; "
              "the model gets its own step back after the fit"
-             % (" (steps_per_execution=%d: in its loop)"
-                % model.steps_per_execution
-                if getattr(model, "steps_per_execution", 1) > 1 else ""))
+             % _loop_note(model))
     return Keras3Fit(model, step_fn, own_step, jit_compile)
 
 
@@ -214,10 +209,7 @@ def _begin_distributed(lms, model, strategy, previous, on_error):
     log = lms._log  # pylint: disable=protected-access
     name = type(strategy).__name__
     own_step = model.__dict__.get("train_step")
-    jit_compile = bool(model.jit_compile)
-    if jit_compile:
-        log.warning(_JIT_MESSAGE)
-        model.jit_compile = False
+    jit_compile = _xla_off(model, log)
     model.make_train_function(force=True)
     cell = _one_step_cell(model.train_function)
     if cell is None:
@@ -241,11 +233,24 @@ def _begin_distributed(lms, model, strategy, previous, on_error):
              "Keras runs each step on every replica (one_step_on_data, "
              "which calls strategy.run), each replica's device planned for "
              "its own memory, when Keras traces its train function%s"
-             % (name, strategy.num_replicas_in_sync,
-                " (steps_per_execution=%d: in its loop)"
-                % model.steps_per_execution
-                if getattr(model, "steps_per_execution", 1) > 1 else ""))
+             % (name, strategy.num_replicas_in_sync, _loop_note(model)))
     return Keras3Fit(model, step_fn, own_step, jit_compile, strategy)
+
+
+def _xla_off(model, log):
+    """Turn XLA off for the model's next train function (logged); returns
+    ``model.jit_compile`` as it was, for `end`."""
+    jit_compile = bool(model.jit_compile)
+    if jit_compile:
+        log.warning(_JIT_MESSAGE)
+        model.jit_compile = False
+    return jit_compile
+
+
+def _loop_note(model):
+    """The log's note on Keras' step loop, or '' for one step a call."""
+    spe = getattr(model, "steps_per_execution", 1)
+    return " (steps_per_execution=%d: in its loop)" % spe if spe > 1 else ""
 
 
 def _closure(fn):
