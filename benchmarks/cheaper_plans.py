@@ -34,7 +34,7 @@ sys.path[:0] = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
 
 from benchmarks import common  # noqa: E402
 from benchmarks import models  # noqa: E402
-from tflms import graph_index as gi  # noqa: E402
+from tflms.tf import reader as tf_reader
 from tflms import pipeline  # noqa: E402
 from tflms import steptime  # noqa: E402
 from tflms.settings import Settings  # noqa: E402
@@ -66,7 +66,7 @@ def measure(model, size=None, batch=1, gpu_mem=16.0,
     per call then (each call builds the model afresh)."""
     start = time.perf_counter()
     built = models.build_sized(model, size, batch)
-    index = gi.build_index(built.graph)
+    index = tf_reader.build_index(built.graph)
     print("# built %s (%d ops) in %.0f s" % (
         built.description, index.num_ops, time.perf_counter() - start),
         file=sys.stderr, flush=True)

@@ -23,6 +23,7 @@ from benchmarks import common
 from benchmarks import timing
 # One table of links for the library and the benchmarks: (label, GB/s per
 # direction, theoretical peak), with its sources in tflms/hardware.py.
+from tflms.tf import reader
 from tflms.steptime import LINKS
 
 __all__ = ["LINKS", "run", "transfer_table", "tables"]
@@ -36,12 +37,11 @@ def run(case):
     common.setup_tensorflow(case.get("control_flow", "v2"))
     from benchmarks import measure, models  # pylint: disable=import-outside-toplevel
     from tflms import pipeline  # pylint: disable=import-outside-toplevel
-    from tflms import graph_index as gi  # pylint: disable=import-outside-toplevel
     from tflms.settings import Settings  # pylint: disable=import-outside-toplevel
     out = {"case": case, "done": False}
     plain = models.build(case["model"], **case["kwargs"])
     out.update(ops=plain.num_ops, description=plain.description)
-    index = gi.build_index(plain.graph)
+    index = reader.build_index(plain.graph)
     roles = pipeline.classify(index, Settings())
     budget, _ = timing.budget_gib(case, index, roles, plain.batch_size)
     out["budget_gib"] = budget

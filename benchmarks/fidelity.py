@@ -44,11 +44,12 @@ TOLERANCE = 0.05
 
 def _plan_and_measure(case, budget, models, oracle):
     """One auto-tuned plan on a fresh build: simulator and oracle peaks."""
-    from tflms import autotune, pipeline, rewriter  # pylint: disable=import-outside-toplevel
-    from tflms import graph_index as gi  # pylint: disable=import-outside-toplevel
+    from tflms import autotune, pipeline
+    from tflms.tf import rewriter  # pylint: disable=import-outside-toplevel
+    from tflms.tf import reader as tf_reader  # pylint: disable=import-outside-toplevel
     from tflms.settings import Settings  # pylint: disable=import-outside-toplevel
     built = models.build(case["model"], **case["kwargs"])
-    index = gi.build_index(built.graph)
+    index = tf_reader.build_index(built.graph)
     roles = pipeline.classify(index, Settings())
     budget_gib, _ = timing.budget_gib(budget, index, roles, built.batch_size)
     row = {"budget_gib": budget_gib,
@@ -90,12 +91,12 @@ def run(case):
     common.setup_tensorflow(case.get("control_flow", "v2"))
     from benchmarks import measure, models  # pylint: disable=import-outside-toplevel
     from tflms import oracle, pipeline  # pylint: disable=import-outside-toplevel
-    from tflms import graph_index as gi  # pylint: disable=import-outside-toplevel
+    from tflms.tf import reader as tf_reader  # pylint: disable=import-outside-toplevel
     from tflms.settings import Settings  # pylint: disable=import-outside-toplevel
     out = {"case": case, "done": False, "plans": []}
     built = models.build(case["model"], **case["kwargs"])
     out.update(ops=built.num_ops, description=built.description)
-    index = gi.build_index(built.graph)
+    index = tf_reader.build_index(built.graph)
     roles = pipeline.classify(index, Settings())
     without = pipeline.simulate_without(
         index, roles, Settings(batch_size=built.batch_size))

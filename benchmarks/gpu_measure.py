@@ -42,6 +42,7 @@ if __package__ in (None, ""):
         os.path.abspath(__file__))))
 
 from benchmarks import common  # pylint: disable=wrong-import-position
+from tflms.tf import reader
 from tflms import hardware  # pylint: disable=wrong-import-position
 
 __all__ = ["NO_GPU_MESSAGE", "NOT_MEASURED", "BEGIN", "END", "find_gpu",
@@ -136,12 +137,11 @@ def _train(tf, built, steps, warmup):
 
 def _measure(tf, name, build, args):
     from tflms import LMS, autotune  # pylint: disable=import-outside-toplevel
-    from tflms import graph_index as gi  # pylint: disable=import-outside-toplevel
     from tflms import pipeline, steptime  # pylint: disable=import-outside-toplevel
     from tflms.settings import Settings  # pylint: disable=import-outside-toplevel
     rows = []
     plain = build()
-    index = gi.build_index(plain.graph)
+    index = reader.build_index(plain.graph)
     settings = Settings(batch_size=plain.batch_size)
     roles = pipeline.classify(index, settings)
     without = pipeline.simulate_without(index, roles, settings)

@@ -24,7 +24,7 @@ sys.path[:0] = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
 
 from benchmarks import models  # noqa: E402
 from benchmarks.common import fmt_bytes, setup_tensorflow  # noqa: E402
-from tflms import graph_index as gi  # noqa: E402
+from tflms.tf import reader
 from tflms import pipeline  # noqa: E402
 from tflms import steptime  # noqa: E402
 from tflms.settings import Settings  # noqa: E402
@@ -36,7 +36,7 @@ def measure(model, host_gibs, size=None, batch=1, gpu_mem=16.0,
             interconnect=steptime.DEFAULT_INTERCONNECT):
     """One row (a dict) per host budget in `host_gibs`."""
     built = models.build_sized(model, size, batch)
-    index = gi.build_index(built.graph)
+    index = reader.build_index(built.graph)
     # recompute=False: every recompute in a row is the host stage's.
     base = Settings(batch_size=built.batch_size, autotune_gpu_mem=gpu_mem,
                     gpu=gpu, interconnect=interconnect, recompute=False)

@@ -62,6 +62,7 @@ if __package__ in (None, ""):
 
 from benchmarks import common  # pylint: disable=wrong-import-position
 from benchmarks import gpu_measure  # pylint: disable=wrong-import-position
+from tflms.tf import reader
 from tflms import hardware  # pylint: disable=wrong-import-position
 
 __all__ = ["CASES", "BEGIN", "END", "NO_GPU_MESSAGE", "Case", "cases",
@@ -206,7 +207,7 @@ def predict(case, gpu):
     from tflms import graph_index as gi  # pylint: disable=import-outside-toplevel
     from tflms import pipeline, steptime  # pylint: disable=import-outside-toplevel
     from tflms.settings import Settings  # pylint: disable=import-outside-toplevel
-    index = gi.build_index(case.graph)
+    index = reader.build_index(case.graph)
     roles = pipeline.classify(index, Settings(batch_size=case.batch))
     model = steptime.StepTimeModel(
         index, roles, case.batch, gpu=gpu, fusion=case.xla,

@@ -62,10 +62,10 @@ from tensorflow.python.grappler import cluster as gcluster
 from tensorflow.python.grappler import tf_optimizer
 
 from benchmarks import common
+from tflms.tf import reader as tf_reader
 from tflms import LMS
 from tflms import autotune
-from tflms import function as function_mod
-from tflms import graph_index as gi
+from tflms.tf.adapters import tf_function
 from tflms import oracle
 from tflms import pipeline
 from tflms import steptime
@@ -401,7 +401,7 @@ def apply_tflms(built, params=None, budget_gib=None, settings=None):
     start = time.perf_counter()
     try:
         result = (lms.run(built.graph) if built.function is None
-                  else function_mod.rewrite_graph(lms, built.graph))
+                  else tf_function.rewrite_graph(lms, built.graph))
     except autotune.AutotuneError as err:
         return {"status": "no fit", "edit_s": time.perf_counter() - start,
                 "error": str(err).split(". ")[0]}
@@ -455,10 +455,10 @@ def _predicted_steps(planned, gpu=None):
 def step_index(built):
     """The `GraphIndex` of `built`'s training step: found by `tflms.step`'s
     rules in a Session graph, or a function graph's outputs and control
-    outputs with its captured variables resident (`tflms.function`)."""
+    outputs with its captured variables resident (`tflms.tf.lms_function`)."""
     if built.function is not None:
-        return function_mod.step_of(built.graph)[1]
-    return gi.build_index(built.graph)
+        return tf_function.step_of(built.graph)[1]
+    return tf_reader.build_index(built.graph)
 
 
 def predicted_step_without_lms(built, gpu=None):

@@ -42,9 +42,9 @@ def run(case):
         out["configs"][key] = values
         common.emit(out)
 
-    from tflms import graph_index as gi  # pylint: disable=import-outside-toplevel
+    from tflms.tf import reader  # pylint: disable=import-outside-toplevel
     built = models.build(case["model"], **case["kwargs"])
-    levels = gi.build_index(built.graph).num_levels
+    levels = reader.build_index(built.graph).num_levels
     out.update(ops=built.num_ops, description=built.description,
                levels=levels)
     values = measure.oracle_peaks(built.graph, built.train_op)

@@ -33,7 +33,7 @@ benchmark sizes:
   ``fit()`` trains it (momentum SGD, sparse categorical cross entropy) and
   its ``train_step`` traced by ``tf.function`` for one batch: the graph is
   the concrete function's `FuncGraph` (TensorFlow 2.16+ with Keras 3, in
-  eager mode), planned and rewritten as `tflms.function` does
+  eager mode), planned and rewritten as `tflms.tf.lms_function` does
   (`Built.function`).
 * `unet3d_recipe`: the 3D U-Net of the PyPI package segmentation-models-3D
   (ZFTurbo's Keras recipe, ``segmentation_models_3D.Unet`` on a 3D ResNet
@@ -82,7 +82,7 @@ class Built:
         function and model, kept alive while the graph is measured (the
         graph reads the model's variables through captured handles);
         `graph` is then the function graph, indexed and rewritten as
-        `tflms.function` does (`measure.step_index`,
+        `tflms.tf.lms_function` does (`measure.step_index`,
         `measure.apply_tflms`), and `train_op` a NoOp beside the function's
         outputs that runs its step (for the oracle). None for a Session
         graph.
@@ -277,9 +277,9 @@ def keras3_app(app="ResNet50", image=224, batch=1, classes=1000, seed=0):
     Returns:
       A `Built` whose `function` is set (see `Built`).
     """
-    from tflms import function as function_mod  # pylint: disable=import-outside-toplevel
-    from tflms import keras3_plan  # pylint: disable=import-outside-toplevel
-    keras = keras3_plan.keras3()
+    from tflms.tf.adapters import tf_function  # pylint: disable=import-outside-toplevel
+    from tflms.tf import keras3_trace  # pylint: disable=import-outside-toplevel
+    keras = keras3_trace.keras3()
     if keras is None or not tf.executing_eagerly():
         raise RuntimeError(
             "keras3_app needs Keras 3 (TensorFlow 2.16+) and eager "
@@ -299,7 +299,7 @@ def keras3_app(app="ResNet50", image=224, batch=1, classes=1000, seed=0):
         tf.TensorSpec([batch, image, image, 3], tf.float32),
         tf.TensorSpec([batch], tf.int32)))
     graph = concrete.graph
-    fetches = function_mod.step_fetches(graph)
+    fetches = tf_function.step_fetches(graph)
     with graph.as_default():
         # Outside the function's outputs: the function never runs it, and
         # LMS's index (the outputs' and control outputs' fan-in) leaves it
@@ -721,8 +721,8 @@ def resnet50_at(image=224, batch=1, classes=1000, precision="float32",
     _check_precision(precision)
     if precision == "float32":
         return resnet50(image=image, batch=batch, classes=classes, seed=seed)
-    from tflms import _compat  # pylint: disable=import-outside-toplevel
-    mixed = _compat.keras2().mixed_precision
+    from tflms.tf import compat  # pylint: disable=import-outside-toplevel
+    mixed = compat.keras2().mixed_precision
     before = mixed.global_policy()
     mixed.set_global_policy("mixed_float16")
     try:

@@ -79,10 +79,10 @@ def oracle_of_plan(built, planned):
     # does not need.
     from benchmarks import measure as measure_mod  # pylint: disable=import-outside-toplevel
     from tflms import pipeline  # pylint: disable=import-outside-toplevel
-    from tflms import rewriter  # pylint: disable=import-outside-toplevel
+    from tflms.tf import rewriter  # pylint: disable=import-outside-toplevel
     if built.function is not None:
         raise ValueError("%s is a tf.function's step, which LMS rewrites "
-                         "through tflms.function; plan_cost measures "
+                         "through tflms.tf.lms_function; plan_cost measures "
                          "Session graphs" % built.description)
     start = time.perf_counter()
     out = {}

@@ -30,9 +30,9 @@ if ROOT not in sys.path:
 
 # (module, function) pairs timed inside LMS.run; patched on the modules
 # `tflms.lms` calls through, so the library itself carries no timers.
-_PHASES = (("graph_index", "build_index"), ("analysis", "classify_ops"),
+_PHASES = (("tf.reader", "build_index"), ("analysis", "classify_ops"),
            ("planner", "deferral_edges"), ("autotune", "tune"),
-           ("planner", "make_plan"), ("rewriter", "apply_plan"))
+           ("planner", "make_plan"), ("tf.rewriter", "apply_plan"))
 
 
 def _timed(totals, func):
@@ -70,7 +70,7 @@ def main(argv=None):
     from benchmarks import models, timing  # pylint: disable=import-outside-toplevel
     import importlib  # pylint: disable=import-outside-toplevel
     from tflms import LMS, analysis  # pylint: disable=import-outside-toplevel
-    from tflms import graph_index as gi  # pylint: disable=import-outside-toplevel
+    from tflms.tf import reader  # pylint: disable=import-outside-toplevel
 
     kwargs = json.loads(args.kwargs)
     if args.num_ops is not None:
@@ -87,7 +87,7 @@ def main(argv=None):
         if args.budget_gib is not None:
             budget = args.budget_gib
         else:
-            index = gi.build_index(built.graph)
+            index = reader.build_index(built.graph)
             roles = analysis.classify_ops(index)
             budget, _ = timing.budget_gib(
                 {"budget_fraction": args.fraction}, index, roles,

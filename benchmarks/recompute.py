@@ -18,7 +18,7 @@ sys.path[:0] = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
 
 from benchmarks import common  # noqa: E402
 from benchmarks import models  # noqa: E402
-from tflms import graph_index as gi  # noqa: E402
+from tflms.tf import reader
 from tflms import pipeline  # noqa: E402
 from tflms.settings import Settings  # noqa: E402
 
@@ -34,7 +34,7 @@ def main(argv=None):
     parser.add_argument("--budget-ratio", type=float, default=0.5)
     args = parser.parse_args(argv)
     built = models.build_sized(args.model, args.size, args.batch)
-    index = gi.build_index(built.graph)
+    index = reader.build_index(built.graph)
     base = Settings(batch_size=built.batch_size)
     without = pipeline.simulate_without(
         index, pipeline.classify(index, base), base)

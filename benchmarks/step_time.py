@@ -432,7 +432,7 @@ def fit(rows, costs):
 def _graphs():
     """Each `PUBLISHED` row's graph as ``(index, roles, description)``,
     each graph built once."""
-    from tflms import graph_index as gi  # pylint: disable=import-outside-toplevel
+    from tflms.tf import reader  # pylint: disable=import-outside-toplevel
     from tflms import pipeline  # pylint: disable=import-outside-toplevel
     from tflms.settings import Settings  # pylint: disable=import-outside-toplevel
     graphs = {}
@@ -442,7 +442,7 @@ def _graphs():
             continue
         start = time.perf_counter()
         built = _build(row)
-        index = gi.build_index(built.graph)
+        index = reader.build_index(built.graph)
         roles = pipeline.classify(index, Settings())
         graphs[key] = (index, roles, built.description)
         print("# %s built and indexed in %.0f s" % (
@@ -617,12 +617,12 @@ def lms_rows(batch, gpu_mem_gib, gpu="V100-SXM2-16GB",
              links=("pcie4", "nvlink2"), image=224):
     """The step without and with an auto-tuned plan over each link."""
     from benchmarks import models  # pylint: disable=import-outside-toplevel
-    from tflms import graph_index as gi  # pylint: disable=import-outside-toplevel
+    from tflms.tf import reader  # pylint: disable=import-outside-toplevel
     from tflms import pipeline, steptime  # pylint: disable=import-outside-toplevel
     from tflms.settings import Settings  # pylint: disable=import-outside-toplevel
     start = time.perf_counter()
     built = models.resnet50(image=image, batch=batch, classes=1000)
-    index = gi.build_index(built.graph)
+    index = reader.build_index(built.graph)
     try:
         planned = pipeline.plan(index, Settings(
             batch_size=batch, autotune_gpu_mem=gpu_mem_gib,

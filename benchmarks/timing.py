@@ -75,8 +75,9 @@ def run(case):
     # Imported once the graph mode is chosen.
     from benchmarks import models  # pylint: disable=import-outside-toplevel
     from tflms import LMS  # pylint: disable=import-outside-toplevel
-    from tflms import _gc, autotune, pipeline, rewriter  # pylint: disable=import-outside-toplevel
-    from tflms import graph_index as gi  # pylint: disable=import-outside-toplevel
+    from tflms import _gc, autotune, pipeline
+    from tflms.tf import rewriter  # pylint: disable=import-outside-toplevel
+    from tflms.tf import reader  # pylint: disable=import-outside-toplevel
     from tflms.settings import Settings  # pylint: disable=import-outside-toplevel
 
     out = {"case": case, "runs": [], "done": False}
@@ -100,7 +101,7 @@ def run(case):
         out.update(ops=built.num_ops, description=built.description)
 
         with _Clock(row, "analysis"), _gc.paused():
-            index = gi.build_index(built.graph)
+            index = reader.build_index(built.graph)
         out.update(levels=index.num_levels, edges=index.num_edges)
         if rep == 0:
             roles = pipeline.classify(index, Settings())

@@ -135,10 +135,10 @@ def keras2():
     with ``TF_USE_LEGACY_KERAS=1``). LMS needs Keras 2: Keras 3 has no
     graph mode. Without tf-keras on 2.16+ the example exits with status 2
     and says what to install."""
-    from tflms import _compat  # pylint: disable=import-outside-toplevel
-    keras = _compat.keras2()
+    from tflms.tf import compat  # pylint: disable=import-outside-toplevel
+    keras = compat.keras2()
     if keras is None:
-        print("error: " + _compat.keras3_message(
+        print("error: " + compat.keras3_message(
             "This example (%s)" % os.path.basename(sys.argv[0])),
               file=sys.stderr)
         raise SystemExit(2)
@@ -148,10 +148,10 @@ def keras2():
 def exit_unless_estimator(script):
     """Exit with status 2, saying why, when tf.estimator is missing (it was
     removed in TensorFlow 2.16)."""
-    from tflms import _compat  # pylint: disable=import-outside-toplevel
+    from tflms.tf import compat  # pylint: disable=import-outside-toplevel
     try:
-        _compat.require_estimator(script)
-    except _compat.UnsupportedStackError as e:
+        compat.require_estimator(script)
+    except compat.UnsupportedStackError as e:
         print("error: %s" % e, file=sys.stderr)
         raise SystemExit(2) from None
 

@@ -43,7 +43,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from tflms import LMS  # noqa: E402
-from tflms import function as function_mod  # noqa: E402
+from tflms.tf import swaps_ran  # noqa: E402
 from tflms._argparse_types import positive_float, positive_int  # noqa: E402
 
 import _lms_flags  # noqa: E402  (examples/_lms_flags.py)
@@ -92,8 +92,8 @@ def keras3():
     """Keras 3 when TensorFlow's default Keras is Keras 3 (TensorFlow 2.16+
     without TF_USE_LEGACY_KERAS=1), else None (the graph-mode Keras 2
     path)."""
-    from tflms import _compat  # pylint: disable=import-outside-toplevel
-    if _compat.TF_VERSION < (2, 16, 0) or os.environ.get(
+    from tflms.tf import compat  # pylint: disable=import-outside-toplevel
+    if compat.TF_VERSION < (2, 16, 0) or os.environ.get(
             "TF_USE_LEGACY_KERAS", "").lower() in ("1", "true", "yes"):
         return None
     try:
@@ -199,8 +199,8 @@ def executed_swaps(lms, run_metadata):
         return 0, 0
     added = set(result.swapout_ops) | set(result.swapin_ops)
     if isinstance(run_metadata, str):
-        ran = set(function_mod.swap_ops_in_partition_graphs(
-            function_mod.partition_graph_files(run_metadata), added))
+        ran = set(swaps_ran.swap_ops_in_partition_graphs(
+            swaps_ran.partition_graph_files(run_metadata), added))
     else:
         ran = {node.node_name for dev in run_metadata.step_stats.dev_stats
                for node in dev.node_stats}

@@ -18,7 +18,7 @@ mode with ``horovod.tensorflow.keras.DistributedOptimizer`` and a learning
 rate scaled by the number of ranks. Rank r reads its own random images
 (seed + r) and uses GPU ``local_rank`` (``visible_device_list``). The
 callbacks are the LMS callback and
-``tflms.distributed.BroadcastGlobalVariablesCallback(0, lms=lms)``, which
+``tflms.BroadcastGlobalVariablesCallback(0, lms=lms)``, which
 checks that every rank rewrote its graph the same way and then broadcasts
 rank 0's initial weights (Horovod's own Keras callback needs
 ``keras.backend.get_session()``, which Keras 2.15 lacks).
@@ -80,7 +80,7 @@ def import_horovod():
     try:
         import horovod.tensorflow.keras as hvd  # pylint: disable=import-outside-toplevel
     except ImportError:
-        from tflms.distributed import HOROVOD_INSTALL_HINT  # pylint: disable=import-outside-toplevel
+        from tflms.tf.distributed import HOROVOD_INSTALL_HINT  # pylint: disable=import-outside-toplevel
         raise SystemExit("error: " + HOROVOD_INSTALL_HINT) from None
     return hvd
 
@@ -100,7 +100,7 @@ def main(argv=None):
 
     tf.compat.v1.disable_eager_execution()
     hvd = import_horovod()
-    from tflms.distributed import BroadcastGlobalVariablesCallback  # pylint: disable=import-outside-toplevel
+    from tflms import BroadcastGlobalVariablesCallback  # pylint: disable=import-outside-toplevel
 
     hvd.init()
     rank, size = hvd.rank(), hvd.size()

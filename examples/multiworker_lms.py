@@ -130,7 +130,7 @@ def run_worker(args):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     from tflms import LMS  # pylint: disable=import-outside-toplevel
-    from tflms import function as lms_function  # pylint: disable=import-outside-toplevel
+    from tflms.tf import swaps_ran  # pylint: disable=import-outside-toplevel
 
     index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
     strategy = tf.distribute.MultiWorkerMirroredStrategy(
@@ -143,8 +143,8 @@ def run_worker(args):
               swapin_groupby=args.swapin_groupby)
     losses, weights, swap_ops = train(args, strategy, lms)
     dump = os.environ.get("TF_DUMP_GRAPH_PREFIX")
-    ran = lms_function.swap_ops_in_partition_graphs(
-        lms_function.partition_graph_files(dump), swap_ops) if dump else {}
+    ran = swaps_ran.swap_ops_in_partition_graphs(
+        swaps_ran.partition_graph_files(dump), swap_ops) if dump else {}
     result = {"worker": index,
               "replica_devices": list(strategy.extended.worker_devices),
               "losses_without_lms": base_losses, "losses_with_lms": losses,

@@ -9,7 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 # The same checks `tflms verify` makes for users.
-from tflms.verify import kernel_counts, unexecuted_nodes  # noqa: F401
+from tflms.tf.verify import kernel_counts, unexecuted_nodes  # noqa: F401
 from zoo import models as zoo_models
 
 
@@ -28,8 +28,8 @@ def zoo_model(name, seed=3, **sizes):
 _SAVE_TF2_SCRIPT = """
 import sys
 import tensorflow as tf
-from tflms import _compat
-keras = _compat.keras2()
+from tflms.tf import compat
+keras = compat.keras2()
 keras.utils.set_random_seed(5)
 model = keras.Sequential([
     keras.Input((12, 12, 3)),

@@ -13,14 +13,14 @@ import sys
 
 import pytest
 
-from tflms import _compat
+from tflms.tf import compat
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 needs_keras3 = pytest.mark.skipif(
-    _compat.TF_VERSION < (2, 16, 0),
+    compat.TF_VERSION < (2, 16, 0),
     reason="Keras 3 needs TensorFlow 2.16+; TensorFlow %s has Keras 2 only"
-    % ".".join(map(str, _compat.TF_VERSION)))
+    % ".".join(map(str, compat.TF_VERSION)))
 
 # Saves a Sequential model of the given layers (Keras 3 source after
 # "keras.Input(...),") twice: compiled with momentum SGD and sparse

@@ -16,6 +16,7 @@ sys.path[:0] = [_HERE, os.path.dirname(_HERE)]
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from tflms.tf import reader
 from tflms import LMS  # noqa: E402
 
 import test_equivalence as eq  # noqa: E402
@@ -37,12 +38,11 @@ def tuned_lms(graph):
     fast GPU over a slow link (H100, PCIe 3.0), where copies are exposed and
     recomputing through convolutions shortens the predicted step."""
     # Imported here: only the tuned case needs the planning modules.
-    from tflms import graph_index as gi
     from tflms import pipeline
     from tflms.settings import Settings
     settings = Settings(gpu="H100-SXM5-80GB", interconnect="pcie3",
                         recompute=True)
-    index = gi.build_index(graph)
+    index = reader.build_index(graph)
     without = pipeline.simulate_without(
         index, pipeline.classify(index, settings), settings)
     os.environ["TF_LMS_SIMULATOR_MEM_RATIO"] = "1"

@@ -9,9 +9,9 @@ exist on the newer stack is skipped there, with a reason naming the stack.
 import pytest
 import tensorflow as tf
 
-from tflms import _compat
+from tflms.tf import compat
 
-TF_VERSION = _compat.TF_VERSION
+TF_VERSION = compat.TF_VERSION
 NEW_STACK = TF_VERSION >= (2, 16, 0)
 
 ESTIMATOR_REASON = "tf.estimator was removed in TensorFlow 2.16"

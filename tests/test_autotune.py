@@ -1,12 +1,12 @@
 """Auto-tuning: budgets, the parameter search, tensor selection, LMS."""
 
 import logging
-import os
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from tflms.tf import reader as tf_reader
 from tflms import LMS
 from tflms import analysis
 from tflms import autotune
@@ -19,7 +19,6 @@ from tflms._logging import Logger
 from tflms.autotune import choice, search, selection
 
 from tests import _graphs
-from tests import _literal as L
 
 MIB = 1 << 20
 EXACT = {autotune.MEM_RATIO_ENV: "1"}  # budget == autotune_gpu_mem exactly
@@ -51,7 +50,7 @@ def uneven_chain():
             grad = tf.raw_ops.SoftplusGrad(gradients=grad, features=f[i],
                                            name="g%d" % i)
         tf.raw_ops.SoftplusGrad(gradients=grad[:256], features=f1, name="g1")
-    index = gi.build_index(g)
+    index = tf_reader.build_index(g)
     return index, analysis.classify_ops(index)
 
 
@@ -76,25 +75,6 @@ class FakeDevice:
         self.memory_limit = memory_limit
 
 
-# ---- budgets ---------------------------------------------------------------
-def test_budget_from_autotune_gpu_mem_and_ratio():
-    assert autotune.device_budget(2.0, env={}) == int(2 * 0.9 * (1 << 30))
-    env = {autotune.MEM_RATIO_ENV: "0.5"}
-    assert autotune.device_budget(2.0, env=env) == 1 << 30
-
-
-def test_bad_ratio_names_the_variable():
-    with pytest.raises(ValueError, match="TF_LMS_SIMULATOR_MEM_RATIO='2'"):
-        autotune.device_budget(1.0, env={autotune.MEM_RATIO_ENV: "2"})
-
-
-def test_no_gpu_and_no_budget_is_an_error():
-    with pytest.raises(autotune.NoGpuError) as err:
-        autotune.device_budget(None, env={}, list_devices=lambda: [
-            FakeDevice("/device:CPU:0", "CPU", 1 << 34)])
-    assert "no GPU" in str(err.value)
-    assert "lms.autotune_gpu_mem = <GiB" in str(err.value)
-    assert "by hand" in str(err.value)
 
 def test_tune_without_gpu_or_budget_is_an_error(monkeypatch):
     # Through tune() itself, on a machine that shows no GPU (a GPU machine
@@ -104,68 +84,6 @@ def test_tune_without_gpu_or_budget_is_an_error(monkeypatch):
     index, roles = uneven_chain()
     with pytest.raises(autotune.NoGpuError):
         _graphs.tune(index, roles, AUTO, log=Logger())
-
-
-def test_gpu_budget_picks_the_device_or_the_local_rank():
-    devices = [FakeDevice("/device:CPU:0", "CPU", 1 << 34),
-               FakeDevice("/device:GPU:0", "GPU", 1000),
-               FakeDevice("/device:GPU:1", "GPU", 2000)]
-    lister = lambda: devices  # noqa: E731
-    assert autotune.device_budget(None, env=EXACT,
-                                  list_devices=lister) == 1000
-    assert autotune.device_budget(None, "/device:GPU:1", env=EXACT,
-                                  list_devices=lister) == 2000
-    env = dict(EXACT, HOROVOD_LOCAL_RANK="1")
-    assert autotune.device_budget(None, env=env, list_devices=lister) == 2000
-    env = dict(EXACT, OMPI_COMM_WORLD_LOCAL_RANK="1")
-    assert autotune.device_budget(None, env=env, list_devices=lister) == 2000
-
-
-def test_rank_with_one_visible_gpu_uses_it():
-    # CUDA_VISIBLE_DEVICES set per rank: local rank 3 sees one GPU, GPU:0.
-    devices = [FakeDevice("/device:CPU:0", "CPU", 1 << 34),
-               FakeDevice("/device:GPU:0", "GPU", 1000)]
-    env = dict(EXACT, HOROVOD_LOCAL_RANK="3")
-    assert autotune.device_budget(None, env=env,
-                                  list_devices=lambda: devices) == 1000
-    # Asked for a GPU by name, a missing one is still an error.
-    with pytest.raises(autotune.NoGpuError, match="wants GPU 3"):
-        autotune.device_budget(None, "/device:GPU:3", env=env,
-                               list_devices=lambda: devices)
-
-
-def test_host_budget_is_shared_by_local_ranks():
-    one = autotune.host_budget({})
-    assert one > 0
-    assert autotune.host_budget({"HOROVOD_LOCAL_SIZE": "4"}) == one // 4
-
-
-def test_host_budget_is_autotune_host_mem_when_set_else_physical_memory():
-    # conftest makes the machine a 64 GiB host; the real reading is kept.
-    assert budget.host_budget({}) == 64 << 30
-    assert budget.host_budget({"OMPI_COMM_WORLD_LOCAL_SIZE": "2"}) == 32 << 30
-    assert budget.host_budget({"HOROVOD_LOCAL_SIZE": "4"}, 1.5) == 3 << 29
-    context = L.context(L.chain(), budget_units=5, autotune_host_mem=2)
-    assert context.host_budget_bytes == 2 << 30
-    assert L.context(L.chain(), budget_units=5).host_budget_bytes == 64 << 30
-
-
-def test_physical_memory_is_pages_times_page_size_or_unknown(monkeypatch):
-    """The page count times the page size; 0 (no host limit) where the
-    system cannot tell, as on platforms without sysconf."""
-    monkeypatch.undo()  # conftest's 64 GiB host, for this test only
-    values = {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": 3}
-    monkeypatch.setattr(os, "sysconf", values.__getitem__)
-    assert budget.physical_memory() == 12288
-    assert budget.host_budget(env={}) == 12288
-
-    def unknown(name):
-        raise ValueError("unknown configuration name %s" % name)
-    monkeypatch.setattr(os, "sysconf", unknown)
-    assert budget.physical_memory() == 0
-    assert budget.host_budget(env={}) == 0
-    monkeypatch.delattr(os, "sysconf")
-    assert budget.physical_memory() == 0
 
 
 # ---- the search ------------------------------------------------------------
@@ -300,7 +218,7 @@ def test_missing_batch_size_through_tune():
     with g.as_default():
         x = tf.compat.v1.placeholder(tf.float32, [None, 512], name="x")
         tf.math.sin(x, name="y")
-    index = gi.build_index(g)
+    index = tf_reader.build_index(g)
     with pytest.raises(simulator.BatchSizeError, match="lms.batch_size"):
         tune(index, analysis.classify_ops(index), 1)
 
@@ -310,7 +228,7 @@ def test_lms_autotunes_and_the_graph_still_trains(monkeypatch, lms_log):
     monkeypatch.setenv(autotune.MEM_RATIO_ENV, "1")
     batch = 64
     graph, handles = _graphs.dense_net(depth=6, width=512, batch=None)
-    index = gi.build_index(graph)
+    index = tf_reader.build_index(graph)
     roles = analysis.classify_ops(index)
     model = simulator.SimulationModel(index, roles, batch_size=batch)
     without = model.replay(None).peak_device_bytes
@@ -368,7 +286,7 @@ def test_nothing_fits_says_when_swapping_cannot_lower_the_peak():
         # b reads x too, so a (x's last reader otherwise) cannot write into
         # x's buffer: x and a are both live at level 1.
         tf.math.multiply(tf.math.sin(x, name="a"), x, name="b")
-    index = gi.build_index(g)
+    index = tf_reader.build_index(g)
     with pytest.raises(autotune.AutotuneError) as err:
         tune(index, analysis.classify_ops(index), 1)
     message = str(err.value)
@@ -391,7 +309,7 @@ def far_reader_graph():
             h = tf.math.sin(h, name="c%d" % i)
         tf.math.multiply(h, f, name="g")
         tf.math.add(h, f, name="h")
-    index = gi.build_index(g)
+    index = tf_reader.build_index(g)
     roles = analysis.classify_ops(
         index, filters={"excl_sinks": frozenset({index.id_of["h"]})})
     return index, roles

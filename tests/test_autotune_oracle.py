@@ -47,11 +47,11 @@ try:  # pylint: disable=g-import-not-at-top
 except ImportError:  # tests/ itself is on sys.path
     from _graphs import assert_same_training, trace_options
 from zoo import models  # pylint: disable=g-import-not-at-top
+from tflms.tf import reader as tf_reader
 from tflms import LMS  # pylint: disable=g-import-not-at-top
 from tflms.lms import Outcome
 from tflms import analysis
 from tflms import autotune
-from tflms import graph_index as gi
 from tflms import oracle
 from tflms import simulator
 
@@ -84,7 +84,7 @@ def build(name, seed=0):
 
 
 def simulated_peak(graph):
-    index = gi.build_index(graph)
+    index = tf_reader.build_index(graph)
     return simulator.SimulationModel(
         index, analysis.classify_ops(index)).replay(None).peak_device_bytes
 

@@ -14,7 +14,7 @@ from tflms import analysis
 from tflms import capacity
 from tflms import cli
 from tflms import graph_index as gi
-from tflms import live_capacity
+from tflms.tf import live_capacity
 from tflms.settings import Settings
 
 _GIB = float(1 << 30)

@@ -52,7 +52,8 @@ for key, next_key in (("max_batch_without_lms", "next_without_lms"),
     answers[key] = [plan(found[key], gpu_mem), plan(found[next_key], gpu_mem)]
 # The Python call on the live model finds the same.
 import keras
-from tflms import LMS, live_capacity
+from tflms import LMS
+from tflms.tf import live_capacity
 lms = LMS()
 lms.autotune_gpu_mem = float(gpu_mem)
 live = live_capacity.of_keras3_model(keras.saving.load_model(sys.argv[1]),
@@ -106,7 +107,9 @@ _HOLDS = r"""
 import json
 import tensorflow as tf
 import keras
-from tflms import autotune, budget, floor, function, pipeline, simulator
+from tflms import autotune, floor, pipeline, simulator
+from tflms import budget
+from tflms.tf.adapters import tf_function
 from tflms.settings import Settings
 
 model = keras.applications.ResNet50(weights=None, input_shape=(64, 64, 3),
@@ -117,7 +120,7 @@ model.optimizer.build(model.trainable_variables)
 step = tf.function(model.train_step, jit_compile=False)
 concrete = step.get_concrete_function((
     tf.TensorSpec((2, 64, 64, 3), tf.float32), tf.TensorSpec((2,), tf.int32)))
-_, index = function.step_of(concrete.graph)
+_, index = tf_function.step_of(concrete.graph)
 roles = pipeline.classify(index, Settings())
 without = pipeline.simulate_without(index, roles, Settings())
 lowest = floor.floor_of(index, roles)

@@ -19,12 +19,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tflms.tf import reader
 from tflms import LMS
 from tflms import analysis
 from tflms import autotune
 from tflms import cli
 from tflms.cli import arguments, planning, rendering
-from tflms import graph_index as gi
 from tflms import oracle
 from tflms import pipeline
 from tflms import simulator
@@ -132,7 +132,7 @@ def peak_without(capsys, path, *extra):
 
 def rewritten_peak(graph, batch_size):
     """Simulator peak of the graph as LMS left it (swap ops included)."""
-    index = gi.build_index(graph)
+    index = reader.build_index(graph)
     roles = analysis.classify_ops(index)
     return simulator.SimulationModel(index, roles, batch_size).replay(
         None).peak_device_bytes
@@ -559,7 +559,7 @@ def test_plan_prints_the_predicted_step_time(saved, capsys):
                              "1000", "--no-plots", *fixed, *hardware)
     assert code == 0, report
     planned = pipeline.plan(
-        gi.build_index(_meta_graph(saved["meta"])),
+        reader.build_index(_meta_graph(saved["meta"])),
         Settings(swapout_threshold=2, swapin_ahead=1, swapin_groupby=0,
                  sync_mode=3, autotune_gpu_mem=1000), simulate=True)
     step = steptime.StepTimeModel(

@@ -1,4 +1,4 @@
-"""`_compat.keras3_message`: the fix it names depends on what is installed.
+"""`compat.keras3_message`: the fix it names depends on what is installed.
 
 On TensorFlow 2.16+ without tf-keras it says to install it; with tf-keras
 importable it says to use it (TF_USE_LEGACY_KERAS=1 or `import tf_keras`)
@@ -8,13 +8,13 @@ TensorFlow version and Keras 2 module.
 
 import types
 
-from tflms import _compat
+from tflms.tf import compat
 
 
 def _message(monkeypatch, keras2):
-    monkeypatch.setattr(_compat, "TF_VERSION", (2, 21, 0))
-    monkeypatch.setattr(_compat, "keras2", lambda: keras2)
-    return _compat.keras3_message("The LMS Keras callback")
+    monkeypatch.setattr(compat, "TF_VERSION", (2, 21, 0))
+    monkeypatch.setattr(compat, "keras2", lambda: keras2)
+    return compat.keras3_message("The LMS Keras callback")
 
 
 def test_with_tf_keras_importable_it_is_not_installed_again(monkeypatch):

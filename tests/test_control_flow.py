@@ -24,8 +24,8 @@ import tensorflow as tf
 from tflms import LMS
 from tflms import analysis
 from tflms import graph_index as gi
-from tflms import rewriter
-from tflms import tf_reader
+from tflms.tf import rewriter
+from tflms.tf import reader
 
 from _graphs import assert_swaps_ran, trace_options
 
@@ -103,7 +103,7 @@ def check_triggers_are_safe(index, plan, roles):
 
 def test_keras_learning_phase_v1(v1_control_flow):
     _, graph = keras_bn_graph()
-    index = gi.build_index(graph)
+    index = reader.build_index(graph)
     assert "Switch" in index.types and "Merge" in index.types
     roles = analysis.classify_ops(index, is_training=True)
     # The inference branch of every batch norm is inactive in training.
@@ -197,10 +197,11 @@ def _real_peak_resnet50_v1(defer):
     CPU-only machine would not move memory anyway)."""
     import test_fidelity  # pylint: disable=import-outside-toplevel
     from benchmarks import models as bench_models  # pylint: disable=import-outside-toplevel
-    from tflms import planner, rewriter as rw, simulator  # pylint: disable=import-outside-toplevel
+    from tflms import planner, simulator
+    from tflms.tf import rewriter as rw  # pylint: disable=import-outside-toplevel
     built = bench_models.resnet50(128, batch=2, learning_phase="placeholder")
     graph = built.graph
-    index = gi.build_index(graph)
+    index = reader.build_index(graph)
     roles = analysis.classify_ops(index)
     deferral = planner.deferral_edges(index, roles)
     plan = planner.make_plan(index, roles, planner.SwapParams(10**6, 1, 0, 0),
@@ -247,7 +248,7 @@ def test_deferred_zeros_lower_the_real_peak(v1_control_flow):
 
 def test_keras_learning_phase_v2():
     _, graph = keras_bn_graph()
-    index = gi.build_index(graph)
+    index = reader.build_index(graph)
     assert "Switch" not in index.types
     assert {"If", "StatelessIf"} & set(index.types)
     lms = LMS(**FIXED)
@@ -304,7 +305,7 @@ def test_user_cond(style, request):
         # Gradients of branch ops are built outside the cond's context but
         # can still be dead: they must never trigger a swap-in.
         g = user_cond_graph()[0]
-        index = gi.build_index(g)
+        index = reader.build_index(g)
         dead = analysis.maybe_dead_ops(index)
         assert index.id_of["gradients/cond/MatMul_1_grad/MatMul"] in dead
         check_triggers_are_safe(index, lms.last_run.plan,
@@ -341,7 +342,7 @@ def lstm_graph(swap_memory=False, cell_type="lstm"):
 
 def run_lstm(lms, cell_type="lstm"):
     g, loss, train, init, feed = lstm_graph(cell_type=cell_type)
-    index = gi.build_index(g)
+    index = reader.build_index(g)
     if lms:
         lms.run(g)
     with g.as_default():
@@ -435,7 +436,7 @@ def assert_v1_swaps_outside_loops(graph, result):
     """Around the loop, never inside: swapped tensors come from outside any
     v1 loop, inside one only an Enter reads a swap-in, and no op inside a
     loop or a conditional starts one."""
-    kind = tf_reader._control_flow_kind  # pylint: disable=protected-access
+    kind = reader._control_flow_kind  # pylint: disable=protected-access
     for name in result.swapin_ops:
         swapin = graph.get_operation_by_name(name)
         source = swapin.inputs[0].op.inputs[0].op
@@ -501,7 +502,7 @@ def keras_frozen_bn_model():
 def test_frozen_batch_norm_in_training_is_active():
     model, _ = keras_frozen_bn_model()
     model._make_train_function()  # pylint: disable=protected-access
-    index = gi.build_index(tf.compat.v1.get_default_graph())
+    index = reader.build_index(tf.compat.v1.get_default_graph())
     frozen = [i for i, flag in enumerate(index.bn_is_training)
               if flag is False]
     assert len(frozen) == 6  # three batch norms and their gradients
@@ -591,7 +592,7 @@ def test_batch_norm_training_flag(style, request):
         np.testing.assert_array_equal(a, b)
     assert result.swapout_ops
     assert_swaps_ran(g, result, md)
-    index = gi.build_index(bn_flag_graph()[0])
+    index = reader.build_index(bn_flag_graph()[0])
     check_triggers_are_safe(index, lms.last_run.plan,
                             analysis.classify_ops(index))
 

@@ -29,11 +29,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tflms.tf import reader
 from tflms import LMS
 from tflms import analysis
 from tflms import autotune
-from tflms import distributed
-from tflms import graph_index as gi
+from tflms.tf import distributed
 
 from _stack import HOROVOD_REASON, NEW_STACK, needs_estimator
 
@@ -209,7 +209,7 @@ def test_horovod_keras_callback_needs_the_shim():
         "    print('HOROVOD CALLBACK OK')\n"
         "except AttributeError as e:\n"
         "    print('HOROVOD CALLBACK FAILED:', e)\n"
-        "from tflms.distributed import BroadcastGlobalVariablesCallback\n"
+        "from tflms.tf.distributed import BroadcastGlobalVariablesCallback\n"
         "m.fit(np.zeros((4, 3)), np.zeros((4, 2)), verbose=0, callbacks="
         "[BroadcastGlobalVariablesCallback(0)])\n"
         "print('SHIM OK')\n")
@@ -446,7 +446,7 @@ def _horovod_mlp_graph(hvd):
 
 
 def _assert_no_role(graph, expect_types):
-    index = gi.build_index(graph)
+    index = reader.build_index(graph)
     collectives = analysis.collective_ops(index)
     kinds = {index.types[i] for i in collectives}
     assert expect_types <= kinds, kinds
@@ -472,10 +472,10 @@ def test_horovod_collectives_get_no_role(control_flow, request):
     assert count == 18
     assert any(op.type == "HorovodBroadcast"
                for op in graph.get_operations())
-    assert "HorovodBroadcast" not in gi.build_index(graph).types
+    assert "HorovodBroadcast" not in reader.build_index(graph).types
     result = LMS(**FIXED).run(graph)
     assert result.swapin_ops
-    index = gi.build_index(graph)
+    index = reader.build_index(graph)
     collective_names = {index.names[i]
                         for i in analysis.collective_ops(index)}
     for name in result.swapout_ops + result.swapin_ops:

@@ -103,10 +103,10 @@ if tf.executing_eagerly():
     tf.compat.v1.disable_eager_execution()
 
 from zoo import models  # pylint: disable=g-import-not-at-top
+from tflms.tf import reader as tf_reader
 from tflms import LMS  # pylint: disable=g-import-not-at-top
 from tflms import analysis
 from tflms import autotune
-from tflms import graph_index as gi
 from tflms import oracle
 from tflms import simulator
 
@@ -227,7 +227,7 @@ def test_simulated_peak_matches_independent_measurements(name,
     graph = tf.Graph()
     with graph.as_default():
         model = models.BUILDERS[name](**SIZES[name])
-    index = gi.build_index(graph)
+    index = tf_reader.build_index(graph)
     roles = analysis.classify_ops(index)
     simulated = simulator.SimulationModel(index, roles).replay(
         None).peak_device_bytes
@@ -279,7 +279,7 @@ def test_simulator_matches_the_runtime_replay_with_and_without_lms(
     types = {op.type for op in model.graph.get_operations()}
     assert ("VarHandleOp" in types) == resource_variables
     assert ("VariableV2" in types) != resource_variables
-    index = gi.build_index(model.graph)
+    index = tf_reader.build_index(model.graph)
     without = simulator.SimulationModel(
         index, analysis.classify_ops(index)).replay(None)
     measured = oracle.peak_memory(model.graph, model.train_op)

@@ -6,6 +6,7 @@ search names is found when it is the budget)."""
 
 import pytest
 
+from tflms.tf import reader
 from tflms import analysis
 from tflms import autotune
 from tflms import budget as budget_mod
@@ -143,7 +144,7 @@ def _plan(index, budget, **settings):
 ])
 def test_no_plan_goes_below_the_floor_and_answers_hold(name, sizes):
     model = zoo_model(name, **sizes)
-    index = gi.build_index(model.graph)
+    index = reader.build_index(model.graph)
     roles = pipeline.classify(index, Settings())
     sim = simulator.SimulationModel(index, roles, None)
     lowest = floor.step_floor(sim)

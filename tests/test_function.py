@@ -1,4 +1,4 @@
-"""tflms.function: LMS for TensorFlow 2 `tf.function` training steps.
+"""tflms.tf.lms_function: LMS for TensorFlow 2 `tf.function` training steps.
 
 This test process has eager execution off (conftest.py), and a
 `tf.function` step needs it on, so each case runs this file as a script
@@ -116,14 +116,15 @@ def _train(keras, tf, lms=None, model_name="cnn"):
     """Losses and weights of STEPS steps; with `lms`, through
     ``lms.function(tf.function(step))``; also the `LMSFunction` and the
     fan-in of the traced function's fetches before LMS edited it."""
-    from tflms import _tf_function, step  # pylint: disable=import-outside-toplevel
+    from tflms.tf import function_api
+    from tflms.tf import reader  # pylint: disable=import-outside-toplevel
     model, train_step, shape = _build(keras, tf, model_name)
     fn = tf.function(train_step)
     data = _data(tf, shape)
     before = None
     if lms is not None:
         graph = fn.get_concrete_function(*data[0]).graph
-        before = set(step.fan_in(_tf_function.fetch_ops(graph)))
+        before = set(reader.fan_in(function_api.fetch_ops(graph)))
         fn = lms.function(fn)
     losses = [float(fn(x, y)) for x, y in data]
     return losses, [v.numpy() for v in model.weights], fn, before
@@ -175,14 +176,16 @@ def _case_train(keras, tf, dump_dir, model_name="cnn"):
     """Fixed parameters with a small threshold (so swaps exist): losses
     and weights against the unmodified step, and the witness."""
     import numpy as np  # pylint: disable=import-outside-toplevel
-    from tflms import LMS, _tf_function, step  # pylint: disable=import-outside-toplevel
+    from tflms import LMS
+    from tflms.tf import reader
+    from tflms.tf import function_api  # pylint: disable=import-outside-toplevel
     base_losses, base_weights, _, _ = _train(keras, tf,
                                              model_name=model_name)
     lms = LMS(swapout_threshold=3, swapin_ahead=1, swapin_groupby=0)
     losses, weights, fn, before = _train(keras, tf, lms, model_name)
     (name, result), = fn.results.items()
     rewritten = fn.concrete_functions[name]
-    after = set(step.fan_in(_tf_function.fetch_ops(rewritten.graph)))
+    after = set(reader.fan_in(function_api.fetch_ops(rewritten.graph)))
     added = set(result.swapout_ops) | set(result.swapin_ops)
     return dict(
         outcome=result.outcome.value,
@@ -251,7 +254,7 @@ def _error_of(call):
 def _case_errors(keras, tf, dump_dir):  # pylint: disable=unused-argument
     """Where LMS cannot work: the error, and nothing traced or changed."""
     from tflms import LMS  # pylint: disable=import-outside-toplevel
-    from tflms import function as function_mod  # pylint: disable=import-outside-toplevel
+    from tflms.tf import lms_function  # pylint: disable=import-outside-toplevel
     lms = LMS(swapout_threshold=3, swapin_ahead=1, swapin_groupby=0)
     x, y = _data(tf)[0]
     out = {}
@@ -281,8 +284,8 @@ def _case_errors(keras, tf, dump_dir):  # pylint: disable=unused-argument
     def eager_only(x, y):
         return float(tf.reduce_sum(x).numpy()) + float(tf.reduce_sum(y))
     out["untraceable"] = _error_of(lambda: lms.function(eager_only)(x, y))
-    out["not_callable"] = _error_of(lambda: function_mod.function(3, lms))
-    out["bad_lms"] = _error_of(lambda: function_mod.function(eager_only, 3))
+    out["not_callable"] = _error_of(lambda: lms_function.function(3, lms))
+    out["bad_lms"] = _error_of(lambda: lms_function.function(eager_only, 3))
     out["last_run"] = lms.last_run is None
     return out
 
@@ -319,10 +322,10 @@ def _case_signatures(keras, tf, dump_dir):  # pylint: disable=unused-argument
 
 
 def _case_internals(keras, tf, dump_dir):  # pylint: disable=unused-argument
-    """tflms._tf_function on this TensorFlow: what it reads of a concrete
+    """tflms.tf.function_api on this TensorFlow: what it reads of a concrete
     function, and a function rebuilt from an unedited graph computes what
     the original does."""
-    from tflms import _tf_function  # pylint: disable=import-outside-toplevel
+    from tflms.tf import function_api  # pylint: disable=import-outside-toplevel
     v = tf.Variable(tf.ones([4, 4]), name="w")
 
     @tf.function
@@ -330,14 +333,14 @@ def _case_internals(keras, tf, dump_dir):  # pylint: disable=unused-argument
         v.assign_add(x)
         return tf.reduce_sum(tf.matmul(v, v))
     concrete = f.get_concrete_function(tf.TensorSpec([4, 4], tf.float32))
-    rebuilt = _tf_function.rebuild(concrete, concrete.graph)
+    rebuilt = function_api.rebuild(concrete, concrete.graph)
     x = tf.fill([4, 4], 0.5)
     want = float(f(x))
     got = float(rebuilt(x))
-    variables = _tf_function.captured_variables(concrete.graph)
+    variables = function_api.captured_variables(concrete.graph)
     return dict(
         fetch_types=sorted(op.type for op in
-                           _tf_function.fetch_ops(concrete.graph)),
+                           function_api.fetch_ops(concrete.graph)),
         variables={k: w.name for k, w in variables.items()},
         placeholder_types=sorted(
             concrete.graph.get_operation_by_name(k).type
@@ -345,9 +348,9 @@ def _case_internals(keras, tf, dump_dir):  # pylint: disable=unused-argument
         new_name=_text(rebuilt.name) != _text(concrete.name),
         same_result=got == float(tf.reduce_sum(tf.matmul(v, v))) and
         want != got,  # both ran the assignment
-        jit=_tf_function.is_jit_compiled(tf.function(f.python_function,
+        jit=function_api.is_jit_compiled(tf.function(f.python_function,
                                                      jit_compile=True)),
-        not_jit=_tf_function.is_jit_compiled(f, concrete))
+        not_jit=function_api.is_jit_compiled(f, concrete))
 
 
 def _case_calls(keras, tf, dump_dir):  # pylint: disable=unused-argument
@@ -435,10 +438,10 @@ def _case_fit(keras, tf, dump_dir, steps_per_execution="1"):
     lms = LMS(swapout_threshold=3, swapin_ahead=1, swapin_groupby=0)
     losses, weights = fit(lms)
     result = lms.last_run
-    from tflms import function as function_mod  # pylint: disable=import-outside-toplevel
+    from tflms.tf import swaps_ran  # pylint: disable=import-outside-toplevel
     swap_ops = list(result.swapout_ops) + list(result.swapin_ops)
-    ran = function_mod.swap_ops_in_partition_graphs(
-        function_mod.partition_graph_files(dump_dir), swap_ops)
+    ran = swaps_ran.swap_ops_in_partition_graphs(
+        swaps_ran.partition_graph_files(dump_dir), swap_ops)
     return dict(
         outcome=result.outcome.value, swapouts=len(result.swapout_ops),
         base_losses=base_losses, losses=losses,
@@ -470,9 +473,9 @@ def _main(case, keras_name, dump_dir):
 def _kerases():
     """The Keras packages to build models with on this stack."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    from tflms import _compat  # pylint: disable=import-outside-toplevel
+    from tflms.tf import compat  # pylint: disable=import-outside-toplevel
     names = ["keras"]
-    if _compat.TF_VERSION >= (2, 16, 0):
+    if compat.TF_VERSION >= (2, 16, 0):
         try:
             __import__("tf_keras")
             names.append("tf_keras")
@@ -499,8 +502,8 @@ def _run(case, keras_name, tmp_path, dump_filter="_tflms_"):
 
 
 def _new_stack():
-    from tflms import _compat  # pylint: disable=import-outside-toplevel
-    return _compat.TF_VERSION >= (2, 16, 0)
+    from tflms.tf import compat  # pylint: disable=import-outside-toplevel
+    return compat.TF_VERSION >= (2, 16, 0)
 
 
 def _onednn():
@@ -637,7 +640,7 @@ def test_one_rewrite_per_signature(tmp_path):
 
 
 def test_tensorflow_internals(tmp_path):
-    """What tflms._tf_function needs from this TensorFlow version."""
+    """What tflms.tf.function_api needs from this TensorFlow version."""
     r, _ = _run("internals", "keras", tmp_path)
     assert "AssignAddVariableOp" in r["fetch_types"]
     assert list(r["variables"].values()) == ["w:0"]

@@ -29,10 +29,11 @@ from hypothesis import strategies as st
 from tensorflow.core.framework import graph_pb2
 from tensorflow.core.protobuf import rewriter_config_pb2
 
+from tflms.tf import reader
 from tflms import LMS, Outcome
 from tflms import autotune
 from tflms import graph_index as gi
-from tflms import rewriter
+from tflms.tf import rewriter
 from tflms import simulator
 
 _v1 = tf.compat.v1
@@ -369,7 +370,7 @@ def check_structure(graph, result, plan, index_before):
             assert index_before.ops[rec.trigger] in read.op.control_inputs
     # Acyclic (build_index raises GraphCycleError on a cycle), every edge
     # goes forward.
-    after = gi.build_index(graph)
+    after = reader.build_index(graph)
     for v in range(after.num_ops):
         for w in after.level_successors(v):
             assert after.levels[w] > after.levels[v]
@@ -398,7 +399,7 @@ def check_example(graph_spec, lms_spec, stats=None):
     graph, handles = build_graph(graph_spec)
     base_def = graph.as_graph_def()
     before = base_def.SerializeToString(deterministic=True)
-    index_before = gi.build_index(graph)
+    index_before = reader.build_index(graph)
     lms = make_lms(lms_spec)
     try:
         result = lms.run(graph)

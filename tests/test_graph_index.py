@@ -6,6 +6,7 @@ import dataclasses
 import pytest
 import tensorflow as tf
 
+from tflms.tf import reader
 from tflms import analysis
 from tflms import graph_index as gi
 from tflms import topo
@@ -128,7 +129,7 @@ def _tf_graph_and_literal_twin():
 
 def test_literal_twin_of_a_tf_graph_has_its_structure():
     graph, literal = _tf_graph_and_literal_twin()
-    index = gi.build_index(graph)
+    index = reader.build_index(graph)
     for field in ("names", "types", "inputs", "control_inputs",
                   "control_outputs", "fanins", "fanouts", "levels",
                   "ops_by_level", "id_of"):
@@ -162,7 +163,7 @@ def test_build_index_reads_trainable_bytes_and_collective_calls():
 
         outer(x)
         plain(x)
-    index = gi.build_index(graph)
+    index = reader.build_index(graph)
     by_name = dict(zip(index.names, index.trainable_bytes))
     assert by_name["w"] == 3 * 5 * 8
     assert by_name["frozen"] == 0
@@ -283,7 +284,7 @@ def test_both_constructors_fill_every_per_op_field():
     """`build_index` and `from_edges` end in the same assembly; each gives
     every per-op field one entry per op of the step."""
     graph, literal = _tf_graph_and_literal_twin()
-    index = gi.build_index(graph)
+    index = reader.build_index(graph)
     whole = ("ops", "ops_by_level", "id_of", "planned_edges", "fetches",
              "step_rule", "graph_num_ops", "keep_grappler_groups")
     for built in (literal, index):
@@ -332,7 +333,7 @@ def test_flops_agree_with_tensorflows_statistics():
         loss = (tf.reduce_sum(product) + tf.reduce_sum(conv3d)
                 + tf.reduce_sum(batched) + tf.reduce_sum(depthwise))
         tf.compat.v1.gradients(loss, [x, w, m, v, k, d])
-    index = gi.build_index(graph)
+    index = reader.build_index(graph)
     by_name = {op.name: op for op in graph.get_operations()}
     for name in ("Conv2D", "Conv3D", "MatMul", "Depthwise"):
         op = by_name[name]
@@ -365,7 +366,7 @@ def test_flops_grow_with_an_unknown_batch():
         tf.compat.v1.gradients(tf.reduce_sum(y), [w])
         z = tf.compat.v1.placeholder(tf.float32, [None, None])
         tf.matmul(z, w[:, :1] * tf.ones([1, 7]), name="unknown")
-    index = gi.build_index(graph)
+    index = reader.build_index(graph)
     assert index.flops[index.id_of["MatMul"]] == (0, 60)
     # The weight gradient x^T dy: its output is known, its inner dimension
     # is the batch.

@@ -1,13 +1,15 @@
-"""The modules of tflms import one another without a cycle.
+"""The modules of tflms import one another without a cycle, and each only
+from its own layer or a lower one.
 
 The graph is read from the source (`ast`), so it holds every import, also
-those made inside functions: an import deferred to a function still makes
-the two modules depend on each other, and a cycle hidden that way (checks
-looked up by name, the log importing the distributed helpers) is what this
-test exists to catch. The one exception is a module-level ``__getattr__``
-(PEP 562): it hands on names that moved to another module so their old
-callers keep working (`graph_index.build_index` -> `tf_reader`), and the
-module's own code does not use it.
+those made inside functions (and a module-level ``__getattr__``): an import
+deferred to a function still makes the two modules depend on each other,
+and a cycle hidden that way is what this test exists to catch.
+
+The layers, from the bottom: the pure core (every module outside the
+others: no TensorFlow); the TensorFlow wing (`tflms.tf`, and the oracle,
+which measures graphs with Grappler); `tflms.lms`; the command line and
+the package's own ``__init__`` / ``__main__``.
 """
 
 import ast
@@ -62,20 +64,10 @@ def _module_of(name, modules):
     return None
 
 
-def _forwarders(tree):
-    """Module-level ``__getattr__`` functions: compatibility forwarders."""
-    return [node for node in tree.body
-            if isinstance(node, ast.FunctionDef)
-            and node.name == "__getattr__"]
-
-
 def _imported(tree, modules):
-    """The tflms modules `tree` imports, outside its forwarders."""
-    skipped = {id(n) for f in _forwarders(tree) for n in ast.walk(f)}
+    """The tflms modules `tree` imports, wherever the import is."""
     found = set()
     for node in ast.walk(tree):
-        if id(node) in skipped:
-            continue
         names = []
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
@@ -133,7 +125,7 @@ def find_cycle(graph):
 
 def test_tflms_imports_have_no_cycle():
     graph = import_graph()
-    assert {"graph_index", "settings", "tf_reader", "planner",
+    assert {"graph_index", "settings", "tf.reader", "planner",
             "planner.swaps", "autotune", "autotune.search"} <= set(graph)
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
@@ -148,15 +140,15 @@ def test_find_cycle(graph, cycle):
     assert find_cycle(graph) == cycle
 
 
-def test_deferred_imports_count_and_forwarders_do_not():
+def test_deferred_imports_and_forwarders_count():
     tree = ast.parse(
         "from tflms import topo\n"
         "def f():\n"
         "    from tflms.planner import make_plan\n"
         "def __getattr__(name):\n"
-        "    from tflms import tf_reader\n")
-    assert _imported(tree, {"topo", "planner", "tf_reader"}) == {
-        "topo", "planner"}
+        "    from tflms.tf import reader\n")
+    assert _imported(tree, {"topo", "planner", "tf", "tf.reader"}) == {
+        "topo", "planner", "tf.reader"}
 
 
 def test_a_subpackage_module_is_its_own_node():
@@ -189,3 +181,49 @@ def test_low_level_modules_import_only_low_level_ones(module):
                 reached.add(nxt)
                 stack.append(nxt)
     assert reached <= LOW_LEVEL[module], sorted(reached - LOW_LEVEL[module])
+
+
+def layer(module):
+    """0: the pure core; 1: the TensorFlow wing (and the oracle); 2: the
+    LMS object; 3: the command line and the package's entry files."""
+    top = module.split(".")[0]
+    if top in ("cli", "__init__", "__main__"):
+        return 3
+    if top == "lms":
+        return 2
+    if top in ("tf", "oracle"):
+        return 1
+    return 0
+
+
+def upward_imports(graph):
+    """``(module, imported)`` pairs where a module imports a higher layer."""
+    return sorted((module, other) for module, imported in graph.items()
+                  for other in imported if layer(other) > layer(module))
+
+
+def test_no_module_imports_a_higher_layer():
+    graph = import_graph()
+    assert {layer("planner.types"), layer("tf.adapters.keras3"),
+            layer("lms"), layer("cli.planning")} == {0, 1, 2, 3}
+    assert upward_imports(graph) == []
+
+
+def test_an_upward_import_is_found():
+    graph = {"analysis": ["tf.reader"], "tf.reader": ["graph_index"],
+             "lms": ["tf.adapters"], "cli.commands": ["lms"]}
+    assert upward_imports(graph) == [("analysis", "tf.reader")]
+
+
+def test_the_command_line_imports_are_plain_imports():
+    """The command line loads TensorFlow only once a command runs, by
+    imports inside its functions, which this test's graph sees: no
+    stand-in modules named by strings."""
+    graph = import_graph()
+    cli_imports = {m for name, imported in graph.items()
+                   if name.startswith("cli") for m in imported}
+    assert {"tf.reader", "pipeline", "lms"} <= cli_imports
+    for module in graph:
+        if module.startswith("cli"):
+            with open(_path(module), encoding="utf-8") as f:
+                assert "Lazy(" not in f.read(), module

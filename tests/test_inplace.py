@@ -10,12 +10,12 @@ tensors are the only ones that count.
 
 import tensorflow as tf
 
+from tflms.tf import reader as tf_reader
 from tflms import analysis
-from tflms import graph_index as gi
 from tflms import inplace
 from tflms import oracle
 from tflms import planner
-from tflms import rewriter
+from tflms.tf import rewriter
 from tflms import simulator
 
 MIB = 1 << 20
@@ -23,7 +23,7 @@ S = 4 * MIB
 
 
 def _replay(graph, plan=None):
-    index = gi.build_index(graph)
+    index = tf_reader.build_index(graph)
     model = simulator.SimulationModel(index, analysis.classify_ops(index))
     result = model.replay(plan)
     return index, result, (result.device_timeline
@@ -135,7 +135,7 @@ def test_simulator_decides_on_the_graph_without_a_plan():
         c = tf.math.exp(b, name="c")
         d = tf.reduce_sum(c, name="d")
         tf.math.multiply(a, d, name="late")
-    index = gi.build_index(g)
+    index = tf_reader.build_index(g)
     roles = analysis.classify_ops(index)
     model = simulator.SimulationModel(index, roles)
     without = model.replay(None)
@@ -212,7 +212,7 @@ def _recomputed_chain(twice=False):
             m = tf.math.sin(m, name="m%d" % k)
         gz = tf.math.multiply(z, m, name="gz")
         out = tf.math.add(gz, a, name="out")
-    index = gi.build_index(g)
+    index = tf_reader.build_index(g)
     roles = analysis.classify_ops(index)
     ids = index.id_of
     rec = planner.plan_recompute(

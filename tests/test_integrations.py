@@ -279,7 +279,7 @@ def test_keras3_model_trains_or_gets_a_clear_error(tf_keras, mode):
     assert out.returncode == 0, out.stderr[-3000:]
     base = out.stdout.split("BASE:")[1].split()[0]
     assert base == ("tf_keras.src.callbacks" if tf_keras == "tf-keras"
-                    else "tflms._compat"), base
+                    else "tflms.tf.compat"), base
     if mode == "eager":
         assert "FIT: rewritten" in out.stdout, out.stdout + out.stderr[-3000:]
     else:
@@ -296,8 +296,8 @@ def test_keras3_model_trains_or_gets_a_clear_error(tf_keras, mode):
 def test_callback_trains_model_saved_with_tf2_optimizer(fmt, tmp_path):
     """keras_models.load_model recompiles with the legacy optimizer; LMS
     then trains it as a callback, with the same losses as without LMS."""
-    from tflms import keras_models  # pylint: disable=import-outside-toplevel
-    from tflms import _compat  # pylint: disable=import-outside-toplevel
+    from tflms.tf import keras_models  # pylint: disable=import-outside-toplevel
+    from tflms.tf import compat  # pylint: disable=import-outside-toplevel
     path, saved_kernel = _graphs.save_tf2_keras_model(
         "sgd", tmp_path / ("model." + fmt))
     rng = np.random.RandomState(0)
@@ -308,7 +308,7 @@ def test_callback_trains_model_saved_with_tf2_optimizer(fmt, tmp_path):
         model = keras_models.load_model(path)
         # The saved weights, not fresh ones (a .keras archive loaded into a
         # graph only adds assign ops; load_model runs them).
-        kernel = _compat.keras_backend_for(model).get_session().run(
+        kernel = compat.keras_backend_for(model).get_session().run(
             model.weights[0])
         np.testing.assert_array_equal(kernel.ravel(),
                                       saved_kernel.astype(np.float32))
@@ -332,7 +332,7 @@ def test_callback_trains_model_saved_with_tf2_optimizer(fmt, tmp_path):
 
 def test_tf2_optimizer_without_legacy_twin_is_a_clear_error(tmp_path):
     from tflms import UnsupportedStackError  # pylint: disable=import-outside-toplevel
-    from tflms import keras_models  # pylint: disable=import-outside-toplevel
+    from tflms.tf import keras_models  # pylint: disable=import-outside-toplevel
     path, _ = _graphs.save_tf2_keras_model("adamw", tmp_path / "model.h5")
     with pytest.raises(UnsupportedStackError) as info:
         keras_models.load_model(path)

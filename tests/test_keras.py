@@ -1,4 +1,4 @@
-"""`tflms._keras.renew_keras_session`: after LMS edits a Keras 2 graph the
+"""`tflms.tf.keras2_session.renew_keras_session`: after LMS edits a Keras 2 graph the
 variables move to a new session that sees the edits, and nothing happens
 where no Keras session runs the graph."""
 
@@ -7,13 +7,13 @@ import logging
 import numpy as np
 import tensorflow as tf
 
-from tflms import _compat
-from tflms._keras import renew_keras_session
+from tflms.tf import compat
+from tflms.tf.keras2_session import renew_keras_session
 from tflms._logging import Logger
 
 
 def _model_in(graph):
-    keras = _compat.keras2()
+    keras = compat.keras2()
     with graph.as_default():
         model = keras.Sequential([keras.Input((4,)),
                                   keras.layers.Dense(3, name="dense")])
@@ -29,7 +29,7 @@ def test_no_keras_session_on_the_graph_is_left_alone():
 def test_variables_move_to_a_new_session_with_their_values():
     graph = tf.Graph()
     _, model = _model_in(graph)
-    backend = _compat.keras_backend_for(model)
+    backend = compat.keras_backend_for(model)
     with graph.as_default():
         old = backend.get_session()  # makes and initializes the variables
         kernel = model.get_layer("dense").kernel

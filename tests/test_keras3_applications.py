@@ -90,8 +90,9 @@ def _main(app, dump_dir, mode):
     import numpy as np  # pylint: disable=import-outside-toplevel
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     import keras  # pylint: disable=import-outside-toplevel
-    from tflms import LMS, analysis, rewriter  # pylint: disable=import-outside-toplevel
-    from tflms import function as function_mod  # pylint: disable=import-outside-toplevel
+    from tflms import LMS, analysis
+    from tflms.tf import rewriter  # pylint: disable=import-outside-toplevel
+    from tflms.tf import swaps_ran  # pylint: disable=import-outside-toplevel
     tf.config.threading.set_inter_op_parallelism_threads(1)
     if mode == "lms-names":
         # The names swap-ins had before: lms/swapin_<tensor>.
@@ -112,8 +113,8 @@ def _main(app, dump_dir, mode):
     times.append(time.perf_counter())
     result = lms.last_run
     swap_ops = list(result.swapout_ops) + list(result.swapin_ops)
-    ran = function_mod.swap_ops_in_partition_graphs(
-        function_mod.partition_graph_files(dump_dir), swap_ops)
+    ran = swaps_ran.swap_ops_in_partition_graphs(
+        swaps_ran.partition_graph_files(dump_dir), swap_ops)
     times.append(time.perf_counter())
     plan = result.planned.plan
     print("RESULT " + json.dumps(dict(
@@ -135,8 +136,8 @@ def _main(app, dump_dir, mode):
 # ---- the tests -----------------------------------------------------------
 
 def _new_stack():
-    from tflms import _compat  # pylint: disable=import-outside-toplevel
-    return _compat.TF_VERSION >= (2, 16, 0)
+    from tflms.tf import compat  # pylint: disable=import-outside-toplevel
+    return compat.TF_VERSION >= (2, 16, 0)
 
 
 pytestmark = [pytest.mark.numerics, pytest.mark.skipif(

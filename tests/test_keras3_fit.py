@@ -122,7 +122,7 @@ def _case_fit(keras, tf, dump_dir, model_name="cnn", steps_per_execution=1,
     seed; the witness; the model after the fit."""
     import numpy as np  # pylint: disable=import-outside-toplevel
     from tflms import LMS  # pylint: disable=import-outside-toplevel
-    from tflms import function as function_mod  # pylint: disable=import-outside-toplevel
+    from tflms.tf import swaps_ran  # pylint: disable=import-outside-toplevel
     compile_args = dict(steps_per_execution=steps_per_execution,
                         jit_compile=jit_compile)
     # The reference runs the kernels LMS's fit runs: without XLA.
@@ -132,20 +132,20 @@ def _case_fit(keras, tf, dump_dir, model_name="cnn", steps_per_execution=1,
     model, losses, weights, again = _fit(keras, model_name, lms,
                                          **compile_args)
     result = lms.last_run
-    graphs = function_mod.partition_graph_files(dump_dir)
+    graphs = swaps_ran.partition_graph_files(dump_dir)
     swap_ops = list(result.swapout_ops) + list(result.swapin_ops)
-    ran = function_mod.swap_ops_in_partition_graphs(graphs, swap_ops)
+    ran = swaps_ran.swap_ops_in_partition_graphs(graphs, swap_ops)
     after = dict(own_step="train_step" not in vars(model),
                  jit_compile=model.jit_compile,
                  train_function=model.train_function is None)
     # The same model fit again without the callback: its own step, no swap.
     again()
-    later_graphs = function_mod.partition_graph_files(dump_dir) - graphs
-    later = function_mod.swap_ops_in_partition_graphs(later_graphs)
+    later_graphs = swaps_ran.partition_graph_files(dump_dir) - graphs
+    later = swaps_ran.swap_ops_in_partition_graphs(later_graphs)
     # And again with the callback: its step is reused, planned once.
     again(lms)
-    reused = function_mod.swap_ops_in_partition_graphs(
-        function_mod.partition_graph_files(dump_dir) - graphs - later_graphs,
+    reused = swaps_ran.swap_ops_in_partition_graphs(
+        swaps_ran.partition_graph_files(dump_dir) - graphs - later_graphs,
         swap_ops)
     return dict(
         outcome=result.outcome.value, swapouts=len(result.swapout_ops),
@@ -287,8 +287,8 @@ def _main(case, dump_dir):
 # ---- the tests -----------------------------------------------------------
 
 def _new_stack():
-    from tflms import _compat  # pylint: disable=import-outside-toplevel
-    return _compat.TF_VERSION >= (2, 16, 0)
+    from tflms.tf import compat  # pylint: disable=import-outside-toplevel
+    return compat.TF_VERSION >= (2, 16, 0)
 
 
 pytestmark = pytest.mark.skipif(
@@ -428,7 +428,8 @@ def test_unsupported_fits_raise_and_change_nothing(tmp_path):
 
 def test_other_backends_get_a_clear_error(monkeypatch):
     """Keras 3 on JAX or PyTorch: LMS rewrites TensorFlow graphs."""
-    from tflms import LMS, UnsupportedStackError, keras3  # pylint: disable=import-outside-toplevel
+    from tflms import LMS, UnsupportedStackError
+    from tflms.tf.adapters import keras3  # pylint: disable=import-outside-toplevel
     monkeypatch.setattr(keras3, "backend_name", lambda: "jax")
     with pytest.raises(UnsupportedStackError) as info:
         keras3.check_backend()

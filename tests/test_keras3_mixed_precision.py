@@ -7,7 +7,7 @@ process has eager execution off): ``python tests/test_keras3_mixed_precision.py
 MODE POLICY`` trains a small CNN with batch norm from one seed without LMS
 and with it (fixed parameters, so that it swaps), and prints what the test
 compares: losses and weights of both, which swap ops ran (from the partition
-graphs TensorFlow ran, `tflms.swaps_ran.watch_swaps`), and the bytes the
+graphs TensorFlow ran, `tflms.tf.swaps_ran.watch_swaps`), and the bytes the
 planning index counts for the first convolution's output against its
 element count: 2 bytes an element under both 16-bit policies, 4 under
 float32.
@@ -115,7 +115,7 @@ def _main(mode, policy):
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     import keras  # pylint: disable=import-outside-toplevel
     from tflms import LMS  # pylint: disable=import-outside-toplevel
-    from tflms.swaps_ran import watch_swaps  # pylint: disable=import-outside-toplevel
+    from tflms.tf.swaps_ran import watch_swaps  # pylint: disable=import-outside-toplevel
     train = _MODES[mode]
     def state(model, optimizer):
         # The model's weights; the optimizer's variables (the step count,
@@ -160,8 +160,8 @@ def _main(mode, policy):
 # ---- the tests -----------------------------------------------------------
 
 def _new_stack():
-    from tflms import _compat  # pylint: disable=import-outside-toplevel
-    return _compat.TF_VERSION >= (2, 16, 0)
+    from tflms.tf import compat  # pylint: disable=import-outside-toplevel
+    return compat.TF_VERSION >= (2, 16, 0)
 
 
 pytestmark = pytest.mark.skipif(

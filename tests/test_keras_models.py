@@ -1,4 +1,4 @@
-"""`tflms.keras_models`: what a saved file says about itself, and TF2
+"""`tflms.tf.keras_models`: what a saved file says about itself, and TF2
 optimizers turned into their graph-mode namesakes."""
 
 import json
@@ -6,8 +6,8 @@ import zipfile
 
 import pytest
 
-from tflms import _compat
-from tflms import keras_models
+from tflms.tf import compat
+from tflms.tf import keras_models
 
 
 def test_saved_keras_version_of_a_keras_archive(tmp_path):
@@ -47,7 +47,7 @@ def test_files_that_cannot_be_models_say_why(tmp_path):
 
 
 def test_tf2_optimizer_becomes_its_legacy_namesake():
-    keras = _compat.keras2()
+    keras = compat.keras2()
     adam = keras.optimizers.Adam(learning_rate=0.003, beta_1=0.8)
     legacy = keras_models.graph_mode_optimizer(adam)
     assert type(legacy) is keras.optimizers.legacy.Adam
@@ -59,8 +59,8 @@ def test_tf2_optimizer_becomes_its_legacy_namesake():
 
 
 def test_tf2_only_setting_is_refused():
-    keras = _compat.keras2()
-    with pytest.raises(_compat.UnsupportedStackError,
+    keras = compat.keras2()
+    with pytest.raises(compat.UnsupportedStackError,
                        match="weight_decay=...\\), a setting the graph-mode "
                        "optimizer"):
         keras_models.graph_mode_optimizer(

@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from tflms import LMS, Outcome
 from tflms import run_log
-from tflms.function import LMSFunction
+from tflms.tf.lms_function import LMSFunction
 from tflms import settings as S
 from tflms.results import EagerModeError
 
@@ -133,8 +133,8 @@ def _keras_predictions(lms, x):
     for prediction: the model built and compiled in graph mode, then
     ``lms.is_training = False; lms.run(keras=True)`` on the default graph
     before predicting. Without `lms` the same model predicts without LMS."""
-    from tflms import _compat  # pylint: disable=import-outside-toplevel
-    keras = _compat.keras2()
+    from tflms.tf import compat  # pylint: disable=import-outside-toplevel
+    keras = compat.keras2()
     graph = tf.Graph()
     with graph.as_default():
         init = keras.initializers.GlorotUniform

@@ -1,6 +1,6 @@
 """A worker of a multi-worker strategy: what LMS manages there, where its
 swap ops go (tflms.worker_devices, pure), and the check that every worker
-made the same rewrite (tflms.multi_worker), with the all-gather replaced by
+made the same rewrite (tflms.tf.multi_worker), with the all-gather replaced by
 a list. tests/test_distributed.py runs two real workers."""
 
 import pytest
@@ -8,9 +8,9 @@ import tensorflow as tf
 
 from tflms import LMS
 from tflms import analysis
-from tflms import distributed
+from tflms.tf import distributed
 from tflms import graph_index as gi
-from tflms import multi_worker
+from tflms.tf import multi_worker
 from tflms import worker_devices
 
 TASK1 = "/job:worker/replica:0/task:1"

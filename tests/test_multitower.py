@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tflms.tf import reader
 from tflms import LMS
 from tflms.lms import Outcome
 from tflms import graph_index as gi
@@ -129,7 +130,7 @@ def assert_swaps_stay_in_towers(index, plan, only_tower=None):
 
 def test_one_lms_per_device():
     graph, handles = tower_graph()
-    index = gi.build_index(graph)
+    index = reader.build_index(graph)
     results = []
     for t, device in enumerate(TOWERS):
         lms = LMS(gpu_device=device, **FIXED)
@@ -155,7 +156,7 @@ def test_one_lms_per_device():
 
 def test_one_lms_for_every_device():
     graph, handles = tower_graph()
-    index = gi.build_index(graph)
+    index = reader.build_index(graph)
     lms = LMS(**FIXED)
     result = lms.run(graph)
     assert assert_swaps_stay_in_towers(index, lms.last_run.plan) == {0, 1}
@@ -174,7 +175,7 @@ def test_triggers_stay_on_the_consumer_device(ahead):
     """Tower 1's backward pass starts from GPU:0 ops (the shared loss); its
     swap-ins must still be triggered by tower-1 ops."""
     graph, handles = tower_graph(shared_loss=True)
-    index = gi.build_index(graph)
+    index = reader.build_index(graph)
     lms = LMS(swapout_threshold=1, swapin_ahead=ahead, swapin_groupby=0)
     result = lms.run(graph)
     assert 1 in assert_swaps_stay_in_towers(index, lms.last_run.plan)

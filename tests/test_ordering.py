@@ -5,6 +5,7 @@ them, and harmless to training."""
 import pytest
 import tensorflow as tf
 
+from tflms.tf import reader as tf_reader
 from tflms import LMS
 from tflms import analysis
 from tflms import autotune
@@ -145,7 +146,7 @@ def _resnet():
 def _aggressive_peaks(graph, from_sync=0):
     """Lowest peak of the most aggressive plans over the sync modes from
     `from_sync` up, without and with ordering edges."""
-    index = gi.build_index(graph)
+    index = tf_reader.build_index(graph)
     roles = pipeline.classify(index, Settings())
     model = simulator.SimulationModel(index, roles)
     plain, ordered = [], []
@@ -241,7 +242,7 @@ def test_a_plan_needing_synchronous_swap_ins_is_replaced_when_ordering_is_faster
     is shorter. Static shapes only: nothing runs."""
     from benchmarks import models as bench_models  # pylint: disable=import-outside-toplevel
     built = bench_models.build("resnet50", image=6592, batch=1)
-    index = gi.build_index(built.graph)
+    index = tf_reader.build_index(built.graph)
     settings = Settings(autotune_gpu_mem=16, batch_size=1)
     roles = pipeline.classify(index, settings)
     env = {autotune.MEM_RATIO_ENV: "0.9"}
@@ -295,7 +296,7 @@ def test_resnet50_at_8000_fits_16_gib_with_copies_timed():
     force (synchronous swap-outs) keeps the edges."""
     from benchmarks import models as bench_models  # pylint: disable=import-outside-toplevel
     built = bench_models.build("resnet50", image=8000, batch=1)
-    index = gi.build_index(built.graph)
+    index = tf_reader.build_index(built.graph)
     env = {autotune.MEM_RATIO_ENV: "0.9"}
     # The plan swaps 98.95 GiB at its host peak: planned for a GPU server's
     # host (the benchmarks' 256 GiB), not the tests' 64 GiB.

@@ -4,6 +4,7 @@ benchmarks share; and LMS.run's RunResult."""
 import pytest
 import tensorflow as tf
 
+from tflms.tf import reader
 from tflms import LMS, Outcome
 from tflms import analysis
 from tflms import autotune
@@ -29,7 +30,7 @@ def cnn(batch=8):
 
 
 def peak_without(graph, batch):
-    index = gi.build_index(graph)
+    index = reader.build_index(graph)
     roles = pipeline.classify(index, Settings())
     return pipeline.simulate_without(index, roles, Settings(
         batch_size=batch)).peak_device_bytes
@@ -42,10 +43,10 @@ def gib_for(nbytes):
 def test_plan_is_pure_and_deterministic():
     graph, _ = cnn()
     version = graph.version
-    index = gi.build_index(graph)
+    index = reader.build_index(graph)
     settings = Settings(serialization=(2, "5:7"), **FIXED)
     first = pipeline.plan(index, settings)
-    second = pipeline.plan(gi.build_index(graph), settings)
+    second = pipeline.plan(reader.build_index(graph), settings)
     assert graph.version == version  # nothing was added to the graph
     assert first.plan == second.plan
     assert first.plan.swaps and first.plan.serialization_edges
@@ -61,7 +62,7 @@ def test_plan_is_pure_and_deterministic():
 def test_simulations_replay_the_planning_index():
     graph, _ = cnn()
     settings = Settings(serialization=("3:6",), batch_size=8, **FIXED)
-    given = gi.build_index(graph)
+    given = reader.build_index(graph)
     planned = pipeline.plan(given, settings, simulate=True)
     # The plan is replayed on the planning index (serialized), the step
     # without LMS on the index as given: serialization is LMS's own edit.
@@ -85,7 +86,7 @@ def test_run_applies_the_plan_the_tuner_replayed():
     graph, _ = cnn()
     budget = gib_for(0.7 * peak_without(graph, 8))
     twin, _ = cnn()
-    planned = pipeline.plan(gi.build_index(twin), Settings(
+    planned = pipeline.plan(reader.build_index(twin), Settings(
         batch_size=8, autotune_gpu_mem=budget))
     assert planned.autotuned and planned.needed
     assert planned.plan is planned.tune.plan
@@ -126,7 +127,7 @@ def test_already_rewritten_plans_nothing():
 
 def test_classify_names_a_device_that_matches_nothing():
     graph, _ = cnn()
-    index = gi.build_index(graph)
+    index = reader.build_index(graph)
     with pytest.raises(ValueError, match=r"gpu_device='/device:GPU:3' "
                        r"matches no operation in the graph"):
         pipeline.classify(index, Settings(gpu_device="/device:GPU:3"))
@@ -167,7 +168,7 @@ def test_the_tuned_plan_is_judged_with_its_copies_timed():
     without."""
     graph, _ = cnn()
     budget = gib_for(0.7 * peak_without(graph, 8))
-    index = gi.build_index(graph)
+    index = reader.build_index(graph)
     for link in ("pcie3", "instant"):
         planned = pipeline.plan(index, Settings(
             batch_size=8, autotune_gpu_mem=budget, interconnect=link))
@@ -195,7 +196,7 @@ def test_instant_replay_of_a_fixed_plan_is_its_simulated_peak():
     counts copies as instant: `instant_replay` gives that result, equal to
     a replay of the plan."""
     graph, _ = cnn()
-    index = gi.build_index(graph)
+    index = reader.build_index(graph)
     planned = pipeline.simulate_plan(pipeline.plan(index, Settings(
         batch_size=8, sync_mode=0, **FIXED)))
     memory = simulator.SimulationModel(planned.index, planned.roles, 8)
@@ -211,7 +212,7 @@ def test_replays_after_planning_reuse_the_planning_contexts_model(
     model the planning context made, not a new one per call (each is a
     pass over the whole graph)."""
     graph, _ = cnn()
-    index = gi.build_index(graph)
+    index = reader.build_index(graph)
     made = []
     real_init = simulator.SimulationModel.__init__
 
@@ -236,7 +237,7 @@ def test_replays_after_planning_reuse_the_planning_contexts_model(
 def test_tuned_plan_carries_its_predicted_step_time_at_the_settings_hardware():
     graph, _ = cnn()
     budget = gib_for(0.7 * peak_without(graph, 8))
-    index = gi.build_index(graph)
+    index = reader.build_index(graph)
     for gpu, link in (("V100-SXM2-16GB", "pcie4"),
                       ("A100-SXM4-40GB", "nvlink2")):
         planned = pipeline.plan(index, Settings(
@@ -257,7 +258,7 @@ def test_tuned_plan_carries_its_predicted_step_time_at_the_settings_hardware():
 def test_recompute_cost_is_the_predicted_step_then_the_bytes_moved():
     graph, _ = cnn()
     budget = gib_for(0.7 * peak_without(graph, 8))
-    planned = pipeline.plan(gi.build_index(graph), Settings(
+    planned = pipeline.plan(reader.build_index(graph), Settings(
         batch_size=8, autotune_gpu_mem=budget))
     plan = planned.plan
     assert pipeline.recompute_cost(plan) == plan.moved_bytes()

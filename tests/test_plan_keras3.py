@@ -230,13 +230,14 @@ import json
 import tensorflow as tf
 
 from benchmarks import capacity, measure, models
-from tflms import _tf_function, oracle, pipeline
+from tflms.tf import function_api
+from tflms import oracle, pipeline
 from tflms.settings import Settings
 
 built = models.keras3_app(image=512)
 graph_def = oracle.graph_def(built.graph)
 handles = {n.name: n for n in graph_def.node if n.op == "VarHandleOp"}
-captured = _tf_function.captured_variables(built.graph)
+captured = function_api.captured_variables(built.graph)
 index = measure.step_index(built)
 handle_bytes = sum(
     tf.TensorShape(n.attr["shape"].shape).num_elements()

@@ -8,9 +8,9 @@ import os
 import pytest
 import tensorflow as tf
 
+from tflms.tf import reader
 from tflms import analysis
 from tflms import autotune
-from tflms import graph_index as gi
 from tflms import plots
 from tflms import planner
 from tflms._logging import Logger
@@ -100,7 +100,7 @@ def test_without_matplotlib_a_warning_says_how_to_install(tmp_path,
     with g.as_default():
         x = tf.compat.v1.placeholder(tf.float32, [512, 512], name="x")
         tf.math.cos(tf.math.sin(x), name="y")
-    index = gi.build_index(g)
+    index = reader.build_index(g)
     roles = analysis.classify_ops(index)
     from tflms import simulator  # pylint: disable=import-outside-toplevel
     result = simulator.SimulationModel(index, roles).replay(None)

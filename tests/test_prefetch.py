@@ -14,8 +14,8 @@ import dataclasses
 
 import pytest
 
+from tflms.tf import reader as tf_reader
 from tflms import LMS
-from tflms import graph_index as gi
 from tflms import pipeline
 from tflms import stages
 from tflms.settings import Settings
@@ -62,7 +62,7 @@ def _swap_in(plan, key):
 
 
 def test_waited_swap_ins_start_earlier_within_the_budget(monkeypatch):
-    index = gi.build_index(_model().graph)
+    index = tf_reader.build_index(_model().graph)
     settings = _settings(index)
     planned = pipeline.plan(index, settings)
     with monkeypatch.context() as patch:
@@ -98,7 +98,7 @@ def test_waited_swap_ins_start_earlier_within_the_budget(monkeypatch):
 
 
 def test_plans_with_nothing_to_gain_are_left_alone(monkeypatch):
-    index = gi.build_index(_model().graph)
+    index = tf_reader.build_index(_model().graph)
     settings = _settings(index)
     _without_prefetch(monkeypatch)
     tuned = pipeline.plan(index, settings)
@@ -118,7 +118,7 @@ def test_plans_with_nothing_to_gain_are_left_alone(monkeypatch):
 
 
 def test_a_budget_with_no_room_keeps_the_tuners_triggers(monkeypatch):
-    index = gi.build_index(_model().graph)
+    index = tf_reader.build_index(_model().graph)
     settings = _settings(index)
     _without_prefetch(monkeypatch)
     tuned = pipeline.plan(index, settings)
@@ -151,7 +151,7 @@ def test_a_prefetched_plan_trains_the_same_and_runs_every_swap(
         case, size, share, recompute, moved, clone_read, lms_log):
     base = eq.train(eq.zoo_model("keras_resnet", **size))
     model = eq.zoo_model("keras_resnet", **size)
-    index = gi.build_index(model.graph)
+    index = tf_reader.build_index(model.graph)
     lms = LMS.from_settings(_settings(index, share).replace(
         recompute=recompute))
     result = lms.run(model.graph)

@@ -3,7 +3,7 @@
 `tflms.graph_index` and the modules that answer questions from a
 `GraphIndex` (analysis, planner, simulator, step-time model, ordering) and
 the settings with their checks are plain Python: one module,
-`tflms.tf_reader`, reads a `tf.Graph` into an index. An AST check of each
+`tflms.tf.reader`, reads a `tf.Graph` into an index. An AST check of each
 file's own imports cannot see a TensorFlow import two modules away, so this
 test imports the core in a fresh interpreter in which TensorFlow (and both
 Kerases) cannot be imported at all, and plans and simulates a literal graph

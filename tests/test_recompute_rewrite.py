@@ -5,8 +5,9 @@ guard against rewriting twice when a plan has recomputes only."""
 import numpy as np
 import tensorflow as tf
 
+from tflms.tf import reader
 from tflms import LMS
-from tflms import rewriter
+from tflms.tf import rewriter
 
 
 def relu_read_late():
@@ -86,7 +87,6 @@ def test_tuned_plan_recomputes_within_the_budget():
     # included; the plan
     # still fits (replayed again here) and moves fewer bytes than the
     # swap-only plan at the same budget.
-    from tflms import graph_index as gi
     from tflms import pipeline
     from tflms import simulator
     from tflms import steptime
@@ -96,7 +96,7 @@ def test_tuned_plan_recomputes_within_the_budget():
     graph = tf.Graph()
     with graph.as_default():
         models.keras_resnet(image=64, batch=4, blocks=(2, 2), seed=1)
-    index = gi.build_index(graph)
+    index = reader.build_index(graph)
     base = Settings(gpu="H100-SXM5-80GB", interconnect="pcie3")
     without = pipeline.simulate_without(index, pipeline.classify(index, base),
                                         base)
@@ -135,7 +135,6 @@ def test_fixed_parameters_recompute_only_within_the_swap_plans_peak():
     # recomputing all of them would hold the clones' inputs and
     # intermediates longer (a higher peak), so only those that keep the
     # swap-only plan's simulated peak are recomputed.
-    from tflms import graph_index as gi
     from tflms import pipeline
     from tflms.settings import Settings
     from zoo import models
@@ -143,7 +142,7 @@ def test_fixed_parameters_recompute_only_within_the_swap_plans_peak():
     graph = tf.Graph()
     with graph.as_default():
         models.keras_resnet(image=64, batch=4, blocks=(2, 2), seed=1)
-    index = gi.build_index(graph)
+    index = reader.build_index(graph)
     fixed = Settings(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0)
     swap_only = pipeline.plan(index, fixed, simulate=True)
     hybrid = pipeline.plan(index, fixed.replace(recompute=True),
@@ -188,7 +187,6 @@ def test_recompute_looks_only_for_free_clones_when_every_copy_is_hidden(
     # convolutions are looked for; on NVLink-C2C the compute hides every
     # copy, a step cannot get shorter, and only clones that take no time
     # (which alone could keep the step as it is) are looked for.
-    from tflms import graph_index as gi
     from tflms import pipeline
     from tflms import planner
     from tflms import steptime
@@ -198,7 +196,7 @@ def test_recompute_looks_only_for_free_clones_when_every_copy_is_hidden(
     graph = tf.Graph()
     with graph.as_default():
         models.keras_resnet(image=64, batch=4, blocks=(2, 2), seed=1)
-    index = gi.build_index(graph)
+    index = reader.build_index(graph)
     looked_for = []
     real = planner.with_recomputes
 

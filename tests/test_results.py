@@ -2,7 +2,7 @@
 replica device at a time (`RunResult.of_replicas`)."""
 
 from tflms.results import Outcome, RunResult
-from tflms.rewriter import RewriteResult
+from tflms.tf.rewriter import RewriteResult
 
 
 def _rewritten(tag, swaps, edges):

@@ -4,10 +4,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tflms.tf import reader
 from tflms import LMS
 from tflms.lms import Outcome
 from tflms import graph_index as gi
-from tflms import rewriter
+from tflms.tf import rewriter
 
 from zoo import models
 from _graphs import dense_net, train_steps
@@ -48,7 +49,7 @@ def assert_rewrite_invariants(graph, plan, index_before):
             for t in sin.triggers:
                 assert index_before.ops[t] in read.op.control_inputs
     # Still a DAG (kahn_levels raises on a cycle) whose edges go forward.
-    after = gi.build_index(graph)
+    after = reader.build_index(graph)
     for v in range(after.num_ops):
         for w in after.successors(v):
             assert after.levels[w] > after.levels[v]
@@ -64,7 +65,7 @@ def assert_rewrite_invariants(graph, plan, index_before):
 ])
 def test_invariants_and_swap_ops_executed(params):
     graph, h = dense_net(depth=6)
-    index_before = gi.build_index(graph)
+    index_before = reader.build_index(graph)
     lms = LMS(**params)
     result = lms.run(graph)
     assert_rewrite_invariants(graph, lms.last_run.plan, index_before)
@@ -126,7 +127,7 @@ def test_swapin_ahead_moves_the_trigger_earlier():
     def trigger_gaps(ahead):
         graph, _ = dense_net(depth=6)
         lms = LMS(swapout_threshold=1, swapin_ahead=ahead, swapin_groupby=0)
-        index = gi.build_index(graph)
+        index = reader.build_index(graph)
         lms.run(graph)
         gaps = {}
         for swap in lms.last_run.plan.swaps:
@@ -310,7 +311,7 @@ def test_not_needed_is_decided_once_per_unchanged_graph(lms_log):
 
 def test_autotune_with_serialization_simulates_the_serialized_levels():
     graph, _ = dense_net(depth=6, width=64, batch=64)
-    original_levels = gi.build_index(graph).num_levels
+    original_levels = reader.build_index(graph).num_levels
     lms = LMS(serialization=["0:"])
     lms.autotune_gpu_mem = 180e3 / 0.9 / 2 ** 30  # below the 236 kB peak
     result = lms.run(graph)

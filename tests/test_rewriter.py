@@ -5,10 +5,11 @@ as it was. (`test_rewrite.py` checks the rewrites themselves.)"""
 import pytest
 import tensorflow as tf
 
+from tflms.tf import reader
 from tflms import analysis
 from tflms import graph_index as gi
 from tflms import planner
-from tflms import rewriter
+from tflms.tf import rewriter
 
 CPU = "/cpu:0"
 
@@ -28,7 +29,7 @@ def u_graph(n=4):
 
 
 def indexed_plan(graph):
-    index = gi.build_index(graph)
+    index = reader.build_index(graph)
     roles = analysis.classify_ops(index)
     plan = planner.make_plan(index, roles, planner.SwapParams(5, 1, 0, 0))
     assert len(plan.swaps) == 1  # f1 -> g1
@@ -82,7 +83,7 @@ def test_an_index_of_another_graph_is_refused():
     before = signature(graph)
     with pytest.raises(ValueError, match=r"^the index was built from another "
                        r"graph than the one to edit; index this graph with "
-                       r"graph_index.build_index\(graph\)$"):
+                       r"tflms.tf.reader.build_index\(graph\)$"):
         rewriter.apply_plan(graph, index, plan, CPU)
     assert signature(graph) == before
 
@@ -99,6 +100,6 @@ def test_a_literal_index_is_refused():
                        r"\(it was built from literal edges by "
                        r"graph_index.from_edges\), so there is nothing to "
                        r"rewrite; index the graph with "
-                       r"graph_index.build_index\(graph\)$"):
+                       r"tflms.tf.reader.build_index\(graph\)$"):
         rewriter.apply_plan(graph, literal, plan, CPU)
     assert signature(graph) == before

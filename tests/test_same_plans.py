@@ -24,8 +24,8 @@ import pytest
 import tensorflow as tf
 
 from benchmarks import models
+from tflms.tf import reader
 from tflms import autotune, pipeline
-from tflms import graph_index as gi
 from tflms.settings import Settings
 
 _DATA = os.path.join(os.path.dirname(__file__), "data", "plan_digests.json")
@@ -94,7 +94,7 @@ def _digest(planned):
 
 def _plans(name, kwargs, budgets):
     built = models.build(name, **kwargs)
-    index = gi.build_index(built.graph, [built.train_op])
+    index = reader.build_index(built.graph, [built.train_op])
     roles = pipeline.classify(index, Settings())
     out = []
     for share, extra in budgets:

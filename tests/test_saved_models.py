@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from tflms import LMS
 from tflms.lms import Outcome
-from tflms import rewriter
+from tflms.tf import rewriter
 
 from _graphs import assert_swaps_ran, dense_net, trace_options
 

@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tflms.tf import reader as tf_reader
 from tflms import analysis
 from tflms import graph_index as gi
 from tflms import planner
-from tflms import rewriter
+from tflms.tf import rewriter
 from tflms import simulator
 
 PARAMS = planner.SwapParams(1, 1, 0, 0)
@@ -162,7 +163,7 @@ def test_a_shared_clone_is_rewritten_runs_and_computes_the_same():
     with tf.compat.v1.Session(graph=graph) as sess:
         expected = sess.run("out:0", {"x:0": feed})
     graph = tf_two_readers()
-    index = gi.build_index(graph)
+    index = tf_reader.build_index(graph)
     n = index.id_of
     first = recompute(index, "z", "gz")
     shared = recompute(index, "w", "gw", recomputes=(first,))
@@ -194,7 +195,7 @@ def test_a_shared_clone_is_rewritten_runs_and_computes_the_same():
 
 def test_a_plan_reading_a_clone_not_made_yet_is_refused_unedited():
     graph = tf_two_readers()
-    index = gi.build_index(graph)
+    index = tf_reader.build_index(graph)
     first = recompute(index, "z", "gz")
     shared = recompute(index, "w", "gw", recomputes=(first,))
     before = graph.as_graph_def().SerializeToString(deterministic=True)

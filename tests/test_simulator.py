@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tflms.tf import reader as tf_reader
 from tflms import analysis
 from tflms import graph_index as gi
 from tflms import planner
@@ -42,7 +43,7 @@ def chain(n=6):
         grad = own_buffer(f[n], name="g%d" % n)
         for i in range(n - 1, 0, -1):
             grad = own_buffer(grad, f[i], name="g%d" % i)
-    index = gi.build_index(g)
+    index = tf_reader.build_index(g)
     return g, index, analysis.classify_ops(index)
 
 
@@ -126,7 +127,7 @@ def test_identity_and_reshape_alias_their_input():
         b = tf.identity(a, name="b")
         c = tf.reshape(b, [1024, 256], name="c")
         tf.math.cos(c, name="d")
-    index = gi.build_index(g)
+    index = tf_reader.build_index(g)
     result = simulator.SimulationModel(
         index, analysis.classify_ops(index)).replay(None)
     # x (freed after a) and a (= b = c, and d: cos writes into the buffer
@@ -144,7 +145,7 @@ def test_variables_are_resident_and_reads_add_nothing():
             use_resource=True)
         x = tf.compat.v1.placeholder(tf.float32, [512, 512], name="x")
         own_buffer(x, v.read_value(), name="y")
-    index = gi.build_index(g)
+    index = tf_reader.build_index(g)
     roles = analysis.classify_ops(index)
     model = simulator.SimulationModel(index, roles)
     assert model.resident_device_bytes >= MIB
@@ -182,7 +183,7 @@ def test_ref_variables_are_resident_and_their_references_add_nothing():
         assign = tf.compat.v1.assign(w, y, name="assign")
         z = tf.math.multiply(tf.identity(assign, name="after"), 2.0, name="z")
         own_buffer(z, x, name="q")
-    index = gi.build_index(g)
+    index = tf_reader.build_index(g)
     assert index.output_itemsizes[index.id_of["w"]] == (0,)
     assert index.output_itemsizes[index.id_of["assign"]] == (0,)
     assert index.variable_bytes[index.id_of["w"]] == MIB
@@ -201,7 +202,7 @@ def test_cpu_tensor_read_on_device_gets_a_device_copy():
             x = tf.compat.v1.placeholder(tf.float32, [512, 512], name="x")
             h = tf.math.sin(x, name="h")
         tf.math.cos(h, name="d")
-    index = gi.build_index(g)
+    index = tf_reader.build_index(g)
     result = simulator.SimulationModel(
         index, analysis.classify_ops(index)).replay(None)
     # Device: the copy of h (from level 1) and d (level 2).
@@ -217,7 +218,7 @@ def test_unknown_batch_dimension_needs_the_batch_size():
         x = tf.compat.v1.placeholder(tf.float32, [None, 224, 224, 3],
                                      name="x")
         tf.math.sin(x, name="y")
-    index = gi.build_index(g)
+    index = tf_reader.build_index(g)
     roles = analysis.classify_ops(index)
     with pytest.raises(simulator.BatchSizeError) as err:
         simulator.SimulationModel(index, roles)
@@ -241,7 +242,7 @@ def test_serialization_edges_move_ops_to_later_levels():
         f3 = tf.math.sin(f2, name="f3")
         side = tf.math.cos(x, name="side")
         tf.math.add(f3, side, name="out")
-    index = gi.build_index(g)
+    index = tf_reader.build_index(g)
     roles = analysis.classify_ops(index)
     side_id, f2_id = op(index, "side"), op(index, "f2")
     before = simulator.SimulationModel(index, roles).replay(None)
@@ -304,7 +305,7 @@ def identity_n_graph():
         n = tf.identity_n([a, h], name="n")
         tf.reduce_sum(n[0], name="sum_a")
         tf.reduce_sum(n[1], name="sum_e")
-    index = gi.build_index(g)
+    index = tf_reader.build_index(g)
     return index, analysis.classify_ops(index)
 
 
@@ -357,7 +358,7 @@ def test_incremental_levels_equal_a_fresh_sort(name, kwargs, monkeypatch):
     graph = tf.Graph()
     with graph.as_default():
         model = models.BUILDERS[name](seed=1, **kwargs)
-    index = gi.build_index(model.graph)
+    index = tf_reader.build_index(model.graph)
     roles = analysis.classify_ops(index)
     incremental = topo.raise_levels
     outcomes = []

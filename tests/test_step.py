@@ -17,11 +17,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tflms import LMS, analysis, pipeline, rewriter, step
+from tflms.tf import reader
+from tflms import LMS, analysis, pipeline
+from tflms.tf import rewriter
 from tflms import graph_index as gi
-from tflms import _compat
+from tflms.tf import compat
 from tflms.settings import Settings
-from tflms.verify import verify
+from tflms.tf.verify import verify
 
 _GIB = float(1 << 30)
 
@@ -30,7 +32,7 @@ def keras_app_graph(size=256, batch=1, app="ResNet50", seed=1):
     """A Keras application called on tensors in a Session graph, trained
     with a v1 optimizer, with an evaluation head and summaries beside the
     train op. Returns (graph, train_op, loss)."""
-    keras = _compat.keras2()
+    keras = compat.keras2()
     graph = tf.Graph()
     with graph.as_default():
         tf.compat.v1.set_random_seed(seed)
@@ -90,11 +92,11 @@ def _rewrite_and_check(graph, train_op, lms):
     """Run `lms` on `graph`; check that the step after the rewrite is the
     step before plus the ops LMS added, each of which is in it."""
     loss = graph.get_collection(tf.compat.v1.GraphKeys.LOSSES)[0]
-    before = set(step.fan_in([train_op, loss.op]))
+    before = set(reader.fan_in([train_op, loss.op]))
     result = lms.run(graph)
     assert result.rewritten
     added = _added(result)
-    after = set(step.fan_in([train_op, loss.op]))
+    after = set(reader.fan_in([train_op, loss.op]))
     assert after - before == added
     assert before <= after
     return result
@@ -103,7 +105,7 @@ def _rewrite_and_check(graph, train_op, lms):
 def _budget_gib(graph, fraction):
     """A budget `fraction` of the way from the resident bytes (variables,
     slots) to the simulated peak without LMS, batch 1."""
-    index = gi.build_index(graph)
+    index = reader.build_index(graph)
     settings = Settings(batch_size=1)
     roles = pipeline.classify(index, settings)
     without = pipeline.simulate_without(index, roles, settings)
@@ -114,8 +116,8 @@ def _budget_gib(graph, fraction):
 # ---- finding the step --------------------------------------------------------
 def test_index_holds_the_fan_in_of_the_train_op_only():
     graph, train_op, loss = keras_app_graph(size=64)
-    index = gi.build_index(graph)
-    in_step = step.fan_in([train_op, loss.op])
+    index = reader.build_index(graph)
+    in_step = reader.fan_in([train_op, loss.op])
     assert {op.name for op in index.ops} == set(in_step)
     assert index.graph_num_ops == len(graph.get_operations())
     # Keras's own forward pass on its Input, the evaluation head and the
@@ -143,21 +145,21 @@ def test_rules_in_order():
         update = w.assign_sub(0.1 * grad)
         other = tf.reduce_max(w, name="other")
     # 3b: an assignment to a trainable variable from a gradient.
-    found = step.find_fetches(graph)
+    found = reader.find_fetches(graph)
     assert found.ops == (update.op,)
     assert found.rule == "the optimizer updates of the graph (1 op)"
     # 1: the fetches given win, as names, tensors or nested lists.
-    given = step.find_fetches(graph, {"a": [other, "AssignSubVariableOp"]})
+    given = reader.find_fetches(graph, {"a": [other, "AssignSubVariableOp"]})
     assert [op.name for op in given.ops] == [update.op.name, "other"]
     assert given.rule == "the fetches passed to run() (2 ops)"
     with graph.as_default():
         apply = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
             loss)
     # 2: the train_op collection (the v1 optimizer adds its op).
-    assert step.find_fetches(graph).ops == (apply,)
+    assert reader.find_fetches(graph).ops == (apply,)
     graph.clear_collection(tf.compat.v1.GraphKeys.TRAIN_OP)
     # 3a: Apply* ops.
-    assert [op.type for op in step.find_fetches(graph).ops] == [
+    assert [op.type for op in reader.find_fetches(graph).ops] == [
         "ResourceApplyGradientDescent"]
 
 
@@ -166,10 +168,10 @@ def test_whole_graph_when_nothing_names_the_step():
     with graph.as_default():
         x = tf.compat.v1.placeholder(tf.float32, [2, 3])
         tf.nn.relu(x)
-    found = step.find_fetches(graph)
+    found = reader.find_fetches(graph)
     assert found.whole_graph and found.ops == ()
     assert found.rule.startswith("the whole graph")
-    index = gi.build_index(graph)
+    index = reader.build_index(graph)
     assert index.num_ops == index.graph_num_ops == 2 and index.fetches == ()
 
 
@@ -182,7 +184,7 @@ def test_whole_graph_when_nothing_names_the_step():
 def test_bad_fetches(fetches, message):
     graph, train_op, _ = _tiny_step()
     with pytest.raises(ValueError, match=message):
-        step.find_fetches(graph, fetches)
+        reader.find_fetches(graph, fetches)
     with pytest.raises(ValueError, match=message):
         LMS().run(graph, fetches=fetches)
     assert not rewriter.is_rewritten(graph)
@@ -193,7 +195,7 @@ def test_fetch_of_another_graph():
     _, other_op, _ = _tiny_step()
     with pytest.raises(ValueError, match=r"^fetches: .* belongs to another "
                        r"graph than the one LMS edits; pass ops of that"):
-        step.find_fetches(graph, other_op)
+        reader.find_fetches(graph, other_op)
 
 
 def _tiny_step():
@@ -289,7 +291,7 @@ def test_prefetch_stays_inside_the_step_and_its_swaps_run():
 
 def test_baseline_is_the_same_whatever_the_budget():
     graph, _, _ = keras_app_graph()
-    index = gi.build_index(graph)
+    index = reader.build_index(graph)
     peaks = set()
     ordered = 0
     for fraction in (0.35, 0.6):
@@ -307,7 +309,7 @@ def test_baseline_is_the_same_whatever_the_budget():
 # ---- the rewriter's check ------------------------------------------------------
 def test_rewriter_refuses_an_index_that_is_not_the_step():
     graph, train_op, _ = keras_app_graph(size=64)
-    index = gi.build_index(graph)
+    index = reader.build_index(graph)
     roles = analysis.classify_ops(index)
     from tflms import planner  # pylint: disable=import-outside-toplevel
     plan = planner.make_plan(index, roles, planner.SwapParams(30, 5, 3, 0),
@@ -330,8 +332,8 @@ def test_rewriter_refuses_an_index_that_is_not_the_step():
 
 def test_rewriter_refuses_a_plan_of_another_index():
     graph, _, _ = _tiny_step()
-    index = gi.build_index(graph)
-    big = gi.build_index(keras_app_graph(size=32)[0])
+    index = reader.build_index(graph)
+    big = reader.build_index(keras_app_graph(size=32)[0])
     from tflms import planner  # pylint: disable=import-outside-toplevel
     plan = planner.make_plan(big, analysis.classify_ops(big),
                              planner.SwapParams(30, 5, 3, 0), batch_size=1)
@@ -393,7 +395,7 @@ def test_forwards_input_of_real_ops():
             # Broadcasting makes a new, larger tensor: not an identity.
             "broadcast": x * tf.ones([3, 2, 4]),
         }
-    index = gi.build_index(graph)
+    index = reader.build_index(graph)
     got = {name: index.forwards_input[index.id_of[t.op.name]]
            for name, t in ops.items()}
     assert got == {"x_times_one": 0, "one_times_x": 1, "x_plus_zero": 0,
@@ -453,7 +455,7 @@ def swish_cnn_graph(layers=8, size=24, batch=2, seed=3):
 
 def test_swish_gradient_constant_multiply_is_an_alias():
     graph = swish_cnn_graph()
-    index = gi.build_index(graph)
+    index = reader.build_index(graph)
     roles = analysis.classify_ops(index)
     aliases = [i for i in range(index.num_ops)
                if index.types[i] == "Mul" and index.forwards_input[i]
@@ -492,7 +494,7 @@ def test_a_rewrite_logs_one_warning_line_and_the_step(caplog):
     caplog.set_level(logging.INFO, logger="tensorflow")
     tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.INFO)
     graph, train_op, _ = _tiny_step()
-    in_step = len(step.fan_in([train_op]))
+    in_step = len(reader.fan_in([train_op]))
     total = len(graph.get_operations())
     LMS(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0).run(graph)
     step_lines = [r.getMessage() for r in caplog.records
@@ -534,7 +536,7 @@ class _StepRecorder(tf.compat.v1.train.SessionRunHook):
         graph = tf.compat.v1.get_default_graph()
         self.train_ops = graph.get_collection(
             tf.compat.v1.GraphKeys.TRAIN_OP)
-        self.before = set(step.fan_in(self.train_ops))
+        self.before = set(reader.fan_in(self.train_ops))
 
     def before_run(self, run_context):
         self._step += 1
@@ -607,7 +609,7 @@ def _train_estimator(tmp_path, name, hooks):
 
 
 @pytest.mark.numerics
-@pytest.mark.skipif(_compat.TF_VERSION >= (2, 16, 0),
+@pytest.mark.skipif(compat.TF_VERSION >= (2, 16, 0),
                     reason="tf.estimator was removed in TensorFlow 2.16")
 def test_estimator_model_fn_building_keras_trains_the_same(tmp_path):
     """The Estimator pattern of issue 22: a model_fn that builds a Keras
@@ -624,7 +626,7 @@ def test_estimator_model_fn_building_keras_trains_the_same(tmp_path):
     # The step LMS planned is the Estimator's train op's fan-in, and after
     # the rewrite it holds the same ops plus LMS's own.
     added = _added(result)
-    after = set(step.fan_in(recorder.train_ops))
+    after = set(reader.fan_in(recorder.train_ops))
     assert after - recorder.before == added
     assert recorder.before <= after
     # Every swap op ran in the traced step.

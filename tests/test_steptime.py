@@ -12,6 +12,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from tflms.tf import reader as tf_reader
 from tflms import analysis
 from tflms import graph_index as gi
 from tflms import planner
@@ -321,7 +322,7 @@ def test_an_update_reads_and_writes_the_variables_behind_its_handles():
         train = tf.group(v1.train.AdamOptimizer(1e-3).apply_gradients(
             [(grad, w)]), *updates, name="train")
         v1.add_to_collection(v1.GraphKeys.TRAIN_OP, train)
-    index = gi.build_index(graph)
+    index = tf_reader.build_index(graph)
     model = steptime.StepTimeModel(index, analysis.classify_ops(index))
     gbytes = 64 * 32 * 4
     apply = next(i for i in range(index.num_ops)
@@ -350,7 +351,7 @@ def test_a_convolution_of_a_tensorflow_graph_at_its_roofline():
         w = tf.compat.v1.get_variable("w", [3, 3, 8, 32])
         y = tf.nn.conv2d(x, w, 1, "SAME", name="conv")
         tf.reshape(y, [-1, 16 * 16 * 32], name="flat")
-    index = gi.build_index(graph)
+    index = tf_reader.build_index(graph)
     roles = analysis.classify_ops(index)
     batch = 4
     flops = 2 * batch * 16 * 16 * 32 * 3 * 3 * 8
@@ -717,7 +718,7 @@ def _one_convolution(dtype):
         x = tf.compat.v1.placeholder(dtype, [None, 16, 16, 8], name="x")
         w = tf.cast(tf.compat.v1.get_variable("w", [3, 3, 8, 32]), dtype)
         tf.nn.conv2d(x, w, 1, "SAME", name="conv")
-    index = gi.build_index(graph)
+    index = tf_reader.build_index(graph)
     batch = 4
     itemsize = tf.as_dtype(dtype).size
     nbytes = itemsize * (batch * 16 * 16 * 8 + 3 * 3 * 8 * 32

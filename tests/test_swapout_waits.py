@@ -7,9 +7,9 @@ import dataclasses
 
 import pytest
 
+from tflms.tf import reader as tf_reader
 from tflms import LMS
 from tflms import autotune
-from tflms import graph_index as gi
 from tflms import pipeline
 from tflms import simulator
 from tflms import steptime
@@ -43,7 +43,7 @@ def test_unet_352_waits_only_for_its_largest_copy(monkeypatch):
     monkeypatch.setenv(autotune.MEM_RATIO_ENV, "0.9")
     built = bench_models.build("unet3d", volume=352, base_filters=16,
                                depth=4, batch=1)
-    index = gi.build_index(built.graph)
+    index = tf_reader.build_index(built.graph)
     # Swaps only: the waits dropped are the swap plan's.
     settings = Settings(batch_size=built.batch_size, autotune_gpu_mem=16.0,
                         recompute=False)
@@ -86,7 +86,7 @@ def test_unet_352_waits_only_for_its_largest_copy(monkeypatch):
 def test_fixed_parameters_keep_every_wait():
     model = zoo_model("keras_resnet", seed=1, image=64, batch=4,
                       blocks=(2, 2))
-    index = gi.build_index(model.graph)
+    index = tf_reader.build_index(model.graph)
     planned = pipeline.plan(index, Settings(
         swapout_threshold=7, swapin_ahead=1, swapin_groupby=0, sync_mode=3))
     assert planned.plan.swaps
@@ -116,7 +116,7 @@ def test_a_plan_with_some_waits_dropped_trains_as_without_lms(
     training steps give the same losses and weights as without LMS."""
     monkeypatch.setenv(autotune.MEM_RATIO_ENV, "1")
     model = _resnet64()
-    index = gi.build_index(model.graph)
+    index = tf_reader.build_index(model.graph)
     settings = Settings()
     without = pipeline.simulate_without(
         index, pipeline.classify(index, settings), settings)

@@ -1,4 +1,4 @@
-"""`tflms.swaps_ran.watch_swaps`: which swap ops of a rewrite TensorFlow ran,
+"""`tflms.tf.swaps_ran.watch_swaps`: which swap ops of a rewrite TensorFlow ran,
 from the partition graphs it makes inside the block.
 
 The check runs in a subprocess (TensorFlow 2 code in eager mode; the test
@@ -22,7 +22,7 @@ _SCRIPT = r"""
 import json
 import tensorflow as tf
 from tflms import LMS
-from tflms.swaps_ran import watch_swaps
+from tflms.tf.swaps_ran import watch_swaps
 
 w = tf.Variable(tf.random.stateless_normal([64, 64], seed=[1, 2]))
 x = tf.random.stateless_normal([32, 64], seed=[3, 4])

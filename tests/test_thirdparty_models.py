@@ -60,10 +60,10 @@ def test_thirdparty_cases_name_builders_and_their_arguments():
 def test_recipe_unet_trains_in_a_session_graph_and_the_simulator_agrees():
     pytest.importorskip("segmentation_models_3D")
     from tflms import oracle, pipeline  # pylint: disable=import-outside-toplevel
-    from tflms import graph_index as gi  # pylint: disable=import-outside-toplevel
+    from tflms.tf import reader  # pylint: disable=import-outside-toplevel
     from tflms.settings import Settings  # pylint: disable=import-outside-toplevel
     built = models.unet3d_recipe(volume=32, backbone="resnet18")
-    index = gi.build_index(built.graph)
+    index = reader.build_index(built.graph)
     assert built.train_op.name in index.step_rule or \
         "train_op collection" in index.step_rule
     roles = pipeline.classify(index, Settings())

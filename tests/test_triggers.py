@@ -10,6 +10,7 @@ a valid trigger on the consumer's device, an ancestor of the consumer.
 import pytest
 import tensorflow as tf
 
+from tflms.tf import reader
 from tflms import analysis
 from tflms import graph_index as gi
 from tflms import planner
@@ -51,7 +52,7 @@ def test_finder_picks_the_full_searchs_level(name, kwargs):
     graph = tf.Graph()
     with graph.as_default():
         model = models.BUILDERS[name](seed=2, **kwargs)
-    index = gi.build_index(model.graph)
+    index = reader.build_index(model.graph)
     roles = analysis.classify_ops(index)
     assert _check_all_queries(index, roles, (1, 2, 3, 7, 20)) > 20
 
@@ -62,7 +63,7 @@ def test_finder_with_serialization_levels(v1_control_flow):
     the critical path. The finder still agrees with the full search."""
     import test_control_flow  # pylint: disable=import-outside-toplevel
     _, graph = test_control_flow.keras_bn_graph()
-    index = gi.build_index(graph)
+    index = reader.build_index(graph)
     roles = analysis.classify_ops(index)
     assert _check_all_queries(index, roles, (1, 2, 4)) > 5
     edges, _ = planner.serialization_edges(index, roles, (slice(0, None),))
@@ -112,7 +113,7 @@ def test_spine_searches_agree_with_the_walks(name, kwargs):
     graph = tf.Graph()
     with graph.as_default():
         model = models.BUILDERS[name](seed=2, **kwargs)
-    index = gi.build_index(model.graph)
+    index = reader.build_index(model.graph)
     roles = analysis.classify_ops(index)
     assert _check_spine_searches(index, roles, (0, 1, 2, 3, 7, 20, 60)) > 20
 
@@ -122,7 +123,7 @@ def _cnn_bias_index():
     graph = tf.Graph()
     with graph.as_default():
         models.cnn_bias(image=8, channels=2, depth=2, batch=2)
-    index = gi.build_index(graph)
+    index = reader.build_index(graph)
     return index, analysis.classify_ops(index)
 
 

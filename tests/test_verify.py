@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 
 from tflms import LMS, Outcome, RunResult
-from tflms import verify as verifying
+from tflms.tf import verify as verifying
 
 from zoo import models
 

@@ -1,4 +1,4 @@
-"""`tflms verify` on a model saved by Keras 3 (tflms/verify_keras3.py).
+"""`tflms verify` on a model saved by Keras 3 (tflms/tf/verify_keras3.py).
 
 Keras 3 exists on TensorFlow 2.16+ only and trains in eager mode, so every
 Keras 3 step here runs in a subprocess with TF_USE_LEGACY_KERAS unset (the
@@ -58,10 +58,10 @@ os.environ.update({"TF_DUMP_GRAPH_PREFIX": dump,
                    "TF_DUMP_GRAPH_NAME_FILTER": "_tflms_",
                    commands._DUMP_DIR_ENV: dump})
 
-from tflms import function as function_mod
-from tflms import verify_keras3
+from tflms.tf import swaps_ran
+from tflms.tf import verify_keras3
 
-train, found = verify_keras3._train, function_mod.swap_ops_in_partition_graphs
+train, found = verify_keras3._train, swaps_ran.swap_ops_in_partition_graphs
 models, hidden = [], []
 
 def moved(model, step, data, steps):
@@ -79,7 +79,7 @@ def one_hidden(paths, names=()):
     return ran
 
 verify_keras3._train = moved
-function_mod.swap_ops_in_partition_graphs = one_hidden
+swaps_ran.swap_ops_in_partition_graphs = one_hidden
 code = commands.main(sys.argv[1:])
 print("MOVED %s HIDDEN %s CODE %d" % (
     models[1].trainable_variables[0].path, hidden[0], code))

@@ -175,7 +175,7 @@ def compute_devices(index):
 
     A step of a tf.distribute strategy holds every replica's ops, each
     replica on its own device; one plan per device gives each replica its
-    own device's budget (`tflms.function` plans so when this names two or
+    own device's budget (`tflms.tf.lms_function` plans so when this names two or
     more devices).
     """
     found = {}

@@ -4,12 +4,19 @@ The device budget is ``autotune_gpu_mem`` GiB, or the memory TensorFlow
 reports for the GPU this process drives, times ``TF_LMS_SIMULATOR_MEM_RATIO``
 (default 0.9: the allocator's own overhead and fragmentation need the rest).
 The host budget is ``autotune_host_mem`` GiB, or the machine's physical
-memory shared by the processes of this node. Only asking TensorFlow for its devices needs TensorFlow, and it is
-imported then.
+memory shared by the processes of this node.
+
+This module imports no TensorFlow: the planning core reads budgets from
+here. Asking TensorFlow for the GPU's memory is the TensorFlow wing's
+(`tflms.tf.device_list`), which registers its device lister here with
+`register_device_lister` when the wing is imported; without it (a process
+that plans literal graphs), only ``autotune_gpu_mem`` gives the device
+budget.
 """
 
 import os
 
+from tflms.devices import parse_device
 from tflms import ranks
 
 __all__ = ["MEM_RATIO_ENV", "DEFAULT_MEM_RATIO", "NoGpuError", "mem_ratio",
@@ -47,18 +54,33 @@ def mem_ratio(env=None):
     return value
 
 
+# The callable that lists this process's devices (each with name,
+# device_type and memory_limit, as TensorFlow's DeviceAttributes), set by
+# the TensorFlow wing; None where no TensorFlow was loaded.
+_device_lister = None
+
+
+def register_device_lister(lister):
+    """Make `lister` (a callable returning the local devices' attributes)
+    the source of the GPU's memory when ``autotune_gpu_mem`` is not set."""
+    global _device_lister  # pylint: disable=global-statement
+    _device_lister = lister
+
+
 def _list_local_devices():
-    # Imported lazily: listing devices initialises the GPU runtime.
-    from tensorflow.python.client import device_lib  # pylint: disable=import-outside-toplevel
-    return device_lib.list_local_devices()
+    if _device_lister is None:
+        raise NoGpuError(
+            "LMS auto-tuning needs the GPU memory size, and no device list "
+            "is available in this process (TensorFlow was not loaded by "
+            "tflms). Set autotune_gpu_mem = <GiB of the GPU you plan for>.")
+    return _device_lister()
 
 
 def _gpu_index(gpu_device, env):
     if gpu_device:
-        import tensorflow as tf  # pylint: disable=import-outside-toplevel
-        spec = tf.DeviceSpec.from_string(gpu_device)
-        if spec.device_index is not None:
-            return spec.device_index
+        index = parse_device(gpu_device).device_index
+        if index is not None:
+            return index
     return ranks.rank_info(env).local_rank
 
 

@@ -19,7 +19,7 @@ the batch (every activation grows with it).
 `plan_row(index, roles, settings, batch)` is the callable's work for an
 index whose batch dimension is free (the simulator sizes the first unknown
 dimension with the batch: one index, one `OpRoles`, a plan per batch);
-`tflms capacity` and `tflms.live_capacity` trace a Keras 3 step once per
+`tflms capacity` and `tflms.tf.live_capacity` trace a Keras 3 step once per
 batch and call it on each trace's index.
 
 Every number is a prediction: peaks from the simulator, steps from the

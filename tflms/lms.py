@@ -1,53 +1,33 @@
-"""The public `LMS` object: configuration, `run()`, and thin adapters that
-make it a `SessionRunHook` and a Keras callback.
+"""The public `LMS` object: the settings, and `run()` / `function()`,
+which hand the work to the adapter of the entry point.
 
-`run()` is the only entry point that does work; `begin()` (Estimator) and
-`set_model()` / `set_params()` (Keras 2) only find the graph and call it;
-for a Keras 3 model, `on_train_begin()` / `on_train_end()` hand the
-model's training step to `function()` for the fit (tflms.keras3).
+The same object is a `SessionRunHook` and a Keras callback, because users
+pass it as one; each of those methods is a line or two that hands the call
+to an adapter (`tflms.tf.adapters`): `begin()` rewrites the default graph
+with `run()` (the Session adapter); the Keras methods go to the fit adapter
+that accepts the model (Keras 2 in graph mode, Keras 3 on one device or
+under a strategy), which finds the step and has it rewritten.
 """
 
 import time
 
 import tensorflow as tf
 
-from tflms import _compat
 from tflms import _gc
-from tflms import _keras
-from tflms import analysis
-from tflms import distributed
-from tflms import function as function_mod
-from tflms import graph_index as gi
-from tflms import keras3
-from tflms import pipeline
-from tflms import rewriter
-from tflms import run_log
 from tflms import settings as S
-from tflms import step
 from tflms._logging import Logger
 from tflms.results import EagerModeError, Outcome, RunResult
+from tflms.tf import adapters
+from tflms.tf import compat
+from tflms.tf import distributed
+from tflms.tf import keras2_session
+from tflms.tf import lms_function
+from tflms.tf.adapters import session
 
 __all__ = ["LMS", "RunResult", "Outcome", "EagerModeError",
            "UnsupportedStackError"]
 
-UnsupportedStackError = _compat.UnsupportedStackError
-
-_GIB = float(1 << 30)
-
-
-_EAGER_MESSAGE = (
-    "LMS rewrites TensorFlow graphs and cannot work in eager mode. Call "
-    "tf.compat.v1.disable_eager_execution() at the start of your program, "
-    "before building the model, then use LMS as a Keras callback, an "
-    "Estimator hook, or with lms.run(graph) before creating the Session.")
-_FUNCTION_MESSAGE = (
-    "LMS cannot edit the graph of a tf.function (FuncGraph %r): TensorFlow "
-    "builds and runs such functions itself, and edits to their graphs are "
-    "ignored or break them. Call tf.compat.v1.disable_eager_execution() at "
-    "the start of your program, before building the model, and use LMS as a "
-    "Keras callback, an Estimator hook, or with lms.run(graph) before "
-    "creating the Session. To keep the tf.function, pass the training step "
-    "itself to lms.function(step_fn) instead (docs/tf2.md).")
+UnsupportedStackError = compat.UnsupportedStackError
 
 
 def _setting_property(field):
@@ -72,7 +52,7 @@ def _setting_property(field):
                     doc=field.metadata["doc"])
 
 
-class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
+class LMS(compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
     """Large Model Support: swap tensors between device and host memory.
 
     LMS edits a graph so that tensors made in the forward phase and read
@@ -138,7 +118,7 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
                  debug_level=1,
                  cpu_device="/cpu:0",
                  gpu_device=None):
-        _compat.CallbackBase.__init__(self)
+        compat.CallbackBase.__init__(self)
         self._settings = S.Settings(
             swapout_threshold=swapout_threshold,
             swapin_groupby=swapin_groupby, swapin_ahead=swapin_ahead,
@@ -158,10 +138,9 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
         # and the graph has changed since.
         self._decided = None
         self._step_guard = None  # set by begin() (SessionRunHook)
-        # The tflms.keras3.Keras3Fit of the Keras 3 fit under way (or the
-        # last one: its step is reused by the next fit of the model).
-        self._keras3_fit = None
-        self._keras3_active = False
+        # The fit adapter of the model Keras gave the callback (it keeps
+        # what an earlier fit of the same model planned).
+        self._fit = None
 
     @classmethod
     def from_settings(cls, settings):
@@ -184,9 +163,6 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
         return Logger(self._settings.debug, self._settings.debug_level)
 
     # ---- the work -----------------------------------------------------
-    def _device_filter(self, device):
-        return analysis.device_matches(device, self._settings.gpu_device)
-
     def run(self, graph=None, keras=False, fetches=None):
         """Rewrite `graph` in place for Large Model Support.
 
@@ -231,9 +207,7 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
                 "keras must be True (a Keras 2 graph, as TFLMSv2's "
                 "run(keras=True)) or False; got %r. Pass the step's "
                 "fetches as fetches=..." % (keras,))
-        graph = _graph_to_edit(graph)
-        if not isinstance(fetches, step.StepFetches):
-            fetches = step.find_fetches(graph, fetches)
+        graph = session.graph_to_edit(graph)
         decided = self._decided
         decided_before = decided[2] if decided is not None else None
         if (decided is not None and decided[0] is graph
@@ -245,14 +219,15 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
             result = decided[2]
         else:
             with _gc.paused():
-                result = self._run(graph, fetches, start)
+                result = adapters.graph_adapter(self, graph,
+                                                fetches).rewrite(start)
             if result.planned is not None:
                 self._decided = (graph, graph.version, result)
         self.last_run = result
         if keras and result.rewritten and result is not decided_before:
             self._log.info("run(keras=True): the graph's Keras session, if "
                            "it has one, is renewed to see LMS's edits")
-            _keras.renew_keras_session(graph, self._log)
+            keras2_session.renew_keras_session(graph, self._log)
         # Every rank of a multi-process job reaches this line whatever it
         # decided, so a rank that decided otherwise is an error here rather
         # than a hang at the first collective.
@@ -260,87 +235,28 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
                                       result.rewrite)
         return result
 
-    def _run(self, graph, fetches, start, index=None, worker=None):
-        """Plan and rewrite `graph`; `index`: its index when the caller
-        built it (`tflms.function` adds what a function graph captures);
-        `worker`: the `worker_devices.WorkerDevices` of a step that runs
-        under a multi-worker strategy (tflms.multi_worker), whose CPUs
-        LMS may manage and whose host takes the swap ops."""
-        log = self._log
-        settings = self._settings
-        device_filter = self._device_filter
-        if worker is not None:
-            log.info(worker.describe())
-
-            def device_filter(device):
-                return analysis.device_matches(device, settings.gpu_device,
-                                               worker)
-        if rewriter.is_rewritten(graph, device_filter):
-            log.info("This model already has LMS swap operations; LMS "
-                     "will not process it again.")
-            return RunResult(Outcome.ALREADY_REWRITTEN,
-                             seconds=time.perf_counter() - start)
-        log.info("Editing model for LMS")
-        if index is None:
-            index = gi.build_index(graph, fetches)
-        run_log.log_step(log, index)
-        roles = pipeline.classify(index, settings, worker)
-        run_log.log_graph_facts(log, index, roles, settings)
-        planned = pipeline.plan(index, settings, roles=roles, log=log)
-        if not planned.needed:
-            return RunResult(Outcome.NOT_NEEDED, planned,
-                             seconds=time.perf_counter() - start)
-
-        plan = planned.plan
-        if plan.swaps or plan.recomputes:
-            run_log.log_parameters(log, plan.params, planned.autotuned,
-                                   planned.only_tensors, planned.unwaited,
-                                   planned.prefetched)
-        else:
-            log.info("LMS will swap nothing: the step fits with the %d "
-                     "control edges it adds (serialization, ordering, "
-                     "deferred fills) alone" % len(plan.control_edges))
-        if plan.unplanned_groups:
-            log.info("%d swap-in groups had no op to start them in time and "
-                     "were left on the device" % plan.unplanned_groups, 1)
-        run_log.log_plan_details(log, planned.index, plan)
-        rewrite = rewriter.apply_plan(
-            graph, planned.index, plan,
-            settings.cpu_device if worker is None else worker.host)
-        log.info(
-            "Added %d operations to the model (%d swap-out operations "
-            "(%.2f GiB) and %d swap-in operations (%.2f GiB))"
-            % (len(rewrite.swapout_ops) + len(rewrite.swapin_ops)
-               + len(rewrite.recompute_ops),
-               len(rewrite.swapout_ops), plan.swapout_bytes() / _GIB,
-               len(rewrite.swapin_ops), plan.swapin_bytes() / _GIB))
-        if plan.recomputes:
-            log.info("Recomputing %d tensors (%.2f GiB) instead of swapping "
-                     "them, with %d cloned operations"
-                     % (len(plan.recomputes), plan.recompute_bytes() / _GIB,
-                        len(rewrite.recompute_ops)))
-        seconds = time.perf_counter() - start
-        log.info("Editing model for LMS, took: %.1f ms" % (seconds * 1000))
-        log.warning(run_log.summary_line(planned, rewrite, seconds))
-        return RunResult(Outcome.REWRITTEN, planned, rewrite, seconds)
+    def _rewrite_graph(self, graph, start):
+        """Plan and rewrite a function graph `graph` (a traced step of
+        `function`) through the adapter of its entry point."""
+        return adapters.graph_adapter(self, graph).rewrite(start)
 
     def function(self, step_fn):
         """LMS for a TensorFlow 2 training step: `step_fn` (a Python
         function or a `tf.function`) traced per input signature, each
         concrete function's graph rewritten like `run()` rewrites a
         graph. Returns a callable used like `step_fn`; see
-        `tflms.function.function` and docs/tf2.md."""
-        return function_mod.function(step_fn, lms=self)
+        `tflms.tf.lms_function.function` and docs/tf2.md."""
+        return lms_function.function(step_fn, lms=self)
 
-    # ---- SessionRunHook -----------------------------------------------
+    # ---- SessionRunHook (tflms.tf.adapters.session) -------------------
     def begin(self):
         """Rewrite the default graph before the session is created."""
         graph = tf.compat.v1.get_default_graph()
         self.run(graph)
-        self._step_guard = _StepGuard.for_graph(graph)
+        self._step_guard = session.StepGuard.for_graph(graph)
 
     def before_run(self, run_context):  # pylint: disable=unused-argument
-        """Read the global step with every training step (see `_StepGuard`)."""
+        """Read the global step with every training step (`StepGuard`)."""
         if self._step_guard is None:
             return None
         return tf.compat.v1.train.SessionRunArgs(self._step_guard.global_step)
@@ -349,7 +265,7 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
         if self._step_guard is not None:
             self._step_guard.check(run_values.results)
 
-    # ---- Keras callback -----------------------------------------------
+    # ---- Keras callback (tflms.tf.adapters.keras2, keras3...) ---------
     def set_params(self, params):
         """Keras passes the fit parameters; the batch size is taken from
         them unless `batch_size` was set."""
@@ -357,144 +273,44 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
         if (self._settings.batch_size is None and params
                 and params.get("batch_size")):
             self.batch_size = params["batch_size"]
-        self._run_for_keras()
+        if self._fit is not None:
+            self._fit.set_params(params)
 
     def set_model(self, model):
-        """Keras passes the model. Keras 2: rewrite its graph once the
-        train function exists (it is made here if Keras has not made it
-        yet). Keras 3: the model is recorded; `on_train_begin` acts."""
-        if _compat.is_keras3_model(model):
-            keras3.check_backend()
-            self.model = model
-            self._model = model
-            return
+        """Keras passes the model; the fit adapter that serves it acts
+        (Keras 2: the graph is rewritten once the batch size is known;
+        Keras 3: at `on_train_begin`)."""
         self.model = model
-        self._model = model
-        if tf.executing_eagerly():
-            raise EagerModeError(_EAGER_MESSAGE)
-        if (self._settings.autotune_requested
-                and self._settings.batch_size is None):
-            # fit() calls set_params with the batch size right after this.
-            return
-        self._run_for_keras()
+        self._fit = self._fit_adapter(model)
+        self._fit.set_model()
 
     def on_train_begin(self, logs=None):  # pylint: disable=unused-argument
         """Keras 3: from now until `on_train_end`, the model's train
-        function runs LMS's rewrite of its training step (tflms.keras3)."""
-        model = self._model
-        if model is None or not _compat.is_keras3_model(model):
-            return
-        self._keras3_fit = keras3.begin(self, model, self._keras3_fit,
-                                        on_error=self.on_train_end)
-        self._keras3_active = True
+        function runs LMS's rewrite of its training step."""
+        if self._fit is not None:
+            # A strategy is known once the fit runs: the adapter is chosen
+            # again for it.
+            self._fit = self._fit_adapter(self._fit.model)
+            self._fit.train_begin()
 
     def on_train_end(self, logs=None):  # pylint: disable=unused-argument
         """Keras 3: the model gets its own training step back (and its
         ``jit_compile``); a later fit without LMS trains without it."""
-        if self._keras3_active:
-            self._keras3_active = False
-            keras3.end(self._keras3_fit)
+        if self._fit is not None:
+            self._fit.train_end()
 
-    def _run_for_keras(self):
-        model = self._model
-        if model is None or _compat.is_keras3_model(model):
-            return
-        if tf.executing_eagerly():
-            raise EagerModeError(_EAGER_MESSAGE)
-        # Only a compiled model being trained gets a train function: predict()
-        # with the callback must not add a whole training graph.
-        if (self._settings.is_training
-                and getattr(model, "train_function", None) is None
-                and getattr(model, "optimizer", None) is not None
-                and hasattr(model, "_make_train_function")):
-            self._log.info("Making the Keras train function before editing",
-                           1)
-            model._make_train_function()  # pylint: disable=protected-access
-        graph = tf.compat.v1.get_default_graph()
-        before = self.last_run
-        result = self.run(graph, fetches=step.keras_train_fetches(graph, model))
-        if result.rewritten and result is not before:
-            _keras.renew_keras_session(graph, self._log, model)
-
-
-class _StepGuard:
-    """Stops a hooked training loop whose global step stopped advancing.
-
-    Estimator.train(steps=N) loops until the global step reaches N; if a
-    rewritten graph skipped the step's `AssignAdd` (as once happened when
-    oneDNN merged ops around LMS's edges, see `analysis.fusion_partners`),
-    it would loop for ever. With LMS's swap ops in a training graph whose
-    train op increments the global step, three runs in a row that see the
-    same step value raise instead, with what to do. (Not under a
-    tf.distribute strategy, whose global step is a distributed variable.)
-    """
-
-    RUNS = 3
-
-    def __init__(self, global_step):
-        self.global_step = global_step
-        self._last = None
-        self._same = 0
-
-    @classmethod
-    def for_graph(cls, graph):
-        """A guard for `graph`, or None when it has nothing to guard."""
-        if not rewriter.is_rewritten(graph):
-            return None
-        with graph.as_default():
-            if not tf.compat.v1.get_collection(
-                    tf.compat.v1.GraphKeys.TRAIN_OP):
-                return None  # evaluation and prediction graphs
-            step = tf.compat.v1.train.get_global_step()
-        if step is None:
-            return None
-        handle = step.op
-        if not isinstance(handle, tf.Operation):
-            # A tf.distribute strategy's global step is a distributed
-            # variable (no graph op of its own, and not a fetch like any
-            # other): no guard there.
-            return None
-        increments = any(c.type.startswith("AssignAdd")
-                         for t in handle.outputs for c in t.consumers())
-        return cls(step) if increments else None
-
-    def check(self, value):
-        if self._last is not None and value == self._last:
-            self._same += 1
-        else:
-            self._same = 0
-        self._last = value
-        if self._same >= self.RUNS - 1:
-            raise RuntimeError(
-                "[LMS] The global step stayed at %s for %d training steps "
-                "although the train op increments it: part of the training "
-                "step rewritten by LMS is not running, and training would "
-                "never end. Check the graph with `tflms verify` (see "
-                "docs/plan.md) and report it; train without the LMS hook "
-                "meanwhile." % (value, self.RUNS))
+    def _fit_adapter(self, model):
+        """The fit adapter of `model`: the one this object already has when
+        it serves the same model the same way (it keeps what an earlier
+        fit planned), else a new one."""
+        made = adapters.fit_adapter(self, model)
+        old = self._fit
+        if (old is not None and old.model is model
+                and type(old) is type(made)):
+            return old
+        return made
 
 
 for _field in S.fields():
     setattr(LMS, _field.name, _setting_property(_field))
 del _field
-
-
-def _graph_to_edit(graph):
-    """`graph`, or the default graph for None, after checking that LMS can
-    edit it."""
-    if graph is None:
-        if tf.executing_eagerly():
-            raise EagerModeError(_EAGER_MESSAGE)
-        graph = tf.compat.v1.get_default_graph()
-    if not isinstance(graph, tf.Graph):
-        raise ValueError("graph must be a tf.Graph or None (the default "
-                         "graph); got %r" % (graph,))
-    if getattr(graph, "_building_function", False):
-        raise EagerModeError(_FUNCTION_MESSAGE % (graph.name,))
-    if graph.finalized:
-        raise ValueError(
-            "the graph is finalized, so LMS cannot edit it. Call "
-            "lms.run(graph) before creating the Session or "
-            "MonitoredTrainingSession, or pass LMS as a hook "
-            "(hooks=[lms]) so it runs in begin().")
-    return graph

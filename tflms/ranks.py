@@ -2,7 +2,7 @@
 that job launchers set (Horovod, Open MPI, PMI, tf.distribute's
 ``TF_CONFIG``).
 
-The one place that reads those variables: `tflms.distributed` (the
+The one place that reads those variables: `tflms.tf.distributed` (the
 auto-tuner's budgets) and `tflms._logging` (the ``[rank 3]`` prefix of the
 log lines) both ask `rank_info`. Standard library only: no distributed
 package, no TensorFlow, and nothing of tflms, so the log can use it without

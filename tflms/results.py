@@ -1,6 +1,6 @@
 """What `LMS.run` returns: `RunResult` and its `Outcome`, and the error
 for code LMS cannot act on (`EagerModeError`). A module of their own so that
-`tflms.function`, which `tflms.lms` imports, can name them too; standard
+`tflms.tf.lms_function`, which `tflms.lms` imports, can name them too; standard
 library only."""
 
 import dataclasses

@@ -27,29 +27,15 @@ applies:
 
 This module holds what the step is (`StepFetches`, and the op types the
 rules look for) and imports no TensorFlow: the graph index and the planning
-built on it are pure. The rules are carried out by `tflms.tf_reader`, the
+built on it are pure. The rules are carried out by `tflms.tf.reader`, the
 one reader of `tf.Graph`s: `find_fetches`, `keras_train_fetches`,
 `fetch_ops_of`, and `fan_in`, which walks a `tf.Graph` from fetch ops
-(`build_index` indexes the same set from its own integer edges). They are
-still reachable here (``step.find_fetches``...), handed on from the reader
-on first use.
+(`build_index` indexes the same set from its own integer edges).
 """
 
 import dataclasses
 
 __all__ = ["StepFetches", "APPLY_PREFIXES", "ASSIGN_TYPES"]
-
-# The functions that read a `tf.Graph` for these rules live in the reader;
-# importing this module loads no TensorFlow (PEP 562: on first use only).
-_READER_NAMES = frozenset({"find_fetches", "fan_in", "fetch_ops_of",
-                           "keras_train_fetches"})
-
-
-def __getattr__(name):
-    if name in _READER_NAMES:
-        from tflms import tf_reader  # pylint: disable=import-outside-toplevel
-        return getattr(tf_reader, name)
-    raise AttributeError("module %r has no attribute %r" % (__name__, name))
 
 
 # Types of the ops that update variables with an optimizer's rule.

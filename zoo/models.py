@@ -558,11 +558,11 @@ def _keras_build_scope(seed, baked=True):
     (`baked`) bakes training-mode batch norm into the graph instead of a
     ``cond`` on the ``keras_learning_phase`` placeholder.
     """
-    from tflms import _compat  # pylint: disable=g-import-not-at-top
+    from tflms.tf import compat  # pylint: disable=g-import-not-at-top
     try:
-        keras_backend = _compat.keras2_backend()
+        keras_backend = compat.keras2_backend()
         holder = keras_backend._SEED_GENERATOR  # pylint: disable=protected-access
-    except (ImportError, AttributeError, _compat.UnsupportedStackError):
+    except (ImportError, AttributeError, compat.UnsupportedStackError):
         holder = None
     py_state = random.getstate()
     had = holder is not None and hasattr(holder, "generator")

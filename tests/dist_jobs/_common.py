@@ -14,10 +14,10 @@ import sys
 import numpy as np
 import tensorflow as tf
 
+from tflms.tf import reader
 from tflms import LMS
 from tflms import analysis
 from tflms import devices
-from tflms import graph_index as gi
 
 # The mirrored jobs' two towers (logical CPUs standing in for GPUs; CPU:0 is
 # the host) and the fixed LMS settings every job uses.
@@ -168,7 +168,7 @@ def collective_contacts(graph, result):
     one, or has one as a control input (a swap-in trigger). LMS must never
     do any of these.
     """
-    index = gi.build_index(graph)
+    index = reader.build_index(graph)
     collectives = {index.names[i] for i in analysis.collective_ops(index)}
     contacts = []
     names = () if result is None else (

@@ -38,7 +38,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from tflms import LMS  # noqa: E402
-from tflms import distributed  # noqa: E402
+from tflms.tf import distributed  # noqa: E402
 
 from _common import TraceHook, collective_contacts  # noqa: E402
 from _common import executed_names  # noqa: E402

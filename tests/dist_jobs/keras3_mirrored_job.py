@@ -44,7 +44,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _common import FIXED, save_result, setup_cpu_devices  # noqa: E402
 from tflms import LMS  # noqa: E402
-from tflms import function as function_mod  # noqa: E402
+from tflms.tf import swaps_ran  # noqa: E402
 
 GLOBAL_BATCH = 4
 STEPS = 3
@@ -135,7 +135,7 @@ def train(out, model_name, mode):
                   if mode.startswith("tuned") else 0)
         lms = _lms(mode, budget)
     dump = os.environ["TF_DUMP_GRAPH_PREFIX"]
-    earlier = function_mod.partition_graph_files(dump)
+    earlier = swaps_ran.partition_graph_files(dump)
     model, history = _fit(build, strategy, shape, classes, lms, spe)
     record = {"replicas": strategy.num_replicas_in_sync,
               "losses": [float(v) for v in history.history["loss"]],
@@ -148,8 +148,8 @@ def train(out, model_name, mode):
         record["swapouts"] = list(result.swapout_ops)
         # The graphs this fit's train function ran (dumped after the
         # earlier modes').
-        record["executed"] = function_mod.swap_ops_in_partition_graphs(
-            function_mod.partition_graph_files(dump) - earlier,
+        record["executed"] = swaps_ran.swap_ops_in_partition_graphs(
+            swaps_ran.partition_graph_files(dump) - earlier,
             record["swapins"] + record["swapouts"])
         for device, replica in (result.replicas or (("", result),)):
             planned = replica.planned

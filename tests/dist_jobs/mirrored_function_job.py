@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import FIXED, TOWERS, describe_swaps, save_result  # noqa: E402
 from _common import setup_cpu_devices  # noqa: E402
 from tflms import LMS  # noqa: E402
-from tflms import function as function_mod  # noqa: E402
+from tflms.tf import swaps_ran  # noqa: E402
 
 GLOBAL_BATCH = 8
 STEPS = 3
@@ -96,8 +96,8 @@ def train(out, mode):
             {k: _without_job(v) for k, v in swap.items()}
             for swap in describe_swaps(graph, [lms])]
         names = [s[k] for s in record["swaps"] for k in ("swapin", "swapout")]
-        record["executed"] = sorted(function_mod.swap_ops_in_partition_graphs(
-            function_mod.partition_graph_files(
+        record["executed"] = sorted(swaps_ran.swap_ops_in_partition_graphs(
+            swaps_ran.partition_graph_files(
                 os.environ["TF_DUMP_GRAPH_PREFIX"]), names))
     save_result(out, "function_" + mode, mode,
                 {v.name: v.numpy() for v in weights}, record)

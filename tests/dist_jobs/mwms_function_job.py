@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _common import FIXED, save_result  # noqa: E402
 from tflms import LMS  # noqa: E402
-from tflms import function as function_mod  # noqa: E402
+from tflms.tf import swaps_ran  # noqa: E402
 
 GLOBAL_BATCH = 8
 STEPS = 3
@@ -135,8 +135,8 @@ def train(strategy, out, mode, worker):
         record["swap_devices"] = sorted({
             graph.get_operation_by_name(name).device
             for name in record["swapout_ops"] + record["swapin_ops"]})
-        record["executed"] = function_mod.swap_ops_in_partition_graphs(
-            function_mod.partition_graph_files(
+        record["executed"] = swaps_ran.swap_ops_in_partition_graphs(
+            swaps_ran.partition_graph_files(
                 os.environ["TF_DUMP_GRAPH_PREFIX"]),
             record["swapout_ops"] + record["swapin_ops"])
     save_result(out, "%s.worker%d" % (mode, worker), mode,

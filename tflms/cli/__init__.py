@@ -42,8 +42,10 @@ C++ INFO and WARNING lines (CPU features, oneDNN, CUDA probing); importing
 The modules: commands.py (`main`, the two commands and their errors),
 arguments.py (the parser, the settings' flags, `lms_from_args`),
 loading.py (`load_graph`), planning.py (`plan_graph` and its
-`PlanReport`), rendering.py (`render`, the report as text) and lazy.py
-(the stand-ins that import TensorFlow once a command runs).
+`PlanReport`), rendering.py (`render`, the report as text) and
+capacity_command.py (`tflms capacity`). They import TensorFlow and the planning
+modules inside the functions that need them, so that ``tflms --help`` and
+argument errors do not wait for TensorFlow.
 """
 
 from tflms.cli.arguments import build_parser

@@ -6,9 +6,6 @@ import argparse
 
 from tflms import settings as S
 from tflms._argparse_types import nonnegative_float, positive_int
-from tflms.cli.lazy import Lazy
-
-_lms = Lazy("tflms.lms")
 
 
 def build_parser():
@@ -240,6 +237,7 @@ def lms_from_args(args, loaded=None):
     """An `LMS` with the command line's settings (`settings.from_arguments`);
     for a loaded graph without a backward phase, or with --inference, it
     plans for inference."""
+    from tflms import lms as _lms  # pylint: disable=import-outside-toplevel
     overrides = {}
     if loaded is not None:
         overrides["is_training"] = loaded.training and not args.inference

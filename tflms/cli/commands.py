@@ -11,14 +11,10 @@ import tempfile
 import time
 
 from tflms.cli.arguments import build_parser, lms_from_args
-from tflms.cli.lazy import Lazy
 from tflms.cli.loading import PlanError, is_keras3_plan, load_graph
 from tflms.cli.planning import plan_graph
 from tflms.cli.rendering import render
 
-tf = Lazy("tensorflow")
-autotune = Lazy("tflms.autotune")
-simulator = Lazy("tflms.simulator")
 
 EXIT_FITS, EXIT_DOES_NOT_FIT, EXIT_ERROR = 0, 1, 2
 
@@ -46,6 +42,9 @@ class _Progress:
 def _run_command(args, work):
     """Set up a command's own process, run ``work()`` and turn the errors a
     user can fix into one line on stderr and exit status 2."""
+    from tflms import autotune  # pylint: disable=import-outside-toplevel
+    from tflms import simulator  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
     # Keras 2 builds its training graph only in graph mode; this is the
     # command's own process, not a library import. A Keras 3 model is
     # traced in eager mode.
@@ -84,7 +83,7 @@ def _plan_command(args):
 
 
 def _capacity_command(args):
-    from tflms.cli import capacity as capacity_cli  # pylint: disable=import-outside-toplevel
+    from tflms.cli import capacity_command as capacity_cli  # pylint: disable=import-outside-toplevel
 
     def work():
         if args.start_batch > args.max_batch:
@@ -155,7 +154,7 @@ _DUMP_DIR_ENV = "TFLMS_VERIFY_DUMP_DIR"
 
 def _verify_keras3(args, argv, fresh):
     """`tflms verify` of a Keras 3 file: a `VerifyReport`
-    (`tflms.verify_keras3`), or the exit status of the process it ran in.
+    (`tflms.tf.verify_keras3`), or the exit status of the process it ran in.
 
     The witness that the swap ops ran is in the graphs TensorFlow dumps
     when TF_DUMP_GRAPH_PREFIX and TF_DUMP_GRAPH_NAME_FILTER are set, and
@@ -165,7 +164,7 @@ def _verify_keras3(args, argv, fresh):
     are set here; otherwise (`main` called by a program that may have run
     functions) the command runs again in a new Python process with them
     set."""
-    from tflms import verify_keras3  # pylint: disable=import-outside-toplevel
+    from tflms.tf import verify_keras3  # pylint: disable=import-outside-toplevel
     for flag, given in (("--train-op", args.train_op),
                         ("--loss-tensor", args.loss_tensor),
                         ("--inference", args.inference)):
@@ -178,8 +177,9 @@ def _verify_keras3(args, argv, fresh):
     def run(dump):
         return verify_keras3.verify(
             args.graph, lms_from_args(args), dump, steps=args.steps,
-            batch_size=args.batch_size, loss=args.loss,
-            optimizer=args.optimizer, rtol=args.rtol)
+            options=verify_keras3.ModelOptions(
+                args.batch_size, args.loss, args.optimizer),
+            rtol=args.rtol)
 
     given = os.environ.get(_DUMP_DIR_ENV)
     if given and os.environ.get("TF_DUMP_GRAPH_PREFIX") == given:
@@ -207,7 +207,7 @@ def _verify_keras3(args, argv, fresh):
 
 
 def _verify_command(args, argv=(), fresh=False):
-    from tflms import verify as verifying  # pylint: disable=import-outside-toplevel
+    from tflms.tf import verify as verifying  # pylint: disable=import-outside-toplevel
 
     def work():
         if is_keras3_plan(args.graph, args):

@@ -2,20 +2,11 @@
 MetaGraph, a SavedModel, or a Keras model compiled and given its train
 function as ``fit()`` would; a model saved by Keras 3 is traced instead
 (its ``train_step`` as a `tf.function` for one batch, the function graph
-planned as `tflms.function` plans it: `tflms.keras3_plan`)."""
+planned as `tflms.tf.lms_function` plans it: `tflms.tf.keras3_trace`)."""
 
 import dataclasses
 import os
 
-from tflms.cli.lazy import Lazy
-
-tf = Lazy("tensorflow")
-text_format = Lazy("google.protobuf.text_format")
-saved_model_pb2 = Lazy("tensorflow.core.protobuf.saved_model_pb2")
-_compat = Lazy("tflms._compat")
-keras_models = Lazy("tflms.keras_models")
-keras3_plan = Lazy("tflms.keras3_plan")
-tf_reader = Lazy("tflms.tf_reader")
 
 _KERAS_EXTENSIONS = (".h5", ".hdf5", ".keras")
 _FUNCTION_CALL_TYPES = frozenset({"PartitionedCall",
@@ -39,9 +30,9 @@ class LoadedGraph:
       fetches: what one step runs (`step.StepFetches`), when the file
         says (a Keras model's train function, or its outputs for
         inference); None: LMS finds it (`tflms.step`).
-      traced: for a Keras 3 model, its `keras3_plan.TracedStep`: `graph`
+      traced: for a Keras 3 model, its `keras3_trace.TracedStep`: `graph`
         is then the traced step's function graph, planned as
-        `tflms.function` plans one; None for a Session graph.
+        `tflms.tf.lms_function` plans one; None for a Session graph.
     """
 
     graph: object
@@ -106,20 +97,24 @@ def _shape_targets(model):
 
 def _load_keras(path, graph, args):
     """Notes and the step's fetches of a Keras model loaded into `graph`."""
+    from tflms.tf import compat  # pylint: disable=import-outside-toplevel
+    from tflms.tf import keras_models  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from tflms.tf import reader  # pylint: disable=import-outside-toplevel
     notes = []
     with graph.as_default():
         try:
             model, load_notes = keras_models._load(  # pylint: disable=protected-access
                 path, compile=not args.inference,
                 convert=args.optimizer is None, fix=_CLI_FIX)
-        except _compat.UnsupportedStackError as e:
+        except compat.UnsupportedStackError as e:
             raise PlanError(str(e)) from None
         except (ImportError, IOError, OSError, ValueError, TypeError) as e:
             problem = keras_models.not_a_model_file(path)
             if problem is not None:
                 raise PlanError(problem) from None
             keras3 = ""
-            if _compat.TF_VERSION >= (2, 16, 0) and \
+            if compat.TF_VERSION >= (2, 16, 0) and \
                     keras_models.saved_keras_version(path) is None:
                 # A file that does not name its Keras version may still
                 # be Keras 3's (the ones that do are UnsupportedStackError).
@@ -136,7 +131,7 @@ def _load_keras(path, graph, args):
         if args.inference:
             notes.append("--inference: planned the model's forward graph "
                          "only (not compiled, no train function).")
-            return notes, tf_reader.find_fetches(
+            return notes, reader.find_fetches(
                 graph, list(model.outputs), source="the model's outputs")
         notes.extend(note.replace("; compiled with", "; planned with")
                      + (" Change it with --optimizer." if "TF2" in note
@@ -178,7 +173,7 @@ def _load_keras(path, graph, args):
         if updates is not None:
             tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.TRAIN_OP,
                                            updates)
-    return notes, tf_reader.keras_train_fetches(graph, model)
+    return notes, reader.keras_train_fetches(graph, model)
 
 
 def _pick_meta_graph(saved_model, path, tag):
@@ -202,6 +197,9 @@ def _pick_meta_graph(saved_model, path, tag):
 
 
 def _load_savedmodel(path, graph, args):
+    from tensorflow.core.protobuf import saved_model_pb2  # pylint: disable=import-outside-toplevel
+    from google.protobuf import text_format  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
     saved_model = saved_model_pb2.SavedModel()
     pb = os.path.join(path, "saved_model.pb")
     if os.path.exists(pb):
@@ -230,10 +228,12 @@ def load_graph(path, args):
     Raises:
       PlanError: with what went wrong and what to do.
     """
+    from tflms.tf import keras3_trace  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
     if not os.path.exists(path):
         raise PlanError("%s does not exist" % path)
     if is_keras3_plan(path, args):
-        traced = keras3_plan.load(path, args.batch_size, args.loss,
+        traced = keras3_trace.load(path, args.batch_size, args.loss,
                                   args.optimizer, args.inference)
         return LoadedGraph(
             graph=traced.graph, training=traced.training, notes=traced.notes,
@@ -291,10 +291,12 @@ def load_graph(path, args):
 def is_keras3_plan(path, args):
     """`tflms plan`, `verify` or `capacity` of a file saved by Keras 3 where
     Keras 3 is installed, in a process whose eager execution is on (the
-    command's own is): traced as a `tf.function` (`tflms.keras3_plan`),
-    or trained with and without ``lms.function`` (`tflms.verify_keras3`)."""
+    command's own is): traced as a `tf.function` (`tflms.tf.keras3_trace`),
+    or trained with and without ``lms.function`` (`tflms.tf.verify_keras3`)."""
+    from tflms.tf import keras3_trace  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
     return (getattr(args, "command", "plan") in ("plan", "verify",
                                                  "capacity")
             and path.lower().endswith(_KERAS_EXTENSIONS)
-            and os.path.isfile(path) and keras3_plan.is_keras3_file(path)
-            and tf.executing_eagerly() and keras3_plan.keras3() is not None)
+            and os.path.isfile(path) and keras3_trace.is_keras3_file(path)
+            and tf.executing_eagerly() and keras3_trace.keras3() is not None)

@@ -7,18 +7,8 @@ import os
 
 from tflms import hardware
 from tflms.cli.arguments import lms_from_args
-from tflms.cli.lazy import Lazy
 from tflms.cli.loading import PlanError
 
-tf = Lazy("tensorflow")
-autotune = Lazy("tflms.autotune")
-gi = Lazy("tflms.graph_index")
-floor_mod = Lazy("tflms.floor")
-function_mod = Lazy("tflms.function")
-oracle = Lazy("tflms.oracle")
-pipeline = Lazy("tflms.pipeline")
-plotting = Lazy("tflms.plots")
-steptime = Lazy("tflms.steptime")
 
 # (name, GB/s per direction): `steptime.LINKS`, theoretical peak rates;
 # real copies reach roughly 80-90% of them.
@@ -85,6 +75,7 @@ def _peak(result, budget):
 
 
 def _trainable(graph):
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
     with graph.as_default():
         variables = tf.compat.v1.trainable_variables()
     count = nbytes = 0
@@ -115,6 +106,14 @@ def plan_graph(loaded, args, graph_name, progress=_silent):
     Raises:
       autotune.NoGpuError, simulator.BatchSizeError, ValueError: bad input.
     """
+    from tflms import autotune  # pylint: disable=import-outside-toplevel
+    from tflms import floor as floor_mod  # pylint: disable=import-outside-toplevel
+    from tflms.tf.adapters import tf_function  # pylint: disable=import-outside-toplevel
+    from tflms.tf import reader  # pylint: disable=import-outside-toplevel
+    from tflms import oracle  # pylint: disable=import-outside-toplevel
+    from tflms import pipeline  # pylint: disable=import-outside-toplevel
+    from tflms import plots as plotting  # pylint: disable=import-outside-toplevel
+    from tflms import steptime  # pylint: disable=import-outside-toplevel
     graph = loaded.graph
     lms = lms_from_args(args, loaded)
     settings = lms.settings
@@ -132,7 +131,7 @@ def plan_graph(loaded, args, graph_name, progress=_silent):
         else "plan with the given parameters"))
     try:
         run = (lms.run(graph, fetches=loaded.fetches) if traced is None
-               else function_mod.rewrite_graph(lms, graph))
+               else tf_function.rewrite_graph(lms, graph))
     except autotune.AutotuneError as e:
         run, error, lowest = None, str(e), e.floor
     if run is not None and run.planned is None:
@@ -149,8 +148,8 @@ def plan_graph(loaded, args, graph_name, progress=_silent):
     else:
         # Nothing fits: the report still shows the step without LMS (the
         # graph is unchanged).
-        index = (gi.build_index(graph, loaded.fetches) if traced is None
-                 else function_mod.step_of(graph)[1])
+        index = (reader.build_index(graph, loaded.fetches) if traced is None
+                 else tf_function.step_of(graph)[1])
         roles = pipeline.classify(index, settings)
         without = pipeline.simulate_without(index, roles, settings)
         with_lms = None
@@ -241,6 +240,7 @@ def plan_graph(loaded, args, graph_name, progress=_silent):
 
 def _step_time(step, plan):
     """The step-time model's prediction for the report (milliseconds)."""
+    from tflms import steptime  # pylint: disable=import-outside-toplevel
     return {
         "gpu": step.gpu,
         "interconnect": steptime.interconnect_named(step.interconnect).label,
@@ -279,6 +279,7 @@ def _static_batch(graph_def, fetches, batch_size):
 
 def _oracle_fetches(graph):
     """Names of the graph's train ops, which one oracle step runs."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
     names = [op.name for op in graph.get_collection(
         tf.compat.v1.GraphKeys.TRAIN_OP) if isinstance(op, tf.Operation)]
     if not names:
@@ -294,6 +295,7 @@ def _oracle_peaks(fetches, before, rewritten, batch_size, budget, gpu):
     and with it (`rewritten`, the GraphDef LMS edited, or None), each as the
     runtime replay and as Grappler's own count, on the virtual GPU of
     `gpu` (a `hardware.GPUS` name: the --gpu setting)."""
+    from tflms import oracle  # pylint: disable=import-outside-toplevel
     # Imported here: the oracle loads Grappler's private modules.
     from tflms import oracle  # pylint: disable=import-outside-toplevel
     out = {}

@@ -1,11 +1,8 @@
 """The text `tflms plan` prints (`render`) from a `PlanReport`."""
 
 from tflms import settings as S
-from tflms.cli.lazy import Lazy
 from tflms.cli.planning import LINKS
 
-autotune = Lazy("tflms.autotune")
-floor_mod = Lazy("tflms.floor")
 
 _GIB = float(1 << 30)
 _MIB = float(1 << 20)
@@ -18,12 +15,19 @@ def gib(nbytes):
 
 
 def _mem_ratio_text():
+    from tflms import autotune  # pylint: disable=import-outside-toplevel
     return "%g" % autotune.mem_ratio()
 
 
 def render(report, args):
     """The human-readable report, as a list of lines."""
-    r = report
+    return (_header(report, args) + [""] + _memory(report) + [""]
+            + _plan(report) + _step_time(report) + _plots(report) + [""]
+            + _result(report, args))
+
+
+def _header(r, args):
+    """The graph, the batch and the budget."""
     lines = ["tflms plan: %s (%s)" % (r.graph, r.kind)]
     lines.extend("  " + note for note in r.notes)
     if r.training:
@@ -45,8 +49,13 @@ def render(report, args):
               else "the GPU's memory")
     lines.append("Device budget: %s = %s x %s (TF_LMS_SIMULATOR_MEM_RATIO)"
                  % (gib(r.budget_bytes), source, _mem_ratio_text()))
-    lines.append("")
-    lines.append("Expected device memory peak of one step (simulator):")
+    return lines
+
+
+def _memory(r):
+    """The peaks: simulated without and with LMS, the floor, the oracle."""
+    from tflms import floor as floor_mod  # pylint: disable=import-outside-toplevel
+    lines = ["Expected device memory peak of one step (simulator):"]
     rows = [("without LMS", r.without_lms)]
     if r.error is None:
         rows.append(("with LMS", r.with_lms))
@@ -81,7 +90,12 @@ def render(report, args):
                     "" if instant is None else
                     "; simulator with copies instant, as the oracle "
                     "replays them: %s" % gib(instant)))
-    lines.append("")
+    return lines
+
+
+def _plan(r):
+    """What the plan swaps and recomputes, and its transfer time."""
+    lines = []
     if r.error is not None:
         lines.append("LMS could not make one step fit: " + r.error)
     elif not r.lms_needed:
@@ -125,6 +139,12 @@ def render(report, args):
         lines.append("  (theoretical peak rates; copies overlap with compute "
                      "when asynchronous, and a full-duplex link can move "
                      "swap-outs and swap-ins at the same time)")
+    return lines
+
+
+def _step_time(r):
+    """The predicted step time without and with LMS."""
+    lines = []
     t = r.step_time
     lines.append("Predicted step time on %s, copies over %s (step-time "
                  "model: fitted rates, one op at a time):"
@@ -134,6 +154,12 @@ def render(report, args):
         lines.append("  with LMS:    %10.2f ms  (exposed transfer time "
                      "%.2f ms)" % (t["with_lms_ms"],
                                    t["exposed_transfer_ms"]))
+    return lines
+
+
+def _plots(r):
+    """The memory plots written."""
+    lines = []
     if r.plots_missing:
         lines.append("")
         lines.append("Memory plots NOT written: %s. Written instead:"
@@ -143,7 +169,12 @@ def render(report, args):
         lines.append("")
         lines.append("Memory plots written:")
         lines.extend("  " + path for path in r.plots)
-    lines.append("")
+    return lines
+
+
+def _result(r, args):
+    """The one-line verdict."""
+    lines = []
     if r.fits:
         lines.append("RESULT: fits in %s %s." % (
             gib(r.budget_bytes),

@@ -12,14 +12,13 @@ and O(V + E).
 
 This module imports no TensorFlow (`tests/test_pure_core.py`), and nor do
 the modules that query the index. Two constructors make an index:
-`tflms.tf_reader.build_index` reads the training step of a `tf.Graph` (the
+`tflms.tf.reader.build_index` reads the training step of a `tf.Graph` (the
 one reader of TensorFlow before the rewriter: whatever `analysis`,
 `planner` and `simulator` need beyond the graph's structure, such as
 collections, function libraries, control-flow contexts and op defs, it
 reads once into plain per-op fields), and `from_edges` builds the same kind
 of index from literal names and edges, with no graph behind it. Both end in
-`assemble`. `graph_index.build_index` still works: it is handed on from
-`tf_reader`, which loads TensorFlow, on first use.
+`assemble`.
 
 The index holds the `tf.Operation` objects only so that the rewriter can map
 ids back to ops (an index from `from_edges` has none, and the rewriter
@@ -64,14 +63,3 @@ __all__ = [
     "FUNCTION_CALL_TYPES",
 ]
 
-# Names that moved to `tflms.tf_reader`, handed on from there on first use
-# (PEP 562) so that `graph_index.build_index(graph, fetches)` keeps working
-# for its callers while importing this module loads no TensorFlow.
-_READER_NAMES = frozenset({"build_index"})
-
-
-def __getattr__(name):
-    if name in _READER_NAMES:
-        from tflms import tf_reader  # pylint: disable=import-outside-toplevel
-        return getattr(tf_reader, name)
-    raise AttributeError("module %r has no attribute %r" % (__name__, name))

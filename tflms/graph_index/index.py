@@ -130,7 +130,7 @@ class GraphIndex:
       keep_grappler_groups: LMS swaps nothing out of, and adds no control
         edge to, the groups of ops Grappler merges
         (`analysis.grappler_groups`); set for a tf.function's step
-        (`tflms.function.step_of`).
+        (`tflms.tf.adapters.tf_function.step_of`).
     """
 
     ops: tuple

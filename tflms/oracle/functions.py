@@ -15,7 +15,7 @@ changes; the function graph itself is not modified.
 import tensorflow as tf
 from tensorflow.python.framework import func_graph as func_graph_module
 
-from tflms import _tf_function
+from tflms.tf import function_api
 
 __all__ = ["graph_def", "is_function_graph"]
 
@@ -39,7 +39,7 @@ def graph_def(graph):
     result = graph.as_graph_def()
     if not is_function_graph(graph):
         return result
-    variables = _tf_function.captured_variables(graph)
+    variables = function_api.captured_variables(graph)
     for node in result.node:
         v = variables.get(node.name)
         if v is None or node.op != "Placeholder":

@@ -12,7 +12,7 @@ a callback; `graph_mode_optimizer` converts one optimizer. ``tflms plan``
 uses the same code.
 
     tf.compat.v1.disable_eager_execution()
-    model = tflms.keras_models.load_model("model.h5")
+    model = tflms.tf.keras_models.load_model("model.h5")
     model.fit(x, y, callbacks=[LMS()])
 """
 
@@ -22,7 +22,7 @@ import zipfile
 
 import tensorflow as tf
 
-from tflms import _compat
+from tflms.tf import compat
 from tflms._logging import Logger
 
 __all__ = ["graph_mode_optimizer", "load_model", "saved_keras_version",
@@ -43,9 +43,9 @@ def _keras_name(keras):
 
 
 def _require_keras2():
-    keras = _compat.keras2()
+    keras = compat.keras2()
     if keras is None:
-        raise _compat.UnsupportedStackError(_compat.keras3_message(
+        raise compat.UnsupportedStackError(compat.keras3_message(
             "Loading a Keras model for graph-mode training"))
     return keras
 
@@ -79,13 +79,13 @@ def _from_config(name, config, keras, fix):
     package = _keras_name(keras)
     legacy = getattr(getattr(keras.optimizers, "legacy", None), name, None)
     if legacy is None:
-        raise _compat.UnsupportedStackError(
+        raise compat.UnsupportedStackError(
             "the model was saved with the optimizer %s, which cannot build a "
             "graph-mode training step and has no graph-mode equivalent in "
             "%s.optimizers.legacy; %s" % (name, package, fix))
     for key, off in _TF2_ONLY_SETTINGS.items():
         if key in config and config.pop(key) not in off:
-            raise _compat.UnsupportedStackError(
+            raise compat.UnsupportedStackError(
                 "the model was saved with %s(%s=...), a setting the graph-mode "
                 "optimizer %s.optimizers.legacy.%s does not have; %s"
                 % (name, key, package, name, fix))
@@ -97,7 +97,7 @@ def _from_config(name, config, keras, fix):
     try:
         converted = legacy.from_config(config)
     except (TypeError, ValueError) as e:
-        raise _compat.UnsupportedStackError(
+        raise compat.UnsupportedStackError(
             "cannot make the graph-mode optimizer %s.optimizers.legacy.%s "
             "from the saved settings %r: %s; %s"
             % (package, name, config, e, fix)) from None
@@ -265,7 +265,7 @@ def _apply_loaded_weights(model, graph, known):
                and op.type in ("AssignVariableOp", "Assign")]
     if not assigns:
         return
-    backend = _compat.keras_backend_for(model)
+    backend = compat.keras_backend_for(model)
     session = backend.get_session()
     for op in assigns:
         session.run(op)
@@ -284,7 +284,7 @@ def _load(path, compile=True, convert=True, fix=None):  # pylint: disable=redefi
             AttributeError) as e:
         version = saved_keras_version(path)
         if _is_keras3(version):
-            raise _compat.UnsupportedStackError(_keras3_file_message(
+            raise compat.UnsupportedStackError(_keras3_file_message(
                 path, version, keras, e)) from None
         raise
     notes = []

@@ -13,15 +13,15 @@ Nothing is rewritten: each batch is planned (`capacity.plan_row`) as
 `LMS.run` would plan it. A Session graph is indexed once and planned at
 every batch (the simulator sizes the first unknown dimension with it); a
 Keras 3 model's ``train_step`` is traced once per batch
-(`keras3_plan.trace`).
+(`keras3_trace.trace`).
 """
 
 from tflms import budget as budget_mod
 from tflms import capacity
-from tflms import function as function_mod
-from tflms import keras3_plan
+from tflms.tf.adapters import tf_function
+from tflms.tf import keras3_trace
 from tflms import pipeline
-from tflms import tf_reader
+from tflms.tf import reader
 
 __all__ = ["of_graph", "of_keras3_model", "graph_plan_at",
            "keras3_plan_at", "batch_is_free", "budget_of"]
@@ -57,7 +57,7 @@ def graph_plan_at(graph, settings, fetches=None, log=None, what="the graph"):
       ValueError: the graph's shapes fix the batch, or no auto-tuning.
     """
     _check(settings)
-    index = tf_reader.build_index(graph, fetches)
+    index = reader.build_index(graph, fetches)
     if not batch_is_free(index):
         raise ValueError(
             "%s has only static shapes, so its batch cannot change; the "
@@ -73,13 +73,13 @@ def graph_plan_at(graph, settings, fetches=None, log=None, what="the graph"):
 
 def keras3_plan_at(loaded, settings, path="the model", log=None):
     """``plan_at(batch) -> capacity.BatchRow`` for a Keras 3 model loaded
-    by `keras3_plan.load_model` (or `keras3_plan.from_model`): its
+    by `keras3_trace.load_model` (or `keras3_trace.from_model`): its
     ``train_step`` traced once per batch."""
     _check(settings)
 
     def plan_at(batch):
-        traced = keras3_plan.trace(loaded, batch_size=batch, path=path)
-        _, index = function_mod.step_of(traced.graph)
+        traced = keras3_trace.trace(loaded, batch_size=batch, path=path)
+        _, index = tf_function.step_of(traced.graph)
         roles = pipeline.classify(index, settings)
         return capacity.plan_row(index, roles, settings, batch, log)
     return plan_at
@@ -100,6 +100,6 @@ def of_keras3_model(model, lms, max_overhead_pct=None, start=1,
     """The `capacity.Capacity` of a compiled Keras 3 model's
     ``train_step`` with `lms`'s settings (eager mode)."""
     settings = lms.settings
-    loaded = keras3_plan.from_model(model, start)
+    loaded = keras3_trace.from_model(model, start)
     return capacity.search(keras3_plan_at(loaded, settings), budget_of(
         settings), max_overhead_pct, start, limit)

@@ -23,7 +23,7 @@ and what differs.
 
 import tensorflow as tf
 
-from tflms import distributed
+from tflms.tf import distributed
 from tflms import worker_devices
 
 __all__ = ["strategy_of", "is_multi_worker", "worker_of",
@@ -107,7 +107,7 @@ def _allgather_text(strategy, text):
 def check_workers_agree(strategy, worker, graph, result, allgather=None):
     """Raise unless every worker of the strategy made the same rewrite.
 
-    Called by `tflms.function` on each worker right after LMS planned (or
+    Called by `tflms.tf.lms_function` on each worker right after LMS planned (or
     left alone) the traced step, before it first runs: one all-gather of a
     short record per worker. Every worker traces the step at the same call,
     so each reaches this collective once per traced signature.

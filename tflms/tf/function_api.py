@@ -1,6 +1,6 @@
 """TensorFlow's internal function APIs, behind one small module.
 
-`tflms.function` rewrites the graph of a `tf.function`'s concrete function
+`tflms.tf.lms_function` rewrites the graph of a `tf.function`'s concrete function
 and runs the result as a new function. Everything it needs from TensorFlow
 beyond the public API is here, so the next TensorFlow release breaks one
 place (`tests/test_function.py` runs it on every supported version):
@@ -29,7 +29,7 @@ place (`tests/test_function.py` runs it on every supported version):
 
 Both supported stacks (TensorFlow 2.15 and 2.16+, tried on 2.21) have the
 same signatures for these; a release that differs gets its branch here,
-keyed on `_compat.TF_VERSION`. The `FuncGraph` attributes read
+keyed on `compat.TF_VERSION`. The `FuncGraph` attributes read
 (``outputs``, ``control_outputs``, ``captures``, ``variables``, ``name``)
 are the ones `tf.function` itself documents on its graphs.
 """
@@ -43,12 +43,12 @@ from tensorflow.python.ops import control_flow_util
 from tensorflow.python.eager.polymorphic_function import concrete_function
 from tensorflow.python.eager.polymorphic_function import function_type_utils
 
-from tflms import _compat
+from tflms.tf import compat
 
 __all__ = ["is_jit_compiled", "in_xla_context", "fetch_ops", "captured_variables", "rebuild",
            "call", "partition_graphs_made", "XLA_COMPILE_ATTR"]
 
-TF_VERSION = _compat.TF_VERSION
+TF_VERSION = compat.TF_VERSION
 
 # The function attribute tf.function(jit_compile=True) sets
 # (tensorflow/python/eager/polymorphic_function/attributes.py XLA_COMPILE).

@@ -13,7 +13,7 @@ the edited graph.
 
 import tensorflow as tf
 
-from tflms import _compat
+from tflms.tf import compat
 
 __all__ = ["renew_keras_session"]
 
@@ -37,8 +37,8 @@ def renew_keras_session(graph, log, model=None):
     # holds the session Keras uses in graph mode; the public
     # tf.compat.v1.keras.backend exposes get/set_session but not the cached
     # session without creating one.
-    backend = (_compat.keras_backend_for(model) if model is not None
-               else _compat.keras2_backend())
+    backend = (compat.keras_backend_for(model) if model is not None
+               else compat.keras2_backend())
     default = tf.compat.v1.get_default_session()
     if default is not None and default.graph is graph:
         log.warning(

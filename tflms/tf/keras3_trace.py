@@ -8,8 +8,8 @@ and traces ``model.train_step`` with `tf.function` on a `tf.TensorSpec` of
 one batch (``--batch-size``, or the batch the model's input fixes): the
 step ``fit()`` runs, forward pass, loss, backward pass, optimizer update,
 batch-norm statistics and metrics, in one concrete function. Its graph
-(`FuncGraph`) is what `tflms.function` rewrites for ``lms.function``, and
-``tflms plan`` plans it the same way (`tflms.function.rewrite_graph`: the
+(`FuncGraph`) is what `tflms.tf.lms_function` rewrites for ``lms.function``, and
+``tflms plan`` plans it the same way (`tflms.tf.adapters.tf_function.rewrite_graph`: the
 function's outputs and control outputs are the step, the variables it
 captures are resident); ``--inference`` traces ``model(x,
 training=False)`` instead.
@@ -20,15 +20,15 @@ as ``fit()`` would be fed.
 
 Only this module and the Keras 3 branch of `tflms.cli` know of Keras 3
 files; Keras 2 files (``.h5``, ``.keras`` from tf_keras) load as before
-(`tflms.keras_models`).
+(`tflms.tf.keras_models`).
 """
 
 import dataclasses
 
 import tensorflow as tf
 
-from tflms import function as function_mod
-from tflms import keras_models
+from tflms.tf.adapters import tf_function
+from tflms.tf import keras_models
 
 __all__ = ["Keras3PlanError", "LoadedModel", "TracedStep", "keras3",
            "is_keras3_file", "load", "load_model", "trace", "from_model"]
@@ -241,7 +241,7 @@ def load_model(path, batch_size=None, loss=None, optimizer=None,
     """Load the Keras 3 model `path` in eager mode and compile it for
     training (the saved loss and optimizer, or `loss` / `optimizer`),
     with its optimizer built; `tflms plan` traces its step
-    (`load`) and `tflms verify` trains it (`tflms.verify_keras3`).
+    (`load`) and `tflms verify` trains it (`tflms.tf.verify_keras3`).
 
     Returns:
       A `LoadedModel`.
@@ -335,7 +335,7 @@ def trace(loaded, inference=False, batch_size=None, path="the model"):
                      "forward, loss, backward, optimizer update and metrics "
                      "in one function graph." % batch)
     graph = concrete.graph
-    fetches = function_mod.step_fetches(graph)
+    fetches = tf_function.step_fetches(graph)
     # Named as a MetaGraph's train op is, for --oracle.
     for op in fetches.ops:
         graph.add_to_collection(tf.compat.v1.GraphKeys.TRAIN_OP, op)

@@ -9,15 +9,9 @@ import json
 import os
 
 from tflms import settings as S
-from tflms.cli.lazy import Lazy
 from tflms.cli.loading import PlanError, is_keras3_plan, load_graph
 from tflms.cli.planning import plan_graph
 from tflms.cli.rendering import gib
-
-capacity = Lazy("tflms.capacity")
-keras3_plan = Lazy("tflms.keras3_plan")
-live_capacity = Lazy("tflms.live_capacity")
-plotting = Lazy("tflms.plots")
 
 
 def find(args, progress):
@@ -27,10 +21,13 @@ def find(args, progress):
     Raises:
       PlanError, ValueError: a graph that cannot be searched.
     """
+    from tflms import capacity  # pylint: disable=import-outside-toplevel
+    from tflms.tf import keras3_trace  # pylint: disable=import-outside-toplevel
+    from tflms.tf import live_capacity  # pylint: disable=import-outside-toplevel
     settings = S.from_arguments(args, is_training=True)
     if is_keras3_plan(args.graph, args):
         progress("loading the Keras 3 model %s ..." % args.graph)
-        loaded = keras3_plan.load_model(args.graph, args.start_batch,
+        loaded = keras3_trace.load_model(args.graph, args.start_batch,
                                         args.loss, args.optimizer)
         plan_at = live_capacity.keras3_plan_at(loaded, settings, args.graph)
     else:
@@ -179,6 +176,8 @@ def render(found, args):
 
 def write_outputs(found, args):
     """The --json file and the --plot picture; returns notes to print."""
+    from tflms import capacity  # pylint: disable=import-outside-toplevel
+    from tflms import plots as plotting  # pylint: disable=import-outside-toplevel
     notes = []
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:

@@ -57,7 +57,7 @@ import dataclasses
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
 
-from tflms import step as step_mod
+from tflms.tf import reader
 
 __all__ = ["SWAP_MARKER_ATTR", "SERIALIZATION_MARKER", "RewriteResult",
            "apply_plan", "is_rewritten", "swap_op_name", "swapin_op_name",
@@ -241,19 +241,42 @@ def apply_plan(graph, index, plan, cpu_device):
         changed since it was indexed, or an edit would bring into the
         training step an op it did not run (nothing is edited then).
     """
-    ops = index.ops
     # Validate and snapshot before the first edit.
+    _check_before_editing(graph, index, plan)
+    ops = index.ops
+    edits = _Edits()
+    for a, b in plan.control_edges:
+        edits.add_controls(ops[b], [ops[a]])
+    with _outside_user_context(graph, cpu_device):
+        swapouts, swapins, swapin_of = _add_swaps(graph, ops, plan, edits)
+    clones = _add_recomputes(graph, ops, plan, swapin_of, edits)
+    control_edges = edits.apply_controls()
+    if plan.control_edges and not swapouts and not clones:
+        # Nothing else would tell a second run that this graph is done.
+        _new_marker(graph, ops[plan.control_edges[0][0]].device)
+    return RewriteResult(swapout_ops=tuple(swapouts),
+                         swapin_ops=tuple(swapins),
+                         control_edges=control_edges,
+                         rerouted_inputs=edits.rerouted,
+                         recompute_ops=tuple(clones))
+
+
+def _check_before_editing(graph, index, plan):
+    """Raise (nothing edited yet) unless `plan` can be applied to `graph`
+    as indexed."""
+    ops = index.ops
     if ops is None:
         raise ValueError(
             "the index has no tf.Operations (it was built from literal "
             "edges by graph_index.from_edges), so there is nothing to "
-            "rewrite; index the graph with graph_index.build_index(graph)")
+            "rewrite; index the graph with "
+            "tflms.tf.reader.build_index(graph)")
     if graph.finalized:
         raise ValueError("the graph is finalized and cannot be edited")
     if ops and ops[0].graph is not graph:
         raise ValueError(
             "the index was built from another graph than the one to edit; "
-            "index this graph with graph_index.build_index(graph)")
+            "index this graph with tflms.tf.reader.build_index(graph)")
     if len(graph.get_operations()) != index.graph_num_ops:
         raise ValueError(
             "the graph has %d ops but was indexed with %d; index it again "
@@ -269,40 +292,63 @@ def apply_plan(graph, index, plan, cpu_device):
                     "input %d of %s is not %s any more; index the graph "
                     "again" % (slot, ops[consumer].name, tensor.name))
 
-    swapouts, swapins, clones = [], [], []
-    swapin_of = {}  # (producer, output, k) -> k-th swap-in of that tensor
-    control_edges = 0
-    rerouted = 0
-    pending_controls = {}  # op -> list of control inputs, applied in one call
 
-    def add_controls(op, controls):
+class _Edits:
+    """The control inputs to add, gathered per op so that each op gets
+    them in one call, and the count of inputs rerouted."""
+
+    def __init__(self):
+        self.pending = {}  # op -> control inputs to add, in order
+        self.rerouted = 0
+
+    def add_controls(self, op, controls):
         current = set(op.control_inputs)
-        pending = pending_controls.setdefault(op, [])
+        pending = self.pending.setdefault(op, [])
         for c in controls:
             if c not in current and c not in pending:
                 pending.append(c)
 
-    for a, b in plan.control_edges:
-        add_controls(ops[b], [ops[a]])
+    def reroute(self, consumer, slot, tensor):
+        consumer._update_input(slot, tensor)  # pylint: disable=protected-access
+        self.rerouted += 1
 
-    with _outside_user_context(graph, cpu_device):
-        for swap in plan.swaps:
-            tensor = ops[swap.producer].outputs[swap.output]
-            swapout = _new_identity(graph, tensor,
-                                    swap_op_name("swapout", tensor.name))
-            swapouts.append(swapout.op.name)
-            for k, sin in enumerate(swap.swap_ins):
-                swapin = _new_identity(graph, swapout,
-                                       swapin_op_name(tensor.name))
-                swapins.append(swapin.op.name)
-                swapin_of[(swap.producer, swap.output, k)] = swapin
-                for consumer, slot in sin.consumers:
-                    ops[consumer]._update_input(slot, swapin)  # pylint: disable=protected-access
-                    rerouted += 1
-                add_controls(swapin.op, [ops[t] for t in sin.triggers])
-            for w in swap.waiters:
-                add_controls(ops[w], [swapout.op])
+    def apply_controls(self):
+        """Add the gathered control inputs; how many were added."""
+        added = 0
+        for op, controls in self.pending.items():
+            if controls:
+                op._add_control_inputs(controls)  # pylint: disable=protected-access
+                added += len(controls)
+        return added
 
+
+def _add_swaps(graph, ops, plan, edits):
+    """The swap-out and swap-in ops of `plan`, their readers rerouted:
+    ``(swap-out names, swap-in names, {(producer, output, k): k-th
+    swap-in})``."""
+    swapouts, swapins, swapin_of = [], [], {}
+    for swap in plan.swaps:
+        tensor = ops[swap.producer].outputs[swap.output]
+        swapout = _new_identity(graph, tensor,
+                                swap_op_name("swapout", tensor.name))
+        swapouts.append(swapout.op.name)
+        for k, sin in enumerate(swap.swap_ins):
+            swapin = _new_identity(graph, swapout,
+                                   swapin_op_name(tensor.name))
+            swapins.append(swapin.op.name)
+            swapin_of[(swap.producer, swap.output, k)] = swapin
+            for consumer, slot in sin.consumers:
+                edits.reroute(ops[consumer], slot, swapin)
+            edits.add_controls(swapin.op, [ops[t] for t in sin.triggers])
+        for w in swap.waiters:
+            edits.add_controls(ops[w], [swapout.op])
+    return swapouts, swapins, swapin_of
+
+
+def _add_recomputes(graph, ops, plan, swapin_of, edits):
+    """The clones of `plan`'s recomputes, their readers rerouted: the
+    clones' names."""
+    clones = []
     clones_of = {}  # (producer, output) -> that recompute's clones
     for rec in plan.recomputes:
         tensor = ops[rec.producer].outputs[rec.output]
@@ -327,26 +373,11 @@ def apply_plan(graph, index, plan, cpu_device):
                                    clone_op_name(tensor.name, op.name, read))
             made.append(clone)
             clones.append(clone.name)
-            add_controls(clone, [ops[rec.trigger]])
+            edits.add_controls(clone, [ops[rec.trigger]])
         for consumer, slot in rec.consumers:
-            ops[consumer]._update_input(slot, made[-1].outputs[rec.output])  # pylint: disable=protected-access
-            rerouted += 1
+            edits.reroute(ops[consumer], slot, made[-1].outputs[rec.output])
         clones_of[(rec.producer, rec.output)] = made
-
-    for op, controls in pending_controls.items():
-        if controls:
-            op._add_control_inputs(controls)  # pylint: disable=protected-access
-            control_edges += len(controls)
-
-    if plan.control_edges and not swapouts and not clones:
-        # Nothing else would tell a second run that this graph is done.
-        _new_marker(graph, ops[plan.control_edges[0][0]].device)
-
-    return RewriteResult(swapout_ops=tuple(swapouts),
-                         swapin_ops=tuple(swapins),
-                         control_edges=control_edges,
-                         rerouted_inputs=rerouted,
-                         recompute_ops=tuple(clones))
+    return clones
 
 
 def _check_step(index, plan):
@@ -368,7 +399,7 @@ def _check_step(index, plan):
     if not index.fetches:
         return
     ops = index.ops
-    step = step_mod.fan_in([ops[f] for f in index.fetches])
+    step = reader.fan_in([ops[f] for f in index.fetches])
     indexed = {op.name for op in ops}
     outside = sorted(set(step) - indexed)
     missing = sorted(indexed - set(step))

@@ -1,7 +1,7 @@
 """Did the swaps run? Which of LMS's swap operations TensorFlow ran, for
 TensorFlow 2 code (`lms.function(step)`, Keras 3 `fit` with the callback).
 
-    from tflms.swaps_ran import watch_swaps
+    from tflms.tf.swaps_ran import watch_swaps
 
     with watch_swaps(lms) as swaps:
         model.fit(x, y, callbacks=[lms])
@@ -31,11 +31,15 @@ misses the block's graphs).
 
 import contextlib
 import dataclasses
+import glob
+import os
 
-from tflms import _tf_function
-from tflms import function
+import tensorflow as tf
 
-__all__ = ["SwapsRan", "watch_swaps"]
+from tflms.tf import function_api
+
+__all__ = ["SwapsRan", "watch_swaps", "checked", "partition_graph_files",
+           "swap_ops_in_partition_graphs", "swap_ops_in_graph_defs"]
 
 
 @dataclasses.dataclass
@@ -78,10 +82,12 @@ class SwapsRan:
         return text
 
 
-def _checked(result, graph_defs):
+def checked(result, graph_defs):
+    """A `SwapsRan`: which swap ops of `result` (a `RunResult`, or None)
+    are in `graph_defs`, the partition graphs TensorFlow ran."""
     expected = (tuple(result.swapout_ops) + tuple(result.swapin_ops)
                 if result is not None else ())
-    found = function.swap_ops_in_graph_defs(graph_defs, expected)
+    found = swap_ops_in_graph_defs(graph_defs, expected)
     ran = {name: found[name] for name in expected if name in found}
     return SwapsRan(expected=expected, ran=ran,
                     missing=tuple(n for n in expected if n not in ran),
@@ -99,8 +105,63 @@ def watch_swaps(lms):
         given to `fit`, or the LMS whose `function` made the step).
     """
     swaps = SwapsRan()
-    with _tf_function.partition_graphs_made() as graph_defs:
+    with function_api.partition_graphs_made() as graph_defs:
         yield swaps
-    checked = _checked(lms.last_run, graph_defs)
+    found = checked(lms.last_run, graph_defs)
     for field in dataclasses.fields(SwapsRan):
-        setattr(swaps, field.name, getattr(checked, field.name))
+        setattr(swaps, field.name, getattr(found, field.name))
+
+
+# ---- the swap ops in partition graphs --------------------------------------
+def partition_graph_files(dump_dir):
+    """The per-device partition graphs (``.pbtxt`` paths) TensorFlow wrote
+    into `dump_dir`, the folder of ``TF_DUMP_GRAPH_PREFIX``: the graphs its
+    executors run."""
+    return set(glob.glob(os.path.join(dump_dir, "*_partition_*.pbtxt")))
+
+
+def swap_ops_in_partition_graphs(paths, names=()):
+    """``{swap op name: device}`` of LMS's swap ops in the partition graphs
+    at `paths`, reading only the last graph TensorFlow dumped per function
+    and device (``<name>.<n>.pbtxt``, the highest ``n``); names as
+    `swap_ops_in_graph_defs` gives them."""
+    # Imported here: only this check reads text protos.
+    from google.protobuf import text_format  # pylint: disable=import-outside-toplevel
+    last = {}
+    for path in paths:
+        base = os.path.basename(path)[:-len(".pbtxt")]
+        key, seq = base.split(".")[0], int(base.split(".")[1])
+        if key not in last or seq > last[key][0]:
+            last[key] = (seq, path)
+    graph_defs = []
+    for _, path in last.values():
+        graph_def = tf.compat.v1.GraphDef()
+        with open(path, encoding="utf-8") as f:
+            text_format.Parse(f.read(), graph_def)
+        graph_defs.append(graph_def)
+    return swap_ops_in_graph_defs(graph_defs, names)
+
+
+def swap_ops_in_graph_defs(graph_defs, names=()):
+    """``{swap op name: device}`` of LMS's swap ops in `graph_defs`.
+
+    Inlining prefixes the names of a function's ops, and a swap-in's name
+    starts with its tensor's op (`rewriter.swapin_op_name`): a swap op is
+    known by the part of its name from ``lms/`` on (``.../conv/Relu-lms/
+    swapin_conv_Relu_0`` by ``lms/swapin_conv_Relu_0``), which is unique.
+    The keys are the names in `names` (such as `RunResult.swapin_ops`)
+    that were found, and ``lms/...`` for swap ops not in `names`."""
+    given = {"lms/" + n.rpartition("lms/")[2]: n for n in names}
+    found = {}
+    for graph_def in graph_defs:
+        for node in graph_def.node:
+            # Swap ops are Identity ops: TensorFlow's own nodes named
+            # after them (a NoOp grouping a swap-in's cross-device
+            # triggers, sends and receives) are not.
+            if node.op != "Identity":
+                continue
+            _, sep, own = node.name.rpartition("lms/")
+            if sep and own.startswith(("swapout_", "swapin_")):
+                key = "lms/" + own
+                found[given.get(key, key)] = node.device
+    return found

@@ -2,17 +2,17 @@
 with and without LMS and compared.
 
 Keras 3 has no Session graph: ``fit()`` runs the model's ``train_step`` as
-a `tf.function`. `verify` loads the file twice (`keras3_plan.load_model`:
+a `tf.function`. `verify` loads the file twice (`keras3_trace.load_model`:
 the same saved weights, compiled with the saved or given loss and
 optimizer, the optimizer built), makes one batch of random inputs and
 targets (seeded; the shapes `keras3_plan` traces with, values as
-`tflms.verify.random_value` makes them for a Session graph), and trains
+`tflms.tf.verify.random_value` makes them for a Session graph), and trains
 each copy the same number of steps in eager mode: one with
 ``tf.function(model.train_step)``, the other with
 ``lms.function(model.train_step)``. Before each step the models' metrics
 are reset, so the ``loss`` a step returns is that step's loss.
 
-What counts as a difference (`tflms.verify.VerifyReport.ok`):
+What counts as a difference (`tflms.tf.verify.VerifyReport.ok`):
 
 * a loss or a variable (the model's weights, the optimizer's variables,
   its iteration count included, and the metrics' variables) not
@@ -23,7 +23,7 @@ What counts as a difference (`tflms.verify.VerifyReport.ok`):
   TensorFlow ran: the per-device graphs it dumps into ``dump_dir`` when
   ``TF_DUMP_GRAPH_PREFIX`` is that folder and ``TF_DUMP_GRAPH_NAME_FILTER``
   matches the rewritten function (``_tflms_``), after every optimization,
-  Grappler's included (`tflms.function.swap_ops_in_partition_graphs`).
+  Grappler's included (`tflms.tf.swaps_ran.swap_ops_in_partition_graphs`).
   TensorFlow reads the filter once, at the first function a process
   runs, so the variables must be set before that (``tflms verify`` sees to
   it);
@@ -38,18 +38,21 @@ additions next to a swap-in differently, which changes the last bits of
 a few gradients (docs/tf2.md); ``rtol`` accepts that.
 """
 
+import dataclasses
+
 import numpy as np
 import tensorflow as tf
 
-from tflms import function as function_mod
-from tflms import keras3_plan
-from tflms import tf_reader
-from tflms import verify as verify_mod
+from tflms.tf.adapters import tf_function
+from tflms.tf import swaps_ran
+from tflms.tf import keras3_trace
+from tflms.tf import reader
+from tflms.tf import verify as verify_mod
 
 __all__ = ["DUMP_FILTER", "verify"]
 
 # TF_DUMP_GRAPH_NAME_FILTER for the rewritten function (its name has
-# _tflms_, tflms._tf_function.rebuild) and nothing else.
+# _tflms_, tflms.tf.function_api.rebuild) and nothing else.
 DUMP_FILTER = "_tflms_"
 
 
@@ -89,8 +92,19 @@ def _train(model, step, data, steps):
     return losses, int(model.optimizer.iterations.numpy()) - start
 
 
-def verify(path, lms, dump_dir, steps=3, batch_size=None, loss=None,
-           optimizer=None, rtol=0.0, seed=0):
+@dataclasses.dataclass(frozen=True)
+class ModelOptions:
+    """How the model file is loaded for training: the batch (the model's
+    own fixed batch when None), and the loss and optimizer that replace
+    the saved ones (`keras3_trace.load_model`)."""
+
+    batch_size: object = None
+    loss: object = None
+    optimizer: object = None
+
+
+def verify(path, lms, dump_dir, steps=3, options=ModelOptions(), rtol=0.0,
+           seed=0):
     """Train the Keras 3 model `path` with and without LMS and compare.
 
     Args:
@@ -101,14 +115,14 @@ def verify(path, lms, dump_dir, steps=3, batch_size=None, loss=None,
         ``TF_DUMP_GRAPH_NAME_FILTER`` = `DUMP_FILTER` before this process
         ran its first function).
       steps: training steps per copy.
-      batch_size: the batch (the model's own fixed batch when None).
-      loss, optimizer: replace the saved ones (`keras3_plan.load_model`).
+      options: `ModelOptions`: the batch, and a loss and optimizer that
+        replace the saved ones.
       rtol: relative tolerance for losses and variables; 0 means
         bit-identical.
       seed: for the random inputs.
 
     Returns:
-      A `tflms.verify.VerifyReport`.
+      A `tflms.tf.verify.VerifyReport`.
 
     Raises:
       Keras3PlanError: the file cannot be loaded, compiled or fed.
@@ -117,8 +131,10 @@ def verify(path, lms, dump_dir, steps=3, batch_size=None, loss=None,
     if steps < 1:
         raise verify_mod.VerifyError("steps must be at least 1, got %r"
                                      % (steps,))
-    plain = keras3_plan.load_model(path, batch_size, loss, optimizer)
-    rewritten = keras3_plan.load_model(path, batch_size, loss, optimizer)
+    plain = keras3_trace.load_model(path, options.batch_size, options.loss,
+                                   options.optimizer)
+    rewritten = keras3_trace.load_model(path, options.batch_size,
+                                       options.loss, options.optimizer)
     data = _inputs(plain, seed)
 
     base_losses, base_step = _train(
@@ -129,8 +145,8 @@ def verify(path, lms, dump_dir, steps=3, batch_size=None, loss=None,
     # lms.function rewrites this very concrete function at its first call.
     traced = tf.function(rewritten.model.train_step, jit_compile=False)
     graph = traced.get_concrete_function(data).graph
-    fetch_ops = function_mod.step_fetches(graph).ops
-    before = set(tf_reader.fan_in(fetch_ops))
+    fetch_ops = tf_function.step_fetches(graph).ops
+    before = set(reader.fan_in(fetch_ops))
     losses, step = _train(rewritten.model, lms.function(traced), data, steps)
     result = lms.last_run
 
@@ -146,10 +162,10 @@ def verify(path, lms, dump_dir, steps=3, batch_size=None, loss=None,
 
     added = (list(result.swapout_ops) + list(result.swapin_ops)
              if result is not None else [])
-    ran = function_mod.swap_ops_in_partition_graphs(
-        function_mod.partition_graph_files(dump_dir), added)
+    ran = swaps_ran.swap_ops_in_partition_graphs(
+        swaps_ran.partition_graph_files(dump_dir), added)
     # The rewrite edits `graph` in place; its fetches stay the same ops.
-    entering = sorted(set(tf_reader.fan_in(fetch_ops)) - before
+    entering = sorted(set(reader.fan_in(fetch_ops)) - before
                       - set(added))
     notes = list(plain.notes) + [
         "Trained model.train_step (the step fit() runs) %d steps on one "

@@ -29,7 +29,7 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
-from tflms import tf_reader
+from tflms.tf import reader
 
 __all__ = ["VerifyReport", "VerifyError", "compare", "kernel_counts",
            "random_value", "unexecuted_nodes", "verify"]
@@ -71,7 +71,7 @@ class VerifyReport:
         with LMS (a swap op changed what it fused), as
         ``{type: (without, with)}``.
       notes: lines about how the model was loaded and trained (a Keras 3
-        model: `tflms.verify_keras3`).
+        model: `tflms.tf.verify_keras3`).
     """
 
     steps: int
@@ -109,7 +109,7 @@ def onednn_enabled():
 def _fetches(graph, train_op_names, loss_name):
     with graph.as_default():
         try:
-            found = tf_reader.find_fetches(
+            found = reader.find_fetches(
                 graph, list(train_op_names) or None, source="--train-op")
         except ValueError as e:
             raise VerifyError(str(e)) from None
@@ -141,7 +141,7 @@ def _feed(graph, fetches, batch_size, seed):
     rng = np.random.RandomState(seed)
     feed = {}
     train_ops, loss = fetches[0], fetches[1]
-    step = tf_reader.fan_in(train_ops + ([loss.op] if loss is not None
+    step = reader.fan_in(train_ops + ([loss.op] if loss is not None
                                         else []))
     for op in graph.get_operations():
         if op.type != "Placeholder" or op.name not in step:
@@ -291,7 +291,7 @@ def verify(load, lms, steps=3, batch_size=None, train_op_names=(),
     plain_fetches = _fetches(plain, train_op_names, loss_name)
     lms_fetches = _fetches(rewritten, train_op_names, loss_name)
     plain_feed = _feed(plain, plain_fetches, batch_size, seed)
-    before = set(tf_reader.fan_in(lms_fetches[0]))
+    before = set(reader.fan_in(lms_fetches[0]))
     result = lms.run(rewritten, fetches=lms_fetches[0])
     values, base_losses, base_final, base_step, base_md = _train(
         plain, plain_fetches, plain_feed, steps)
@@ -313,7 +313,7 @@ def verify(load, lms, steps=3, batch_size=None, train_op_names=(),
         result.rewrite.recompute_ops if result.rewrite else ())
     not_run = sorted(unexecuted_nodes(md) - unexecuted_nodes(base_md))
     swaps_not_run = [n for n in added if n in nodes and n not in executed]
-    entering = sorted(set(tf_reader.fan_in(lms_fetches[0])) - before
+    entering = sorted(set(reader.fan_in(lms_fetches[0])) - before
                       - set(added))
     kernels, base_kernels = kernel_counts(md), kernel_counts(base_md)
     kernels_differ = {k: (base_kernels.get(k, 0), kernels.get(k, 0))

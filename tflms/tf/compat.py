@@ -140,7 +140,7 @@ def _model_root(model):
 
 def is_keras3_model(model):
     """True if `model` is a Keras 3 model (no graph mode: the callback
-    serves it through tflms.keras3), a subclass defined elsewhere (a
+    serves it through tflms.tf.adapters.keras3), a subclass defined elsewhere (a
     custom ``train_step``) too."""
     if not any(cls.__module__.split(".")[0] == "keras"
                for cls in type(model).__mro__):
@@ -190,8 +190,8 @@ def keras3_message(what):
 
 def keras3_model_message(model, what="This callback"):
     """Why a graph-mode-only callback (Horovod's broadcast in
-    tflms.distributed) cannot serve a Keras 3 model. The LMS callback
-    itself serves Keras 3 models (tflms.keras3)."""
+    tflms.tf.distributed) cannot serve a Keras 3 model. The LMS callback
+    itself serves Keras 3 models (tflms.tf.adapters.keras3)."""
     keras = sys.modules.get("keras")
     return ("%s was given a Keras %s model (%s). " % (
         what, getattr(keras, "__version__", "3"), type(model).__name__)

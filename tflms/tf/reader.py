@@ -14,10 +14,6 @@ rewriter (`graph_index`, `analysis`, `planner`, `simulator`, `steptime`,
 `tf.function`'s `FuncGraph` is a `tf.Graph`, so this reader reads those
 too.
 
-`graph_index.build_index` and `step.find_fetches` (and the other names of
-this module they stood for) still work: those modules hand them on from
-here on first use.
-
 Nothing here mutates the graph: the rewriter alone does.
 """
 

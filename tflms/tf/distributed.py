@@ -30,8 +30,8 @@ import json
 
 import tensorflow as tf
 
-from tflms import _compat
-from tflms import rewriter
+from tflms.tf import compat
+from tflms.tf import rewriter
 from tflms.ranks import RankInfo, rank_info
 from tflms.results import Outcome
 
@@ -126,14 +126,14 @@ def _horovod():
     try:
         import horovod.tensorflow as hvd  # pylint: disable=import-outside-toplevel
     except ImportError as e:
-        if _compat.TF_VERSION >= (2, 16, 0):
+        if compat.TF_VERSION >= (2, 16, 0):
             raise ImportError(
                 "Horovod is not installed, and Horovod 0.28.1 does not build "
                 "against %s (its build includes TensorFlow headers that need "
                 "highwayhash, which the TensorFlow wheel does not ship). Run "
                 "Horovod jobs on TensorFlow 2.15: pip install 'tflms[tf215]', "
                 "then build Horovod as follows. %s"
-                % (_compat.tf_version_text(), HOROVOD_INSTALL_HINT)) from e
+                % (compat.tf_version_text(), HOROVOD_INSTALL_HINT)) from e
         raise ImportError(HOROVOD_INSTALL_HINT) from e
     return hvd
 
@@ -316,7 +316,7 @@ def check_ranks_agree(graph, outcome, result=None, env=None, allgather=None):
                         "from the same rewritten meta graph)")))
 
 
-class BroadcastGlobalVariablesCallback(_compat.CallbackBase):
+class BroadcastGlobalVariablesCallback(compat.CallbackBase):
     """Keras callback: broadcast all global variables from `root_rank`.
 
     A graph-mode replacement for
@@ -360,11 +360,11 @@ class BroadcastGlobalVariablesCallback(_compat.CallbackBase):
                 "(tf.compat.v1.disable_eager_execution()); in eager mode use "
                 "horovod.tensorflow.keras.callbacks."
                 "BroadcastGlobalVariablesCallback")
-        if _compat.is_keras3_model(self.model):
-            raise _compat.UnsupportedStackError(
-                _compat.keras3_model_message(self.model))
+        if compat.is_keras3_model(self.model):
+            raise compat.UnsupportedStackError(
+                compat.keras3_model_message(self.model))
         hvd = _horovod()
-        session = _compat.keras_backend_for(self.model).get_session()
+        session = compat.keras_backend_for(self.model).get_session()
         graph = session.graph
         if self._done_for is graph:
             return

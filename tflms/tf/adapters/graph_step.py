@@ -1,0 +1,165 @@
+"""What every graph adapter shares: the `TrainingStep` it finds and the
+one path from a step to a rewritten graph (`plan_and_rewrite`).
+
+A graph adapter (`tflms.tf.adapters`) serves one kind of graph: it finds
+the training step (`find_step`), indexes it (`index`), applies the plan
+(`apply`) and says how to check what ran (`swaps_ran`). `GraphAdapter`
+holds the defaults (the reader's index, the rewriter's `apply_plan` with the
+swap ops on ``cpu_device``); `rewrite` runs them in that order around the
+planning pipeline, which knows nothing of TensorFlow.
+"""
+
+import dataclasses
+import time
+from typing import Optional
+
+from tflms import analysis
+from tflms import pipeline
+from tflms import run_log
+from tflms import step as step_rules
+from tflms import worker_devices
+from tflms.results import Outcome, RunResult
+from tflms.tf import reader
+from tflms.tf import rewriter
+
+__all__ = ["TrainingStep", "GraphAdapter", "plan_and_rewrite"]
+
+_GIB = float(1 << 30)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingStep:
+    """One training step found in a graph.
+
+    Attributes:
+      graph: the `tf.Graph` (or `FuncGraph`) that holds it; edited in place.
+      fetches: its `step.StepFetches` (what one run of the step fetches).
+      worker: the `worker_devices.WorkerDevices` of a step that runs on one
+        worker of a multi-worker strategy (its devices, its host for the
+        swap ops); None otherwise.
+      gpu_device: the device planned when it is not the settings' own (one
+        replica of a step planned device by device); None: the settings'.
+    """
+
+    graph: object
+    fetches: step_rules.StepFetches
+    worker: Optional[worker_devices.WorkerDevices] = None
+    gpu_device: Optional[str] = None
+
+
+class GraphAdapter:
+    """The protocol of an entry point that hands LMS a graph to rewrite.
+
+    Subclasses set `accepts` (which graphs they serve) and `find_step`;
+    `index`, `apply` and `swaps_ran` have defaults that serve a graph read
+    by the reader and edited by the rewriter.
+    """
+
+    def __init__(self, lms, graph, fetches=None):
+        self.lms = lms
+        self.graph = graph
+        self.fetches = fetches
+
+    @classmethod
+    def accepts(cls, graph):  # pylint: disable=unused-argument
+        """True if this adapter serves `graph`."""
+        raise NotImplementedError
+
+    def find_step(self):
+        """The `TrainingStep` of the graph."""
+        raise NotImplementedError
+
+    def index(self, found):
+        """The `GraphIndex` of `found`'s step (its fetches' fan-in)."""
+        return reader.build_index(found.graph, found.fetches)
+
+    def apply(self, found, index, plan):
+        """Edit `found.graph` by `plan` (made on `index`): the
+        `rewriter.RewriteResult`."""
+        host = (self.lms.settings.cpu_device if found.worker is None
+                else found.worker.host)
+        return rewriter.apply_plan(found.graph, index, plan, host)
+
+    def rewrite(self, start=None):
+        """Find, index, plan and rewrite the step: a `RunResult`."""
+        start = time.perf_counter() if start is None else start
+        found = self.find_step()
+        return plan_and_rewrite(self, found, start)
+
+
+def _device_filter(settings, found):
+    device = (settings.gpu_device if found.gpu_device is None
+              else found.gpu_device)
+
+    def matches(op_device):
+        return analysis.device_matches(op_device, device, found.worker)
+    return matches
+
+
+def plan_and_rewrite(adapter, found, start, index=None):
+    """Plan `found` with the settings of `adapter.lms` and apply the plan
+    through `adapter`: the `RunResult` (REWRITTEN, NOT_NEEDED, or
+    ALREADY_REWRITTEN when the graph holds LMS's swap ops for these
+    devices already). `index`: the step's index when the adapter built it
+    already."""
+    lms = adapter.lms
+    log = lms._log  # pylint: disable=protected-access
+    settings = lms.settings
+    if found.gpu_device is not None:
+        settings = settings.replace(gpu_device=found.gpu_device)
+    if found.worker is not None:
+        log.info(found.worker.describe())
+    if rewriter.is_rewritten(found.graph, _device_filter(settings, found)):
+        log.info("This model already has LMS swap operations; LMS "
+                 "will not process it again.")
+        return RunResult(Outcome.ALREADY_REWRITTEN,
+                         seconds=time.perf_counter() - start)
+    log.info("Editing model for LMS")
+    if index is None:
+        index = adapter.index(found)
+    run_log.log_step(log, index)
+    roles = pipeline.classify(index, settings, found.worker)
+    run_log.log_graph_facts(log, index, roles, settings)
+    planned = pipeline.plan(index, settings, roles=roles, log=log)
+    if not planned.needed:
+        return RunResult(Outcome.NOT_NEEDED, planned,
+                         seconds=time.perf_counter() - start)
+    plan = planned.plan
+    _log_plan(log, planned, plan)
+    rewrite = adapter.apply(found, planned.index, plan)
+    _log_rewrite(log, plan, rewrite)
+    seconds = time.perf_counter() - start
+    log.info("Editing model for LMS, took: %.1f ms" % (seconds * 1000))
+    log.warning(run_log.summary_line(planned, rewrite, seconds))
+    return RunResult(Outcome.REWRITTEN, planned, rewrite, seconds)
+
+
+def _log_plan(log, planned, plan):
+    if plan.swaps or plan.recomputes:
+        run_log.log_parameters(log, plan.params, planned.autotuned,
+                               planned.only_tensors, planned.unwaited,
+                               planned.prefetched)
+    else:
+        log.info("LMS will swap nothing: the step fits with the %d "
+                 "control edges it adds (serialization, ordering, "
+                 "deferred fills) alone" % len(plan.control_edges))
+    if plan.unplanned_groups:
+        log.info("%d swap-in groups had no op to start them in time and "
+                 "were left on the device" % plan.unplanned_groups, 1)
+    run_log.log_plan_details(log, planned.index, plan)
+
+
+def _log_rewrite(log, plan, rewrite):
+    log.info(
+        "Added %d operations to the model (%d swap-out operations "
+        "(%.2f GiB) and %d swap-in operations (%.2f GiB))"
+        % (len(rewrite.swapout_ops) + len(rewrite.swapin_ops)
+           + len(rewrite.recompute_ops),
+           len(rewrite.swapout_ops), plan.swapout_bytes() / _GIB,
+           len(rewrite.swapin_ops), plan.swapin_bytes() / _GIB))
+    if plan.recomputes:
+        log.info("Recomputing %d tensors (%.2f GiB) instead of swapping "
+                 "them, with %d cloned operations"
+                 % (len(plan.recomputes), plan.recompute_bytes() / _GIB,
+                    len(rewrite.recompute_ops)))
+
