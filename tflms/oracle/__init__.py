@@ -203,8 +203,9 @@ as zero bytes.
 # buffer rules (runtime.py) and its timed copies (copies.py), and the
 # measurement that runs them all (peak.py). Every name callers used from
 # the single module it was is re-exported here.
-from tflms.oracle.devices import (CPU_DEVICE, GPU_DEVICE, cpu_properties,
-                                  gpu_properties, place_on_gpu)
+from tflms.oracle.virtual_cluster import (CPU_DEVICE, GPU_DEVICE,
+                                          cpu_properties, gpu_properties,
+                                          place_on_gpu)
 from tflms.oracle.functions import graph_def
 from tflms.oracle.peak import peak_memory
 from tflms.oracle.results import LiveTensor, OracleResult, TimedCopy, Transfer

@@ -12,10 +12,10 @@ from tensorflow.python.grappler import item as gitem
 
 from tflms import hardware
 from tflms.oracle.copies import _link
-from tflms.oracle.devices import (CPU_DEVICE, GPU_DEVICE, _UNLIMITED,
-                                  _as_graph_def, _cluster, _GraphLike,
-                                  _with_memory, cpu_properties,
-                                  gpu_properties, place_on_gpu)
+from tflms.oracle.virtual_cluster import (CPU_DEVICE, GPU_DEVICE, _UNLIMITED,
+                                          _as_graph_def, _cluster, _GraphLike,
+                                          _with_memory, cpu_properties,
+                                          gpu_properties, place_on_gpu)
 from tflms.oracle.results import LiveTensor, OracleResult
 from tflms.oracle.runtime import _runtime_replay, _static_output_bytes
 from tflms.oracle.trace import _replay

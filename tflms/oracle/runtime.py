@@ -13,8 +13,8 @@ from tensorflow.python.framework import op_def_registry
 
 from tflms.inplace import inplace_candidates
 from tflms.oracle.copies import _hold_for_copies
-from tflms.oracle.devices import (_GraphLike, _is_cpu_device, _recv_name,
-                                  _sanitized)
+from tflms.oracle.virtual_cluster import (_GraphLike, _is_cpu_device,
+                                          _recv_name, _sanitized)
 from tflms.oracle.results import LiveTensor
 from tflms.oracle.trace import _parse_input
 

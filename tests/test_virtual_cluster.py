@@ -1,4 +1,4 @@
-"""Tests for the oracle's devices (tflms/oracle/devices.py): the GPU the
+"""Tests for the oracle's virtual cluster (tflms/oracle/virtual_cluster.py): the GPU the
 virtual cluster simulates comes from `tflms.hardware`.
 
 The default must be the very proto the oracle used before it took its GPU
