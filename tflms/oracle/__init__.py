@@ -208,7 +208,8 @@ from tflms.oracle.virtual_cluster import (CPU_DEVICE, GPU_DEVICE,
                                           place_on_gpu)
 from tflms.oracle.functions import graph_def
 from tflms.oracle.peak import peak_memory
-from tflms.oracle.results import LiveTensor, OracleResult, TimedCopy, Transfer
+from tflms.oracle.oracle_result import (LiveTensor, OracleResult, TimedCopy,
+                                        Transfer)
 from tflms.oracle.runtime import (ALLOCATING_REF_TYPES, FORWARDING_TYPES,
                                   NEUTRAL_OPERAND_TYPES, VARIABLE_READ_TYPES,
                                   VARIABLE_TYPES)

@@ -6,7 +6,7 @@ import math
 import numbers
 
 from tflms import hardware
-from tflms.oracle.results import TimedCopy
+from tflms.oracle.oracle_result import TimedCopy
 
 
 def _link(interconnect):

@@ -16,7 +16,7 @@ from tflms.oracle.virtual_cluster import (CPU_DEVICE, GPU_DEVICE, _UNLIMITED,
                                           _as_graph_def, _cluster, _GraphLike,
                                           _with_memory, cpu_properties,
                                           gpu_properties, place_on_gpu)
-from tflms.oracle.results import LiveTensor, OracleResult
+from tflms.oracle.oracle_result import LiveTensor, OracleResult
 from tflms.oracle.runtime import _runtime_replay, _static_output_bytes
 from tflms.oracle.trace import _replay
 

@@ -15,7 +15,7 @@ from tflms.inplace import inplace_candidates
 from tflms.oracle.copies import _hold_for_copies
 from tflms.oracle.virtual_cluster import (_GraphLike, _is_cpu_device,
                                           _recv_name, _sanitized)
-from tflms.oracle.results import LiveTensor
+from tflms.oracle.oracle_result import LiveTensor
 from tflms.oracle.trace import _parse_input
 
 # Kernels that return their input's buffer as their output
