@@ -114,7 +114,7 @@ from tflms.analysis import initializer_only_ops
 from tflms.simulator.buffers import (ALIAS_TYPES, DEVICE, HOST, OTHER,
                                      BatchSizeError)
 from tflms.simulator.model import SimulationModel
-from tflms.simulator.results import CopyLevels, SimulationResult
+from tflms.simulator.simulation_result import CopyLevels, SimulationResult
 
 __all__ = [
     "DEVICE",
