@@ -113,7 +113,7 @@ The modules:
 from tflms.analysis import initializer_only_ops
 from tflms.simulator.buffers import (ALIAS_TYPES, DEVICE, HOST, OTHER,
                                      BatchSizeError)
-from tflms.simulator.model import SimulationModel
+from tflms.simulator.simulation_model import SimulationModel
 from tflms.simulator.simulation_result import CopyLevels, SimulationResult
 
 __all__ = [
