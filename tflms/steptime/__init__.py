@@ -97,8 +97,8 @@ from tflms.steptime.rates import (ACHIEVED, CONVOLUTION_TYPES,
                                   ELEMENTWISE_TYPES, LAUNCH_OVERHEAD_S,
                                   NO_KERNEL_TYPES, PEAK, REDUCTION_TYPES,
                                   Efficiency)
-from tflms.steptime.model import (StepTime, StepTimeModel, SwapInTiming,
-                                  SwapTiming)
+from tflms.steptime.step_time_model import (StepTime, StepTimeModel,
+                                            SwapInTiming, SwapTiming)
 from tflms.steptime.planned import (copy_levels, predict_planned,
                                     replay_in_time)
 

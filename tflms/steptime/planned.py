@@ -5,7 +5,7 @@ import bisect
 
 from tflms import simulator
 from tflms.hardware import DEFAULT_GPU, DEFAULT_INTERCONNECT
-from tflms.steptime.model import StepTimeModel
+from tflms.steptime.step_time_model import StepTimeModel
 from tflms.steptime.rates import LAUNCH_OVERHEAD_S
 
 __all__ = ["predict_planned", "copy_levels", "replay_in_time"]
