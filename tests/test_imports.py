@@ -23,7 +23,7 @@ ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 def _modules():
     """tflms' modules by their names below the package: ``"topo"``, a
     subpackage by its own name (``"planner"``, its ``__init__``) and its
-    modules by dotted names (``"planner.swaps"``); tflms' own
+    modules by dotted names (``"planner.swap_plan"``); tflms' own
     ``__init__`` is ``"__init__"``."""
     found = []
     for folder, dirs, files in os.walk(ROOT):
@@ -134,7 +134,7 @@ def find_cycle(graph):
 def test_tflms_imports_have_no_cycle():
     graph = import_graph()
     assert {"graph_index", "settings", "tf_reader", "planner",
-            "planner.swaps", "autotune", "autotune.search"} <= set(graph)
+            "planner.swap_plan", "autotune", "autotune.search"} <= set(graph)
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
@@ -165,7 +165,7 @@ def test_a_subpackage_module_is_its_own_node():
         "from tflms.planner import make_plan\n"
         "from tflms.autotune.search import Simulations\n"
         "import tflms.oracle.trace\n")
-    modules = {"stages", "stages.timed", "planner", "planner.swaps",
+    modules = {"stages", "stages.timed", "planner", "planner.swap_plan",
                "autotune", "autotune.search", "oracle", "oracle.trace"}
     assert _imported(tree, modules) == {
         "stages.timed", "planner", "autotune.search", "oracle.trace"}

@@ -18,7 +18,7 @@ import textwrap
 CORE = ("graph_index", "graph_index.index", "graph_index.build",
         "graph_index.literal", "graph_index.sizes", "step", "topo",
         "devices", "worker_devices", "analysis", "planner",
-        "planner.types", "planner.triggers", "planner.swaps",
+        "planner.types", "planner.triggers", "planner.swap_plan",
         "planner.recompute", "planner.edges", "simulator",
         "simulator.simulation_model", "simulator.buffers", "simulator.levels",
         "simulator.additions", "simulator.simulation_result", "inplace", "steptime",

@@ -46,7 +46,8 @@ from tflms.planner.recompute import (MAX_RECOMPUTE_OPS,
                                      TIMED_RECOMPUTABLE_TYPES, plan_recompute,
                                      retrigger_swaps, with_recomputes,
                                      with_shared_clones)
-from tflms.planner.swaps import candidate_edges, make_plan, wait_for_ordering
+from tflms.planner.swap_plan import (candidate_edges, make_plan,
+                                     wait_for_ordering)
 from tflms.planner.triggers import (TRIGGER_SEARCH_LEVELS, TriggerFinder,
                                     find_trigger, may_trigger)
 # Tests reach these internals of the trigger search through the package.
