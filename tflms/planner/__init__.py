@@ -40,12 +40,12 @@ Everything public is also a name of this package (`planner.make_plan`).
 from tflms.planner.edges import (DEFERRABLE_TYPES, deferral_edges,
                                  levels_over_size, requirement_masks,
                                  serialization_edges)
-from tflms.planner.recompute import (MAX_RECOMPUTE_OPS,
-                                     MAX_TIMED_RECOMPUTE_OPS,
-                                     RECOMPUTABLE_TYPES,
-                                     TIMED_RECOMPUTABLE_TYPES, plan_recompute,
-                                     retrigger_swaps, with_recomputes,
-                                     with_shared_clones)
+from tflms.planner.recompute_plan import (MAX_RECOMPUTE_OPS,
+                                          MAX_TIMED_RECOMPUTE_OPS,
+                                          RECOMPUTABLE_TYPES,
+                                          TIMED_RECOMPUTABLE_TYPES,
+                                          plan_recompute, retrigger_swaps,
+                                          with_recomputes, with_shared_clones)
 from tflms.planner.swap_plan import (candidate_edges, make_plan,
                                      wait_for_ordering)
 from tflms.planner.triggers import (TRIGGER_SEARCH_LEVELS, TriggerFinder,

@@ -121,7 +121,7 @@ def _lowest_readers(index, plan):
     lowest-level reader, which the swap-in's trigger must come before
     besides the swap-in's own readers. A recompute reading another's
     clones (a ``('recompute', ...)`` source) has its first reader at or
-    after that one's (`planner.recompute._shared_clones`), so the readers
+    after that one's (`planner.recompute_plan._shared_clones`), so the readers
     of the clones a swap-in feeds directly are the lowest."""
     levels = index.levels
     lowest = {}
