@@ -7,7 +7,7 @@ import pytest
 
 from tflms import analysis
 from tflms import graph_index as gi
-from tflms import topo
+from tflms import dag_levels
 
 F32_4x8 = ((4, 8), 4)
 
@@ -318,7 +318,7 @@ def test_planned_edges_relevel_the_index():
     # Planned edges accumulate, and one that closes a cycle is refused.
     assert gi.with_planned_edges(moved, [(0, 1)]).planned_edges == (
         (1, 2), (0, 1))
-    with pytest.raises(topo.GraphCycleError):
+    with pytest.raises(dag_levels.GraphCycleError):
         gi.with_planned_edges(moved, [(2, 1)])
 
 

@@ -21,7 +21,7 @@ ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 
 
 def _modules():
-    """tflms' modules by their names below the package: ``"topo"``, a
+    """tflms' modules by their names below the package: ``"dag_levels"``, a
     subpackage by its own name (``"planner"``, its ``__init__``) and its
     modules by dotted names (``"planner.swap_plan"``); tflms' own
     ``__init__`` is ``"__init__"``."""
@@ -150,13 +150,13 @@ def test_find_cycle(graph, cycle):
 
 def test_deferred_imports_count_and_forwarders_do_not():
     tree = ast.parse(
-        "from tflms import topo\n"
+        "from tflms import dag_levels\n"
         "def f():\n"
         "    from tflms.planner import make_plan\n"
         "def __getattr__(name):\n"
         "    from tflms import tf_reader\n")
-    assert _imported(tree, {"topo", "planner", "tf_reader"}) == {
-        "topo", "planner"}
+    assert _imported(tree, {"dag_levels", "planner", "tf_reader"}) == {
+        "dag_levels", "planner"}
 
 
 def test_a_subpackage_module_is_its_own_node():

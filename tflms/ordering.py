@@ -42,7 +42,7 @@ import numpy as np
 from tflms import analysis
 from tflms import graph_index as gi
 from tflms import planner
-from tflms import topo
+from tflms import dag_levels
 
 __all__ = ["order_peaks", "OrderingResult", "MAX_REPLAYS", "replays_for"]
 
@@ -282,7 +282,7 @@ def order_peaks(model, plan, budget, max_replays=MAX_REPLAYS, target=None,
             spent += 1
             try:
                 r = model.replay(trial, detail=False)
-            except topo.GraphCycleError:
+            except dag_levels.GraphCycleError:
                 # A path through the plan's own edges (a sync mode's
                 # waits) that the index does not hold.
                 continue

@@ -350,7 +350,7 @@ def build_index(graph, fetches=None):
 
     Raises:
       ValueError: a fetch that is not of `graph`.
-      topo.GraphCycleError: if the graph has a cycle.
+      dag_levels.GraphCycleError: if the graph has a cycle.
     """
     if not isinstance(fetches, StepFetches):
         fetches = find_fetches(graph, fetches)

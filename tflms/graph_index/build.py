@@ -7,7 +7,7 @@ edges LMS plans to add.
 
 import dataclasses
 
-from tflms import topo
+from tflms import dag_levels
 from tflms.graph_index.index import BACK_EDGE_TYPES, GraphIndex
 
 
@@ -109,7 +109,7 @@ def assemble(ops, cols, id_of, roots=(), step_rule="the whole graph"):
         else list(fanouts[i]) + control_outputs[i]
         for i in range(n)
     ]
-    levels = topo.kahn_levels(n, successors)
+    levels = dag_levels.kahn_levels(n, successors)
 
     return GraphIndex(
         ops=ops,
@@ -135,7 +135,8 @@ def assemble(ops, cols, id_of, roots=(), step_rule="the whole graph"):
         trainable_bytes=tuple(cols.trainable_bytes),
         flops=tuple(cols.flops),
         levels=tuple(levels),
-        ops_by_level=tuple(tuple(g) for g in topo.group_by_level(levels)),
+        ops_by_level=tuple(
+            tuple(g) for g in dag_levels.group_by_level(levels)),
         id_of=id_of,
         fetches=fetches,
         step_rule=step_rule,
@@ -152,7 +153,7 @@ def with_planned_edges(index, edges):
     from the index.
 
     Raises:
-      topo.GraphCycleError: if the edges close a cycle.
+      dag_levels.GraphCycleError: if the edges close a cycle.
     """
     edges = tuple((int(a), int(b)) for a, b in edges)
     if not edges:
@@ -163,7 +164,8 @@ def with_planned_edges(index, edges):
         extra[a].append(b)
     successors = [list(index.level_successors(i)) + extra[i]
                   for i in range(index.num_ops)]
-    levels = topo.kahn_levels(index.num_ops, successors)
+    levels = dag_levels.kahn_levels(index.num_ops, successors)
     return dataclasses.replace(
         index, planned_edges=planned, levels=tuple(levels),
-        ops_by_level=tuple(tuple(g) for g in topo.group_by_level(levels)))
+        ops_by_level=tuple(
+            tuple(g) for g in dag_levels.group_by_level(levels)))

@@ -78,7 +78,7 @@ def from_edges(ops, edges=(), control_edges=(),
 
     Raises:
       ValueError: naming the bad entry and how to write it.
-      topo.GraphCycleError: if the edges close a cycle.
+      dag_levels.GraphCycleError: if the edges close a cycle.
     """
     specs = []
     id_of = {}
