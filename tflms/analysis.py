@@ -480,18 +480,13 @@ def ancestors_within(index, op_id, min_level, extra_preds=None,
     return seen
 
 
-# Identity-like ops that Grappler removes before TensorFlow's runtime graph
-# passes see the graph: a tensor read through them is read directly there.
-_FORWARDING_TYPES = frozenset({"Identity", "Snapshot", "StopGradient"})
-
-
 def _through_identities(index, producer, output):
     """The tensor ``(producer, output)`` stands for once Grappler has
     removed the identities in front of it."""
     seen = 0
     while seen < 64:
         t = index.types[producer]
-        if t in _FORWARDING_TYPES and index.inputs[producer]:
+        if t in gi.GRAPPLER_IDENTITY_TYPES and index.inputs[producer]:
             producer, output = index.inputs[producer][0]
         elif t == "IdentityN" and output < len(index.inputs[producer]):
             producer, output = index.inputs[producer][output]
@@ -610,7 +605,7 @@ def _readers_of(index, tensor):
                 continue
             seen.add(c)
             t = index.types[c]
-            if t in _FORWARDING_TYPES:
+            if t in gi.GRAPPLER_IDENTITY_TYPES:
                 stack.append((c, 0))
             elif t == "IdentityN":
                 stack.append((c, slot))

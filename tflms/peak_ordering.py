@@ -182,8 +182,7 @@ def _candidate_pairs(model, index, roles, result):
 # Ops that pass a tensor on without computing: `tf.gradients` wraps every
 # gradient in ``tuple/control_dependency`` identities and a ``group_deps``
 # no-op, which read it right away; the tensor is needed by what reads them.
-# pylint: disable-next=protected-access
-_PASSING_TYPES = analysis._FORWARDING_TYPES | {"NoOp", "IdentityN"}
+_PASSING_TYPES = gi.GRAPPLER_IDENTITY_TYPES | {"NoOp", "IdentityN"}
 
 
 def _real_readers(index, op):

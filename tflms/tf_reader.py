@@ -209,7 +209,7 @@ _OPAQUE_DTYPES = frozenset({tf.resource, tf.variant, tf.string})
 _ALLOCATING_REF_TYPES = frozenset({"TemporaryVariable"})
 
 # Types whose output 0 may be an identity of an input (`_forwarded_slot`).
-_MAY_FORWARD = gi.FORWARDING_TYPES | frozenset(NEUTRAL_OPERANDS)
+_MAY_FORWARD = gi.GRAPPLER_IDENTITY_TYPES | frozenset(NEUTRAL_OPERANDS)
 
 
 def _control_flow_kind(op):
@@ -231,7 +231,7 @@ def _control_flow_kind(op):
 
 def _forwarded_slot(op):
     """`GraphIndex.forwards_input` of one op."""
-    if op.type in gi.FORWARDING_TYPES:
+    if op.type in gi.GRAPPLER_IDENTITY_TYPES:
         return 0 if op.inputs else None
     neutral, pairs = NEUTRAL_OPERANDS[op.type]
     out = op.outputs[0]

@@ -7,7 +7,8 @@ import numbers
 
 from tflms.devices import parse_device
 from tflms.graph_index.build import Columns, assemble
-from tflms.graph_index.index import DEFAULT_DEVICE, FORWARDING_TYPES
+from tflms.graph_index.index import (DEFAULT_DEVICE,
+                                     GRAPPLER_IDENTITY_TYPES)
 
 
 # Facts `from_edges` takes per op, with their defaults.
@@ -60,10 +61,10 @@ def from_edges(ops, edges=(), control_edges=(),
         ``stateful``, ``in_v1_cond``, ``in_v1_loop``, ``calls_collective``
         (bool); ``bn_is_training`` (bool or None); ``forwards_input``
         (the input slot the op is an identity of, default 0 for
-        `FORWARDING_TYPES` with an input, else None); ``flops``: an int (the
-        op's floating-point operations) or a ``(fixed, per_example)`` pair
-        of ints (``fixed + per_example * batch_size``), default 0. See
-        `GraphIndex`.
+        `GRAPPLER_IDENTITY_TYPES` with an input, else None); ``flops``: an
+        int (the op's floating-point operations) or a ``(fixed,
+        per_example)`` pair of ints (``fixed + per_example * batch_size``),
+        default 0. See `GraphIndex`.
       edges: data edges ``(tensor, consumer)``: `tensor` is ``'op'``
         (output 0) or ``'op:k'``; each consumer's input slots are numbered
         in the order its edges appear here.
@@ -163,7 +164,7 @@ def from_edges(ops, edges=(), control_edges=(),
             forwards_input=(
                 _literal_slot(facts["forwards_input"], len(inputs[i]), where)
                 if facts["forwards_input"] is not None
-                else 0 if op_type in FORWARDING_TYPES and inputs[i]
+                else 0 if op_type in GRAPPLER_IDENTITY_TYPES and inputs[i]
                 else None),
             in_v1_cond=facts["in_v1_cond"], in_v1_loop=facts["in_v1_loop"],
             calls_collective=facts["calls_collective"],

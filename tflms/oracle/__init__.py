@@ -65,7 +65,7 @@ Four numbers come out of one call to `peak_memory`:
       the exception. Ops that Grappler's constant folding replaces by
       an ``Identity`` before a real step (``x * 1``, ``x + 0``, ``x / 1``
       with a constant of ones or zeros and the output of x's shape,
-      ``NEUTRAL_OPERAND_TYPES``), such as the ``x * 1.0`` of
+      ``graph_index.NEUTRAL_OPERANDS``), such as the ``x * 1.0`` of
       ``tf.nn.swish``'s gradient, allocate nothing either: their output
       is x's buffer.
     * Variables (``VarHandleOp``, ``VariableV2``) not placed on a CPU occupy
@@ -210,9 +210,7 @@ from tflms.oracle.functions import graph_def
 from tflms.oracle.peak import peak_memory
 from tflms.oracle.oracle_result import (LiveTensor, OracleResult, TimedCopy,
                                         Transfer)
-from tflms.oracle.runtime import (ALLOCATING_REF_TYPES, FORWARDING_TYPES,
-                                  NEUTRAL_OPERAND_TYPES, VARIABLE_READ_TYPES,
-                                  VARIABLE_TYPES)
+from tflms.oracle.runtime import VARIABLE_READ_TYPES, VARIABLE_TYPES
 
 __all__ = [
     "GPU_DEVICE",
@@ -226,9 +224,6 @@ __all__ = [
     "place_on_gpu",
     "peak_memory",
     "graph_def",
-    "FORWARDING_TYPES",
     "VARIABLE_READ_TYPES",
-    "ALLOCATING_REF_TYPES",
     "VARIABLE_TYPES",
-    "NEUTRAL_OPERAND_TYPES",
 ]

@@ -11,6 +11,8 @@ import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 from tensorflow.python.framework import op_def_registry
 
+from tflms.graph_index.index import (ALLOCATING_REF_TYPES,
+                                     BUFFER_FORWARDING_TYPES, NEUTRAL_OPERANDS)
 from tflms.inplace import inplace_candidates
 from tflms.oracle.copies import _hold_for_copies
 from tflms.oracle.virtual_cluster import (_GraphLike, _is_cpu_device,
@@ -18,38 +20,16 @@ from tflms.oracle.virtual_cluster import (_GraphLike, _is_cpu_device,
 from tflms.oracle.oracle_result import LiveTensor
 from tflms.oracle.trace import _parse_input
 
-# Kernels that return their input's buffer as their output
-# (context->set_output(k, context->input(k)), or Tensor::CopyFrom with a new
-# shape) instead of allocating one. IdentityN forwards input k to output k,
-# the others input 0 to output 0.
-FORWARDING_TYPES = frozenset({
-    "Identity", "IdentityN", "StopGradient", "PreventGradient", "Reshape",
-    "Squeeze", "ExpandDims",
-})
-# x * 1, 1 * x, x / 1, x + 0, 0 + x, x - 0 with a constant neutral operand
-# (slots of x and of the constant): Grappler's constant folding replaces such
-# an op by an Identity of x when the output has x's shape, so in a real step
-# its output is x's buffer. The gradient of tf.nn.swish computes x * 1.0
-# (Keras EfficientNet: FULL_TRACE of a step with Grappler on has no such op).
-NEUTRAL_OPERAND_TYPES = {
-    "Mul": (1.0, ((0, 1), (1, 0))), "MulNoNan": (1.0, ((0, 1), (1, 0))),
-    "RealDiv": (1.0, ((0, 1),)), "Div": (1.0, ((0, 1),)),
-    "Add": (0.0, ((0, 1), (1, 0))), "AddV2": (0.0, ((0, 1), (1, 0))),
-    "BiasAdd": (0.0, ((0, 1),)), "Sub": (0.0, ((0, 1),)),
-}
 # ReadVariableOp returns the variable's own buffer (outside copy-on-read
 # mode, which only sparse gathers turn on).
 VARIABLE_READ_TYPES = frozenset({"ReadVariableOp"})
-# The one op whose reference output is a buffer of its own, allocated in the
-# step; every other ref output refers to a variable's resident buffer.
-ALLOCATING_REF_TYPES = frozenset({"TemporaryVariable"})
 VARIABLE_TYPES = frozenset({"VarHandleOp", "VariableV2"})
 
 
 def _neutral_operand_slot(node, nodes, sizes):
     """The data input whose buffer `node` (x op neutral constant) returns
-    once Grappler folds it (`NEUTRAL_OPERAND_TYPES`), or None."""
-    neutral, pairs = NEUTRAL_OPERAND_TYPES[node.op]
+    once Grappler folds it (`NEUTRAL_OPERANDS`), or None."""
+    neutral, pairs = NEUTRAL_OPERANDS[node.op]
     data = [i for i in node.input if not i.startswith("^")]
     for kept, other in pairs:
         if max(kept, other) >= len(data):
@@ -205,9 +185,9 @@ def _runtime_replay(step_stats, graph_def, gpu_device, static_bytes=None,
             if node is not None and (node.op in VARIABLE_READ_TYPES
                                      or port in _ref_output_ports(node.op)):
                 return None
-            if node is not None and node.op in NEUTRAL_OPERAND_TYPES:
+            if node is not None and node.op in NEUTRAL_OPERANDS:
                 slot = _neutral_operand_slot(node, nodes, sizes)
-            elif node is not None and node.op in FORWARDING_TYPES:
+            elif node is not None and node.op in BUFFER_FORWARDING_TYPES:
                 slot = port if node.op == "IdentityN" else 0
             else:
                 slot = None
@@ -239,7 +219,7 @@ def _runtime_replay(step_stats, graph_def, gpu_device, static_bytes=None,
         # None for a tensor made on the host.
         while placement.get(key[0]) != gpu_device:
             node = nodes.get(key[0])
-            if node is None or node.op not in FORWARDING_TYPES:
+            if node is None or node.op not in BUFFER_FORWARDING_TYPES:
                 return None
             data = [i for i in node.input if not i.startswith("^")]
             key = _parse_input(data[key[1] if node.op == "IdentityN" else 0])

@@ -111,8 +111,7 @@ The modules:
 """
 
 from tflms.analysis import initializer_only_ops
-from tflms.simulator.buffers import (ALIAS_TYPES, DEVICE, HOST, OTHER,
-                                     BatchSizeError)
+from tflms.simulator.buffers import DEVICE, HOST, OTHER, BatchSizeError
 from tflms.simulator.simulation_model import SimulationModel
 from tflms.simulator.simulation_result import CopyLevels, SimulationResult
 
@@ -120,7 +119,6 @@ __all__ = [
     "DEVICE",
     "HOST",
     "OTHER",
-    "ALIAS_TYPES",
     "BatchSizeError",
     "CopyLevels",
     "SimulationResult",

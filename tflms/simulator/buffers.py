@@ -18,13 +18,6 @@ from tflms.inplace import inplace_candidates
 # Memory spaces.
 DEVICE, HOST, OTHER = 0, 1, 2
 
-# Ops whose output k is the buffer of their input k (input 0 unless
-# IdentityN) when both live on the same memory space.
-ALIAS_TYPES = frozenset({
-    "Identity", "IdentityN", "StopGradient", "PreventGradient", "Reshape",
-    "Squeeze", "ExpandDims",
-})
-
 # Ops whose outputs are the variable they read or hold.
 _VARIABLE_VIEW_TYPES = frozenset({
     "ReadVariableOp", "VarHandleOp", "VariableV2", "Variable",
@@ -48,7 +41,7 @@ def alias_slot(op_type, output, inputs, inactive, forwards=None):
     `forwards`: the op's `GraphIndex.forwards_input`."""
     if forwards is not None and output == 0:
         return forwards
-    if op_type in ALIAS_TYPES:
+    if op_type in gi.BUFFER_FORWARDING_TYPES:
         return output if op_type == "IdentityN" else 0
     if op_type in _FORWARD_INPUT0_TYPES:
         return 0
