@@ -32,7 +32,6 @@ __all__ = [
     "initializer_only_ops",
     "initializer_inputs",
     "SHAPE_ONLY_TYPES",
-    "COLLECTIVE_TYPES",
     "collective_ops",
     "maybe_dead_ops",
     "ops_matching",
@@ -68,9 +67,6 @@ SHAPE_ONLY_TYPES = frozenset({
     "Shape", "ShapeN", "Size", "Rank", "ZerosLike", "OnesLike",
     "BroadcastGradientArgs",
 })
-
-# Collectives get no role (the reason is at `graph_index.COLLECTIVE_TYPES`).
-COLLECTIVE_TYPES = gi.COLLECTIVE_TYPES
 
 # Ops whose value depends only on their input's shape: constants when the
 # shape is static.
@@ -357,11 +353,12 @@ def ops_matching(index, scopes, types, what):
 
 
 def collective_ops(index):
-    """Ops that take part in a collective: `COLLECTIVE_TYPES`, and function
+    """Ops that take part in a collective: `graph_index.COLLECTIVE_TYPES`
+    (collectives get no role; the reason is there), and function
     calls (``If``, ``PartitionedCall``...) whose functions contain one
     (`GraphIndex.calls_collective`)."""
     return frozenset(i for i, t in enumerate(index.types)
-                     if t in COLLECTIVE_TYPES or index.calls_collective[i])
+                     if t in gi.COLLECTIVE_TYPES or index.calls_collective[i])
 
 
 def classify_ops(index, gpu_device=None, is_training=True, filters=None,
@@ -644,7 +641,8 @@ def op_bytes(index, op_id, batch_size=None):
     return total
 
 
-_ASSIGN_TYPES = frozenset({"Assign", "AssignVariableOp"})
+# The assignments that initialize a variable (`<variable>/Assign`).
+_INITIALIZER_ASSIGN_TYPES = frozenset({"Assign", "AssignVariableOp"})
 
 
 def initializer_seeds(index):
@@ -653,7 +651,7 @@ def initializer_seeds(index):
     return frozenset(
         i for i, name in enumerate(index.names)
         if "/Initializer/" in name
-        or (index.types[i] in _ASSIGN_TYPES and name.endswith("/Assign")))
+        or (index.types[i] in _INITIALIZER_ASSIGN_TYPES and name.endswith("/Assign")))
 
 
 def initializer_only_ops(index):
