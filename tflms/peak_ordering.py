@@ -47,10 +47,10 @@ from tflms import dag_levels
 __all__ = ["order_peaks", "OrderingResult", "MAX_REPLAYS", "replays_for"]
 
 # Replays one search may spend. One round tries at most `_PAIRS_PER_ROUND`
-# edges; on the models of the benchmarks a peak needs 1-6 rounds. On deep
-# graphs a replay costs about a second per 500,000 ops, so the bound
-# shrinks with the graph (`replays_for`) to keep ordering, which only runs
-# when nothing fits or a plan needs synchronous swap-ins, within seconds.
+# edges and a peak takes a few rounds. A replay costs time in proportion to
+# the graph's ops, so the bound shrinks with the graph (`replays_for`): the
+# ops replayed per search stay bounded, and ordering, which only runs when
+# nothing fits or a plan needs synchronous swap-ins, stays within seconds.
 MAX_REPLAYS = 96
 _REPLAYED_OPS = 2000000  # ops replayed per search on a large graph
 _MIN_REPLAYS = 13        # one full round and the replay before it

@@ -279,8 +279,7 @@ class Settings:
         "operations only, at most four per tensor) where a recompute "
         "peaks no higher than the swap-only plan and moves fewer bytes "
         "(which needs `batch_size` for unknown dimensions). `False`: "
-        "swaps only, never a cloned operation in the graph (the plans of "
-        "tflms before recomputes were on by default). Recomputes cost "
+        "swaps only, never a cloned operation in the graph. Recomputes cost "
         "compute instead of transfers (docs/benchmarks.md, \"Cheaper plans "
         "at the same size\").",
         flag="recompute swapped tensors by cloning the operations that "

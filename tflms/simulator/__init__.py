@@ -23,10 +23,10 @@ Memory model (what is counted, and why):
   exception: a swap-in's device copy is allocated at the level after its
   triggers', while TensorFlow sends it as soon as the trigger has run, so
   where other ops of the trigger's level run after it, the copy and their
-  inputs are live together and the simulator does not count that
-  (docs/benchmarks.md, "Capacity of models written by others", measures
-  it against the oracle's runtime replay). The default headroom (`TF_LMS_SIMULATOR_MEM_RATIO` 0.9) has
-  covered it wherever it was measured.
+  inputs are live together and the simulator does not count that. The
+  default headroom (`TF_LMS_SIMULATOR_MEM_RATIO` 0.9) is there to cover
+  it; docs/benchmarks.md, "Capacity of models written by others", measures
+  the difference against the oracle's runtime replay.
 * **Buffers.** Each output of an active op with a non-zero static size is
   one buffer on the producer's memory space: the managed device (the ops in
   `OpRoles.device_ops`), the host (ops placed on a CPU) or another device

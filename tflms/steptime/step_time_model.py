@@ -295,10 +295,9 @@ class StepTimeModel:
         transformations; channels-last exists in PyTorch to avoid them.
         0 for other ops, for NHWC, and for FP32 products (the CUDA
         cores'). With these transposes and the TF32 convolution fraction
-        refitted, the published TF32 ResNet50 runs in NCHW (PyTorch's
-        default; XLA's layout for float32 convolutions in TensorFlow
-        1.15) from 2020 to 2022 are within 11%, but for PyTorch's of June
-        2020 (benchmarks/step_time.py)."""
+        refitted, the model follows the published TF32 runs in NCHW
+        (PyTorch's default; XLA's layout for float32 convolutions in
+        TensorFlow 1.15); benchmarks/step_time.py says how closely."""
         return 2 * sum(self.transposed_tensors(op_id))
 
     def precision(self, op_id):
