@@ -17,7 +17,7 @@ import textwrap
 
 CORE = ("graph_index", "graph_index.index", "graph_index.build",
         "graph_index.literal", "graph_index.sizes", "step", "dag_levels",
-        "devices", "worker_devices", "analysis", "planner",
+        "devices", "worker_devices", "analysis", "fusions", "planner",
         "planner.types", "planner.triggers", "planner.swap_plan",
         "planner.recompute_plan", "planner.edges", "simulator",
         "simulator.simulation_model", "simulator.buffers", "simulator.levels",

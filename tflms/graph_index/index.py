@@ -149,7 +149,7 @@ class GraphIndex:
         rewriter's check that the graph has not changed since).
       keep_grappler_groups: LMS swaps nothing out of, and adds no control
         edge to, the groups of ops Grappler merges
-        (`analysis.grappler_groups`); set for a tf.function's step
+        (`fusions.grappler_groups`); set for a tf.function's step
         (`tflms.function.step_of`).
     """
 

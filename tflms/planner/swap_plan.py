@@ -102,7 +102,7 @@ def _group_consumers(index, consumers, groupby):
 def _sync_inputs(index, roles, consumer):
     """Device inputs of a consumer, which a synchronous swap-in waits on;
     never one TensorFlow may merge with the consumer (the wait would close
-    a cycle through the merged node, see `analysis.fusion_partners`)."""
+    a cycle through the merged node, see `fusions.fusion_partners`)."""
     fused = roles.fused_with.get(consumer, ())
     return tuple(p for p in index.predecessors(consumer)
                  if p in roles.waiters and p not in fused)

@@ -34,7 +34,7 @@ def find_trigger(index, roles, src, first_consumer, ahead):
     then add no ordering between two graph ops that the graph's own data
     edges did not already impose, so no merge TensorFlow makes at run time
     on the unchanged graph can close a cycle through the swap-in (see
-    `analysis.fusion_partners`). An ancestor through control edges only,
+    `fusions.fusion_partners`). An ancestor through control edges only,
     such as the `BiasAddGrad` that `tf.gradients`' ``tuple`` identities make
     every sibling gradient wait for, gives no such guarantee.
     """
