@@ -1,5 +1,7 @@
 """The step-time model: `StepTimeModel` predicts one step, with or
-without a plan, as a `StepTime` (docs: the `tflms.steptime` package)."""
+without a plan, as a `StepTime`: the ops at their `OpCosts` on one compute
+stream, the copies on one stream each way (docs: the `tflms.steptime`
+package)."""
 
 import bisect
 import dataclasses
@@ -8,14 +10,9 @@ import math
 
 import numpy as np
 
-from tflms import graph_index as gi
-from tflms.analysis import initializer_only_ops
-from tflms.hardware import (DEFAULT_GPU, DEFAULT_INTERCONNECT, GPUS,
-                            gpu_named, interconnect_named)
-from tflms.step import APPLY_PREFIXES, ASSIGN_TYPES
-from tflms.steptime.rates import (ACHIEVED, CONVOLUTION_TYPES,
-                                  ELEMENTWISE_TYPES, LAUNCH_OVERHEAD_S,
-                                  NO_KERNEL_TYPES, PEAK, REDUCTION_TYPES)
+from tflms.hardware import (DEFAULT_GPU, DEFAULT_INTERCONNECT,
+                            interconnect_named)
+from tflms.steptime.op_costs import OpCosts
 
 __all__ = ["StepTime", "StepTimeModel", "SwapTiming", "SwapInTiming"]
 
@@ -115,8 +112,9 @@ class StepTime:
 # state of that walk; split into functions they would pass a dozen arrays
 # and clocks between them. The rest is each op's rate (precision, fusion,
 # bytes touched), read by `predict` and by the recompute stage.
-class StepTimeModel:
-    """Op times of a graph on one GPU and link; `predict` replays a plan.
+class StepTimeModel(OpCosts):
+    """Op times of a graph on one GPU and link (`OpCosts`); `predict`
+    replays a plan.
 
     Args:
       index: a `GraphIndex` (the planning index, with its serialization
@@ -125,225 +123,24 @@ class StepTimeModel:
       batch_size: the first unknown dimension of every shape, or None.
       gpu: a `Gpu` or a key of `GPUS`.
       interconnect: an `Interconnect` or a key of `INTERCONNECTS`.
-      launch_overhead_s: seconds added to every op that runs a kernel.
-      efficiency: the `Efficiency` kernels reach. Default: `ACHIEVED`
-        (the fractions fitted to published runs) for the GPUs of `GPUS`,
-        whose datasheet peaks they derate; `PEAK` for a `Gpu` made
-        elsewhere, whose rates are taken as given. `PEAK` for the
-        datasheets' roofline.
-      tf32: whether products with 4-byte outputs run in TF32 on GPUs that
-        have it (TensorFlow's default on Ampere and later,
-        ``tf.config.experimental.enable_tensor_float_32_execution``); False:
-        in FP32 on the CUDA cores.
-      half: the precision of products with 2-byte outputs: ``"fp16"``
-        (float16, the default) or ``"bf16"`` (bfloat16); the index records
-        sizes, not types.
-      fusion: whether an elementwise op whose output only elementwise ops
-        and reductions on the device read runs inside their kernels, as
-        XLA fuses it (`fused`). Default False: TensorFlow without XLA (a
-        Session, a tf.function without ``jit_compile``) runs every op as
-        a kernel of its own. The published runs `ACHIEVED` is fitted to
-        ran with XLA, and benchmarks/step_time.py times them with fusion
-        (and PyTorch's eager ResNet50 runs, held out, without).
-      layout: the memory layout of the 4-D (and 5-D) tensors the graph's
-        convolutions read and write when the step runs: ``"NHWC"``
-        (channels last, the default: TensorFlow's layout, and the one
-        XLA's layout assignment gives float16 convolutions) or ``"NCHW"``
-        (channels first, PyTorch's default memory format). The index
-        records shapes, not layouts. cuDNN runs tensor-core convolutions
-        (2-byte, and TF32) in NHWC and transposes NCHW tensors into and
-        out of it around each one (`transposed_bytes`); in NHWC, and in
-        FP32 on the CUDA cores, it transposes nothing.
+      kernels: how the kernels run (`KernelOptions`: launch overhead,
+        efficiency, TF32, the 2-byte precision, XLA fusion, layout);
+        default: ``KernelOptions()``.
 
     Raises:
-      ValueError: an unknown GPU or link, a negative overhead, a `half`
-        that is not a 2-byte precision, or an unknown `layout`.
+      ValueError: an unknown GPU or link.
     """
 
     def __init__(self, index, roles, batch_size=None, gpu=DEFAULT_GPU,
-                 interconnect=DEFAULT_INTERCONNECT,
-                 launch_overhead_s=LAUNCH_OVERHEAD_S, efficiency=None,
-                 tf32=True, half="fp16", fusion=False, layout="NHWC"):
-        if not launch_overhead_s >= 0:
-            raise ValueError("launch_overhead_s must be >= 0 seconds; got "
-                             "%r" % (launch_overhead_s,))
-        if half not in ("fp16", "bf16"):
-            raise ValueError("half must be 'fp16' or 'bf16' (the precision "
-                             "of 2-byte products); got %r" % (half,))
-        if layout not in ("NHWC", "NCHW"):
-            raise ValueError("layout must be 'NHWC' or 'NCHW' (the layout "
-                             "of the convolutions' tensors); got %r"
-                             % (layout,))
-        self.layout = layout
-        self.gpu = gpu_named(gpu)
-        if efficiency is None:
-            published = GPUS.get(self.gpu.name) is self.gpu
-            efficiency = ACHIEVED if published else PEAK
-        self.efficiency = efficiency
-        self.tf32 = bool(tf32)
-        self.half = half
-        self.fusion = bool(fusion)
-        self.index = index
-        self.roles = roles
-        self.batch_size = batch_size
+                 interconnect=DEFAULT_INTERCONNECT, kernels=None):
+        super().__init__(index, roles, batch_size, gpu, kernels)
         self.interconnect = interconnect_named(interconnect)
-        self.launch_overhead_s = launch_overhead_s
-        inactive = roles.inactive | initializer_only_ops(index)
-        self.runs = np.asarray([i not in inactive
-                                for i in range(index.num_ops)], dtype=bool)
-        self.fused = self._fused_tensors() if self.fusion else frozenset()
-        self.op_seconds = np.asarray(
-            [self._op_seconds(i) if self.runs[i] else 0.0
-             for i in range(index.num_ops)], dtype=np.float64)
         self._without = None
         self._ran = None  # ids of the ops that run, made on first use
         # Python floats and bools for the per-op loop of `predict` (numpy
         # scalars cost more to index one at a time; the values are equal).
         self._seconds = self.op_seconds.tolist()
         self._runs = self.runs.tolist()
-
-    # ---- per-op cost -------------------------------------------------------
-    def _bytes(self, op_id, output):
-        return gi.tensor_bytes(self.index, op_id, output,
-                               self.batch_size) or 0
-
-    def _fused_tensors(self):
-        """The tensors ``(producer, output)`` that stay inside fused
-        kernels: the only output of a running elementwise op on the device
-        whose consumers are all running elementwise ops or reductions on
-        the device. (XLA fuses an elementwise op into each of its
-        consumers, computing it again in each; the inputs it reads are
-        counted once, as its own.)"""
-        index = self.index
-        device = self.roles.device_ops
-        runs = self.runs
-        fusible = ELEMENTWISE_TYPES | REDUCTION_TYPES
-        fused = set()
-        for p in range(index.num_ops):
-            if (index.types[p] not in ELEMENTWISE_TYPES or p not in device
-                    or not runs[p] or len(index.consumers[p]) != 1
-                    or not index.consumers[p][0]):
-                continue
-            if all(runs[c] and c in device and index.types[c] in fusible
-                   for c, _ in index.consumers[p][0]):
-                fused.add((p, 0))
-        return frozenset(fused)
-
-    def bytes_touched(self, op_id):
-        """Bytes of an op's input and output tensors that go through device
-        memory (unknown sizes: 0; tensors in `fused`: 0), and the variables
-        an update writes (`state_bytes`)."""
-        index = self.index
-        fused = self.fused
-        total = sum(self._bytes(p, k) for p, k in index.inputs[op_id]
-                    if (p, k) not in fused)
-        return total + self.state_bytes(op_id) + sum(
-            self._bytes(op_id, k)
-            for k in range(len(index.output_shapes[op_id]))
-            if (op_id, k) not in fused)
-
-    def state_bytes(self, op_id):
-        """Bytes of variables an update op reads and writes in place, which
-        its tensors do not show: a resource input is a handle (0 bytes),
-        but the kernel reads and writes the variable behind it. An
-        optimizer's update (`step.APPLY_PREFIXES`: ``ResourceApplyAdam``
-        reads and writes the variable and its two slots) moves, per
-        resource input, the bytes of its largest other input (the
-        gradient, or for a sparse update its rows) twice; an assignment
-        (`step.ASSIGN_TYPES`) writes its value into the variable, and one
-        that adds or subtracts reads the variable too. 0 for other ops."""
-        index = self.index
-        kind = index.types[op_id]
-        if not (kind.startswith(APPLY_PREFIXES) or kind in ASSIGN_TYPES):
-            return 0
-        sizes = index.output_itemsizes
-        handles = sum(1 for p, k in index.inputs[op_id] if sizes[p][k] == 0)
-        if not handles:
-            return 0  # reference variables: their tensors are counted
-        value = max([self._bytes(p, k) for p, k in index.inputs[op_id]
-                     if sizes[p][k] != 0] or [0])
-        if kind.startswith(APPLY_PREFIXES):
-            return 2 * handles * value
-        return value * (1 if kind == "AssignVariableOp" else 2)
-
-    def transposed_tensors(self, op_id):
-        """The bytes of each tensor the layout has transposed around a
-        convolution (`transposed_bytes`), one entry per transpose kernel;
-        empty for other ops, NHWC and FP32 products."""
-        if (self.layout != "NCHW"
-                or self.index.types[op_id] not in CONVOLUTION_TYPES
-                or self.precision(op_id) == "fp32"):
-            return []
-        index = self.index
-        tensors = list(index.inputs[op_id]) + [
-            (op_id, k) for k in range(len(index.output_shapes[op_id]))]
-        # Rank 4 or 5: the activations, their gradients and the filter;
-        # not the shape vectors the backprop ops take.
-        return [self._bytes(p, k) for p, k in tensors
-                if index.output_shapes[p][k] is not None
-                and len(index.output_shapes[p][k]) >= 4]
-
-    def transposed_bytes(self, op_id):
-        """Bytes the layout transposes around a convolution move: with
-        ``layout="NCHW"``, a convolution whose products run on tensor
-        cores (2-byte or TF32: cuDNN runs it in NHWC) has each of its 4-D
-        or 5-D input and output tensors transposed by a kernel of its own,
-        which reads it and writes it once (inputs into NHWC before, outputs
-        back to NCHW after): twice the tensor's bytes, memory-bound. The
-        cuDNN Developer Guide (Legacy API, "Data and Filter Formats")
-        says it may reach tensor-core convolutions through NCHW-to-NHWC
-        transformations; channels-last exists in PyTorch to avoid them.
-        0 for other ops, for NHWC, and for FP32 products (the CUDA
-        cores'). With these transposes and the TF32 convolution fraction
-        refitted, the model follows the published TF32 runs in NCHW
-        (PyTorch's default; XLA's layout for float32 convolutions in
-        TensorFlow 1.15); benchmarks/step_time.py says how closely."""
-        return 2 * sum(self.transposed_tensors(op_id))
-
-    def precision(self, op_id):
-        """The precision of an op's products (one of `PRECISIONS`): 2-byte
-        outputs `half`; others TF32 (with `tf32`, on a GPU whose
-        `Gpu.tensor_flops` exceed its FP32 rate) or FP32."""
-        sizes = self.index.output_itemsizes[op_id]
-        if sizes and sizes[0] == 2:
-            return self.half
-        if self.tf32 and self.gpu.tensor_flops > self.gpu.fp32_flops:
-            return "tf32"
-        return "fp32"
-
-    def peak_flops(self, op_id):
-        """The published peak FLOP/s of an op's products in its
-        `precision`."""
-        return self.gpu.peak_flops(self.precision(op_id))
-
-    def achieved_flops(self, op_id):
-        """`peak_flops` times the `efficiency` of its precision (a
-        convolution's or a matrix product's)."""
-        precision = self.precision(op_id)
-        return self.gpu.peak_flops(precision) * self.efficiency.of(
-            precision, self.index.types[op_id] in CONVOLUTION_TYPES)
-
-    @property
-    def achieved_bandwidth(self):
-        """The HBM bytes/s memory-bound work gets (peak x efficiency)."""
-        return self.gpu.memory_bandwidth * self.efficiency.memory
-
-    def _op_seconds(self, op_id):
-        index = self.index
-        if (op_id not in self.roles.device_ops
-                or index.types[op_id] in NO_KERNEL_TYPES):
-            return 0.0
-        flops = gi.op_flops(index, op_id, self.batch_size) or 0
-        work = max(flops / self.achieved_flops(op_id),
-                   self.bytes_touched(op_id) / self.achieved_bandwidth)
-        if (op_id, 0) in self.fused:
-            return work  # in its consumer's kernel: no launch of its own
-        # Layout transposes: kernels of their own before and after the
-        # convolution's, each memory-bound and launched.
-        transposes = self.transposed_tensors(op_id)
-        if transposes:
-            work += 2 * sum(transposes) / self.achieved_bandwidth
-        return work + self.launch_overhead_s * (1 + len(transposes))
 
     # ---- one step ------------------------------------------------------
     def predict(self, plan=None, levels=None, num_levels=None):
@@ -367,10 +164,69 @@ class StepTimeModel:
             triggers (levels that are not the plan's), or `levels` or
             `num_levels` do not fit the index.
         """
-        index = self.index
-        n = index.num_ops
+        levels, num_levels = self._checked_levels(levels, num_levels)
+        order = self._order(levels)
+        swaps = plan.swaps if plan is not None else ()
+        sizes = [self._bytes(swap.producer, swap.output) for swap in swaps]
+        waits = _SwapWaits(swaps, self._runs)
+        clones_before = self._clones_before(plan, order, swaps)
+        # Swap-outs go device to host, swap-ins host to device, each at its
+        # direction's rate.
+        out_rate = self.interconnect.d2h_bytes_per_s
+        stream = _HostToDevice(self.index, swaps, sizes, waits.missing,
+                               self.interconnect.h2d_bytes_per_s)
+
+        n = self.index.num_ops
+        op_start = np.zeros(n, dtype=np.float64)
+        op_end = np.zeros(n, dtype=np.float64)
+        out_start = [0.0] * len(swaps)
+        out_end = [0.0] * len(swaps)
+        d2h_free = 0.0
+        clock = 0.0
+        recompute_s = 0.0
+        for i in order:
+            for seconds, keys in clones_before.get(i, ()):
+                clock = stream.wait_for(keys, clock) + seconds
+                recompute_s += seconds
+            start = stream.wait_for(waits.waits_in.get(i, ()), clock)
+            for s in waits.waits_out.get(i, ()):
+                start = max(start, out_end[s])
+            end = start + self._seconds[i]
+            op_start[i], op_end[i] = start, end
+            clock = end
+            for s in waits.swapouts_of.get(i, ()):
+                out_start[s] = max(end, d2h_free)
+                d2h_free = out_end[s] = out_start[s] + sizes[s] / out_rate
+                for k in range(len(swaps[s].swap_ins)):
+                    stream.finished((s, k), out_end[s])
+            for key in waits.trigger_of.get(i, ()):
+                stream.finished(key, end)
+        stream.drain()
+
+        level_start = self._level_starts(order, levels, num_levels,
+                                         op_start, op_end)
+        swapin_bytes = sum(sizes[s] * len(swap.swap_ins)
+                           for s, swap in enumerate(swaps))
+        return StepTime(
+            gpu=self.gpu.name, interconnect=self.interconnect.name,
+            without_lms_s=self._without_lms_s(),
+            with_lms_s=max(clock, d2h_free, stream.free),
+            compute_s=math.fsum(self.op_seconds), recompute_s=recompute_s,
+            swapout_bytes=int(sum(sizes)), swapin_bytes=int(swapin_bytes),
+            swapout_busy_s=sum(sizes) / out_rate,
+            swapin_busy_s=swapin_bytes / stream.rate,
+            level_start_s=level_start, op_start_s=op_start,
+            op_end_s=op_end,
+            swaps=_swap_timings(swaps, sizes, stream, out_start, out_end,
+                                level_start))
+
+    def _checked_levels(self, levels, num_levels):
+        """`levels` as an int64 array (default: the index's) and
+        `num_levels` (default: one past the highest), checked against the
+        index."""
+        n = self.index.num_ops
         if levels is None:
-            levels = index.levels
+            levels = self.index.levels
         levels = np.asarray(levels, dtype=np.int64)
         if len(levels) != n:
             raise ValueError("levels must give one level per op of the "
@@ -383,46 +239,23 @@ class StepTimeModel:
                 "num_levels must be at least one past the highest op level "
                 "(%d); got %d; pass the replay's num_levels with its levels"
                 % (needed, num_levels))
-        order = self._order(levels)
-        swaps = plan.swaps if plan is not None else ()
-        # Swap-outs go device to host, swap-ins host to device, each at its
-        # direction's rate.
-        out_rate = self.interconnect.d2h_bytes_per_s
-        in_rate = self.interconnect.h2d_bytes_per_s
+        return levels, num_levels
 
-        # What each op waits for, and which copies it sets off.
-        swapouts_of = {}     # producer -> swap indexes
-        waits_out = {}       # op -> swap indexes whose swap-out it waits for
-        waits_in = {}        # op -> swap-in keys (swap, k) it reads
-        trigger_of = {}      # op -> swap-in keys it triggers
-        missing = {}         # swap-in key -> triggers not yet finished
-        sizes = []
-        for s, swap in enumerate(swaps):
-            sizes.append(self._bytes(swap.producer, swap.output))
-            swapouts_of.setdefault(swap.producer, []).append(s)
-            for w in swap.waiters:
-                waits_out.setdefault(w, []).append(s)
-            for k, sin in enumerate(swap.swap_ins):
-                key = (s, k)
-                for c, _ in sin.consumers:
-                    waits_in.setdefault(c, []).append(key)
-                live = {t for t in sin.triggers if self._runs[t]}
-                # The swap-out counts as one more thing to wait for.
-                missing[key] = len(live) + 1
-                for t in live:
-                    trigger_of.setdefault(t, []).append(key)
+    def _clones_before(self, plan, order, swaps):
+        """op -> ``[(seconds, swap-in keys read)]`` of the recompute clones
+        that run just before it.
 
-        # Recompute clones run on the compute stream just before the first
-        # of their late readers (their trigger has run by then), for as long
-        # as the ops they copy, after the swap-ins they read have arrived.
-        clones_before = {}   # op -> [(seconds, swap-in keys read)]
+        Recompute clones run on the compute stream just before the first
+        of their late readers (their trigger has run by then), for as long
+        as the ops they copy, after the swap-ins they read have arrived."""
+        clones_before = {}
         recomputes = plan.recomputes if plan is not None else ()
-        firsts = []
-        if recomputes:
-            position = {op: k for k, op in enumerate(order)}
-            swap_of = {(swap.producer, swap.output): s
-                       for s, swap in enumerate(swaps)}
-            firsts = self._clones_run_before(recomputes, position)
+        if not recomputes:
+            return clones_before
+        position = {op: k for k, op in enumerate(order)}
+        swap_of = {(swap.producer, swap.output): s
+                   for s, swap in enumerate(swaps)}
+        firsts = self._clones_run_before(recomputes, position)
         for rec, first in zip(recomputes, firsts):
             if first is None:
                 continue
@@ -431,103 +264,7 @@ class StepTimeModel:
                          if src[1:3] in swap_of)
             clones_before.setdefault(first, []).append(
                 (math.fsum(self.op_seconds[o] for o in rec.ops), keys))
-
-        op_start = np.zeros(n, dtype=np.float64)
-        op_end = np.zeros(n, dtype=np.float64)
-        out_start = [0.0] * len(swaps)
-        out_end = [0.0] * len(swaps)
-        ready = {}           # swap-in key -> latest finish it waited for
-        in_times = {}        # swap-in key -> (ready, start, end)
-        needed = {}          # swap-in key -> when the stream first needed it
-        queue = []           # ready swap-ins not yet copied: (ready, seq, key)
-        seq = [0]
-        d2h_free = h2d_free = 0.0
-        clock = 0.0
-
-        def finished(key, when):
-            ready[key] = max(ready.get(key, 0.0), when)
-            missing[key] -= 1
-            if missing[key] == 0:
-                heapq.heappush(queue, (ready[key], seq[0], key))
-                seq[0] += 1
-
-        def copy_in(key):
-            # Copies start in the order they became ready (FIFO); a copy
-            # another op needs later can only have become ready later.
-            nonlocal h2d_free
-            while key not in in_times:
-                if not queue:
-                    swap = swaps[key[0]]
-                    raise ValueError(
-                        "levels put a reader of the swap-in of %s:%d before "
-                        "its triggers or its swap-out; pass the levels of "
-                        "the plan's replay (simulator replay(plan).levels)"
-                        % (index.names[swap.producer], swap.output))
-                when, _, first = heapq.heappop(queue)
-                start = max(when, h2d_free)
-                h2d_free = start + sizes[first[0]] / in_rate
-                in_times[first] = (when, start, h2d_free)
-            return in_times[key][2]
-
-        recompute_s = 0.0
-        for i in order:
-            for seconds, keys in clones_before.get(i, ()):
-                start = clock
-                for key in keys:
-                    needed.setdefault(key, clock)
-                    start = max(start, copy_in(key))
-                clock = start + seconds
-                recompute_s += seconds
-            start = clock
-            for key in waits_in.get(i, ()):
-                needed.setdefault(key, clock)
-                start = max(start, copy_in(key))
-            for s in waits_out.get(i, ()):
-                start = max(start, out_end[s])
-            end = start + self._seconds[i]
-            op_start[i], op_end[i] = start, end
-            clock = end
-            for s in swapouts_of.get(i, ()):
-                out_start[s] = max(end, d2h_free)
-                d2h_free = out_end[s] = out_start[s] + sizes[s] / out_rate
-                for k in range(len(swaps[s].swap_ins)):
-                    finished((s, k), out_end[s])
-            for key in trigger_of.get(i, ()):
-                finished(key, end)
-        # Copies nobody in the step waits for still run before it ends.
-        while queue:
-            copy_in(queue[0][2])
-
-        level_start = self._level_starts(order, levels, num_levels,
-                                         op_start, op_end)
-        timings = []
-        for s, swap in enumerate(swaps):
-            ins = []
-            for k in range(len(swap.swap_ins)):
-                when, start, end = in_times.get((s, k), (0.0, 0.0, 0.0))
-                ins.append(SwapInTiming(
-                    ready_s=when, start_s=start, end_s=end,
-                    start_level=max(0, bisect.bisect_right(
-                        level_start, start) - 1),
-                    needed_s=needed.get((s, k), math.inf)))
-            timings.append(SwapTiming(
-                producer=swap.producer, output=swap.output, nbytes=sizes[s],
-                out_start_s=out_start[s], out_end_s=out_end[s],
-                out_done_level=bisect.bisect_left(level_start, out_end[s]),
-                swap_ins=tuple(ins)))
-        compute = math.fsum(self.op_seconds)
-        swapin_bytes = sum(sizes[s] * len(swap.swap_ins)
-                           for s, swap in enumerate(swaps))
-        return StepTime(
-            gpu=self.gpu.name, interconnect=self.interconnect.name,
-            without_lms_s=self._without_lms_s(),
-            with_lms_s=max(clock, d2h_free, h2d_free),
-            compute_s=compute, recompute_s=recompute_s,
-            swapout_bytes=int(sum(sizes)), swapin_bytes=int(swapin_bytes),
-            swapout_busy_s=sum(sizes) / out_rate,
-            swapin_busy_s=swapin_bytes / in_rate,
-            level_start_s=level_start, op_start_s=op_start,
-            op_end_s=op_end, swaps=tuple(timings))
+        return clones_before
 
     def _without_lms_s(self):
         # Accumulated in the graph's level order, as `predict` accumulates
@@ -598,3 +335,119 @@ class StepTimeModel:
         empty = np.isnan(starts)
         starts[empty] = done[empty]
         return starts
+
+
+class _SwapWaits:
+    """What each op of a step waits for and which copies it sets off.
+
+    Attributes:
+      swapouts_of: producer -> indexes of the swaps of its outputs.
+      waits_out: op -> indexes of the swaps whose swap-out it waits for.
+      waits_in: op -> keys ``(swap, k)`` of the swap-ins it reads.
+      trigger_of: op -> keys of the swap-ins it triggers.
+      missing: swap-in key -> how many of its triggers that run, and its
+        swap-out, have not finished yet.
+    """
+
+    def __init__(self, swaps, runs):
+        self.swapouts_of = {}
+        self.waits_out = {}
+        self.waits_in = {}
+        self.trigger_of = {}
+        self.missing = {}
+        for s, swap in enumerate(swaps):
+            self.swapouts_of.setdefault(swap.producer, []).append(s)
+            for w in swap.waiters:
+                self.waits_out.setdefault(w, []).append(s)
+            for k, sin in enumerate(swap.swap_ins):
+                key = (s, k)
+                for c, _ in sin.consumers:
+                    self.waits_in.setdefault(c, []).append(key)
+                live = {t for t in sin.triggers if runs[t]}
+                # The swap-out counts as one more thing to wait for.
+                self.missing[key] = len(live) + 1
+                for t in live:
+                    self.trigger_of.setdefault(t, []).append(key)
+
+
+class _HostToDevice:
+    """The host-to-device copy stream of one step: swap-ins copied one at
+    a time, in the order they became ready (FIFO), at `rate` bytes/s.
+
+    Attributes:
+      free: when the stream has finished its last copy so far.
+      in_times: swap-in key -> (ready, start, end) of its copy.
+      needed: swap-in key -> when the compute stream first needed it.
+    """
+
+    def __init__(self, index, swaps, sizes, missing, rate):
+        self._index = index
+        self._swaps = swaps
+        self._sizes = sizes
+        self._missing = missing
+        self.rate = rate
+        self.free = 0.0
+        self.in_times = {}
+        self.needed = {}
+        self._ready = {}     # swap-in key -> latest finish it waited for
+        self._queue = []     # ready swap-ins not yet copied: (ready, seq, key)
+        self._seq = 0
+
+    def finished(self, key, when):
+        """One of the things swap-in `key` waits for finished at `when`."""
+        self._ready[key] = max(self._ready.get(key, 0.0), when)
+        self._missing[key] -= 1
+        if self._missing[key] == 0:
+            heapq.heappush(self._queue, (self._ready[key], self._seq, key))
+            self._seq += 1
+
+    def wait_for(self, keys, clock):
+        """When the compute stream, free at `clock`, may run what reads the
+        swap-ins `keys`: once they have all arrived."""
+        start = clock
+        for key in keys:
+            self.needed.setdefault(key, clock)
+            start = max(start, self._copy_in(key))
+        return start
+
+    def drain(self):
+        """Copies nobody in the step waits for still run before it ends."""
+        while self._queue:
+            self._copy_in(self._queue[0][2])
+
+    def _copy_in(self, key):
+        # Copies start in the order they became ready (FIFO); a copy
+        # another op needs later can only have become ready later.
+        while key not in self.in_times:
+            if not self._queue:
+                swap = self._swaps[key[0]]
+                raise ValueError(
+                    "levels put a reader of the swap-in of %s:%d before "
+                    "its triggers or its swap-out; pass the levels of "
+                    "the plan's replay (simulator replay(plan).levels)"
+                    % (self._index.names[swap.producer], swap.output))
+            when, _, first = heapq.heappop(self._queue)
+            start = max(when, self.free)
+            self.free = start + self._sizes[first[0]] / self.rate
+            self.in_times[first] = (when, start, self.free)
+        return self.in_times[key][2]
+
+
+def _swap_timings(swaps, sizes, stream, out_start, out_end, level_start):
+    """The `SwapTiming` of each swap, from the copies' times."""
+    timings = []
+    for s, swap in enumerate(swaps):
+        ins = []
+        for k in range(len(swap.swap_ins)):
+            when, start, end = stream.in_times.get((s, k), (0.0, 0.0, 0.0))
+            ins.append(SwapInTiming(
+                ready_s=when, start_s=start, end_s=end,
+                start_level=max(0, bisect.bisect_right(
+                    level_start, start) - 1),
+                needed_s=stream.needed.get((s, k), math.inf)))
+        timings.append(SwapTiming(
+            producer=swap.producer, output=swap.output, nbytes=sizes[s],
+            out_start_s=out_start[s], out_end_s=out_end[s],
+            out_done_level=bisect.bisect_left(level_start, out_end[s]),
+            swap_ins=tuple(ins)))
+    return tuple(timings)
