@@ -24,7 +24,7 @@ Nothing here mutates the graph: the rewriter alone does.
 import tensorflow as tf
 
 from tflms import graph_index as gi
-from tflms.graph_index.build import Columns, assemble
+from tflms.graph_index.build import Columns, OpFacts, assemble
 from tflms.graph_index.index import NEUTRAL_OPERANDS
 from tflms.graph_index.sizes import prod
 from tflms.step import APPLY_PREFIXES, ASSIGN_TYPES, StepFetches
@@ -382,7 +382,7 @@ def build_index(graph, fetches=None):
                 arg.is_ref for arg in op_def.input_arg)
             stateful_by_type[op_type] = stateful
         kind = _control_flow_kind(op)
-        cols.add(
+        cols.add(OpFacts(
             name=op.name, type=op_type, device=op.device,
             inputs=tuple((id_of[t.op.name], t.value_index)
                          for t in op.inputs),
@@ -407,6 +407,6 @@ def build_index(graph, fetches=None):
                 _function_has_collective(graph, f, memo)
                 for f in _called_functions(op.node_def)),
             trainable_bytes=trainable.get(i, 0),
-            flops=(_flops_of(op) if op_type in gi.FLOP_TYPES else (0, 0)))
+            flops=(_flops_of(op) if op_type in gi.FLOP_TYPES else (0, 0))))
     roots = [id_of[op.name] for op in fetches.ops]
     return assemble(ops, cols, id_of, roots, fetches.rule)

@@ -5,10 +5,22 @@ levels); and `with_planned_edges`, the index re-levelled with the control
 edges LMS plans to add.
 """
 
+import collections
 import dataclasses
 
 from tflms import dag_levels
 from tflms.graph_index.index import BACK_EDGE_TYPES, GraphIndex
+
+
+# What a constructor gathers about one op: the `GraphIndex` field each
+# becomes is the plural (name -> names, type -> types, device -> devices),
+# or the same name. A named tuple: made once per op of graphs of hundreds of
+# thousands of ops, it costs no more than the tuple it is.
+OpFacts = collections.namedtuple("OpFacts", (
+    "name", "type", "device", "inputs", "control_inputs", "output_shapes",
+    "output_itemsizes", "variable_bytes", "is_stateful", "bn_is_training",
+    "forwards_input", "in_v1_cond", "in_v1_loop", "calls_collective",
+    "trainable_bytes", "flops"))
 
 
 class Columns:
@@ -25,17 +37,9 @@ class Columns:
         for f in self.FIELDS:
             setattr(self, f, [])
 
-    def add(self, name, type, device, inputs, control_inputs, output_shapes,  # pylint: disable=redefined-builtin
-            output_itemsizes, variable_bytes, is_stateful, bn_is_training,
-            forwards_input, in_v1_cond, in_v1_loop, calls_collective,
-            trainable_bytes,
-            flops):
-        values = (name, type, device, inputs, control_inputs, output_shapes,
-                  output_itemsizes, variable_bytes, is_stateful,
-                  bn_is_training, forwards_input, in_v1_cond, in_v1_loop,
-                  calls_collective,
-                  trainable_bytes, flops)
-        for f, v in zip(self.FIELDS, values):
+    def add(self, facts):
+        """Append one op's `OpFacts`."""
+        for f, v in zip(self.FIELDS, facts):
             getattr(self, f).append(v)
 
 
