@@ -169,8 +169,8 @@ def make_plan(index, roles, params, batch_size=None, edges=None,
                settings)
         known = memo.get(key)
         if known is None:
-            known = memo[key] = _plan_swap(index, roles, params, groupby,
-                                           triggers, batch_size, p, out,
+            known = memo[key] = _plan_swap(index, roles, params, triggers,
+                                           batch_size, p, out,
                                            consumers[first:])
         swap, missed = known
         unplanned += missed
@@ -182,11 +182,12 @@ def make_plan(index, roles, params, batch_size=None, edges=None,
                 deferral_edges=tuple(deferral))
 
 
-def _plan_swap(index, roles, params, groupby, triggers, batch_size, p, out,
+def _plan_swap(index, roles, params, triggers, batch_size, p, out,
                consumers):
     """The `SwapPlan` of tensor ``(p, out)`` read by `consumers` far away
     (None if no swap-in can be started in time), and how many swap-in
     groups were left on the device."""
+    groupby = 0 if params.sync_swapin else params.swapin_groupby
     unplanned = 0
     swap_ins = []
     pending = _group_consumers(index, consumers, groupby)
