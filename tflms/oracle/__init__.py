@@ -150,7 +150,7 @@ Four numbers come out of one call to `peak_memory`:
 
     The times are the virtual cluster's model times: its analytical cost
     model on the device `gpu_properties` makes of ``peak_memory``'s
-    ``gpu`` (the V100 unless told; or the ``gpu_props`` given), not a
+    ``gpu`` (the V100 unless told; or the ``cluster.gpu_props`` given), not a
     measurement, and ops are not delayed by the copies (a
     reader of a swapped-in tensor is not made to wait for its copy; the
     GPU copy is only held longer instead). Allocations never move and
@@ -198,14 +198,14 @@ as zero bytes.
 """
 
 # The oracle is a package of its own: the virtual cluster and its devices
-# (devices.py), what it reports (results.py), the replay of
+# (virtual_cluster.py), what it reports (oracle_result.py), the replay of
 # GraphMemory::InferFromTrace (trace.py), the replay with the runtime's
 # buffer rules (runtime.py) and its timed copies (copies.py), and the
 # measurement that runs them all (peak.py). Every name callers used from
 # the single module it was is re-exported here.
 from tflms.oracle.virtual_cluster import (CPU_DEVICE, GPU_DEVICE,
-                                          cpu_properties, gpu_properties,
-                                          place_on_gpu)
+                                          VirtualCluster, cpu_properties,
+                                          gpu_properties, place_on_gpu)
 from tflms.oracle.functions import graph_def
 from tflms.oracle.peak import peak_memory
 from tflms.oracle.oracle_result import (LiveTensor, OracleResult, TimedCopy,
@@ -222,6 +222,7 @@ __all__ = [
     "gpu_properties",
     "cpu_properties",
     "place_on_gpu",
+    "VirtualCluster",
     "peak_memory",
     "graph_def",
     "VARIABLE_READ_TYPES",
