@@ -142,8 +142,8 @@ def tune(context, index, deferral_edges=(), ordering_edges=()):
         raise with_plots(err, sims, plot_dir, index, roles, batch_size,
                          without, budget, log) from None
     (params, final_plan, only, threshold_result, step_time, timed), final, \
-        count = fit_in_time(sims, model, time_model, requested, max_level,
-                            select, log, chosen, by_time)
+        count = fit_in_time(sims, time_model, requested, max_level, select,
+                            chosen, by_time)
     log.info("[Simulator] With LMS one step peaks at %.2f GiB of %.2f GiB at "
              "level %d (%s)" % (final.peak_device_bytes / _GIB, budget / _GIB,
                                 final.peak_level, final.peak_op))
