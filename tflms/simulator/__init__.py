@@ -97,17 +97,20 @@ than one unknown dimension) count as zero bytes and are listed in
 
 The modules:
 
-  model.py      `SimulationModel`: made once from the two below; `replay`
-                runs the named steps of one replay; `freed_levels`
-  buffers.py    `GraphBuffers`: every tensor's size and buffer, the reads,
-                the alias chains, the resident bytes; the memory spaces
-                and `BatchSizeError`
-  levels.py     `GraphLevels`: the graph's successors and levels, and a
-                rewritten graph's levels (pushed forward, or Kahn's)
-  additions.py  `Additions`: what one plan adds (swap nodes, clones, their
-                buffers and reads, rerouted inputs)
-  results.py    `SimulationResult`, `CopyLevels`, and the counting of
-                buffers into lifetimes and timelines
+  simulation_model.py   `SimulationModel`: made once from the two below;
+                        `replay` runs the named steps of one replay;
+                        `freed_levels`
+  buffers.py            `GraphBuffers`: every tensor's size and buffer, the
+                        reads, the alias chains, the resident bytes (laid
+                        out by `_BufferLayout`); the memory spaces and
+                        `BatchSizeError`
+  levels.py             `GraphLevels`: the graph's successors and levels,
+                        and a rewritten graph's levels (pushed forward, or
+                        Kahn's)
+  additions.py          `Additions`: what one plan adds (swap nodes, clones,
+                        their buffers and reads, rerouted inputs)
+  simulation_result.py  `SimulationResult`, `CopyLevels`, and the counting
+                        of buffers into lifetimes and timelines
 """
 
 from tflms.analysis import initializer_only_ops
