@@ -36,11 +36,13 @@ class Columns:
     def __init__(self):
         for f in self.FIELDS:
             setattr(self, f, [])
+        # The lists in `OpFacts` order, for `add`'s per-op loop.
+        self._columns = tuple(getattr(self, f) for f in self.FIELDS)
 
     def add(self, facts):
         """Append one op's `OpFacts`."""
-        for f, v in zip(self.FIELDS, facts):
-            getattr(self, f).append(v)
+        for column, value in zip(self._columns, facts):
+            column.append(value)
 
 
 def _fan_in_ids(cols, roots):

@@ -184,23 +184,34 @@ class StepTimeModel(OpCosts):
         d2h_free = 0.0
         clock = 0.0
         recompute_s = 0.0
+        # Most ops wait for nothing and set off nothing: the dictionaries
+        # are only asked about the ops in them.
+        seconds_of = self._seconds
+        waits_in, waits_out = waits.waits_in, waits.waits_out
+        swapouts_of, trigger_of = waits.swapouts_of, waits.trigger_of
         for i in order:
-            for seconds, keys in clones_before.get(i, ()):
-                clock = stream.wait_for(keys, clock) + seconds
-                recompute_s += seconds
-            start = stream.wait_for(waits.waits_in.get(i, ()), clock)
-            for s in waits.waits_out.get(i, ()):
-                start = max(start, out_end[s])
-            end = start + self._seconds[i]
+            if i in clones_before:
+                for seconds, keys in clones_before[i]:
+                    clock = stream.wait_for(keys, clock) + seconds
+                    recompute_s += seconds
+            start = (stream.wait_for(waits_in[i], clock) if i in waits_in
+                     else clock)
+            if i in waits_out:
+                for s in waits_out[i]:
+                    start = max(start, out_end[s])
+            end = start + seconds_of[i]
             op_start[i], op_end[i] = start, end
             clock = end
-            for s in waits.swapouts_of.get(i, ()):
-                out_start[s] = max(end, d2h_free)
-                d2h_free = out_end[s] = out_start[s] + sizes[s] / out_rate
-                for k in range(len(swaps[s].swap_ins)):
-                    stream.finished((s, k), out_end[s])
-            for key in waits.trigger_of.get(i, ()):
-                stream.finished(key, end)
+            if i in swapouts_of:
+                for s in swapouts_of[i]:
+                    out_start[s] = max(end, d2h_free)
+                    d2h_free = out_end[s] = (out_start[s]
+                                             + sizes[s] / out_rate)
+                    for k in range(len(swaps[s].swap_ins)):
+                        stream.finished((s, k), out_end[s])
+            if i in trigger_of:
+                for key in trigger_of[i]:
+                    stream.finished(key, end)
         stream.drain()
 
         level_start = self._level_starts(order, levels, num_levels,
