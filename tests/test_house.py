@@ -32,11 +32,10 @@ MAX_PARAMETERS = 8
 # "path:qualified name" -> why the signature may take more parameters.
 EXEMPT_SIGNATURES = {
     "tflms/lms.py:LMS.__init__": (
-        "the constructor keeps TFLMSv2's signature (graph, swapout_threshold, "
-        "swapin_groupby, swapin_ahead, sync_mode, serialization, "
-        "serialization_by_size, debug, debug_level, ...) so that the "
-        "original's programs run unchanged; every argument is a `Settings` "
-        "field"),
+        "the constructor takes the settings as keyword arguments, as "
+        "TFLMSv2's does (swapout_threshold, swapin_groupby, swapin_ahead, "
+        "sync_mode, serialization, debug...), so that the original's "
+        "programs run unchanged; each is a `Settings` field"),
 }
 
 _UNNAMED = ("__init__.py", "__main__.py")
