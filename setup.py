@@ -16,8 +16,9 @@ TEST_TOOLS = [
     "pytest-xdist>=3",
     "hypothesis>=6",
     "scikit-learn>=1.3",
-    # Independent implementations of the levels tflms.topo computes, for
-    # tests/test_topo.py to compare with; tflms itself never imports them.
+    # Independent implementations of the levels tflms.dag_levels computes,
+    # for tests/test_dag_levels.py to compare with; tflms itself never
+    # imports them.
     "networkx>=3.0",
     "toposort>=1.7",
 ]

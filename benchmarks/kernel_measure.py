@@ -210,8 +210,9 @@ def predict(case, gpu):
     index = reader.build_index(case.graph)
     roles = pipeline.classify(index, Settings(batch_size=case.batch))
     model = steptime.StepTimeModel(
-        index, roles, case.batch, gpu=gpu, fusion=case.xla,
-        layout="NCHW" if case.layout == "NCHW" else "NHWC")
+        index, roles, case.batch, gpu=gpu, kernels=steptime.KernelOptions(
+            fusion=case.xla,
+            layout="NCHW" if case.layout == "NCHW" else "NHWC"))
     ran = [i for i in range(index.num_ops) if model.op_seconds[i] > 0]
     transposed = sum(model.transposed_bytes(i) for i in ran)
     at_peak = sum((gi.op_flops(index, i) or 0) / model.peak_flops(i)

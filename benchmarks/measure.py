@@ -106,8 +106,9 @@ STEP_LINKS = ("pcie4", "nvlink2")
 
 # Ops whose kernel hands its input buffer on instead of allocating, with one
 # data input and one output of the same shape, so that they can be dropped
-# from a graph (the oracle's runtime replay forwards `oracle.FORWARDING_TYPES`,
-# a superset, without dropping anything).
+# from a graph (the oracle's runtime replay forwards
+# `graph_index.BUFFER_FORWARDING_TYPES`, a superset, without dropping
+# anything).
 _FORWARDING_TYPES = frozenset({"Identity", "StopGradient", "PreventGradient"})
 
 

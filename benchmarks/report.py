@@ -410,7 +410,7 @@ _CAVEATS = """\
   schedule. On the models here its runtime peak stayed at or below the
   simulator's for every tuned plan (sections 2, 3 and 5).
 - The oracle's runtime rules forward only the ops whose kernels always
-  share their input's buffer (`tflms.oracle.FORWARDING_TYPES`); kernels
+  share their input's buffer (`tflms.graph_index.BUFFER_FORWARDING_TYPES`); kernels
   that reuse an input only when nobody else holds it (element-wise ops,
   `Snapshot`) are counted as allocating. Kernel scratch (cuDNN workspaces)
   and allocator fragmentation are not counted, by the oracle or by the

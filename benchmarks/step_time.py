@@ -317,8 +317,9 @@ class _Costs:
         # whether an NCHW convolution is transposed.
         model = steptime.StepTimeModel(index, roles, batch,
                                        gpu=gpu or steptime.DEFAULT_GPU,
-                                       efficiency=steptime.PEAK,
-                                       fusion=fusion, layout=layout)
+                                       kernels=steptime.KernelOptions(
+                                           efficiency=steptime.PEAK,
+                                           fusion=fusion, layout=layout))
         ids = np.flatnonzero(model.op_seconds > 0)
         # Layout transposes run as memory-bound kernels of their own.
         self.transposed = float(sum(model.transposed_bytes(i) for i in ids))
@@ -600,7 +601,9 @@ def throughput_rows(keyed=None):
     out = []
     for row, (index, roles, description) in zip(PUBLISHED, keyed):
         model = steptime.StepTimeModel(index, roles, row.batch, gpu=row.gpu,
-                                       fusion=row.fusion, layout=row.layout)
+                                       kernels=steptime.KernelOptions(
+                                           fusion=row.fusion,
+                                           layout=row.layout))
         step = model.predict().without_lms_s
         predicted = row.batch / step
         out.append({"row": row, "description": description, "step_s": step,
@@ -1011,7 +1014,8 @@ def _section(throughput, fitted, plan, command, tried=None):
             throughput_table(throughput), "",
             "Largest error: %.0f%% on the fitted rows, %.0f%% on the %d "
             "held-out rows within 15%%%s. Predicted: `StepTimeModel(index, "
-            "roles, batch, gpu=..., fusion=..., layout=...).predict()` with "
+            "roles, batch, gpu=..., kernels=KernelOptions(fusion=..., "
+            "layout=...)).predict()` with "
             "`steptime.ACHIEVED`; "
             "throughput = batch / step. %s" % (
                 100 * max(abs(r["ratio"] - 1) for r in fitted_rows),

@@ -6,8 +6,9 @@ import dataclasses
 import pytest
 
 from tflms import analysis
+from tflms import fusions
 from tflms import graph_index as gi
-from tflms import topo
+from tflms import dag_levels
 
 F32_4x8 = ((4, 8), 4)
 
@@ -238,12 +239,12 @@ def fusion_graph():
 def test_fusion_partners_see_through_identities():
     index = fusion_graph()
     found = {index.names[k]: names_of(index, v)
-             for k, v in analysis.fusion_partners(index).items()}
+             for k, v in fusions.fusion_partners(index).items()}
     assert found == {
         "pad": {"conv"}, "conv": {"pad", "bias"}, "bias": {"conv"},
         "bias_grad": {"filter_grad"}, "filter_grad": {"bias_grad"}}
     assert analysis.classify_ops(index).fused_with == \
-        analysis.fusion_partners(index)
+        fusions.fusion_partners(index)
 
 
 def test_grappler_groups_are_neither_swapped_nor_ordered():
@@ -261,7 +262,7 @@ def test_grappler_groups_are_neither_swapped_nor_ordered():
                ("x", "res_add"), ("res_add", "relu"), ("relu", "twice"),
                ("x", "twice"), ("twice", "late"), ("twice", "sum"),
                ("late", "sum")])
-    inner, members = analysis.grappler_groups(index)
+    inner, members = fusions.grappler_groups(index)
     assert names_of(index, inner) == {"conv", "bn_add"}
     assert names_of(index, members) == {"conv", "bias", "bn_add", "res_add"}
     # A Session graph's roles are as they were (its plans too) ...
@@ -318,7 +319,7 @@ def test_planned_edges_relevel_the_index():
     # Planned edges accumulate, and one that closes a cycle is refused.
     assert gi.with_planned_edges(moved, [(0, 1)]).planned_edges == (
         (1, 2), (0, 1))
-    with pytest.raises(topo.GraphCycleError):
+    with pytest.raises(dag_levels.GraphCycleError):
         gi.with_planned_edges(moved, [(2, 1)])
 
 

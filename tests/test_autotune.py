@@ -643,7 +643,8 @@ def _choose(index, roles, budget, order):
     plans = _candidates(index)
     timer = steptime.StepTimeModel(index, roles, gpu=ROUND_GPU,
                                    interconnect=ROUND_LINK,
-                                   launch_overhead_s=0.0)
+                                   kernels=steptime.KernelOptions(
+                                       launch_overhead_s=0.0))
     model = simulator.SimulationModel(index, roles)
     offered = [(plans[name].params, plans[name], None, None)
                for name in order]
@@ -667,7 +668,8 @@ def test_final_choice_takes_the_faster_plan_not_the_one_moving_less():
         assert step.exposed_transfer_s == 0
     timer = steptime.StepTimeModel(index, roles, gpu=ROUND_GPU,
                                    interconnect=ROUND_LINK,
-                                   launch_overhead_s=0.0)
+                                   kernels=steptime.KernelOptions(
+                                       launch_overhead_s=0.0))
     result_b = model.replay(plans["b"])
     assert timer.predict(plans["b"], result_b.levels,
                          result_b.num_levels).with_lms_s == 32.0

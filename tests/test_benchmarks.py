@@ -590,7 +590,8 @@ def test_step_time_fit_finds_the_fractions_that_made_the_rows():
         for gpu, precision in (("V100-SXM2-16GB", "FP32"),
                                ("A100-SXM4-40GB", "TF32")):
             step = steptime.StepTimeModel(
-                index, roles, 1, gpu=gpu, efficiency=truth).predict()
+                index, roles, 1, gpu=gpu,
+                kernels=steptime.KernelOptions(efficiency=truth)).predict()
             rows.append(step_time.Published(
                 "bert-pretraining" if product == "MatMul" else "resnet50",
                 None, gpu, precision, 1, 1 / step.without_lms_s, "tf-bert",

@@ -29,7 +29,6 @@ import pytest
 import _doc_blocks
 from _doc_blocks import ROOT, doc_files, python_blocks
 from _stack import ESTIMATOR_REASON, HOROVOD_REASON, NEW_STACK
-from tflms import settings
 
 TIMEOUT = 240
 NEW_STACK_REASONS = {"tf.estimator": ESTIMATOR_REASON,
@@ -178,32 +177,3 @@ def test_readme_starts_with_the_demo_and_the_ci_command():
               if line.strip() and not line.startswith("#")
               and not line.startswith(("set ", "cd "))]
     assert ci[-1] == tests, "README test command differs from .ci/run"
-
-
-def test_parameter_tables_are_made_from_the_settings():
-    """docs/parameters.md's two tables are `settings.markdown_table`'s; the
-    prose around them is the page's own."""
-    path = os.path.join(ROOT, "docs", "parameters.md")
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    for kind in (settings.CONSTRUCTOR, settings.PROPERTY):
-        assert settings.markdown_table(kind) + "\n" in text, kind
-    assert settings.with_tables(text) == text, (
-        "docs/parameters.md's tables differ from tflms/settings.py; "
-        "regenerate them with: python -m tflms.settings --write "
-        "docs/parameters.md")
-
-
-def test_with_tables_keeps_the_prose():
-    page = ("# P\n\nintro\n\n## Constructor arguments\n\n| old |\n| --- |\n"
-            "| x |\n\nafter 1\n\n## Properties\n\ntext\n\n| old |\n"
-            "| --- |\n\nafter 2\n")
-    new = settings.with_tables(page)
-    assert new == (
-        "# P\n\nintro\n\n## Constructor arguments\n\n"
-        + settings.markdown_table(settings.CONSTRUCTOR) + "\n\nafter 1\n\n"
-        "## Properties\n\ntext\n\n"
-        + settings.markdown_table(settings.PROPERTY) + "\n\nafter 2\n")
-    assert settings.with_tables(new) == new
-    with pytest.raises(ValueError, match="needs a '## Properties' heading"):
-        settings.with_tables("## Constructor arguments\n\n| a |\n")

@@ -4,7 +4,7 @@ For each model of the zoo, fresh graphs built with the same seed train for
 three steps without LMS and with LMS under many parameter sets; losses and
 final weights must be equal, every node of the optimized graph that ran
 without LMS must run with it (nothing silently skipped: see
-`analysis.fusion_partners` for how oneDNN's graph pass once made LMS's
+`fusions.fusion_partners` for how oneDNN's graph pass once made LMS's
 edges into a cycle), the global step must advance, and every swap op LMS
 added must appear in the step stats of a traced step (it really ran; see
 `assert_swaps_ran` for what Grappler may legitimately merge).

@@ -9,7 +9,7 @@ import tensorflow as tf
 from tflms.tf import reader
 from tflms import analysis
 from tflms import graph_index as gi
-from tflms import topo
+from tflms import dag_levels
 
 
 def diamond():
@@ -103,7 +103,7 @@ def test_next_iteration_is_no_edge_for_levels():
     assert index.inputs[1] == ((0, 0), (3, 0))
     # The same loop with an ordinary op closing it is a cycle.
     ops[3] = ("next", "Identity")
-    with pytest.raises(topo.GraphCycleError,
+    with pytest.raises(dag_levels.GraphCycleError,
                        match=r"the graph has a cycle: 3 of 4 nodes"):
         gi.from_edges(ops, edges)
 

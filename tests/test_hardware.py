@@ -1,30 +1,18 @@
-"""Tests for tflms/hardware.py: the named GPUs and links, their checks, and
-the docs' tables made from them.
+"""Tests for tflms/hardware.py: the named GPUs and links and their checks.
 
-A new GPU is one row in `hardware.GPUS`; these tests fail until the docs
-that list the GPUs (docs/performance.md, docs/plan.md) are made again
-(``python -m tflms.hardware --write docs/performance.md docs/plan.md``)
-and until the row carries what the oracle and the step-time model need.
+A new GPU is one row in `hardware.GPUS`; these tests fail until the row
+carries what the oracle and the step-time model need, and
+tests/test_docs_tables.py until the docs that list the GPUs are made again
+(``python tools/docs_tables.py``).
 """
 
 import argparse
 import dataclasses
-import os
-import subprocess
-import sys
 
 import pytest
 
-from _doc_blocks import ROOT
 from benchmarks import gpu_measure
 from tflms import hardware
-
-GENERATED_DOCS = ("docs/performance.md", "docs/plan.md")
-
-
-def _read(rel):
-    with open(os.path.join(ROOT, rel), encoding="utf-8") as f:
-        return f.read()
 
 
 def test_names_are_the_keys_and_unique():
@@ -91,75 +79,6 @@ def test_every_gpu_has_its_rates_chip_and_sources(name):
     assert gpu.source.startswith("NVIDIA ") and "https://" in gpu.source
     assert "whitepaper" in gpu.architecture_source
     assert "https://" in gpu.architecture_source
-
-
-def test_the_docs_tables_are_made_from_hardware():
-    """The marked text of the docs is what `hardware` makes today."""
-    for rel in GENERATED_DOCS:
-        text = _read(rel)
-        assert hardware.with_tables(text) == text, (
-            "%s's hardware tables differ from tflms/hardware.py; regenerate "
-            "them with: python -m tflms.hardware --write %s"
-            % (rel, " ".join(GENERATED_DOCS)))
-    performance = _read("docs/performance.md")
-    assert hardware.gpu_table() in performance
-    assert hardware.link_table() in performance
-    assert hardware.names_text() in _read("docs/plan.md")
-
-
-def test_a_new_gpu_makes_the_docs_stale(monkeypatch):
-    b200 = dataclasses.replace(hardware.GPUS["H100-SXM5-80GB"],
-                               name="B200-SXM6-192GB")
-    monkeypatch.setitem(hardware.GPUS, b200.name, b200)
-    assert "| `B200-SXM6-192GB` |" in hardware.gpu_table()
-    assert "`B200-SXM6-192GB`; `pcie3`" in hardware.names_text()
-    for rel in GENERATED_DOCS:
-        text = _read(rel)
-        assert hardware.with_tables(text) != text, rel
-
-
-def test_tables_list_each_gpu_and_link_once_and_mark_the_defaults():
-    gpus = hardware.gpu_table().split("\n")
-    assert len(gpus) == 2 + len(hardware.GPUS)
-    for name, row in zip(hardware.GPUS, gpus[2:]):
-        assert row.startswith("| `%s`" % name)
-        assert ("(default)" in row) == (name == hardware.DEFAULT_GPU)
-    assert "| 1,555 GB/s | 40 GiB | 108 x 1,410 MHz, 8.0, 40 MiB |" in gpus[4]
-    links = hardware.link_table().split("\n")
-    assert len(links) == 2 + len(hardware.INTERCONNECTS)
-    assert links[3].startswith("| `pcie4` PCIe 4.0 x16 (default) | 31.5 |")
-
-
-def test_with_tables_keeps_the_prose_and_rejects_unknown_markers():
-    page = ("before\n\n<!-- hardware:links -->\nold\n<!-- /hardware:links "
-            "-->\n\nin a cell: <!-- hardware:names -->old<!-- "
-            "/hardware:names -->.\n")
-    new = hardware.with_tables(page)
-    assert new == (
-        "before\n\n<!-- hardware:links -->\n" + hardware.link_table()
-        + "\n<!-- /hardware:links -->\n\nin a cell: <!-- hardware:names -->"
-        + hardware.names_text() + "<!-- /hardware:names -->.\n")
-    assert hardware.with_tables(new) == new
-    with pytest.raises(ValueError, match=(
-            r"<!-- hardware:cpus --> names nothing tflms.hardware makes; "
-            r"use one of gpus, links, names")):
-        hardware.with_tables("<!-- hardware:cpus -->x<!-- /hardware:cpus -->")
-
-
-def test_write_regenerates_a_file_without_tensorflow(tmp_path):
-    """`python -m tflms.hardware --write` with TensorFlow unimportable:
-    the module is standard library only."""
-    page = tmp_path / "page.md"
-    page.write_text("<!-- hardware:gpus -->\n<!-- /hardware:gpus -->\n")
-    code = ("import sys; sys.modules['tensorflow'] = None; "
-            "from tflms import hardware; "
-            "sys.exit(hardware.main(['--write', %r]))" % str(page))
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert page.read_text() == ("<!-- hardware:gpus -->\n"
-                                + hardware.gpu_table()
-                                + "\n<!-- /hardware:gpus -->\n")
 
 
 def test_gpu_measure_families_come_from_hardware():
@@ -266,4 +185,3 @@ def test_links_have_a_rate_each_way():
     assert (one.h2d_bytes_per_s, one.d2h_bytes_per_s) == (10.0, 10.0)
     two = hardware.Interconnect("x", "x", 10.0, "test", d2h_bytes_per_s=4.0)
     assert (two.h2d_bytes_per_s, two.d2h_bytes_per_s) == (10.0, 4.0)
-    assert "| 450 | 416 | 170 |" in hardware.link_table()

@@ -23,9 +23,9 @@ ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 
 
 def _modules():
-    """tflms' modules by their names below the package: ``"topo"``, a
+    """tflms' modules by their names below the package: ``"dag_levels"``, a
     subpackage by its own name (``"planner"``, its ``__init__``) and its
-    modules by dotted names (``"planner.swaps"``); tflms' own
+    modules by dotted names (``"planner.swap_plan"``); tflms' own
     ``__init__`` is ``"__init__"``."""
     found = []
     for folder, dirs, files in os.walk(ROOT):
@@ -126,7 +126,7 @@ def find_cycle(graph):
 def test_tflms_imports_have_no_cycle():
     graph = import_graph()
     assert {"graph_index", "settings", "tf.reader", "planner",
-            "planner.swaps", "autotune", "autotune.search"} <= set(graph)
+            "planner.swap_plan", "autotune", "autotune.search"} <= set(graph)
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
@@ -142,13 +142,13 @@ def test_find_cycle(graph, cycle):
 
 def test_deferred_imports_and_forwarders_count():
     tree = ast.parse(
-        "from tflms import topo\n"
+        "from tflms import dag_levels\n"
         "def f():\n"
         "    from tflms.planner import make_plan\n"
         "def __getattr__(name):\n"
         "    from tflms.tf import reader\n")
-    assert _imported(tree, {"topo", "planner", "tf", "tf.reader"}) == {
-        "topo", "planner", "tf.reader"}
+    assert _imported(tree, {"dag_levels", "planner", "tf", "tf.reader"}) == {
+        "dag_levels", "planner", "tf.reader"}
 
 
 def test_a_subpackage_module_is_its_own_node():
@@ -157,7 +157,7 @@ def test_a_subpackage_module_is_its_own_node():
         "from tflms.planner import make_plan\n"
         "from tflms.autotune.search import Simulations\n"
         "import tflms.oracle.trace\n")
-    modules = {"stages", "stages.timed", "planner", "planner.swaps",
+    modules = {"stages", "stages.timed", "planner", "planner.swap_plan",
                "autotune", "autotune.search", "oracle", "oracle.trace"}
     assert _imported(tree, modules) == {
         "stages.timed", "planner", "autotune.search", "oracle.trace"}

@@ -215,8 +215,8 @@ def _recomputed_chain(twice=False):
     index = tf_reader.build_index(g)
     roles = analysis.classify_ops(index)
     ids = index.id_of
-    rec = planner.plan_recompute(
-        index, roles, ids["z"], 0, ((ids["gz"], 0),))
+    rec = planner.Recomputer(index, roles).plan(
+        ids["z"], 0, ((ids["gz"], 0),))
     assert rec.ops == (ids["b"], ids["c"], ids["z"])
     plan = planner.Plan(params=planner.SwapParams(1, 1, 0, 0), swaps=(),
                         serialization_edges=(), num_levels=0,

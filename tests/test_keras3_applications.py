@@ -18,7 +18,7 @@ swap-ins names that sort where their tensors do.
 Grappler's arithmetic optimizer and remapper merge an op into its one
 reader (an addition into the next, a convolution with its bias) only where
 the op has no other reader and no control edge; LMS leaves such groups
-alone (`analysis.grappler_groups`). With a swap or a trigger inside them,
+alone (`fusions.grappler_groups`). With a swap or a trigger inside them,
 ResNet50's residual additions were grouped differently.
 `test_each_cause_turned_back_on_changes_the_numbers` puts each back alone
 and sees the difference (the proof that these were the causes).
@@ -90,7 +90,7 @@ def _main(app, dump_dir, mode):
     import numpy as np  # pylint: disable=import-outside-toplevel
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     import keras  # pylint: disable=import-outside-toplevel
-    from tflms import LMS, analysis
+    from tflms import LMS, fusions  # pylint: disable=import-outside-toplevel
     from tflms.tf import rewriter  # pylint: disable=import-outside-toplevel
     from tflms.tf import swaps_ran  # pylint: disable=import-outside-toplevel
     tf.config.threading.set_inter_op_parallelism_threads(1)
@@ -100,7 +100,7 @@ def _main(app, dump_dir, mode):
             "swapin", t)
     elif mode == "no-groups":
         # Swaps and control edges inside what Grappler merges, as before.
-        analysis.grappler_groups = lambda index: (frozenset(), frozenset())
+        fusions.grappler_groups = lambda index: (frozenset(), frozenset())
     times = [time.perf_counter()]
     # TensorFlow reads the dump folder at each dump: the fit without LMS
     # writes none (hundreds of MB less).
@@ -198,7 +198,7 @@ def test_each_cause_turned_back_on_changes_the_numbers(app, mode, tmp_path):
     named ``lms/swapin_...`` (sorting after the model's own op names),
     Grappler orders the inputs of InceptionV3's AddNs of gradients
     differently. With swaps and control edges inside the groups Grappler
-    merges (`analysis.grappler_groups`), it groups ResNet50's residual
+    merges (`fusions.grappler_groups`), it groups ResNet50's residual
     additions differently and leaves its first convolution unfused."""
     if _onednn() == "1":
         pytest.skip("exact comparisons need oneDNN off: this test runs in "

@@ -298,7 +298,8 @@ def test_a_recompute_is_not_timed_when_the_compute_alone_is_slower():
     gpu = steptime.Gpu("round", 1000.0, 1000.0, 1000.0, 1000.0, 1 << 20,
                        "a round test device")
     timer = steptime.StepTimeModel(index, roles, gpu=gpu,
-                                   launch_overhead_s=0.0)
+                                   kernels=steptime.KernelOptions(
+                                       launch_overhead_s=0.0))
     i = index.id_of
     rec = planner.RecomputePlan(
         producer=i["a"], output=0, nbytes=1000, ops=(i["a"],),

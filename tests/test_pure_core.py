@@ -16,21 +16,21 @@ import sys
 import textwrap
 
 CORE = ("graph_index", "graph_index.index", "graph_index.build",
-        "graph_index.literal", "graph_index.sizes", "step", "topo",
-        "devices", "worker_devices", "analysis", "planner",
-        "planner.types", "planner.triggers", "planner.swaps",
-        "planner.recompute", "planner.edges", "simulator",
-        "simulator.model", "simulator.buffers", "simulator.levels",
-        "simulator.additions", "simulator.results", "inplace", "steptime",
-        "steptime.rates", "steptime.model", "steptime.planned",
-        "ordering", "floor", "capacity", "hardware", "settings",
-        "validation", "budget",
+        "graph_index.literal", "graph_index.sizes", "step", "dag_levels",
+        "devices", "worker_devices", "analysis", "fusions", "planner",
+        "planner.types", "planner.triggers", "planner.swap_plan",
+        "planner.recompute_plan", "planner.edges", "simulator",
+        "simulator.simulation_model", "simulator.buffers", "simulator.levels",
+        "simulator.additions", "simulator.simulation_result", "inplace",
+        "steptime", "steptime.rates", "steptime.op_costs",
+        "steptime.step_time_model", "steptime.planned", "peak_ordering",
+        "floor", "capacity", "hardware", "settings", "validation", "budget",
         "context", "autotune", "autotune.tuner", "autotune.search",
-        "autotune.selection", "autotune.choice", "autotune.report",
-        "stages", "stages.serialize", "stages.defer", "stages.swaps",
-        "stages.order", "stages.fewer_waits", "stages.recompute",
-        "stages.prefetch", "stages.timed", "stages.host", "pipeline",
-        "plots", "_logging", "results", "ranks")
+        "autotune.selection", "autotune.choice", "autotune.report", "stages",
+        "stages.serialize", "stages.defer", "stages.swaps", "stages.order",
+        "stages.fewer_waits", "stages.recompute", "stages.prefetch",
+        "stages.timed", "stages.host", "pipeline", "plots", "_logging",
+        "results", "ranks")
 
 _BLOCKED = ("tensorflow", "keras", "tf_keras")
 

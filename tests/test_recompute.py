@@ -1,5 +1,5 @@
 """Recompute beside swap on literal graphs (`graph_index.from_edges`): what
-`planner.plan_recompute` clones, what it refuses, and the simulator's
+`planner.Recomputer.plan` clones, what it refuses, and the simulator's
 memory for recomputes in closed form."""
 
 import dataclasses
@@ -47,7 +47,7 @@ def recompute_of(index, tensor_name, reader, **kwargs):
     p = index.id_of[tensor_name]
     consumers = tuple((c, s) for c, s in index.consumers[p][0]
                       if c == index.id_of[reader])
-    return planner.plan_recompute(index, roles, p, 0, consumers, **kwargs)
+    return planner.Recomputer(index, roles).plan(p, 0, consumers, **kwargs)
 
 
 def test_relu_of_batch_norm_is_recomputed_from_the_kept_conv_output():
@@ -215,12 +215,12 @@ def test_with_recomputes_replaces_accepted_swaps_only():
         offered.append((candidate, current))
         return True
 
-    hybrid = planner.with_recomputes(index, roles, plan, accept)
+    hybrid = planner.Recomputer(index, roles).with_recomputes(plan, accept)
     assert hybrid.swaps == ()
     assert hybrid.recomputes == (recompute_of(index, "z", "gz"),)
     assert offered == [(hybrid, plan)]
-    refused = planner.with_recomputes(index, roles, plan,
-                                      lambda candidate, current: False)
+    refused = planner.Recomputer(index, roles).with_recomputes(
+        plan, lambda candidate, current: False)
     assert refused is plan
 
 
@@ -234,12 +234,12 @@ def test_a_second_pass_keeps_the_swaps_earlier_recomputes_read():
     roles = analysis.classify_ops(index)
     f2, f3 = L.ids(index)["f2"], L.ids(index)["f3"]
     plan = planner.make_plan(index, roles, planner.SwapParams(2, 1, 0, 0))
-    first = planner.with_recomputes(
-        index, roles, plan,
+    first = planner.Recomputer(index, roles).with_recomputes(
+        plan,
         lambda candidate, current: candidate.recomputes[-1].producer == f3)
     assert first.recomputes[0].inputs == ((("swapin", f2, 0, 0),),)
-    second = planner.with_recomputes(index, roles, first,
-                                     lambda candidate, current: True)
+    second = planner.Recomputer(index, roles).with_recomputes(
+        first, lambda candidate, current: True)
     assert f2 in [s.producer for s in second.swaps]
     assert len(second.recomputes) > 1  # the pass did recompute others
     simulator.SimulationModel(index, roles).replay(second)
@@ -254,8 +254,8 @@ def test_a_conv_output_swapped_for_the_batch_norm_gradient_comes_back_earlier():
     plan = planner.make_plan(index, roles, planner.SwapParams(3, 1, 0, 0))
     z, conv, m3 = ids(index, "z", "conv", "m3")
     assert {(s.producer, s.output) for s in plan.swaps} == {(z, 0), (conv, 0)}
-    hybrid = planner.with_recomputes(index, roles, plan,
-                                     lambda candidate, current: True)
+    hybrid = planner.Recomputer(index, roles).with_recomputes(
+        plan, lambda candidate, current: True)
     assert [(s.producer, [sin.triggers for sin in s.swap_ins])
             for s in hybrid.swaps] == [(conv, [(m3,)])]
     assert [(r.producer, r.earlier_swap_ins) for r in hybrid.recomputes] == [

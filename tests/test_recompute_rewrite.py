@@ -154,9 +154,9 @@ def test_fixed_parameters_recompute_only_within_the_swap_plans_peak():
     # Every replaceable swap replaced would peak higher: the check matters.
     from tflms import planner
     from tflms import simulator
-    everything = planner.with_recomputes(
-        hybrid.index, hybrid.roles, swap_only.plan,
-        lambda candidate, current: True)
+    everything = planner.Recomputer(
+        hybrid.index, hybrid.roles).with_recomputes(
+            swap_only.plan, lambda candidate, current: True)
     assert len(everything.recomputes) > len(hybrid.plan.recomputes)
     model = simulator.SimulationModel(hybrid.index, hybrid.roles)
     assert model.replay(everything).peak_device_bytes > \
@@ -198,15 +198,14 @@ def test_recompute_looks_only_for_free_clones_when_every_copy_is_hidden(
         models.keras_resnet(image=64, batch=4, blocks=(2, 2), seed=1)
     index = reader.build_index(graph)
     looked_for = []
-    real = planner.with_recomputes
+    real = planner.Recomputer.with_recomputes
 
-    def spy(*args, **kwargs):
-        looked_for.append((kwargs["clone_types"],
-                           kwargs.get("latest_first", False),
-                           kwargs.get("unpin", False)))
-        return real(*args, **kwargs)
+    def spy(self, plan, accept, latest_first=False, unpin=False):
+        looked_for.append((self.clone_types, latest_first, unpin))
+        return real(self, plan, accept, latest_first=latest_first,
+                    unpin=unpin)
 
-    monkeypatch.setattr(planner, "with_recomputes", spy)
+    monkeypatch.setattr(planner.Recomputer, "with_recomputes", spy)
     env = {"TF_LMS_SIMULATOR_MEM_RATIO": "1"}
     results = {}
     for link in ("pcie3", "nvlink-c2c"):

@@ -1,6 +1,6 @@
 """A recompute reading another recompute's clone instead of cloning the same
-op again (``('recompute', ...)`` sources): what `planner.plan_recompute` and
-`planner.with_shared_clones` plan, the simulator's memory for it in closed
+op again (``('recompute', ...)`` sources): what `planner.Recomputer.plan` and
+`Recomputer.with_shared_clones` plan, the simulator's memory for it in closed
 form, and the rewrite in a real graph (same values, the clones run, a plan
 whose order cannot work refused before any edit)."""
 
@@ -55,9 +55,9 @@ def late_readers(index, tensor, reader):
 
 
 def recompute(index, tensor, reader, **kwargs):
-    return planner.plan_recompute(
-        index, analysis.classify_ops(index), index.id_of[tensor], 0,
-        late_readers(index, tensor, reader), **kwargs)
+    return planner.Recomputer(index, analysis.classify_ops(index)).plan(
+        index.id_of[tensor], 0, late_readers(index, tensor, reader),
+        **kwargs)
 
 
 def plan_of(index, *recomputes):
@@ -127,15 +127,16 @@ def test_with_shared_clones_plans_again_in_the_order_clones_run():
         offered.append((candidate.recomputes, current.recomputes))
         return True
 
-    again = planner.with_shared_clones(index, roles, plan, accept)
+    again = planner.Recomputer(index, roles).with_shared_clones(plan, accept)
     assert again.recomputes == (first, shared)
     assert offered == [((first, shared), (alone, first))]
-    refused = planner.with_shared_clones(index, roles, plan,
-                                         lambda candidate, current: False)
+    refused = planner.Recomputer(index, roles).with_shared_clones(
+        plan, lambda candidate, current: False)
     assert refused is plan
     # Nothing cloned twice: nothing to offer.
     single = plan_of(index, first)
-    assert planner.with_shared_clones(index, roles, single, accept) is single
+    assert planner.Recomputer(index, roles).with_shared_clones(
+        single, accept) is single
     assert len(offered) == 1
 
 
@@ -249,11 +250,12 @@ def test_a_swap_recomputes_read_is_recomputed_with_them_when_unpinned():
         return True
 
     # The search keeps a swap a recompute reads...
-    assert planner.with_recomputes(index, roles, plan, accept) is plan
+    assert planner.Recomputer(index, roles).with_recomputes(
+        plan, accept) is plan
     # ...unless unpinned: u's recompute clones p and t from x, and t's
     # recompute reads its clone of p (clone 0) and clones t alone.
-    unpinned = planner.with_recomputes(index, roles, plan, accept,
-                                       unpin=True)
+    unpinned = planner.Recomputer(index, roles).with_recomputes(
+        plan, accept, unpin=True)
     assert unpinned.swaps == ()
     again, rec_t = unpinned.recomputes
     assert again.ops == (n["p"], n["t"], n["u"])

@@ -24,6 +24,12 @@ SLOW_GPU = steptime.Gpu("test-gpu", fp32_flops=1000.0, tensor_flops=1000.0,
                         memory_bytes=1 << 20, source="a round test device")
 
 
+# Kernels at the datasheet's rates with no launch overhead and no fusion:
+# op times are closed-form numbers.
+EXACT = steptime.KernelOptions(launch_overhead_s=0.0, efficiency=steptime.PEAK,
+                               fusion=False)
+
+
 def link(bytes_per_s, d2h=None):
     return steptime.Interconnect("test-link", "test link", bytes_per_s,
                                  "a round test link", d2h_bytes_per_s=d2h)
@@ -35,8 +41,8 @@ def model(index, bytes_per_s=1000.0, overhead=0.0, batch_size=None,
     kwargs.setdefault("fusion", False)
     return steptime.StepTimeModel(
         index, analysis.classify_ops(index), batch_size, gpu=SLOW_GPU,
-        interconnect=link(bytes_per_s), launch_overhead_s=overhead,
-        **kwargs)
+        interconnect=link(bytes_per_s),
+        kernels=steptime.KernelOptions(launch_overhead_s=overhead, **kwargs))
 
 
 def chain(extra_reader_of_a=False):
@@ -168,8 +174,7 @@ def test_a_planned_step_from_the_pipeline():
         steptime.predict_planned(planned)
     step = steptime.predict_planned(
         pipeline.simulate_plan(planned), gpu=SLOW_GPU,
-        interconnect=link(1000.0), launch_overhead_s=0.0,
-        efficiency=steptime.PEAK, fusion=False)
+        interconnect=link(1000.0), kernels=EXACT)
     assert (step.without_lms_s, step.with_lms_s) == (11, 12)
 
 
@@ -297,8 +302,9 @@ def test_a_hidden_plan_exposes_exactly_nothing_with_inexact_times():
     plan = plan_of(index, [swap(index, "a", [("d", 0)], ["b"])])
     step = steptime.StepTimeModel(
         index, analysis.classify_ops(index), gpu=gpu,
-        interconnect=link(1e6), launch_overhead_s=0.1,
-        efficiency=steptime.PEAK, fusion=False).predict(plan)
+        interconnect=link(1e6),
+        kernels=dataclasses.replace(EXACT, launch_overhead_s=0.1),
+    ).predict(plan)
     assert step.exposed_transfer_s == 0.0
     assert step.with_lms_s == step.without_lms_s
 
@@ -432,8 +438,7 @@ def test_instant_is_a_link_of_infinite_speed():
     plan = plan_of(index, [swap(index, "a", [("d", 0)], ["b"])])
     step = steptime.StepTimeModel(
         index, analysis.classify_ops(index), gpu=SLOW_GPU,
-        interconnect="instant", launch_overhead_s=0.0,
-        efficiency=steptime.PEAK, fusion=False).predict(plan)
+        interconnect="instant", kernels=EXACT).predict(plan)
     assert step.exposed_transfer_s == 0
     assert step.swapout_busy_s == step.swapin_busy_s == 0
     assert (step.swaps[0].out_start_s, step.swaps[0].out_end_s) == (2, 2)
@@ -516,8 +521,7 @@ def test_swap_outs_go_at_the_device_to_host_rate():
     plan = plan_of(index, [swap(index, "a", [("d", 0)], ["b"])])
     slow_out = steptime.StepTimeModel(
         index, analysis.classify_ops(index), gpu=SLOW_GPU,
-        interconnect=link(1000.0, d2h=250.0), launch_overhead_s=0.0,
-        efficiency=steptime.PEAK, fusion=False).predict(plan)
+        interconnect=link(1000.0, d2h=250.0), kernels=EXACT).predict(plan)
     (timing,) = slow_out.swaps
     assert (timing.out_start_s, timing.out_end_s) == (2, 6)
     (sin,) = timing.swap_ins
@@ -528,8 +532,7 @@ def test_swap_outs_go_at_the_device_to_host_rate():
         index, analysis.classify_ops(index), gpu=SLOW_GPU,
         interconnect=steptime.Interconnect(
             "t", "t", 1000.0, "t", h2d_bytes_per_s=250.0),
-        launch_overhead_s=0.0, efficiency=steptime.PEAK,
-        fusion=False).predict(plan)
+        kernels=EXACT).predict(plan)
     (timing,) = slow_in.swaps
     assert (timing.out_start_s, timing.out_end_s) == (2, 3)
     assert (timing.swap_ins[0].start_s, timing.swap_ins[0].end_s) == (4, 8)
@@ -567,8 +570,9 @@ def test_the_precision_of_products():
     def times(**kwargs):
         m = steptime.StepTimeModel(
             index, analysis.classify_ops(index), gpu=gpu,
-            interconnect=link(1.0), launch_overhead_s=0.0,
-            efficiency=steptime.PEAK, fusion=False, **kwargs)
+            interconnect=link(1.0), kernels=steptime.KernelOptions(
+                launch_overhead_s=0.0, efficiency=steptime.PEAK,
+                fusion=False, **kwargs))
         return (m.precision(f), m.precision(h),
                 m.op_seconds[f], m.op_seconds[h])
     assert times() == ("tf32", "fp16", 6, 3)
@@ -580,14 +584,14 @@ def test_the_precision_of_products():
                                     bf16_flops=None)
     m = steptime.StepTimeModel(
         index, analysis.classify_ops(index), gpu=v100_like,
-        interconnect=link(1.0), launch_overhead_s=0.0,
-        efficiency=steptime.PEAK, fusion=False, half="bf16")
+        interconnect=link(1.0),
+        kernels=dataclasses.replace(EXACT, half="bf16"))
     assert (m.precision(f), m.op_seconds[f], m.op_seconds[h]) == (
         "fp32", 12, 12)
     with pytest.raises(ValueError, match=r"^half must be 'fp16' or 'bf16' "
                        r"\(the precision of 2-byte products\); got 'fp8'$"):
         steptime.StepTimeModel(index, analysis.classify_ops(index),
-                               half="fp8")
+                               kernels=steptime.KernelOptions(half="fp8"))
 
 
 def test_efficiency_scales_each_precision_and_memory():
@@ -734,7 +738,8 @@ def test_nchw_transposes_of_a_tensorflow_float16_convolution():
     conv = index.id_of["conv"]
     nhwc = steptime.StepTimeModel(index, roles, batch, gpu="A100-SXM4-80GB")
     nchw = steptime.StepTimeModel(index, roles, batch, gpu="A100-SXM4-80GB",
-                                  layout="NCHW")
+                                  kernels=steptime.KernelOptions(
+                                      layout="NCHW"))
     assert nchw.precision(conv) == "fp16"
     assert nchw.bytes_touched(conv) == nhwc.bytes_touched(conv) == nbytes
     assert nchw.transposed_bytes(conv) == 2 * nbytes
@@ -751,9 +756,10 @@ def test_nchw_transposes_of_a_tf32_convolution_only():
     index, roles, batch, nbytes = _one_convolution("float32")
     conv = index.id_of["conv"]
 
-    def nchw(**kwargs):
-        return steptime.StepTimeModel(index, roles, batch, layout="NCHW",
-                                      **kwargs)
+    def nchw(gpu, tf32=True):
+        return steptime.StepTimeModel(
+            index, roles, batch, gpu=gpu,
+            kernels=steptime.KernelOptions(layout="NCHW", tf32=tf32))
     a100 = nchw(gpu="A100-SXM4-80GB")
     assert a100.precision(conv) == "tf32"
     assert a100.transposed_bytes(conv) == 2 * nbytes

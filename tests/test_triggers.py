@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from tflms.tf import reader
 from tflms import analysis
+from tflms import fusions
 from tflms import graph_index as gi
 from tflms import planner
 
@@ -139,8 +140,8 @@ def test_fusion_partners_pair_filter_gradients_with_bias_gradients():
             if index.types[a] == "BiasAddGrad":
                 # Siblings: the same gradient, read through tf.gradients'
                 # tuple identities by the filter gradient.
-                grad = analysis._through_identities(index, *index.inputs[a][0])  # pylint: disable=protected-access
-                assert analysis._through_identities(  # pylint: disable=protected-access
+                grad = fusions._through_identities(index, *index.inputs[a][0])  # pylint: disable=protected-access
+                assert fusions._through_identities(  # pylint: disable=protected-access
                     index, *index.inputs[b][2]) == grad
 
 

@@ -4,7 +4,7 @@ The saved graph is the TF1 CNN of `models.cnn_bias` (convs with biases,
 max pooling, SGD with a global step): the graph on which oneDNN's merge of
 `Conv2DBackpropFilter` with `BiasAddGrad` once turned LMS's trigger edges
 into a cycle, so that with oneDNN on the global step stopped advancing and
-the first layers stopped learning (see `analysis.fusion_partners`). The
+the first layers stopped learning (see `fusions.fusion_partners`). The
 command runs in a subprocess with oneDNN set explicitly off and on.
 """
 

@@ -9,14 +9,16 @@ from `graph_index.from_edges`.
 
 Why one module: it is a flat list of small functions, the longest
 `classify_ops` at 80 lines, and `classify_ops` calls most of the others
-(inactive, constant, possibly-dead, collective ops, fusion partners,
-device matching) to make the `OpRoles` every stage plans with; splitting
-it by topic would only move those calls across modules.
+(inactive, constant, possibly-dead, collective ops, device matching) to
+make the `OpRoles` every stage plans with; splitting it by topic would
+only move those calls across modules. The ops TensorFlow merges at run
+time, a question of their own, are `tflms.fusions`'.
 """
 
 import dataclasses
 
 from tflms import devices
+from tflms import fusions
 from tflms import graph_index as gi
 
 __all__ = [
@@ -32,13 +34,10 @@ __all__ = [
     "initializer_only_ops",
     "initializer_inputs",
     "SHAPE_ONLY_TYPES",
-    "COLLECTIVE_TYPES",
     "collective_ops",
     "maybe_dead_ops",
     "ops_matching",
     "ancestors_within",
-    "fusion_partners",
-    "grappler_groups",
     "learning_parameter_bytes",
     "has_training_ops",
     "largest_device_op",
@@ -68,9 +67,6 @@ SHAPE_ONLY_TYPES = frozenset({
     "Shape", "ShapeN", "Size", "Rank", "ZerosLike", "OnesLike",
     "BroadcastGradientArgs",
 })
-
-# Collectives get no role (the reason is at `graph_index.COLLECTIVE_TYPES`).
-COLLECTIVE_TYPES = gi.COLLECTIVE_TYPES
 
 # Ops whose value depends only on their input's shape: constants when the
 # shape is static.
@@ -105,8 +101,8 @@ class OpRoles:
         swap-in (sync modes): never dead, never a control-flow primitive.
       has_loops: True if the graph has v1 or v2 loops.
       fused_with: op id -> frozenset of the op ids TensorFlow may merge it
-        with at run time (`fusion_partners`); LMS never orders such ops
-        through its own edges.
+        with at run time (`fusions.fusion_partners`); LMS never orders
+        such ops through its own edges.
     """
 
     device_ops: frozenset
@@ -357,11 +353,12 @@ def ops_matching(index, scopes, types, what):
 
 
 def collective_ops(index):
-    """Ops that take part in a collective: `COLLECTIVE_TYPES`, and function
+    """Ops that take part in a collective: `graph_index.COLLECTIVE_TYPES`
+    (collectives get no role; the reason is there), and function
     calls (``If``, ``PartitionedCall``...) whose functions contain one
     (`GraphIndex.calls_collective`)."""
     return frozenset(i for i, t in enumerate(index.types)
-                     if t in COLLECTIVE_TYPES or index.calls_collective[i])
+                     if t in gi.COLLECTIVE_TYPES or index.calls_collective[i])
 
 
 def classify_ops(index, gpu_device=None, is_training=True, filters=None,
@@ -436,11 +433,11 @@ def classify_ops(index, gpu_device=None, is_training=True, filters=None,
             triggers.add(i)
 
     # Ops Grappler merges with a neighbour only while they have one reader
-    # and no control edge (`grappler_groups`): in a tf.function's step LMS
-    # leaves them so. (Session graphs keep their plans for now: changing
+    # and no control edge (`fusions.grappler_groups`): in a tf.function's
+    # step LMS leaves them so. (Session graphs keep their plans for now: changing
     # them changes every recorded plan and capacity.)
     if index.keep_grappler_groups:
-        inner, grouped = grappler_groups(index)
+        inner, grouped = fusions.grappler_groups(index)
         sources -= inner
         triggers -= grouped
         waiters -= grouped
@@ -454,7 +451,8 @@ def classify_ops(index, gpu_device=None, is_training=True, filters=None,
     return OpRoles(device_ops=device_ops, inactive=inactive,
                    sources=frozenset(sources), sinks=frozenset(sinks),
                    triggers=frozenset(triggers), waiters=frozenset(waiters),
-                   has_loops=has_loops, fused_with=fusion_partners(index))
+                   has_loops=has_loops,
+                   fused_with=fusions.fusion_partners(index))
 
 
 def ancestors_within(index, op_id, min_level, extra_preds=None,
@@ -478,145 +476,6 @@ def ancestors_within(index, op_id, min_level, extra_preds=None,
                 seen.add(p)
                 stack.append(p)
     return seen
-
-
-# Identity-like ops that Grappler removes before TensorFlow's runtime graph
-# passes see the graph: a tensor read through them is read directly there.
-_FORWARDING_TYPES = frozenset({"Identity", "Snapshot", "StopGradient"})
-
-
-def _through_identities(index, producer, output):
-    """The tensor ``(producer, output)`` stands for once Grappler has
-    removed the identities in front of it."""
-    seen = 0
-    while seen < 64:
-        t = index.types[producer]
-        if t in _FORWARDING_TYPES and index.inputs[producer]:
-            producer, output = index.inputs[producer][0]
-        elif t == "IdentityN" and output < len(index.inputs[producer]):
-            producer, output = index.inputs[producer][output]
-        else:
-            break
-        seen += 1
-    return producer, output
-
-
-def fusion_partners(index):
-    """Ops that TensorFlow may merge into one node at run time.
-
-    With oneDNN on (TF_ENABLE_ONEDNN_OPTS=1, the default on CPUs with
-    AVX512_VNNI, AVX512_BF16 or AMX), TensorFlow's `MklLayoutRewritePass`
-    merges, after Grappler and before the executor runs:
-
-    * a `Conv2DBackpropFilter` and a `BiasAddGrad` that read the same
-      gradient (into `_MklNativeConv2DBackpropFilterWithBias`),
-    * a `Conv2D` and the `BiasAdd` reading its output,
-    * a `Pad` and the `Conv2D` reading its output.
-
-    The merged node takes over the control inputs and outputs of both ops
-    and the pass does not check for cycles. So an LMS control edge from one
-    of them to a swap-in read by the other (``BiasAddGrad -> swap-in ->
-    Conv2DBackpropFilter``) becomes a cycle through the merged node: the
-    executor never runs it nor anything after it, silently, and the step
-    ends without the weight updates that depend on it (nor the global
-    step's `AssignAdd`, which waits for all of them). Grappler's own
-    remapper fusions decline ops with control edges, which would only
-    change rounding; LMS leaves those alone too (`grappler_groups`).
-
-    Identities in between count as absent (Grappler removes them first).
-
-    Returns:
-      dict op id -> frozenset of partner op ids (only ops with partners).
-    """
-    partners = {}
-
-    def pair(a, b):
-        partners.setdefault(a, set()).add(b)
-        partners.setdefault(b, set()).add(a)
-
-    types = index.types
-    for op, t in enumerate(types):
-        if t == "BiasAddGrad" and index.inputs[op]:
-            grad = _through_identities(index, *index.inputs[op][0])
-            for c in _readers_of(index, grad):
-                if types[c] == "Conv2DBackpropFilter":
-                    pair(op, c)
-        elif t in ("BiasAdd", "BiasAddV1") and index.inputs[op]:
-            p, _ = _through_identities(index, *index.inputs[op][0])
-            if types[p] == "Conv2D":
-                pair(p, op)
-        elif t == "Conv2D" and index.inputs[op]:
-            p, _ = _through_identities(index, *index.inputs[op][0])
-            if types[p] in ("Pad", "MirrorPad"):
-                pair(p, op)
-    return {k: frozenset(v) for k, v in partners.items()}
-
-
-# Op kinds Grappler merges into their one reader: the arithmetic
-# optimizer's AddOpsRewrite collapses trees of Add, AddV2 and AddN into an
-# AddN per input shape and its MinimizeBroadcasts reorders chains of Mul;
-# the remapper fuses a convolution or product with its BiasAdd, and a
-# BiasAdd with its activation (one _FusedConv2D / _FusedMatMul kernel).
-_ADD = ("Add", "AddV2", "AddN")
-_MERGED_INTO = {
-    **{t: _ADD for t in _ADD},
-    "Mul": ("Mul",),
-    **{t: ("BiasAdd",) for t in ("Conv2D", "Conv3D", "DepthwiseConv2dNative",
-                                 "MatMul")},
-    "BiasAdd": ("Relu", "Relu6", "Elu", "LeakyRelu", "Tanh", "Sigmoid"),
-}
-
-
-def grappler_groups(index):
-    """Ops Grappler merges with their reader, which LMS must leave alone.
-
-    The arithmetic optimizer turns ``(a + b) + c`` into ``AddN(a, b, c)``
-    (which rounds differently from the additions as written) and the
-    remapper fuses a ``Conv2D`` with its ``BiasAdd`` (`_MERGED_INTO`), but
-    only where the inner op has exactly one reader and no op of the group
-    has a control edge in or out. LMS would change that: a swap-out is a
-    second reader, a swap-in between the two ops hides the inner one, and
-    a trigger or a waiter gets a control edge. The step would then round
-    differently from the step without LMS. Identities in between count as
-    absent (Grappler removes them first).
-
-    Returns:
-      ``(inner, members)``, frozensets of op ids: `inner` the ops merged
-      into their reader (their output is not swapped), `members` those
-      and their readers (never triggers or waiters).
-    """
-    types = index.types
-    inner, members = set(), set()
-    for op, t in enumerate(types):
-        into = _MERGED_INTO.get(t)
-        if into is None or not index.consumers[op]:
-            continue
-        readers = _readers_of(index, (op, 0))
-        if len(readers) == 1 and types[readers[0]] in into:
-            inner.add(op)
-            members.update((op, readers[0]))
-    return frozenset(inner), frozenset(members)
-
-
-def _readers_of(index, tensor):
-    """Ops reading `tensor` directly or through identities."""
-    readers = []
-    stack = [tensor]
-    seen = set()
-    while stack:
-        producer, output = stack.pop()
-        for c, slot in index.consumers[producer][output]:
-            if c in seen:
-                continue
-            seen.add(c)
-            t = index.types[c]
-            if t in _FORWARDING_TYPES:
-                stack.append((c, 0))
-            elif t == "IdentityN":
-                stack.append((c, slot))
-            else:
-                readers.append(c)
-    return readers
 
 
 def has_training_ops(index):
@@ -649,7 +508,8 @@ def op_bytes(index, op_id, batch_size=None):
     return total
 
 
-_ASSIGN_TYPES = frozenset({"Assign", "AssignVariableOp"})
+# The assignments that initialize a variable (`<variable>/Assign`).
+_INITIALIZER_ASSIGN_TYPES = frozenset({"Assign", "AssignVariableOp"})
 
 
 def initializer_seeds(index):
@@ -658,7 +518,7 @@ def initializer_seeds(index):
     return frozenset(
         i for i, name in enumerate(index.names)
         if "/Initializer/" in name
-        or (index.types[i] in _ASSIGN_TYPES and name.endswith("/Assign")))
+        or (index.types[i] in _INITIALIZER_ASSIGN_TYPES and name.endswith("/Assign")))
 
 
 def initializer_only_ops(index):

@@ -6,15 +6,11 @@ Standard library only: `tflms.settings` lists these names in its checks and
 them; the auto-tuner counts copy durations at `Settings.interconnect`;
 `tflms.oracle.gpu_properties` describes a GPU's chip to Grappler's cost
 model. The tables of them in docs/performance.md and the names in
-docs/plan.md are made here (``python -m tflms.hardware --write
-docs/performance.md docs/plan.md``).
+docs/plan.md are made from them (``python tools/docs_tables.py``).
 """
 
-import argparse
 import dataclasses
 import math
-import re
-import sys
 from typing import Optional
 
 __all__ = [
@@ -29,10 +25,6 @@ __all__ = [
     "DEFAULT_INTERCONNECT",
     "gpu_named",
     "interconnect_named",
-    "gpu_table",
-    "link_table",
-    "names_text",
-    "with_tables",
 ]
 
 
@@ -329,137 +321,3 @@ def interconnect_named(name):
                          "%r for copies that take no time"
                          % (name, ", ".join(INTERCONNECTS), INSTANT.name))
     return found
-
-
-# The docs' hardware tables are made here, so a GPU or link added above
-# reaches docs/performance.md and docs/plan.md by `python -m tflms.hardware
-# --write` (tests/test_hardware.py fails while they differ). Each is
-# written between the comments <!-- hardware:NAME --> and
-# <!-- /hardware:NAME -->, which Markdown readers do not see.
-
-
-def _number(value):
-    """``1555.0 -> "1,555"``, ``15.75 -> "15.75"``."""
-    return format(value, ",g")
-
-
-def _source_title(source):
-    # A source's title is its text before the first parenthesis (the
-    # numbers it backs and its address follow).
-    return source.split(" (")[0]
-
-
-def gpu_table():
-    """The Markdown table of `GPUS`: rates, memory, chip, sources."""
-    rows = [
-        "| GPU (`--gpu`) | FP32 TFLOP/s | matmul/conv peak for float32 | "
-        "FP16 tensor | BF16 tensor | HBM bandwidth | memory | SMs x boost "
-        "clock, compute capability, L2 (the oracle's GPU) | sources |",
-        "|---|---:|---:|---:|---:|---:|---:|---|---|",
-    ]
-    for gpu in GPUS.values():
-        # Matmuls of a float32 graph get TF32 where the tensor cores are
-        # faster than the CUDA cores (the `Gpu.tensor_flops` docstring).
-        kind = "FP32" if gpu.tensor_flops == gpu.fp32_flops else "TF32"
-        chip = "%d x %s MHz, %s, %s MiB" % (
-            gpu.sms, _number(gpu.boost_clock_mhz), gpu.compute_capability,
-            _number(gpu.l2_bytes / _MIB))
-        rows.append("| `%s`%s | %s | %s (%s) | %s | %s | %s GB/s | %s GiB | "
-                    "%s | %s; %s |" % (
-                        gpu.name,
-                        " (default)" if gpu.name == DEFAULT_GPU else "",
-                        _number(gpu.fp32_flops / _T),
-                        _number(gpu.tensor_flops / _T), kind,
-                        _number(gpu.half_flops / _T),
-                        "none" if gpu.bf16_flops is None
-                        else _number(gpu.bf16_flops / _T),
-                        _number(gpu.memory_bandwidth / _G),
-                        _number(gpu.memory_bytes / _GIB), chip,
-                        _source_title(gpu.source),
-                        _source_title(gpu.architecture_source)))
-    return "\n".join(rows)
-
-
-def link_table():
-    """The Markdown table of `INTERCONNECTS`: the peak rate per direction,
-    the rates copies get each way, source."""
-    rows = ["| link (`--interconnect`) | GB/s per direction (peak) | "
-            "host to device (swap-ins) | device to host (swap-outs) | "
-            "source |",
-            "|---|---:|---:|---:|---|"]
-    for link in INTERCONNECTS.values():
-        rows.append("| `%s` %s%s | %s | %s | %s | %s |" % (
-            link.name, link.label,
-            " (default)" if link.name == DEFAULT_INTERCONNECT else "",
-            _number(link.bytes_per_s / _G),
-            _number(link.h2d_bytes_per_s / _G),
-            _number(link.d2h_bytes_per_s / _G), link.source))
-    return "\n".join(rows)
-
-
-def names_text():
-    """The names `--gpu` and `--interconnect` take, for docs/plan.md."""
-    def named(names, default):
-        return ", ".join("`%s`%s" % (name, " (default)" if name == default
-                                     else "") for name in names)
-    return "%s; %s, or `%s` (copies take no time)" % (
-        named(GPUS, DEFAULT_GPU), named(INTERCONNECTS, DEFAULT_INTERCONNECT),
-        INSTANT.name)
-
-
-# Marker name -> (text, whether it is a block of its own lines).
-_GENERATED = {
-    "gpus": (gpu_table, True),
-    "links": (link_table, True),
-    "names": (names_text, False),
-}
-_MARKED = re.compile(r"<!-- hardware:(\w+) -->(.*?)<!-- /hardware:\1 -->",
-                     re.S)
-
-
-def with_tables(text):
-    """`text` with what stands between each pair of hardware markers made
-    again from `GPUS` and `INTERCONNECTS`; everything else is kept.
-
-    Raises:
-      ValueError: for a marker name this module does not make.
-    """
-    def made(match):
-        name = match.group(1)
-        if name not in _GENERATED:
-            raise ValueError(
-                "<!-- hardware:%s --> names nothing tflms.hardware makes; "
-                "use one of %s" % (name, ", ".join(_GENERATED)))
-        make, block = _GENERATED[name]
-        inside = "\n%s\n" % make() if block else make()
-        return "<!-- hardware:%s -->%s<!-- /hardware:%s -->" % (
-            name, inside, name)
-    return _MARKED.sub(made, text)
-
-
-def main(argv=None):
-    """``python -m tflms.hardware``: print the tables, or rewrite what the
-    hardware markers of some files hold with ``--write PATH...``."""
-    parser = argparse.ArgumentParser(
-        prog="python -m tflms.hardware",
-        description="Print the Markdown tables of the known GPUs and links, "
-                    "or regenerate them between the <!-- hardware:... --> "
-                    "markers of docs/performance.md and docs/plan.md.")
-    parser.add_argument("--write", metavar="PATH", nargs="+", default=None,
-                        help="rewrite the marked text of these files (e.g. "
-                             "docs/performance.md docs/plan.md), keeping "
-                             "the rest")
-    args = parser.parse_args(argv)
-    if args.write is None:
-        print(gpu_table() + "\n\n" + link_table() + "\n\n" + names_text())
-        return 0
-    for path in args.write:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(with_tables(text))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

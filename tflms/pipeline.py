@@ -60,7 +60,7 @@ class Planned:
         levels), sorted.
       deferral_edges: `planner.deferral_edges` of the index (carried out by
         every plan).
-      ordering_edges: the control edges `ordering.order_peaks` added to
+      ordering_edges: the control edges `peak_ordering.order_peaks` added to
         the planning index when auto-tuning found nothing that fits
         without them, or a faster plan with them (also in
         `index.planned_edges`, and so in the plan's serialization edges,

@@ -5,8 +5,9 @@ carries its default, its check (Python value -> normalised value, or a
 `ValueError` naming the setting, the value and the fix), its command-line
 converter and help, and its documentation. The `LMS` constructor and
 properties, the ``tflms`` command's flags, the example scripts' flags and
-the tables of docs/parameters.md are all made from these fields, so adding
-a setting means adding one field here (and using it).
+the tables of docs/parameters.md (``python tools/docs_tables.py``) are all
+made from these fields, so adding a setting means adding one field here
+(and using it).
 
 This module and its checks (`tflms.validation`) import only the standard
 library, so the example scripts can build their ``--help`` without loading
@@ -14,16 +15,14 @@ TensorFlow.
 
 Why one module: its parts are the one declaration of the settings and
 what is made from the same field metadata, in the order a reader follows
-a setting (its check's wiring, the `Settings` fields, the flags, the
-documentation tables). The checks themselves are in `tflms.validation`; the rest, split
-off, would read this module's private field helpers, and `python -m
-tflms.settings --write docs/parameters.md` would move.
+a setting (its check's wiring, the `Settings` fields, the flags). The
+checks themselves are in `tflms.validation`, the docs tables in
+tools/docs_tables.py.
 """
 
 import argparse
 import dataclasses
 import functools
-import re
 import sys
 
 from tflms import _argparse_types as T
@@ -39,8 +38,6 @@ __all__ = [
     "flag_of",
     "add_arguments",
     "from_arguments",
-    "markdown_table",
-    "with_tables",
 ]
 
 # A swap parameter set to AUTO is chosen by the auto-tuner.
@@ -282,8 +279,7 @@ class Settings:
         "operations only, at most four per tensor) where a recompute "
         "peaks no higher than the swap-only plan and moves fewer bytes "
         "(which needs `batch_size` for unknown dimensions). `False`: "
-        "swaps only, never a cloned operation in the graph (the plans of "
-        "tflms before recomputes were on by default). Recomputes cost "
+        "swaps only, never a cloned operation in the graph. Recomputes cost "
         "compute instead of transfers (docs/benchmarks.md, \"Cheaper plans "
         "at the same size\").",
         flag="recompute swapped tensors by cloning the operations that "
@@ -591,81 +587,3 @@ def from_arguments(args, base=None, names=None, **overrides):
             values[field.name] = getattr(args, field.name)
     values.update(overrides)
     return (base or Settings()).replace(**values)
-
-
-# ---- documentation ---------------------------------------------------------
-def _shown_default(field):
-    shown = field.metadata["shown_default"]
-    if shown is not None:
-        return shown
-    if isinstance(field.default, frozenset):
-        return "`set()`"
-    return "`%r`" % (field.default,)
-
-
-def markdown_table(kind):
-    """The Markdown table of docs/parameters.md for `kind` (CONSTRUCTOR:
-    "Argument", PROPERTY: "Property")."""
-    head = "Argument" if kind == CONSTRUCTOR else "Property"
-    lines = ["| %s | Default | Effect |" % head, "| --- | --- | --- |"]
-    for field in fields(kind):
-        lines.append("| `%s` | %s | %s |" % (
-            field.name, _shown_default(field), field.metadata["doc"]))
-    return "\n".join(lines)
-
-
-# The heading each table of docs/parameters.md sits under.
-_TABLE_HEADINGS = ((CONSTRUCTOR, "## Constructor arguments"),
-                   (PROPERTY, "## Properties"))
-_TABLE = re.compile(r"^\|.*\|[ \t]*\n(?:\|.*\|[ \t]*\n?)*", re.M)
-
-
-def with_tables(text):
-    """`text` (docs/parameters.md) with the first table after each of its
-    "## Constructor arguments" and "## Properties" headings replaced by
-    `markdown_table`; the prose around them is kept.
-
-    Raises:
-      ValueError: when a heading or its table is missing.
-    """
-    for kind, heading in _TABLE_HEADINGS:
-        start = re.search(r"^%s[ \t]*$" % re.escape(heading), text, re.M)
-        # The table must be in the heading's own section.
-        end = re.compile(r"^#{1,2} ", re.M).search(text, start.end()) \
-            if start else None
-        match = _TABLE.search(text, start.end(), end.start() if end
-                              else len(text)) if start else None
-        if match is None:
-            raise ValueError(
-                "docs/parameters.md needs a %r heading followed by a "
-                "Markdown table; add them and rerun python -m tflms.settings "
-                "--write docs/parameters.md" % heading)
-        table = markdown_table(kind) + "\n"
-        text = text[:match.start()] + table + text[match.end():]
-    return text
-
-
-def main(argv=None):
-    """``python -m tflms.settings``: print the tables of docs/parameters.md,
-    or rewrite them in place with ``--write PATH``."""
-    parser = argparse.ArgumentParser(
-        prog="python -m tflms.settings",
-        description="Print the Markdown tables of the LMS settings, or "
-                    "regenerate them in docs/parameters.md.")
-    parser.add_argument("--write", metavar="PATH", default=None,
-                        help="rewrite the tables in this file (e.g. "
-                             "docs/parameters.md), keeping its prose")
-    args = parser.parse_args(argv)
-    if args.write is None:
-        for kind, heading in _TABLE_HEADINGS:
-            print(heading + "\n\n" + markdown_table(kind) + "\n")
-        return 0
-    with open(args.write, encoding="utf-8") as f:
-        text = f.read()
-    with open(args.write, "w", encoding="utf-8") as f:
-        f.write(with_tables(text))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

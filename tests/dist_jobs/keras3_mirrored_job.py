@@ -71,7 +71,7 @@ def _mobilenetv2(keras):
 MODELS = {"cnn": _cnn, "mobilenetv2": _mobilenetv2}
 # The share of one replica's activations the tuned mode plans to keep on
 # the device: the small CNN's convolutions and biases are fused by
-# Grappler and stay together on the device (analysis.grappler_groups), so
+# Grappler and stay together on the device (fusions.grappler_groups), so
 # it cannot go down to half.
 KEPT = {"cnn": 0.6, "mobilenetv2": 0.5}
 

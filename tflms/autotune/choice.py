@@ -72,8 +72,8 @@ def choose(sims, model, requested, max_level, select, log, by_time=None):
             len(candidates))
 
 
-def fit_in_time(sims, model, time_model, requested, max_level, select, log,
-                chosen, by_time=None):
+def fit_in_time(sims, time_model, requested, max_level, select, chosen,
+                by_time=None):
     """The chosen plan checked with its copies' duration, and planned again
     for a smaller budget while it does not fit.
 
@@ -87,7 +87,9 @@ def fit_in_time(sims, model, time_model, requested, max_level, select, log,
     readers wait for the copies instead of the copies holding memory.
 
     Args:
-      sims: the `Simulations` `chosen` came from.
+      sims: the `Simulations` `chosen` came from (its model and log are
+        the search's).
+      requested, max_level, select: as for `choose`.
       time_model: a callable making the `steptime.StepTimeModel`, or None
         to count copies as instant.
       chosen: what `choose` returned.
@@ -104,6 +106,7 @@ def fit_in_time(sims, model, time_model, requested, max_level, select, log,
       AutotuneError: no plan fits once its copies take their time.
     """
     budget = sims.budget
+    model, log = sims.model, sims.log
     if time_model is None:
         return chosen, sims.replay(chosen[1], detail=True), sims.count
     time_model = time_model()

@@ -76,7 +76,7 @@ def tune(context, index, deferral_edges=(), ordering_edges=()):
         ordering edges planned so far).
       deferral_edges: `planner.deferral_edges` that every plan carries out
         (the replay without LMS does not).
-      ordering_edges: the `ordering.order_peaks` edges among the index's
+      ordering_edges: the `peak_ordering.order_peaks` edges among the index's
         planned edges: synchronous swap-ins into their second ops also
         wait for their first (`planner.wait_for_ordering`).
 
@@ -142,8 +142,8 @@ def tune(context, index, deferral_edges=(), ordering_edges=()):
         raise with_plots(err, sims, plot_dir, index, roles, batch_size,
                          without, budget, log) from None
     (params, final_plan, only, threshold_result, step_time, timed), final, \
-        count = fit_in_time(sims, model, time_model, requested, max_level,
-                            select, log, chosen, by_time)
+        count = fit_in_time(sims, time_model, requested, max_level, select,
+                            chosen, by_time)
     log.info("[Simulator] With LMS one step peaks at %.2f GiB of %.2f GiB at "
              "level %d (%s)" % (final.peak_device_bytes / _GIB, budget / _GIB,
                                 final.peak_level, final.peak_op))

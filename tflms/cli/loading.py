@@ -9,8 +9,6 @@ import os
 
 
 _KERAS_EXTENSIONS = (".h5", ".hdf5", ".keras")
-_FUNCTION_CALL_TYPES = frozenset({"PartitionedCall",
-                                  "StatefulPartitionedCall"})
 
 
 class PlanError(Exception):
@@ -274,8 +272,9 @@ def load_graph(path, args):
 
     training = _has_backward(graph)
     if not training:
+        from tflms.graph_index import PARTITIONED_CALL_TYPES  # pylint: disable=import-outside-toplevel
         calls = [op for op in graph.get_operations()
-                 if op.type in _FUNCTION_CALL_TYPES]
+                 if op.type in PARTITIONED_CALL_TYPES]
         if calls:
             raise PlanError(
                 "%s keeps its computation inside TensorFlow 2 functions "

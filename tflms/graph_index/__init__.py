@@ -35,10 +35,13 @@ The modules:
 
 from tflms.devices import DeviceKey, is_cpu_device, parse_device
 from tflms.graph_index.build import with_planned_edges
-from tflms.graph_index.index import (APPLY_PREFIXES, BACK_EDGE_TYPES,
+from tflms.graph_index.index import (ALLOCATING_REF_TYPES, APPLY_PREFIXES,
+                                     BACK_EDGE_TYPES, BUFFER_FORWARDING_TYPES,
                                      COLLECTIVE_TYPES, CONTROL_FLOW_V1_TYPES,
-                                     DEFAULT_DEVICE, FORWARDING_TYPES,
-                                     FUNCTION_CALL_TYPES, GraphIndex)
+                                     DEFAULT_DEVICE, FUNCTION_CALL_TYPES,
+                                     GRAPPLER_IDENTITY_TYPES,
+                                     NEUTRAL_OPERANDS, PARTITIONED_CALL_TYPES,
+                                     GraphIndex)
 from tflms.graph_index.literal import from_edges
 from tflms.graph_index.sizes import (FLOP_TYPES, contraction_flops, op_flops,
                                      tensor_bytes)
@@ -48,7 +51,10 @@ __all__ = [
     "from_edges",
     "with_planned_edges",
     "DEFAULT_DEVICE",
-    "FORWARDING_TYPES",
+    "GRAPPLER_IDENTITY_TYPES",
+    "BUFFER_FORWARDING_TYPES",
+    "NEUTRAL_OPERANDS",
+    "ALLOCATING_REF_TYPES",
     "APPLY_PREFIXES",
     "tensor_bytes",
     "op_flops",
@@ -61,5 +67,6 @@ __all__ = [
     "BACK_EDGE_TYPES",
     "COLLECTIVE_TYPES",
     "FUNCTION_CALL_TYPES",
+    "PARTITIONED_CALL_TYPES",
 ]
 

@@ -5,10 +5,22 @@ levels); and `with_planned_edges`, the index re-levelled with the control
 edges LMS plans to add.
 """
 
+import collections
 import dataclasses
 
-from tflms import topo
+from tflms import dag_levels
 from tflms.graph_index.index import BACK_EDGE_TYPES, GraphIndex
+
+
+# What a constructor gathers about one op: the `GraphIndex` field each
+# becomes is the plural (name -> names, type -> types, device -> devices),
+# or the same name. A named tuple: made once per op of graphs of hundreds of
+# thousands of ops, it costs no more than the tuple it is.
+OpFacts = collections.namedtuple("OpFacts", (
+    "name", "type", "device", "inputs", "control_inputs", "output_shapes",
+    "output_itemsizes", "variable_bytes", "is_stateful", "bn_is_training",
+    "forwards_input", "in_v1_cond", "in_v1_loop", "calls_collective",
+    "trainable_bytes", "flops"))
 
 
 class Columns:
@@ -24,19 +36,13 @@ class Columns:
     def __init__(self):
         for f in self.FIELDS:
             setattr(self, f, [])
+        # The lists in `OpFacts` order, for `add`'s per-op loop.
+        self._columns = tuple(getattr(self, f) for f in self.FIELDS)
 
-    def add(self, name, type, device, inputs, control_inputs, output_shapes,  # pylint: disable=redefined-builtin
-            output_itemsizes, variable_bytes, is_stateful, bn_is_training,
-            forwards_input, in_v1_cond, in_v1_loop, calls_collective,
-            trainable_bytes,
-            flops):
-        values = (name, type, device, inputs, control_inputs, output_shapes,
-                  output_itemsizes, variable_bytes, is_stateful,
-                  bn_is_training, forwards_input, in_v1_cond, in_v1_loop,
-                  calls_collective,
-                  trainable_bytes, flops)
-        for f, v in zip(self.FIELDS, values):
-            getattr(self, f).append(v)
+    def add(self, facts):
+        """Append one op's `OpFacts`."""
+        for column, value in zip(self._columns, facts):
+            column.append(value)
 
 
 def _fan_in_ids(cols, roots):
@@ -109,7 +115,7 @@ def assemble(ops, cols, id_of, roots=(), step_rule="the whole graph"):
         else list(fanouts[i]) + control_outputs[i]
         for i in range(n)
     ]
-    levels = topo.kahn_levels(n, successors)
+    levels = dag_levels.kahn_levels(n, successors)
 
     return GraphIndex(
         ops=ops,
@@ -135,7 +141,8 @@ def assemble(ops, cols, id_of, roots=(), step_rule="the whole graph"):
         trainable_bytes=tuple(cols.trainable_bytes),
         flops=tuple(cols.flops),
         levels=tuple(levels),
-        ops_by_level=tuple(tuple(g) for g in topo.group_by_level(levels)),
+        ops_by_level=tuple(
+            tuple(g) for g in dag_levels.group_by_level(levels)),
         id_of=id_of,
         fetches=fetches,
         step_rule=step_rule,
@@ -152,7 +159,7 @@ def with_planned_edges(index, edges):
     from the index.
 
     Raises:
-      topo.GraphCycleError: if the edges close a cycle.
+      dag_levels.GraphCycleError: if the edges close a cycle.
     """
     edges = tuple((int(a), int(b)) for a, b in edges)
     if not edges:
@@ -163,7 +170,8 @@ def with_planned_edges(index, edges):
         extra[a].append(b)
     successors = [list(index.level_successors(i)) + extra[i]
                   for i in range(index.num_ops)]
-    levels = topo.kahn_levels(index.num_ops, successors)
+    levels = dag_levels.kahn_levels(index.num_ops, successors)
     return dataclasses.replace(
         index, planned_edges=planned, levels=tuple(levels),
-        ops_by_level=tuple(tuple(g) for g in topo.group_by_level(levels)))
+        ops_by_level=tuple(
+            tuple(g) for g in dag_levels.group_by_level(levels)))

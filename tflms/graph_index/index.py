@@ -39,21 +39,44 @@ COLLECTIVE_TYPES = frozenset({
 })
 
 # Ops that run functions of the graph's library.
+# Calls of a function of the graph's library by name (a tf.function's call
+# site in a graph).
+PARTITIONED_CALL_TYPES = frozenset({"PartitionedCall",
+                                    "StatefulPartitionedCall"})
 FUNCTION_CALL_TYPES = frozenset({
     "If", "StatelessIf", "Case", "StatelessCase", "While", "StatelessWhile",
-    "PartitionedCall", "StatefulPartitionedCall",
-})
+}) | PARTITIONED_CALL_TYPES
 
 
 # Optimizer updates (`tflms.step` finds a training step by them).
 APPLY_PREFIXES = step_mod.APPLY_PREFIXES
 
 # Ops that are an identity of their input 0 for TensorFlow's graph
-# optimizer (it removes them, and the readers read the input).
-FORWARDING_TYPES = frozenset({"Identity", "StopGradient", "PreventGradient",
-                              "Snapshot"})
+# optimizer: Grappler removes them before the runtime's graph passes run,
+# and their readers read the input. What a tensor read through them is read
+# as in the step that runs (`GraphIndex.forwards_input`, the analysis'
+# readers).
+GRAPPLER_IDENTITY_TYPES = frozenset({"Identity", "StopGradient",
+                                     "PreventGradient", "Snapshot"})
+# Kernels that return their input's buffer as their output
+# (context->set_output(k, context->input(k)), or Tensor::CopyFrom with a new
+# shape) instead of allocating one, when both live in the same memory
+# space. IdentityN forwards input k to output k, the others input 0 to
+# output 0. The simulator and the oracle's runtime replay both alias them.
+BUFFER_FORWARDING_TYPES = frozenset({
+    "Identity", "IdentityN", "StopGradient", "PreventGradient", "Reshape",
+    "Squeeze", "ExpandDims",
+})
+# The one op whose reference output is a buffer of its own, allocated in the
+# step; every other ref output (the kernels call set_output_ref or
+# forward_ref_input_to_ref_output) refers to a variable's resident buffer.
+ALLOCATING_REF_TYPES = frozenset({"TemporaryVariable"})
 # x * 1, 1 * x, x / 1, x + 0, 0 + x, x - 0: the neutral value, and the
 # slots of x and of the constant (the reader checks the constant).
+# Grappler's constant folding replaces such an op by an Identity of x when
+# the output has x's shape, so in a real step its output is x's buffer. The
+# gradient of tf.nn.swish computes x * 1.0 (a FULL_TRACE of a Keras
+# EfficientNet step with Grappler on has no such op).
 NEUTRAL_OPERANDS = {
     "Mul": (1.0, ((0, 1), (1, 0))), "MulNoNan": (1.0, ((0, 1), (1, 0))),
     "RealDiv": (1.0, ((0, 1),)), "Div": (1.0, ((0, 1),)),
@@ -97,9 +120,9 @@ class GraphIndex:
         batch-norm ops, else None.
       forwards_input: per op, the data input slot whose value its output 0
         is, when TensorFlow's graph optimizer reduces the op to an identity
-        of that input (`FORWARDING_TYPES`, and arithmetic with a constant
-        neutral operand of a shape that changes nothing, such as ``x *
-        1.0`` in the swish gradient); else None. Its output is the input's
+        of that input (`GRAPPLER_IDENTITY_TYPES`, and arithmetic with a
+        constant neutral operand of a shape that changes nothing, such as
+        ``x * 1.0`` in the swish gradient); else None. Its output is the input's
         buffer at run time, and never a tensor of its own to swap.
       in_v1_cond / in_v1_loop: per op, True if the op was built inside a v1
         ``tf.cond`` branch / ``tf.while_loop`` body (Switch/Merge and
@@ -129,7 +152,7 @@ class GraphIndex:
         rewriter's check that the graph has not changed since).
       keep_grappler_groups: LMS swaps nothing out of, and adds no control
         edge to, the groups of ops Grappler merges
-        (`analysis.grappler_groups`); set for a tf.function's step
+        (`fusions.grappler_groups`); set for a tf.function's step
         (`tflms.tf.adapters.tf_function.step_of`).
     """
 

@@ -6,8 +6,9 @@ TensorFlow; every bad entry is named with how to write it.
 import numbers
 
 from tflms.devices import parse_device
-from tflms.graph_index.build import Columns, assemble
-from tflms.graph_index.index import DEFAULT_DEVICE, FORWARDING_TYPES
+from tflms.graph_index.build import Columns, OpFacts, assemble
+from tflms.graph_index.index import (DEFAULT_DEVICE,
+                                     GRAPPLER_IDENTITY_TYPES)
 
 
 # Facts `from_edges` takes per op, with their defaults.
@@ -60,10 +61,10 @@ def from_edges(ops, edges=(), control_edges=(),
         ``stateful``, ``in_v1_cond``, ``in_v1_loop``, ``calls_collective``
         (bool); ``bn_is_training`` (bool or None); ``forwards_input``
         (the input slot the op is an identity of, default 0 for
-        `FORWARDING_TYPES` with an input, else None); ``flops``: an int (the
-        op's floating-point operations) or a ``(fixed, per_example)`` pair
-        of ints (``fixed + per_example * batch_size``), default 0. See
-        `GraphIndex`.
+        `GRAPPLER_IDENTITY_TYPES` with an input, else None); ``flops``: an
+        int (the op's floating-point operations) or a ``(fixed,
+        per_example)`` pair of ints (``fixed + per_example * batch_size``),
+        default 0. See `GraphIndex`.
       edges: data edges ``(tensor, consumer)``: `tensor` is ``'op'``
         (output 0) or ``'op:k'``; each consumer's input slots are numbered
         in the order its edges appear here.
@@ -78,8 +79,48 @@ def from_edges(ops, edges=(), control_edges=(),
 
     Raises:
       ValueError: naming the bad entry and how to write it.
-      topo.GraphCycleError: if the edges close a cycle.
+      dag_levels.GraphCycleError: if the edges close a cycle.
     """
+    specs, id_of = _literal_specs(ops)
+    inputs, read = _literal_edges(edges, id_of, len(specs))
+    control_inputs = _literal_control_edges(control_edges, id_of, len(specs))
+    cols = Columns()
+    for i, (name, op_type, facts) in enumerate(specs):
+        where = "ops[%d] (%r)" % (i, name)
+        shapes, itemsizes = _literal_outputs(facts["outputs"], read[i], where)
+        _check_literal_flags(facts, where)
+        variable_bytes = _literal_variable_bytes(facts["variable_bytes"],
+                                                 where)
+        cols.add(OpFacts(
+            name=name, type=op_type,
+            device=_literal_device(facts["device"], default_device, where),
+            inputs=tuple(inputs[i]),
+            control_inputs=tuple(sorted(control_inputs[i])),
+            output_shapes=shapes, output_itemsizes=itemsizes,
+            variable_bytes=variable_bytes,
+            is_stateful=facts["stateful"],
+            bn_is_training=facts["bn_is_training"],
+            forwards_input=(
+                _literal_slot(facts["forwards_input"], len(inputs[i]), where)
+                if facts["forwards_input"] is not None
+                else 0 if op_type in GRAPPLER_IDENTITY_TYPES and inputs[i]
+                else None),
+            in_v1_cond=facts["in_v1_cond"], in_v1_loop=facts["in_v1_loop"],
+            calls_collective=facts["calls_collective"],
+            trainable_bytes=variable_bytes if facts["trainable"] else 0,
+            flops=_literal_flops(facts["flops"], where)))
+    if isinstance(fetches, str):
+        fetches = (fetches,)
+    roots = [_literal_op_id(name, id_of, "fetches[%d]" % k)
+             for k, name in enumerate(fetches)]
+    return assemble(None, cols, id_of, roots,
+                     "the fetches %s" % ", ".join(fetches) if roots
+                     else "the whole graph")
+
+
+def _literal_specs(ops):
+    """`from_edges`' `ops` -> ``[(name, type, facts with defaults)]`` and
+    ``{name: op id}``."""
     specs = []
     id_of = {}
     for k, spec in enumerate(ops):
@@ -105,9 +146,14 @@ def from_edges(ops, edges=(), control_edges=(),
                 "ops[%d] (%r): unknown fact %r; the facts are %s"
                 % (k, name, unknown[0], ", ".join(sorted(_LITERAL_FACTS))))
         specs.append((name, spec[1], dict(_LITERAL_FACTS, **facts)))
+    return specs, id_of
 
-    inputs = [[] for _ in specs]
-    read = [0] * len(specs)  # outputs each op must have
+
+def _literal_edges(edges, id_of, num_ops):
+    """`from_edges`' `edges` -> per op its inputs ``[(producer, output)]``
+    in slot order, and per op how many outputs the edges read."""
+    inputs = [[] for _ in range(num_ops)]
+    read = [0] * num_ops  # outputs each op must have
     for k, edge in enumerate(edges):
         if not isinstance(edge, (tuple, list)) or len(edge) != 2:
             raise ValueError("edges[%d] must be a (tensor, consumer) pair "
@@ -116,7 +162,13 @@ def from_edges(ops, edges=(), control_edges=(),
         consumer = _literal_op_id(edge[1], id_of, "edges[%d]" % k)
         inputs[consumer].append((producer, out))
         read[producer] = max(read[producer], out + 1)
-    control_inputs = [set() for _ in specs]
+    return inputs, read
+
+
+def _literal_control_edges(control_edges, id_of, num_ops):
+    """`from_edges`' `control_edges` -> per op the set of its control
+    inputs."""
+    control_inputs = [set() for _ in range(num_ops)]
     for k, edge in enumerate(control_edges):
         if not isinstance(edge, (tuple, list)) or len(edge) != 2:
             raise ValueError("control_edges[%d] must be a (from_op, to_op) "
@@ -124,58 +176,39 @@ def from_edges(ops, edges=(), control_edges=(),
         a = _literal_op_id(edge[0], id_of, "control_edges[%d]" % k)
         b = _literal_op_id(edge[1], id_of, "control_edges[%d]" % k)
         control_inputs[b].add(a)
+    return control_inputs
 
-    cols = Columns()
-    for i, (name, op_type, facts) in enumerate(specs):
-        where = "ops[%d] (%r)" % (i, name)
-        shapes, itemsizes = _literal_outputs(facts["outputs"], read[i], where)
-        for flag in _BOOL_FACTS:
-            if not isinstance(facts[flag], bool):
-                raise ValueError("%s: %s must be True or False; got %r"
-                                 % (where, flag, facts[flag]))
-        if facts["bn_is_training"] not in (None, True, False):
-            raise ValueError("%s: bn_is_training must be None, True or "
-                             "False; got %r" % (where, facts["bn_is_training"]))
-        variable_bytes = facts["variable_bytes"]
-        if (not isinstance(variable_bytes, numbers.Integral)
-                or isinstance(variable_bytes, bool) or variable_bytes < 0):
-            raise ValueError("%s: variable_bytes must be an int >= 0; got %r"
-                             % (where, variable_bytes))
-        device = facts["device"]
-        if device is None:
-            device = default_device
-        if not isinstance(device, str):
-            raise ValueError("%s: device must be a string such as "
-                             "'/device:GPU:0' ('' for unplaced); got %r"
-                             % (where, device))
-        try:
-            parse_device(device)
-        except ValueError as e:
-            raise ValueError("%s: %s" % (where, e)) from None
-        cols.add(
-            name=name, type=op_type, device=device,
-            inputs=tuple(inputs[i]),
-            control_inputs=tuple(sorted(control_inputs[i])),
-            output_shapes=shapes, output_itemsizes=itemsizes,
-            variable_bytes=int(variable_bytes),
-            is_stateful=facts["stateful"],
-            bn_is_training=facts["bn_is_training"],
-            forwards_input=(
-                _literal_slot(facts["forwards_input"], len(inputs[i]), where)
-                if facts["forwards_input"] is not None
-                else 0 if op_type in FORWARDING_TYPES and inputs[i]
-                else None),
-            in_v1_cond=facts["in_v1_cond"], in_v1_loop=facts["in_v1_loop"],
-            calls_collective=facts["calls_collective"],
-            trainable_bytes=int(variable_bytes) if facts["trainable"] else 0,
-            flops=_literal_flops(facts["flops"], where))
-    if isinstance(fetches, str):
-        fetches = (fetches,)
-    roots = [_literal_op_id(name, id_of, "fetches[%d]" % k)
-             for k, name in enumerate(fetches)]
-    return assemble(None, cols, id_of, roots,
-                     "the fetches %s" % ", ".join(fetches) if roots
-                     else "the whole graph")
+
+def _check_literal_flags(facts, where):
+    for flag in _BOOL_FACTS:
+        if not isinstance(facts[flag], bool):
+            raise ValueError("%s: %s must be True or False; got %r"
+                             % (where, flag, facts[flag]))
+    if facts["bn_is_training"] not in (None, True, False):
+        raise ValueError("%s: bn_is_training must be None, True or "
+                         "False; got %r" % (where, facts["bn_is_training"]))
+
+
+def _literal_variable_bytes(variable_bytes, where):
+    if (not isinstance(variable_bytes, numbers.Integral)
+            or isinstance(variable_bytes, bool) or variable_bytes < 0):
+        raise ValueError("%s: variable_bytes must be an int >= 0; got %r"
+                         % (where, variable_bytes))
+    return int(variable_bytes)
+
+
+def _literal_device(device, default_device, where):
+    if device is None:
+        device = default_device
+    if not isinstance(device, str):
+        raise ValueError("%s: device must be a string such as "
+                         "'/device:GPU:0' ('' for unplaced); got %r"
+                         % (where, device))
+    try:
+        parse_device(device)
+    except ValueError as e:
+        raise ValueError("%s: %s" % (where, e)) from None
+    return device
 
 
 def _literal_slot(slot, num_inputs, where):

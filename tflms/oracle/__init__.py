@@ -65,7 +65,7 @@ Four numbers come out of one call to `peak_memory`:
       the exception. Ops that Grappler's constant folding replaces by
       an ``Identity`` before a real step (``x * 1``, ``x + 0``, ``x / 1``
       with a constant of ones or zeros and the output of x's shape,
-      ``NEUTRAL_OPERAND_TYPES``), such as the ``x * 1.0`` of
+      ``graph_index.NEUTRAL_OPERANDS``), such as the ``x * 1.0`` of
       ``tf.nn.swish``'s gradient, allocate nothing either: their output
       is x's buffer.
     * Variables (``VarHandleOp``, ``VariableV2``) not placed on a CPU occupy
@@ -150,7 +150,7 @@ Four numbers come out of one call to `peak_memory`:
 
     The times are the virtual cluster's model times: its analytical cost
     model on the device `gpu_properties` makes of ``peak_memory``'s
-    ``gpu`` (the V100 unless told; or the ``gpu_props`` given), not a
+    ``gpu`` (the V100 unless told; or the ``cluster.gpu_props`` given), not a
     measurement, and ops are not delayed by the copies (a
     reader of a swapped-in tensor is not made to wait for its copy; the
     GPU copy is only held longer instead). Allocations never move and
@@ -198,19 +198,19 @@ as zero bytes.
 """
 
 # The oracle is a package of its own: the virtual cluster and its devices
-# (devices.py), what it reports (results.py), the replay of
+# (virtual_cluster.py), what it reports (oracle_result.py), the replay of
 # GraphMemory::InferFromTrace (trace.py), the replay with the runtime's
 # buffer rules (runtime.py) and its timed copies (copies.py), and the
 # measurement that runs them all (peak.py). Every name callers used from
 # the single module it was is re-exported here.
-from tflms.oracle.devices import (CPU_DEVICE, GPU_DEVICE, cpu_properties,
-                                  gpu_properties, place_on_gpu)
+from tflms.oracle.virtual_cluster import (CPU_DEVICE, GPU_DEVICE,
+                                          VirtualCluster, cpu_properties,
+                                          gpu_properties, place_on_gpu)
 from tflms.oracle.functions import graph_def
 from tflms.oracle.peak import peak_memory
-from tflms.oracle.results import LiveTensor, OracleResult, TimedCopy, Transfer
-from tflms.oracle.runtime import (ALLOCATING_REF_TYPES, FORWARDING_TYPES,
-                                  NEUTRAL_OPERAND_TYPES, VARIABLE_READ_TYPES,
-                                  VARIABLE_TYPES)
+from tflms.oracle.oracle_result import (LiveTensor, OracleResult, TimedCopy,
+                                        Transfer)
+from tflms.oracle.runtime import VARIABLE_READ_TYPES, VARIABLE_TYPES
 
 __all__ = [
     "GPU_DEVICE",
@@ -222,11 +222,9 @@ __all__ = [
     "gpu_properties",
     "cpu_properties",
     "place_on_gpu",
+    "VirtualCluster",
     "peak_memory",
     "graph_def",
-    "FORWARDING_TYPES",
     "VARIABLE_READ_TYPES",
-    "ALLOCATING_REF_TYPES",
     "VARIABLE_TYPES",
-    "NEUTRAL_OPERAND_TYPES",
 ]

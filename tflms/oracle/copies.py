@@ -6,7 +6,7 @@ import math
 import numbers
 
 from tflms import hardware
-from tflms.oracle.results import TimedCopy
+from tflms.oracle.oracle_result import TimedCopy
 
 
 def _link(interconnect):
@@ -67,13 +67,15 @@ def _fifo_stream(requests, bytes_per_s):
     return times
 
 
-def _hold_for_copies(live, sizes, times, order, to_host_ready, sent_from,
-                     gpu_buffer, host_copy_origin, bytes_per_s):
+def _hold_for_copies(step, live, to_host_ready, sent_from, bytes_per_s):
     """Times the step's copies and extends the GPU buffers they hold.
 
-    Part of `_runtime_replay` (its names): updates the release keys in
-    `live` and returns the `TimedCopy` list, by start.
+    Part of `_runtime_replay` (its names; `step` its `_RuntimeStep`):
+    updates the release keys in `live` and returns the `TimedCopy` list,
+    by start.
     """
+    sizes, order = step.sizes, step.order
+    gpu_buffer, host_copy_origin = step.gpu_buffer, step.host_copy_origin
     def name(key):
         return f"{key[0]}:{key[1]}"
 

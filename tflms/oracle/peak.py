@@ -6,17 +6,16 @@ from typing import Iterable, Optional, Sequence, Union
 
 import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
-from tensorflow.core.protobuf import device_properties_pb2
 from tensorflow.core.protobuf import meta_graph_pb2
 from tensorflow.python.grappler import item as gitem
 
 from tflms import hardware
 from tflms.oracle.copies import _link
-from tflms.oracle.devices import (CPU_DEVICE, GPU_DEVICE, _UNLIMITED,
-                                  _as_graph_def, _cluster, _GraphLike,
-                                  _with_memory, cpu_properties,
-                                  gpu_properties, place_on_gpu)
-from tflms.oracle.results import LiveTensor, OracleResult
+from tflms.oracle.virtual_cluster import (_UNLIMITED, VirtualCluster,
+                                          _as_graph_def, _cluster, _GraphLike,
+                                          _with_memory, cpu_properties,
+                                          gpu_properties, place_on_gpu)
+from tflms.oracle.oracle_result import LiveTensor, OracleResult
 from tflms.oracle.runtime import _runtime_replay, _static_output_bytes
 from tflms.oracle.trace import _replay
 
@@ -72,10 +71,7 @@ def peak_memory(graph: _GraphLike,
                 gpu_memory_bytes: Optional[int] = None,
                 *,
                 place: bool = True,
-                gpu_props: Optional[device_properties_pb2.DeviceProperties] = None,
-                cpu_props: Optional[device_properties_pb2.DeviceProperties] = None,
-                gpu_device: str = GPU_DEVICE,
-                cpu_device: str = CPU_DEVICE,
+                cluster: Optional[VirtualCluster] = None,
                 scheduler_check: bool = False,
                 interconnect=None,
                 gpu=None) -> OracleResult:
@@ -90,11 +86,9 @@ def peak_memory(graph: _GraphLike,
         simulated device so that it never aborts.
       place: if True, apply `place_on_gpu` first; if False, use the graph's
         devices as they are (unplaced ops still land on the GPU).
-      gpu_props: ``DeviceProperties`` of the GPU; default
-        ``gpu_properties(gpu)``.
-      cpu_props: ``DeviceProperties`` of the CPU; default `cpu_properties`.
-      gpu_device: full name of the simulated GPU.
-      cpu_device: full name of the simulated CPU.
+      cluster: the `VirtualCluster` (device properties and names);
+        default ``VirtualCluster()``: the GPU ``gpu`` names and
+        `cpu_properties`.
       scheduler_check: if True, also obtain the virtual scheduler's own GPU
         peak (one more simulation).
       interconnect: None (the default) for copies that take no time in the
@@ -115,12 +109,16 @@ def peak_memory(graph: _GraphLike,
     Raises:
       ValueError: for an unknown ``interconnect`` name or a rate that is
         not positive, an unknown ``gpu``, or both ``gpu`` and
-        ``gpu_props``.
+        ``cluster.gpu_props``.
     """
+    cluster = VirtualCluster() if cluster is None else cluster
+    gpu_props, gpu_device = cluster.gpu_props, cluster.gpu_device
+    cpu_device = cluster.cpu_device
     if gpu is not None and gpu_props is not None:
         raise ValueError(
-            "peak_memory takes gpu or gpu_props, not both; got gpu=%r and "
-            "gpu_props for %r" % (getattr(gpu, "name", gpu), gpu_props.model))
+            "peak_memory takes gpu or cluster.gpu_props, not both; got "
+            "gpu=%r and gpu_props for %r"
+            % (getattr(gpu, "name", gpu), gpu_props.model))
     link_name, bytes_per_s = _link(interconnect)
     graph_def = place_on_gpu(graph) if place else _as_graph_def(graph)
     fetch_names = _fetch_names(fetches)
@@ -128,7 +126,8 @@ def peak_memory(graph: _GraphLike,
     if gpu_props is None:
         gpu_props = gpu_properties(
             hardware.DEFAULT_GPU if gpu is None else gpu)
-    cpu_props = cpu_props if cpu_props is not None else cpu_properties()
+    cpu_props = (cluster.cpu_props if cluster.cpu_props is not None
+                 else cpu_properties())
 
     cluster = _cluster(_with_memory(gpu_props, _UNLIMITED),
                        _with_memory(cpu_props, _UNLIMITED),

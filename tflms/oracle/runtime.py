@@ -11,45 +11,25 @@ import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 from tensorflow.python.framework import op_def_registry
 
+from tflms.graph_index.index import (ALLOCATING_REF_TYPES,
+                                     BUFFER_FORWARDING_TYPES, NEUTRAL_OPERANDS)
 from tflms.inplace import inplace_candidates
 from tflms.oracle.copies import _hold_for_copies
-from tflms.oracle.devices import (_GraphLike, _is_cpu_device, _recv_name,
-                                  _sanitized)
-from tflms.oracle.results import LiveTensor
+from tflms.oracle.virtual_cluster import (_GraphLike, _is_cpu_device,
+                                          _recv_name, _sanitized)
+from tflms.oracle.oracle_result import LiveTensor
 from tflms.oracle.trace import _parse_input
 
-# Kernels that return their input's buffer as their output
-# (context->set_output(k, context->input(k)), or Tensor::CopyFrom with a new
-# shape) instead of allocating one. IdentityN forwards input k to output k,
-# the others input 0 to output 0.
-FORWARDING_TYPES = frozenset({
-    "Identity", "IdentityN", "StopGradient", "PreventGradient", "Reshape",
-    "Squeeze", "ExpandDims",
-})
-# x * 1, 1 * x, x / 1, x + 0, 0 + x, x - 0 with a constant neutral operand
-# (slots of x and of the constant): Grappler's constant folding replaces such
-# an op by an Identity of x when the output has x's shape, so in a real step
-# its output is x's buffer. The gradient of tf.nn.swish computes x * 1.0
-# (Keras EfficientNet: FULL_TRACE of a step with Grappler on has no such op).
-NEUTRAL_OPERAND_TYPES = {
-    "Mul": (1.0, ((0, 1), (1, 0))), "MulNoNan": (1.0, ((0, 1), (1, 0))),
-    "RealDiv": (1.0, ((0, 1),)), "Div": (1.0, ((0, 1),)),
-    "Add": (0.0, ((0, 1), (1, 0))), "AddV2": (0.0, ((0, 1), (1, 0))),
-    "BiasAdd": (0.0, ((0, 1),)), "Sub": (0.0, ((0, 1),)),
-}
 # ReadVariableOp returns the variable's own buffer (outside copy-on-read
 # mode, which only sparse gathers turn on).
 VARIABLE_READ_TYPES = frozenset({"ReadVariableOp"})
-# The one op whose reference output is a buffer of its own, allocated in the
-# step; every other ref output refers to a variable's resident buffer.
-ALLOCATING_REF_TYPES = frozenset({"TemporaryVariable"})
 VARIABLE_TYPES = frozenset({"VarHandleOp", "VariableV2"})
 
 
 def _neutral_operand_slot(node, nodes, sizes):
     """The data input whose buffer `node` (x op neutral constant) returns
-    once Grappler folds it (`NEUTRAL_OPERAND_TYPES`), or None."""
-    neutral, pairs = NEUTRAL_OPERAND_TYPES[node.op]
+    once Grappler folds it (`NEUTRAL_OPERANDS`), or None."""
+    neutral, pairs = NEUTRAL_OPERANDS[node.op]
     data = [i for i in node.input if not i.startswith("^")]
     for kept, other in pairs:
         if max(kept, other) >= len(data):
@@ -169,153 +149,209 @@ def _runtime_replay(step_stats, graph_def, gpu_device, static_bytes=None,
       when the peak was reached; ``timed_copies`` a list of `TimedCopy`
       (empty without ``bytes_per_s``).
     """
-    nodes = {node.name: node for node in graph_def.node}
-    placement, times, sizes = {}, {}, {}
-    order = {}  # GPU op -> position in the GPU's execution order
-    for dev_stats in step_stats.dev_stats:
-        for ns in dev_stats.node_stats:
-            placement[ns.node_name] = dev_stats.device
-            if dev_stats.device == gpu_device:
-                order[ns.node_name] = len(order)
-            start = ns.all_start_micros * 1000
-            times[ns.node_name] = (start,
-                                   start + ns.op_end_rel_micros * 1000)
-            for port, out in enumerate(ns.output):
-                sizes[(ns.node_name, port)] = (
-                    out.tensor_description.allocation_description
-                    .allocated_bytes)
-    recv_suffix = "_on_" + _sanitized(gpu_device)
-    for (name, port), nbytes in (static_bytes or {}).items():
-        for key in ((name, port), (_recv_name(name, port, gpu_device), 0)):
-            if key in sizes and sizes[key] < nbytes:
-                sizes[key] = nbytes
+    step = _RuntimeStep(step_stats, graph_def, gpu_device, static_bytes)
+    _write_in_place(step, timed=bytes_per_s is not None)
+    live, sent_from, sent_early = _allocations(step)
+    to_host_ready = _hold_for_reads(step, live)
+    timed_copies = []
+    if bytes_per_s is not None:
+        timed_copies = _hold_for_copies(step, live, to_host_ready, sent_from,
+                                        bytes_per_s)
+    resident = _resident_variables(step, graph_def)
+    peak, at_peak, peak_ns = _peak(step, live, sent_early, resident)
+    return peak, at_peak, peak_ns, timed_copies
 
-    written_into = {}  # in-place output -> the input buffer it took
 
-    def gpu_buffer(key):
-        # The GPU buffer a GPU reader of tensor `key` reads: the scheduler's
-        # _Recv copy for a tensor from another device, the forwarded
-        # buffer's owner for a forwarding op or an op that wrote its output
-        # into an input's buffer, None for a variable.
+class _RuntimeStep:
+    """One step's stats read with the runtime's buffer rules: where and
+    when each op ran, each output's bytes, and the GPU buffer each read
+    holds. Part of `_runtime_replay`.
+
+    Attributes:
+      nodes: node name -> `NodeDef` of the graph.
+      placement, times: op -> its device, and its (start, end) in ns.
+      sizes: ``(op, port)`` -> bytes allocated (at least the static size).
+      order: GPU op -> its position in the GPU's execution order.
+      gpu_device: full name of the GPU device.
+      written_into: in-place output -> the input buffer it took
+        (`_write_in_place` fills it).
+      host_done: host op -> when it has ended (`_host_done`'s memo).
+    """
+
+    def __init__(self, step_stats, graph_def, gpu_device, static_bytes):
+        self.nodes = {node.name: node for node in graph_def.node}
+        self.gpu_device = gpu_device
+        placement, times, sizes = {}, {}, {}
+        order = {}
+        for dev_stats in step_stats.dev_stats:
+            for ns in dev_stats.node_stats:
+                placement[ns.node_name] = dev_stats.device
+                if dev_stats.device == gpu_device:
+                    order[ns.node_name] = len(order)
+                start = ns.all_start_micros * 1000
+                times[ns.node_name] = (start,
+                                       start + ns.op_end_rel_micros * 1000)
+                for port, out in enumerate(ns.output):
+                    sizes[(ns.node_name, port)] = (
+                        out.tensor_description.allocation_description
+                        .allocated_bytes)
+        for (name, port), nbytes in (static_bytes or {}).items():
+            for key in ((name, port),
+                        (_recv_name(name, port, gpu_device), 0)):
+                if key in sizes and sizes[key] < nbytes:
+                    sizes[key] = nbytes
+        self.placement, self.times, self.sizes = placement, times, sizes
+        self.order = order
+        self.written_into = {}
+        self.host_done = {}
+
+    def gpu_buffer(self, key):
+        """The GPU buffer a GPU reader of tensor `key` reads: the
+        scheduler's _Recv copy for a tensor from another device, the
+        forwarded buffer's owner for a forwarding op or an op that wrote
+        its output into an input's buffer, None for a variable."""
+        nodes, gpu_device = self.nodes, self.gpu_device
         while True:
             name, port = key
-            if placement.get(name) != gpu_device:
+            if self.placement.get(name) != gpu_device:
                 return (_recv_name(name, port, gpu_device), 0)
             node = nodes.get(name)
             if node is not None and (node.op in VARIABLE_READ_TYPES
                                      or port in _ref_output_ports(node.op)):
                 return None
-            if node is not None and node.op in NEUTRAL_OPERAND_TYPES:
-                slot = _neutral_operand_slot(node, nodes, sizes)
-            elif node is not None and node.op in FORWARDING_TYPES:
+            if node is not None and node.op in NEUTRAL_OPERANDS:
+                slot = _neutral_operand_slot(node, nodes, self.sizes)
+            elif node is not None and node.op in BUFFER_FORWARDING_TYPES:
                 slot = port if node.op == "IdentityN" else 0
             else:
                 slot = None
             if slot is None:
-                if key in written_into:
-                    key = written_into[key]
+                if key in self.written_into:
+                    key = self.written_into[key]
                     continue
                 return key
             data = [i for i in node.input if not i.startswith("^")]
             key = _parse_input(data[slot])
 
-    def release_key(name):
-        # When op `name` lets go of its inputs. A GPU op: when it is
-        # launched (its start), right after its own allocations, in the
-        # GPU's execution order. Host ops that took time: when they end,
-        # before any op that starts in that microsecond. A zero-length op
-        # elsewhere (an LMS swap-out, whose copy takes time on a real
-        # machine): after everything the GPU does in that microsecond.
-        start, end = times[name]
-        if name in order:
-            return (start, 1, order[name], 1)
+    def release_key(self, name):
+        """When op `name` lets go of its inputs. A GPU op: when it is
+        launched (its start), right after its own allocations, in the
+        GPU's execution order. Host ops that took time: when they end,
+        before any op that starts in that microsecond. A zero-length op
+        elsewhere (an LMS swap-out, whose copy takes time on a real
+        machine): after everything the GPU does in that microsecond."""
+        start, end = self.times[name]
+        if name in self.order:
+            return (start, 1, self.order[name], 1)
         if start < end:
             return (end, 0, 0, 0)
         return (end, 2, 0, 0)
 
-    def host_copy_origin(key):
-        # The GPU tensor of which CPU tensor `key` is the host copy (an LMS
-        # swap-in forwards its swap-out, which reads the swapped tensor), or
-        # None for a tensor made on the host.
-        while placement.get(key[0]) != gpu_device:
-            node = nodes.get(key[0])
-            if node is None or node.op not in FORWARDING_TYPES:
+    def host_copy_origin(self, key):
+        """The GPU tensor of which CPU tensor `key` is the host copy (an
+        LMS swap-in forwards its swap-out, which reads the swapped tensor),
+        or None for a tensor made on the host."""
+        while self.placement.get(key[0]) != self.gpu_device:
+            node = self.nodes.get(key[0])
+            if node is None or node.op not in BUFFER_FORWARDING_TYPES:
                 return None
             data = [i for i in node.input if not i.startswith("^")]
             key = _parse_input(data[key[1] if node.op == "IdentityN" else 0])
         return key
 
-    # The host tensor each _Recv copies. TensorFlow's intra-process
-    # rendezvous allocates the GPU copy when the tensor is sent, at the end
-    # of its producer on the host (the _Recv, which has no inputs, waits
-    # from the start of the step), not when the virtual scheduler gets to
-    # the _Recv in the GPU's queue, which may be after GPU ops that were
-    # ready earlier.
+    def host_ended(self, name):
+        """`_host_done` of host op `name`."""
+        return _host_done(name, self.nodes, self.times, self.placement,
+                          self.gpu_device, self.host_done)
+
+    def reads(self):
+        """`_gpu_reads` of the step."""
+        return _gpu_reads(self.nodes, self.times, self.placement,
+                          self.gpu_device)
+
+
+def _allocations(step):
+    """The GPU buffers the step allocates: ``live`` (buffer -> [alloc ns,
+    release key of its maker, transferred]), ``sent_from`` (the host
+    tensor each _Recv copies) and ``sent_early`` (copies allocated before
+    their _Recv ran).
+
+    TensorFlow's intra-process rendezvous allocates the GPU copy when the
+    tensor is sent, at the end of its producer on the host (the _Recv,
+    which has no inputs, waits from the start of the step), not when the
+    virtual scheduler gets to the _Recv in the GPU's queue, which may be
+    after GPU ops that were ready earlier."""
+    gpu_device, placement, times = step.gpu_device, step.placement, step.times
+    recv_suffix = "_on_" + _sanitized(gpu_device)
     sent_from = {}
-    for key in sizes:
+    for key in step.sizes:
         if placement[key[0]] != gpu_device:
             sent_from[(_recv_name(*key, gpu_device), 0)] = key
-    sent_early = set()  # copies allocated before their _Recv ran
-    host_done = {}  # host op -> when it has ended, see _host_done
-
-    _write_in_place(written_into, gpu_buffer, release_key, nodes, times,
-                    placement, order, sizes, gpu_device,
-                    timed=bytes_per_s is not None)
-
-    live = {}  # buffer -> [alloc ns, release key, transferred]
-    for key in sizes:
+    sent_early = set()
+    live = {}
+    for key in step.sizes:
         name = key[0]
         if placement[name] != gpu_device:
             continue
-        if name in nodes and gpu_buffer(key) != key:
+        if name in step.nodes and step.gpu_buffer(key) != key:
             continue  # forwarded (or a variable read): no allocation
-        transferred = name not in nodes and name.endswith(recv_suffix)
+        transferred = name not in step.nodes and name.endswith(recv_suffix)
         alloc = times[name][0]
         source = sent_from.get(key) if transferred else None
         if source is not None:
-            sent = _host_done(source[0], nodes, times, placement, gpu_device,
-                              host_done)
+            sent = step.host_ended(source[0])
             if sent < alloc:
                 alloc = sent
                 sent_early.add(key)
-        live[key] = [alloc, release_key(name), transferred]
-    to_host_ready = {}  # GPU tensor read by a CPU op -> first such read
-    for name, parsed, reader_on_gpu in _gpu_reads(nodes, times, placement,
-                                                  gpu_device):
+        live[key] = [alloc, step.release_key(name), transferred]
+    return live, sent_from, sent_early
+
+
+def _hold_for_reads(step, live):
+    """Extends each buffer in `live` to its last reader's release; returns
+    when each GPU tensor a CPU op reads is first read (the runtime sends a
+    tensor to the host once, for its first CPU reader)."""
+    times = step.times
+    to_host_ready = {}
+    for name, parsed, reader_on_gpu in step.reads():
         if not reader_on_gpu:
-            # The runtime sends a tensor to the host once, for its first
-            # CPU reader.
             to_host_ready[parsed] = min(
                 to_host_ready.get(parsed, times[name][0]), times[name][0])
-        buffer = gpu_buffer(parsed)
+        buffer = step.gpu_buffer(parsed)
         if buffer in live:
-            live[buffer][1] = max(live[buffer][1], release_key(name))
+            live[buffer][1] = max(live[buffer][1], step.release_key(name))
+    return to_host_ready
 
-    timed_copies = []
-    if bytes_per_s is not None:
-        timed_copies = _hold_for_copies(
-            live, sizes, times, order, to_host_ready, sent_from, gpu_buffer,
-            host_copy_origin, bytes_per_s)
 
-    step_end = max((end for _, end in times.values()), default=0)
+def _resident_variables(step, graph_def):
+    """A `LiveTensor` per variable on the GPU, for the whole step."""
+    step_end = max((end for _, end in step.times.values()), default=0)
     resident = []
     for node in graph_def.node:
         if node.op not in VARIABLE_TYPES:
             continue
-        device = placement.get(node.name)
-        on_gpu = (device == gpu_device if device is not None
+        device = step.placement.get(node.name)
+        on_gpu = (device == step.gpu_device if device is not None
                   else not _is_cpu_device(node.device))
         if on_gpu:
             resident.append(LiveTensor(
                 name=node.name, nbytes=_variable_bytes(node), alloc_ns=0,
                 dealloc_ns=step_end, variable=True))
+    return resident
 
-    # An allocation sorts with the ops launched in its microsecond, by
-    # execution order, before the releases of its own op. A copy sent from
-    # the host before its _Recv's turn comes after the GPU ops launched in
-    # that microsecond that were ready before it was sent, and before those
-    # that became ready then (a reader of another copy, which waits for
-    # that copy to arrive).
+
+def _peak(step, live, sent_early, resident):
+    """``(peak bytes, live at the peak largest first, peak ns)`` of the
+    allocations and releases in `live`, the `resident` variables counted
+    throughout.
+
+    An allocation sorts with the ops launched in its microsecond, by
+    execution order, before the releases of its own op. A copy sent from
+    the host before its _Recv's turn comes after the GPU ops launched in
+    that microsecond that were ready before it was sent, and before those
+    that became ready then (a reader of another copy, which waits for that
+    copy to arrive)."""
+    order, times, sizes = step.order, step.times, step.sizes
     launched_at = {}
     for name, position in order.items():
         launched_at.setdefault(times[name][0], []).append((position, name))
@@ -326,8 +362,9 @@ def _runtime_replay(step_stats, graph_def, gpu_device, static_bytes=None,
         later = []
         for position, name in launched_at.get(sent_ns, ()):
             if name not in ready_ns:
-                ready_ns[name] = _gpu_ready(name, nodes, times, placement,
-                                            gpu_device, host_done)
+                ready_ns[name] = _gpu_ready(name, step.nodes, times,
+                                            step.placement, step.gpu_device,
+                                            step.host_done)
             if ready_ns[name] >= sent_ns:
                 later.append(position)
         return min(later) - 0.5 if later else len(order)
@@ -352,7 +389,7 @@ def _runtime_replay(step_stats, graph_def, gpu_device, static_bytes=None,
                for k in peak_keys]
     at_peak.extend(resident)
     at_peak.sort(key=lambda t: (-t.nbytes, t.name))
-    return peak, at_peak, peak_ns, timed_copies
+    return peak, at_peak, peak_ns
 
 
 def _gpu_reads(nodes, times, placement, gpu_device):
@@ -374,19 +411,20 @@ def _gpu_reads(nodes, times, placement, gpu_device):
             yield name, parsed, reader_on_gpu
 
 
-def _write_in_place(written_into, gpu_buffer, release_key, nodes, times,
-                    placement, order, sizes, gpu_device, timed):
-    """Fills `written_into` (output key -> input buffer) with the GPU ops
-    whose kernels write their output into an input's buffer
+def _write_in_place(step, timed):
+    """Fills `step.written_into` (output key -> input buffer) with the GPU
+    ops whose kernels write their output into an input's buffer
     (`tflms.inplace`): in the GPU's execution order, an op takes the first
     candidate input whose buffer has the output's size and whose last
     reader it is, read through one slot only. A buffer a host op reads is
     taken only when copies are instant and that read has ended (with timed
     copies the copy to the host may still hold it). Part of
-    `_runtime_replay` (its names)."""
+    `_runtime_replay`."""
+    gpu_buffer, release_key = step.gpu_buffer, step.release_key
+    nodes, order, sizes = step.nodes, step.order, step.sizes
+    written_into = step.written_into
     readers = {}  # buffer -> [(release key, reader, reader on the GPU)]
-    for name, parsed, on_gpu in _gpu_reads(nodes, times, placement,
-                                           gpu_device):
+    for name, parsed, on_gpu in step.reads():
         buffer = gpu_buffer(parsed)
         if buffer is not None:
             readers.setdefault(buffer, []).append(

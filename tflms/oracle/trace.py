@@ -2,8 +2,8 @@
 step stats, with and without the swapped-in-copy correction (the
 ``tflms.oracle`` docstring: ``raw_gpu_peak_bytes`` and ``gpu_peak_bytes``)."""
 
-from tflms.oracle.devices import _recv_name
-from tflms.oracle.results import LiveTensor, Transfer
+from tflms.oracle.virtual_cluster import _recv_name
+from tflms.oracle.oracle_result import LiveTensor, Transfer
 
 
 def _parse_input(name: str):

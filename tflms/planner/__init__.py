@@ -26,13 +26,14 @@ so a plan can never create a cycle.
 
 The package's modules, each importable on its own:
 
-    types      SyncMode, SwapParams, SwapInPlan, SwapPlan, RecomputePlan, Plan
-    triggers   find_trigger, may_trigger, TriggerFinder
-    swaps      candidate_edges, make_plan, wait_for_ordering
-    recompute  plan_recompute, with_recomputes, with_shared_clones,
-               retrigger_swaps
-    edges      deferral_edges, serialization_edges, levels_over_size,
-               requirement_masks
+    types           SyncMode, SwapParams, SwapInPlan, SwapPlan,
+                    RecomputePlan, Plan
+    triggers        find_trigger, may_trigger, TriggerFinder
+    swap_plan       candidate_edges, make_plan, wait_for_ordering
+    recompute_plan  Recomputer (plan, with_recomputes, with_shared_clones),
+                    retrigger_swaps
+    edges           deferral_edges, serialization_edges, levels_over_size,
+                    requirement_masks
 
 Everything public is also a name of this package (`planner.make_plan`).
 """
@@ -40,13 +41,13 @@ Everything public is also a name of this package (`planner.make_plan`).
 from tflms.planner.edges import (DEFERRABLE_TYPES, deferral_edges,
                                  levels_over_size, requirement_masks,
                                  serialization_edges)
-from tflms.planner.recompute import (MAX_RECOMPUTE_OPS,
-                                     MAX_TIMED_RECOMPUTE_OPS,
-                                     RECOMPUTABLE_TYPES,
-                                     TIMED_RECOMPUTABLE_TYPES, plan_recompute,
-                                     retrigger_swaps, with_recomputes,
-                                     with_shared_clones)
-from tflms.planner.swaps import candidate_edges, make_plan, wait_for_ordering
+from tflms.planner.recompute_plan import (MAX_RECOMPUTE_OPS,
+                                          MAX_TIMED_RECOMPUTE_OPS,
+                                          RECOMPUTABLE_TYPES,
+                                          TIMED_RECOMPUTABLE_TYPES,
+                                          Recomputer, retrigger_swaps)
+from tflms.planner.swap_plan import (candidate_edges, make_plan,
+                                     wait_for_ordering)
 from tflms.planner.triggers import (TRIGGER_SEARCH_LEVELS, TriggerFinder,
                                     find_trigger, may_trigger)
 # Tests reach these internals of the trigger search through the package.
@@ -75,10 +76,8 @@ __all__ = [
     "may_trigger",
     "wait_for_ordering",
     "make_plan",
-    "plan_recompute",
+    "Recomputer",
     "retrigger_swaps",
-    "with_recomputes",
-    "with_shared_clones",
     "serialization_edges",
     "requirement_masks",
     "levels_over_size",

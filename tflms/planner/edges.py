@@ -136,7 +136,7 @@ def serialization_edges(index, roles, slices, extra_levels=(),
       forward pass count.
 
     The eligible ops are taken in level order, and within a level by id
-    with ops TensorFlow may merge (`analysis.fusion_partners`) next to each
+    with ops TensorFlow may merge (`fusions.fusion_partners`) next to each
     other; each is chained after the latest earlier one that it may wait
     for. Ops in one level
     never depend on each other and every edge goes forward in that order,
@@ -162,7 +162,7 @@ def serialization_edges(index, roles, slices, extra_levels=(),
     edges = []
     position = 0
     for lvl in sorted(chosen):
-        # Ops TensorFlow may merge at run time (`analysis.fusion_partners`)
+        # Ops TensorFlow may merge at run time (`fusions.fusion_partners`)
         # stay next to each other in the chain: an op chained between two
         # of them would sit on a cycle through the merged node.
         fused = roles.fused_with

@@ -34,7 +34,7 @@ def find_trigger(index, roles, src, first_consumer, ahead):
     then add no ordering between two graph ops that the graph's own data
     edges did not already impose, so no merge TensorFlow makes at run time
     on the unchanged graph can close a cycle through the swap-in (see
-    `analysis.fusion_partners`). An ancestor through control edges only,
+    `fusions.fusion_partners`). An ancestor through control edges only,
     such as the `BiasAddGrad` that `tf.gradients`' ``tuple`` identities make
     every sibling gradient wait for, gives no such guarantee.
     """
@@ -92,6 +92,112 @@ def _int_array(values):
 _BRANCH_LIMIT = 256
 
 
+class _Spines:
+    """The spine of each op of an index, lifted for `TriggerFinder`'s
+    searches (the comment above `TriggerFinder._latest_trigger`), and the
+    best-trigger tables over it per consumer device, each built once.
+
+    Attributes:
+      spine: per op, its data input of highest level (lowest id among
+        ties), -1 for none.
+      jumps: ``jumps[k][v]``, the op ``2**k`` spine steps below v (-1:
+        none).
+      sides: ``sides[k][v]``, the highest level of the other data inputs
+        of the ``2**k`` spine ops from v.
+    """
+
+    def __init__(self, index, roles):
+        self.index = index
+        self.roles = roles
+        self._best_by_device = {}
+        levels = index.levels
+        n = index.num_ops
+        spine = np.full(n, -1, dtype=np.int64)
+        side = np.full(n, -1, dtype=np.int64)
+        for v in range(n):
+            ins = index.fanins[v]
+            if not ins:
+                continue
+            top = ins[0]
+            for p in ins[1:]:
+                if levels[p] > levels[top]:
+                    top = p
+            spine[v] = top
+            high = -1
+            for p in ins:
+                if p != top and levels[p] > high:
+                    high = levels[p]
+            side[v] = high
+        jumps, sides = [spine], [side]
+        while (1 << len(jumps)) <= index.num_levels:
+            prev, prev_side = jumps[-1], sides[-1]
+            nxt = np.maximum(prev, 0)
+            jumps.append(np.where(prev >= 0, prev[nxt], -1))
+            # side over the 2**k ops from v (only used where the jump exists)
+            sides.append(np.where(prev >= 0,
+                                  np.maximum(prev_side, prev_side[nxt]),
+                                  prev_side))
+        # array('q') reads single entries as Python ints several times
+        # faster than numpy does, and the searches read one at a time.
+        self.spine = _int_array(spine)
+        self.jumps = [_int_array(j) for j in jumps]
+        self.sides = [_int_array(x) for x in sides]
+
+    def best_tables(self, device):
+        """rest[] lifted like the spine, for consumers placed on `device`."""
+        tables = self._best_by_device.get(device)
+        if tables is not None:
+            return tables
+        index, roles = self.index, self.roles
+        levels = index.levels
+        n = index.num_ops
+        spine = self.spine
+        same = {}
+        best = [-1] * n
+        for level_ops in index.ops_by_level:
+            for v in level_ops:
+                b = -1
+                if v in roles.triggers:
+                    d = index.devices[v]
+                    ok = same.get(d)
+                    if ok is None:
+                        ok = same[d] = analysis.same_device(d, device)
+                    if ok:
+                        b = levels[v] * n + (n - 1 - v)
+                for p in index.fanins[v]:
+                    if best[p] > b:
+                        b = best[p]
+                best[v] = b
+        rest = np.full(n, -1, dtype=np.int64)
+        for v in range(n):
+            top = spine[v]
+            r = -1
+            for p in index.fanins[v]:
+                if p != top and best[p] > r:
+                    r = best[p]
+            rest[v] = r
+        rests = [rest]
+        for jump in self.jumps[:-1]:
+            jump = np.frombuffer(jump, dtype=np.int64)
+            prev = rests[-1]
+            rests.append(np.where(jump >= 0,
+                                  np.maximum(prev, prev[np.maximum(jump, 0)]),
+                                  prev))
+        # cap[u]: the best rank of all that may trigger below level u. A
+        # search that found it can stop: nothing can beat it.
+        cap = [-1] * (index.num_levels + 1)
+        for lvl, level_ops in enumerate(index.ops_by_level):
+            top = cap[lvl]
+            for v in level_ops:
+                if v in roles.triggers and levels[v] * n + (n - 1 - v) > top \
+                        and same.get(index.devices[v]):
+                    top = levels[v] * n + (n - 1 - v)
+            cap[lvl + 1] = top
+        tables = (best, [_int_array(r) for r in rests], cap)
+        self._best_by_device[device] = tables
+        return tables
+
+
 class TriggerFinder:
     """`find_trigger` for many swap-ins of one index, fast on deep graphs.
 
@@ -111,11 +217,11 @@ class TriggerFinder:
     remembered per (consumer, ahead, lowest allowed level) across the plans
     of one search.
 
-    One class, because the binary-lifting jumps, the spine, the
-    per-device best tables and the answer caches are built lazily and
-    shared by `find`, `_latest_trigger`, `may_also_start` and the plans'
-    edge memos; one object owns them so that each is built once per index
-    and search.
+    One class, because the binary-lifting jumps, the spines and their
+    per-device best tables (`_Spines`) and the answer caches are built
+    lazily and shared by `find`, `_latest_trigger`, `may_also_start` and
+    the plans' edge memos; one object owns them so that each is built once
+    per index and search.
     """
 
     def __init__(self, index, roles):
@@ -124,8 +230,7 @@ class TriggerFinder:
         self._cache = {}
         self._reaches = {}
         self._jumps = None
-        self._spine = None
-        self._best_by_device = {}
+        self._spines = None
         # make_plan's candidate edges by tensor, and its answers per tensor,
         # shared by the plans of a search (valid for one list of edges).
         self._edges = None
@@ -210,93 +315,10 @@ class TriggerFinder:
     # input; each join is expanded once. Ranks encode (level, -id) as one
     # integer.
 
-    def _build_spine(self):
-        index = self.index
-        levels = index.levels
-        n = index.num_ops
-        spine = np.full(n, -1, dtype=np.int64)
-        side = np.full(n, -1, dtype=np.int64)
-        for v in range(n):
-            ins = index.fanins[v]
-            if not ins:
-                continue
-            top = ins[0]
-            for p in ins[1:]:
-                if levels[p] > levels[top]:
-                    top = p
-            spine[v] = top
-            high = -1
-            for p in ins:
-                if p != top and levels[p] > high:
-                    high = levels[p]
-            side[v] = high
-        jumps, sides = [spine], [side]
-        while (1 << len(jumps)) <= index.num_levels:
-            prev, prev_side = jumps[-1], sides[-1]
-            nxt = np.maximum(prev, 0)
-            jumps.append(np.where(prev >= 0, prev[nxt], -1))
-            # side over the 2**k ops from v (only used where the jump exists)
-            sides.append(np.where(prev >= 0,
-                                  np.maximum(prev_side, prev_side[nxt]),
-                                  prev_side))
-        # array('q') reads single entries as Python ints several times
-        # faster than numpy does, and the searches read one at a time.
-        self._spine = (_int_array(spine), [_int_array(j) for j in jumps],
-                       [_int_array(x) for x in sides])
-
-    def _best_tables(self, device):
-        """rest[] lifted like the spine, for consumers placed on `device`."""
-        tables = self._best_by_device.get(device)
-        if tables is not None:
-            return tables
-        index, roles = self.index, self.roles
-        levels = index.levels
-        n = index.num_ops
-        spine = self._spine[0]
-        same = {}
-        best = [-1] * n
-        for level_ops in index.ops_by_level:
-            for v in level_ops:
-                b = -1
-                if v in roles.triggers:
-                    d = index.devices[v]
-                    ok = same.get(d)
-                    if ok is None:
-                        ok = same[d] = analysis.same_device(d, device)
-                    if ok:
-                        b = levels[v] * n + (n - 1 - v)
-                for p in index.fanins[v]:
-                    if best[p] > b:
-                        b = best[p]
-                best[v] = b
-        rest = np.full(n, -1, dtype=np.int64)
-        for v in range(n):
-            top = spine[v]
-            r = -1
-            for p in index.fanins[v]:
-                if p != top and best[p] > r:
-                    r = best[p]
-            rest[v] = r
-        rests = [rest]
-        for jump in self._spine[1][:-1]:
-            jump = np.frombuffer(jump, dtype=np.int64)
-            prev = rests[-1]
-            rests.append(np.where(jump >= 0,
-                                  np.maximum(prev, prev[np.maximum(jump, 0)]),
-                                  prev))
-        # cap[u]: the best rank of all that may trigger below level u. A
-        # search that found it can stop: nothing can beat it.
-        cap = [-1] * (index.num_levels + 1)
-        for lvl, level_ops in enumerate(index.ops_by_level):
-            top = cap[lvl]
-            for v in level_ops:
-                if v in roles.triggers and levels[v] * n + (n - 1 - v) > top \
-                        and same.get(index.devices[v]):
-                    top = levels[v] * n + (n - 1 - v)
-            cap[lvl + 1] = top
-        tables = (best, [_int_array(r) for r in rests], cap)
-        self._best_by_device[device] = tables
-        return tables
+    def _spine_tables(self):
+        if self._spines is None:
+            self._spines = _Spines(self.index, self.roles)
+        return self._spines
 
     def _latest_trigger(self, consumer, lower, upper):
         """`find_trigger`'s answer for the window ``[lower, upper)``, or
@@ -305,10 +327,9 @@ class TriggerFinder:
         levels = index.levels
         if levels[consumer] < upper:
             return _UNKNOWN
-        if self._spine is None:
-            self._build_spine()
-        spine, jumps, sides = self._spine
-        best, rests, cap = self._best_tables(index.devices[consumer])
+        spines = self._spine_tables()
+        spine, jumps, sides = spines.spine, spines.jumps, spines.sides
+        best, rests, cap = spines.best_tables(index.devices[consumer])
         most = cap[upper]
         found = -1
         top = len(jumps) - 1
@@ -402,9 +423,8 @@ class TriggerFinder:
         are below that level, and each join above it is expanded once."""
         index = self.index
         levels = index.levels
-        if self._spine is None:
-            self._build_spine()
-        spine, jumps, sides = self._spine
+        spines = self._spine_tables()
+        spine, jumps, sides = spines.spine, spines.jumps, spines.sides
         floor = levels[op]
         top = len(jumps) - 1
         stack, branched = [consumer], set()

@@ -23,10 +23,10 @@ Memory model (what is counted, and why):
   exception: a swap-in's device copy is allocated at the level after its
   triggers', while TensorFlow sends it as soon as the trigger has run, so
   where other ops of the trigger's level run after it, the copy and their
-  inputs are live together and the simulator does not count that
-  (docs/benchmarks.md, "Capacity of models written by others", measures
-  it against the oracle's runtime replay). The default headroom (`TF_LMS_SIMULATOR_MEM_RATIO` 0.9) has
-  covered it wherever it was measured.
+  inputs are live together and the simulator does not count that. The
+  default headroom (`TF_LMS_SIMULATOR_MEM_RATIO` 0.9) is there to cover
+  it; docs/benchmarks.md, "Capacity of models written by others", measures
+  the difference against the oracle's runtime replay.
 * **Buffers.** Each output of an active op with a non-zero static size is
   one buffer on the producer's memory space: the managed device (the ops in
   `OpRoles.device_ops`), the host (ops placed on a CPU) or another device
@@ -97,30 +97,31 @@ than one unknown dimension) count as zero bytes and are listed in
 
 The modules:
 
-  model.py      `SimulationModel`: made once from the two below; `replay`
-                runs the named steps of one replay; `freed_levels`
-  buffers.py    `GraphBuffers`: every tensor's size and buffer, the reads,
-                the alias chains, the resident bytes; the memory spaces
-                and `BatchSizeError`
-  levels.py     `GraphLevels`: the graph's successors and levels, and a
-                rewritten graph's levels (pushed forward, or Kahn's)
-  additions.py  `Additions`: what one plan adds (swap nodes, clones, their
-                buffers and reads, rerouted inputs)
-  results.py    `SimulationResult`, `CopyLevels`, and the counting of
-                buffers into lifetimes and timelines
+  simulation_model.py   `SimulationModel`: made once from the two below;
+                        `replay` runs the named steps of one replay;
+                        `freed_levels`
+  buffers.py            `GraphBuffers`: every tensor's size and buffer, the
+                        reads, the alias chains, the resident bytes (laid
+                        out by `_BufferLayout`); the memory spaces and
+                        `BatchSizeError`
+  levels.py             `GraphLevels`: the graph's successors and levels,
+                        and a rewritten graph's levels (pushed forward, or
+                        Kahn's)
+  additions.py          `Additions`: what one plan adds (swap nodes, clones,
+                        their buffers and reads, rerouted inputs)
+  simulation_result.py  `SimulationResult`, `CopyLevels`, and the counting
+                        of buffers into lifetimes and timelines
 """
 
 from tflms.analysis import initializer_only_ops
-from tflms.simulator.buffers import (ALIAS_TYPES, DEVICE, HOST, OTHER,
-                                     BatchSizeError)
-from tflms.simulator.model import SimulationModel
-from tflms.simulator.results import CopyLevels, SimulationResult
+from tflms.simulator.buffers import DEVICE, HOST, OTHER, BatchSizeError
+from tflms.simulator.simulation_model import SimulationModel
+from tflms.simulator.simulation_result import CopyLevels, SimulationResult
 
 __all__ = [
     "DEVICE",
     "HOST",
     "OTHER",
-    "ALIAS_TYPES",
     "BatchSizeError",
     "CopyLevels",
     "SimulationResult",

@@ -18,13 +18,6 @@ from tflms.inplace import inplace_candidates
 # Memory spaces.
 DEVICE, HOST, OTHER = 0, 1, 2
 
-# Ops whose output k is the buffer of their input k (input 0 unless
-# IdentityN) when both live on the same memory space.
-ALIAS_TYPES = frozenset({
-    "Identity", "IdentityN", "StopGradient", "PreventGradient", "Reshape",
-    "Squeeze", "ExpandDims",
-})
-
 # Ops whose outputs are the variable they read or hold.
 _VARIABLE_VIEW_TYPES = frozenset({
     "ReadVariableOp", "VarHandleOp", "VariableV2", "Variable",
@@ -48,7 +41,7 @@ def alias_slot(op_type, output, inputs, inactive, forwards=None):
     `forwards`: the op's `GraphIndex.forwards_input`."""
     if forwards is not None and output == 0:
         return forwards
-    if op_type in ALIAS_TYPES:
+    if op_type in gi.BUFFER_FORWARDING_TYPES:
         return output if op_type == "IdentityN" else 0
     if op_type in _FORWARD_INPUT0_TYPES:
         return 0
@@ -83,6 +76,208 @@ def size_error(index, op_id, output):
         "set lms.batch_size = <your mini-batch size> or set "
         "swapout_threshold, swapin_ahead and swapin_groupby by hand"
         % (tensor_name(index, op_id, output), shown))
+
+
+class _BufferLayout:
+    """Lays a graph's tensors out in buffers and records their reads, op
+    by op in level order: what `GraphBuffers` holds, as Python lists.
+
+    Every tensor of a buffer is made before its last reader's level, so
+    the per-buffer read counts an in-place write asks for
+    (`_inplace_slot`) are complete when it asks.
+    """
+
+    def __init__(self, index, roles, batch_size):
+        self.index = index
+        self.batch_size = batch_size
+        n = index.num_ops
+        self.space = [space_of(i, index, roles) for i in range(n)]
+        self.initializer_ops = initializer_only_ops(index)
+        self.inactive = roles.inactive | self.initializer_ops
+        # Tensor ids: out_base[op] + output.
+        out_base = [0] * (n + 1)
+        for i in range(n):
+            out_base[i + 1] = out_base[i] + len(index.output_shapes[i])
+        self.out_base = out_base
+        self.tensor_bytes = [0] * out_base[n]
+        self.tensor_buffer = [NO_BUFFER] * out_base[n]
+        self.buf_bytes, self.buf_space = [], []
+        self.buf_alloc, self.buf_name = [], []
+        self.use_buf, self.use_node = [], []
+        # A device read of a device buffer through a chain of aliases,
+        # reader edge first: [(reader, slot), (alias op, slot), ...]. When
+        # a swap-in reroutes any edge of the chain, the read moves to the
+        # swap-in's device copy (an alias op fed by a swap-in forwards the
+        # copy, not the original buffer).
+        self.use_chain = {}       # use index -> tuple of (op, slot) edges
+        self.alias_edge = {}      # alias tensor id -> (alias op, slot)
+        self.copy_of = {}         # host tensor id -> its device copy buffer
+        self.resident = [0, 0, 0]
+        self.unknown = []
+        # Per buffer, the latest level that reads it, the ops reading it
+        # there and the tensors it holds: an element-wise op at that level
+        # that is its only reader there may write its output into it
+        # (`tflms.inplace`).
+        self.last_read = []       # buffer -> [level, {reader: slots}]
+        self.buf_tensors = []     # buffer -> tensor ids held in it
+        self.overwritten_by = {}  # tensor id -> op that wrote over its buffer
+        for i in range(n):
+            if index.variable_bytes[i]:
+                self.resident[self.space[i]] += index.variable_bytes[i]
+        for level_ops in index.ops_by_level:
+            for i in level_ops:
+                if i in self.inactive:
+                    continue
+                for k in range(len(index.output_shapes[i])):
+                    self._place_output(i, k)
+                self._read_inputs(i)
+
+    def _place_output(self, i, k):
+        """Output `k` of op `i`: resident, an alias of an input's buffer,
+        written in place over one, or a buffer of its own."""
+        index, space, inactive = self.index, self.space, self.inactive
+        op_type = index.types[i]
+        t = self.out_base[i] + k
+        size = self._size(i, k)
+        self.tensor_bytes[t] = size
+        if op_type in _VARIABLE_VIEW_TYPES or size == 0:
+            return
+        if op_type == "Const":
+            self.resident[space[i]] += size
+            return
+        slot = alias_slot(op_type, k, index.inputs[i], inactive,
+                          index.forwards_input[i])
+        if slot is not None:
+            if slot < len(index.inputs[i]):
+                p, pk = index.inputs[i][slot]
+                if space[p] == space[i] and p not in inactive:
+                    # Same buffer (or resident: no buffer at all).
+                    b = self.tensor_buffer[self.out_base[p] + pk]
+                    self.tensor_buffer[t] = b
+                    self.alias_edge[t] = (i, slot)
+                    if b != NO_BUFFER:
+                        self._add_tensor(b, t, i, k)
+                    return
+        elif k == 0 and space[i] == DEVICE:
+            slot = self._inplace_slot(i, size)
+            if slot is not None:
+                p, pk = index.inputs[i][slot]
+                b = self.tensor_buffer[self.out_base[p] + pk]
+                for old in self.buf_tensors[b]:
+                    self.overwritten_by.setdefault(old, i)
+                self.tensor_buffer[t] = b
+                self.alias_edge[t] = (i, slot)
+                self._add_tensor(b, t, i, k)
+                return
+        self.tensor_buffer[t] = b = self._new_buffer(
+            size, space[i], i, tensor_name(index, i, k), index.levels[i])
+        self._add_tensor(b, t, i, k)
+
+    def _new_buffer(self, size, space, maker, name, last_level):
+        b = len(self.buf_bytes)
+        self.buf_bytes.append(size)
+        self.buf_space.append(space)
+        self.buf_alloc.append(maker)
+        self.buf_name.append(name)
+        self.last_read.append([last_level, {}])
+        self.buf_tensors.append([])
+        return b
+
+    def _read_inputs(self, i):
+        """The reads of op `i`'s inputs; a device op reading a tensor of
+        another space reads a device copy of it, made once."""
+        sp_c = self.space[i]
+        buf_space = self.buf_space
+        for slot, (p, pk) in enumerate(self.index.inputs[i]):
+            if p in self.inactive:
+                continue
+            t = self.out_base[p] + pk
+            b = self.tensor_buffer[t]
+            if b == NO_BUFFER:
+                continue
+            if sp_c == DEVICE and buf_space[b] != DEVICE:
+                copy = self.copy_of.get(t)
+                if copy is None:
+                    # Never written over in place (the copy's readers are
+                    # not counted per level here): last level -1.
+                    copy = self.copy_of[t] = self._new_buffer(
+                        self.tensor_bytes[t], DEVICE, p,
+                        "%s (device copy)" % tensor_name(self.index, p, pk),
+                        -1)
+                b = copy
+            if sp_c == DEVICE and buf_space[b] == DEVICE and \
+                    b == self.tensor_buffer[t]:
+                self.use_chain[len(self.use_buf)] = self._alias_chain(
+                    (i, slot), t)
+            self.use_buf.append(b)
+            self.use_node.append(i)
+
+    def _add_tensor(self, b, t, op_id, output):
+        """Tensor `t` (output `output` of `op_id`) is held in buffer `b`:
+        its readers read `b`."""
+        self.buf_tensors[b].append(t)
+        levels = self.index.levels
+        entry = self.last_read[b]
+        for c, slot in self.index.consumers[op_id][output]:
+            if c in self.inactive:
+                continue
+            level = levels[c]
+            if level > entry[0]:
+                entry[0] = level
+                entry[1] = {c: 1}
+            elif level == entry[0]:
+                entry[1][c] = entry[1].get(c, 0) + 1
+
+    def _inplace_slot(self, op_id, size):
+        """The input slot whose device buffer op `op_id` writes its output
+        0 (of `size` bytes) into, or None (`tflms.inplace`): the first
+        candidate slot whose buffer has the output's size and element size
+        and whose only read at the latest level that reads it is this op's,
+        through this one slot."""
+        index = self.index
+        inputs = index.inputs[op_id]
+        slots = inplace_candidates(index.types[op_id], len(inputs))
+        if not slots or size == 0:
+            return None
+        itemsize = index.output_itemsizes[op_id][0]
+        level = index.levels[op_id]
+        out_base, inactive = self.out_base, self.inactive
+        tensor_bytes, tensor_buffer = self.tensor_bytes, self.tensor_buffer
+        for slot in slots:
+            p, pk = inputs[slot]
+            if p in inactive or index.output_itemsizes[p][pk] != itemsize:
+                continue
+            t = out_base[p] + pk
+            b = tensor_buffer[t]
+            if (b == NO_BUFFER or self.buf_space[b] != DEVICE
+                    or tensor_bytes[t] != size):
+                continue
+            last_level, readers = self.last_read[b]
+            if last_level == level and readers == {op_id: 1}:
+                return slot
+        return None
+
+    def _size(self, op_id, output):
+        index = self.index
+        if index.output_itemsizes[op_id][output] == 0:
+            return 0
+        size = gi.tensor_bytes(index, op_id, output, self.batch_size)
+        if size is not None:
+            return size
+        if self.batch_size is None and gi.tensor_bytes(
+                index, op_id, output, 1) is not None:
+            raise size_error(index, op_id, output)
+        self.unknown.append(tensor_name(index, op_id, output))
+        return 0
+
+    def _alias_chain(self, edge, tensor):
+        chain = [edge]
+        while tensor in self.alias_edge:
+            op_id, slot = self.alias_edge[tensor]
+            chain.append((op_id, slot))
+            p, pk = self.index.inputs[op_id][slot]
+            tensor = self.out_base[p] + pk
+        return tuple(chain)
 
 
 class GraphBuffers:
@@ -120,223 +315,36 @@ class GraphBuffers:
     def __init__(self, index, roles, batch_size=None):
         self.index = index
         self.batch_size = batch_size
-        n = index.num_ops
-        self.num_ops = n
-        space = [space_of(i, index, roles) for i in range(n)]
-        self.space = space
-        self.initializer_ops = initializer_only_ops(index)
-        inactive = roles.inactive | self.initializer_ops
-
-        # Tensor ids: out_base[op] + output.
-        out_base = [0] * (n + 1)
-        for i in range(n):
-            out_base[i + 1] = out_base[i] + len(index.output_shapes[i])
-        self.out_base = out_base
-        tensor_bytes = [0] * out_base[n]
-        tensor_buffer = [NO_BUFFER] * out_base[n]
-
-        buf_bytes, buf_space, buf_alloc, buf_name = [], [], [], []
-        use_buf, use_node = [], []
-        # A device read of a device buffer through a chain of aliases,
-        # reader edge first: [(reader, slot), (alias op, slot), ...]. When
-        # a swap-in reroutes any edge of the chain, the read moves to the
-        # swap-in's device copy (an alias op fed by a swap-in forwards the
-        # copy, not the original buffer).
-        use_chain = {}       # use index -> tuple of (op, slot) edges
-        alias_edge = {}      # alias tensor id -> (alias op, slot)
-        copy_of = {}         # host tensor id -> its device copy buffer
-        resident = [0, 0, 0]
-        unknown = []
-        # Per buffer, the latest level that reads it, the ops reading it
-        # there and the tensors it holds: an element-wise op at that level
-        # that is its only reader there may write its output into it
-        # (`tflms.inplace`). Every tensor of a buffer is made before its
-        # last reader's level, so the counts are complete when asked.
-        last_read = []       # buffer -> [level, {reader: slots}]
-        buf_tensors = []     # buffer -> tensor ids held in it
-        overwritten_by = {}  # tensor id -> op that wrote over its buffer
-        levels = index.levels
-
-        for i in range(n):
-            if index.variable_bytes[i]:
-                resident[space[i]] += index.variable_bytes[i]
-
-        for level_ops in index.ops_by_level:
-            for i in level_ops:
-                if i in inactive:
-                    continue
-                op_type = index.types[i]
-                for k in range(len(index.output_shapes[i])):
-                    t = out_base[i] + k
-                    size = self._size(i, k, unknown)
-                    tensor_bytes[t] = size
-                    if op_type in _VARIABLE_VIEW_TYPES or size == 0:
-                        continue
-                    if op_type == "Const":
-                        resident[space[i]] += size
-                        continue
-                    slot = alias_slot(op_type, k, index.inputs[i],
-                                      inactive, index.forwards_input[i])
-                    if slot is not None:
-                        if slot < len(index.inputs[i]):
-                            p, pk = index.inputs[i][slot]
-                            if space[p] == space[i] and p not in inactive:
-                                # Same buffer (or resident: no buffer at all).
-                                b = tensor_buffer[out_base[p] + pk]
-                                tensor_buffer[t] = b
-                                alias_edge[t] = (i, slot)
-                                if b != NO_BUFFER:
-                                    self._add_tensor(b, t, i, k, last_read,
-                                                     buf_tensors, inactive)
-                                continue
-                    elif k == 0 and space[i] == DEVICE:
-                        slot = self._inplace_slot(
-                            i, size, tensor_bytes, tensor_buffer, buf_space,
-                            last_read, inactive)
-                        if slot is not None:
-                            p, pk = index.inputs[i][slot]
-                            b = tensor_buffer[out_base[p] + pk]
-                            for old in buf_tensors[b]:
-                                overwritten_by.setdefault(old, i)
-                            tensor_buffer[t] = b
-                            alias_edge[t] = (i, slot)
-                            self._add_tensor(b, t, i, k, last_read,
-                                             buf_tensors, inactive)
-                            continue
-                    tensor_buffer[t] = b = len(buf_bytes)
-                    buf_bytes.append(size)
-                    buf_space.append(space[i])
-                    buf_alloc.append(i)
-                    buf_name.append(tensor_name(index, i, k))
-                    last_read.append([levels[i], {}])
-                    buf_tensors.append([])
-                    self._add_tensor(b, t, i, k, last_read, buf_tensors,
-                                     inactive)
-
-                # Reads of this op's inputs.
-                sp_c = space[i]
-                for slot, (p, pk) in enumerate(index.inputs[i]):
-                    if p in inactive:
-                        continue
-                    t = out_base[p] + pk
-                    b = tensor_buffer[t]
-                    if b == NO_BUFFER:
-                        continue
-                    if sp_c == DEVICE and buf_space[b] != DEVICE:
-                        copy = copy_of.get(t)
-                        if copy is None:
-                            copy = len(buf_bytes)
-                            copy_of[t] = copy
-                            buf_bytes.append(tensor_bytes[t])
-                            buf_space.append(DEVICE)
-                            buf_alloc.append(p)
-                            # Never written over in place (the copy's
-                            # readers are not counted per level here).
-                            last_read.append([-1, {}])
-                            buf_tensors.append([])
-                            buf_name.append("%s (device copy)"
-                                            % tensor_name(index, p, pk))
-                        b = copy
-                    if sp_c == DEVICE and buf_space[b] == DEVICE and \
-                            b == tensor_buffer[t]:
-                        use_chain[len(use_buf)] = self._alias_chain(
-                            (i, slot), t, alias_edge)
-                    use_buf.append(b)
-                    use_node.append(i)
-
-        self.tensor_bytes = tensor_bytes
-        self.tensor_buffer = tensor_buffer
-        self.overwritten_by = overwritten_by
-        self.alias_edge = alias_edge
+        self.num_ops = index.num_ops
+        layout = _BufferLayout(index, roles, batch_size)
+        self.space = layout.space
+        self.initializer_ops = layout.initializer_ops
+        self.out_base = layout.out_base
+        self.tensor_bytes = layout.tensor_bytes
+        self.tensor_buffer = layout.tensor_buffer
+        self.overwritten_by = layout.overwritten_by
+        self.alias_edge = layout.alias_edge
         # (op, slot) edge -> uses whose alias chain contains it.
         edge_uses = {}
-        for u, edges in use_chain.items():
+        for u, edges in layout.use_chain.items():
             for e in edges:
                 edge_uses.setdefault(e, []).append(u)
-        self.use_chain = use_chain
+        self.use_chain = layout.use_chain
         self.edge_uses = edge_uses
-        self.buf_bytes = np.asarray(buf_bytes, dtype=np.int64)
-        self.buf_space = np.asarray(buf_space, dtype=np.int8)
-        self.buf_alloc = np.asarray(buf_alloc, dtype=np.int64)
-        self.buf_name = buf_name
-        self.use_buf = np.asarray(use_buf, dtype=np.int64)
-        self.use_node = np.asarray(use_node, dtype=np.int64)
+        self.buf_bytes = np.asarray(layout.buf_bytes, dtype=np.int64)
+        self.buf_space = np.asarray(layout.buf_space, dtype=np.int8)
+        self.buf_alloc = np.asarray(layout.buf_alloc, dtype=np.int64)
+        self.buf_name = layout.buf_name
+        self.use_buf = np.asarray(layout.use_buf, dtype=np.int64)
+        self.use_node = np.asarray(layout.use_node, dtype=np.int64)
         # Uses grouped by buffer, for `freed_levels`.
         order = np.argsort(self.use_buf, kind="stable")
         self.uses_by_buf = order
         self.uses_ptr = np.searchsorted(self.use_buf[order],
-                                        np.arange(len(buf_bytes) + 1))
-        self.resident_device_bytes = resident[DEVICE]
-        self.resident_host_bytes = resident[HOST]
-        self.unknown_tensors = tuple(unknown)
-
-    def _add_tensor(self, b, t, op_id, output, last_read, buf_tensors,
-                    inactive):
-        """Tensor `t` (output `output` of `op_id`) is held in buffer `b`:
-        its readers read `b`."""
-        buf_tensors[b].append(t)
-        levels = self.index.levels
-        entry = last_read[b]
-        for c, slot in self.index.consumers[op_id][output]:
-            if c in inactive:
-                continue
-            level = levels[c]
-            if level > entry[0]:
-                entry[0] = level
-                entry[1] = {c: 1}
-            elif level == entry[0]:
-                entry[1][c] = entry[1].get(c, 0) + 1
-
-    def _inplace_slot(self, op_id, size, tensor_bytes, tensor_buffer,
-                      buf_space, last_read, inactive):
-        """The input slot whose device buffer op `op_id` writes its output
-        0 (of `size` bytes) into, or None (`tflms.inplace`): the first
-        candidate slot whose buffer has the output's size and element size
-        and whose only read at the latest level that reads it is this op's,
-        through this one slot."""
-        index = self.index
-        inputs = index.inputs[op_id]
-        slots = inplace_candidates(index.types[op_id], len(inputs))
-        if not slots or size == 0:
-            return None
-        itemsize = index.output_itemsizes[op_id][0]
-        level = index.levels[op_id]
-        out_base = self.out_base
-        for slot in slots:
-            p, pk = inputs[slot]
-            if p in inactive or index.output_itemsizes[p][pk] != itemsize:
-                continue
-            t = out_base[p] + pk
-            b = tensor_buffer[t]
-            if (b == NO_BUFFER or buf_space[b] != DEVICE
-                    or tensor_bytes[t] != size):
-                continue
-            last_level, readers = last_read[b]
-            if last_level == level and readers == {op_id: 1}:
-                return slot
-        return None
-
-    def _size(self, op_id, output, unknown):
-        index = self.index
-        if index.output_itemsizes[op_id][output] == 0:
-            return 0
-        size = gi.tensor_bytes(index, op_id, output, self.batch_size)
-        if size is not None:
-            return size
-        if self.batch_size is None and gi.tensor_bytes(
-                index, op_id, output, 1) is not None:
-            raise size_error(index, op_id, output)
-        unknown.append(tensor_name(index, op_id, output))
-        return 0
-
-    def _alias_chain(self, edge, tensor, alias_edge):
-        chain = [edge]
-        while tensor in alias_edge:
-            op_id, slot = alias_edge[tensor]
-            chain.append((op_id, slot))
-            p, pk = self.index.inputs[op_id][slot]
-            tensor = self.out_base[p] + pk
-        return tuple(chain)
+                                        np.arange(len(layout.buf_bytes) + 1))
+        self.resident_device_bytes = layout.resident[DEVICE]
+        self.resident_host_bytes = layout.resident[HOST]
+        self.unknown_tensors = tuple(layout.unknown)
 
     def buffer_read(self, t, rerouted):
         """The buffer a read that a plan adds of tensor `t` reads: the copy

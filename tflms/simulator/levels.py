@@ -5,7 +5,7 @@ rewritten graph, made from them for each plan.
 
 import numpy as np
 
-from tflms import topo
+from tflms import dag_levels
 
 
 class GraphLevels:
@@ -32,7 +32,7 @@ class GraphLevels:
             succ.append(s)
         for a, b in tuple(index.planned_edges) + tuple(extra_edges):
             succ[a].append(b)
-        levels = topo.kahn_levels(n, succ)
+        levels = dag_levels.kahn_levels(n, succ)
         if not extra_edges and any(a < b for a, b in zip(levels,
                                                          index.levels)):
             # Some level is higher than every edge explains: the index was
@@ -115,10 +115,10 @@ class GraphLevels:
         assert len(succ) == num_nodes
         levels = None
         if not shortened:
-            levels = topo.raise_levels(
+            levels = dag_levels.raise_levels(
                 self.levels, succ,
                 copied | set(range(self.num_nodes, len(succ))),
                 max_steps=len(succ))
         if levels is None:
-            levels = topo.kahn_levels(len(succ), succ)
+            levels = dag_levels.kahn_levels(len(succ), succ)
         return levels

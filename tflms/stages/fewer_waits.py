@@ -11,14 +11,14 @@ recomputes replaced swaps, again after it (`after_recompute`): they free
 device memory that can hold what a copy no longer waited for holds
 (docs/benchmarks.md measures both passes). Each swap-out, most bytes
 first, is one replay with copies timed;
-`ordering.replays_for` bounds how many are tried. Only plans the tuner chose
+`peak_ordering.replays_for` bounds how many are tried. Only plans the tuner chose
 by predicted step time are changed: without a step time a wait costs
 nothing.
 """
 
 import dataclasses
 
-from tflms import ordering
+from tflms import peak_ordering
 from tflms.stages import timed
 
 __all__ = ["stage", "after_recompute"]
@@ -64,7 +64,7 @@ def stage(context, planned):
     best = planned.step_time.with_lms_s
     current = plan
     freed = []
-    for swap in waited[:ordering.replays_for(planned.index.num_ops)]:
+    for swap in waited[:peak_ordering.replays_for(planned.index.num_ops)]:
         candidate = dataclasses.replace(current, swaps=tuple(
             dataclasses.replace(s, waiters=()) if s is swap else s
             for s in current.swaps))

@@ -83,9 +83,9 @@ def _within_host(context, planned, limit):
     # are not enough.
     for clone_types in (planner.RECOMPUTABLE_TYPES,
                         planner.TIMED_RECOMPUTABLE_TYPES):
-        chosen = planner.with_recomputes(planned.index, context.roles,
-                                         chosen, accept, context.batch_size,
-                                         clone_types=clone_types)
+        chosen = planner.Recomputer(
+            planned.index, context.roles, context.batch_size,
+            clone_types=clone_types).with_recomputes(chosen, accept)
         if host_peaks[id(chosen)][1] <= limit:
             break
     final, step = timed.replay_in_time(model, timer, chosen)

@@ -5,7 +5,7 @@ Two cases, both only with `Settings.order_peaks` and auto-tuning:
 
 * the search found nothing that fits (`Planned.failure`): the most
   aggressive plans the settings allow are replayed and the ops of their
-  crowded levels ordered (`ordering.order_peaks`) until the peak comes
+  crowded levels ordered (`peak_ordering.order_peaks`) until the peak comes
   under the budget or the replays run out; the search runs again on the
   index with each set of edges, in rounds that order further what the last
   round could not fit. Between edges that leave the peak where it is, the
@@ -22,7 +22,7 @@ Two cases, both only with `Settings.order_peaks` and auto-tuning:
 from tflms import autotune
 from tflms import floor
 from tflms import graph_index as gi
-from tflms import ordering
+from tflms import peak_ordering
 from tflms import planner
 from tflms._logging import Logger
 from tflms.settings import AUTO
@@ -167,9 +167,9 @@ def peak_orderings(context, index, deferral, target=None, found=()):
             planner.make_plan(index, context.roles, params,
                               batch_size=context.batch_size,
                               deferral=deferral), found)
-        result = ordering.order_peaks(
+        result = peak_ordering.order_peaks(
             model, plan, budget, target=target,
-            max_replays=ordering.replays_for(index.num_ops),
+            max_replays=peak_ordering.replays_for(index.num_ops),
             overflow_from=overflow_from)
         if result.edges:
             results.append((result.result.peak_device_bytes, -sync, result,

@@ -15,12 +15,12 @@ a data ancestor of the earliest reader of the swap-in and of those clones
 (`TriggerFinder.find`), so the control edge into the swap-in closes no
 cycle. Only plans the tuner chose by predicted step time, and whose step
 waits for copies at least `fewer_waits.MIN_EXPOSED_SHARE` of its time, are
-changed; at most `ordering.replays_for` timed replays are spent.
+changed; at most `peak_ordering.replays_for` timed replays are spent.
 """
 
 import dataclasses
 
-from tflms import ordering
+from tflms import peak_ordering
 from tflms.planner.triggers import TriggerFinder
 from tflms.planner.types import SwapInPlan
 from tflms.stages import timed
@@ -50,7 +50,7 @@ def stage(context, planned):
     budget = planned.budget_bytes
     current, best = plan, step
     tried, moved = set(), []
-    replays = ordering.replays_for(index.num_ops)
+    replays = peak_ordering.replays_for(index.num_ops)
     accepted = True
     while accepted and replays > 0:
         # The swap-ins to try, from the latest timing: made again only
@@ -121,7 +121,7 @@ def _lowest_readers(index, plan):
     lowest-level reader, which the swap-in's trigger must come before
     besides the swap-in's own readers. A recompute reading another's
     clones (a ``('recompute', ...)`` source) has its first reader at or
-    after that one's (`planner.recompute._shared_clones`), so the readers
+    after that one's (`planner.recompute_plan._shared_clones`), so the readers
     of the clones a swap-in feeds directly are the lowest."""
     levels = index.levels
     lowest = {}

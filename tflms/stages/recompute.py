@@ -139,20 +139,22 @@ def _within_budget(context, planned):
                 # a recompute reading it, so unpinning would change
                 # nothing: the plans are the same.
                 continue
-            found[(latest, unpin)] = planner.with_recomputes(
-                planned.index, context.roles, plan, accept,
-                context.batch_size, clone_types=clone_types,
-                max_ops=planner.MAX_TIMED_RECOMPUTE_OPS, latest_first=latest,
-                unpin=unpin)
+            found[(latest, unpin)] = planner.Recomputer(
+                planned.index, context.roles, context.batch_size,
+                clone_types=clone_types,
+                max_ops=planner.MAX_TIMED_RECOMPUTE_OPS).with_recomputes(
+                    plan, accept, latest_first=latest, unpin=unpin)
         return min(found.values(), key=lambda plan: costs[id(plan)][1])
 
     chosen = search(planned.plan)
     # Recomputes taken one at a time clone some ops twice (one taken first
     # runs after one taken later): those read the earlier clones instead,
     # and with fewer clones each, a second search may take more.
-    shared = planner.with_shared_clones(
-        planned.index, context.roles, chosen, accept, context.batch_size,
-        clone_types=clone_types, max_ops=planner.MAX_TIMED_RECOMPUTE_OPS)
+    shared = planner.Recomputer(
+        planned.index, context.roles, context.batch_size,
+        clone_types=clone_types,
+        max_ops=planner.MAX_TIMED_RECOMPUTE_OPS).with_shared_clones(
+            chosen, accept)
     if shared is not chosen:
         chosen = search(shared)
     log = context.log
@@ -203,9 +205,9 @@ def _within_peak(context, planned):
             return False
         return model.replay(candidate, detail=False).fits(limit)
 
-    chosen = planner.with_recomputes(planned.index, context.roles,
-                                     planned.plan, accept,
-                                     context.batch_size)
+    chosen = planner.Recomputer(
+        planned.index, context.roles,
+        context.batch_size).with_recomputes(planned.plan, accept)
     _log_recomputes(context.log, planned.index, chosen)
     return dataclasses.replace(planned, plan=chosen)
 

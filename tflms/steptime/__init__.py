@@ -83,9 +83,11 @@ measured ones); docs/benchmarks.md compares the predictions with
 published throughput.
 
 The package: `rates` (what an op achieves of its GPU's peak: `Efficiency`,
-`PEAK`, `ACHIEVED`, the op types timed apart), `model` (`StepTimeModel`
-and its `StepTime`), `planned` (a `pipeline.Planned` timed, and a plan's
-replay with its copies timed).
+`PEAK`, `ACHIEVED`, the op types timed apart), `op_costs` (`OpCosts`:
+each op's kernel seconds; `KernelOptions`: how the kernels run),
+`step_time_model` (`StepTimeModel`, which replays a step over the op
+costs, and its `StepTime`), `planned` (a `pipeline.Planned` timed, and a
+plan's replay with its copies timed).
 """
 
 # The hardware tables live in `tflms.hardware` (standard library only, for
@@ -97,8 +99,9 @@ from tflms.steptime.rates import (ACHIEVED, CONVOLUTION_TYPES,
                                   ELEMENTWISE_TYPES, LAUNCH_OVERHEAD_S,
                                   NO_KERNEL_TYPES, PEAK, REDUCTION_TYPES,
                                   Efficiency)
-from tflms.steptime.model import (StepTime, StepTimeModel, SwapInTiming,
-                                  SwapTiming)
+from tflms.steptime.op_costs import KernelOptions, OpCosts
+from tflms.steptime.step_time_model import (StepTime, StepTimeModel,
+                                            SwapInTiming, SwapTiming)
 from tflms.steptime.planned import (copy_levels, predict_planned,
                                     replay_in_time)
 
@@ -122,6 +125,8 @@ __all__ = [
     "REDUCTION_TYPES",
     "gpu_named",
     "interconnect_named",
+    "KernelOptions",
+    "OpCosts",
     "StepTimeModel",
     "predict_planned",
     "copy_levels",

@@ -5,34 +5,27 @@ import bisect
 
 from tflms import simulator
 from tflms.hardware import DEFAULT_GPU, DEFAULT_INTERCONNECT
-from tflms.steptime.model import StepTimeModel
-from tflms.steptime.rates import LAUNCH_OVERHEAD_S
+from tflms.steptime.step_time_model import StepTimeModel
 
 __all__ = ["predict_planned", "copy_levels", "replay_in_time"]
 
 
 def predict_planned(planned, gpu=DEFAULT_GPU,
-                    interconnect=DEFAULT_INTERCONNECT,
-                    launch_overhead_s=LAUNCH_OVERHEAD_S, efficiency=None,
-                    tf32=True, half="fp16", fusion=False):
+                    interconnect=DEFAULT_INTERCONNECT, kernels=None):
     """The `StepTime` of a `pipeline.Planned`: its plan (if any) timed at
     the levels of its with-LMS simulation.
 
     Args:
       planned: a `pipeline.Planned` with its simulations
         (`pipeline.simulate_plan`; auto-tuned ones have them).
-      gpu, interconnect, launch_overhead_s, efficiency, tf32, half,
-        fusion: as for `StepTimeModel`.
+      gpu, interconnect, kernels: as for `StepTimeModel`.
 
     Raises:
       ValueError: `planned` has a plan but no with-LMS simulation.
     """
     model = StepTimeModel(planned.index, planned.roles,
                           planned.settings.batch_size, gpu=gpu,
-                          interconnect=interconnect,
-                          launch_overhead_s=launch_overhead_s,
-                          efficiency=efficiency, tf32=tf32, half=half,
-                          fusion=fusion)
+                          interconnect=interconnect, kernels=kernels)
     if planned.plan is None:
         return model.predict()
     if planned.with_lms is None:

@@ -4,7 +4,8 @@ published runs) and the op types it times apart."""
 
 import dataclasses
 
-from tflms.graph_index import CONTROL_FLOW_V1_TYPES
+from tflms.graph_index.index import (BUFFER_FORWARDING_TYPES,
+                                     CONTROL_FLOW_V1_TYPES)
 
 __all__ = ["LAUNCH_OVERHEAD_S", "Efficiency", "PEAK", "ACHIEVED",
            "CONVOLUTION_TYPES", "NO_KERNEL_TYPES", "ELEMENTWISE_TYPES",
@@ -77,9 +78,8 @@ CONVOLUTION_TYPES = frozenset({
 
 # Ops that run no GPU kernel in a step: they forward a buffer, hand out a
 # variable, or were materialized before the step (constants, fed inputs).
-NO_KERNEL_TYPES = frozenset({
-    "Identity", "IdentityN", "StopGradient", "PreventGradient", "Reshape",
-    "Squeeze", "ExpandDims", "Snapshot",
+NO_KERNEL_TYPES = BUFFER_FORWARDING_TYPES | frozenset({
+    "Snapshot",
     "ReadVariableOp", "VarHandleOp", "VariableV2", "Variable",
     "VarHandleOpV2", "VarIsInitializedOp",
     "Const", "Placeholder", "PlaceholderWithDefault", "NoOp",

@@ -8,7 +8,7 @@ shapes and element sizes, variable sizes, statefulness from op defs,
 control-flow contexts, collectives inside called functions, the trainable
 variables, the flops of contractions. The rest of tflms below the
 rewriter (`graph_index`, `analysis`, `planner`, `simulator`, `steptime`,
-`ordering`) is pure Python and imports no TensorFlow
+`peak_ordering`) is pure Python and imports no TensorFlow
 (`tests/test_pure_core.py`), so it also works on literal graphs
 (`graph_index.from_edges`) and on any other reader's index. A
 `tf.function`'s `FuncGraph` is a `tf.Graph`, so this reader reads those
@@ -20,7 +20,7 @@ Nothing here mutates the graph: the rewriter alone does.
 import tensorflow as tf
 
 from tflms import graph_index as gi
-from tflms.graph_index.build import Columns, assemble
+from tflms.graph_index.build import Columns, OpFacts, assemble
 from tflms.graph_index.index import NEUTRAL_OPERANDS
 from tflms.graph_index.sizes import prod
 from tflms.step import APPLY_PREFIXES, ASSIGN_TYPES, StepFetches
@@ -201,11 +201,11 @@ _OPAQUE_DTYPES = frozenset({tf.resource, tf.variant, tf.string})
 # variable's own buffer handed on (the kernels call set_output_ref or
 # forward_ref_input_to_ref_output), so it counts no bytes: the variable is
 # counted once, in `variable_bytes`. TemporaryVariable is the exception: its
-# ref output is a buffer it allocates during the step.
-_ALLOCATING_REF_TYPES = frozenset({"TemporaryVariable"})
+# ref output is a buffer it allocates during the step
+# (`graph_index.ALLOCATING_REF_TYPES`).
 
 # Types whose output 0 may be an identity of an input (`_forwarded_slot`).
-_MAY_FORWARD = gi.FORWARDING_TYPES | frozenset(NEUTRAL_OPERANDS)
+_MAY_FORWARD = gi.GRAPPLER_IDENTITY_TYPES | frozenset(NEUTRAL_OPERANDS)
 
 
 def _control_flow_kind(op):
@@ -227,7 +227,7 @@ def _control_flow_kind(op):
 
 def _forwarded_slot(op):
     """`GraphIndex.forwards_input` of one op."""
-    if op.type in gi.FORWARDING_TYPES:
+    if op.type in gi.GRAPPLER_IDENTITY_TYPES:
         return 0 if op.inputs else None
     neutral, pairs = NEUTRAL_OPERANDS[op.type]
     out = op.outputs[0]
@@ -346,7 +346,7 @@ def build_index(graph, fetches=None):
 
     Raises:
       ValueError: a fetch that is not of `graph`.
-      topo.GraphCycleError: if the graph has a cycle.
+      dag_levels.GraphCycleError: if the graph has a cycle.
     """
     if not isinstance(fetches, StepFetches):
         fetches = find_fetches(graph, fetches)
@@ -378,7 +378,7 @@ def build_index(graph, fetches=None):
                 arg.is_ref for arg in op_def.input_arg)
             stateful_by_type[op_type] = stateful
         kind = _control_flow_kind(op)
-        cols.add(
+        cols.add(OpFacts(
             name=op.name, type=op_type, device=op.device,
             inputs=tuple((id_of[t.op.name], t.value_index)
                          for t in op.inputs),
@@ -387,7 +387,7 @@ def build_index(graph, fetches=None):
             output_shapes=tuple(_static_shape(t) for t in outs),
             output_itemsizes=(
                 tuple(itemsize_of[d] for d in dtypes)
-                if op_type not in _ALLOCATING_REF_TYPES
+                if op_type not in gi.ALLOCATING_REF_TYPES
                 else tuple(_itemsize(d.base_dtype) for d in dtypes)),
             variable_bytes=(_variable_bytes(op)
                             if op_type in _VARIABLE_HOLDER_TYPES else 0),
@@ -403,6 +403,6 @@ def build_index(graph, fetches=None):
                 _function_has_collective(graph, f, memo)
                 for f in _called_functions(op.node_def)),
             trainable_bytes=trainable.get(i, 0),
-            flops=(_flops_of(op) if op_type in gi.FLOP_TYPES else (0, 0)))
+            flops=(_flops_of(op) if op_type in gi.FLOP_TYPES else (0, 0))))
     roots = [id_of[op.name] for op in fetches.ops]
     return assemble(ops, cols, id_of, roots, fetches.rule)

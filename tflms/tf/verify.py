@@ -13,7 +13,7 @@ What counts as a difference:
 * the global step not advancing by one per step;
 * an op that ran without LMS but not with it (TensorFlow ends a step
   without an error when ops sit on a cycle; see
-  `analysis.fusion_partners`);
+  `fusions.fusion_partners`);
 * a swap op LMS added that is in TensorFlow's optimized graph but did not
   run;
 * an op that the training step did not run before the rewrite and runs

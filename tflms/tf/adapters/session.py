@@ -93,7 +93,7 @@ class StepGuard:
 
     Estimator.train(steps=N) loops until the global step reaches N; if a
     rewritten graph skipped the step's `AssignAdd` (as once happened when
-    oneDNN merged ops around LMS's edges, see `analysis.fusion_partners`),
+    oneDNN merged ops around LMS's edges, see `fusions.fusion_partners`),
     it would loop for ever. With LMS's swap ops in a training graph whose
     train op increments the global step, three runs in a row that see the
     same step value raise instead, with what to do. (Not under a

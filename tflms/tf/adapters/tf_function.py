@@ -111,7 +111,7 @@ def step_of(graph, variable_devices=False):
     index = _with_captured_variables(reader.build_index(graph, fetches), graph,
                                      variable_devices)
     # Trained as the step without LMS, bit for bit: LMS leaves alone what
-    # Grappler merges (`analysis.grappler_groups`).
+    # Grappler merges (`fusions.grappler_groups`).
     return fetches, dataclasses.replace(index, keep_grappler_groups=True)
 
 

@@ -52,7 +52,7 @@ def wait_for_ordering(plan, ordering_edges):
     Args:
       plan: a `Plan`.
       ordering_edges: ``(first_id, then_id)`` control edges
-        (`ordering.order_peaks`).
+        (`peak_ordering.order_peaks`).
 
     Returns:
       The plan, changed only in those swap-ins' triggers.
@@ -102,7 +102,7 @@ def _group_consumers(index, consumers, groupby):
 def _sync_inputs(index, roles, consumer):
     """Device inputs of a consumer, which a synchronous swap-in waits on;
     never one TensorFlow may merge with the consumer (the wait would close
-    a cycle through the merged node, see `analysis.fusion_partners`)."""
+    a cycle through the merged node, see `fusions.fusion_partners`)."""
     fused = roles.fused_with.get(consumer, ())
     return tuple(p for p in index.predecessors(consumer)
                  if p in roles.waiters and p not in fused)
@@ -169,8 +169,8 @@ def make_plan(index, roles, params, batch_size=None, edges=None,
                settings)
         known = memo.get(key)
         if known is None:
-            known = memo[key] = _plan_swap(index, roles, params, groupby,
-                                           triggers, batch_size, p, out,
+            known = memo[key] = _plan_swap(index, roles, params, triggers,
+                                           batch_size, p, out,
                                            consumers[first:])
         swap, missed = known
         unplanned += missed
@@ -182,11 +182,12 @@ def make_plan(index, roles, params, batch_size=None, edges=None,
                 deferral_edges=tuple(deferral))
 
 
-def _plan_swap(index, roles, params, groupby, triggers, batch_size, p, out,
+def _plan_swap(index, roles, params, triggers, batch_size, p, out,
                consumers):
     """The `SwapPlan` of tensor ``(p, out)`` read by `consumers` far away
     (None if no swap-in can be started in time), and how many swap-in
     groups were left on the device."""
+    groupby = 0 if params.sync_swapin else params.swapin_groupby
     unplanned = 0
     swap_ins = []
     pending = _group_consumers(index, consumers, groupby)

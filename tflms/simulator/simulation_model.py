@@ -8,8 +8,8 @@ import numpy as np
 from tflms.simulator.additions import Additions
 from tflms.simulator.buffers import DEVICE, HOST, NO_BUFFER, GraphBuffers
 from tflms.simulator.levels import GraphLevels
-from tflms.simulator.results import (SimulationResult, buffers_with,
-                                     lifetimes, timeline)
+from tflms.simulator.simulation_result import (SimulationResult, buffers_with,
+                                               lifetimes, timeline)
 
 
 class SimulationModel:

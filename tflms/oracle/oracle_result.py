@@ -4,7 +4,7 @@ lists."""
 import dataclasses
 from typing import Optional
 
-from tflms.oracle.devices import GPU_DEVICE
+from tflms.oracle.virtual_cluster import GPU_DEVICE
 
 
 @dataclasses.dataclass(frozen=True)

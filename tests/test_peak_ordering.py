@@ -1,4 +1,4 @@
-"""Ordering edges (`tflms.ordering`): one op of a crowded level before
+"""Ordering edges (`tflms.peak_ordering`): one op of a crowded level before
 another, found by replays, kept by the tuner when nothing fits without
 them, and harmless to training."""
 
@@ -10,7 +10,7 @@ from tflms import LMS
 from tflms import analysis
 from tflms import autotune
 from tflms import graph_index as gi
-from tflms import ordering
+from tflms import peak_ordering
 from tflms import pipeline
 from tflms import planner
 from tflms import simulator
@@ -57,7 +57,7 @@ def test_order_peaks_runs_the_freeing_op_first():
     model = simulator.SimulationModel(index, roles)
     plan = _no_swaps(index, roles)
     assert plan.swaps == ()
-    found = ordering.order_peaks(model, plan, budget=0)
+    found = peak_ordering.order_peaks(model, plan, budget=0)
     ids = {name: k for k, name in enumerate(index.names)}
     assert found.edges == ((ids["f"], ids["i"]),)
     assert found.peak_before == 9 * U + 8
@@ -70,7 +70,7 @@ def test_order_peaks_runs_the_freeing_op_first():
     assert replayed.device_timeline.tolist() == [
         U, 5 * U, 5 * U, 5 * U, 5 * U + 8, 5 * U + 8, 4 * U + 8]
     # Stops as soon as the target is met: nothing to do at 9U + 8.
-    assert ordering.order_peaks(model, plan, budget=9 * U + 8).edges == ()
+    assert peak_ordering.order_peaks(model, plan, budget=9 * U + 8).edges == ()
 
 
 def early_graph():
@@ -105,7 +105,7 @@ def test_order_peaks_delays_a_tensor_made_long_before_its_reader():
     ids = {name: k for k, name in enumerate(index.names)}
     assert model.replay(plan).device_timeline.tolist() == [
         U, 6 * U, 8 * U, 6 * U, 3 * U]
-    found = ordering.order_peaks(model, plan, budget=0)
+    found = peak_ordering.order_peaks(model, plan, budget=0)
     # e -> b would undo it (b now reaches e): refused, so one edge.
     assert found.edges == ((ids["b"], ids["e"]),)
     assert found.peak_before == 8 * U
@@ -120,11 +120,11 @@ def test_an_edge_from_a_descendant_is_refused():
     index = crowded_graph()
     roles = analysis.classify_ops(index)
     ids = {name: k for k, name in enumerate(index.names)}
-    assert ordering._closes_cycle(index, roles, ids["out"], ids["i"])
-    assert not ordering._closes_cycle(index, roles, ids["f"], ids["i"])
+    assert peak_ordering._closes_cycle(index, roles, ids["out"], ids["i"])
+    assert not peak_ordering._closes_cycle(index, roles, ids["f"], ids["i"])
     merged = dataclasses_replace_fused(roles, ids["out"], ids["f"])
     # f is now merged with out, which reads i: f -> i closes a cycle.
-    assert ordering._closes_cycle(index, merged, ids["f"], ids["i"])
+    assert peak_ordering._closes_cycle(index, merged, ids["f"], ids["i"])
 
 
 def dataclasses_replace_fused(roles, a, b):
@@ -153,7 +153,7 @@ def _aggressive_peaks(graph, from_sync=0):
     for sync in range(from_sync, 4):
         plan = planner.make_plan(index, roles,
                                  planner.SwapParams(1, 1, 0, sync))
-        found = ordering.order_peaks(model, plan, budget=0)
+        found = peak_ordering.order_peaks(model, plan, budget=0)
         plain.append(found.peak_before)
         ordered.append(found.result.peak_device_bytes)
     return min(plain), min(ordered)
@@ -319,7 +319,7 @@ def test_resnet50_at_8000_fits_16_gib_with_copies_timed():
 
 
 def test_replay_bound_shrinks_with_the_graph():
-    assert ordering.replays_for(6000) == ordering.MAX_REPLAYS
-    assert ordering.replays_for(50000) == 40
-    assert ordering.replays_for(200000) == 13
-    assert ordering.replays_for(0) == ordering.MAX_REPLAYS
+    assert peak_ordering.replays_for(6000) == peak_ordering.MAX_REPLAYS
+    assert peak_ordering.replays_for(50000) == 40
+    assert peak_ordering.replays_for(200000) == 13
+    assert peak_ordering.replays_for(0) == peak_ordering.MAX_REPLAYS

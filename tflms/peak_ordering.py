@@ -42,15 +42,15 @@ import numpy as np
 from tflms import analysis
 from tflms import graph_index as gi
 from tflms import planner
-from tflms import topo
+from tflms import dag_levels
 
 __all__ = ["order_peaks", "OrderingResult", "MAX_REPLAYS", "replays_for"]
 
 # Replays one search may spend. One round tries at most `_PAIRS_PER_ROUND`
-# edges; on the models of the benchmarks a peak needs 1-6 rounds. On deep
-# graphs a replay costs about a second per 500,000 ops, so the bound
-# shrinks with the graph (`replays_for`) to keep ordering, which only runs
-# when nothing fits or a plan needs synchronous swap-ins, within seconds.
+# edges and a peak takes a few rounds. A replay costs time in proportion to
+# the graph's ops, so the bound shrinks with the graph (`replays_for`): the
+# ops replayed per search stay bounded, and ordering, which only runs when
+# nothing fits or a plan needs synchronous swap-ins, stays within seconds.
 MAX_REPLAYS = 96
 _REPLAYED_OPS = 2000000  # ops replayed per search on a large graph
 _MIN_REPLAYS = 13        # one full round and the replay before it
@@ -182,8 +182,7 @@ def _candidate_pairs(model, index, roles, result):
 # Ops that pass a tensor on without computing: `tf.gradients` wraps every
 # gradient in ``tuple/control_dependency`` identities and a ``group_deps``
 # no-op, which read it right away; the tensor is needed by what reads them.
-# pylint: disable-next=protected-access
-_PASSING_TYPES = analysis._FORWARDING_TYPES | {"NoOp", "IdentityN"}
+_PASSING_TYPES = gi.GRAPPLER_IDENTITY_TYPES | {"NoOp", "IdentityN"}
 
 
 def _real_readers(index, op):
@@ -282,7 +281,7 @@ def order_peaks(model, plan, budget, max_replays=MAX_REPLAYS, target=None,
             spent += 1
             try:
                 r = model.replay(trial, detail=False)
-            except topo.GraphCycleError:
+            except dag_levels.GraphCycleError:
                 # A path through the plan's own edges (a sync mode's
                 # waits) that the index does not hold.
                 continue

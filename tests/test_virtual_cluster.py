@@ -1,5 +1,5 @@
-"""Tests for the oracle's devices (tflms/oracle/devices.py): the GPU the
-virtual cluster simulates comes from `tflms.hardware`.
+"""Tests for the oracle's virtual cluster (tflms/oracle/virtual_cluster.py):
+the GPU the virtual cluster simulates comes from `tflms.hardware`.
 
 The default must be the very proto the oracle used before it took its GPU
 from `hardware` (literal values below, from the hand-written V100 of
@@ -116,8 +116,9 @@ def test_peak_memory_simulates_the_gpu_it_is_given():
     graph, y = _matmul_graph()
     v100 = oracle.peak_memory(graph, [y])
     assert v100 == oracle.peak_memory(graph, [y], gpu="V100-SXM2-16GB")
-    assert v100 == oracle.peak_memory(graph, [y],
-                                      gpu_props=oracle.gpu_properties())
+    assert v100 == oracle.peak_memory(
+        graph, [y],
+        cluster=oracle.VirtualCluster(gpu_props=oracle.gpu_properties()))
     h100 = oracle.peak_memory(graph, [y], gpu=hardware.GPUS["H100-SXM5-80GB"])
     # Same schedule of the same ops: the memory is the GPU's business only
     # through time, and the faster chip runs the step sooner.
@@ -129,9 +130,10 @@ def test_peak_memory_simulates_the_gpu_it_is_given():
 def test_peak_memory_takes_gpu_or_gpu_props_not_both():
     graph, y = _matmul_graph()
     with pytest.raises(ValueError, match=(
-            r"peak_memory takes gpu or gpu_props, not both; got "
+            r"peak_memory takes gpu or cluster.gpu_props, not both; got "
             r"gpu='A100-SXM4-40GB' and gpu_props for 'Tesla V100-SXM2-16GB'")):
         oracle.peak_memory(graph, [y], gpu="A100-SXM4-40GB",
-                           gpu_props=oracle.gpu_properties())
+                           cluster=oracle.VirtualCluster(
+                               gpu_props=oracle.gpu_properties()))
     with pytest.raises(ValueError, match=r"gpu 'V100' is not known"):
         oracle.peak_memory(graph, [y], gpu="V100")

@@ -6,7 +6,7 @@ import networkx as nx
 import pytest
 import toposort
 
-from tflms import topo
+from tflms import dag_levels
 
 
 def random_dag(n, p, seed):
@@ -30,8 +30,8 @@ def test_levels_equal_toposort(seed):
         for w in ws:
             deps[w].add(v)
     expected = list(toposort.toposort(deps))
-    levels = topo.kahn_levels(n, succ)
-    assert [set(g) for g in topo.group_by_level(levels)] == expected
+    levels = dag_levels.kahn_levels(n, succ)
+    assert [set(g) for g in dag_levels.group_by_level(levels)] == expected
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -42,25 +42,25 @@ def test_levels_equal_networkx_generations(seed):
     g.add_nodes_from(range(n))
     g.add_edges_from((v, w) for v, ws in enumerate(succ) for w in ws)
     expected = [sorted(x) for x in nx.topological_generations(g)]
-    levels = topo.kahn_levels(n, succ)
-    assert topo.group_by_level(levels) == expected
+    levels = dag_levels.kahn_levels(n, succ)
+    assert dag_levels.group_by_level(levels) == expected
     # Invariant: every edge goes to a strictly higher level.
     assert all(levels[w] > levels[v] for v, ws in enumerate(succ) for w in ws)
 
 
 def test_parallel_edges_and_isolated_nodes():
     succ = [[1, 1], [], [], [1]]
-    assert topo.kahn_levels(4, succ) == [0, 1, 0, 0]
+    assert dag_levels.kahn_levels(4, succ) == [0, 1, 0, 0]
 
 
 def test_cycle_is_reported():
-    with pytest.raises(topo.GraphCycleError, match="2 of 3 nodes"):
-        topo.kahn_levels(3, [[1], [2], [1]])
+    with pytest.raises(dag_levels.GraphCycleError, match="2 of 3 nodes"):
+        dag_levels.kahn_levels(3, [[1], [2], [1]])
 
 
 def test_empty_graph():
-    assert topo.kahn_levels(0, []) == []
-    assert topo.group_by_level([]) == []
+    assert dag_levels.kahn_levels(0, []) == []
+    assert dag_levels.group_by_level([]) == []
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -70,7 +70,7 @@ def test_raise_levels_equals_kahn_after_additions(seed):
     rng = random.Random(1000 + seed)
     n = 60 + seed * 5
     succ = random_dag(n, 0.05, 1000 + seed)
-    old = topo.kahn_levels(n, succ)
+    old = dag_levels.kahn_levels(n, succ)
     new_succ = [list(s) for s in succ]
     seeds = set()
     # Forward edges between old nodes (from a lower level to a higher one,
@@ -87,14 +87,14 @@ def test_raise_levels_equals_kahn_after_additions(seed):
             new_succ.append([b])
             new_succ[a].append(v)
             seeds.update((a, v))
-    got = topo.raise_levels(old, new_succ, seeds, max_steps=10 * n)
-    assert got == topo.kahn_levels(len(new_succ), new_succ)
+    got = dag_levels.raise_levels(old, new_succ, seeds, max_steps=10 * n)
+    assert got == dag_levels.kahn_levels(len(new_succ), new_succ)
 
 
 def test_raise_levels_gives_up_on_a_cycle():
     succ = [[1], [2], []]
-    old = topo.kahn_levels(3, succ)
+    old = dag_levels.kahn_levels(3, succ)
     succ[2].append(0)  # closes a cycle
-    assert topo.raise_levels(old, succ, {2}, max_steps=50) is None
-    with pytest.raises(topo.GraphCycleError):
-        topo.kahn_levels(3, succ)
+    assert dag_levels.raise_levels(old, succ, {2}, max_steps=50) is None
+    with pytest.raises(dag_levels.GraphCycleError):
+        dag_levels.kahn_levels(3, succ)

@@ -2,6 +2,7 @@
 cost model, the placement the oracle measures, and the names the virtual
 scheduler gives the copies it inserts."""
 
+import dataclasses
 from typing import Optional, Union
 
 import tensorflow as tf
@@ -110,6 +111,27 @@ def cpu_properties(memory_bytes: int = 256 << 30) -> device_properties_pb2.Devic
     props.memory_size = memory_bytes
     props.bandwidth = 100 * 1000 * 1000  # KB/s
     return props
+
+
+@dataclasses.dataclass(frozen=True)
+class VirtualCluster:
+    """The machine `peak_memory` simulates, described to Grappler: its
+    devices' names and properties. The GPU's properties are usually
+    named by `peak_memory`'s ``gpu`` instead.
+
+    Attributes:
+      gpu_props: ``DeviceProperties`` of the GPU; None for
+        ``gpu_properties(gpu)``.
+      cpu_props: ``DeviceProperties`` of the CPU; None for
+        `cpu_properties`.
+      gpu_device: full name of the simulated GPU.
+      cpu_device: full name of the simulated CPU.
+    """
+
+    gpu_props: Optional[device_properties_pb2.DeviceProperties] = None
+    cpu_props: Optional[device_properties_pb2.DeviceProperties] = None
+    gpu_device: str = GPU_DEVICE
+    cpu_device: str = CPU_DEVICE
 
 
 def _is_cpu_device(device: str) -> bool:

@@ -1,0 +1,149 @@
+"""Ops TensorFlow merges into one node at run time, which LMS must not
+come between.
+
+Two passes merge ops after LMS has planned: oneDNN's layout pass
+(`fusion_partners`: LMS never orders such ops apart, since the merged node
+would close a cycle) and Grappler's arithmetic optimizer and remapper
+(`grappler_groups`: LMS swaps nothing out of them and adds no control edge
+to them, or the step would round differently). Both see through the
+identities Grappler removes first (`graph_index.GRAPPLER_IDENTITY_TYPES`).
+Pure: questions on a `GraphIndex`, no TensorFlow.
+"""
+
+from tflms import graph_index as gi
+
+__all__ = ["fusion_partners", "grappler_groups"]
+
+
+def _through_identities(index, producer, output):
+    """The tensor ``(producer, output)`` stands for once Grappler has
+    removed the identities in front of it."""
+    seen = 0
+    while seen < 64:
+        t = index.types[producer]
+        if t in gi.GRAPPLER_IDENTITY_TYPES and index.inputs[producer]:
+            producer, output = index.inputs[producer][0]
+        elif t == "IdentityN" and output < len(index.inputs[producer]):
+            producer, output = index.inputs[producer][output]
+        else:
+            break
+        seen += 1
+    return producer, output
+
+
+def fusion_partners(index):
+    """Ops that TensorFlow may merge into one node at run time.
+
+    With oneDNN on (TF_ENABLE_ONEDNN_OPTS=1, the default on CPUs with
+    AVX512_VNNI, AVX512_BF16 or AMX), TensorFlow's `MklLayoutRewritePass`
+    merges, after Grappler and before the executor runs:
+
+    * a `Conv2DBackpropFilter` and a `BiasAddGrad` that read the same
+      gradient (into `_MklNativeConv2DBackpropFilterWithBias`),
+    * a `Conv2D` and the `BiasAdd` reading its output,
+    * a `Pad` and the `Conv2D` reading its output.
+
+    The merged node takes over the control inputs and outputs of both ops
+    and the pass does not check for cycles. So an LMS control edge from one
+    of them to a swap-in read by the other (``BiasAddGrad -> swap-in ->
+    Conv2DBackpropFilter``) becomes a cycle through the merged node: the
+    executor never runs it nor anything after it, silently, and the step
+    ends without the weight updates that depend on it (nor the global
+    step's `AssignAdd`, which waits for all of them). Grappler's own
+    remapper fusions decline ops with control edges, which would only
+    change rounding; LMS leaves those alone too (`grappler_groups`).
+
+    Identities in between count as absent (Grappler removes them first).
+
+    Returns:
+      dict op id -> frozenset of partner op ids (only ops with partners).
+    """
+    partners = {}
+
+    def pair(a, b):
+        partners.setdefault(a, set()).add(b)
+        partners.setdefault(b, set()).add(a)
+
+    types = index.types
+    for op, t in enumerate(types):
+        if t == "BiasAddGrad" and index.inputs[op]:
+            grad = _through_identities(index, *index.inputs[op][0])
+            for c in _readers_of(index, grad):
+                if types[c] == "Conv2DBackpropFilter":
+                    pair(op, c)
+        elif t in ("BiasAdd", "BiasAddV1") and index.inputs[op]:
+            p, _ = _through_identities(index, *index.inputs[op][0])
+            if types[p] == "Conv2D":
+                pair(p, op)
+        elif t == "Conv2D" and index.inputs[op]:
+            p, _ = _through_identities(index, *index.inputs[op][0])
+            if types[p] in ("Pad", "MirrorPad"):
+                pair(p, op)
+    return {k: frozenset(v) for k, v in partners.items()}
+
+
+# Op kinds Grappler merges into their one reader: the arithmetic
+# optimizer's AddOpsRewrite collapses trees of Add, AddV2 and AddN into an
+# AddN per input shape and its MinimizeBroadcasts reorders chains of Mul;
+# the remapper fuses a convolution or product with its BiasAdd, and a
+# BiasAdd with its activation (one _FusedConv2D / _FusedMatMul kernel).
+_ADD = ("Add", "AddV2", "AddN")
+_MERGED_INTO = {
+    **{t: _ADD for t in _ADD},
+    "Mul": ("Mul",),
+    **{t: ("BiasAdd",) for t in ("Conv2D", "Conv3D", "DepthwiseConv2dNative",
+                                 "MatMul")},
+    "BiasAdd": ("Relu", "Relu6", "Elu", "LeakyRelu", "Tanh", "Sigmoid"),
+}
+
+
+def grappler_groups(index):
+    """Ops Grappler merges with their reader, which LMS must leave alone.
+
+    The arithmetic optimizer turns ``(a + b) + c`` into ``AddN(a, b, c)``
+    (which rounds differently from the additions as written) and the
+    remapper fuses a ``Conv2D`` with its ``BiasAdd`` (`_MERGED_INTO`), but
+    only where the inner op has exactly one reader and no op of the group
+    has a control edge in or out. LMS would change that: a swap-out is a
+    second reader, a swap-in between the two ops hides the inner one, and
+    a trigger or a waiter gets a control edge. The step would then round
+    differently from the step without LMS. Identities in between count as
+    absent (Grappler removes them first).
+
+    Returns:
+      ``(inner, members)``, frozensets of op ids: `inner` the ops merged
+      into their reader (their output is not swapped), `members` those
+      and their readers (never triggers or waiters).
+    """
+    types = index.types
+    inner, members = set(), set()
+    for op, t in enumerate(types):
+        into = _MERGED_INTO.get(t)
+        if into is None or not index.consumers[op]:
+            continue
+        readers = _readers_of(index, (op, 0))
+        if len(readers) == 1 and types[readers[0]] in into:
+            inner.add(op)
+            members.update((op, readers[0]))
+    return frozenset(inner), frozenset(members)
+
+
+def _readers_of(index, tensor):
+    """Ops reading `tensor` directly or through identities."""
+    readers = []
+    stack = [tensor]
+    seen = set()
+    while stack:
+        producer, output = stack.pop()
+        for c, slot in index.consumers[producer][output]:
+            if c in seen:
+                continue
+            seen.add(c)
+            t = index.types[c]
+            if t in gi.GRAPPLER_IDENTITY_TYPES:
+                stack.append((c, 0))
+            elif t == "IdentityN":
+                stack.append((c, slot))
+            else:
+                readers.append(c)
+    return readers
