@@ -60,7 +60,7 @@ def stage(context, planned):
     timer = context.timer(planned.index)
     budget = planned.budget_bytes
     # The tuner timed its plan at the levels of its replay, as
-    # `timed.replay_in_time` does.
+    # `timed.replay_at_link` does.
     best = planned.step_time.with_lms_s
     current = plan
     freed = []
@@ -68,14 +68,14 @@ def stage(context, planned):
         candidate = dataclasses.replace(current, swaps=tuple(
             dataclasses.replace(s, waiters=()) if s is swap else s
             for s in current.swaps))
-        replay, step = timed.replay_in_time(model, timer, candidate,
+        replay, step = timed.replay_at_link(model, timer, candidate,
                                             detail=False)
         if replay.fits(budget) and step.with_lms_s < best:
             current, best = candidate, step.with_lms_s
             freed.append(swap)
     if not freed:
         return planned
-    final, step = timed.replay_in_time(model, timer, current)
+    final, step = timed.replay_at_link(model, timer, current)
     context.log.info(
         "[Simulator] %d of %d swap-outs no longer make their readers wait "
         "(%.2f GiB): %s"

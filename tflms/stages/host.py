@@ -88,7 +88,7 @@ def _within_host(context, planned, limit):
                                          clone_types=clone_types)
         if host_peaks[id(chosen)][1] <= limit:
             break
-    final, step = timed.replay_in_time(model, timer, chosen)
+    final, step = timed.replay_at_link(model, timer, chosen)
     if final.peak_host_bytes > limit or not final.fits(budget):
         return _failed(context, planned, limit, need, final, chosen)
     added = len(chosen.recomputes) - len(planned.plan.recomputes)

@@ -76,7 +76,7 @@ def stage(context, planned):
                 break
     if not moved:
         return planned
-    final, step = timed.replay_in_time(model, timer, current)
+    final, step = timed.replay_at_link(model, timer, current)
     context.log.info(
         "[Simulator] %d swap-ins start earlier, where memory allows: %s"
         % (len(moved), timed.outcome(context, final, budget, step,

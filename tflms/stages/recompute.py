@@ -160,7 +160,7 @@ def _within_budget(context, planned):
         log.info("[Simulator] No swapped tensor can be recomputed within "
                  "the budget in less predicted time than it is swapped")
         return planned
-    final, step = timed.replay_in_time(model, timer, chosen)
+    final, step = timed.replay_at_link(model, timer, chosen)
     if not final.fits(budget):
         # Every recompute taken was judged with its copies timed; this
         # only guards the plan returned. The tuner's plan fits with its

@@ -6,14 +6,15 @@ import dataclasses
 from tflms import plots
 from tflms import steptime
 
-__all__ = ["replay_in_time", "fitting_replay", "replaced_plan", "outcome"]
+__all__ = ["replay_at_link", "fitting_replay", "replaced_plan", "outcome"]
 
 
-def replay_in_time(model, timer, plan, detail=True, instant=None):
-    """The replay of `plan` with its copies timed by `timer` (a
-    `steptime.StepTimeModel` on the settings' gpu and interconnect; copies
-    count as instant on ``'instant'``), as the tuner judges its own plan,
-    and its predicted `steptime.StepTime`."""
+def replay_at_link(model, timer, plan, detail=True, instant=None):
+    """``(replay, step)`` of `plan` at the link of `timer` (a
+    `steptime.StepTimeModel` on the settings' gpu and interconnect), as the
+    tuner judges its own plan: `steptime.replay_in_time`, except on the
+    ``'instant'`` link, where copies take no time, so the replay with
+    instant copies is the timed one and is not made again."""
     if timer.interconnect is steptime.INSTANT:
         if instant is None or detail:
             instant = model.replay(plan, detail=detail)
@@ -25,14 +26,14 @@ def replay_in_time(model, timer, plan, detail=True, instant=None):
 
 def fitting_replay(model, timer, plan, budget):
     """``(replay, step)`` of `plan` with its copies timed (as
-    `replay_in_time`, without detail) when it fits `budget`, else None.
+    `replay_at_link`, without detail) when it fits `budget`, else None.
 
     Copies that take time only hold memory longer, so a plan over the
     budget with instant copies is not timed."""
     result = model.replay(plan, detail=False)
     if not result.fits(budget):
         return None
-    replay, step = replay_in_time(model, timer, plan, detail=False,
+    replay, step = replay_at_link(model, timer, plan, detail=False,
                                   instant=result)
     return (replay, step) if replay.fits(budget) else None
 
