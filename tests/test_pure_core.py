@@ -29,7 +29,8 @@ CORE = ("graph_index", "graph_index.index", "graph_index.build",
         "autotune.selection", "autotune.choice", "autotune.report",
         "stages", "stages.serialize", "stages.defer", "stages.swaps",
         "stages.order", "stages.fewer_waits", "stages.recompute",
-        "stages.prefetch", "stages.timed", "stages.host", "pipeline",
+        "stages.prefetch", "stages.timed", "stages.host", "stages.record",
+        "pipeline",
         "plots", "_logging", "results", "ranks")
 
 _BLOCKED = ("tensorflow", "keras", "tf_keras")

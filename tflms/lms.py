@@ -15,11 +15,13 @@ from tflms import _compat
 from tflms import _gc
 from tflms import _keras
 from tflms import analysis
+from tflms import autotune
 from tflms import distributed
 from tflms import function as function_mod
 from tflms import graph_index as gi
 from tflms import keras3
 from tflms import pipeline
+from tflms import plots
 from tflms import rewriter
 from tflms import run_log
 from tflms import settings as S
@@ -286,16 +288,18 @@ class LMS(_compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
         run_log.log_step(log, index)
         roles = pipeline.classify(index, settings, worker)
         run_log.log_graph_facts(log, index, roles, settings)
-        planned = pipeline.plan(index, settings, roles=roles, log=log)
+        try:
+            planned = pipeline.plan(index, settings, roles=roles, log=log)
+        except autotune.AutotuneError as err:
+            raise plots.with_plots(err, settings, log) from None
+        plots.write_planned(planned, log)
         if not planned.needed:
             return RunResult(Outcome.NOT_NEEDED, planned,
                              seconds=time.perf_counter() - start)
 
         plan = planned.plan
         if plan.swaps or plan.recomputes:
-            run_log.log_parameters(log, plan.params, planned.autotuned,
-                                   planned.only_tensors, planned.unwaited,
-                                   planned.prefetched)
+            run_log.log_parameters(log, planned)
         else:
             log.info("LMS will swap nothing: the step fits with the %d "
                      "control edges it adds (serialization, ordering, "

@@ -17,13 +17,30 @@ nothing.
 """
 
 import dataclasses
+from typing import Tuple
 
 from tflms import ordering
 from tflms.stages import timed
+from tflms.stages.record import StageRecord
 
-__all__ = ["stage", "after_recompute"]
+__all__ = ["stage", "after_recompute", "Unwaited"]
 
 _GIB = float(1 << 30)
+
+
+@dataclasses.dataclass(frozen=True)
+class Unwaited(StageRecord):
+    """``(producer, output)`` of the swapped tensors whose swap-outs the
+    tuner's `sync_mode` would make their readers wait for, and whose waits
+    were dropped because the plan fits without them and its predicted step
+    is shorter; both passes of the stage together."""
+
+    tensors: Tuple[Tuple[int, int], ...] = ()
+
+    def for_plan(self, plan):
+        # A tensor recomputed instead is no longer swapped: no wait to drop.
+        swapped = {(s.producer, s.output) for s in plan.swaps}
+        return Unwaited(tuple(t for t in self.tensors if t in swapped))
 
 
 # The second pass runs only where the step waits for copies at least this
@@ -48,7 +65,7 @@ def after_recompute(context, planned):
 
 def stage(context, planned):
     """`planned` with the waits that cost time and no memory dropped."""
-    if not (planned.autotuned and context.by_step_time
+    if not (planned.autotuned and context.judging.by_step_time
             and planned.plan is not None):
         return planned
     plan = planned.plan
@@ -81,8 +98,7 @@ def stage(context, planned):
         "(%.2f GiB): %s"
         % (len(freed), len(waited), sum(s.nbytes or 0 for s in freed) / _GIB,
            timed.outcome(context, final, budget, step, planned.step_time)))
-    unwaited = planned.unwaited + tuple((s.producer, s.output)
-                                        for s in freed)
-    return timed.replaced_plan(
-        context, dataclasses.replace(planned, unwaited=unwaited),
-        current, final, step)
+    unwaited = planned.record(Unwaited).tensors + tuple(
+        (s.producer, s.output) for s in freed)
+    return planned.with_record(Unwaited(unwaited)).with_plan(current, final,
+                                                             step)

@@ -2,7 +2,7 @@
 
 Swapped tensors live in pinned host memory, which the system cannot page
 out (users of the original ran out of it: IBM's issue #33), so the host is
-a budget like the device (`context.host_budget_bytes`:
+a budget like the device (`context.budgets.host_bytes`:
 ``autotune_host_mem``, or physical memory per process on the node).
 
 * A tuned plan that fits the device but needs more host memory has swaps
@@ -37,7 +37,7 @@ class HostMemoryError(AutotuneError):
 def stage(context, planned):
     """`planned` within the host budget (tuned plans), or as it is with a
     warning (fixed parameters)."""
-    limit = context.host_budget_bytes
+    limit = context.budgets.host_bytes
     plan = planned.plan
     if (not limit or plan is None or not plan.swaps
             or planned.failure is not None):
@@ -101,7 +101,7 @@ def _within_host(context, planned, limit):
                  final.peak_host_bytes / _GIB, limit / _GIB,
                  final.peak_device_bytes / _GIB, budget / _GIB,
                  step.with_lms_s * 1e3, step.recompute_s * 1e3))
-    return timed.replaced_plan(context, planned, chosen, final, step)
+    return planned.with_plan(chosen, final, step)
 
 
 def _failed(context, planned, limit, need, final, chosen):
@@ -148,7 +148,7 @@ def _budget_source(context):
     gib = context.settings.autotune_host_mem
     if gib is not None:
         return "autotune_host_mem=%g" % gib
-    if context.local_processes > 1:
+    if context.budgets.local_processes > 1:
         return "physical memory / %d processes on this node" % (
-            context.local_processes)
+            context.budgets.local_processes)
     return "this machine's physical memory"

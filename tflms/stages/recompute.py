@@ -178,7 +178,7 @@ def _within_budget(context, planned):
                  final.peak_device_bytes / _GIB, budget / _GIB,
                  final.peak_level, final.peak_op, step.with_lms_s * 1e3,
                  step.exposed_transfer_s * 1e3, step.recompute_s * 1e3))
-    return timed.replaced_plan(context, planned, chosen, final, step)
+    return planned.with_plan(chosen, final, step)
 
 
 def _reads_swap_ins(plan):

@@ -1,12 +1,10 @@
 """What the stages after the tuner share: a plan replayed with its copies
-timed, and a tuned plan replaced by a changed one."""
+timed, whether it fits, and the log's account of a changed plan (a stage
+puts it in place with `Planned.with_plan`)."""
 
-import dataclasses
-
-from tflms import plots
 from tflms import steptime
 
-__all__ = ["replay_at_link", "fitting_replay", "replaced_plan", "outcome"]
+__all__ = ["replay_at_link", "fitting_replay", "outcome"]
 
 
 def replay_at_link(model, timer, plan, detail=True, instant=None):
@@ -36,23 +34,6 @@ def fitting_replay(model, timer, plan, budget):
     replay, step = replay_at_link(model, timer, plan, detail=False,
                                   instant=result)
     return (replay, step) if replay.fits(budget) else None
-
-
-def replaced_plan(context, planned, plan, replay, step):
-    """`planned` with the tuner's plan replaced by `plan` (its timed
-    `replay` and predicted `step`); the memory plots, which the tuner drew
-    for its own plan, are drawn again for the one applied."""
-    if context.plot_dir:
-        plots.write_plots(context.plot_dir, planned.index, context.roles,
-                          planned.without_lms, replay, planned.budget_bytes,
-                          batch_size=context.batch_size, log=context.log)
-    # A tensor recomputed instead is no longer swapped: no wait to drop.
-    swapped = {(s.producer, s.output) for s in plan.swaps}
-    return dataclasses.replace(
-        planned, plan=plan, with_lms=replay, step_time=step,
-        unwaited=tuple(t for t in planned.unwaited if t in swapped),
-        prefetched=tuple(k for k in planned.prefetched
-                         if k[:2] in swapped))
 
 
 def outcome(context, replay, budget, step, before):

@@ -27,8 +27,8 @@ def predict_planned(planned, gpu=DEFAULT_GPU,
     Raises:
       ValueError: `planned` has a plan but no with-LMS simulation.
     """
-    model = StepTimeModel(planned.index, planned.roles,
-                          planned.settings.batch_size, gpu=gpu,
+    model = StepTimeModel(planned.index, planned.context.roles,
+                          planned.context.batch_size, gpu=gpu,
                           interconnect=interconnect,
                           launch_overhead_s=launch_overhead_s,
                           efficiency=efficiency, tf32=tf32, half=half,
