@@ -327,6 +327,9 @@ def test_host_fails_with_what_to_change_when_no_recompute_is_enough():
     planned = host.stage(context, tuned)
     assert isinstance(planned.failure, host.HostMemoryError)
     assert planned.plan is tuned.plan  # the failure is raised, not applied
+    # Its plots (the caller's to draw) show the plan that fits the device.
+    shown = planned.failure.plot_data
+    assert shown.with_lms is tuned.with_lms and shown.with_lms_fits
     message = str(planned.failure)
     assert "needs 0.00 GiB of host memory" in message
     assert "with 1 of its swapped tensors recomputed" in message

@@ -14,7 +14,7 @@ asked for without ``autotune_gpu_mem``.
 """
 
 import dataclasses
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Optional, Tuple, Union
 
 from tflms import analysis
 from tflms import hardware
@@ -126,9 +126,9 @@ class Judging:
 
     by_step_time: bool = True
     select: bool = True
-    extra_edges: tuple = ()
-    gpu: object = None
-    interconnect: object = None
+    extra_edges: Tuple[Tuple[int, int], ...] = ()
+    gpu: Union[str, hardware.Gpu, None] = None
+    interconnect: Union[str, hardware.Interconnect, None] = None
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -4,32 +4,15 @@
 `LMS.run`, ``tflms plan``, ``tflms verify`` and every benchmark call it, so
 what is measured is what users run. It builds one
 `context.PlanningContext` (roles, budgets, log, models) and runs the stages
-of `tflms.stages.STAGES` over a `Planned`, each ``stage(context, planned) ->
-planned``:
+of `tflms.stages.STAGES` (serialize, defer, swaps, order, fewer_waits,
+recompute, fewer_waits again, prefetch, host; their docstring says what
+each does) over a `Planned`, each ``stage(context, planned) -> planned``;
+then replays the step without and with the plan when asked.
 
-    serialize    control edges chaining the chosen levels, recorded in the
-                 planning index (graph_index.with_planned_edges)
-    defer        control edges delaying fills made long before use
-    swaps        the settings' parameters, or autotune.tune's when one is -1
-                 (among the fitting plans its search ended with, the one
-                 with the least predicted step time at the settings' `gpu`
-                 and `interconnect`)
-    order        when auto-tuning finds nothing that fits, or only plans
-                 with synchronous swap-ins (and `Settings.order_peaks`):
-                 control edges that order the ops of the most aggressive
-                 plan's crowded levels, then the search again
-    fewer_waits  swap-outs the tuned plan makes readers wait for, made
-                 asynchronous where a replay with copies timed still fits
-                 and the predicted step is shorter
-    recompute    unless `Settings.recompute` is False, swaps replaced by
-                 recomputes where they cost less and the budget (tuning) or the
-                 swap-only plan's peak (fixed parameters) still holds
-
-then replays the step without and with the plan when asked. It reads no
-TensorFlow object, edits nothing and writes no file: the rewriter applies
-`Planned.plan` afterwards, and the memory plots of `Planned.plot_data` (or
-of a failed search's `AutotuneError.plot_data`) are the caller's to draw
-(`tflms.plots`).
+It reads no TensorFlow object, edits nothing and writes no file: the
+rewriter applies `Planned.plan` afterwards, and the memory plots of
+`Planned.plot_data` (or of a failed search's `AutotuneError.plot_data`)
+are the caller's to draw (`tflms.plots`, from `LMS.run`).
 """
 
 import dataclasses
@@ -204,8 +187,7 @@ def plan(index, settings, roles=None, log=None, simulate=False, env=None,
       env, list_devices: for the device budget (tests).
       by_step_time: let the tuner choose among the fitting plans by
         predicted step time (`Settings.gpu`, `Settings.interconnect`);
-        False: by bytes moved, as before the step-time model (benchmarks
-        compare the two).
+        False: by bytes moved (benchmarks compare the two).
 
     Returns:
       A `Planned`.
@@ -225,13 +207,8 @@ def plan(index, settings, roles=None, log=None, simulate=False, env=None,
     planned = Planned(context=context, index=index)
     for stage in stages.STAGES:
         planned = stage(context, planned)
-    failure = planned.failure
-    if failure is not None:
-        if failure.plot_data is None and planned.autotuned:
-            # A later stage failed a plan the tuner found: its plots show
-            # that plan.
-            failure.plot_data = planned.plot_data()
-        raise failure
+    if planned.failure is not None:
+        raise planned.failure
     if simulate and not planned.autotuned:
         planned = simulate_plan(planned)
     return planned

@@ -5,12 +5,18 @@ copies timed, and the `TuneOutcome`.
 
 import dataclasses
 import functools
+from typing import TYPE_CHECKING, FrozenSet, Optional, Tuple
 
 from tflms import steptime
 from tflms.autotune.choice import choose, fit_in_time
 from tflms.autotune.report import AutotuneError, with_plot_data
 from tflms.autotune.search import Simulations
 from tflms.settings import AUTO
+
+if TYPE_CHECKING:
+    from tflms.planner import Plan, SwapParams
+    from tflms.simulator import SimulationResult
+    from tflms.steptime import StepTime
 
 _GIB = float(1 << 30)
 
@@ -40,16 +46,16 @@ class TuneOutcome:
       timed_plans: how many fitting plans were timed to choose it.
     """
 
-    params: object
-    only_tensors: object
+    params: Optional["SwapParams"]
+    only_tensors: Optional[FrozenSet[Tuple[int, int]]]
     budget_bytes: int
     host_budget_bytes: int = 0
-    without_lms: object = None
-    with_lms: object = None
-    plan: object = None
-    threshold_only: object = None
+    without_lms: Optional["SimulationResult"] = None
+    with_lms: Optional["SimulationResult"] = None
+    plan: Optional["Plan"] = None
+    threshold_only: Optional["SimulationResult"] = None
     simulations: int = 0
-    step_time: object = None
+    step_time: Optional["StepTime"] = None
     timed_plans: int = 0
 
 
@@ -96,9 +102,9 @@ def tune(context, index, deferral_edges=(), ordering_edges=()):
     link = context.interconnect
     time_model = None
     if link.bytes_per_s != steptime.INSTANT.bytes_per_s:
-        # Made only when a plan is checked: timing every op costs about a
-        # second per 100,000 ops, which a step that fits without LMS (or a
-        # search that finds nothing) should not pay.
+        # Made only when a plan is checked: timing every op is the costliest
+        # model to make, which a step that fits without LMS (or a search
+        # that finds nothing) should not pay.
         time_model = functools.partial(context.timer, index)
     # With instant copies every fitting plan takes the same time (no copy
     # is waited for): the choice is by bytes moved, with no model to make.

@@ -1,8 +1,8 @@
 """Host: a plan's swapped tensors within the host budget.
 
 Swapped tensors live in pinned host memory, which the system cannot page
-out (users of the original ran out of it: IBM's issue #33), so the host is
-a budget like the device (`context.budgets.host_bytes`:
+out (a plan that outgrows it stalls or kills the training process), so
+the host is a budget like the device (`context.budgets.host_bytes`:
 ``autotune_host_mem``, or physical memory per process on the node).
 
 * A tuned plan that fits the device but needs more host memory has swaps
@@ -117,7 +117,9 @@ def _failed(context, planned, limit, need, final, chosen):
             final.peak_host_bytes / _GIB, len(chosen.recomputes),
             limit / _GIB, _budget_source(context)))
     context.log.info("[Simulator] %s" % message)
-    return _with_failure(planned, HostMemoryError(message))
+    # Its plots show the plan that fits the device.
+    return _with_failure(planned, HostMemoryError(
+        message, plot_data=planned.plot_data()))
 
 
 def _with_failure(planned, error):

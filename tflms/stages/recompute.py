@@ -89,8 +89,8 @@ def _within_budget(context, planned):
                                 recompute_cost(planned.plan, timer, start))}
     compute_s = math.fsum(timer.op_seconds)
     # The timed replay of each plan offered: the searches below offer many
-    # plans more than once (ResNet50 1024x1024 at 1 GiB: 70 offers, 35
-    # plans), and a plan (frozen, compared by value) replays the same.
+    # plans more than once, and a plan (frozen, compared by value) replays
+    # the same.
     replays = {}
 
     def accept(candidate, current):
@@ -126,8 +126,8 @@ def _within_budget(context, planned):
         # The compute hides every copy, and no recompute can change that (a
         # step is never shorter than its compute): only clones that take no
         # time pass `slower_than`, so only those are looked for, in one
-        # search, which halves planning on graphs whose copies all hide
-        # (`benchmarks/plan_speed.py deep_mlp 200000 --recompute`).
+        # search instead of four (`benchmarks/plan_speed.py ... --recompute`
+        # measures what that saves).
         clone_types = clone_types & steptime.NO_KERNEL_TYPES
         searches = ((False, False),)
 
