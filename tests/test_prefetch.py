@@ -127,9 +127,10 @@ def test_a_budget_with_no_room_keeps_the_tuners_triggers(monkeypatch):
     # The tuner's own peak as the budget: an earlier swap-in that holds
     # memory at the peak no longer fits, so only swap-ins whose earlier
     # start misses the peak may move, and the plan stays within it.
-    tight = dataclasses.replace(
-        tuned, budget_bytes=tuned.with_lms.peak_device_bytes)
-    planned = prefetch.stage(tuned.context, tight)
+    context = tuned.context
+    tight = dataclasses.replace(context, budgets=dataclasses.replace(
+        context.budgets, device_bytes=tuned.with_lms.peak_device_bytes))
+    planned = prefetch.stage(tight, tuned)
     assert planned.with_lms.peak_device_bytes <= tuned.with_lms.peak_device_bytes
     for key in planned.record(prefetch.Prefetched).swap_ins:
         assert key in {(s.producer, s.output, j) for s in tuned.plan.swaps

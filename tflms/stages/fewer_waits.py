@@ -75,7 +75,7 @@ def stage(context, planned):
         return planned
     model = context.model(planned.index)
     timer = context.timer(planned.index)
-    budget = planned.budget_bytes
+    budget = context.budget_bytes
     # The tuner timed its plan at the levels of its replay, as
     # `timed.replay_at_link` does.
     best = planned.step_time.with_lms_s

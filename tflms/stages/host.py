@@ -56,7 +56,7 @@ def _within_host(context, planned, limit):
                  "GiB on the device; the swapped tensors need at most %.2f "
                  "of %.2f GiB of host memory" % (
                      planned.with_lms.peak_device_bytes / _GIB,
-                     planned.budget_bytes / _GIB, need / _GIB,
+                     context.budget_bytes / _GIB, need / _GIB,
                      limit / _GIB))
         return planned
     log.info("[Simulator] The plan needs %.2f GiB of host memory at its "
@@ -65,7 +65,7 @@ def _within_host(context, planned, limit):
                                   _budget_source(context)))
     model = context.model(planned.index)
     timer = context.timer(planned.index)
-    budget = planned.budget_bytes
+    budget = context.budget_bytes
     host_peaks = {id(planned.plan): (planned.plan, need)}
 
     def accept(candidate, current):
@@ -113,7 +113,7 @@ def _failed(context, planned, limit, need, final, chosen):
         "which cannot be paged out. Use a smaller batch size or input, fewer "
         "training processes per node, or, if this process may use more, "
         "set lms.autotune_host_mem = <GiB>." % (
-            planned.budget_bytes / _GIB, need / _GIB,
+            context.budget_bytes / _GIB, need / _GIB,
             final.peak_host_bytes / _GIB, len(chosen.recomputes),
             limit / _GIB, _budget_source(context)))
     context.log.info("[Simulator] %s" % message)

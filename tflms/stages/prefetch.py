@@ -65,7 +65,7 @@ def stage(context, planned):
     model = context.model(index)
     timer = context.timer(index)
     finder = TriggerFinder(index, context.roles)
-    budget = planned.budget_bytes
+    budget = context.budget_bytes
     current, best = plan, step
     tried, moved = set(), []
     replays = ordering.replays_for(index.num_ops)

@@ -82,7 +82,7 @@ def slower_than(candidate, step_s, timer, compute_s):
 def _within_budget(context, planned):
     model = context.model(planned.index)
     timer = context.timer(planned.index)
-    budget = planned.budget_bytes
+    budget = context.budget_bytes
     start = model.replay(planned.plan, detail=False)
     # Plans accepted so far and their cost (kept alive, so ids stay theirs).
     costs = {id(planned.plan): (planned.plan,
