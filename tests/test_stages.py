@@ -320,6 +320,12 @@ def test_host_recomputes_swapped_tensors_until_the_host_budget_fits(lms_log):
     assert model.replay(planned.plan).peak_host_bytes == L.U
     assert any("Host memory bounds the plan: 1 swapped tensors" in line
                for line in lms_log())
+    # The record names the tensor recomputed for the host; a device-bound
+    # plan has none.
+    (rec,) = planned.plan.recomputes
+    assert planned.record(host.HostBound) == host.HostBound(
+        recomputed=((rec.producer, rec.output),), peak_host_bytes=L.U)
+    assert tuned.record(host.HostBound) == host.HostBound()
 
 
 def test_host_fails_with_what_to_change_when_no_recompute_is_enough():

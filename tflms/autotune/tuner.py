@@ -31,7 +31,6 @@ class TuneOutcome:
       only_tensors: None, or a frozenset of ``(producer_id, output)``: swap
         only these tensors (with `params`).
       budget_bytes: device bytes the plan had to fit in.
-      host_budget_bytes: host bytes available to this process.
       without_lms: `simulator.SimulationResult` of the unmodified graph.
       with_lms: `simulator.SimulationResult` of the chosen plan (None when
         params is None).
@@ -49,7 +48,6 @@ class TuneOutcome:
     params: Optional["SwapParams"]
     only_tensors: Optional[FrozenSet[Tuple[int, int]]]
     budget_bytes: int
-    host_budget_bytes: int = 0
     without_lms: Optional["SimulationResult"] = None
     with_lms: Optional["SimulationResult"] = None
     plan: Optional["Plan"] = None
@@ -97,7 +95,6 @@ def tune(context, index, deferral_edges=(), ordering_edges=()):
     requested = context.requested
     select = context.judging.select
     budget = context.budget_bytes
-    host_limit = context.budgets.host_bytes
     model = context.model(index)
     link = context.interconnect
     time_model = None
@@ -128,8 +125,8 @@ def tune(context, index, deferral_edges=(), ordering_edges=()):
 
     def not_needed():
         return TuneOutcome(params=None, only_tensors=None,
-                           budget_bytes=budget, host_budget_bytes=host_limit,
-                           without_lms=without, simulations=sims.count)
+                           budget_bytes=budget, without_lms=without,
+                           simulations=sims.count)
 
     if _all_auto(requested) and without.fits(budget):
         return not_needed()
@@ -158,8 +155,6 @@ def tune(context, index, deferral_edges=(), ordering_edges=()):
         return not_needed()
     # The host budget is the `host` stage's (tflms/stages/host.py).
     return TuneOutcome(params=params, only_tensors=only, budget_bytes=budget,
-                       host_budget_bytes=host_limit, without_lms=without,
-                       with_lms=final, plan=final_plan,
-                       threshold_only=threshold_result,
-                       simulations=count,
+                       without_lms=without, with_lms=final, plan=final_plan,
+                       threshold_only=threshold_result, simulations=count,
                        step_time=step_time, timed_plans=timed)

@@ -11,7 +11,8 @@ What a stage decided is the plan (`Planned.plan`, put in place with
 its own record: a frozen dataclass subclassing `record.StageRecord`,
 defined in the stage's module and added with `Planned.with_record`
 (`serialize.Serialized`, `defer.Deferred`, `swaps.Tuned`,
-`order.Ordered`, `fewer_waits.Unwaited`, `prefetch.Prefetched`). Readers
+`order.Ordered`, `fewer_waits.Unwaited`, `prefetch.Prefetched`,
+`host.HostBound`). Readers
 ask ``planned.record(ThatType)``. A record that names swaps says what
 still holds when a later stage replaces the plan (`StageRecord.for_plan`);
 `Planned` itself gets no new field. Inputs every stage shares (settings,

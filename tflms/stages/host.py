@@ -18,15 +18,28 @@ The log says which memory bound the plan.
 """
 
 import dataclasses
+from typing import Tuple
 
 from tflms import planner
 from tflms import simulator
 from tflms.autotune import AutotuneError
 from tflms.stages import timed
+from tflms.stages.record import StageRecord
 
-__all__ = ["stage", "HostMemoryError"]
+__all__ = ["stage", "HostMemoryError", "HostBound"]
 
 _GIB = float(1 << 30)
+
+
+@dataclasses.dataclass(frozen=True)
+class HostBound(StageRecord):
+    """Host memory bounded a tuned plan: ``(producer, output)`` of the
+    swapped tensors the stage recomputed instead so that the swapped ones
+    fit the host budget, and the plan's host peak with them. (No record:
+    the device bounded the plan, or the parameters were fixed.)"""
+
+    recomputed: Tuple[Tuple[int, int], ...] = ()
+    peak_host_bytes: int = 0
 
 
 class HostMemoryError(AutotuneError):
@@ -101,7 +114,12 @@ def _within_host(context, planned, limit):
                  final.peak_host_bytes / _GIB, limit / _GIB,
                  final.peak_device_bytes / _GIB, budget / _GIB,
                  step.with_lms_s * 1e3, step.recompute_s * 1e3))
-    return planned.with_plan(chosen, final, step)
+    before = {(r.producer, r.output) for r in planned.plan.recomputes}
+    recorded = planned.with_record(HostBound(
+        recomputed=tuple((r.producer, r.output) for r in chosen.recomputes
+                         if (r.producer, r.output) not in before),
+        peak_host_bytes=final.peak_host_bytes))
+    return recorded.with_plan(chosen, final, step)
 
 
 def _failed(context, planned, limit, need, final, chosen):
