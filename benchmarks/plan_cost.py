@@ -88,7 +88,7 @@ def oracle_of_plan(built, planned):
     out = {}
     if planned.plan is not None:
         rewriter.apply_plan(built.graph, planned.index, planned.plan,
-                            planned.settings.cpu_device)
+                            planned.context.settings.cpu_device)
         out["sim_instant_gib"] = round(
             pipeline.instant_replay(planned).peak_device_bytes / _GIB, 3)
     peaks = measure_mod.oracle_peaks(built.graph, built.train_op)

@@ -44,6 +44,7 @@ import tensorflow as tf  # noqa: E402
 
 from tflms import LMS  # noqa: E402
 from tflms.tf import swaps_ran  # noqa: E402
+from tflms import plots  # noqa: E402
 from tflms._argparse_types import positive_float, positive_int  # noqa: E402
 
 import _lms_flags  # noqa: E402  (examples/_lms_flags.py)
@@ -249,8 +250,7 @@ def print_plan(lms, run_metadata):
         print("Swap ops that ran:           %7d of the %d LMS added (%s)"
               % (ran, added, "in the graphs TensorFlow ran"
                  if isinstance(run_metadata, str) else "traced last step"))
-    files = tune.plot_files if tune is not None else ()
-    pngs = [f for f in files if f.endswith(".png")]
+    pngs = plots.pictures_in(lms.plot_dir) if tune is not None else []
     if pngs:
         print("Memory plots (expected device memory over one step):")
         for path in pngs:

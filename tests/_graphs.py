@@ -259,7 +259,7 @@ def tune(index, roles, requested, gpu_mem_gib=None, env=None, log=None,
     objects of the test's own."""
     # pylint: disable=import-outside-toplevel
     from tflms import autotune
-    from tflms.context import PlanningContext
+    from tflms.context import Budgets, Judging, PlanningContext
     from tflms.settings import Settings
     settings = Settings(
         swapout_threshold=requested.swapout_threshold,
@@ -269,8 +269,10 @@ def tune(index, roles, requested, gpu_mem_gib=None, env=None, log=None,
         autotune_plot=plot_dir is not None,
         plot_dir=plot_dir if plot_dir is not None else ".lms", **settings)
     context = PlanningContext.create(
-        index, settings, roles=roles, log=log, env=env,
-        list_devices=list_devices, by_step_time=by_step_time, select=select,
-        extra_edges=serialization_edges, gpu=gpu, interconnect=interconnect)
+        index, settings, roles=roles, log=log,
+        budgets=Budgets.read(settings, env, list_devices),
+        judging=Judging(by_step_time=by_step_time, select=select,
+                        extra_edges=serialization_edges, gpu=gpu,
+                        interconnect=interconnect))
     return autotune.tune(context, index, deferral_edges=deferral_edges,
                          ordering_edges=ordering_edges)

@@ -3,7 +3,7 @@ TensorFlow graph is built, so each plan takes milliseconds."""
 
 from tflms import budget
 from tflms import graph_index as gi
-from tflms.context import PlanningContext
+from tflms.context import Budgets, PlanningContext
 from tflms.settings import Settings
 
 U = 1 << 20  # bytes of one activation
@@ -40,7 +40,9 @@ def context(index, **settings):
     units = settings.pop("budget_units", None)
     if units is not None:
         settings["autotune_gpu_mem"] = units * U / float(1 << 30)
-    return PlanningContext.create(index, Settings(**settings), env=EXACT)
+    settings = Settings(**settings)
+    return PlanningContext.create(index, settings,
+                                  budgets=Budgets.read(settings, EXACT))
 
 
 def ids(index):

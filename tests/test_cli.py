@@ -563,7 +563,7 @@ def test_plan_prints_the_predicted_step_time(saved, capsys):
         Settings(swapout_threshold=2, swapin_ahead=1, swapin_groupby=0,
                  sync_mode=3, autotune_gpu_mem=1000), simulate=True)
     step = steptime.StepTimeModel(
-        planned.index, planned.roles, None, gpu="A100-SXM4-40GB",
+        planned.index, planned.context.roles, None, gpu="A100-SXM4-40GB",
         interconnect="pcie3").predict(planned.plan, planned.with_lms.levels,
                                       planned.with_lms.num_levels)
     assert report["step_time"] == {

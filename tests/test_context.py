@@ -5,7 +5,7 @@ import pytest
 
 from tflms import budget
 from tflms import planner
-from tflms.context import PlanningContext
+from tflms.context import Budgets, Judging, PlanningContext
 from tflms.settings import Settings
 
 import _literal as L
@@ -23,8 +23,7 @@ def test_budget_is_worked_out_only_when_tuning():
 
 def test_tuning_without_a_gpu_or_a_budget_names_the_setting():
     with pytest.raises(budget.NoGpuError, match="autotune_gpu_mem"):
-        PlanningContext.create(L.chain(), Settings(), env=L.EXACT,
-                               list_devices=lambda: [])
+        Budgets.read(Settings(), L.EXACT, list_devices=lambda: [])
 
 
 def test_a_device_that_matches_nothing_is_refused():
@@ -54,6 +53,8 @@ def test_hardware_comes_from_the_settings_unless_given():
                         interconnect="pcie3")
     assert (context.gpu.name, context.interconnect.name) == (
         "A100-SXM4-40GB", "pcie3")
-    other = PlanningContext.create(index, Settings(autotune_gpu_mem=1.0),
-                                   env=L.EXACT, interconnect="nvlink2")
+    settings = Settings(autotune_gpu_mem=1.0)
+    other = PlanningContext.create(index, settings,
+                                   budgets=Budgets.read(settings, L.EXACT),
+                                   judging=Judging(interconnect="nvlink2"))
     assert other.interconnect.name == "nvlink2"

@@ -15,6 +15,7 @@ from tflms import simulator
 from tflms import steptime
 from tflms.settings import Settings
 from tflms.stages import recompute as recompute_stage
+from tflms.stages import serialize
 
 from zoo import models
 
@@ -54,7 +55,7 @@ def test_plan_is_pure_and_deterministic():
     assert first.index.planned_edges == first.plan.serialization_edges
     assert first.original_num_levels == index.num_levels
     assert first.index.num_levels > index.num_levels
-    assert first.serialized_levels == (2, 5, 6)
+    assert first.record(serialize.Serialized).levels == (2, 5, 6)
     assert not first.autotuned and first.tune is None
     assert first.without_lms is None  # not asked to simulate
 
@@ -66,14 +67,15 @@ def test_simulations_replay_the_planning_index():
     planned = pipeline.plan(given, settings, simulate=True)
     # The plan is replayed on the planning index (serialized), the step
     # without LMS on the index as given: serialization is LMS's own edit.
-    assert planned.given_index is given
+    assert planned.context.given_index is given
     assert planned.index.num_levels > given.num_levels
     assert planned.without_lms.num_levels == given.num_levels
     assert planned.with_lms.num_levels == planned.index.num_levels
+    roles = planned.context.roles
     assert (planned.without_lms.peak_device_bytes
-            == simulator.SimulationModel(given, planned.roles, 8).replay(
+            == simulator.SimulationModel(given, roles, 8).replay(
                 None).peak_device_bytes)
-    model = simulator.SimulationModel(planned.index, planned.roles, 8)
+    model = simulator.SimulationModel(planned.index, roles, 8)
     assert (model.replay(planned.plan).peak_device_bytes
             == planned.with_lms.peak_device_bytes)
     assert (planned.with_lms.peak_device_bytes
@@ -172,13 +174,14 @@ def test_the_tuned_plan_is_judged_with_its_copies_timed():
     for link in ("pcie3", "instant"):
         planned = pipeline.plan(index, Settings(
             batch_size=8, autotune_gpu_mem=budget, interconnect=link))
-        memory = simulator.SimulationModel(planned.index, planned.roles, 8)
+        roles = planned.context.roles
+        memory = simulator.SimulationModel(planned.index, roles, 8)
         if link == "instant":
             expected = memory.replay(planned.plan)
         else:
             expected, _ = steptime.replay_in_time(
                 memory, steptime.StepTimeModel(
-                    planned.index, planned.roles, 8, interconnect=link),
+                    planned.index, roles, 8, interconnect=link),
                 planned.plan)
         assert planned.with_lms.peak_device_bytes == \
             expected.peak_device_bytes <= planned.budget_bytes
@@ -199,7 +202,8 @@ def test_instant_replay_of_a_fixed_plan_is_its_simulated_peak():
     index = reader.build_index(graph)
     planned = pipeline.simulate_plan(pipeline.plan(index, Settings(
         batch_size=8, sync_mode=0, **FIXED)))
-    memory = simulator.SimulationModel(planned.index, planned.roles, 8)
+    memory = simulator.SimulationModel(planned.index, planned.context.roles,
+                                       8)
     replayed = memory.replay(planned.plan).device_timeline.tolist()
     assert planned.with_lms.device_timeline.tolist() == replayed
     assert pipeline.instant_replay(planned).device_timeline.tolist() == \
@@ -223,14 +227,15 @@ def test_replays_after_planning_reuse_the_planning_contexts_model(
     monkeypatch.setattr(simulator.SimulationModel, "__init__", counting_init)
     planned = pipeline.plan(index, Settings(batch_size=8, sync_mode=0,
                                             **FIXED), simulate=False)
-    assert planned.context is not None and planned.with_lms is None
+    assert planned.with_lms is None
     before = len(made)
     planned = pipeline.simulate_plan(planned)
     pipeline.instant_replay(planned)
     # At most the model of the given index is new (planning made the
     # planning index's), and it is made once.
     new = made[before:]
-    assert all(i is planned.given_index for i in new) and len(new) <= 1
+    given = planned.context.given_index
+    assert all(i is given for i in new) and len(new) <= 1
     assert planned.with_lms is not None
 
 
@@ -262,7 +267,7 @@ def test_recompute_cost_is_the_predicted_step_then_the_bytes_moved():
         batch_size=8, autotune_gpu_mem=budget))
     plan = planned.plan
     assert pipeline.recompute_cost(plan) == plan.moved_bytes()
-    timer = steptime.StepTimeModel(planned.index, planned.roles, 8)
+    timer = steptime.StepTimeModel(planned.index, planned.context.roles, 8)
     assert pipeline.recompute_cost(plan, timer, planned.with_lms) == (
         planned.step_time.with_lms_s, plan.moved_bytes())
     with pytest.raises(ValueError, match=r"recompute_cost needs the plan's "

@@ -1,6 +1,7 @@
 """Memory plots and the distance histogram."""
 
 import builtins
+import dataclasses
 import logging
 import math
 import os
@@ -8,52 +9,121 @@ import os
 import pytest
 import tensorflow as tf
 
-from tflms.tf import reader
+from tflms import LMS
 from tflms import analysis
 from tflms import autotune
+from tflms import pipeline
+from tflms.tf import reader
 from tflms import plots
-from tflms import planner
 from tflms._logging import Logger
+from tflms.settings import Settings
 
-from tests import _graphs
 from tests.test_autotune import uneven_chain
 
 MIB = 1 << 20
+# The budget is autotune_gpu_mem exactly.
+EXACT = {autotune.MEM_RATIO_ENV: "1"}
 
 
-def outcome_with_plots(tmp_path):
+def _settings(folder, gpu_mib, **others):
+    return Settings(autotune_gpu_mem=gpu_mib / 1024.0, autotune_plot=True,
+                    plot_dir=folder, **others)
+
+
+def planned_with_plots(tmp_path):
+    """The uneven chain planned at 6 MiB, its plots written as `LMS.run`
+    writes them."""
     index, roles = uneven_chain()
     folder = os.path.join(str(tmp_path), "lms_plots")
-    outcome = _graphs.tune(index, roles, planner.SwapParams(-1, -1, -1, 0),
-                            gpu_mem_gib=6 / 1024.0, plot_dir=folder,
-                            env={autotune.MEM_RATIO_ENV: "1"}, log=Logger())
-    return index, roles, folder, outcome
+    planned = pipeline.plan(index, _settings(folder, 6), roles=roles,
+                            env=EXACT)
+    files = plots.write_planned(planned, Logger())
+    return planned, folder, files
+
+
+def _failed_search(folder):
+    """The `AutotuneError` of planning the uneven chain at 2 MiB, and the
+    settings it was planned with."""
+    index, roles = uneven_chain()
+    settings = _settings(folder, 2)
+    with pytest.raises(autotune.AutotuneError) as err:
+        pipeline.plan(index, settings, roles=roles, env=EXACT)
+    return err.value, settings
 
 
 def test_plot_files_are_written_and_readable(tmp_path):
     from matplotlib import image  # pylint: disable=import-outside-toplevel
-    _, _, folder, outcome = outcome_with_plots(tmp_path)
+    planned, folder, files = planned_with_plots(tmp_path)
+    assert planned.autotuned and planned.needed
     expected = ["distance_histogram.tsv", "memory_without_lms.png",
                 "memory_with_lms.png", "distance_histogram.png"]
-    assert [os.path.basename(p) for p in outcome.plot_files] == expected
+    assert [os.path.basename(p) for p in files] == expected
+    assert plots.pictures_in(folder) == [
+        os.path.join(folder, name) for name in expected[1:]]
     for name in expected[1:]:
         pixels = image.imread(os.path.join(folder, name))
         assert pixels.shape[:2] == (450, 800)  # 8 x 4.5 inches at 100 dpi
 
 
+def test_plots_are_written_only_when_asked_and_tuned(tmp_path):
+    index, roles = uneven_chain()
+    folder = os.path.join(str(tmp_path), "not_asked")
+    quiet = pipeline.plan(index, Settings(autotune_gpu_mem=6 / 1024.0),
+                          roles=roles, env=EXACT)
+    fixed = pipeline.plan(index, _settings(folder, 6).replace(
+        swapout_threshold=3, swapin_ahead=1, swapin_groupby=0), roles=roles)
+    assert plots.write_planned(quiet) == ()
+    assert plots.write_planned(fixed) == ()
+    assert not os.path.exists(folder)
+
+
+def _lms(folder, gpu_mib):
+    lms = LMS()
+    lms.autotune_gpu_mem = gpu_mib / 1024.0
+    lms.autotune_plot = True
+    lms.plot_dir = folder
+    return lms
+
+
+def test_lms_run_writes_the_plots_the_settings_ask_for(tmp_path,
+                                                       monkeypatch):
+    monkeypatch.setenv(autotune.MEM_RATIO_ENV, "1")
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [256, 512], name="x")
+        h = x
+        for k in range(6):
+            h = tf.math.sin(h, name="f%d" % k)
+        y = tf.math.reduce_sum(h)
+    folder = os.path.join(str(tmp_path), "run")
+    _lms(folder, 1024).run(g, fetches=[y])
+    # The step fits: the plot of the step without LMS, no plan to draw.
+    assert [os.path.basename(p) for p in plots.pictures_in(folder)] == [
+        "memory_without_lms.png", "distance_histogram.png"]
+    assert os.path.exists(os.path.join(folder, "distance_histogram.tsv"))
+    # Nothing fits: the error names the plots of the smallest plan.
+    failed = os.path.join(str(tmp_path), "failed")
+    with pytest.raises(autotune.AutotuneError,
+                       match="Memory plots of the step without LMS and "
+                       "with the smallest plan: .*memory_smallest_plan"):
+        _lms(failed, 0.5).run(g, fetches=[y])
+    assert "memory_smallest_plan.png" in os.listdir(failed)
+
+
 def test_a_plan_plot_of_an_earlier_run_is_removed(tmp_path):
-    index, roles, folder, outcome = outcome_with_plots(tmp_path)
+    planned, folder, _ = planned_with_plots(tmp_path)
     assert os.path.exists(os.path.join(folder, "memory_with_lms.png"))
     # The next model fits without LMS: only its own plots stay.
-    written = plots.write_plots(folder, index, roles, outcome.without_lms,
-                                None, outcome.budget_bytes)
+    data = dataclasses.replace(planned.plot_data(), with_lms=None)
+    written = plots.write_plots(folder, data)
     assert sorted(os.listdir(folder)) == sorted(
         os.path.basename(p) for p in written)
     assert not os.path.exists(os.path.join(folder, "memory_with_lms.png"))
 
 
 def test_histogram_counts_candidate_edges_by_distance(tmp_path):
-    index, roles, folder, _ = outcome_with_plots(tmp_path)
+    planned, folder, _ = planned_with_plots(tmp_path)
+    index, roles = planned.index, planned.context.roles
     histogram = plots.distance_histogram(index, roles)
     # f1->g1 12, f2->g2 9, f3->g3 7, f4->g4 5, f5->g5 3; the 13 others
     # (f1->f2 twice, the two chains, the slice) span one level.
@@ -104,8 +174,9 @@ def test_without_matplotlib_a_warning_says_how_to_install(tmp_path,
     roles = analysis.classify_ops(index)
     from tflms import simulator  # pylint: disable=import-outside-toplevel
     result = simulator.SimulationModel(index, roles).replay(None)
-    written = plots.write_plots(str(tmp_path), index, roles, result, None,
-                                MIB, log=Logger())
+    written = plots.write_plots(str(tmp_path), autotune.PlotData(
+        index=index, roles=roles, batch_size=None, without_lms=result,
+        with_lms=None, budget_bytes=MIB), log=Logger())
     assert [os.path.basename(p) for p in written] == ["distance_histogram.tsv"]
     warnings = [r.getMessage() for r in caplog.records]
     assert any("pip install matplotlib" in w and "tflms[plot]" in w
@@ -158,11 +229,11 @@ def test_histogram_without_sizes_has_one_panel():
 
 
 def test_every_written_figure_has_labelled_axes(tmp_path):
-    _, _, _, outcome = outcome_with_plots(tmp_path)
+    planned, _, _ = planned_with_plots(tmp_path)
     histogram = [(1, 4, 0), (3, 2, 0)]
     for fits in (True, False):
-        figures = plots.plot_figures(outcome.without_lms, outcome.with_lms,
-                                     outcome.budget_bytes, histogram, fits)
+        figures = plots.plot_figures(planned.without_lms, planned.with_lms,
+                                     planned.budget_bytes, histogram, fits)
         names = [name for name, _ in figures]
         assert names == ["memory_without_lms.png",
                          "memory_with_lms.png" if fits
@@ -176,13 +247,14 @@ def test_every_written_figure_has_labelled_axes(tmp_path):
 
 def test_plots_are_written_when_nothing_fits(tmp_path):
     from matplotlib import image  # pylint: disable=import-outside-toplevel
-    index, roles = uneven_chain()
     folder = os.path.join(str(tmp_path), "failed")
-    with pytest.raises(autotune.AutotuneError) as err:
-        _graphs.tune(index, roles, planner.SwapParams(-1, -1, -1, 0),
-                      gpu_mem_gib=2 / 1024.0, plot_dir=folder,
-                      env={autotune.MEM_RATIO_ENV: "1"}, log=Logger())
-    message = str(err.value)
+    error, settings = _failed_search(folder)
+    # Planning wrote nothing: the plots are the caller's.
+    assert not os.path.exists(folder)
+    drawn = plots.with_plots(error, settings)
+    assert isinstance(drawn, autotune.AutotuneError)
+    assert drawn.floor is error.floor
+    message = str(drawn)
     pictures = ["memory_without_lms.png", "memory_smallest_plan.png",
                 "distance_histogram.png"]
     assert sorted(os.listdir(folder)) == sorted(pictures
@@ -199,12 +271,12 @@ def test_plots_are_written_when_nothing_fits(tmp_path):
 
 
 def test_no_plots_unless_asked_when_nothing_fits(tmp_path):
-    index, roles = uneven_chain()
-    with pytest.raises(autotune.AutotuneError) as err:
-        _graphs.tune(index, roles, planner.SwapParams(-1, -1, -1, 0),
-                      gpu_mem_gib=2 / 1024.0,
-                      env={autotune.MEM_RATIO_ENV: "1"}, log=Logger())
-    assert "plots" not in str(err.value)
+    folder = os.path.join(str(tmp_path), "failed")
+    error, settings = _failed_search(folder)
+    unasked = settings.replace(autotune_plot=False)
+    assert plots.with_plots(error, unasked) is error
+    assert "plots" not in str(error)
+    assert not os.path.exists(folder)
 
 
 def test_nothing_fits_without_matplotlib_points_to_the_histogram(
@@ -217,13 +289,9 @@ def test_nothing_fits_without_matplotlib_points_to_the_histogram(
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_matplotlib)
-    index, roles = uneven_chain()
     folder = str(tmp_path)
-    with pytest.raises(autotune.AutotuneError) as err:
-        _graphs.tune(index, roles, planner.SwapParams(-1, -1, -1, 0),
-                      gpu_mem_gib=2 / 1024.0, plot_dir=folder,
-                      env={autotune.MEM_RATIO_ENV: "1"}, log=Logger())
-    assert str(err.value).endswith(
+    error, settings = _failed_search(folder)
+    assert str(plots.with_plots(error, settings)).endswith(
         "(No memory plots: matplotlib is missing; the distance histogram "
         "is in %s.)" % os.path.abspath(folder))
     assert os.listdir(folder) == ["distance_histogram.tsv"]

@@ -68,11 +68,11 @@ def test_waited_swap_ins_start_earlier_within_the_budget(monkeypatch):
     with monkeypatch.context() as patch:
         _without_prefetch(patch)
         tuned = pipeline.plan(index, settings)
-    assert len(planned.prefetched) == 2
-    assert tuned.prefetched == ()
+    assert len(planned.record(prefetch.Prefetched).swap_ins) == 2
+    assert tuned.record(prefetch.Prefetched).swap_ins == ()
     levels = planned.index.levels
     step = tuned.step_time
-    for key in planned.prefetched:
+    for key in planned.record(prefetch.Prefetched).swap_ins:
         swap, before = _swap_in(tuned.plan, key)
         _, after = _swap_in(planned.plan, key)
         # The tuner's swap-in ended no earlier than its reader started:
@@ -85,7 +85,8 @@ def test_waited_swap_ins_start_earlier_within_the_budget(monkeypatch):
         assert levels[after.triggers[0]] < min(levels[t]
                                                 for t in before.triggers)
     # Everything else is the tuner's plan.
-    moved = {key[:2] for key in planned.prefetched}
+    prefetched = planned.record(prefetch.Prefetched).swap_ins
+    moved = {key[:2] for key in prefetched}
     assert [s for s in planned.plan.swaps if (s.producer, s.output)
             not in moved] == [s for s in tuned.plan.swaps
                               if (s.producer, s.output) not in moved]
@@ -105,15 +106,16 @@ def test_plans_with_nothing_to_gain_are_left_alone(monkeypatch):
     context = tuned.context
     assert tuned.step_time.exposed_transfer_s > 0
     # Chosen by bytes moved, not step time: a wait costs nothing.
-    by_bytes = dataclasses.replace(context, by_step_time=False)
+    by_bytes = dataclasses.replace(context, judging=dataclasses.replace(
+        context.judging, by_step_time=False))
     assert prefetch.stage(by_bytes, tuned) is tuned
     # A step that (as predicted) waits for no copy.
     step = tuned.step_time
     unwaiting = dataclasses.replace(tuned, step_time=dataclasses.replace(
         step, with_lms_s=step.without_lms_s))
     assert prefetch.stage(context, unwaiting) is unwaiting
-    # Fixed parameters: not tuned, applied as given.
-    fixed = dataclasses.replace(tuned, autotuned=False)
+    # Fixed parameters (no record of the tuner's): applied as given.
+    fixed = dataclasses.replace(tuned, records=())
     assert prefetch.stage(context, fixed) is fixed
 
 
@@ -125,11 +127,12 @@ def test_a_budget_with_no_room_keeps_the_tuners_triggers(monkeypatch):
     # The tuner's own peak as the budget: an earlier swap-in that holds
     # memory at the peak no longer fits, so only swap-ins whose earlier
     # start misses the peak may move, and the plan stays within it.
-    tight = dataclasses.replace(
-        tuned, budget_bytes=tuned.with_lms.peak_device_bytes)
-    planned = prefetch.stage(tuned.context, tight)
+    context = tuned.context
+    tight = dataclasses.replace(context, budgets=dataclasses.replace(
+        context.budgets, device_bytes=tuned.with_lms.peak_device_bytes))
+    planned = prefetch.stage(tight, tuned)
     assert planned.with_lms.peak_device_bytes <= tuned.with_lms.peak_device_bytes
-    for key in planned.prefetched:
+    for key in planned.record(prefetch.Prefetched).swap_ins:
         assert key in {(s.producer, s.output, j) for s in tuned.plan.swaps
                        for j in range(len(s.swap_ins))}
 
@@ -156,10 +159,11 @@ def test_a_prefetched_plan_trains_the_same_and_runs_every_swap(
         recompute=recompute))
     result = lms.run(model.graph)
     planned = result.planned
-    assert len(planned.prefetched) == moved, case
+    prefetched = planned.record(prefetch.Prefetched).swap_ins
+    assert len(prefetched) == moved, case
     read = {src[1:] for rec in planned.plan.recomputes
             for src in rec.sources("swapin")}
-    assert len([k for k in planned.prefetched if k in read]) == clone_read
+    assert len([k for k in prefetched if k in read]) == clone_read
     lines = lms_log()
     assert any("%d swap-ins start earlier, where memory allows" % moved
                in line for line in lines)
@@ -176,7 +180,7 @@ def test_a_prefetched_plan_trains_the_same_and_runs_every_swap(
     swapin_of = {(s.producer, s.output, j): next(names)
                  for s in plan.swaps for j in range(len(s.swap_ins))}
     graph = model.graph
-    for key in planned.prefetched:
+    for key in planned.record(prefetch.Prefetched).swap_ins:
         _, sin = _swap_in(plan, key)
         op = graph.get_operation_by_name(swapin_of[key])
         assert [c.name for c in op.control_inputs] == [

@@ -26,11 +26,11 @@ CORE = ("graph_index", "graph_index.index", "graph_index.build",
         "steptime.step_time_model", "steptime.planned", "peak_ordering",
         "floor", "capacity", "hardware", "settings", "validation", "budget",
         "context", "autotune", "autotune.tuner", "autotune.search",
-        "autotune.selection", "autotune.choice", "autotune.report", "stages",
-        "stages.serialize", "stages.defer", "stages.swaps", "stages.order",
-        "stages.fewer_waits", "stages.recompute", "stages.prefetch",
-        "stages.timed", "stages.host", "pipeline", "plots", "_logging",
-        "results", "ranks")
+        "autotune.selection", "autotune.choice", "autotune.report",
+        "stages", "stages.serialize", "stages.defer", "stages.swaps",
+        "stages.order", "stages.fewer_waits", "stages.recompute",
+        "stages.prefetch", "stages.timed", "stages.host", "stages.record",
+        "pipeline", "plots", "_logging", "results", "ranks")
 
 _BLOCKED = ("tensorflow", "keras", "tf_keras")
 

@@ -21,9 +21,7 @@ from test_peak_ordering import U as OU, crowded_graph
 
 
 def _start(context):
-    index = context.given_index
-    return pipeline.Planned(index=index, given_index=index,
-                            roles=context.roles, settings=context.settings)
+    return pipeline.Planned(context=context, index=context.given_index)
 
 
 def _through(context, *names):
@@ -45,8 +43,7 @@ def test_the_pipeline_hands_each_stage_what_the_one_before_returned(
     def recording(stage):
         def run(context, planned):
             calls.append((stage, context, planned))
-            return dataclasses.replace(planned,
-                                       serialized_levels=(len(calls),))
+            return planned.with_record(serialize.Serialized((len(calls),)))
         return run
 
     real = stages.STAGES
@@ -59,8 +56,8 @@ def test_the_pipeline_hands_each_stage_what_the_one_before_returned(
     assert len({id(c[1]) for c in calls}) == 1
     assert calls[0][2].index is index
     for k, (_, _, given) in enumerate(calls[1:], 1):
-        assert given.serialized_levels == (k,)
-    assert planned.serialized_levels == (len(real),)
+        assert given.record(serialize.Serialized).levels == (k,)
+    assert planned.record(serialize.Serialized).levels == (len(real),)
 
 
 # ---- serialize ------------------------------------------------------------
@@ -72,11 +69,11 @@ def test_serialize_plans_edges_in_the_index_and_names_the_levels(lms_log):
                         swapin_groupby=0, serialization=[4])
     planned = serialize.stage(context, _start(context))
     ids = L.ids(index)
-    assert planned.serialized_levels == (4,)
+    assert planned.record(serialize.Serialized).levels == (4,)
     assert set(planned.index.planned_edges) in (
         {(ids["f"], ids["i"])}, {(ids["i"], ids["f"])})
     assert planned.index.num_levels == index.num_levels + 1
-    assert planned.given_index is index
+    assert planned.context.given_index is index
     assert any("Serializing 1 levels: [4]" in line for line in lms_log())
     untouched = L.context(index, swapout_threshold=3, swapin_ahead=1,
                           swapin_groupby=0)
@@ -99,12 +96,13 @@ def test_defer_delays_a_fill_made_long_before_its_reader():
                         swapin_groupby=0)
     planned = defer.stage(context, _start(context))
     ids = L.ids(index)
-    assert planned.deferral_edges == ((ids["f3"], ids["z"]),)
+    assert planned.record(defer.Deferred).edges == ((ids["f3"], ids["z"]),)
     # Nothing to delay on the chain: the stage records no edges.
     chain = L.chain()
     context = L.context(chain, swapout_threshold=100, swapin_ahead=1,
                         swapin_groupby=0)
-    assert defer.stage(context, _start(context)).deferral_edges == ()
+    start = _start(context)
+    assert defer.stage(context, start) is start
 
 
 # ---- swaps ----------------------------------------------------------------
@@ -213,7 +211,8 @@ def test_fewer_waits_drops_the_waits_memory_does_not_need():
     assert planned.step_time.with_lms_s < tuned.step_time.with_lms_s
     assert planned.with_lms.fits(5 * L.U)
     # By bytes moved, not step time: the waits stay.
-    by_bytes = dataclasses.replace(context, by_step_time=False)
+    by_bytes = dataclasses.replace(context, judging=dataclasses.replace(
+        context.judging, by_step_time=False))
     assert fewer_waits.stage(by_bytes, tuned) is tuned
 
 
@@ -321,6 +320,12 @@ def test_host_recomputes_swapped_tensors_until_the_host_budget_fits(lms_log):
     assert model.replay(planned.plan).peak_host_bytes == L.U
     assert any("Host memory bounds the plan: 1 swapped tensors" in line
                for line in lms_log())
+    # The record names the tensor recomputed for the host; a device-bound
+    # plan has none.
+    (rec,) = planned.plan.recomputes
+    assert planned.record(host.HostBound) == host.HostBound(
+        recomputed=((rec.producer, rec.output),), peak_host_bytes=L.U)
+    assert tuned.record(host.HostBound) == host.HostBound()
 
 
 def test_host_fails_with_what_to_change_when_no_recompute_is_enough():
@@ -328,6 +333,9 @@ def test_host_fails_with_what_to_change_when_no_recompute_is_enough():
     planned = host.stage(context, tuned)
     assert isinstance(planned.failure, host.HostMemoryError)
     assert planned.plan is tuned.plan  # the failure is raised, not applied
+    # Its plots (the caller's to draw) show the plan that fits the device.
+    shown = planned.failure.plot_data
+    assert shown.with_lms is tuned.with_lms and shown.with_lms_fits
     message = str(planned.failure)
     assert "needs 0.00 GiB of host memory" in message
     assert "with 1 of its swapped tensors recomputed" in message

@@ -14,6 +14,7 @@ from tflms import pipeline
 from tflms import simulator
 from tflms import steptime
 from tflms.settings import Settings
+from tflms.stages import prefetch
 
 from _graphs import assert_same_training, zoo_model
 from test_equivalence import train
@@ -24,10 +25,10 @@ _GIB = float(1 << 30)
 def _replay(planned, plan):
     """`plan` replayed with its copies timed, as the tuner judges it."""
     return steptime.replay_in_time(
-        simulator.SimulationModel(planned.index, planned.roles,
-                                  planned.settings.batch_size),
-        steptime.StepTimeModel(planned.index, planned.roles,
-                               planned.settings.batch_size),
+        simulator.SimulationModel(planned.index, planned.context.roles,
+                                  planned.context.settings.batch_size),
+        steptime.StepTimeModel(planned.index, planned.context.roles,
+                               planned.context.settings.batch_size),
         plan, detail=False)
 
 
@@ -71,7 +72,8 @@ def test_unet_352_waits_only_for_its_largest_copy(monkeypatch):
     # 1444.8 ms with the tuner's swap-in triggers; the prefetch stage
     # starts down0_b's swap-in earlier.
     assert round(step.with_lms_s * 1e3, 1) == 1435.8
-    assert [by_time.index.names[k[0]] for k in by_time.prefetched] == [
+    prefetched = by_time.record(prefetch.Prefetched).swap_ins
+    assert [by_time.index.names[k[0]] for k in prefetched] == [
         "unet3d/down0_b/Relu"]
     _, every_wait = _replay(by_bytes, by_bytes.plan)
     assert round(every_wait.with_lms_s * 1e3, 1) == 1658.5

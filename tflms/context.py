@@ -1,19 +1,20 @@
 """What every planning stage reads, built once per plan.
 
-`PlanningContext.create(index, settings)` classifies the step's ops, works
-out the budgets and holds the log; the stages of `tflms.stages` read it and
-never build these again. The simulation and step-time models of a planning
-index are made on first use and kept: the tuner, the ordering search, fewer
-waits and recompute all replay plans on the same index, and one model
-serves them all (a step-time model costs about a second per 100,000 ops).
+`PlanningContext.create(index, settings)` classifies the step's ops, reads
+the budgets (`Budgets`) and holds the log and how plans are judged
+(`Judging`); the stages of `tflms.stages` read it and never build these
+again. The simulation and step-time models of a planning index are made on
+first use and kept: the tuner, the ordering search, fewer waits and
+recompute all replay plans on the same index, and one model serves them
+all (a step-time model is the costlier of the two to make).
 
-Pure: the index is plain data; only the device budget may ask TensorFlow
-for the GPU's memory (`budget.device_budget`), and only when auto-tuning is
-asked for without ``autotune_gpu_mem``.
+Pure: the index is plain data; the GPU's memory, when auto-tuning is asked
+for without ``autotune_gpu_mem``, comes from the device lister the
+TensorFlow wing registers with `budget`.
 """
 
 import dataclasses
-from typing import Optional
+from typing import TYPE_CHECKING, Optional, Tuple, Union
 
 from tflms import analysis
 from tflms import hardware
@@ -24,8 +25,10 @@ from tflms import steptime
 from tflms._logging import Logger
 from tflms.settings import Settings
 
-__all__ = ["PlanningContext", "classify"]
+if TYPE_CHECKING:
+    from tflms.graph_index.index import GraphIndex
 
+__all__ = ["PlanningContext", "Budgets", "Judging", "classify"]
 # `Settings` filter name -> the `analysis.classify_ops` filter it feeds, as
 # (key, scopes setting, types setting).
 _FILTER_PAIRS = (
@@ -65,6 +68,69 @@ def _device_summary(index):
     return ", ".join(devices[:6]) + (" ..." if len(devices) > 6 else "")
 
 
+@dataclasses.dataclass(frozen=True)
+class Budgets:
+    """The memory a plan may use, as this machine and the settings give it.
+
+    Attributes:
+      device_bytes: device bytes a tuned plan may use (None when the
+        parameters are fixed: nothing is tuned to a budget).
+      host_bytes: host bytes the swapped tensors may use at once
+        (`budget.host_budget`; 0: unknown, no limit).
+      local_processes: training processes on this node (the host budget
+        is shared by them).
+    """
+
+    device_bytes: Optional[int] = None
+    host_bytes: int = 0
+    local_processes: int = 1
+
+    @classmethod
+    def read(cls, settings, env=None, list_devices=None):
+        """The budgets of planning with `settings` on this machine; `env`
+        (default `os.environ`) and `list_devices` stand in for the
+        machine in tests.
+
+        Raises:
+          ValueError: a bad ``TF_LMS_SIMULATOR_MEM_RATIO``.
+          budget.NoGpuError: auto-tuning without a GPU or
+            ``autotune_gpu_mem``.
+        """
+        device = None
+        if settings.autotune_requested:
+            device = budget_mod.device_budget(
+                settings.autotune_gpu_mem, settings.gpu_device, env,
+                list_devices)
+        return cls(device_bytes=device,
+                   host_bytes=budget_mod.host_budget(
+                       env, settings.autotune_host_mem),
+                   local_processes=budget_mod.local_processes(env))
+
+
+@dataclasses.dataclass(frozen=True)
+class Judging:
+    """How candidate plans are judged, beyond what the settings say.
+
+    Attributes:
+      by_step_time: choose among fitting plans by predicted step time
+        (False: by bytes moved; benchmarks compare the two).
+      select: let the tuner choose tensors when the threshold is on auto
+        (tests turn it off to pin the threshold search).
+      extra_edges: control edges the simulator adds beyond the index's own
+        planned edges (tests).
+      gpu, interconnect: a `hardware.Gpu` and `hardware.Interconnect` (or
+        their names) to time plans on instead of the settings' `gpu` and
+        `interconnect` (hardware not in the tables, in tests); None: the
+        settings'.
+    """
+
+    by_step_time: bool = True
+    select: bool = True
+    extra_edges: Tuple[Tuple[int, int], ...] = ()
+    gpu: Union[str, hardware.Gpu, None] = None
+    interconnect: Union[str, hardware.Interconnect, None] = None
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class PlanningContext:
     """The inputs of one plan, shared by its stages.
@@ -74,42 +140,27 @@ class PlanningContext:
       given_index: the index of the step as given (no edges of LMS's own).
       roles: the `analysis.OpRoles` of the step.
       log: the `Logger` of the planning lines.
-      budget_bytes: device bytes a tuned plan may use (None when the
-        parameters are fixed).
-      host_budget_bytes: host bytes the swapped tensors may use at once
-        (`budget.host_budget`; 0: unknown, no limit).
-      local_processes: training processes on this node.
-      by_step_time: choose among fitting plans by predicted step time
-        (False: by bytes moved, as before the step-time model).
-      select: let the tuner choose tensors when the threshold is on auto
-        (tests turn it off to pin the threshold search).
-      extra_edges: control edges the simulator adds beyond the index's own
-        planned edges (tests).
+      budgets: the `Budgets` planned for.
+      judging: the `Judging` of candidate plans.
       gpu, interconnect: the `hardware.Gpu` and `hardware.Interconnect`
-        plans are timed on (the settings' `gpu` and `interconnect`, unless
-        `create` was given others: hardware not in the tables, in tests).
+        plans are timed on (`judging`'s, else the settings').
     """
 
     settings: Settings
-    given_index: object
-    roles: object
+    given_index: "GraphIndex"
+    roles: analysis.OpRoles
     log: Logger
-    budget_bytes: Optional[int] = None
-    host_budget_bytes: int = 0
-    local_processes: int = 1
-    by_step_time: bool = True
-    select: bool = True
-    extra_edges: tuple = ()
-    gpu: object = None
-    interconnect: object = None
+    budgets: Budgets = Budgets()
+    judging: Judging = Judging()
+    gpu: Optional[hardware.Gpu] = None
+    interconnect: Optional[hardware.Interconnect] = None
     # id(index) -> (index, model): the index is kept so its id stays its own.
     _models: dict = dataclasses.field(default_factory=dict, repr=False)
     _timers: dict = dataclasses.field(default_factory=dict, repr=False)
 
     @classmethod
-    def create(cls, index, settings, roles=None, log=None, env=None,
-               list_devices=None, by_step_time=True, select=True,
-               extra_edges=(), gpu=None, interconnect=None):
+    def create(cls, index, settings, roles=None, log=None, budgets=None,
+               judging=None):
         """The context of planning `index` with `settings`.
 
         Args:
@@ -117,9 +168,10 @@ class PlanningContext:
           settings: a `Settings`.
           roles: its `classify` result, if already made.
           log: a `Logger` (default: quiet).
-          env, list_devices: for the budgets (tests).
-          by_step_time, select, extra_edges, gpu, interconnect: see the
-            class attributes.
+          budgets: the `Budgets` (default: `Budgets.read(settings)`, from
+            this machine).
+          judging: a `Judging` (default: by predicted step time, on the
+            settings' hardware).
 
         Raises:
           ValueError: bad filters or device (`classify`), or a bad
@@ -129,25 +181,25 @@ class PlanningContext:
         """
         if roles is None:
             roles = classify(index, settings)
-        device = None
-        if settings.autotune_requested:
-            device = budget_mod.device_budget(
-                settings.autotune_gpu_mem, settings.gpu_device, env,
-                list_devices)
+        if budgets is None:
+            budgets = Budgets.read(settings)
+        judging = judging or Judging()
         return cls(settings=settings, given_index=index, roles=roles,
-                   log=log or Logger(), budget_bytes=device,
-                   host_budget_bytes=budget_mod.host_budget(
-                       env, settings.autotune_host_mem),
-                   local_processes=budget_mod.local_processes(env),
-                   by_step_time=by_step_time, select=select,
-                   extra_edges=tuple(extra_edges),
-                   gpu=hardware.gpu_named(gpu or settings.gpu),
+                   log=log or Logger(), budgets=budgets,
+                   judging=dataclasses.replace(
+                       judging, extra_edges=tuple(judging.extra_edges)),
+                   gpu=hardware.gpu_named(judging.gpu or settings.gpu),
                    interconnect=hardware.interconnect_named(
-                       interconnect or settings.interconnect))
+                       judging.interconnect or settings.interconnect))
 
     @property
     def batch_size(self):
         return self.settings.batch_size
+
+    @property
+    def budget_bytes(self):
+        """Device bytes a tuned plan may use (`Budgets.device_bytes`)."""
+        return self.budgets.device_bytes
 
     @property
     def requested(self):
@@ -156,19 +208,13 @@ class PlanningContext:
         return planner.SwapParams(s.swapout_threshold, s.swapin_ahead,
                                   s.swapin_groupby, s.sync_mode)
 
-    @property
-    def plot_dir(self):
-        """Where the tuner draws its memory plots, or None."""
-        s = self.settings
-        return s.plot_dir if s.autotune_plot else None
-
     def model(self, index):
         """The `simulator.SimulationModel` of `index` (made once)."""
         kept = self._models.get(id(index))
         if kept is None:
             kept = self._models[id(index)] = (index, simulator.SimulationModel(
                 index, self.roles, self.batch_size,
-                extra_edges=self.extra_edges))
+                extra_edges=self.judging.extra_edges))
         return kept[1]
 
     def timer(self, index):

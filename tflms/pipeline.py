@@ -4,131 +4,156 @@
 `LMS.run`, ``tflms plan``, ``tflms verify`` and every benchmark call it, so
 what is measured is what users run. It builds one
 `context.PlanningContext` (roles, budgets, log, models) and runs the stages
-of `tflms.stages.STAGES` over a `Planned`, each ``stage(context, planned) ->
-planned``:
+of `tflms.stages.STAGES` (serialize, defer, swaps, order, fewer_waits,
+recompute, fewer_waits again, prefetch, host; their docstring says what
+each does) over a `Planned`, each ``stage(context, planned) -> planned``;
+then replays the step without and with the plan when asked.
 
-    serialize    control edges chaining the chosen levels, recorded in the
-                 planning index (graph_index.with_planned_edges)
-    defer        control edges delaying fills made long before use
-    swaps        the settings' parameters, or autotune.tune's when one is -1
-                 (among the fitting plans its search ended with, the one
-                 with the least predicted step time at the settings' `gpu`
-                 and `interconnect`)
-    order        when auto-tuning finds nothing that fits, or only plans
-                 with synchronous swap-ins (and `Settings.order_peaks`):
-                 control edges that order the ops of the most aggressive
-                 plan's crowded levels, then the search again
-    fewer_waits  swap-outs the tuned plan makes readers wait for, made
-                 asynchronous where a replay with copies timed still fits
-                 and the predicted step is shorter
-    recompute    unless `Settings.recompute` is False, swaps replaced by
-                 recomputes where they cost less and the budget (tuning) or the
-                 swap-only plan's peak (fixed parameters) still holds
-
-then replays the step without and with the plan when asked. It reads no
-TensorFlow object and edits nothing: the rewriter applies `Planned.plan`
-afterwards.
+It reads no TensorFlow object, edits nothing and writes no file: the
+rewriter applies `Planned.plan` afterwards, and the memory plots of
+`Planned.plot_data` (or of a failed search's `AutotuneError.plot_data`)
+are the caller's to draw (`tflms.plots`, from `LMS.run`).
 """
 
 import dataclasses
+from typing import TYPE_CHECKING, Optional, Tuple, Type, TypeVar
 
 from tflms import floor
 from tflms import simulator
 from tflms import stages
-from tflms.context import PlanningContext, classify
-from tflms.settings import Settings
+from tflms.autotune.report import AutotuneError, PlotData
+from tflms.context import Budgets, Judging, PlanningContext, classify
+from tflms.stages.fewer_waits import Unwaited
+from tflms.stages.order import Ordered
+from tflms.stages.record import StageRecord
 from tflms.stages.recompute import recompute_cost
+from tflms.stages.swaps import Tuned
+
+if TYPE_CHECKING:
+    from tflms.autotune import TuneOutcome
+    from tflms.graph_index.index import GraphIndex
+    from tflms.planner import Plan, SwapParams
+    from tflms.steptime import StepTime
 
 __all__ = ["Planned", "PlanningContext", "classify", "plan", "simulate_plan",
            "instant_replay", "simulate_without", "recompute_cost",
            "step_floor"]
 
+R = TypeVar("R", bound=StageRecord)
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Planned:
-    """What planning decided, as plain data.
+    """What planning decided, as plain data: the plan, how it replays, and
+    one record per stage that had something to say.
+
+    The inputs (settings, the step as given, roles, budgets) are the
+    context's, and only there; a stage's own facts are its `StageRecord`
+    (`record`), never a field of their own here.
 
     Attributes:
+      context: the `PlanningContext` it was planned in: settings, the
+        index of the step as given, roles, budgets, and the simulation
+        models `simulate_plan` and `instant_replay` reuse.
       index: the planning index: the graph's ops and edges plus the control
-        edges LMS will add for serialization (`index.planned_edges`), with
-        levels that count them.
-      given_index: the index of the step as given, without the edges LMS
-        plans (serialization, ordering): what `without_lms` replays.
-      roles: the `analysis.OpRoles` of the index.
-      settings: the `Settings` planned with.
-      serialized_levels: the levels chained by serialization (original
-        levels), sorted.
-      deferral_edges: `planner.deferral_edges` of the index (carried out by
-        every plan).
-      ordering_edges: the control edges `peak_ordering.order_peaks` added to
-        the planning index when auto-tuning found nothing that fits
-        without them, or a faster plan with them (also in
-        `index.planned_edges`, and so in the plan's serialization edges,
-        which the rewriter adds).
-      unwaited: ``(producer, output)`` of the swapped tensors whose
-        swap-outs the tuner's `sync_mode` would make their readers wait
-        for, and whose waits were dropped because the plan fits without
-        them and its predicted step is shorter (`stages.fewer_waits`).
-      prefetched: ``(producer, output, j)`` of the swap-ins (the j-th of
-        that tensor's) the prefetch stage started earlier than the tuner
-        did, because a reader (or a recompute's clones) waited for them and
-        the plan fits and runs faster with the earlier start
-        (`stages.prefetch`).
-      plan: the complete `planner.Plan` (swaps, serialization and deferral
-        edges), or None when LMS is not needed (auto-tuning found that the
-        step fits without swapping).
-      autotuned: True when the tuner chose the parameters.
-      tune: the `autotune.TuneOutcome`, or None without tuning.
-      without_lms / with_lms: `simulator.SimulationResult` of one step
+        edges LMS will add (serialization, ordering: `index.planned_edges`),
+        with levels that count them.
+      plan: the complete `planner.Plan` (swaps, recomputes, serialization
+        and deferral edges), or None when LMS is not needed (auto-tuning
+        found that the step fits without swapping).
+      without_lms, with_lms: `simulator.SimulationResult` of one step
         without LMS (the step as given, whatever edges LMS plans, so the
-        same for every budget) and with `plan` (None when not simulated; with_lms is
-        also None when `plan` is None). The tuner's with_lms counts copies
-        at `Settings.interconnect`; a fixed-parameter plan's
-        (`simulate_plan`) counts them as instant.
-      budget_bytes: device bytes the tuner planned for (None without
-        tuning).
+        same for every budget) and with `plan` (None when not simulated;
+        with_lms is also None when `plan` is None). A tuned plan's
+        with_lms counts copies at `Settings.interconnect`; a
+        fixed-parameter plan's (`simulate_plan`) counts them as instant.
       step_time: `steptime.StepTime` of `plan` at the settings' `gpu` and
         `interconnect`, when auto-tuning chose the plan by it (None
         otherwise; `steptime.predict_planned` times any plan).
-      failure: the `autotune.AutotuneError` of a search that found nothing
-        that fits, while a later stage may still overcome it (None
+      records: the `StageRecord` of each stage that recorded one, in the
+        order they first did (`record` finds one by its type).
+      failure: the `autotune.AutotuneError` of a stage that could not do
+        its part while a later one may still overcome it (None
         otherwise); `plan` raises it when no stage did.
-      context: the `PlanningContext` it was planned in (None when made
-        another way), whose simulation models `simulate_plan` and
-        `instant_replay` reuse rather than build again.
     """
 
-    index: object
-    given_index: object
-    roles: object
-    settings: Settings
-    serialized_levels: tuple = ()
-    deferral_edges: tuple = ()
-    ordering_edges: tuple = ()
-    unwaited: tuple = ()
-    prefetched: tuple = ()
-    plan: object = None
-    autotuned: bool = False
-    tune: object = None
-    without_lms: object = None
-    with_lms: object = None
-    budget_bytes: object = None
-    step_time: object = None
-    failure: object = None
-    context: object = dataclasses.field(default=None, repr=False)
+    context: PlanningContext
+    index: "GraphIndex"
+    plan: Optional["Plan"] = None
+    without_lms: Optional[simulator.SimulationResult] = None
+    with_lms: Optional[simulator.SimulationResult] = None
+    step_time: Optional["StepTime"] = None
+    records: Tuple[StageRecord, ...] = ()
+    failure: Optional[AutotuneError] = None
+
+    def record(self, kind: Type[R]) -> R:
+        """The record of type `kind` a stage made, or ``kind()`` (the stage
+        did nothing) when none did."""
+        for record in self.records:
+            if isinstance(record, kind):
+                return record
+        return kind()
+
+    def with_record(self, record: StageRecord) -> "Planned":
+        """This with `record` in place of the record of its type, or added
+        after the others."""
+        kind = type(record)
+        if any(isinstance(r, kind) for r in self.records):
+            records = tuple(record if isinstance(r, kind) else r
+                            for r in self.records)
+        else:
+            records = self.records + (record,)
+        return dataclasses.replace(self, records=records)
+
+    def with_plan(self, plan, with_lms, step_time) -> "Planned":
+        """This with `plan` (its timed replay `with_lms` and predicted
+        `step_time`) in place of the plan, each record as it holds for
+        `plan` (`StageRecord.for_plan`)."""
+        return dataclasses.replace(
+            self, plan=plan, with_lms=with_lms, step_time=step_time,
+            records=tuple(r.for_plan(plan) for r in self.records))
+
+    # Shorthands for what readers of a plan ask most (`tflms plan`'s
+    # report, the plan digests of tests/test_same_plans.py).
+    @property
+    def tune(self) -> Optional["TuneOutcome"]:
+        """The `autotune.TuneOutcome` of the swaps stage, or None without
+        tuning."""
+        return self.record(Tuned).outcome
 
     @property
-    def original_num_levels(self):
+    def autotuned(self) -> bool:
+        """True when the tuner chose the parameters."""
+        return self.tune is not None
+
+    @property
+    def budget_bytes(self) -> Optional[int]:
+        """Device bytes the tuner planned for (None with fixed
+        parameters): the context's budget."""
+        return self.context.budget_bytes
+
+    @property
+    def ordering_edges(self):
+        """The control edges the order stage added (`order.Ordered`)."""
+        return self.record(Ordered).edges
+
+    @property
+    def unwaited(self):
+        """The swap-outs whose waits were dropped (`fewer_waits.Unwaited`)."""
+        return self.record(Unwaited).tensors
+
+    @property
+    def original_num_levels(self) -> int:
         """Levels of the step as given."""
-        return self.given_index.num_levels
+        return self.context.given_index.num_levels
 
     @property
-    def needed(self):
+    def needed(self) -> bool:
         """False when auto-tuning found that the step fits without LMS."""
         return self.plan is not None
 
     @property
-    def params(self):
+    def params(self) -> Optional["SwapParams"]:
         """The `planner.SwapParams` of the plan (None when not needed)."""
         return None if self.plan is None else self.plan.params
 
@@ -138,6 +163,14 @@ class Planned:
         threshold)."""
         return None if self.tune is None else self.tune.only_tensors
 
+    def plot_data(self) -> PlotData:
+        """What the memory plots of this plan show (`tflms.plots`)."""
+        context = self.context
+        return PlotData(index=self.index, roles=context.roles,
+                        batch_size=context.batch_size,
+                        without_lms=self.without_lms,
+                        with_lms=self.with_lms if self.plan else None,
+                        budget_bytes=self.budget_bytes)
 
 
 def plan(index, settings, roles=None, log=None, simulate=False, env=None,
@@ -154,8 +187,7 @@ def plan(index, settings, roles=None, log=None, simulate=False, env=None,
       env, list_devices: for the device budget (tests).
       by_step_time: let the tuner choose among the fitting plans by
         predicted step time (`Settings.gpu`, `Settings.interconnect`);
-        False: by bytes moved, as before the step-time model (benchmarks
-        compare the two).
+        False: by bytes moved (benchmarks compare the two).
 
     Returns:
       A `Planned`.
@@ -166,11 +198,13 @@ def plan(index, settings, roles=None, log=None, simulate=False, env=None,
       autotune.NoGpuError, autotune.AutotuneError, simulator.BatchSizeError:
         from auto-tuning, when it is asked for.
     """
-    context = PlanningContext.create(index, settings, roles=roles, log=log,
-                                     env=env, list_devices=list_devices,
-                                     by_step_time=by_step_time)
-    planned = Planned(index=index, given_index=index, roles=context.roles,
-                      settings=settings, context=context)
+    if roles is None:
+        roles = classify(index, settings)
+    context = PlanningContext.create(
+        index, settings, roles=roles, log=log,
+        budgets=Budgets.read(settings, env, list_devices),
+        judging=Judging(by_step_time=by_step_time))
+    planned = Planned(context=context, index=index)
     for stage in stages.STAGES:
         planned = stage(context, planned)
     if planned.failure is not None:
@@ -186,7 +220,7 @@ def simulate_plan(planned):
     if planned.without_lms is not None:
         return planned
     model = _model_of(planned, planned.index)
-    given = planned.given_index
+    given = planned.context.given_index
     return dataclasses.replace(
         planned, without_lms=_model_of(planned, given).replay(None,
                                                               detail=True),
@@ -210,7 +244,7 @@ def instant_replay(planned):
 def step_floor(planned):
     """The `floor.StepFloor` of `planned`'s step as given: device memory
     no plan goes below, and the op that sets it."""
-    return floor.step_floor(_model_of(planned, planned.given_index))
+    return floor.step_floor(_model_of(planned, planned.context.given_index))
 
 
 def simulate_without(index, roles, settings):
@@ -224,7 +258,5 @@ def _model(index, roles, settings):
 
 def _model_of(planned, index):
     """The simulation model of `index` (the planning or the given index of
-    `planned`): its planning context's, made once, when it has one."""
-    if planned.context is not None:
-        return planned.context.model(index)
-    return _model(index, planned.roles, planned.settings)
+    `planned`): its planning context's, made once."""
+    return planned.context.model(index)

@@ -1,5 +1,12 @@
 """Pictures of what auto-tuning decided, written as PNG (and TSV) files.
 
+The planning core writes no file: it returns what the plots show
+(`Planned.plot_data`, `AutotuneError.plot_data`: an `autotune.PlotData`),
+and its caller draws it here. `LMS.run` calls `write_planned` after
+planning and `with_plots` on a failed plan, which write into
+`Settings.plot_dir` when `Settings.autotune_plot` asks; ``tflms plan``
+calls `write_plots` itself.
+
 matplotlib is optional and imported only here, lazily. Figures are built
 with `matplotlib.figure.Figure` and rendered by the Agg canvas directly, so
 the user's pyplot state and backend are never touched.
@@ -29,12 +36,19 @@ __all__ = [
     "plot_figures",
     "write_histogram_tsv",
     "write_plots",
+    "write_planned",
+    "with_plots",
+    "pictures_in",
+    "PICTURES",
 ]
 
 _GIB = float(1 << 30)
 _INSTALL_HINT = "pip install matplotlib (or pip install tflms[plot])"
 # Why `write_plots` wrote only the TSV, for `tflms plan`'s report.
 MISSING_MATPLOTLIB = "matplotlib is not installed; to get them: " + _INSTALL_HINT
+# The pictures `write_plots` may write, in the order it writes them.
+PICTURES = ("memory_without_lms.png", "memory_with_lms.png",
+            "memory_smallest_plan.png", "distance_histogram.png")
 
 
 def distance_histogram(index, roles, batch_size=None, edges=None):
@@ -217,26 +231,20 @@ def plot_figures(without_lms, with_lms, budget_bytes, histogram,
     return figures
 
 
-def write_plots(plot_dir, index, roles, without_lms, with_lms, budget_bytes,
-                batch_size=None, log=None, with_lms_fits=True):
+def write_plots(plot_dir, data, log=None):
     """Write the memory plots and the distance histogram into `plot_dir`.
 
     Args:
       plot_dir: folder (created if needed).
-      index, roles: the graph, for the histogram.
-      without_lms: `SimulationResult` of the graph as is.
-      with_lms: `SimulationResult` of the chosen plan, or None.
-      budget_bytes: device budget.
-      batch_size: for histogram byte counts.
+      data: the `autotune.PlotData` to draw.
       log: a `Logger` (optional).
-      with_lms_fits: see `plot_figures`.
 
     Returns:
       The list of written paths. Without matplotlib only the TSV is written
       and a warning is logged.
     """
     os.makedirs(plot_dir, exist_ok=True)
-    histogram = distance_histogram(index, roles, batch_size)
+    histogram = distance_histogram(data.index, data.roles, data.batch_size)
     tsv = os.path.join(plot_dir, "distance_histogram.tsv")
     write_histogram_tsv(tsv, histogram)
     written = [tsv]
@@ -246,8 +254,9 @@ def write_plots(plot_dir, index, roles, without_lms, with_lms, budget_bytes,
                         "plots (only %s); to get them: %s"
                         % (tsv, _INSTALL_HINT))
         return written
-    for name, fig in plot_figures(without_lms, with_lms, budget_bytes,
-                                  histogram, with_lms_fits):
+    for name, fig in plot_figures(data.without_lms, data.with_lms,
+                                  data.budget_bytes, histogram,
+                                  data.with_lms_fits):
         path = os.path.join(plot_dir, name)
         _save(fig, path)
         written.append(path)
@@ -261,3 +270,49 @@ def write_plots(plot_dir, index, roles, without_lms, with_lms, budget_bytes,
         log.info("Wrote memory plots and the distance histogram to %s"
                  % os.path.abspath(plot_dir))
     return written
+
+
+def write_planned(planned, log=None):
+    """The plots of a tuned plan (`pipeline.Planned`), written into
+    `Settings.plot_dir` when `Settings.autotune_plot` asks.
+
+    Returns:
+      The paths written (none when not asked, or the parameters were
+      fixed: the plots show what auto-tuning decided).
+    """
+    settings = planned.context.settings
+    if not (settings.autotune_plot and planned.autotuned):
+        return ()
+    return tuple(write_plots(settings.plot_dir, planned.plot_data(), log))
+
+
+def with_plots(err, settings, log=None):
+    """`err`, an `autotune.AutotuneError` of planning with `settings`,
+    after writing its plots when `Settings.autotune_plot` asks; for a
+    search that found nothing under the budget, a copy whose message
+    names them (the step without LMS and the smallest plan show where
+    memory peaks and what swapping could not move).
+    """
+    data = err.plot_data
+    if not settings.autotune_plot or data is None:
+        return err
+    plot_dir = settings.plot_dir
+    files = write_plots(plot_dir, data, log)
+    if data.with_lms_fits:
+        return err
+    pictures = [f for f in files if f.endswith(".png")]
+    if not pictures:
+        note = ("%s (No memory plots: matplotlib is missing; the distance "
+                "histogram is in %s.)" % (err, os.path.abspath(plot_dir)))
+    else:
+        note = ("%s Memory plots of the step without LMS and with the "
+                "smallest plan: %s" % (err, ", ".join(
+                    os.path.abspath(f) for f in pictures)))
+    return type(err)(note, err.smallest_peak_bytes, err.floor, data)
+
+
+def pictures_in(plot_dir):
+    """The paths of the `PICTURES` in `plot_dir`, in the order written:
+    the last plots written there, as `write_plots` removes stale ones."""
+    return [os.path.join(plot_dir, name) for name in PICTURES
+            if os.path.exists(os.path.join(plot_dir, name))]

@@ -4,6 +4,7 @@ summary shown at TensorFlow's default log level."""
 
 from tflms import analysis
 from tflms import floor
+from tflms.stages.prefetch import Prefetched
 
 __all__ = ["log_step", "log_graph_facts", "log_parameters",
            "log_plan_details", "summary_line", "size_text"]
@@ -74,9 +75,14 @@ def log_graph_facts(log, index, roles, settings):
                      len(roles.fused_with),
                      ", ".join("+".join(p) for p in pairs)))
 
-def log_parameters(log, p, autotuned, only_tensors=None, unwaited=(),
-                   prefetched=()):
-    """The swap parameters, in a form to paste into the constructor."""
+def log_parameters(log, planned):
+    """The swap parameters of `planned` (a `pipeline.Planned` with a
+    plan), in a form to paste into the constructor, and the swaps that
+    stages after the tuner changed."""
+    p = planned.params
+    autotuned, only_tensors = planned.autotuned, planned.only_tensors
+    unwaited = planned.unwaited
+    prefetched = planned.record(Prefetched).swap_ins
     hand_set = ("LMS(swapout_threshold=%d, swapin_ahead=%d, "
                 "swapin_groupby=%d, sync_mode=%d)"
                 % (p.swapout_threshold, p.swapin_ahead, p.swapin_groupby,

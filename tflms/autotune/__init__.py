@@ -39,13 +39,14 @@ Every plan accepted here has been replayed by the simulator and fits the
 budget; see `tflms.simulator` for what it counts. A plan is never chosen
 over the unmodified graph when that one fits and the plan needs no less
 memory. When nothing fits, `AutotuneError` states the budget, the peak
-without LMS and the smallest plan's peak, and names the memory plots
-(written even then when ``plot_dir`` is set).
+without LMS and the smallest plan's peak, and carries the `PlotData` of
+that search, which the caller draws (`tflms.plots`) when ``autotune_plot``
+is set.
 
 The modules, in the order `tune` uses them:
 
   tuner.py      `tune` and its `TuneOutcome`: the replay without LMS, the
-                steps below, the plots
+                steps below
   search.py     step 3: `Simulations` (plans and replays, memoised) and the
                 binary searches over the parameters, sync mode by sync mode
   selection.py  step 4: `select_tensors` (a greedy cover of the levels
@@ -53,10 +54,11 @@ The modules, in the order `tune` uses them:
   choice.py     steps 5 and 6: the choice among the fitting plans (by
                 predicted step time or bytes moved) and its check with
                 copies timed (`fit_in_time`)
-  report.py     `AutotuneError`, the message when nothing fits, the plots
+  report.py     `AutotuneError`, the message when nothing fits, and
+                `PlotData`, what the memory plots show
 """
 
-from tflms.autotune.report import AutotuneError
+from tflms.autotune.report import AutotuneError, PlotData
 from tflms.autotune.selection import select_tensors
 from tflms.autotune.tuner import TuneOutcome, tune
 from tflms.budget import (DEFAULT_MEM_RATIO, MEM_RATIO_ENV, NoGpuError,
@@ -69,6 +71,7 @@ __all__ = [
     "DEFAULT_MEM_RATIO",
     "AutotuneError",
     "NoGpuError",
+    "PlotData",
     "TuneOutcome",
     "mem_ratio",
     "device_budget",

@@ -1,19 +1,50 @@
-"""What auto-tuning says when nothing fits, and the memory plots it writes.
+"""What auto-tuning says when nothing fits, and what its plots show.
 
 `AutotuneError` is the one exception of `tflms.autotune`; `cannot_fit`
 words it for a search that found no plan (the budget, the peak without
-LMS, the smallest plan's peak and what to try), and `with_plots` adds the
-plots of that search when ``plot_dir`` is set.
+LMS, the smallest plan's peak and what to try), and `with_plot_data` gives
+it the `PlotData` of that search. `PlotData` is what the memory plots
+show; the planning core writes no file: `tflms.plots` draws it for the
+caller (`LMS.run`) when the settings ask.
 """
 
-import os
+import dataclasses
+from typing import TYPE_CHECKING, Optional
 
 from tflms import floor as floor_mod
-from tflms import plots
 from tflms.budget import MEM_RATIO_ENV
 from tflms.settings import AUTO
 
+if TYPE_CHECKING:
+    from tflms.analysis import OpRoles
+    from tflms.graph_index.index import GraphIndex
+    from tflms.simulator import SimulationResult
+
 GIB = float(1 << 30)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class PlotData:
+    """What the memory plots and the distance histogram show.
+
+    Attributes:
+      index, roles, batch_size: the planning index, its `OpRoles` and the
+        batch size (the histogram's edges and bytes).
+      without_lms: the `SimulationResult` of the step without LMS.
+      with_lms: that of the plan (or, when nothing fits, of the smallest
+        plan the search found), or None.
+      budget_bytes: the device budget (the plots' budget line).
+      with_lms_fits: False when `with_lms` is the smallest plan of a
+        search that found nothing under the budget.
+    """
+
+    index: "GraphIndex"
+    roles: "OpRoles"
+    batch_size: Optional[int]
+    without_lms: "SimulationResult"
+    with_lms: Optional["SimulationResult"]
+    budget_bytes: int
+    with_lms_fits: bool = True
 
 
 class AutotuneError(ValueError):
@@ -25,12 +56,16 @@ class AutotuneError(ValueError):
         several failed searches the closest can be reported.
       floor: the step's `floor.StepFloor` (device memory no plan goes
         below, and the op that sets it), or None.
+      plot_data: the `PlotData` of the failed search (`with_plot_data`),
+        or None.
     """
 
-    def __init__(self, message, smallest_peak_bytes=None, floor=None):
+    def __init__(self, message, smallest_peak_bytes=None, floor=None,
+                 plot_data=None):
         super().__init__(message)
         self.smallest_peak_bytes = smallest_peak_bytes
         self.floor = floor
+        self.plot_data = plot_data
 
 
 def cannot_fit(sims, requested):
@@ -91,38 +126,15 @@ def gib(nbytes, exact=False):
     return text + (", %d bytes)" % nbytes if exact else ")")
 
 
-def plot_files(plot_dir, index, roles, batch_size, without, with_lms,
-               budget, log, with_lms_fits=True):
-    if not plot_dir:
-        return ()
-    return tuple(plots.write_plots(plot_dir, index, roles, without, with_lms,
-                                   budget, batch_size=batch_size, log=log,
-                                   with_lms_fits=with_lms_fits))
-
-
-def with_plots(err, sims, plot_dir, index, roles, batch_size, without,
-               budget, log):
-    """`err`, naming the plots of the failed search when any were asked for.
-
-    The plots of the step without LMS and of the smallest plan show where
-    memory peaks and what swapping could not move, which is what a user
-    needs to pick a smaller batch or serialization.
-    """
-    if not plot_dir:
-        return err
+def with_plot_data(err, sims, index, roles, batch_size, without):
+    """`err` carrying the `PlotData` of its failed search: the step
+    without LMS and the smallest plan, which show where memory peaks and
+    what swapping could not move (what a user needs to pick a smaller
+    batch or serialization). The caller draws them (`plots`)."""
     smallest = None
     if sims.smallest is not None:
         smallest = sims.cached(sims.smallest[1])[2]
-    files = plot_files(plot_dir, index, roles, batch_size, without,
-                       smallest, budget, log, with_lms_fits=False)
-    pictures = [f for f in files if f.endswith(".png")]
-    if not pictures:
-        return AutotuneError(
-            "%s (No memory plots: matplotlib is missing; the distance "
-            "histogram is in %s.)" % (err, os.path.abspath(plot_dir)),
-            err.smallest_peak_bytes, err.floor)
-    return AutotuneError("%s Memory plots of the step without LMS and with "
-                         "the smallest plan: %s" % (
-                             err, ", ".join(os.path.abspath(f)
-                                            for f in pictures)),
-                         err.smallest_peak_bytes)
+    err.plot_data = PlotData(index=index, roles=roles, batch_size=batch_size,
+                             without_lms=without, with_lms=smallest,
+                             budget_bytes=sims.budget, with_lms_fits=False)
+    return err

@@ -5,12 +5,18 @@ copies timed, and the `TuneOutcome`.
 
 import dataclasses
 import functools
+from typing import TYPE_CHECKING, FrozenSet, Optional, Tuple
 
 from tflms import steptime
 from tflms.autotune.choice import choose, fit_in_time
-from tflms.autotune.report import AutotuneError, plot_files, with_plots
+from tflms.autotune.report import AutotuneError, with_plot_data
 from tflms.autotune.search import Simulations
 from tflms.settings import AUTO
+
+if TYPE_CHECKING:
+    from tflms.planner import Plan, SwapParams
+    from tflms.simulator import SimulationResult
+    from tflms.steptime import StepTime
 
 _GIB = float(1 << 30)
 
@@ -25,7 +31,6 @@ class TuneOutcome:
       only_tensors: None, or a frozenset of ``(producer_id, output)``: swap
         only these tensors (with `params`).
       budget_bytes: device bytes the plan had to fit in.
-      host_budget_bytes: host bytes available to this process.
       without_lms: `simulator.SimulationResult` of the unmodified graph.
       with_lms: `simulator.SimulationResult` of the chosen plan (None when
         params is None).
@@ -34,24 +39,21 @@ class TuneOutcome:
       threshold_only: result of the plan found by the threshold search
         alone (None when params is None or the user set the threshold).
       simulations: number of replays run.
-      plot_files: paths of the files written to plot_dir.
       step_time: `steptime.StepTime` of the chosen plan, when the plan was
         chosen by predicted step time (``by_step_time`` and a link that is
         not ``'instant'``), else None.
       timed_plans: how many fitting plans were timed to choose it.
     """
 
-    params: object
-    only_tensors: object
+    params: Optional["SwapParams"]
+    only_tensors: Optional[FrozenSet[Tuple[int, int]]]
     budget_bytes: int
-    host_budget_bytes: int = 0
-    without_lms: object = None
-    with_lms: object = None
-    plan: object = None
-    threshold_only: object = None
+    without_lms: Optional["SimulationResult"] = None
+    with_lms: Optional["SimulationResult"] = None
+    plan: Optional["Plan"] = None
+    threshold_only: Optional["SimulationResult"] = None
     simulations: int = 0
-    plot_files: tuple = ()
-    step_time: object = None
+    step_time: Optional["StepTime"] = None
     timed_plans: int = 0
 
 
@@ -69,9 +71,9 @@ def tune(context, index, deferral_edges=(), ordering_edges=()):
         `interconnect`, the hardware the chosen plan's copies are timed on:
         the plan returned fits the budget with swapped tensors held on the
         device until their copy to the host has finished, and
-        ``interconnect="instant"`` counts copies as instant; the memory
-        plots), roles, log, budgets, and whether the final choice is by
-        predicted step time (`choice.choose`) or by bytes moved.
+        ``interconnect="instant"`` counts copies as instant), roles, log,
+        budgets, and whether the final choice is by predicted step time
+        (`choice.choose`) or by bytes moved.
       index: the planning index (the step with the serialization and
         ordering edges planned so far).
       deferral_edges: `planner.deferral_edges` that every plan carries out
@@ -91,21 +93,19 @@ def tune(context, index, deferral_edges=(), ordering_edges=()):
     roles = context.roles
     batch_size = context.batch_size
     requested = context.requested
-    select = context.select
-    plot_dir = context.plot_dir
+    select = context.judging.select
     budget = context.budget_bytes
-    host_limit = context.host_budget_bytes
     model = context.model(index)
     link = context.interconnect
     time_model = None
     if link.bytes_per_s != steptime.INSTANT.bytes_per_s:
-        # Made only when a plan is checked: timing every op costs about a
-        # second per 100,000 ops, which a step that fits without LMS (or a
-        # search that finds nothing) should not pay.
+        # Made only when a plan is checked: timing every op is the costliest
+        # model to make, which a step that fits without LMS (or a search
+        # that finds nothing) should not pay.
         time_model = functools.partial(context.timer, index)
     # With instant copies every fitting plan takes the same time (no copy
     # is waited for): the choice is by bytes moved, with no model to make.
-    by_time = time_model if context.by_step_time else None
+    by_time = time_model if context.judging.by_step_time else None
     if model.unknown_tensors:
         log.info("%d tensors have no static size and count as 0 bytes in "
                  "the simulation (first: %s)"
@@ -124,12 +124,9 @@ def tune(context, index, deferral_edges=(), ordering_edges=()):
                        without.peak_op))
 
     def not_needed():
-        files = plot_files(plot_dir, index, roles, batch_size, without,
-                           None, budget, log)
         return TuneOutcome(params=None, only_tensors=None,
-                           budget_bytes=budget, host_budget_bytes=host_limit,
-                           without_lms=without, simulations=sims.count,
-                           plot_files=files)
+                           budget_bytes=budget, without_lms=without,
+                           simulations=sims.count)
 
     if _all_auto(requested) and without.fits(budget):
         return not_needed()
@@ -139,8 +136,8 @@ def tune(context, index, deferral_edges=(), ordering_edges=()):
         chosen = choose(sims, model, requested, max_level, select, log,
                         by_time)
     except AutotuneError as err:
-        raise with_plots(err, sims, plot_dir, index, roles, batch_size,
-                         without, budget, log) from None
+        raise with_plot_data(err, sims, index, roles, batch_size,
+                             without) from None
     (params, final_plan, only, threshold_result, step_time, timed), final, \
         count = fit_in_time(sims, time_model, requested, max_level, select,
                             chosen, by_time)
@@ -157,11 +154,7 @@ def tune(context, index, deferral_edges=(), ordering_edges=()):
                                     without.peak_device_bytes / _GIB))
         return not_needed()
     # The host budget is the `host` stage's (tflms/stages/host.py).
-    files = plot_files(plot_dir, index, roles, batch_size, without, final,
-                       budget, log)
     return TuneOutcome(params=params, only_tensors=only, budget_bytes=budget,
-                       host_budget_bytes=host_limit, without_lms=without,
-                       with_lms=final, plan=final_plan,
-                       threshold_only=threshold_result,
-                       simulations=count, plot_files=files,
+                       without_lms=without, with_lms=final, plan=final_plan,
+                       threshold_only=threshold_result, simulations=count,
                        step_time=step_time, timed_plans=timed)

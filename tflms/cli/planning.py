@@ -142,7 +142,7 @@ def plan_graph(loaded, args, graph_name, progress=_silent):
     if run is not None:
         planned = pipeline.simulate_plan(run.planned)
         without, with_lms = planned.without_lms, planned.with_lms
-        index, roles = planned.index, planned.roles
+        index, roles = planned.index, planned.context.roles
         budget = planned.budget_bytes
         lowest = pipeline.step_floor(planned)
     else:
@@ -165,10 +165,10 @@ def plan_graph(loaded, args, graph_name, progress=_silent):
     plots_missing = None
     if not args.no_plots:
         progress("writing plots to %s ..." % settings.plot_dir)
-        plots = list(plotting.write_plots(
-            settings.plot_dir, index, roles, without,
-            with_lms if plan is not None else None, budget,
-            batch_size=settings.batch_size))
+        plots = list(plotting.write_plots(settings.plot_dir, autotune.PlotData(
+            index=index, roles=roles, batch_size=settings.batch_size,
+            without_lms=without, budget_bytes=budget,
+            with_lms=with_lms if plan is not None else None)))
         if not any(p.endswith(".png") for p in plots):
             plots_missing = plotting.MISSING_MATPLOTLIB
 

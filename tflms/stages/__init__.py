@@ -2,8 +2,21 @@
 
 Each stage is ``stage(context, planned) -> planned``: it reads the
 `context.PlanningContext` (settings, roles, budgets, log, models) and the
-`pipeline.Planned` so far, and returns a new `Planned` (unchanged when the
-stage does not apply). Adding or removing a stage is one line in `STAGES`.
+`pipeline.Planned` so far, and returns a new `Planned` (the same object
+when the stage does not apply). Adding or removing a stage is one line in
+`STAGES`.
+
+What a stage decided is the plan (`Planned.plan`, put in place with
+`Planned.with_plan` once the tuner made one) and, when it has more to say,
+its own record: a frozen dataclass subclassing `record.StageRecord`,
+defined in the stage's module and added with `Planned.with_record`
+(`serialize.Serialized`, `defer.Deferred`, `swaps.Tuned`,
+`order.Ordered`, `fewer_waits.Unwaited`, `prefetch.Prefetched`,
+`host.HostBound`). Readers
+ask ``planned.record(ThatType)``. A record that names swaps says what
+still holds when a later stage replaces the plan (`StageRecord.for_plan`);
+`Planned` itself gets no new field. Inputs every stage shares (settings,
+roles, budgets, hardware) belong in the context, not in a record.
 
     serialize    control edges chaining the chosen levels, in the planning
                  index

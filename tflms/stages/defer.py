@@ -9,17 +9,29 @@ carries them out.
 """
 
 import dataclasses
+from typing import Tuple
 
 from tflms import graph_index as gi
 from tflms import planner
+from tflms.stages.record import StageRecord
 
-__all__ = ["stage"]
+__all__ = ["stage", "Deferred"]
 
 _GIB = float(1 << 30)
 
 
+@dataclasses.dataclass(frozen=True)
+class Deferred(StageRecord):
+    """The deferral edges of the planning index (`planner.deferral_edges`):
+    ``(trigger, fill)`` pairs every plan carries out. The order stage
+    records them again for the index it orders."""
+
+    edges: Tuple[Tuple[int, int], ...] = ()
+
+
 def stage(context, planned):
-    """`planned` with the deferral edges of its planning index."""
+    """`planned` with the deferral edges of its planning index
+    (`Deferred`)."""
     deferral = planner.deferral_edges(planned.index, context.roles)
     if deferral:
         context.log.info(
@@ -28,4 +40,6 @@ def stage(context, planned):
             "first reader" % (len(deferral), sum(
                 gi.tensor_bytes(planned.index, op, 0, context.batch_size)
                 or 0 for _, op in deferral) / _GIB), 1)
-    return dataclasses.replace(planned, deferral_edges=deferral)
+    if not deferral:
+        return planned
+    return planned.with_record(Deferred(tuple(deferral)))

@@ -17,13 +17,30 @@ nothing.
 """
 
 import dataclasses
+from typing import Tuple
 
 from tflms import peak_ordering
 from tflms.stages import timed
+from tflms.stages.record import StageRecord
 
-__all__ = ["stage", "after_recompute"]
+__all__ = ["stage", "after_recompute", "Unwaited"]
 
 _GIB = float(1 << 30)
+
+
+@dataclasses.dataclass(frozen=True)
+class Unwaited(StageRecord):
+    """``(producer, output)`` of the swapped tensors whose swap-outs the
+    tuner's `sync_mode` would make their readers wait for, and whose waits
+    were dropped because the plan fits without them and its predicted step
+    is shorter; both passes of the stage together."""
+
+    tensors: Tuple[Tuple[int, int], ...] = ()
+
+    def for_plan(self, plan):
+        # A tensor recomputed instead is no longer swapped: no wait to drop.
+        swapped = {(s.producer, s.output) for s in plan.swaps}
+        return Unwaited(tuple(t for t in self.tensors if t in swapped))
 
 
 # The second pass runs only where the step waits for copies at least this
@@ -48,7 +65,7 @@ def after_recompute(context, planned):
 
 def stage(context, planned):
     """`planned` with the waits that cost time and no memory dropped."""
-    if not (planned.autotuned and context.by_step_time
+    if not (planned.autotuned and context.judging.by_step_time
             and planned.plan is not None):
         return planned
     plan = planned.plan
@@ -58,9 +75,9 @@ def stage(context, planned):
         return planned
     model = context.model(planned.index)
     timer = context.timer(planned.index)
-    budget = planned.budget_bytes
+    budget = context.budget_bytes
     # The tuner timed its plan at the levels of its replay, as
-    # `timed.replay_in_time` does.
+    # `timed.replay_at_link` does.
     best = planned.step_time.with_lms_s
     current = plan
     freed = []
@@ -68,21 +85,20 @@ def stage(context, planned):
         candidate = dataclasses.replace(current, swaps=tuple(
             dataclasses.replace(s, waiters=()) if s is swap else s
             for s in current.swaps))
-        replay, step = timed.replay_in_time(model, timer, candidate,
+        replay, step = timed.replay_at_link(model, timer, candidate,
                                             detail=False)
         if replay.fits(budget) and step.with_lms_s < best:
             current, best = candidate, step.with_lms_s
             freed.append(swap)
     if not freed:
         return planned
-    final, step = timed.replay_in_time(model, timer, current)
+    final, step = timed.replay_at_link(model, timer, current)
     context.log.info(
         "[Simulator] %d of %d swap-outs no longer make their readers wait "
         "(%.2f GiB): %s"
         % (len(freed), len(waited), sum(s.nbytes or 0 for s in freed) / _GIB,
            timed.outcome(context, final, budget, step, planned.step_time)))
-    unwaited = planned.unwaited + tuple((s.producer, s.output)
-                                        for s in freed)
-    return timed.replaced_plan(
-        context, dataclasses.replace(planned, unwaited=unwaited),
-        current, final, step)
+    unwaited = planned.record(Unwaited).tensors + tuple(
+        (s.producer, s.output) for s in freed)
+    return planned.with_record(Unwaited(unwaited)).with_plan(current, final,
+                                                             step)

@@ -1,8 +1,8 @@
 """Host: a plan's swapped tensors within the host budget.
 
 Swapped tensors live in pinned host memory, which the system cannot page
-out (users of the original ran out of it: IBM's issue #33), so the host is
-a budget like the device (`context.host_budget_bytes`:
+out (a plan that outgrows it stalls or kills the training process), so
+the host is a budget like the device (`context.budgets.host_bytes`:
 ``autotune_host_mem``, or physical memory per process on the node).
 
 * A tuned plan that fits the device but needs more host memory has swaps
@@ -18,15 +18,28 @@ The log says which memory bound the plan.
 """
 
 import dataclasses
+from typing import Tuple
 
 from tflms import planner
 from tflms import simulator
 from tflms.autotune import AutotuneError
 from tflms.stages import timed
+from tflms.stages.record import StageRecord
 
-__all__ = ["stage", "HostMemoryError"]
+__all__ = ["stage", "HostMemoryError", "HostBound"]
 
 _GIB = float(1 << 30)
+
+
+@dataclasses.dataclass(frozen=True)
+class HostBound(StageRecord):
+    """Host memory bounded a tuned plan: ``(producer, output)`` of the
+    swapped tensors the stage recomputed instead so that the swapped ones
+    fit the host budget, and the plan's host peak with them. (No record:
+    the device bounded the plan, or the parameters were fixed.)"""
+
+    recomputed: Tuple[Tuple[int, int], ...] = ()
+    peak_host_bytes: int = 0
 
 
 class HostMemoryError(AutotuneError):
@@ -37,7 +50,7 @@ class HostMemoryError(AutotuneError):
 def stage(context, planned):
     """`planned` within the host budget (tuned plans), or as it is with a
     warning (fixed parameters)."""
-    limit = context.host_budget_bytes
+    limit = context.budgets.host_bytes
     plan = planned.plan
     if (not limit or plan is None or not plan.swaps
             or planned.failure is not None):
@@ -56,7 +69,7 @@ def _within_host(context, planned, limit):
                  "GiB on the device; the swapped tensors need at most %.2f "
                  "of %.2f GiB of host memory" % (
                      planned.with_lms.peak_device_bytes / _GIB,
-                     planned.budget_bytes / _GIB, need / _GIB,
+                     context.budget_bytes / _GIB, need / _GIB,
                      limit / _GIB))
         return planned
     log.info("[Simulator] The plan needs %.2f GiB of host memory at its "
@@ -65,7 +78,7 @@ def _within_host(context, planned, limit):
                                   _budget_source(context)))
     model = context.model(planned.index)
     timer = context.timer(planned.index)
-    budget = planned.budget_bytes
+    budget = context.budget_bytes
     host_peaks = {id(planned.plan): (planned.plan, need)}
 
     def accept(candidate, current):
@@ -88,7 +101,7 @@ def _within_host(context, planned, limit):
             clone_types=clone_types).with_recomputes(chosen, accept)
         if host_peaks[id(chosen)][1] <= limit:
             break
-    final, step = timed.replay_in_time(model, timer, chosen)
+    final, step = timed.replay_at_link(model, timer, chosen)
     if final.peak_host_bytes > limit or not final.fits(budget):
         return _failed(context, planned, limit, need, final, chosen)
     added = len(chosen.recomputes) - len(planned.plan.recomputes)
@@ -101,7 +114,12 @@ def _within_host(context, planned, limit):
                  final.peak_host_bytes / _GIB, limit / _GIB,
                  final.peak_device_bytes / _GIB, budget / _GIB,
                  step.with_lms_s * 1e3, step.recompute_s * 1e3))
-    return timed.replaced_plan(context, planned, chosen, final, step)
+    before = {(r.producer, r.output) for r in planned.plan.recomputes}
+    recorded = planned.with_record(HostBound(
+        recomputed=tuple((r.producer, r.output) for r in chosen.recomputes
+                         if (r.producer, r.output) not in before),
+        peak_host_bytes=final.peak_host_bytes))
+    return recorded.with_plan(chosen, final, step)
 
 
 def _failed(context, planned, limit, need, final, chosen):
@@ -113,11 +131,13 @@ def _failed(context, planned, limit, need, final, chosen):
         "which cannot be paged out. Use a smaller batch size or input, fewer "
         "training processes per node, or, if this process may use more, "
         "set lms.autotune_host_mem = <GiB>." % (
-            planned.budget_bytes / _GIB, need / _GIB,
+            context.budget_bytes / _GIB, need / _GIB,
             final.peak_host_bytes / _GIB, len(chosen.recomputes),
             limit / _GIB, _budget_source(context)))
     context.log.info("[Simulator] %s" % message)
-    return _with_failure(planned, HostMemoryError(message))
+    # Its plots show the plan that fits the device.
+    return _with_failure(planned, HostMemoryError(
+        message, plot_data=planned.plot_data()))
 
 
 def _with_failure(planned, error):
@@ -148,7 +168,7 @@ def _budget_source(context):
     gib = context.settings.autotune_host_mem
     if gib is not None:
         return "autotune_host_mem=%g" % gib
-    if context.local_processes > 1:
+    if context.budgets.local_processes > 1:
         return "physical memory / %d processes on this node" % (
-            context.local_processes)
+            context.budgets.local_processes)
     return "this machine's physical memory"

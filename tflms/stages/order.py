@@ -18,6 +18,8 @@ Two cases, both only with `Settings.order_peaks` and auto-tuning:
   the ordered index is kept when its predicted step is shorter.
 """
 
+import dataclasses
+from typing import Tuple
 
 from tflms import autotune
 from tflms import floor
@@ -27,14 +29,26 @@ from tflms import planner
 from tflms._logging import Logger
 from tflms.settings import AUTO
 from tflms.stages import swaps
+from tflms.stages.defer import Deferred
+from tflms.stages.record import StageRecord
 
-__all__ = ["stage", "peak_orderings", "ROUNDS"]
+__all__ = ["stage", "peak_orderings", "ROUNDS", "Ordered"]
 
 _GIB = float(1 << 30)
 
 # Rounds of ordering and searching again when nothing fits: each round
 # orders the peak of the plan the last search could not fit.
 ROUNDS = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class Ordered(StageRecord):
+    """The control edges ``(first, second)`` the stage added between ops at
+    the memory peaks (`ordering.order_peaks`), all rounds together; they
+    are also among the planning index's `planned_edges`, and so among the
+    plan's serialization edges, which the rewriter adds."""
+
+    edges: Tuple[Tuple[int, int], ...] = ()
 
 
 def stage(context, planned):
@@ -58,9 +72,17 @@ def _with_ordering(context, index, edges):
     return ordered, planner.deferral_edges(ordered, context.roles)
 
 
+def _ordered(context, planned, outcome, index, deferral, edges):
+    """`planned` with the tuner's `outcome` on the ordered `index`, its
+    `deferral` edges and the ordering `edges`."""
+    recorded = planned.with_record(Deferred(deferral)).with_record(
+        Ordered(tuple(edges)))
+    return swaps.with_outcome(context, recorded, outcome, index)
+
+
 def _fit_by_ordering(context, planned):
     error = planned.failure
-    index, deferral = planned.index, planned.deferral_edges
+    index, deferral = planned.index, planned.record(Deferred).edges
     found = ()
     for _ in range(ROUNDS):
         candidates = peak_orderings(context, index, deferral, found=found)
@@ -78,8 +100,8 @@ def _fit_by_ordering(context, planned):
             except autotune.AutotuneError as err:
                 error = _closest(error, err)
                 continue
-            return swaps.with_outcome(context, planned, outcome, ordered,
-                                      ordered_deferral, found + edges)
+            return _ordered(context, planned, outcome, ordered,
+                            ordered_deferral, found + edges)
         # Nothing fitted with any of them: order the lowest peak further.
         found += candidates[0]
         index, deferral = lowest
@@ -102,7 +124,7 @@ def _faster_ordered(context, planned):
             or outcome.params.sync_mode < 2 or outcome.step_time is None):
         return planned
     candidates = peak_orderings(context, planned.index,
-                                planned.deferral_edges, target=0)
+                                planned.record(Deferred).edges, target=0)
     if not candidates:
         return planned
     edges = candidates[0]
@@ -127,8 +149,8 @@ def _faster_ordered(context, planned):
             "keeping the plan without them"))
     if not keep:
         return planned
-    return swaps.with_outcome(context, planned, other, ordered,
-                              ordered_deferral, edges)
+    return _ordered(context, planned, other, ordered, ordered_deferral,
+                    edges)
 
 
 def peak_orderings(context, index, deferral, target=None, found=()):

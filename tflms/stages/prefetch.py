@@ -19,18 +19,36 @@ changed; at most `peak_ordering.replays_for` timed replays are spent.
 """
 
 import dataclasses
+from typing import Tuple
 
 from tflms import peak_ordering
 from tflms.planner.triggers import TriggerFinder
 from tflms.planner.types import SwapInPlan
 from tflms.stages import timed
 from tflms.stages.fewer_waits import MIN_EXPOSED_SHARE
+from tflms.stages.record import StageRecord
 
-__all__ = ["stage"]
+__all__ = ["stage", "Prefetched"]
 
 # Triggers tried per swap-in: the one early enough for the copy, then
 # halfway back towards the tuner's where that goes over the budget.
 _TRIES_PER_SWAP_IN = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class Prefetched(StageRecord):
+    """``(producer, output, j)`` of the swap-ins (the j-th of that
+    tensor's) the stage started earlier than the tuner did, because a
+    reader (or a recompute's clones) waited for them and the plan fits and
+    runs faster with the earlier start."""
+
+    swap_ins: Tuple[Tuple[int, int, int], ...] = ()
+
+    def for_plan(self, plan):
+        # A tensor recomputed instead is no longer swapped in.
+        swapped = {(s.producer, s.output) for s in plan.swaps}
+        return Prefetched(tuple(k for k in self.swap_ins
+                                if k[:2] in swapped))
 
 
 def stage(context, planned):
@@ -38,8 +56,8 @@ def stage(context, planned):
     where that fits the budget and shortens the predicted step."""
     plan = planned.plan
     step = planned.step_time
-    if not (planned.autotuned and context.by_step_time and plan is not None
-            and plan.swaps and step is not None):
+    if not (planned.autotuned and context.judging.by_step_time
+            and plan is not None and plan.swaps and step is not None):
         return planned
     if step.exposed_transfer_s < MIN_EXPOSED_SHARE * step.with_lms_s:
         return planned
@@ -47,7 +65,7 @@ def stage(context, planned):
     model = context.model(index)
     timer = context.timer(index)
     finder = TriggerFinder(index, context.roles)
-    budget = planned.budget_bytes
+    budget = context.budget_bytes
     current, best = plan, step
     tried, moved = set(), []
     replays = peak_ordering.replays_for(index.num_ops)
@@ -76,16 +94,14 @@ def stage(context, planned):
                 break
     if not moved:
         return planned
-    final, step = timed.replay_in_time(model, timer, current)
+    final, step = timed.replay_at_link(model, timer, current)
     context.log.info(
         "[Simulator] %d swap-ins start earlier, where memory allows: %s"
         % (len(moved), timed.outcome(context, final, budget, step,
                                      planned.step_time)))
-    return timed.replaced_plan(
-        context,
-        dataclasses.replace(planned, prefetched=planned.prefetched + tuple(
-            moved)),
-        current, final, step)
+    recorded = planned.with_record(Prefetched(
+        planned.record(Prefetched).swap_ins + tuple(moved)))
+    return recorded.with_plan(current, final, step)
 
 
 def _waiting(index, plan, step, skipped):

@@ -82,15 +82,15 @@ def slower_than(candidate, step_s, timer, compute_s):
 def _within_budget(context, planned):
     model = context.model(planned.index)
     timer = context.timer(planned.index)
-    budget = planned.budget_bytes
+    budget = context.budget_bytes
     start = model.replay(planned.plan, detail=False)
     # Plans accepted so far and their cost (kept alive, so ids stay theirs).
     costs = {id(planned.plan): (planned.plan,
                                 recompute_cost(planned.plan, timer, start))}
     compute_s = math.fsum(timer.op_seconds)
     # The timed replay of each plan offered: the searches below offer many
-    # plans more than once (ResNet50 1024x1024 at 1 GiB: 70 offers, 35
-    # plans), and a plan (frozen, compared by value) replays the same.
+    # plans more than once, and a plan (frozen, compared by value) replays
+    # the same.
     replays = {}
 
     def accept(candidate, current):
@@ -126,8 +126,8 @@ def _within_budget(context, planned):
         # The compute hides every copy, and no recompute can change that (a
         # step is never shorter than its compute): only clones that take no
         # time pass `slower_than`, so only those are looked for, in one
-        # search, which halves planning on graphs whose copies all hide
-        # (`benchmarks/plan_speed.py deep_mlp 200000 --recompute`).
+        # search instead of four (`benchmarks/plan_speed.py ... --recompute`
+        # measures what that saves).
         clone_types = clone_types & steptime.NO_KERNEL_TYPES
         searches = ((False, False),)
 
@@ -162,7 +162,7 @@ def _within_budget(context, planned):
         log.info("[Simulator] No swapped tensor can be recomputed within "
                  "the budget in less predicted time than it is swapped")
         return planned
-    final, step = timed.replay_in_time(model, timer, chosen)
+    final, step = timed.replay_at_link(model, timer, chosen)
     if not final.fits(budget):
         # Every recompute taken was judged with its copies timed; this
         # only guards the plan returned. The tuner's plan fits with its
@@ -180,7 +180,7 @@ def _within_budget(context, planned):
                  final.peak_device_bytes / _GIB, budget / _GIB,
                  final.peak_level, final.peak_op, step.with_lms_s * 1e3,
                  step.exposed_transfer_s * 1e3, step.recompute_s * 1e3))
-    return timed.replaced_plan(context, planned, chosen, final, step)
+    return planned.with_plan(chosen, final, step)
 
 
 def _reads_swap_ins(plan):

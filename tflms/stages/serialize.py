@@ -8,12 +8,22 @@ count them, so every later stage plans on the serialized step.
 """
 
 import dataclasses
+from typing import Tuple
 
 from tflms import analysis
 from tflms import graph_index as gi
 from tflms import planner
+from tflms.stages.record import StageRecord
 
-__all__ = ["stage", "serialization_edges"]
+__all__ = ["stage", "serialization_edges", "Serialized"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Serialized(StageRecord):
+    """The levels serialization chained (levels of the step as given),
+    sorted; their edges are the planning index's `planned_edges`."""
+
+    levels: Tuple[int, ...] = ()
 
 
 def serialization_edges(context, index):
@@ -45,8 +55,8 @@ def stage(context, planned):
     index = gi.with_planned_edges(planned.index, edges)
     context.log.info("New categorized topological sort has %d levels"
                      % index.num_levels)
-    return dataclasses.replace(planned, index=index,
-                               serialized_levels=tuple(levels))
+    return dataclasses.replace(planned, index=index).with_record(
+        Serialized(tuple(levels)))
 
 
 def _compact_levels(levels):

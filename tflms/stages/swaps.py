@@ -9,13 +9,26 @@ parameters the plan is `planner.make_plan`'s, unreplayed.
 """
 
 import dataclasses
+from typing import Optional
 
 from tflms import autotune
 from tflms import planner
+from tflms.stages.defer import Deferred
+from tflms.stages.record import StageRecord
 
-__all__ = ["stage", "with_outcome", "tune", "edges_only_plan"]
+__all__ = ["stage", "with_outcome", "tune", "edges_only_plan", "Tuned"]
 
 _GIB = float(1 << 30)
+
+
+@dataclasses.dataclass(frozen=True)
+class Tuned(StageRecord):
+    """What the tuner chose and why: its `autotune.TuneOutcome` (the
+    parameters, the tensors it selected, its replays and predicted step),
+    or None when the parameters were fixed. Later stages may replace the
+    plan; this stays the tuner's."""
+
+    outcome: Optional[autotune.TuneOutcome] = None
 
 
 def tune(context, index, deferral, ordering_edges=(), log=None):
@@ -31,10 +44,9 @@ def tune(context, index, deferral, ordering_edges=(), log=None):
     return outcome
 
 
-def with_outcome(context, planned, outcome, index, deferral,
-                 ordering_edges=()):
-    """`planned` with the tuner's `outcome`, planned on `index` (with its
-    `deferral` and `ordering_edges`)."""
+def with_outcome(context, planned, outcome, index):
+    """`planned` with the tuner's `outcome`, planned on `index` (with the
+    deferral edges `planned` records for it)."""
     # The baseline is the step as given, whatever edges LMS plans: the
     # tuner's own replay without LMS is it only on the given index.
     without = outcome.without_lms
@@ -46,7 +58,7 @@ def with_outcome(context, planned, outcome, index, deferral,
             # planned (ordering, serialization): turning LMS off would drop
             # them, and the step as given does not fit. A plan of those
             # edges alone is applied.
-            plan = edges_only_plan(index, deferral)
+            plan = edges_only_plan(index, planned.record(Deferred).edges)
             with_lms = context.model(index).replay(plan, detail=True)
             context.log.info(
                 "[Simulator] The step fits in %.2f GiB without swapping only "
@@ -55,11 +67,9 @@ def with_outcome(context, planned, outcome, index, deferral,
                 % (outcome.budget_bytes / _GIB, len(plan.control_edges),
                    without.peak_device_bytes / _GIB))
     return dataclasses.replace(
-        planned, index=index, deferral_edges=deferral,
-        ordering_edges=tuple(ordering_edges), plan=plan,
-        autotuned=True, tune=outcome, without_lms=without,
-        with_lms=with_lms, budget_bytes=outcome.budget_bytes,
-        step_time=outcome.step_time, failure=None)
+        planned, index=index, plan=plan, without_lms=without,
+        with_lms=with_lms, step_time=outcome.step_time,
+        failure=None).with_record(Tuned(outcome))
 
 
 def edges_only_plan(index, deferral):
@@ -73,18 +83,17 @@ def edges_only_plan(index, deferral):
 
 def stage(context, planned):
     """`planned` with its swap plan (or its failure to find one)."""
+    deferral = planned.record(Deferred).edges
     if context.settings.autotune_requested:
         try:
-            outcome = tune(context, planned.index, planned.deferral_edges)
+            outcome = tune(context, planned.index, deferral)
         except autotune.AutotuneError as err:
             if not context.settings.order_peaks:
                 raise
-            return dataclasses.replace(planned, failure=err,
-                                       budget_bytes=context.budget_bytes)
-        return with_outcome(context, planned, outcome, planned.index,
-                            planned.deferral_edges)
+            return dataclasses.replace(planned, failure=err)
+        return with_outcome(context, planned, outcome, planned.index)
     chosen = planner.make_plan(planned.index, context.roles,
                                context.requested,
                                batch_size=context.batch_size,
-                               deferral=planned.deferral_edges)
+                               deferral=deferral)
     return dataclasses.replace(planned, plan=chosen)

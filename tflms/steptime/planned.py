@@ -23,8 +23,8 @@ def predict_planned(planned, gpu=DEFAULT_GPU,
     Raises:
       ValueError: `planned` has a plan but no with-LMS simulation.
     """
-    model = StepTimeModel(planned.index, planned.roles,
-                          planned.settings.batch_size, gpu=gpu,
+    model = StepTimeModel(planned.index, planned.context.roles,
+                          planned.context.batch_size, gpu=gpu,
                           interconnect=interconnect, kernels=kernels)
     if planned.plan is None:
         return model.predict()

@@ -14,7 +14,9 @@ import time
 from typing import Optional
 
 from tflms import analysis
+from tflms import autotune
 from tflms import pipeline
+from tflms import plots
 from tflms import run_log
 from tflms import step as step_rules
 from tflms import worker_devices
@@ -120,7 +122,13 @@ def plan_and_rewrite(adapter, found, start, index=None):
     run_log.log_step(log, index)
     roles = pipeline.classify(index, settings, found.worker)
     run_log.log_graph_facts(log, index, roles, settings)
-    planned = pipeline.plan(index, settings, roles=roles, log=log)
+    try:
+        planned = pipeline.plan(index, settings, roles=roles, log=log)
+    except autotune.AutotuneError as err:
+        # The plots of the search that found nothing are the caller's to
+        # write (the planning core writes no file).
+        raise plots.with_plots(err, settings, log) from None
+    plots.write_planned(planned, log)
     if not planned.needed:
         return RunResult(Outcome.NOT_NEEDED, planned,
                          seconds=time.perf_counter() - start)
@@ -136,9 +144,7 @@ def plan_and_rewrite(adapter, found, start, index=None):
 
 def _log_plan(log, planned, plan):
     if plan.swaps or plan.recomputes:
-        run_log.log_parameters(log, plan.params, planned.autotuned,
-                               planned.only_tensors, planned.unwaited,
-                               planned.prefetched)
+        run_log.log_parameters(log, planned)
     else:
         log.info("LMS will swap nothing: the step fits with the %d "
                  "control edges it adds (serialization, ordering, "
