@@ -106,14 +106,7 @@ def plan_graph(loaded, args, graph_name, progress=_silent):
     Raises:
       autotune.NoGpuError, simulator.BatchSizeError, ValueError: bad input.
     """
-    from tflms import autotune  # pylint: disable=import-outside-toplevel
-    from tflms import floor as floor_mod  # pylint: disable=import-outside-toplevel
-    from tflms.tf.adapters import tf_function  # pylint: disable=import-outside-toplevel
-    from tflms.tf import reader  # pylint: disable=import-outside-toplevel
     from tflms import oracle  # pylint: disable=import-outside-toplevel
-    from tflms import pipeline  # pylint: disable=import-outside-toplevel
-    from tflms import plots as plotting  # pylint: disable=import-outside-toplevel
-    from tflms import steptime  # pylint: disable=import-outside-toplevel
     graph = loaded.graph
     lms = lms_from_args(args, loaded)
     settings = lms.settings
@@ -124,97 +117,38 @@ def plan_graph(loaded, args, graph_name, progress=_silent):
     if args.oracle:
         fetches = _oracle_fetches(graph)
         before = oracle.graph_def(graph)
-    error = lowest = None
     progress("planning %s ops: index, roles, %s, rewrite ..." % (
         "{:,}".format(len(graph.get_operations())),
         "auto-tuning" if settings.autotune_requested
         else "plan with the given parameters"))
-    try:
-        run = (lms.run(graph, fetches=loaded.fetches) if traced is None
-               else tf_function.rewrite_graph(lms, graph))
-    except autotune.AutotuneError as e:
-        run, error, lowest = None, str(e), e.floor
-    if run is not None and run.planned is None:
-        raise PlanError(
-            "%s already has LMS's swap operations (saved after LMS rewrote "
-            "it); plan the model as it was before LMS, or save it without "
-            "the LMS callback or hook" % (graph_name,))
-    if run is not None:
-        planned = pipeline.simulate_plan(run.planned)
-        without, with_lms = planned.without_lms, planned.with_lms
-        index, roles = planned.index, planned.context.roles
-        budget = planned.budget_bytes
-        lowest = pipeline.step_floor(planned)
-    else:
-        # Nothing fits: the report still shows the step without LMS (the
-        # graph is unchanged).
-        index = (reader.build_index(graph, loaded.fetches) if traced is None
-                 else tf_function.step_of(graph)[1])
-        roles = pipeline.classify(index, settings)
-        without = pipeline.simulate_without(index, roles, settings)
-        with_lms = None
-        budget = None
-        if lowest is None:
-            lowest = floor_mod.floor_of(index, roles, settings.batch_size)
-    if budget is None:
-        budget = autotune.device_budget(settings.autotune_gpu_mem,
-                                        settings.gpu_device)
+    run, error, lowest = _run(lms, loaded, graph_name)
+    m = _measured(run, loaded, settings, lowest)
     plan = run.plan if run is not None else None
-
-    plots = []
-    plots_missing = None
-    if not args.no_plots:
-        progress("writing plots to %s ..." % settings.plot_dir)
-        plots = list(plotting.write_plots(settings.plot_dir, autotune.PlotData(
-            index=index, roles=roles, batch_size=settings.batch_size,
-            without_lms=without, budget_bytes=budget,
-            with_lms=with_lms if plan is not None else None)))
-        if not any(p.endswith(".png") for p in plots):
-            plots_missing = plotting.MISSING_MATPLOTLIB
-
+    plots, plots_missing = _plots(args, settings, m, plan, progress)
     swapout = plan.swapout_bytes() if plan else 0
     swapin = plan.swapin_bytes() if plan else 0
-    params = None
-    if plan is not None:
-        p = plan.params
-        params = {"swapout_threshold": p.swapout_threshold,
-                  "swapin_ahead": p.swapin_ahead,
-                  "swapin_groupby": p.swapin_groupby,
-                  "sync_mode": p.sync_mode}
-    shown = with_lms if plan is not None else without
+    shown = m.with_lms if plan is not None else m.without
     progress("predicting the step time ...")
-    if run is not None:
-        step = steptime.predict_planned(planned, gpu=settings.gpu,
-                                        interconnect=settings.interconnect)
-    else:
-        step = steptime.StepTimeModel(
-            index, roles, settings.batch_size, gpu=settings.gpu,
-            interconnect=settings.interconnect).predict()
-    step_time = _step_time(step, plan)
+    step_time = _step_time(_predict(m, settings), plan)
     oracle_peaks = None
     if args.oracle:
         progress("measuring with the oracle (Grappler's virtual GPU) ...")
-        oracle_peaks = _oracle_peaks(
-            fetches, before, oracle.graph_def(graph) if plan else None,
-            settings.batch_size, budget, settings.gpu)
-        if plan is not None:
-            # The oracle replays copies as instant; the simulator's peak
-            # above counts them at the interconnect. Its count with
-            # instant copies is the one to set beside the oracle's.
-            oracle_peaks["with_lms"]["simulator_instant_peak_bytes"] = int(
-                pipeline.instant_replay(planned).peak_device_bytes)
+        oracle_peaks = _oracle_report(m, settings, fetches, before,
+                                      oracle.graph_def(graph) if plan
+                                      else None)
     return PlanReport(
         graph=graph_name, kind=loaded.kind, training=settings.is_training,
         notes=list(loaded.notes),
-        num_ops=index.num_ops, num_edges=index.num_edges,
+        num_ops=m.index.num_ops, num_edges=m.index.num_edges,
         num_levels=run.planned.original_num_levels if run else
-        index.num_levels,
+        m.index.num_levels,
         trainable_parameters=params_count, trainable_bytes=params_bytes,
-        variable_bytes=int(sum(index.variable_bytes)),
-        batch_size=settings.batch_size, budget_bytes=int(budget),
-        without_lms=_peak(without, budget), with_lms=_peak(shown, budget),
+        variable_bytes=int(sum(m.index.variable_bytes)),
+        batch_size=settings.batch_size, budget_bytes=int(m.budget),
+        without_lms=_peak(m.without, m.budget),
+        with_lms=_peak(shown, m.budget),
         lms_needed=plan is not None, tuned=settings.autotune_requested,
-        params=params,
+        params=_params(plan),
         selected=bool(plan is not None and run.planned.only_tensors
                       is not None),
         swapped_tensors=len(plan.swaps) if plan else 0,
@@ -225,7 +159,7 @@ def plan_graph(loaded, args, graph_name, progress=_silent):
         step_time=step_time,
         plots=[os.path.abspath(p) for p in plots],
         plots_missing=plots_missing,
-        fits=error is None and bool(shown.fits(budget)), error=error,
+        fits=error is None and bool(shown.fits(m.budget)), error=error,
         oracle=oracle_peaks,
         recomputed_tensors=len(plan.recomputes) if plan else 0,
         recompute_bytes=int(plan.recompute_bytes()) if plan else 0,
@@ -235,7 +169,118 @@ def plan_graph(loaded, args, graph_name, progress=_silent):
                          run.planned.index.names[b]]
                         for a, b in run.planned.ordering_edges]
         if run else [],
-        floor=lowest.as_dict())
+        floor=m.lowest.as_dict())
+
+
+def _run(lms, loaded, graph_name):
+    """``(RunResult or None, the tuner's error text or None, its floor or
+    None)`` of planning and rewriting the loaded graph."""
+    from tflms import autotune  # pylint: disable=import-outside-toplevel
+    from tflms.tf.adapters import tf_function  # pylint: disable=import-outside-toplevel
+    graph = loaded.graph
+    try:
+        run = (lms.run(graph, fetches=loaded.fetches)
+               if loaded.traced is None
+               else tf_function.rewrite_graph(lms, graph))
+    except autotune.AutotuneError as e:
+        return None, str(e), e.floor
+    if run.planned is None:
+        raise PlanError(
+            "%s already has LMS's swap operations (saved after LMS rewrote "
+            "it); plan the model as it was before LMS, or save it without "
+            "the LMS callback or hook" % (graph_name,))
+    return run, None, None
+
+
+@dataclasses.dataclass
+class _Measured:
+    """The step's index and roles, its replays without and with LMS, the
+    budget and the floor; `planned` when a plan was made."""
+
+    index: object
+    roles: object
+    without: object
+    with_lms: object
+    budget: int
+    lowest: object
+    planned: object = None
+
+
+def _measured(run, loaded, settings, lowest):
+    from tflms import autotune  # pylint: disable=import-outside-toplevel
+    from tflms import floor as floor_mod  # pylint: disable=import-outside-toplevel
+    from tflms import pipeline  # pylint: disable=import-outside-toplevel
+    from tflms.tf import reader  # pylint: disable=import-outside-toplevel
+    from tflms.tf.adapters import tf_function  # pylint: disable=import-outside-toplevel
+    if run is not None:
+        planned = pipeline.simulate_plan(run.planned)
+        budget = planned.budget_bytes
+        if budget is None:  # fixed parameters: no budget was planned for
+            budget = autotune.device_budget(settings.autotune_gpu_mem,
+                                            settings.gpu_device)
+        return _Measured(planned.index, planned.context.roles,
+                         planned.without_lms, planned.with_lms, budget,
+                         pipeline.step_floor(planned), planned)
+    # Nothing fits: the report still shows the step without LMS (the graph
+    # is unchanged).
+    graph = loaded.graph
+    index = (reader.build_index(graph, loaded.fetches)
+             if loaded.traced is None else tf_function.step_of(graph)[1])
+    roles = pipeline.classify(index, settings)
+    without = pipeline.simulate_without(index, roles, settings)
+    if lowest is None:
+        lowest = floor_mod.floor_of(index, roles, settings.batch_size)
+    budget = autotune.device_budget(settings.autotune_gpu_mem,
+                                    settings.gpu_device)
+    return _Measured(index, roles, without, None, budget, lowest)
+
+
+def _plots(args, settings, m, plan, progress):
+    """``(paths written, why the pictures are missing or None)``."""
+    from tflms import autotune  # pylint: disable=import-outside-toplevel
+    from tflms import plots as plotting  # pylint: disable=import-outside-toplevel
+    if args.no_plots:
+        return [], None
+    progress("writing plots to %s ..." % settings.plot_dir)
+    plots = list(plotting.write_plots(settings.plot_dir, autotune.PlotData(
+        index=m.index, roles=m.roles, batch_size=settings.batch_size,
+        without_lms=m.without, budget_bytes=m.budget,
+        with_lms=m.with_lms if plan is not None else None)))
+    if not any(p.endswith(".png") for p in plots):
+        return plots, plotting.MISSING_MATPLOTLIB
+    return plots, None
+
+
+def _params(plan):
+    if plan is None:
+        return None
+    p = plan.params
+    return {"swapout_threshold": p.swapout_threshold,
+            "swapin_ahead": p.swapin_ahead,
+            "swapin_groupby": p.swapin_groupby, "sync_mode": p.sync_mode}
+
+
+def _predict(m, settings):
+    from tflms import steptime  # pylint: disable=import-outside-toplevel
+    if m.planned is not None:
+        return steptime.predict_planned(m.planned, gpu=settings.gpu,
+                                        interconnect=settings.interconnect)
+    return steptime.StepTimeModel(
+        m.index, m.roles, settings.batch_size, gpu=settings.gpu,
+        interconnect=settings.interconnect).predict()
+
+
+def _oracle_report(m, settings, fetches, before, after):
+    from tflms import pipeline  # pylint: disable=import-outside-toplevel
+    peaks = _oracle_peaks(fetches, before, after, settings.batch_size,
+                          m.budget, settings.gpu)
+    if m.planned is not None and after is not None:
+        # The oracle replays copies as instant; the simulator's peak above
+        # counts them at the interconnect. Its count with instant copies
+        # is the one to set beside the oracle's.
+        peaks["with_lms"]["simulator_instant_peak_bytes"] = int(
+            pipeline.instant_replay(m.planned).peak_device_bytes)
+    return peaks
 
 
 def _step_time(step, plan):
@@ -295,7 +340,6 @@ def _oracle_peaks(fetches, before, rewritten, batch_size, budget, gpu):
     and with it (`rewritten`, the GraphDef LMS edited, or None), each as the
     runtime replay and as Grappler's own count, on the virtual GPU of
     `gpu` (a `hardware.GPUS` name: the --gpu setting)."""
-    from tflms import oracle  # pylint: disable=import-outside-toplevel
     # Imported here: the oracle loads Grappler's private modules.
     from tflms import oracle  # pylint: disable=import-outside-toplevel
     out = {}
