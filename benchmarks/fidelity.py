@@ -5,7 +5,7 @@ is given three ways:
 
 * the simulator (`tflms.simulator.SimulationModel.replay`), which
   auto-tuning trusts;
-* the oracle's runtime replay (`tflms.oracle`,
+* the oracle's runtime replay (`tflms.tf.oracle`,
   ``runtime_gpu_peak_bytes``): Grappler's virtual cluster schedules the
   step with every compute op on the GPU, and its step stats are replayed
   with TensorFlow's executor buffer rules (forwarding ops allocate nothing,
@@ -90,7 +90,8 @@ def run(case):
     LMS and with each plan of ``case["budgets"]``."""
     common.setup_tensorflow(case.get("control_flow", "v2"))
     from benchmarks import measure, models  # pylint: disable=import-outside-toplevel
-    from tflms import oracle, pipeline  # pylint: disable=import-outside-toplevel
+    from tflms.tf import oracle
+    from tflms import pipeline  # pylint: disable=import-outside-toplevel
     from tflms.tf import reader as tf_reader  # pylint: disable=import-outside-toplevel
     from tflms.settings import Settings  # pylint: disable=import-outside-toplevel
     out = {"case": case, "done": False, "plans": []}

@@ -3,7 +3,7 @@
 Everything here works on one built graph (`benchmarks.models.Built`) and
 returns plain dicts of numbers, ready for JSON:
 
-* `oracle_peaks`: GPU and host peaks from `tflms.oracle` (Grappler's virtual
+* `oracle_peaks`: GPU and host peaks from `tflms.tf.oracle` (Grappler's virtual
   cluster: one simulated V100 and one CPU), after `forward_identities`. The
   GPU peak is the oracle's runtime peak: the virtual scheduler's step
   replayed with TensorFlow's buffer rules (see below).
@@ -31,7 +31,7 @@ rerouted consumers and swap-in control dependency. That is exactly the form
 of an LMS swap, so both are measured by the same oracle rules (a GPU copy of
 a swapped-in tensor lives until its last GPU reader).
 
-Which GPU peak is reported. `tflms.oracle.peak_memory` gives three numbers
+Which GPU peak is reported. `tflms.tf.oracle.peak_memory` gives three numbers
 for one simulated step. ``raw_gpu_peak`` is Grappler's own ``GraphMemory``
 count (what TensorFlow's swapping heuristic plans with). ``corrected_peak``
 is that count with the swapped-in copies kept until their last reader.
@@ -66,7 +66,7 @@ from tflms.tf import reader as tf_reader
 from tflms import LMS
 from tflms import autotune
 from tflms.tf.adapters import tf_function
-from tflms import oracle
+from tflms.tf import oracle
 from tflms import pipeline
 from tflms import steptime
 from tflms.settings import Settings
@@ -207,7 +207,7 @@ def forward_identities(graph_def, keep=()):
 
 def oracle_peaks(graph_or_def, fetch, place=True, forward=True,
                  interconnect=None):
-    """GPU and host peaks of one step from `tflms.oracle.peak_memory`.
+    """GPU and host peaks of one step from `tflms.tf.oracle.peak_memory`.
 
     Args:
       graph_or_def: a `tf.Graph` or `GraphDef`.

@@ -1,6 +1,6 @@
 """Section 2: device memory saved, measured by the Grappler oracle.
 
-One model at one size, five ways, each measured by `tflms.oracle` on a
+One model at one size, five ways, each measured by `tflms.tf.oracle` on a
 simulated V100 (compute ops on ``/device:GPU:0``); the GPU peak is the
 oracle's runtime peak (`benchmarks.measure.oracle_peaks`):
 

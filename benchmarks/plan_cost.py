@@ -18,7 +18,7 @@ the step without LMS is the graph's compute alone, as if it fitted.
     python benchmarks/plan_cost.py --oracle         # each plan also replayed
 
 With ``--oracle`` each plan is also judged by the oracle's runtime replay
-(`tflms.oracle`, through `benchmarks.measure.oracle_peaks`, as
+(`tflms.tf.oracle`, through `benchmarks.measure.oracle_peaks`, as
 `benchmarks/goal_plans.py` measures plans): the model is built afresh for
 each plan, the plan is applied to that graph as `LMS.run` applies it
 (`rewriter.apply_plan` with the planning index and the settings' CPU

@@ -309,7 +309,7 @@ below; every probe and repetition is in `results.json` in the output
 folder.
 
 There is no GPU on the benchmark machine. GPU memory is measured by the
-*oracle* (`tflms/oracle/`, also behind `tflms plan --oracle`): Grappler's
+*oracle* (`tflms/tf/oracle/`, also behind `tflms plan --oracle`): Grappler's
 virtual cluster with one simulated V100 and one CPU, compute ops on
 `/device:GPU:0`, which shares no code with LMS's simulator or rewriter.
 TensorFlow's own memory optimizer is run offline on that same virtual
@@ -361,7 +361,7 @@ last reader ends) and every swapped-in GPU copy kept until its last reader.
 TensorFlow's swapping heuristic plans with) reports for the same run: it
 frees the GPU copy of a swapped-in tensor right after the copy, so it
 under-counts swapping, gives forwarded outputs buffers of their own and
-counts no variable (see `tflms/oracle/` and `benchmarks/measure.py`). *Host peak* is the oracle's
+counts no variable (see `tflms/tf/oracle/` and `benchmarks/measure.py`). *Host peak* is the oracle's
 CPU peak (an upper bound of the host memory swapping needs). *swapped out / in* are the bytes
 copied per step. TensorFlow's swap ops (`_CopyFromGpuToHost` /
 `_CopyFromHostToGpu`) have no kernels in the CPU build; they are measured as

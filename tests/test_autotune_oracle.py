@@ -52,7 +52,7 @@ from tflms import LMS  # pylint: disable=g-import-not-at-top
 from tflms.lms import Outcome
 from tflms import analysis
 from tflms import autotune
-from tflms import oracle
+from tflms.tf import oracle
 from tflms import simulator
 
 pytestmark = pytest.mark.numerics

@@ -25,7 +25,7 @@ from tflms import analysis
 from tflms import autotune
 from tflms import cli
 from tflms.cli import arguments, planning, rendering
-from tflms import oracle
+from tflms.tf import oracle
 from tflms import pipeline
 from tflms import simulator
 

@@ -6,7 +6,7 @@ and a 3D U-Net) the simulator's peak of one training step without LMS,
 with three numbers that share no code with it:
 
 ``oracle``
-    `tflms.oracle.peak_memory(graph, train_op).gpu_peak_bytes`: Grappler's
+    `tflms.tf.oracle.peak_memory(graph, train_op).gpu_peak_bytes`: Grappler's
     virtual cluster runs the step with every op on ``/device:GPU:0`` and
     ``GraphMemory::InferFromTrace`` (plus the oracle's swapped-in-copy
     correction) finds the peak. Must be within 15%.
@@ -46,7 +46,7 @@ with three numbers that share no code with it:
     the real peak (by 5% to 20% here).
 
 ``runtime``
-    `tflms.oracle.peak_memory(graph, train_op).runtime_gpu_peak_bytes`, from
+    `tflms.tf.oracle.peak_memory(graph, train_op).runtime_gpu_peak_bytes`, from
     the same call as ``oracle``: the oracle's own schedule of the step (same
     virtual cluster, same step stats) replayed with TensorFlow's runtime
     buffer rules instead of ``InferFromTrace``'s: ops that forward their input
@@ -107,7 +107,7 @@ from tflms.tf import reader as tf_reader
 from tflms import LMS  # pylint: disable=g-import-not-at-top
 from tflms import analysis
 from tflms import autotune
-from tflms import oracle
+from tflms.tf import oracle
 from tflms import simulator
 
 MIB = float(1 << 20)

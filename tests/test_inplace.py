@@ -13,7 +13,7 @@ import tensorflow as tf
 from tflms.tf import reader as tf_reader
 from tflms import analysis
 from tflms import inplace
-from tflms import oracle
+from tflms.tf import oracle
 from tflms import planner
 from tflms.tf import rewriter
 from tflms import simulator

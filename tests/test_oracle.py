@@ -1,7 +1,7 @@
 """Tests for the Grappler-based GPU memory oracle.
 
 The closed-form numbers follow Grappler's interval model (see the
-``tflms.oracle`` docstring): a tensor is live from the microsecond its
+``tflms.tf.oracle`` docstring): a tensor is live from the microsecond its
 producer starts until 1 ns after its last consumer ends, and the peak is
 sampled after all events of one timestamp. For a chain x -> a1 -> a2 -> ...
 of element-wise ops on equal tensors of S bytes, at the start of a_k the
@@ -24,7 +24,7 @@ if tf.executing_eagerly():
     tf.compat.v1.disable_eager_execution()
 
 from zoo import models  # pylint: disable=g-import-not-at-top
-from tflms import oracle  # pylint: disable=g-import-not-at-top
+from tflms.tf import oracle  # pylint: disable=g-import-not-at-top
 
 SHAPE = [1024, 1024]
 S = 4 * 1024 * 1024  # one float32 tensor of SHAPE

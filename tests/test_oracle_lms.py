@@ -1,6 +1,6 @@
 """The rewrite lowers the GPU peak, as measured by TensorFlow itself.
 
-The oracle (`tflms.oracle`) is Grappler's virtual cluster with the
+The oracle (`tflms.tf.oracle`) is Grappler's virtual cluster with the
 swapped-in-copy correction: it shares no code with the planner or the
 simulator, so it is an independent check that swapping helps on a graph
 whose compute ops are on ``/device:GPU:0``.
@@ -9,7 +9,8 @@ whose compute ops are on ``/device:GPU:0``.
 import pytest
 import tensorflow as tf
 
-from tflms import LMS, oracle
+from tflms import LMS
+from tflms.tf import oracle
 
 from zoo import models
 

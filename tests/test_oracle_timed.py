@@ -3,7 +3,7 @@
 ``peak_memory(..., interconnect=...)`` times each copy between the GPU and
 the host at the link's rate on one FIFO stream per direction, holds a
 swapped-out GPU buffer until its copy to the host ends and a swapped-in
-GPU copy until its copy from the host ends (see the ``tflms.oracle``
+GPU copy until its copy from the host ends (see the ``tflms.tf.oracle``
 docstring). Allocations never move and releases only move later, so the
 timed runtime peak is never below the instant one, and at the instant
 peak every swapped-out buffer whose copy is still running is live on top
@@ -15,7 +15,8 @@ import math
 import pytest
 import tensorflow as tf
 
-from tflms import LMS, hardware, oracle
+from tflms import LMS, hardware
+from tflms.tf import oracle
 
 from zoo import models
 # The swap graph and its tensor size S (one float32 tensor of SHAPE).

@@ -231,7 +231,8 @@ import tensorflow as tf
 
 from benchmarks import capacity, measure, models
 from tflms.tf import function_api
-from tflms import oracle, pipeline
+from tflms.tf import oracle
+from tflms import pipeline
 from tflms.settings import Settings
 
 built = models.keras3_app(image=512)

@@ -59,7 +59,8 @@ def test_thirdparty_cases_name_builders_and_their_arguments():
 
 def test_recipe_unet_trains_in_a_session_graph_and_the_simulator_agrees():
     pytest.importorskip("segmentation_models_3D")
-    from tflms import oracle, pipeline  # pylint: disable=import-outside-toplevel
+    from tflms.tf import oracle
+    from tflms import pipeline  # pylint: disable=import-outside-toplevel
     from tflms.tf import reader  # pylint: disable=import-outside-toplevel
     from tflms.settings import Settings  # pylint: disable=import-outside-toplevel
     built = models.unet3d_recipe(volume=32, backbone="resnet18")

@@ -1,9 +1,9 @@
-"""Tests for the oracle's virtual cluster (tflms/oracle/virtual_cluster.py):
+"""Tests for the oracle's virtual cluster (tflms/tf/oracle/virtual_cluster.py):
 the GPU the virtual cluster simulates comes from `tflms.hardware`.
 
 The default must be the very proto the oracle used before it took its GPU
 from `hardware` (literal values below, from the hand-written V100 of
-tflms/oracle.py at f4e609a), so every oracle number of the tests,
+tflms/tf/oracle.py at f4e609a), so every oracle number of the tests,
 benchmarks and docs stays what it was.
 """
 
@@ -15,7 +15,8 @@ import tensorflow as tf
 if tf.executing_eagerly():
     tf.compat.v1.disable_eager_execution()
 
-from tflms import hardware, oracle  # pylint: disable=g-import-not-at-top
+from tflms import hardware
+from tflms.tf import oracle  # pylint: disable=g-import-not-at-top
 
 # gpu_properties() at f4e609a, every field it set (l3_cache_size it left
 # at 0).

@@ -4,7 +4,7 @@ published peak rates and sources.
 Standard library only: `tflms.settings` lists these names in its checks and
 ``--help`` without loading TensorFlow. `tflms.steptime` times steps with
 them; the auto-tuner counts copy durations at `Settings.interconnect`;
-`tflms.oracle.gpu_properties` describes a GPU's chip to Grappler's cost
+`tflms.tf.oracle.gpu_properties` describes a GPU's chip to Grappler's cost
 model. The tables of them in docs/performance.md and the names in
 docs/plan.md are made from them (``python tools/docs_tables.py``).
 """
@@ -62,7 +62,7 @@ class Gpu:
         the CUDA cores, at `fp32_flops` at best).
 
     The seven from `sms` on describe the chip to Grappler's analytical cost model
-    (`tflms.oracle.gpu_properties`); the step-time model uses the rates
+    (`tflms.tf.oracle.gpu_properties`); the step-time model uses the rates
     above. A `Gpu` made without them is fine for timing steps but cannot
     be the oracle's GPU.
     """
@@ -285,7 +285,7 @@ INSTANT = Interconnect(
 LINKS = tuple((i.label, i.bytes_per_s / _G) for i in INTERCONNECTS.values())
 
 # V100: the GPU the original TFLMSv2 targeted (POWER9 AC922) and the
-# virtual cluster's (`tflms.oracle.gpu_properties`); PCIe 4.0: today's
+# virtual cluster's (`tflms.tf.oracle.gpu_properties`); PCIe 4.0: today's
 # common host link between a server's CPU and its GPUs.
 DEFAULT_GPU = "V100-SXM2-16GB"
 DEFAULT_INTERCONNECT = "pcie4"

@@ -17,7 +17,7 @@ a new one when, at the kernel's launch,
 
 The kernel tries its candidate inputs in order and takes the first one that
 can be forwarded. Both the simulator (`tflms.simulator.buffers`) and the
-oracle's runtime replay (`tflms.oracle.runtime`) apply this rule; this
+oracle's runtime replay (`tflms.tf.oracle.runtime`) apply this rule; this
 module only says which op types do it and from which inputs. Sources:
 TensorFlow's ``cwise_ops_common.h`` (``BinaryOpShared``, ``UnaryOp``),
 ``numeric_op.h`` (``UnaryElementWiseOp``, ``BinaryElementWiseOp``: the

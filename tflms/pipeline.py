@@ -233,7 +233,7 @@ def instant_replay(planned):
     time (`SimulationResult`), or None without a plan. The tuner's
     `Planned.with_lms` counts copies at `Settings.interconnect`; this is
     the count to set beside a replay that treats copies as instant, such
-    as `tflms.oracle`'s runtime peak."""
+    as `tflms.tf.oracle`'s runtime peak."""
     if planned.plan is None:
         return None
     if not planned.autotuned and planned.with_lms is not None:

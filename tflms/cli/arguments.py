@@ -147,7 +147,7 @@ def _plan_output_arguments(other):
                        help="do not write plots")
     other.add_argument("--oracle", action="store_true",
                        help="also measure the step without and with LMS on "
-                            "Grappler's virtual GPU (tflms.oracle: "
+                            "Grappler's virtual GPU (tflms.tf.oracle: "
                             "TensorFlow's own placement and schedule, "
                             "replayed with the executor's buffer rules); "
                             "slower than the simulator")

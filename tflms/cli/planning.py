@@ -106,7 +106,7 @@ def plan_graph(loaded, args, graph_name, progress=_silent):
     Raises:
       autotune.NoGpuError, simulator.BatchSizeError, ValueError: bad input.
     """
-    from tflms import oracle  # pylint: disable=import-outside-toplevel
+    from tflms.tf import oracle  # pylint: disable=import-outside-toplevel
     graph = loaded.graph
     lms = lms_from_args(args, loaded)
     settings = lms.settings
@@ -341,7 +341,7 @@ def _oracle_peaks(fetches, before, rewritten, batch_size, budget, gpu):
     runtime replay and as Grappler's own count, on the virtual GPU of
     `gpu` (a `hardware.GPUS` name: the --gpu setting)."""
     # Imported here: the oracle loads Grappler's private modules.
-    from tflms import oracle  # pylint: disable=import-outside-toplevel
+    from tflms.tf import oracle  # pylint: disable=import-outside-toplevel
     out = {}
     for label, graph_def in (("without_lms", before),
                              ("with_lms", rewritten)):

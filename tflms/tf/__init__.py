@@ -24,6 +24,9 @@ imports this package; above it, `tflms.lms` and the command line use it.
   verify.py, verify_keras3.py   tflms verify: with and without LMS
   live_capacity.py  tflms capacity on a live graph or Keras 3 model
   device_list.py    the devices TensorFlow sees (the device budget)
+  oracle/           GPU memory measured on Grappler's virtual cluster, the
+                    check on the simulator (tests, benchmarks, tflms plan
+                    --oracle); LMS.run never calls it
 
 Importing this package registers its device lister with `tflms.budget`,
 so that auto-tuning without ``autotune_gpu_mem`` asks TensorFlow for the

@@ -1,9 +1,9 @@
 """The replay of ``GraphMemory::InferFromTrace`` on the virtual scheduler's
 step stats, with and without the swapped-in-copy correction (the
-``tflms.oracle`` docstring: ``raw_gpu_peak_bytes`` and ``gpu_peak_bytes``)."""
+``tflms.tf.oracle`` docstring: ``raw_gpu_peak_bytes`` and ``gpu_peak_bytes``)."""
 
-from tflms.oracle.virtual_cluster import _recv_name
-from tflms.oracle.oracle_result import LiveTensor, Transfer
+from tflms.tf.oracle.virtual_cluster import _recv_name
+from tflms.tf.oracle.oracle_result import LiveTensor, Transfer
 
 
 def _parse_input(name: str):

@@ -4,7 +4,7 @@ lists."""
 import dataclasses
 from typing import Optional
 
-from tflms.oracle.virtual_cluster import GPU_DEVICE
+from tflms.tf.oracle.virtual_cluster import GPU_DEVICE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +59,7 @@ class TimedCopy:
     """A copy between the GPU and the host, timed on a link.
 
     Only ``peak_memory(..., interconnect=...)`` makes these. Times are the
-    virtual cluster's model times (see the `tflms.oracle` docstring),
+    virtual cluster's model times (see the `tflms.tf.oracle` docstring),
     nanoseconds.
 
     Attributes:
@@ -95,7 +95,7 @@ class OracleResult:
     """What the oracle measured for one graph.
 
     Attributes:
-      gpu_peak_bytes: corrected GPU peak (see the `tflms.oracle` docstring).
+      gpu_peak_bytes: corrected GPU peak (see the `tflms.tf.oracle` docstring).
       raw_gpu_peak_bytes: GPU peak from ``Cluster.DeterminePeakMemoryUsage``.
       replayed_raw_gpu_peak_bytes: the oracle's own replay without the
         correction; equal to ``raw_gpu_peak_bytes`` unless TensorFlow's
@@ -114,7 +114,7 @@ class OracleResult:
       runtime_gpu_peak_bytes: GPU peak of the same schedule under the
         TensorFlow runtime's buffer rules (forwarding, resident variables,
         release when the last reader is launched, swapped-in copies
-        allocated when sent; see the `tflms.oracle` docstring).
+        allocated when sent; see the `tflms.tf.oracle` docstring).
       runtime_live_at_peak: buffers live at the runtime peak, largest first;
         variables have ``variable=True``.
       runtime_peak_ns: when (model time, ns) the runtime replay reached

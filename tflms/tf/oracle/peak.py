@@ -10,14 +10,14 @@ from tensorflow.core.protobuf import meta_graph_pb2
 from tensorflow.python.grappler import item as gitem
 
 from tflms import hardware
-from tflms.oracle.copies import _link
-from tflms.oracle.virtual_cluster import (_UNLIMITED, VirtualCluster,
+from tflms.tf.oracle.copies import _link
+from tflms.tf.oracle.virtual_cluster import (_UNLIMITED, VirtualCluster,
                                           _as_graph_def, _cluster, _GraphLike,
                                           _with_memory, cpu_properties,
                                           gpu_properties, place_on_gpu)
-from tflms.oracle.oracle_result import LiveTensor, OracleResult
-from tflms.oracle.runtime import _runtime_replay, _static_output_bytes
-from tflms.oracle.trace import _replay
+from tflms.tf.oracle.oracle_result import LiveTensor, OracleResult
+from tflms.tf.oracle.runtime import _runtime_replay, _static_output_bytes
+from tflms.tf.oracle.trace import _replay
 
 
 def _fetch_names(fetches) -> list:
@@ -97,7 +97,7 @@ def peak_memory(graph: _GraphLike,
         as a `tflms.hardware.Interconnect`, or as a rate in bytes/s per
         direction. Only ``runtime_gpu_peak_bytes`` (and its live tensors and
         time) changes: swapped-out GPU buffers are held until their copies
-        to the host end (see the `tflms.oracle` docstring).
+        to the host end (see the `tflms.tf.oracle` docstring).
       gpu: the GPU to simulate, a `tflms.hardware.Gpu` or a key of
         `tflms.hardware.GPUS`; None for `tflms.hardware.DEFAULT_GPU`, the
         V100. Its memory is not the capacity: that is

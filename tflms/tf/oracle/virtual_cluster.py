@@ -11,7 +11,7 @@ from tensorflow.core.protobuf import device_properties_pb2
 from tensorflow.python.grappler import cluster as gcluster
 
 from tflms import hardware
-from tflms.oracle import functions
+from tflms.tf.oracle import functions
 
 GPU_DEVICE = "/job:localhost/replica:0/task:0/device:GPU:0"
 CPU_DEVICE = "/job:localhost/replica:0/task:0/device:CPU:0"

@@ -1,12 +1,12 @@
 """Copies between the GPU and the host timed on a link, for the runtime
-replay (``peak_memory(..., interconnect=...)``; the ``tflms.oracle``
+replay (``peak_memory(..., interconnect=...)``; the ``tflms.tf.oracle``
 docstring)."""
 
 import math
 import numbers
 
 from tflms import hardware
-from tflms.oracle.oracle_result import TimedCopy
+from tflms.tf.oracle.oracle_result import TimedCopy
 
 
 def _link(interconnect):

@@ -8,7 +8,7 @@ hands it the graph with each captured variable's placeholder made the
 `VarHandleOp` a Session graph has for a resource variable (the same name,
 the variable's dtype and shape), so that the graph is measured like a
 graph-mode training step: variables resident on the GPU for the whole step
-(`tflms.oracle.runtime`), their reads and updates sized. Nothing else
+(`tflms.tf.oracle.runtime`), their reads and updates sized. Nothing else
 changes; the function graph itself is not modified.
 """
 

@@ -203,14 +203,14 @@ as zero bytes.
 # buffer rules (runtime.py) and its timed copies (copies.py), and the
 # measurement that runs them all (peak.py). Every name callers used from
 # the single module it was is re-exported here.
-from tflms.oracle.virtual_cluster import (CPU_DEVICE, GPU_DEVICE,
+from tflms.tf.oracle.virtual_cluster import (CPU_DEVICE, GPU_DEVICE,
                                           VirtualCluster, cpu_properties,
                                           gpu_properties, place_on_gpu)
-from tflms.oracle.functions import graph_def
-from tflms.oracle.peak import peak_memory
-from tflms.oracle.oracle_result import (LiveTensor, OracleResult, TimedCopy,
+from tflms.tf.oracle.functions import graph_def
+from tflms.tf.oracle.peak import peak_memory
+from tflms.tf.oracle.oracle_result import (LiveTensor, OracleResult, TimedCopy,
                                         Transfer)
-from tflms.oracle.runtime import VARIABLE_READ_TYPES, VARIABLE_TYPES
+from tflms.tf.oracle.runtime import VARIABLE_READ_TYPES, VARIABLE_TYPES
 
 __all__ = [
     "GPU_DEVICE",

@@ -1,5 +1,5 @@
 """The replay of the step stats with the TensorFlow executor's buffer rules
-(the ``tflms.oracle`` docstring: ``runtime_gpu_peak_bytes``): forwarding
+(the ``tflms.tf.oracle`` docstring: ``runtime_gpu_peak_bytes``): forwarding
 ops, resident variables, release at launch, swapped-in copies allocated
 when the host sends them."""
 
@@ -14,11 +14,11 @@ from tensorflow.python.framework import op_def_registry
 from tflms.graph_index.index import (ALLOCATING_REF_TYPES,
                                      BUFFER_FORWARDING_TYPES, NEUTRAL_OPERANDS)
 from tflms.inplace import inplace_candidates
-from tflms.oracle.copies import _hold_for_copies
-from tflms.oracle.virtual_cluster import (_GraphLike, _is_cpu_device,
+from tflms.tf.oracle.copies import _hold_for_copies
+from tflms.tf.oracle.virtual_cluster import (_GraphLike, _is_cpu_device,
                                           _recv_name, _sanitized)
-from tflms.oracle.oracle_result import LiveTensor
-from tflms.oracle.trace import _parse_input
+from tflms.tf.oracle.oracle_result import LiveTensor
+from tflms.tf.oracle.trace import _parse_input
 
 # ReadVariableOp returns the variable's own buffer (outside copy-on-read
 # mode, which only sparse gathers turn on).
@@ -126,7 +126,7 @@ def _runtime_replay(step_stats, graph_def, gpu_device, static_bytes=None,
     `_replay`; forwarding ops and variable reads allocate nothing, variables
     are resident, a buffer is released when its last GPU reader is launched
     (or its last host reader ends), and a host tensor's GPU copy is
-    allocated when the host sends it. See the `tflms.oracle` docstring.
+    allocated when the host sends it. See the `tflms.tf.oracle` docstring.
 
     With ``bytes_per_s``, copies between the GPU and the host take time on
     one FIFO stream per direction: a GPU buffer read by a CPU op is held
