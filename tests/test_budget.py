@@ -82,8 +82,8 @@ def test_host_budget_is_autotune_host_mem_when_set_else_physical_memory():
     assert budget.host_budget({"OMPI_COMM_WORLD_LOCAL_SIZE": "2"}) == 32 << 30
     assert budget.host_budget({"HOROVOD_LOCAL_SIZE": "4"}, 1.5) == 3 << 29
     context = L.context(L.chain(), budget_units=5, autotune_host_mem=2)
-    assert context.host_budget_bytes == 2 << 30
-    assert L.context(L.chain(), budget_units=5).host_budget_bytes == 64 << 30
+    assert context.budgets.host_bytes == 2 << 30
+    assert L.context(L.chain(), budget_units=5).budgets.host_bytes == 64 << 30
 
 
 def test_physical_memory_is_pages_times_page_size_or_unknown(monkeypatch):
