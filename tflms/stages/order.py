@@ -20,6 +20,7 @@ Two cases, both only with `Settings.order_peaks` and auto-tuning:
 
 
 from tflms import autotune
+from tflms import broadcast_order
 from tflms import floor
 from tflms import graph_index as gi
 from tflms import ordering
@@ -62,8 +63,10 @@ def _fit_by_ordering(context, planned):
     error = planned.failure
     index, deferral = planned.index, planned.deferral_edges
     found = ()
-    for _ in range(ROUNDS):
+    for round_ in range(ROUNDS):
         candidates = peak_orderings(context, index, deferral, found=found)
+        if round_ == 0:
+            candidates = _broadcast_first(context, index, candidates)
         if not candidates:
             break
         lowest = None
@@ -84,6 +87,22 @@ def _fit_by_ordering(context, planned):
         found += candidates[0]
         index, deferral = lowest
     raise error
+
+
+def _broadcast_first(context, index, candidates):
+    """`candidates` with the edges that make the broadcast terms of each
+    sum one after the other (`broadcast_order.sum_edges`: Keras 3's
+    unfused batch-norm gradients) tried first, when there are any."""
+    edges = broadcast_order.sum_edges(index, context.roles,
+                                      context.batch_size)
+    if not edges:
+        return candidates
+    context.log.info(
+        "[Simulator] Nothing fits in %.2f GiB; trying first %d edges that "
+        "make the broadcast terms of sums (unfused batch-norm gradients) "
+        "one after the other" % (context.budget_bytes / _GIB, len(edges)),
+        1)
+    return [edges] + [c for c in candidates if c != edges]
 
 
 def _closest(error, other):

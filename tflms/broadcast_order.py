@@ -1,0 +1,196 @@
+"""Ordering edges for sums of broadcast terms, such as the input gradient of
+an unfused batch normalization.
+
+Keras 3 computes batch normalization with element-wise ops (its moments
+and ``tf.nn.batch_normalization``), so the gradient of each layer's input
+is an ``AddN`` of three activation-sized terms: the incoming gradient
+scaled, the mean's gradient (``Tile`` of a per-channel vector, divided by
+the count) and the variance's (another ``Tile``, divided, doubled and
+multiplied by ``x - mean``). The two ``Tile`` chains need nothing but
+per-channel vectors, so Kahn levels (and TensorFlow's executor, which runs
+an op as soon as its inputs are ready) make both broadcasts at once, beside
+``x - mean``, and, in a block with a projection shortcut, beside the two
+broadcasts of the other branch's batch norm, which reads the same incoming
+gradient: eight activation-sized buffers where one layer at a time needs
+three or four.
+
+`broadcast_sums` finds such sums: an ``AddN`` with two or more terms of its
+own size that each start at a broadcast (``Tile``, ``BroadcastTo``) of a
+tensor at most 1/64 of its size, through ops of that size. `sum_edges`
+orders them: within a sum, a broadcast chain starts after the previous
+chain's last op (one chain's buffer at a time beside ``x - mean``); between
+sums whose chains run at the same levels, the second sum's first broadcast
+waits for the first sum (one layer's gradient at a time). A control edge
+changes when an op runs, never what it computes; each edge goes between a
+trigger and a waiter of `analysis.OpRoles` (ops Grappler merges with a
+neighbour are neither), on one device, and none that would close a cycle is
+made.
+
+Pure: reads a `GraphIndex`, imports no TensorFlow.
+"""
+
+import dataclasses
+
+from tflms import analysis
+from tflms import graph_index as gi
+from tflms import topo
+
+__all__ = ["BroadcastSum", "BROADCAST_TYPES", "broadcast_sums", "sum_edges"]
+
+# Ops that make a tensor by repeating a smaller one.
+BROADCAST_TYPES = frozenset({"Tile", "BroadcastTo"})
+
+# A broadcast's input is at most this share of its output: the repeated
+# tensor is per channel, not another activation.
+_SMALL_SHARE = 1.0 / 64
+
+# Ops between a broadcast and the sum at most (the variance's chain:
+# divide, double, multiply by ``x - mean``).
+_CHAIN_DEPTH = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class BroadcastSum:
+    """An ``AddN`` whose terms start at broadcasts of small tensors.
+
+    Attributes:
+      total: the ``AddN`` op.
+      heads: the broadcast op of each such term, in the order the terms
+        are to be made.
+      ends: the op whose output is each term (an input of `total`), in the
+        same order.
+    """
+
+    total: int
+    heads: tuple
+    ends: tuple
+
+
+def _size(index, op, out, batch_size):
+    return gi.tensor_bytes(index, op, out, batch_size) or 0
+
+
+def _head(index, op, size, depth, batch_size):
+    """The broadcast of a small tensor that `op`'s output is made from,
+    through ops whose outputs are `size` bytes; None if there is none
+    within `depth` ops."""
+    if index.types[op] in BROADCAST_TYPES:
+        if not index.inputs[op]:
+            return None
+        src, out = index.inputs[op][0]
+        small = _size(index, src, out, batch_size)
+        return op if small <= size * _SMALL_SHARE else None
+    if depth == 0:
+        return None
+    for producer, out in index.inputs[op]:
+        if _size(index, producer, out, batch_size) == size:
+            head = _head(index, producer, size, depth - 1, batch_size)
+            if head is not None:
+                return head
+    return None
+
+
+def _usable(index, roles, op):
+    return (op in roles.device_ops and op not in roles.inactive
+            and not index.in_v1_loop[op])
+
+
+def broadcast_sums(index, roles, batch_size=None):
+    """The `BroadcastSum` of every ``AddN`` with two or more broadcast
+    terms, in the order of the sums' levels (then ids).
+
+    Within a sum, terms whose last op may trigger (`OpRoles.triggers`) come
+    first, shorter chains before longer ones: the next chain's broadcast
+    waits for that op."""
+    sums = []
+    for op, t in enumerate(index.types):
+        if t != "AddN" or not _usable(index, roles, op):
+            continue
+        size = _size(index, op, 0, batch_size)
+        if not size:
+            continue
+        terms = []
+        for producer, out in index.inputs[op]:
+            if _size(index, producer, out, batch_size) != size:
+                continue
+            head = _head(index, producer, size, _CHAIN_DEPTH, batch_size)
+            if head is not None and _usable(index, roles, head):
+                length = index.levels[producer] - index.levels[head]
+                terms.append((producer not in roles.triggers, length, head,
+                              producer))
+        if len(terms) < 2:
+            continue
+        terms.sort()
+        sums.append(BroadcastSum(total=op,
+                                 heads=tuple(h for _, _, h, _ in terms),
+                                 ends=tuple(e for _, _, _, e in terms)))
+    sums.sort(key=lambda s: (index.levels[s.total], s.total))
+    return sums
+
+
+def _may_order(index, roles, first, then):
+    return (first in roles.triggers and then in roles.waiters
+            and analysis.same_device(index.devices[first],
+                                     index.devices[then]))
+
+
+def _reaches(index, src, dst, extra_preds):
+    """True if `dst` is an ancestor of `src` (through data, control and
+    `extra_preds` edges): an edge ``src -> dst`` would close a cycle."""
+    lowest = index.levels[dst]
+    if index.levels[src] <= lowest:
+        return src == dst
+    return dst in analysis.ancestors_within(index, src, lowest,
+                                            extra_preds=extra_preds)
+
+
+def sum_edges(index, roles, batch_size=None):
+    """Control edges ``(first, then)`` that make the broadcast terms of
+    each `broadcast_sums` sum one after the other, and sums whose terms
+    run at the same levels one after the other.
+
+    Returns:
+      A tuple of edges, possibly empty.
+    """
+    sums = broadcast_sums(index, roles, batch_size)
+    edges = []
+    preds = {}
+    for a, b in index.planned_edges:
+        preds.setdefault(b, []).append(a)
+
+    def add(first, then):
+        if not _may_order(index, roles, first, then):
+            return False
+        if _reaches(index, first, then, preds):
+            return False
+        edges.append((first, then))
+        preds.setdefault(then, []).append(first)
+        return True
+
+    for s in sums:
+        for k in range(1, len(s.heads)):
+            add(s.ends[k - 1], s.heads[k])
+    levels = index.levels
+    for earlier, later in zip(sums, sums[1:]):
+        first_head = min(later.heads, key=lambda h: (levels[h], h))
+        if levels[first_head] <= levels[earlier.total]:
+            add(earlier.total, first_head)
+    return _acyclic(index, edges)
+
+
+def _acyclic(index, edges):
+    """`edges`, less any that closes a cycle with the ones before it (the
+    check in `sum_edges` reads the levels before its own edges)."""
+    try:
+        gi.with_planned_edges(index, edges)
+        return tuple(edges)
+    except topo.GraphCycleError:
+        pass
+    kept, ordered = [], index
+    for edge in edges:
+        try:
+            ordered = gi.with_planned_edges(ordered, (edge,))
+        except topo.GraphCycleError:
+            continue
+        kept.append(edge)
+    return tuple(kept)
