@@ -17,10 +17,13 @@ three or four.
 `broadcast_sums` finds such sums: an ``AddN`` with two or more terms of its
 own size that each start at a broadcast (``Tile``, ``BroadcastTo``) of a
 tensor at most 1/64 of its size, through ops of that size. `sum_edges`
-orders them: within a sum, a broadcast chain starts after the previous
-chain's last op (one chain's buffer at a time beside ``x - mean``); between
-sums whose chains run at the same levels, the second sum's first broadcast
-waits for the first sum (one layer's gradient at a time). A control edge
+orders them: within a sum, a broadcast chain starts after the chain before
+it (its broadcast waits for that chain's latest op that may carry an edge:
+the variance's chain, which ends in ops Grappler merges, goes first, and
+the mean's ``Tile`` waits for its ``truediv``), so one broadcast buffer at a
+time is made beside ``x - mean``; between sums whose chains run at the
+same levels, the second sum's first broadcast waits for the first sum (one
+layer's gradient at a time). A control edge
 changes when an op runs, never what it computes; each edge goes between a
 trigger and a waiter of `analysis.OpRoles` (ops Grappler merges with a
 neighbour are neither), on one device, and none that would close a cycle is
@@ -55,38 +58,40 @@ class BroadcastSum:
 
     Attributes:
       total: the ``AddN`` op.
-      heads: the broadcast op of each such term, in the order the terms
-        are to be made.
-      ends: the op whose output is each term (an input of `total`), in the
-        same order.
+      chains: per broadcast term, in the order the terms are to be made,
+        its ops from the term (an input of `total`) back to the broadcast.
     """
 
     total: int
-    heads: tuple
-    ends: tuple
+    chains: tuple
+
+    @property
+    def heads(self):
+        """The broadcast of each chain."""
+        return tuple(chain[-1] for chain in self.chains)
 
 
 def _size(index, op, out, batch_size):
     return gi.tensor_bytes(index, op, out, batch_size) or 0
 
 
-def _head(index, op, size, depth, batch_size):
-    """The broadcast of a small tensor that `op`'s output is made from,
-    through ops whose outputs are `size` bytes; None if there is none
-    within `depth` ops."""
+def _chain(index, op, size, depth, batch_size):
+    """The ops from `op` back to the broadcast of a small tensor its output
+    is made from, through ops whose outputs are `size` bytes; None if there
+    is none within `depth` ops."""
     if index.types[op] in BROADCAST_TYPES:
         if not index.inputs[op]:
             return None
         src, out = index.inputs[op][0]
         small = _size(index, src, out, batch_size)
-        return op if small <= size * _SMALL_SHARE else None
+        return (op,) if small <= size * _SMALL_SHARE else None
     if depth == 0:
         return None
     for producer, out in index.inputs[op]:
         if _size(index, producer, out, batch_size) == size:
-            head = _head(index, producer, size, depth - 1, batch_size)
-            if head is not None:
-                return head
+            chain = _chain(index, producer, size, depth - 1, batch_size)
+            if chain is not None:
+                return (op,) + chain
     return None
 
 
@@ -99,9 +104,9 @@ def broadcast_sums(index, roles, batch_size=None):
     """The `BroadcastSum` of every ``AddN`` with two or more broadcast
     terms, in the order of the sums' levels (then ids).
 
-    Within a sum, terms whose last op may trigger (`OpRoles.triggers`) come
-    first, shorter chains before longer ones: the next chain's broadcast
-    waits for that op."""
+    Chains whose last op may not trigger (`OpRoles.triggers`: Grappler
+    merges it with its neighbour) come first: the next chain then waits
+    for the latest op of it that may."""
     sums = []
     for op, t in enumerate(index.types):
         if t != "AddN" or not _usable(index, roles, op):
@@ -109,21 +114,19 @@ def broadcast_sums(index, roles, batch_size=None):
         size = _size(index, op, 0, batch_size)
         if not size:
             continue
-        terms = []
+        chains = []
         for producer, out in index.inputs[op]:
             if _size(index, producer, out, batch_size) != size:
                 continue
-            head = _head(index, producer, size, _CHAIN_DEPTH, batch_size)
-            if head is not None and _usable(index, roles, head):
-                length = index.levels[producer] - index.levels[head]
-                terms.append((producer not in roles.triggers, length, head,
-                              producer))
-        if len(terms) < 2:
+            chain = _chain(index, producer, size, _CHAIN_DEPTH, batch_size)
+            if chain is not None and _usable(index, roles, chain[-1]):
+                chains.append((producer in roles.triggers, len(chain),
+                               chain))
+        if len(chains) < 2:
             continue
-        terms.sort()
+        chains.sort()
         sums.append(BroadcastSum(total=op,
-                                 heads=tuple(h for _, _, h, _ in terms),
-                                 ends=tuple(e for _, _, _, e in terms)))
+                                 chains=tuple(c for _, _, c in chains)))
     sums.sort(key=lambda s: (index.levels[s.total], s.total))
     return sums
 
@@ -144,10 +147,20 @@ def _reaches(index, src, dst, extra_preds):
                                             extra_preds=extra_preds)
 
 
+def _latest_trigger(roles, chain):
+    """The op of `chain` nearest its end that may trigger, or None."""
+    for op in chain:
+        if op in roles.triggers:
+            return op
+    return None
+
+
 def sum_edges(index, roles, batch_size=None):
     """Control edges ``(first, then)`` that make the broadcast terms of
-    each `broadcast_sums` sum one after the other, and sums whose terms
-    run at the same levels one after the other.
+    each `broadcast_sums` sum one after the other (each chain's broadcast
+    waits for the latest op of the chain before it that may trigger), and
+    sums whose terms run at the same levels one after the other (the later
+    sum's first broadcast waits for the earlier sum).
 
     Returns:
       A tuple of edges, possibly empty.
@@ -159,17 +172,16 @@ def sum_edges(index, roles, batch_size=None):
         preds.setdefault(b, []).append(a)
 
     def add(first, then):
-        if not _may_order(index, roles, first, then):
-            return False
+        if first is None or not _may_order(index, roles, first, then):
+            return
         if _reaches(index, first, then, preds):
-            return False
+            return
         edges.append((first, then))
         preds.setdefault(then, []).append(first)
-        return True
 
     for s in sums:
-        for k in range(1, len(s.heads)):
-            add(s.ends[k - 1], s.heads[k])
+        for k in range(1, len(s.chains)):
+            add(_latest_trigger(roles, s.chains[k - 1]), s.chains[k][-1])
     levels = index.levels
     for earlier, later in zip(sums, sums[1:]):
         first_head = min(later.heads, key=lambda h: (levels[h], h))
