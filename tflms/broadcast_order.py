@@ -22,8 +22,8 @@ it (its broadcast waits for that chain's latest op that may carry an edge:
 the variance's chain, which ends in ops Grappler merges, goes first, and
 the mean's ``Tile`` waits for its ``truediv``), so one broadcast buffer at a
 time is made beside ``x - mean``; between sums whose chains run at the
-same levels, the second sum's first broadcast waits for the first sum (one
-layer's gradient at a time). A control edge
+same levels, the second sum's earliest broadcast waits for the first sum.
+A control edge
 changes when an op runs, never what it computes; each edge goes between a
 trigger and a waiter of `analysis.OpRoles` (ops Grappler merges with a
 neighbour are neither), on one device, and none that would close a cycle is
@@ -158,9 +158,9 @@ def _latest_trigger(roles, chain):
 def sum_edges(index, roles, batch_size=None):
     """Control edges ``(first, then)`` that make the broadcast terms of
     each `broadcast_sums` sum one after the other (each chain's broadcast
-    waits for the latest op of the chain before it that may trigger), and
-    sums whose terms run at the same levels one after the other (the later
-    sum's first broadcast waits for the earlier sum).
+    waits for the latest op of the chain before it that may trigger), and,
+    for sums whose terms run at the same levels, the later sum's earliest
+    broadcast after the earlier sum.
 
     Returns:
       A tuple of edges, possibly empty.
@@ -184,6 +184,12 @@ def sum_edges(index, roles, batch_size=None):
             add(_latest_trigger(roles, s.chains[k - 1]), s.chains[k][-1])
     levels = index.levels
     for earlier, later in zip(sums, sums[1:]):
+        # Only the later sum's earliest broadcast waits: its ``x - mean``,
+        # whose swap-in can start no later than the incoming gradient (the
+        # latest data ancestor of its first reader, `planner.find_trigger`),
+        # is then consumed beside the earlier sum instead of held through
+        # it (the whole later sum waiting fits 5 buffers, not 4, at the
+        # largest sizes).
         first_head = min(later.heads, key=lambda h: (levels[h], h))
         if levels[first_head] <= levels[earlier.total]:
             add(earlier.total, first_head)
