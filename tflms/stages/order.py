@@ -22,6 +22,7 @@ import dataclasses
 from typing import Tuple
 
 from tflms import autotune
+from tflms import broadcast_order
 from tflms import floor
 from tflms import graph_index as gi
 from tflms import peak_ordering
@@ -44,7 +45,7 @@ ROUNDS = 3
 @dataclasses.dataclass(frozen=True)
 class Ordered(StageRecord):
     """The control edges ``(first, second)`` the stage added between ops at
-    the memory peaks (`ordering.order_peaks`), all rounds together; they
+    the memory peaks (`peak_ordering.order_peaks`), all rounds together; they
     are also among the planning index's `planned_edges`, and so among the
     plan's serialization edges, which the rewriter adds."""
 
@@ -84,8 +85,10 @@ def _fit_by_ordering(context, planned):
     error = planned.failure
     index, deferral = planned.index, planned.record(Deferred).edges
     found = ()
-    for _ in range(ROUNDS):
+    for round_ in range(ROUNDS):
         candidates = peak_orderings(context, index, deferral, found=found)
+        if round_ == 0:
+            candidates = _broadcast_first(context, index, candidates)
         if not candidates:
             break
         lowest = None
@@ -106,6 +109,22 @@ def _fit_by_ordering(context, planned):
         found += candidates[0]
         index, deferral = lowest
     raise error
+
+
+def _broadcast_first(context, index, candidates):
+    """`candidates` with the edges that make the broadcast terms of each
+    sum one after the other (`broadcast_order.sum_edges`: Keras 3's
+    unfused batch-norm gradients) tried first, when there are any."""
+    edges = broadcast_order.sum_edges(index, context.roles,
+                                      context.batch_size)
+    if not edges:
+        return candidates
+    context.log.info(
+        "[Simulator] Nothing fits in %.2f GiB; trying first %d edges that "
+        "make the broadcast terms of sums (unfused batch-norm gradients) "
+        "one after the other" % (context.budget_bytes / _GIB, len(edges)),
+        1)
+    return [edges] + [c for c in candidates if c != edges]
 
 
 def _closest(error, other):
