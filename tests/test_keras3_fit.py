@@ -11,7 +11,7 @@ CASE DUMP_DIR``) with ``TF_ENABLE_ONEDNN_OPTS`` set explicitly (to the
 value the suite runs with, "0" when unset), which prints one JSON line
 the test checks.
 
-The witness that the swap ops ran is the one of test_function.py: with
+The witness that the swap ops ran is the one of test_lms_function.py: with
 ``TF_DUMP_GRAPH_PREFIX`` set, TensorFlow writes the graphs of Keras' train
 function (``multi_step_on_iterator``; the rewritten step is inlined there,
 with ``steps_per_execution`` > 1 in its lowered loop) up to the

@@ -193,7 +193,7 @@ _COMPUTE = {"float32": "float32", "mixed_float16": "float16",
 
 
 # float32 in fit pins the 4 bytes an element the 16-bit cases halve
-# (float32 custom loops: tests/test_function.py).
+# (float32 custom loops: tests/test_lms_function.py).
 CASES = [(mode, policy) for policy in ("mixed_float16", "mixed_bfloat16")
          for mode in ("fit", "loop")] + [("fit", "float32")]
 

@@ -120,7 +120,7 @@ def test_run_refuses_graphs_it_cannot_edit():
 
 
 def test_function_returns_a_callable_bound_to_this_lms():
-    # (Running one is test_function's: the tests run in graph mode, and a
+    # (Running one is test_lms_function's: the tests run in graph mode, and a
     # missing graph in eager mode is test_integrations'.)
     lms = LMS(**FIXED)
     wrapped = lms.function(lambda x: x * 2)

@@ -2,7 +2,7 @@
 
 This test process has eager execution off (conftest.py), and a
 `tf.function` step needs it on, so each case runs this file as a script
-in a subprocess (``python tests/test_function.py CASE KERAS DUMP_DIR``),
+in a subprocess (``python tests/test_lms_function.py CASE KERAS DUMP_DIR``),
 which prints one JSON line the test checks. The subprocess inherits
 `TF_ENABLE_ONEDNN_OPTS` (conftest.py sets it explicitly; tools/run_tests.sh
 runs the `numerics` tests with it on too).
