@@ -1,4 +1,4 @@
-"""What the Keras 3 test files share (test_plan_keras3, test_verify_keras3).
+"""What the Keras 3 test files share (test_keras3_trace, test_verify_keras3).
 
 Keras 3 exists on TensorFlow 2.16+ only and trains in eager mode, while the
 test process has eager execution off (and, on the new stack,
