@@ -525,50 +525,6 @@ def test_collective_in_the_forward_pass_is_left_alone():
 
 
 # ---- rank facts and budgets -----------------------------------------------------
-def test_rank_info_from_launcher_variables():
-    assert distributed.rank_info({}) == distributed.RankInfo()
-    hvd_env = {"HOROVOD_RANK": "5", "HOROVOD_SIZE": "8",
-               "HOROVOD_LOCAL_RANK": "1", "HOROVOD_LOCAL_SIZE": "4"}
-    assert distributed.rank_info(hvd_env) == distributed.RankInfo(
-        5, 8, 1, 4, "horovod")
-    mpi_env = {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4",
-               "OMPI_COMM_WORLD_LOCAL_RANK": "1",
-               "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
-    assert distributed.rank_info(mpi_env) == distributed.RankInfo(
-        3, 4, 1, 2, "mpi")
-    tf_config = {"TF_CONFIG": json.dumps({
-        "cluster": {"chief": ["127.0.0.1:1"],
-                    "worker": ["127.0.0.1:2", "127.0.0.1:3"]},
-        "task": {"type": "worker", "index": 1}})}
-    # All three on one host: they share its memory.
-    assert distributed.rank_info(tf_config) == distributed.RankInfo(
-        2, 3, 2, 3, "tf_config", "worker", 1)
-    # Members whose address names this task's host, loopback names as one.
-    two_hosts = {"TF_CONFIG": json.dumps({
-        "cluster": {"chief": ["localhost:1"],
-                    "worker": ["node-b:2", "127.0.0.1:3", "Node-B:4"]},
-        "task": {"type": "worker", "index": 2}})}
-    assert distributed.rank_info(two_hosts) == distributed.RankInfo(
-        3, 4, 1, 2, "tf_config", "worker", 2)
-    chief = dict(two_hosts, TF_CONFIG=two_hosts["TF_CONFIG"].replace(
-        '"type": "worker", "index": 2', '"type": "chief", "index": 0'))
-    assert distributed.rank_info(chief) == distributed.RankInfo(
-        0, 4, 0, 2, "tf_config", "chief", 0)
-    # The local facts are read whatever the launcher (the auto-tuner's GPU
-    # and host budgets use them).
-    assert distributed.rank_info({"HOROVOD_LOCAL_RANK": "1",
-                                  "HOROVOD_LOCAL_SIZE": "4"}) == \
-        distributed.RankInfo(local_rank=1, local_size=4)
-    with pytest.raises(ValueError, match=r"HOROVOD_RANK='x' must be an "
-                       r"integer \(it is set by the job launcher"):
-        distributed.rank_info({"HOROVOD_RANK": "x"})
-    with pytest.raises(ValueError, match="TF_CONFIG='{' is not JSON of an "
-                       "object"):
-        distributed.rank_info({"TF_CONFIG": "{"})
-    with pytest.raises(ValueError, match=r"TF_CONFIG='\[1\]' is not JSON"):
-        distributed.rank_info({"TF_CONFIG": "[1]"})
-
-
 def test_host_budget_is_shared_by_the_local_ranks():
     whole = autotune.host_budget({})
     assert whole > 0
