@@ -1,8 +1,8 @@
 """The LMS callback with Keras 3: ``model.fit(..., callbacks=[LMS()])``.
 
 Keras 3 exists on TensorFlow 2.16+ only: on 2.15 ``keras`` is Keras 2,
-whose callback rewrites graph-mode graphs (test_keras.py, test_models.py),
-and this file skips.
+whose callback rewrites graph-mode graphs (test_keras2_session.py,
+test_models.py), and this file skips.
 
 Keras 3 needs ``TF_USE_LEGACY_KERAS`` unset and eager execution on, and
 this test process has eager execution off (conftest.py), so each case runs
@@ -293,7 +293,7 @@ def _new_stack():
 
 pytestmark = pytest.mark.skipif(
     not _new_stack(), reason="Keras 3 needs TensorFlow 2.16+; on 2.15 keras "
-    "is Keras 2, whose callback rewrites graphs (test_keras.py)")
+    "is Keras 2, whose callback rewrites graphs (test_keras2_session.py)")
 
 
 def _onednn():
