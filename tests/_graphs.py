@@ -274,3 +274,18 @@ def tune(index, roles, requested, gpu_mem_gib=None, env=None, log=None,
         extra_edges=serialization_edges, gpu=gpu, interconnect=interconnect)
     return autotune.tune(context, index, deferral_edges=deferral_edges,
                          ordering_edges=ordering_edges)
+
+
+def tiny_step():
+    """A dense layer trained with a v1 optimizer, and an evaluation head
+    beside the train op. Returns (graph, train_op, loss)."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [8, 16], name="x")
+        w = tf.compat.v1.get_variable("w", [16, 16])
+        h = tf.nn.relu(tf.matmul(x, w))
+        loss = tf.reduce_sum(h)
+        train_op = tf.compat.v1.train.GradientDescentOptimizer(
+            0.1).minimize(loss)
+        tf.identity(h, name="eval_head")
+    return graph, train_op, loss
