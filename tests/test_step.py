@@ -1,6 +1,7 @@
 """The training step: LMS plans and edits the fan-in of the step's fetches
-and nothing else (`tflms.step`, `graph_index.build_index`, the rewriter's
-check).
+and nothing else (`tflms.step`, `tflms.tf.reader.build_index`, the
+rewriter's check). The rules that find the fetches are tested in
+tests/test_reader.py.
 
 The graphs here hold more than their step, as users' graphs do: a Keras
 application used as a layer library in a Session graph keeps the forward
