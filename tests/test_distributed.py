@@ -20,9 +20,6 @@ naming the stack (tests/_stack.py); so do the Estimator jobs there.
 import itertools
 import json
 import os
-import signal
-import socket
-import subprocess
 import sys
 
 import numpy as np
@@ -36,10 +33,10 @@ from tflms import autotune
 from tflms.tf import distributed
 
 from _stack import HOROVOD_REASON, NEW_STACK, needs_estimator
+from _workers import REPO, finish, job_env, run_workers, spawn
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOBS = os.path.join(HERE, "dist_jobs")
-REPO = os.path.dirname(HERE)
 JOB_TIMEOUT = 240  # seconds for a whole multi-process job
 FIXED = dict(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0)
 
@@ -54,43 +51,6 @@ def _horovod():
     return hvd
 
 
-def _env(**extra):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONHASHSEED="0")
-    env["PYTHONPATH"] = os.pathsep.join(
-        [REPO] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    for name in ("TF_CONFIG", "HOROVOD_RANK", "HOROVOD_SIZE",
-                 "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE"):
-        env.pop(name, None)
-    env.update(extra)
-    return env
-
-
-def _spawn(cmd, env):
-    return subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-
-
-def _finish(proc, timeout, what):
-    """Wait for `proc`; on timeout kill its whole process group and fail."""
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                out, _ = proc.communicate(timeout=15)
-                break
-            except subprocess.TimeoutExpired:
-                out = ""
-        pytest.fail("%s did not finish within %d s (a hang); output:\n%s"
-                    % (what, timeout, (out or "")[-4000:]))
-    return proc.returncode, out
-
-
 def _horovodrun(job_args, timeout=JOB_TIMEOUT):
     _horovod()
     cmd = [sys.executable, "-c",
@@ -99,7 +59,7 @@ def _horovodrun(job_args, timeout=JOB_TIMEOUT):
            "-np", "2", "-H", "localhost:2", "--gloo",
            "--gloo-timeout-seconds", "60", "--start-timeout", "60",
            sys.executable, os.path.join(JOBS, "hvd_job.py")] + job_args
-    return _finish(_spawn(cmd, _env()), timeout, "horovodrun " +
+    return finish(spawn(cmd, job_env()), timeout, "horovodrun " +
                    " ".join(job_args))
 
 
@@ -213,7 +173,7 @@ def test_horovod_keras_callback_needs_the_shim():
         "m.fit(np.zeros((4, 3)), np.zeros((4, 2)), verbose=0, callbacks="
         "[BroadcastGlobalVariablesCallback(0)])\n"
         "print('SHIM OK')\n")
-    code, out = _finish(_spawn([sys.executable, "-c", script], _env()), 180,
+    code, out = finish(spawn([sys.executable, "-c", script], job_env()), 180,
                         "Keras callback script")
     assert code == 0, out[-3000:]
     assert ("HOROVOD CALLBACK FAILED: module 'keras.backend' has no "
@@ -247,9 +207,9 @@ def _assert_swaps_stay_in_their_tower(info, mode):
 @needs_estimator
 def test_mirrored_strategy_swaps_stay_in_their_tower(tmp_path):
     modes = ("none", "one", "per_device")
-    code, out = _finish(_spawn(
+    code, out = finish(spawn(
         [sys.executable, os.path.join(JOBS, "mirrored_job.py"),
-         str(tmp_path), ",".join(modes)], _env()), JOB_TIMEOUT,
+         str(tmp_path), ",".join(modes)], job_env()), JOB_TIMEOUT,
         "MirroredStrategy job")
     assert code == 0, out[-4000:]
     results = {mode: _load(tmp_path, mode) for mode in modes}
@@ -265,9 +225,9 @@ def test_mirrored_strategy_session_swaps_stay_in_their_tower(tmp_path):
     """MirroredStrategy without an Estimator (a Session loop over
     call_for_each_replica): runs on every supported TensorFlow."""
     modes = ("none", "one", "per_device")
-    code, out = _finish(_spawn(
+    code, out = finish(spawn(
         [sys.executable, os.path.join(JOBS, "mirrored_session_job.py"),
-         str(tmp_path), ",".join(modes)], _env()), JOB_TIMEOUT,
+         str(tmp_path), ",".join(modes)], job_env()), JOB_TIMEOUT,
         "MirroredStrategy Session job")
     assert code == 0, out[-4000:]
     results = {mode: _load(tmp_path, "session_" + mode) for mode in modes}
@@ -288,10 +248,10 @@ def test_mirrored_strategy_custom_loop_with_lms_function(tmp_path):
     dump = tmp_path / "dump"
     dump.mkdir()
     modes = ("none", "one")
-    code, out = _finish(_spawn(
+    code, out = finish(spawn(
         [sys.executable, os.path.join(JOBS, "mirrored_function_job.py"),
          str(tmp_path), ",".join(modes)],
-        _env(TF_DUMP_GRAPH_PREFIX=str(dump),
+        job_env(TF_DUMP_GRAPH_PREFIX=str(dump),
              TF_DUMP_GRAPH_NAME_FILTER="_tflms_")), JOB_TIMEOUT,
         "MirroredStrategy custom-loop job")
     assert code == 0, out[-4000:]
@@ -303,31 +263,12 @@ def test_mirrored_strategy_custom_loop_with_lms_function(tmp_path):
     _assert_swaps_stay_in_their_tower(info, "one")
 
 
-def _free_ports(n):
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
 @needs_estimator
 def test_multi_worker_mirrored_estimator_with_lms(tmp_path):
     for mode in ("none", "lms"):
-        ports = _free_ports(2)
-        cluster = {"worker": ["127.0.0.1:%d" % p for p in ports]}
-        procs = [_spawn([sys.executable, os.path.join(JOBS, "mwms_job.py"),
-                         str(tmp_path), mode],
-                        _env(TF_CONFIG=json.dumps({
-                            "cluster": cluster,
-                            "task": {"type": "worker", "index": i}})))
-                 for i in range(2)]
-        for i, proc in enumerate(procs):
-            code, out = _finish(proc, JOB_TIMEOUT,
-                                "MultiWorkerMirroredStrategy worker %d" % i)
+        for code, out in run_workers(
+                [sys.executable, os.path.join(JOBS, "mwms_job.py"),
+                 str(tmp_path), mode], JOB_TIMEOUT):
             assert code == 0, out[-4000:]
     base = {w: _load(tmp_path, "none.worker%d" % w)[0] for w in (0, 1)}
     _assert_same_weights(base[0], base[1], "workers without LMS")
@@ -345,23 +286,15 @@ def test_multi_worker_mirrored_estimator_with_lms(tmp_path):
 
 
 def _run_workers(job, args, tmp_path, timeout=JOB_TIMEOUT):
-    """Start `job` as the two workers of a TF_CONFIG cluster on two free
-    127.0.0.1 ports, each dumping its partition graphs into its own
-    folder; ``[(exit status, output)]`` by worker."""
-    ports = _free_ports(2)
-    cluster = {"worker": ["127.0.0.1:%d" % p for p in ports]}
-    procs = []
-    for i in range(2):
+    """Run `job` as the two workers of a cluster, each dumping its
+    partition graphs into its own folder."""
+    def dump_of(i):
         dump = tmp_path / ("dump%d" % i)
         dump.mkdir(exist_ok=True)
-        procs.append(_spawn(
-            [sys.executable, os.path.join(JOBS, job)] + list(args),
-            _env(TF_CONFIG=json.dumps({
-                "cluster": cluster, "task": {"type": "worker", "index": i}}),
-                TF_DUMP_GRAPH_PREFIX=str(dump),
-                TF_DUMP_GRAPH_NAME_FILTER="_tflms_")))
-    return [_finish(proc, timeout, "MultiWorkerMirroredStrategy worker %d"
-                    % i) for i, proc in enumerate(procs)]
+        return dict(TF_DUMP_GRAPH_PREFIX=str(dump),
+                    TF_DUMP_GRAPH_NAME_FILTER="_tflms_")
+    return run_workers([sys.executable, os.path.join(JOBS, job)] + list(args),
+                       timeout, env_of=dump_of)
 
 
 def test_multi_worker_custom_loop_with_lms_function(tmp_path):
@@ -654,9 +587,9 @@ def test_broadcast_callback_validates_root_rank():
 
 def test_horovod_example_help():
     examples = os.path.join(REPO, "examples")
-    code, out = _finish(_spawn(
+    code, out = finish(spawn(
         [sys.executable, os.path.join(examples, "horovod_resnet50_lms.py"),
-         "--help"], _env()), 120, "horovod_resnet50_lms.py --help")
+         "--help"], job_env()), 120, "horovod_resnet50_lms.py --help")
     assert code == 0, out
     for flag in ("horovodrun", "--image_size", "--lms", "--autotune-gpu-mem",
                  "--swapout-threshold"):
