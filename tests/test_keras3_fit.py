@@ -21,10 +21,11 @@ them, on the CPU.
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
+
+from _keras3 import onednn, result_of
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _ROOT = os.path.dirname(_HERE)
@@ -296,31 +297,17 @@ pytestmark = pytest.mark.skipif(
     "is Keras 2, whose callback rewrites graphs (test_keras2_session.py)")
 
 
-def _onednn():
-    return os.environ.get("TF_ENABLE_ONEDNN_OPTS", "0")
-
-
 def _run(case, tmp_path):
     dump = tmp_path / "dump"
     dump.mkdir()
-    env = dict(os.environ, PYTHONPATH=_ROOT, TF_CPP_MIN_LOG_LEVEL="2",
-               TF_ENABLE_ONEDNN_OPTS=_onednn(),
-               TF_DUMP_GRAPH_PREFIX=str(dump),
-               TF_DUMP_GRAPH_NAME_FILTER=DUMP_FILTER)
-    env.pop("TF_USE_LEGACY_KERAS", None)  # Keras 3
-    env.pop("KERAS_BACKEND", None)        # TensorFlow, Keras' default
-    out = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), case, str(dump)],
-        env=env, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-4000:]
-    line = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
-    assert line, out.stdout + out.stderr[-3000:]
-    return json.loads(line[-1][len("RESULT "):]), out.stderr
+    return result_of(os.path.abspath(__file__), case, dump,
+                     TF_DUMP_GRAPH_PREFIX=str(dump),
+                     TF_DUMP_GRAPH_NAME_FILTER=DUMP_FILTER)
 
 
 def _check_same_training(r, losses="losses", base="base_losses",
                          exact=True):
-    if _onednn() == "1" or not exact:
+    if onednn() == "1" or not exact:
         # A swapped tensor may keep oneDNN from fusing two ops, which
         # rounds differently.
         assert r[losses] == pytest.approx(r[base], rel=1e-5)
