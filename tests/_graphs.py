@@ -289,3 +289,23 @@ def tiny_step():
             0.1).minimize(loss)
         tf.identity(h, name="eval_head")
     return graph, train_op, loss
+
+
+def v1_cnn():
+    """A tf.compat.v1 training graph: images of an unknown batch, three
+    convolutions, a dense layer, cross-entropy and SGD."""
+    v1 = tf.compat.v1
+    x = v1.placeholder(tf.float32, [None, 16, 16, 3], name="x")
+    y = v1.placeholder(tf.int32, [None], name="y")
+    h = x
+    for k in range(3):
+        h = tf.nn.relu(v1.layers.conv2d(
+            h, 16, 3, padding="same", name="conv%d" % k,
+            kernel_initializer=v1.glorot_uniform_initializer(seed=k)))
+    logits = v1.layers.dense(tf.reduce_mean(h, axis=[1, 2]), 10,
+                             name="dense")
+    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=y, logits=logits))
+    train_op = v1.train.GradientDescentOptimizer(0.01).minimize(loss)
+    v1.add_to_collection(v1.GraphKeys.TRAIN_OP, train_op)
+    return train_op
