@@ -29,7 +29,6 @@ import tensorflow as tf
 from tflms.tf import reader
 from tflms import LMS
 from tflms import analysis
-from tflms import autotune
 from tflms.tf import distributed
 
 from _stack import HOROVOD_REASON, NEW_STACK, needs_estimator
@@ -455,47 +454,6 @@ def test_collective_in_the_forward_pass_is_left_alone():
     assert not sync.control_inputs
     for name in result.swapin_ops:
         assert sync not in graph.get_operation_by_name(name).control_inputs
-
-
-# ---- rank facts and budgets -----------------------------------------------------
-def test_host_budget_is_shared_by_the_local_ranks():
-    whole = autotune.host_budget({})
-    assert whole > 0
-    for var in ("HOROVOD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"):
-        assert autotune.host_budget({var: "4"}) == whole // 4
-    # Two workers of a TF_CONFIG cluster on this machine, one elsewhere.
-    workers = {"TF_CONFIG": json.dumps({
-        "cluster": {"worker": ["127.0.0.1:5", "localhost:6", "other:7"]},
-        "task": {"type": "worker", "index": 0}})}
-    assert autotune.host_budget(workers) == whole // 2
-
-
-class _Device:
-    def __init__(self, name, device_type, memory_limit):
-        self.name = name
-        self.device_type = device_type
-        self.memory_limit = memory_limit
-
-
-def test_autotune_budget_uses_the_local_ranks_gpu():
-    gib = 1 << 30
-    devices = [_Device("/device:CPU:0", "CPU", 64 * gib),
-               _Device("/device:GPU:0", "GPU", 16 * gib),
-               _Device("/device:GPU:1", "GPU", 32 * gib)]
-
-    def budget(env, gpu_device=None):
-        return autotune.device_budget(gpu_device=gpu_device, env=env,
-                                      list_devices=lambda: devices)
-    assert budget({}) == int(16 * gib * 0.9)
-    for var in ("HOROVOD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"):
-        assert budget({var: "1"}) == int(32 * gib * 0.9)
-    assert budget({"HOROVOD_LOCAL_RANK": "1",
-                   autotune.MEM_RATIO_ENV: "0.5"}) == 16 * gib
-    # An explicit gpu_device wins over the local rank.
-    assert budget({"HOROVOD_LOCAL_RANK": "1"}, "/device:GPU:0") == int(
-        16 * gib * 0.9)
-    with pytest.raises(autotune.NoGpuError, match="wants GPU 2"):
-        budget({"HOROVOD_LOCAL_RANK": "2"})
 
 
 # ---- same rewrite on every rank ---------------------------------------------------
