@@ -10,7 +10,6 @@ import json
 import pytest
 import tensorflow as tf
 
-from tflms import LMS
 from tflms import analysis
 from tflms import capacity
 from tflms import cli
