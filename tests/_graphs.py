@@ -276,3 +276,38 @@ def tune(index, roles, requested, gpu_mem_gib=None, env=None, log=None,
                         interconnect=interconnect))
     return autotune.tune(context, index, deferral_edges=deferral_edges,
                          ordering_edges=ordering_edges)
+
+
+def tiny_step():
+    """A dense layer trained with a v1 optimizer, and an evaluation head
+    beside the train op. Returns (graph, train_op, loss)."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [8, 16], name="x")
+        w = tf.compat.v1.get_variable("w", [16, 16])
+        h = tf.nn.relu(tf.matmul(x, w))
+        loss = tf.reduce_sum(h)
+        train_op = tf.compat.v1.train.GradientDescentOptimizer(
+            0.1).minimize(loss)
+        tf.identity(h, name="eval_head")
+    return graph, train_op, loss
+
+
+def v1_cnn():
+    """A tf.compat.v1 training graph: images of an unknown batch, three
+    convolutions, a dense layer, cross-entropy and SGD."""
+    v1 = tf.compat.v1
+    x = v1.placeholder(tf.float32, [None, 16, 16, 3], name="x")
+    y = v1.placeholder(tf.int32, [None], name="y")
+    h = x
+    for k in range(3):
+        h = tf.nn.relu(v1.layers.conv2d(
+            h, 16, 3, padding="same", name="conv%d" % k,
+            kernel_initializer=v1.glorot_uniform_initializer(seed=k)))
+    logits = v1.layers.dense(tf.reduce_mean(h, axis=[1, 2]), 10,
+                             name="dense")
+    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=y, logits=logits))
+    train_op = v1.train.GradientDescentOptimizer(0.01).minimize(loss)
+    v1.add_to_collection(v1.GraphKeys.TRAIN_OP, train_op)
+    return train_op

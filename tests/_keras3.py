@@ -1,12 +1,16 @@
-"""What the Keras 3 test files share (test_plan_keras3, test_verify_keras3).
+"""What the Keras 3 test files share (test_keras3_trace, test_verify_keras3,
+test_live_capacity, test_keras3_fit, test_keras3_mixed_precision,
+test_keras3_distributed).
 
 Keras 3 exists on TensorFlow 2.16+ only and trains in eager mode, while the
 test process has eager execution off (and, on the new stack,
 TF_USE_LEGACY_KERAS set): every Keras 3 step runs in a subprocess started
-by `python`, with TF_USE_LEGACY_KERAS unset. The subprocesses inherit
-TF_ENABLE_ONEDNN_OPTS (conftest.py).
+by `python` (or `result_of`, for a script that prints one ``RESULT`` JSON
+line), with TF_USE_LEGACY_KERAS and KERAS_BACKEND unset. The subprocesses
+get TF_ENABLE_ONEDNN_OPTS explicitly (conftest.py sets it).
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -43,20 +47,45 @@ cnn().save(sys.argv[2])
 """
 
 
-def _env():
+def onednn():
+    """``TF_ENABLE_ONEDNN_OPTS`` of this run, "0" or "1"."""
+    return os.environ.get("TF_ENABLE_ONEDNN_OPTS", "0")
+
+
+def keras3_env(**extra):
+    """This process's environment for a Keras 3 subprocess: `keras` is
+    Keras 3 on TensorFlow (TF_USE_LEGACY_KERAS and KERAS_BACKEND unset),
+    tflms from this repository first, the oneDNN mode explicit, and the
+    variables in `extra`."""
     env = dict(os.environ)
     env.pop("TF_USE_LEGACY_KERAS", None)
+    env.pop("KERAS_BACKEND", None)  # TensorFlow, Keras' default
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    env["TF_ENABLE_ONEDNN_OPTS"] = onednn()
+    env.update(extra)
     return env
 
 
-def python(*argv):
+def python(*argv, timeout=600, **env):
     """Runs ``python ARGV`` (each converted with str) with Keras 3 as
-    `keras`, from the repository root; the `subprocess.CompletedProcess`."""
+    `keras`, from the repository root, with the variables `env` set; the
+    `subprocess.CompletedProcess`."""
     return subprocess.run([sys.executable] + [str(a) for a in argv],
-                          capture_output=True, text=True, timeout=600,
-                          env=_env(), cwd=ROOT)
+                          capture_output=True, text=True, timeout=timeout,
+                          env=keras3_env(**env), cwd=ROOT)
+
+
+def result_of(*argv, timeout=600, **env):
+    """Runs ``python ARGV`` as `python` does, for a script that prints its
+    findings as one line ``RESULT <json>``: that JSON, and the script's
+    standard error (its log). Fails the test with the end of the error
+    output if the script fails or prints no result."""
+    out = python(*argv, timeout=timeout, **env)
+    assert out.returncode == 0, out.stderr[-4000:]
+    lines = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
+    assert lines, out.stdout + out.stderr[-3000:]
+    return json.loads(lines[-1][len("RESULT "):]), out.stderr
 
 
 def save_models(folder, layers):

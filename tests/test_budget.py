@@ -3,6 +3,7 @@ GPU's memory times the ratio, the GPU a process plans for, the host memory
 shared by a node's processes; and the device lister the TensorFlow wing
 registers, without which only autotune_gpu_mem gives the device budget."""
 
+import json
 import os
 import subprocess
 import sys
@@ -55,6 +56,16 @@ def test_gpu_budget_picks_the_device_or_the_local_rank():
     assert autotune.device_budget(None, env=env, list_devices=lister) == 2000
     env = dict(EXACT, OMPI_COMM_WORLD_LOCAL_RANK="1")
     assert autotune.device_budget(None, env=env, list_devices=lister) == 2000
+    # The ratio applies to the local rank's GPU; a GPU named explicitly
+    # wins over the local rank; a rank past the GPUs has none.
+    env = {"HOROVOD_LOCAL_RANK": "1", autotune.MEM_RATIO_ENV: "0.5"}
+    assert autotune.device_budget(None, env=env, list_devices=lister) == 1000
+    env = dict(EXACT, HOROVOD_LOCAL_RANK="1")
+    assert autotune.device_budget(None, "/device:GPU:0", env=env,
+                                  list_devices=lister) == 1000
+    with pytest.raises(autotune.NoGpuError, match="wants GPU 2"):
+        autotune.device_budget(None, env=dict(EXACT, HOROVOD_LOCAL_RANK="2"),
+                               list_devices=lister)
 
 
 def test_rank_with_one_visible_gpu_uses_it():
@@ -73,7 +84,13 @@ def test_rank_with_one_visible_gpu_uses_it():
 def test_host_budget_is_shared_by_local_ranks():
     one = autotune.host_budget({})
     assert one > 0
-    assert autotune.host_budget({"HOROVOD_LOCAL_SIZE": "4"}) == one // 4
+    for var in ("HOROVOD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"):
+        assert autotune.host_budget({var: "4"}) == one // 4
+    # Two workers of a TF_CONFIG cluster on this machine, one elsewhere.
+    workers = {"TF_CONFIG": json.dumps({
+        "cluster": {"worker": ["127.0.0.1:5", "localhost:6", "other:7"]},
+        "task": {"type": "worker", "index": 0}})}
+    assert autotune.host_budget(workers) == one // 2
 
 
 def test_host_budget_is_autotune_host_mem_when_set_else_physical_memory():
@@ -107,9 +124,9 @@ def test_physical_memory_is_pages_times_page_size_or_unknown(monkeypatch):
 
 
 def test_the_tensorflow_wing_registers_its_device_lister():
-    from tflms.tf import device_list  # pylint: disable=import-outside-toplevel
-    assert budget._device_lister is device_list.local_devices  # pylint: disable=protected-access
-    kinds = {d.device_type for d in device_list.local_devices()}
+    import tflms.tf  # pylint: disable=import-outside-toplevel
+    assert budget._device_lister is tflms.tf.local_devices  # pylint: disable=protected-access
+    kinds = {d.device_type for d in tflms.tf.local_devices()}
     assert "CPU" in kinds
 
 

@@ -1,50 +1,31 @@
 """`tflms capacity` and `tflms.capacity`: the largest batches found agree
 with `tflms plan` at that batch (fits) and at the batch above it that the
 search tried (does not fit, or no plan), on a Session graph whose batch
-dimension is free; the JSON keys; the Python call on a live graph; bad
-arguments named; the search on a literal graph."""
+dimension is free; the JSON keys; bad arguments named; the search on a
+literal graph. (The Python calls on a live graph or Keras 3 model:
+tests/test_live_capacity.py.)"""
 
 import json
 
 import pytest
 import tensorflow as tf
 
-from tflms import LMS
 from tflms import analysis
 from tflms import capacity
 from tflms import cli
 from tflms import graph_index as gi
-from tflms.tf import live_capacity
 from tflms.settings import Settings
 
+from _graphs import v1_cnn
+
 _GIB = float(1 << 30)
-
-
-def _v1_cnn():
-    """A tf.compat.v1 training graph: images of an unknown batch, three
-    convolutions, a dense layer, cross-entropy and SGD."""
-    v1 = tf.compat.v1
-    x = v1.placeholder(tf.float32, [None, 16, 16, 3], name="x")
-    y = v1.placeholder(tf.int32, [None], name="y")
-    h = x
-    for k in range(3):
-        h = tf.nn.relu(v1.layers.conv2d(
-            h, 16, 3, padding="same", name="conv%d" % k,
-            kernel_initializer=v1.glorot_uniform_initializer(seed=k)))
-    logits = v1.layers.dense(tf.reduce_mean(h, axis=[1, 2]), 10,
-                             name="dense")
-    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
-        labels=y, logits=logits))
-    train_op = v1.train.GradientDescentOptimizer(0.01).minimize(loss)
-    v1.add_to_collection(v1.GraphKeys.TRAIN_OP, train_op)
-    return train_op
 
 
 @pytest.fixture(scope="module")
 def meta(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("capacity") / "cnn.meta")
     with tf.Graph().as_default():
-        _v1_cnn()
+        v1_cnn()
         tf.compat.v1.train.export_meta_graph(filename=path)
     return path
 
@@ -123,29 +104,6 @@ def test_capacity_agrees_with_plan_at_each_answer_and_the_batch_above(
                 r["batch"] / (r["step_with_ms"] / 1e3))
     with open(tmp_path / "capacity.png", "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
-
-
-def test_python_call_on_a_live_graph_finds_what_the_command_finds(
-        meta, capsys, tmp_path):
-    gpu_mem = _budget(capsys, meta)
-    out_file = tmp_path / "capacity.json"
-    code, _, err = _run(capsys, "capacity", meta, "--autotune-gpu-mem",
-                        gpu_mem, "--json", out_file)
-    assert code == 0, err
-    found = json.loads(out_file.read_text())
-    graph = tf.Graph()
-    with graph.as_default():
-        train_op = _v1_cnn()
-    lms = LMS()
-    lms.autotune_gpu_mem = float(gpu_mem)
-    live = live_capacity.of_graph(graph, lms, fetches=train_op)
-    assert (live.max_batch_without_lms, live.max_batch_with_lms,
-            live.max_batch_within_overhead) == (
-                found["max_batch_without_lms"], found["max_batch_with_lms"],
-                None)
-    # Nothing was rewritten.
-    assert not [op for op in graph.get_operations()
-                if op.name.startswith("lms/")]
 
 
 def test_the_oracle_measures_the_two_largest_batches(meta, capsys, tmp_path):

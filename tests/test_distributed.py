@@ -20,9 +20,6 @@ naming the stack (tests/_stack.py); so do the Estimator jobs there.
 import itertools
 import json
 import os
-import signal
-import socket
-import subprocess
 import sys
 
 import numpy as np
@@ -32,14 +29,13 @@ import tensorflow as tf
 from tflms.tf import reader
 from tflms import LMS
 from tflms import analysis
-from tflms import autotune
 from tflms.tf import distributed
 
 from _stack import HOROVOD_REASON, NEW_STACK, needs_estimator
+from _workers import REPO, finish, job_env, run_workers, spawn
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOBS = os.path.join(HERE, "dist_jobs")
-REPO = os.path.dirname(HERE)
 JOB_TIMEOUT = 240  # seconds for a whole multi-process job
 FIXED = dict(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0)
 
@@ -54,43 +50,6 @@ def _horovod():
     return hvd
 
 
-def _env(**extra):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONHASHSEED="0")
-    env["PYTHONPATH"] = os.pathsep.join(
-        [REPO] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    for name in ("TF_CONFIG", "HOROVOD_RANK", "HOROVOD_SIZE",
-                 "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE"):
-        env.pop(name, None)
-    env.update(extra)
-    return env
-
-
-def _spawn(cmd, env):
-    return subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-
-
-def _finish(proc, timeout, what):
-    """Wait for `proc`; on timeout kill its whole process group and fail."""
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                out, _ = proc.communicate(timeout=15)
-                break
-            except subprocess.TimeoutExpired:
-                out = ""
-        pytest.fail("%s did not finish within %d s (a hang); output:\n%s"
-                    % (what, timeout, (out or "")[-4000:]))
-    return proc.returncode, out
-
-
 def _horovodrun(job_args, timeout=JOB_TIMEOUT):
     _horovod()
     cmd = [sys.executable, "-c",
@@ -99,7 +58,7 @@ def _horovodrun(job_args, timeout=JOB_TIMEOUT):
            "-np", "2", "-H", "localhost:2", "--gloo",
            "--gloo-timeout-seconds", "60", "--start-timeout", "60",
            sys.executable, os.path.join(JOBS, "hvd_job.py")] + job_args
-    return _finish(_spawn(cmd, _env()), timeout, "horovodrun " +
+    return finish(spawn(cmd, job_env()), timeout, "horovodrun " +
                    " ".join(job_args))
 
 
@@ -213,7 +172,7 @@ def test_horovod_keras_callback_needs_the_shim():
         "m.fit(np.zeros((4, 3)), np.zeros((4, 2)), verbose=0, callbacks="
         "[BroadcastGlobalVariablesCallback(0)])\n"
         "print('SHIM OK')\n")
-    code, out = _finish(_spawn([sys.executable, "-c", script], _env()), 180,
+    code, out = finish(spawn([sys.executable, "-c", script], job_env()), 180,
                         "Keras callback script")
     assert code == 0, out[-3000:]
     assert ("HOROVOD CALLBACK FAILED: module 'keras.backend' has no "
@@ -247,9 +206,9 @@ def _assert_swaps_stay_in_their_tower(info, mode):
 @needs_estimator
 def test_mirrored_strategy_swaps_stay_in_their_tower(tmp_path):
     modes = ("none", "one", "per_device")
-    code, out = _finish(_spawn(
+    code, out = finish(spawn(
         [sys.executable, os.path.join(JOBS, "mirrored_job.py"),
-         str(tmp_path), ",".join(modes)], _env()), JOB_TIMEOUT,
+         str(tmp_path), ",".join(modes)], job_env()), JOB_TIMEOUT,
         "MirroredStrategy job")
     assert code == 0, out[-4000:]
     results = {mode: _load(tmp_path, mode) for mode in modes}
@@ -265,9 +224,9 @@ def test_mirrored_strategy_session_swaps_stay_in_their_tower(tmp_path):
     """MirroredStrategy without an Estimator (a Session loop over
     call_for_each_replica): runs on every supported TensorFlow."""
     modes = ("none", "one", "per_device")
-    code, out = _finish(_spawn(
+    code, out = finish(spawn(
         [sys.executable, os.path.join(JOBS, "mirrored_session_job.py"),
-         str(tmp_path), ",".join(modes)], _env()), JOB_TIMEOUT,
+         str(tmp_path), ",".join(modes)], job_env()), JOB_TIMEOUT,
         "MirroredStrategy Session job")
     assert code == 0, out[-4000:]
     results = {mode: _load(tmp_path, "session_" + mode) for mode in modes}
@@ -288,10 +247,10 @@ def test_mirrored_strategy_custom_loop_with_lms_function(tmp_path):
     dump = tmp_path / "dump"
     dump.mkdir()
     modes = ("none", "one")
-    code, out = _finish(_spawn(
+    code, out = finish(spawn(
         [sys.executable, os.path.join(JOBS, "mirrored_function_job.py"),
          str(tmp_path), ",".join(modes)],
-        _env(TF_DUMP_GRAPH_PREFIX=str(dump),
+        job_env(TF_DUMP_GRAPH_PREFIX=str(dump),
              TF_DUMP_GRAPH_NAME_FILTER="_tflms_")), JOB_TIMEOUT,
         "MirroredStrategy custom-loop job")
     assert code == 0, out[-4000:]
@@ -303,31 +262,12 @@ def test_mirrored_strategy_custom_loop_with_lms_function(tmp_path):
     _assert_swaps_stay_in_their_tower(info, "one")
 
 
-def _free_ports(n):
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
 @needs_estimator
 def test_multi_worker_mirrored_estimator_with_lms(tmp_path):
     for mode in ("none", "lms"):
-        ports = _free_ports(2)
-        cluster = {"worker": ["127.0.0.1:%d" % p for p in ports]}
-        procs = [_spawn([sys.executable, os.path.join(JOBS, "mwms_job.py"),
-                         str(tmp_path), mode],
-                        _env(TF_CONFIG=json.dumps({
-                            "cluster": cluster,
-                            "task": {"type": "worker", "index": i}})))
-                 for i in range(2)]
-        for i, proc in enumerate(procs):
-            code, out = _finish(proc, JOB_TIMEOUT,
-                                "MultiWorkerMirroredStrategy worker %d" % i)
+        for code, out in run_workers(
+                [sys.executable, os.path.join(JOBS, "mwms_job.py"),
+                 str(tmp_path), mode], JOB_TIMEOUT):
             assert code == 0, out[-4000:]
     base = {w: _load(tmp_path, "none.worker%d" % w)[0] for w in (0, 1)}
     _assert_same_weights(base[0], base[1], "workers without LMS")
@@ -345,23 +285,15 @@ def test_multi_worker_mirrored_estimator_with_lms(tmp_path):
 
 
 def _run_workers(job, args, tmp_path, timeout=JOB_TIMEOUT):
-    """Start `job` as the two workers of a TF_CONFIG cluster on two free
-    127.0.0.1 ports, each dumping its partition graphs into its own
-    folder; ``[(exit status, output)]`` by worker."""
-    ports = _free_ports(2)
-    cluster = {"worker": ["127.0.0.1:%d" % p for p in ports]}
-    procs = []
-    for i in range(2):
+    """Run `job` as the two workers of a cluster, each dumping its
+    partition graphs into its own folder."""
+    def dump_of(i):
         dump = tmp_path / ("dump%d" % i)
         dump.mkdir(exist_ok=True)
-        procs.append(_spawn(
-            [sys.executable, os.path.join(JOBS, job)] + list(args),
-            _env(TF_CONFIG=json.dumps({
-                "cluster": cluster, "task": {"type": "worker", "index": i}}),
-                TF_DUMP_GRAPH_PREFIX=str(dump),
-                TF_DUMP_GRAPH_NAME_FILTER="_tflms_")))
-    return [_finish(proc, timeout, "MultiWorkerMirroredStrategy worker %d"
-                    % i) for i, proc in enumerate(procs)]
+        return dict(TF_DUMP_GRAPH_PREFIX=str(dump),
+                    TF_DUMP_GRAPH_NAME_FILTER="_tflms_")
+    return run_workers([sys.executable, os.path.join(JOBS, job)] + list(args),
+                       timeout, env_of=dump_of)
 
 
 def test_multi_worker_custom_loop_with_lms_function(tmp_path):
@@ -524,91 +456,6 @@ def test_collective_in_the_forward_pass_is_left_alone():
         assert sync not in graph.get_operation_by_name(name).control_inputs
 
 
-# ---- rank facts and budgets -----------------------------------------------------
-def test_rank_info_from_launcher_variables():
-    assert distributed.rank_info({}) == distributed.RankInfo()
-    hvd_env = {"HOROVOD_RANK": "5", "HOROVOD_SIZE": "8",
-               "HOROVOD_LOCAL_RANK": "1", "HOROVOD_LOCAL_SIZE": "4"}
-    assert distributed.rank_info(hvd_env) == distributed.RankInfo(
-        5, 8, 1, 4, "horovod")
-    mpi_env = {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4",
-               "OMPI_COMM_WORLD_LOCAL_RANK": "1",
-               "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
-    assert distributed.rank_info(mpi_env) == distributed.RankInfo(
-        3, 4, 1, 2, "mpi")
-    tf_config = {"TF_CONFIG": json.dumps({
-        "cluster": {"chief": ["127.0.0.1:1"],
-                    "worker": ["127.0.0.1:2", "127.0.0.1:3"]},
-        "task": {"type": "worker", "index": 1}})}
-    # All three on one host: they share its memory.
-    assert distributed.rank_info(tf_config) == distributed.RankInfo(
-        2, 3, 2, 3, "tf_config", "worker", 1)
-    # Members whose address names this task's host, loopback names as one.
-    two_hosts = {"TF_CONFIG": json.dumps({
-        "cluster": {"chief": ["localhost:1"],
-                    "worker": ["node-b:2", "127.0.0.1:3", "Node-B:4"]},
-        "task": {"type": "worker", "index": 2}})}
-    assert distributed.rank_info(two_hosts) == distributed.RankInfo(
-        3, 4, 1, 2, "tf_config", "worker", 2)
-    chief = dict(two_hosts, TF_CONFIG=two_hosts["TF_CONFIG"].replace(
-        '"type": "worker", "index": 2', '"type": "chief", "index": 0'))
-    assert distributed.rank_info(chief) == distributed.RankInfo(
-        0, 4, 0, 2, "tf_config", "chief", 0)
-    # The local facts are read whatever the launcher (the auto-tuner's GPU
-    # and host budgets use them).
-    assert distributed.rank_info({"HOROVOD_LOCAL_RANK": "1",
-                                  "HOROVOD_LOCAL_SIZE": "4"}) == \
-        distributed.RankInfo(local_rank=1, local_size=4)
-    with pytest.raises(ValueError, match=r"HOROVOD_RANK='x' must be an "
-                       r"integer \(it is set by the job launcher"):
-        distributed.rank_info({"HOROVOD_RANK": "x"})
-    with pytest.raises(ValueError, match="TF_CONFIG='{' is not JSON of an "
-                       "object"):
-        distributed.rank_info({"TF_CONFIG": "{"})
-    with pytest.raises(ValueError, match=r"TF_CONFIG='\[1\]' is not JSON"):
-        distributed.rank_info({"TF_CONFIG": "[1]"})
-
-
-def test_host_budget_is_shared_by_the_local_ranks():
-    whole = autotune.host_budget({})
-    assert whole > 0
-    for var in ("HOROVOD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"):
-        assert autotune.host_budget({var: "4"}) == whole // 4
-    # Two workers of a TF_CONFIG cluster on this machine, one elsewhere.
-    workers = {"TF_CONFIG": json.dumps({
-        "cluster": {"worker": ["127.0.0.1:5", "localhost:6", "other:7"]},
-        "task": {"type": "worker", "index": 0}})}
-    assert autotune.host_budget(workers) == whole // 2
-
-
-class _Device:
-    def __init__(self, name, device_type, memory_limit):
-        self.name = name
-        self.device_type = device_type
-        self.memory_limit = memory_limit
-
-
-def test_autotune_budget_uses_the_local_ranks_gpu():
-    gib = 1 << 30
-    devices = [_Device("/device:CPU:0", "CPU", 64 * gib),
-               _Device("/device:GPU:0", "GPU", 16 * gib),
-               _Device("/device:GPU:1", "GPU", 32 * gib)]
-
-    def budget(env, gpu_device=None):
-        return autotune.device_budget(gpu_device=gpu_device, env=env,
-                                      list_devices=lambda: devices)
-    assert budget({}) == int(16 * gib * 0.9)
-    for var in ("HOROVOD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"):
-        assert budget({var: "1"}) == int(32 * gib * 0.9)
-    assert budget({"HOROVOD_LOCAL_RANK": "1",
-                   autotune.MEM_RATIO_ENV: "0.5"}) == 16 * gib
-    # An explicit gpu_device wins over the local rank.
-    assert budget({"HOROVOD_LOCAL_RANK": "1"}, "/device:GPU:0") == int(
-        16 * gib * 0.9)
-    with pytest.raises(autotune.NoGpuError, match="wants GPU 2"):
-        budget({"HOROVOD_LOCAL_RANK": "2"})
-
-
 # ---- same rewrite on every rank ---------------------------------------------------
 def _rewritten(**params):
     graph = tf.Graph()
@@ -698,9 +545,9 @@ def test_broadcast_callback_validates_root_rank():
 
 def test_horovod_example_help():
     examples = os.path.join(REPO, "examples")
-    code, out = _finish(_spawn(
+    code, out = finish(spawn(
         [sys.executable, os.path.join(examples, "horovod_resnet50_lms.py"),
-         "--help"], _env()), 120, "horovod_resnet50_lms.py --help")
+         "--help"], job_env()), 120, "horovod_resnet50_lms.py --help")
     assert code == 0, out
     for flag in ("horovodrun", "--image_size", "--lms", "--autotune-gpu-mem",
                  "--swapout-threshold"):

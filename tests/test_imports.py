@@ -227,3 +227,46 @@ def test_the_command_line_imports_are_plain_imports():
         if module.startswith("cli"):
             with open(_path(module), encoding="utf-8") as f:
                 assert "Lazy(" not in f.read(), module
+
+
+# ---- a test file per module --------------------------------------------------------
+# Modules no test file is named after: the package's own entry points
+# (tests/test_cli.py runs them) and the TensorFlow wing's __init__, which
+# only registers the device lister (tests/test_budget.py).
+UNNAMED = {"__init__", "__main__", "tf"}
+
+
+def covering_test_names(module):
+    """The names of tests/test_<name>.py that cover `module`: its own
+    (without a leading underscore), or one of its packages'; `tf` is the
+    wing, not a package of the rule (``tf.reader`` is test_reader.py)."""
+    parts = module.split(".")
+    names = {parts[-1].lstrip("_")}
+    names.update(p for p in parts[:-1] if p != "tf")
+    return names
+
+
+def modules_without_tests(modules, test_files):
+    """The modules none of whose `covering_test_names` is in `test_files`
+    (``test_x.py`` names)."""
+    have = {f[len("test_"):-len(".py")] for f in test_files
+            if f.startswith("test_") and f.endswith(".py")}
+    return sorted(m for m in modules
+                  if m not in UNNAMED and not covering_test_names(m) & have)
+
+
+def test_every_module_has_its_test_file():
+    tests = os.listdir(os.path.dirname(os.path.abspath(__file__)))
+    missing = modules_without_tests(_modules(), tests)
+    assert not missing, (
+        "these tflms modules have no tests/test_<module>.py (or "
+        "test_<package>.py for a module of a package other than tf): %s"
+        % ", ".join(missing))
+
+
+def test_a_module_without_its_test_file_is_found():
+    modules = ["ranks", "_gc", "planner", "planner.swaps",
+               "tf.reader", "tf.adapters.keras2", "tf", "__main__"]
+    assert modules_without_tests(
+        modules, ["test_gc.py", "test_planner.py", "test_adapters.py",
+                  "_graphs.py", "test_tf.py"]) == ["ranks", "tf.reader"]

@@ -11,41 +11,27 @@ graphs TensorFlow ran (TF_DUMP_GRAPH_PREFIX).
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from tests._keras3 import needs_keras3
+from tests._keras3 import needs_keras3, onednn, python
 
 pytestmark = needs_keras3
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_ROOT = os.path.dirname(_HERE)
 JOB = os.path.join(_HERE, "dist_jobs", "keras3_mirrored_job.py")
 TOWERS = ("/job:localhost/replica:0/task:0/device:CPU:1",
           "/job:localhost/replica:0/task:0/device:CPU:2")
 HOST = "/job:localhost/replica:0/task:0/device:CPU:0"
 
 
-def _onednn():
-    return os.environ.get("TF_ENABLE_ONEDNN_OPTS", "0")
-
-
 def _train(tmp_path, model, modes):
     dump = tmp_path / "dump"
     dump.mkdir()
-    env = dict(os.environ, PYTHONPATH=_ROOT, TF_CPP_MIN_LOG_LEVEL="2",
-               TF_ENABLE_ONEDNN_OPTS=_onednn(),
-               TF_DUMP_GRAPH_PREFIX=str(dump),
-               TF_DUMP_GRAPH_NAME_FILTER="multi_step_on_iterator")
-    env.pop("TF_USE_LEGACY_KERAS", None)
-    env.pop("KERAS_BACKEND", None)
-    out = subprocess.run([sys.executable, JOB, str(tmp_path), model,
-                          ",".join(modes)],
-                         env=env, capture_output=True, text=True,
-                         timeout=600, cwd=_ROOT)
+    out = python(JOB, tmp_path, model, ",".join(modes),
+                 TF_DUMP_GRAPH_PREFIX=str(dump),
+                 TF_DUMP_GRAPH_NAME_FILTER="multi_step_on_iterator")
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
     results = {}
     for mode in modes:
@@ -60,7 +46,7 @@ def _assert_same_training(base, other, what):
     swapped tensor may keep oneDNN from fusing two ops."""
     (base_weights, base_record), (weights, record) = base, other
     assert sorted(weights) == sorted(base_weights), what
-    if _onednn() == "0":
+    if onednn() == "0":
         assert record["losses"] == base_record["losses"], what
         for name in base_weights:
             np.testing.assert_array_equal(weights[name], base_weights[name],

@@ -1,8 +1,8 @@
 """The LMS callback with Keras 3: ``model.fit(..., callbacks=[LMS()])``.
 
 Keras 3 exists on TensorFlow 2.16+ only: on 2.15 ``keras`` is Keras 2,
-whose callback rewrites graph-mode graphs (test_keras.py, test_models.py),
-and this file skips.
+whose callback rewrites graph-mode graphs (test_keras2_session.py,
+test_models.py), and this file skips.
 
 Keras 3 needs ``TF_USE_LEGACY_KERAS`` unset and eager execution on, and
 this test process has eager execution off (conftest.py), so each case runs
@@ -11,7 +11,7 @@ CASE DUMP_DIR``) with ``TF_ENABLE_ONEDNN_OPTS`` set explicitly (to the
 value the suite runs with, "0" when unset), which prints one JSON line
 the test checks.
 
-The witness that the swap ops ran is the one of test_function.py: with
+The witness that the swap ops ran is the one of test_lms_function.py: with
 ``TF_DUMP_GRAPH_PREFIX`` set, TensorFlow writes the graphs of Keras' train
 function (``multi_step_on_iterator``; the rewritten step is inlined there,
 with ``steps_per_execution`` > 1 in its lowered loop) up to the
@@ -21,10 +21,11 @@ them, on the CPU.
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
+
+from _keras3 import onednn, result_of
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _ROOT = os.path.dirname(_HERE)
@@ -293,34 +294,20 @@ def _new_stack():
 
 pytestmark = pytest.mark.skipif(
     not _new_stack(), reason="Keras 3 needs TensorFlow 2.16+; on 2.15 keras "
-    "is Keras 2, whose callback rewrites graphs (test_keras.py)")
-
-
-def _onednn():
-    return os.environ.get("TF_ENABLE_ONEDNN_OPTS", "0")
+    "is Keras 2, whose callback rewrites graphs (test_keras2_session.py)")
 
 
 def _run(case, tmp_path):
     dump = tmp_path / "dump"
     dump.mkdir()
-    env = dict(os.environ, PYTHONPATH=_ROOT, TF_CPP_MIN_LOG_LEVEL="2",
-               TF_ENABLE_ONEDNN_OPTS=_onednn(),
-               TF_DUMP_GRAPH_PREFIX=str(dump),
-               TF_DUMP_GRAPH_NAME_FILTER=DUMP_FILTER)
-    env.pop("TF_USE_LEGACY_KERAS", None)  # Keras 3
-    env.pop("KERAS_BACKEND", None)        # TensorFlow, Keras' default
-    out = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), case, str(dump)],
-        env=env, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-4000:]
-    line = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
-    assert line, out.stdout + out.stderr[-3000:]
-    return json.loads(line[-1][len("RESULT "):]), out.stderr
+    return result_of(os.path.abspath(__file__), case, dump,
+                     TF_DUMP_GRAPH_PREFIX=str(dump),
+                     TF_DUMP_GRAPH_NAME_FILTER=DUMP_FILTER)
 
 
 def _check_same_training(r, losses="losses", base="base_losses",
                          exact=True):
-    if _onednn() == "1" or not exact:
+    if onednn() == "1" or not exact:
         # A swapped tensor may keep oneDNN from fusing two ops, which
         # rounds differently.
         assert r[losses] == pytest.approx(r[base], rel=1e-5)

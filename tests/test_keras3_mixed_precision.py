@@ -15,10 +15,11 @@ float32.
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
+
+from _keras3 import onednn, result_of
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _ROOT = os.path.dirname(_HERE)
@@ -169,22 +170,8 @@ pytestmark = pytest.mark.skipif(
     "is Keras 2")
 
 
-def _onednn():
-    return os.environ.get("TF_ENABLE_ONEDNN_OPTS", "0")
-
-
 def _run(mode, policy):
-    env = dict(os.environ, PYTHONPATH=_ROOT, TF_CPP_MIN_LOG_LEVEL="2",
-               TF_ENABLE_ONEDNN_OPTS=_onednn())
-    env.pop("TF_USE_LEGACY_KERAS", None)  # Keras 3
-    env.pop("KERAS_BACKEND", None)        # TensorFlow, Keras' default
-    out = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), mode, policy],
-        env=env, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-4000:]
-    line = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
-    assert line, out.stdout + out.stderr[-3000:]
-    return json.loads(line[-1][len("RESULT "):])
+    return result_of(os.path.abspath(__file__), mode, policy)[0]
 
 
 _BYTES_PER_ELEMENT = {"float32": 4, "mixed_float16": 2, "mixed_bfloat16": 2}
@@ -193,7 +180,7 @@ _COMPUTE = {"float32": "float32", "mixed_float16": "float16",
 
 
 # float32 in fit pins the 4 bytes an element the 16-bit cases halve
-# (float32 custom loops: tests/test_function.py).
+# (float32 custom loops: tests/test_lms_function.py).
 CASES = [(mode, policy) for policy in ("mixed_float16", "mixed_bfloat16")
          for mode in ("fit", "loop")] + [("fit", "float32")]
 
@@ -221,7 +208,7 @@ def test_mixed_precision_trains_the_same_with_swaps_that_run(mode, policy):
     if policy == "mixed_float16":
         assert r["loss_scale"]
     assert r["slots_close"]
-    if _onednn() == "1":
+    if onednn() == "1":
         # A swapped tensor may keep oneDNN from fusing two ops, which
         # rounds differently (more so in 16-bit).
         assert r["losses"] == pytest.approx(r["base_losses"], rel=1e-3)

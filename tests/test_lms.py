@@ -1,7 +1,8 @@
 """The `LMS` object itself (tflms/lms.py): its settings as attributes,
 `run()`'s answers for a graph it has planned, rewritten or cannot edit,
-and the summary line it logs (tflms/run_log.py). How plans are made and
-trained is tested elsewhere (test_pipeline, test_integrations...)."""
+and the summary line it logs (tflms/run_log.py; its other lines:
+tests/test_run_log.py). How plans are made and trained is tested
+elsewhere (test_pipeline, test_integrations...)."""
 
 import numpy as np
 import pytest
@@ -95,13 +96,6 @@ def test_run_logs_one_summary_line_of_what_it_did(lms_log):
         len(result.swapout_ops) + len(result.swapin_ops)) in summaries[0]
 
 
-def test_size_text_switches_to_gib_at_a_tenth_of_one():
-    assert run_log.size_text(50 << 20) == "50.0 MiB"
-    assert run_log.size_text(102 << 20) == "102.0 MiB"  # < 0.1 GiB
-    assert run_log.size_text(103 << 20) == "0.10 GiB"
-    assert run_log.size_text(3 << 30) == "3.00 GiB"
-
-
 def test_run_refuses_graphs_it_cannot_edit():
     with pytest.raises(ValueError, match="graph must be a tf.Graph or None"):
         LMS(**FIXED).run("train")
@@ -120,7 +114,7 @@ def test_run_refuses_graphs_it_cannot_edit():
 
 
 def test_function_returns_a_callable_bound_to_this_lms():
-    # (Running one is test_function's: the tests run in graph mode, and a
+    # (Running one is test_lms_function's: the tests run in graph mode, and a
     # missing graph in eager mode is test_integrations'.)
     lms = LMS(**FIXED)
     wrapped = lms.function(lambda x: x * 2)

@@ -1,7 +1,8 @@
-"""A worker of a multi-worker strategy: what LMS manages there, where its
-swap ops go (tflms.worker_devices, pure), and the check that every worker
-made the same rewrite (tflms.tf.multi_worker), with the all-gather replaced by
-a list. tests/test_distributed.py runs two real workers."""
+"""A worker of a multi-worker strategy: what LMS manages there (the
+analysis of its replica's ops), and the check that every worker made the
+same rewrite (tflms.tf.multi_worker), with the all-gather replaced by a
+list. tests/test_worker_devices.py tests the worker's devices (pure);
+tests/test_distributed.py runs two real workers."""
 
 import pytest
 import tensorflow as tf
@@ -18,41 +19,6 @@ CPU_WORKER = worker_devices.for_worker([TASK1 + "/device:CPU:0"], "/cpu:0")
 GPU_WORKER = worker_devices.for_worker(
     [TASK1 + "/device:GPU:0", TASK1 + "/device:GPU:1"], "/cpu:0")
 FIXED = dict(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0)
-
-
-def test_a_cpu_only_worker_computes_on_its_cpu():
-    assert CPU_WORKER.task == TASK1 and CPU_WORKER.task_index == 1
-    assert CPU_WORKER.compute_cpus == (TASK1 + "/device:CPU:0",)
-    assert CPU_WORKER.host == TASK1 + "/device:CPU:0"
-    assert CPU_WORKER.computes_on(TASK1 + "/device:CPU:0")
-    assert CPU_WORKER.computes_on(TASK1 + "/cpu:0")
-    # Full names are compared: another task's CPU, the worker's other CPU
-    # and a bare '/cpu:0' the user pinned are not the replica's device.
-    for other in ("/job:worker/replica:0/task:0/device:CPU:0",
-                  TASK1 + "/device:CPU:1", "/device:CPU:0", "/cpu:0", ""):
-        assert not CPU_WORKER.computes_on(other), other
-
-
-def test_a_gpu_worker_keeps_its_cpu_as_the_host():
-    assert GPU_WORKER.compute_cpus == ()
-    assert GPU_WORKER.host == TASK1 + "/device:CPU:0"
-    assert not GPU_WORKER.computes_on(TASK1 + "/device:CPU:0")
-    assert worker_devices.for_worker([TASK1 + "/device:GPU:0"],
-                                     "/device:CPU:1").host == \
-        TASK1 + "/device:CPU:1"
-
-
-@pytest.mark.parametrize("replica_devices, message", [
-    ([], "replica_devices must name at least one device; got none"),
-    (["/device:CPU:0"], "replica_devices must be full names of one "
-     "worker's devices, such as '/job:worker/replica:0/task:1/device:CPU:0';"
-     " got \\('/device:CPU:0',\\)"),
-    (["/job:worker/replica:0/task:0/device:GPU:0", TASK1 + "/device:GPU:0"],
-     "replica_devices must be full names of one worker's devices"),
-])
-def test_for_worker_refuses_other_devices(replica_devices, message):
-    with pytest.raises(ValueError, match=message):
-        worker_devices.for_worker(replica_devices, "/cpu:0")
 
 
 @pytest.mark.parametrize("device, worker, expected", [

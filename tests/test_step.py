@@ -1,6 +1,7 @@
 """The training step: LMS plans and edits the fan-in of the step's fetches
-and nothing else (`tflms.step`, `graph_index.build_index`, the rewriter's
-check).
+and nothing else (`tflms.step`, `tflms.tf.reader.build_index`, the
+rewriter's check). The rules that find the fetches are tested in
+tests/test_reader.py.
 
 The graphs here hold more than their step, as users' graphs do: a Keras
 application used as a layer library in a Session graph keeps the forward
@@ -25,6 +26,8 @@ from tflms.tf import compat
 from tflms.settings import Settings
 from tflms.stages import prefetch, serialize
 from tflms.tf.verify import verify
+
+from _graphs import tiny_step
 
 _GIB = float(1 << 30)
 
@@ -135,81 +138,6 @@ def test_index_holds_the_fan_in_of_the_train_op_only():
     order = {op.name: k for k, op in enumerate(graph.get_operations())}
     assert [order[op.name] for op in index.ops] == sorted(
         order[op.name] for op in index.ops)
-
-
-def test_rules_in_order():
-    graph = tf.Graph()
-    with graph.as_default():
-        w = tf.compat.v1.get_variable("w", [4], use_resource=True)
-        loss = tf.reduce_sum(w * w)
-        grad = tf.gradients(loss, [w])[0]
-        update = w.assign_sub(0.1 * grad)
-        other = tf.reduce_max(w, name="other")
-    # 3b: an assignment to a trainable variable from a gradient.
-    found = reader.find_fetches(graph)
-    assert found.ops == (update.op,)
-    assert found.rule == "the optimizer updates of the graph (1 op)"
-    # 1: the fetches given win, as names, tensors or nested lists.
-    given = reader.find_fetches(graph, {"a": [other, "AssignSubVariableOp"]})
-    assert [op.name for op in given.ops] == [update.op.name, "other"]
-    assert given.rule == "the fetches passed to run() (2 ops)"
-    with graph.as_default():
-        apply = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
-            loss)
-    # 2: the train_op collection (the v1 optimizer adds its op).
-    assert reader.find_fetches(graph).ops == (apply,)
-    graph.clear_collection(tf.compat.v1.GraphKeys.TRAIN_OP)
-    # 3a: Apply* ops.
-    assert [op.type for op in reader.find_fetches(graph).ops] == [
-        "ResourceApplyGradientDescent"]
-
-
-def test_whole_graph_when_nothing_names_the_step():
-    graph = tf.Graph()
-    with graph.as_default():
-        x = tf.compat.v1.placeholder(tf.float32, [2, 3])
-        tf.nn.relu(x)
-    found = reader.find_fetches(graph)
-    assert found.whole_graph and found.ops == ()
-    assert found.rule.startswith("the whole graph")
-    index = reader.build_index(graph)
-    assert index.num_ops == index.graph_num_ops == 2 and index.fetches == ()
-
-
-@pytest.mark.parametrize("fetches, message", [
-    ([], r"^fetches is empty: pass the train op"),
-    ("nope", r"^fetches: 'nope' names nothing in the graph .*; pass an op "
-             r"name such as 'train_op'"),
-    ([3], r"^fetches: 3 is not an op, a tensor, a variable or a name"),
-])
-def test_bad_fetches(fetches, message):
-    graph, train_op, _ = _tiny_step()
-    with pytest.raises(ValueError, match=message):
-        reader.find_fetches(graph, fetches)
-    with pytest.raises(ValueError, match=message):
-        LMS().run(graph, fetches=fetches)
-    assert not rewriter.is_rewritten(graph)
-
-
-def test_fetch_of_another_graph():
-    graph, _, _ = _tiny_step()
-    _, other_op, _ = _tiny_step()
-    with pytest.raises(ValueError, match=r"^fetches: .* belongs to another "
-                       r"graph than the one LMS edits; pass ops of that"):
-        reader.find_fetches(graph, other_op)
-
-
-def _tiny_step():
-    graph = tf.Graph()
-    with graph.as_default():
-        x = tf.compat.v1.placeholder(tf.float32, [8, 16], name="x")
-        w = tf.compat.v1.get_variable("w", [16, 16])
-        h = tf.nn.relu(tf.matmul(x, w))
-        loss = tf.reduce_sum(h)
-        train_op = tf.compat.v1.train.GradientDescentOptimizer(
-            0.1).minimize(loss)
-        tf.identity(h, name="eval_head")
-    return graph, train_op, loss
 
 
 def test_literal_index_of_fetches():
@@ -333,7 +261,7 @@ def test_rewriter_refuses_an_index_that_is_not_the_step():
 
 
 def test_rewriter_refuses_a_plan_of_another_index():
-    graph, _, _ = _tiny_step()
+    graph, _, _ = tiny_step()
     index = reader.build_index(graph)
     big = reader.build_index(keras_app_graph(size=32)[0])
     from tflms import planner  # pylint: disable=import-outside-toplevel
@@ -385,27 +313,6 @@ def _assert_same_numbers(report):
 
 
 # ---- ops the graph optimizer reduces to an identity ----------------------------
-def test_forwards_input_of_real_ops():
-    graph = tf.Graph()
-    with graph.as_default():
-        x = tf.compat.v1.placeholder(tf.float32, [2, 4], name="x")
-        ops = {
-            "x_times_one": x * 1.0, "one_times_x": tf.multiply(1.0, x),
-            "x_plus_zero": x + tf.zeros([4]), "x_minus_zero": x - 0.0,
-            "x_over_one": x / 1.0, "stop": tf.stop_gradient(x),
-            "x_times_two": x * 2.0, "zero_minus_x": 0.0 - x,
-            # Broadcasting makes a new, larger tensor: not an identity.
-            "broadcast": x * tf.ones([3, 2, 4]),
-        }
-    index = reader.build_index(graph)
-    got = {name: index.forwards_input[index.id_of[t.op.name]]
-           for name, t in ops.items()}
-    assert got == {"x_times_one": 0, "one_times_x": 1, "x_plus_zero": 0,
-                   "x_minus_zero": 0, "x_over_one": 0, "stop": 0,
-                   "x_times_two": None, "zero_minus_x": None,
-                   "broadcast": None}
-
-
 def test_aliases_are_not_swap_sources_and_count_once():
     ops = [("x", "Placeholder", {"outputs": [1000]}),
            ("a", "Relu", {"outputs": [1000]}),
@@ -482,7 +389,7 @@ def test_a_rewrite_logs_one_warning_line_and_the_step(caplog):
     logger = logging.getLogger("tensorflow")
     logger.propagate = True
     caplog.set_level(logging.WARNING, logger="tensorflow")
-    graph, _, _ = _tiny_step()
+    graph, _, _ = tiny_step()
     LMS(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0).run(graph)
     lines = [r.getMessage() for r in caplog.records
              if "[LMS]" in r.getMessage()]
@@ -495,7 +402,7 @@ def test_a_rewrite_logs_one_warning_line_and_the_step(caplog):
     caplog.clear()
     caplog.set_level(logging.INFO, logger="tensorflow")
     tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.INFO)
-    graph, train_op, _ = _tiny_step()
+    graph, train_op, _ = tiny_step()
     in_step = len(reader.fan_in([train_op]))
     total = len(graph.get_operations())
     LMS(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0).run(graph)

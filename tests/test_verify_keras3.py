@@ -2,7 +2,7 @@
 
 Keras 3 exists on TensorFlow 2.16+ only and trains in eager mode, so every
 Keras 3 step here runs in a subprocess with TF_USE_LEGACY_KERAS unset (the
-test process itself has eager execution off), as in test_plan_keras3.py.
+test process itself has eager execution off), as in test_keras3_trace.py.
 The subprocesses inherit TF_ENABLE_ONEDNN_OPTS (conftest.py).
 """
 

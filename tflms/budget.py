@@ -8,7 +8,7 @@ memory shared by the processes of this node.
 
 This module imports no TensorFlow: the planning core reads budgets from
 here. Asking TensorFlow for the GPU's memory is the TensorFlow wing's
-(`tflms.tf.device_list`), which registers its device lister here with
+(`tflms.tf.local_devices`), which registers itself here with
 `register_device_lister` when the wing is imported; without it (a process
 that plans literal graphs), only ``autotune_gpu_mem`` gives the device
 budget.

@@ -44,7 +44,8 @@ fi
 bash tools/install_test_deps.sh "$VENV" tf
 "$VENV/bin/python" -c 'import sys, tensorflow as tf, keras; print("Python", sys.version.split()[0], "TensorFlow", tf.__version__, "Keras", keras.__version__)'
 TF_ENABLE_ONEDNN_OPTS=0 TF_USE_LEGACY_KERAS=1 "$VENV/bin/python" -m pytest \
-    tests/test_function.py tests/test_keras3_fit.py \
+    tests/test_lms_function.py tests/test_function_api.py \
+    tests/test_keras3_fit.py \
     tests/test_keras3_distributed.py tests/test_swaps_ran.py \
     tests/test_pure_core.py tests/test_imports.py \
     -k "not mobilenetv2" "$@"

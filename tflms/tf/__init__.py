@@ -23,17 +23,24 @@ imports this package; above it, `tflms.lms` and the command line use it.
                     workers' agreement
   verify.py, verify_keras3.py   tflms verify: with and without LMS
   live_capacity.py  tflms capacity on a live graph or Keras 3 model
-  device_list.py    the devices TensorFlow sees (the device budget)
   oracle/           GPU memory measured on Grappler's virtual cluster, the
                     check on the simulator (tests, benchmarks, tflms plan
                     --oracle); LMS.run never calls it
 
-Importing this package registers its device lister with `tflms.budget`,
-so that auto-tuning without ``autotune_gpu_mem`` asks TensorFlow for the
-GPU's memory.
+Importing this package registers `local_devices` with `tflms.budget`, so
+that auto-tuning without ``autotune_gpu_mem`` asks TensorFlow for the GPU's
+memory.
 """
 
 from tflms import budget
-from tflms.tf import device_list
 
-budget.register_device_lister(device_list.local_devices)
+
+def local_devices():
+    """`DeviceAttributes` of every local device (name, device_type,
+    memory_limit), for the device budget. Imported when asked: listing
+    devices initialises the GPU runtime."""
+    from tensorflow.python.client import device_lib  # pylint: disable=import-outside-toplevel
+    return device_lib.list_local_devices()
+
+
+budget.register_device_lister(local_devices)

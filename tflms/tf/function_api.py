@@ -3,7 +3,7 @@
 `tflms.tf.lms_function` rewrites the graph of a `tf.function`'s concrete function
 and runs the result as a new function. Everything it needs from TensorFlow
 beyond the public API is here, so the next TensorFlow release breaks one
-place (`tests/test_function.py` runs it on every supported version):
+place (`tests/test_lms_function.py` runs it on every supported version):
 
 * `is_jit_compiled`: the ``jit_compile`` option of a `tf.function`
   (``Function._jit_compile``) and the ``_XlaMustCompile`` attribute of a

@@ -2,7 +2,7 @@
 
 This test process has eager execution off (conftest.py), and a
 `tf.function` step needs it on, so each case runs this file as a script
-in a subprocess (``python tests/test_function.py CASE KERAS DUMP_DIR``),
+in a subprocess (``python tests/test_lms_function.py CASE KERAS DUMP_DIR``),
 which prints one JSON line the test checks. The subprocess inherits
 `TF_ENABLE_ONEDNN_OPTS` (conftest.py sets it explicitly; tools/run_tests.sh
 runs the `numerics` tests with it on too).
@@ -321,38 +321,6 @@ def _case_signatures(keras, tf, dump_dir):  # pylint: disable=unused-argument
         graph_ops=len(fn.get_concrete_function(x, y).graph.get_operations()))
 
 
-def _case_internals(keras, tf, dump_dir):  # pylint: disable=unused-argument
-    """tflms.tf.function_api on this TensorFlow: what it reads of a concrete
-    function, and a function rebuilt from an unedited graph computes what
-    the original does."""
-    from tflms.tf import function_api  # pylint: disable=import-outside-toplevel
-    v = tf.Variable(tf.ones([4, 4]), name="w")
-
-    @tf.function
-    def f(x):
-        v.assign_add(x)
-        return tf.reduce_sum(tf.matmul(v, v))
-    concrete = f.get_concrete_function(tf.TensorSpec([4, 4], tf.float32))
-    rebuilt = function_api.rebuild(concrete, concrete.graph)
-    x = tf.fill([4, 4], 0.5)
-    want = float(f(x))
-    got = float(rebuilt(x))
-    variables = function_api.captured_variables(concrete.graph)
-    return dict(
-        fetch_types=sorted(op.type for op in
-                           function_api.fetch_ops(concrete.graph)),
-        variables={k: w.name for k, w in variables.items()},
-        placeholder_types=sorted(
-            concrete.graph.get_operation_by_name(k).type
-            for k in variables),
-        new_name=_text(rebuilt.name) != _text(concrete.name),
-        same_result=got == float(tf.reduce_sum(tf.matmul(v, v))) and
-        want != got,  # both ran the assignment
-        jit=function_api.is_jit_compiled(tf.function(f.python_function,
-                                                     jit_compile=True)),
-        not_jit=function_api.is_jit_compiled(f, concrete))
-
-
 def _case_calls(keras, tf, dump_dir):  # pylint: disable=unused-argument
     """Called exactly like the original: NumPy inputs, Python arguments by
     position and keyword, default values, nested outputs, an input
@@ -455,8 +423,7 @@ def _case_fit(keras, tf, dump_dir, steps_per_execution="1"):
 
 
 _CASES = {"train": _case_train, "calls": _case_calls, "fit": _case_fit, "autotune": _case_autotune,
-          "errors": _case_errors, "signatures": _case_signatures,
-          "internals": _case_internals}
+          "errors": _case_errors, "signatures": _case_signatures}
 
 
 def _main(case, keras_name, dump_dir):
@@ -637,16 +604,6 @@ def test_one_rewrite_per_signature(tmp_path):
     assert r["outcomes"] == ["rewritten", "rewritten"]
     assert min(r["recomputes"]) > 0
     assert r["again"] == "already rewritten" and r["again_runs_rewritten"]
-
-
-def test_tensorflow_internals(tmp_path):
-    """What tflms.tf.function_api needs from this TensorFlow version."""
-    r, _ = _run("internals", "keras", tmp_path)
-    assert "AssignAddVariableOp" in r["fetch_types"]
-    assert list(r["variables"].values()) == ["w:0"]
-    assert r["placeholder_types"] == ["Placeholder"]
-    assert r["new_name"] and r["same_result"]
-    assert r["jit"] and not r["not_jit"]
 
 
 def test_tape_gradients_count_as_training_ops():

@@ -1,16 +1,86 @@
-"""`tflms capacity` on a Keras 3 model (traced once per batch): the
-batches it finds agree with `tflms plan` at that batch and at the batch
-above it; and the planner's answers hold as the budget grows on the step
-that showed they did not (Keras 3 ResNet50 at 64x64, batch 2: ordering
-found a plan at a small budget that larger ones lost).
-
-Each runs in a subprocess with Keras 3 (`_keras3`)."""
+"""tflms.tf.live_capacity, `tflms capacity` from Python on a live graph or
+model: on a Session graph, `of_graph` finds the batches the command finds
+in its file, without rewriting anything, and `graph_plan_at` refuses what
+it cannot search. On a Keras 3 model (traced once per batch): the batches
+it finds agree with `tflms plan` at that batch and at the batch above it;
+and the planner's answers hold as the budget grows on the step that showed
+they did not (Keras 3 ResNet50 at 64x64, batch 2: ordering found a plan at
+a small budget that larger ones lost). Each Keras 3 case runs in a
+subprocess with Keras 3 (`_keras3`)."""
 
 import json
 
+import pytest
+import tensorflow as tf
+
+from tflms import LMS
+from tflms import cli
+from tflms.settings import Settings
+from tflms.tf import live_capacity
+
+from _graphs import v1_cnn
 from _keras3 import needs_keras3, python, save_models
 
-pytestmark = needs_keras3
+_GIB = float(1 << 30)
+
+
+def _cli(capsys, *argv):
+    code = cli.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return out
+
+
+def test_of_graph_finds_what_the_command_finds(capsys, tmp_path):
+    meta = tmp_path / "cnn.meta"
+    with tf.Graph().as_default():
+        v1_cnn()
+        tf.compat.v1.train.export_meta_graph(filename=str(meta))
+    # A budget at which batch 64 needs LMS: half the step's peak without
+    # LMS, over the default memory ratio.
+    report = json.loads(_cli(capsys, "plan", meta, "--batch-size", 64,
+                             "--autotune-gpu-mem", 1000, "--no-plots",
+                             "--json"))
+    gpu_mem = "%.6f" % (report["without_lms"]["peak_bytes"] * 0.5 / 0.9
+                        / _GIB)
+    out_file = tmp_path / "capacity.json"
+    _cli(capsys, "capacity", meta, "--autotune-gpu-mem", gpu_mem, "--json",
+         out_file)
+    found = json.loads(out_file.read_text())
+    graph = tf.Graph()
+    with graph.as_default():
+        train_op = v1_cnn()
+    lms = LMS()
+    lms.autotune_gpu_mem = float(gpu_mem)
+    live = live_capacity.of_graph(graph, lms, fetches=train_op)
+    assert (live.max_batch_without_lms, live.max_batch_with_lms,
+            live.max_batch_within_overhead) == (
+                found["max_batch_without_lms"], found["max_batch_with_lms"],
+                None)
+    assert live.max_batch_with_lms > live.max_batch_without_lms
+    # Nothing was rewritten.
+    assert not [op for op in graph.get_operations()
+                if op.name.startswith("lms/")]
+
+
+def test_graph_plan_at_needs_auto_tuning_and_a_free_batch():
+    graph = tf.Graph()
+    with graph.as_default():
+        v1_cnn()
+    with pytest.raises(ValueError, match="the capacity search needs "
+                       "auto-tuning: leave swapout_threshold, swapin_ahead "
+                       "or swapin_groupby at -1 \\(auto\\); got 2, 1, 0"):
+        live_capacity.graph_plan_at(graph, Settings(
+            swapout_threshold=2, swapin_ahead=1, swapin_groupby=0))
+    static = tf.Graph()
+    with static.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [8, 32], name="x")
+        w = tf.compat.v1.get_variable("w", [32, 4])
+        tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
+            tf.reduce_sum(tf.matmul(x, w)))
+    with pytest.raises(ValueError, match="my graph has only static shapes, "
+                       "so its batch cannot change"):
+        live_capacity.graph_plan_at(static, Settings(), what="my graph")
 
 _LAYERS = (
     "keras.Input((16, 16, 3))",
@@ -65,6 +135,7 @@ print(json.dumps({"code": code, "text": text, "found": found,
 """
 
 
+@needs_keras3
 def test_keras3_capacity_agrees_with_plan(tmp_path):
     path = save_models(tmp_path, _LAYERS)["compiled"]
     out = python("-c", _AGREE, path)
@@ -145,6 +216,7 @@ print(json.dumps(out))
 """
 
 
+@needs_keras3
 def test_keras3_resnet50_answers_hold_as_the_budget_grows():
     out = python("-c", _HOLDS)
     assert out.returncode == 0, out.stderr[-3000:]

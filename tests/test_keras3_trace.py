@@ -1,4 +1,5 @@
-"""`tflms plan` on a model saved by Keras 3 (issue 24 item 5).
+"""tflms.tf.keras3_trace: `tflms plan` on a model saved by Keras 3, its
+training step traced.
 
 Keras 3 exists on TensorFlow 2.16+ only, and trains in eager mode, so every
 Keras 3 step here runs in a subprocess with TF_USE_LEGACY_KERAS unset (the
