@@ -1,12 +1,10 @@
 """Analysis on literal graphs (`graph_index.from_edges`): no TensorFlow graph,
 no session; every expected set is worked out by hand in the docstrings."""
 
-import dataclasses
 
 import pytest
 
 from tflms import analysis
-from tflms import fusions
 from tflms import graph_index as gi
 from tflms import dag_levels
 
@@ -219,64 +217,6 @@ def test_constant_ops():
                ("c2", "fill"), ("c1", "effect")])
     assert names_of(index, analysis.constant_ops(index)) == {
         "c1", "c2", "add", "shape_y", "zeros_y", "fill"}
-
-
-def fusion_graph():
-    return gi.from_edges(
-        [("x", "Placeholder"), ("k", "Const"), ("pad", "Pad"),
-         ("pad_id", "Identity"), ("conv", "Conv2D"), ("b", "Const"),
-         ("bias", "BiasAdd"), ("g", "Placeholder"), ("g_id", "Identity"),
-         ("bias_grad", "BiasAddGrad"), ("filter_grad", "Conv2DBackpropFilter"),
-         ("relu", "Relu"), ("other_grad", "BiasAddGrad")],
-        edges=[("x", "pad"), ("k", "pad"), ("pad", "pad_id"),
-               ("pad_id", "conv"), ("k", "conv"), ("conv", "bias"),
-               ("b", "bias"), ("g", "g_id"), ("g_id", "bias_grad"),
-               ("x", "filter_grad"), ("k", "filter_grad"),
-               ("g", "filter_grad"), ("conv", "relu"),
-               ("relu", "other_grad")])
-
-
-def test_fusion_partners_see_through_identities():
-    index = fusion_graph()
-    found = {index.names[k]: names_of(index, v)
-             for k, v in fusions.fusion_partners(index).items()}
-    assert found == {
-        "pad": {"conv"}, "conv": {"pad", "bias"}, "bias": {"conv"},
-        "bias_grad": {"filter_grad"}, "filter_grad": {"bias_grad"}}
-    assert analysis.classify_ops(index).fused_with == \
-        fusions.fusion_partners(index)
-
-
-def test_grappler_groups_are_neither_swapped_nor_ordered():
-    """A residual block's additions (bn_add -> res_add, Grappler makes one
-    AddN of them), a conv + bias add (one _FusedConv2D), and ops that
-    Grappler leaves as they are: an addition read twice, a Mul read by an
-    Add. The inner ops are not sources, no member triggers or waits."""
-    index = gi.from_edges(
-        [("x", "Placeholder"), ("conv", "Conv2D"), ("bias", "BiasAdd"),
-         ("scale", "Mul"), ("bn_add", "AddV2"), ("skip", "Identity"),
-         ("res_add", "AddV2"), ("relu", "Relu"), ("twice", "AddV2"),
-         ("late", "Relu"), ("sum", "AddN")],
-        edges=[("x", "conv"), ("conv", "bias"), ("bias", "scale"),
-               ("scale", "bn_add"), ("bn_add", "skip"), ("skip", "res_add"),
-               ("x", "res_add"), ("res_add", "relu"), ("relu", "twice"),
-               ("x", "twice"), ("twice", "late"), ("twice", "sum"),
-               ("late", "sum")])
-    inner, members = fusions.grappler_groups(index)
-    assert names_of(index, inner) == {"conv", "bn_add"}
-    assert names_of(index, members) == {"conv", "bias", "bn_add", "res_add"}
-    # A Session graph's roles are as they were (its plans too) ...
-    roles = analysis.classify_ops(index)
-    assert {"conv", "bn_add"} <= names_of(index, roles.sources)
-    # ... a tf.function's step leaves the groups alone.
-    index = dataclasses.replace(index, keep_grappler_groups=True)
-    roles = analysis.classify_ops(index)
-    assert not names_of(index, roles.sources) & {"conv", "bn_add"}
-    assert {"bias", "scale", "res_add", "twice"} <= names_of(index,
-                                                             roles.sources)
-    assert not names_of(index, roles.triggers | roles.waiters) & {
-        "conv", "bias", "bn_add", "res_add"}
-    assert "scale" in names_of(index, roles.triggers)
 
 
 def test_ancestors_within():
