@@ -291,8 +291,10 @@ def _step_time(step, plan):
         "interconnect": steptime.interconnect_named(step.interconnect).label,
         "without_lms_ms": step.without_lms_s * 1e3,
         "with_lms_ms": None if plan is None else step.with_lms_s * 1e3,
+        # Waiting for copies is never negative; the difference of the two
+        # clocks can be, by rounding.
         "exposed_transfer_ms": (None if plan is None
-                                else step.exposed_transfer_s * 1e3),
+                                else max(0.0, step.exposed_transfer_s * 1e3)),
     }
 
 
