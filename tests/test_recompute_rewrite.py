@@ -122,8 +122,8 @@ def test_tuned_plan_recomputes_within_the_budget():
     # Replayed as the tuner judges plans: copies timed at the default
     # interconnect on the default GPU.
     replayed, _ = steptime.replay_in_time(
-        simulator.SimulationModel(hybrid.index, hybrid.roles),
-        steptime.StepTimeModel(hybrid.index, hybrid.roles),
+        simulator.SimulationModel(hybrid.index, hybrid.context.roles),
+        steptime.StepTimeModel(hybrid.index, hybrid.context.roles),
         hybrid.plan)
     assert replayed.peak_device_bytes == hybrid.with_lms.peak_device_bytes
     assert replayed.fits(hybrid.budget_bytes)
@@ -155,10 +155,10 @@ def test_fixed_parameters_recompute_only_within_the_swap_plans_peak():
     from tflms import planner
     from tflms import simulator
     everything = planner.Recomputer(
-        hybrid.index, hybrid.roles).with_recomputes(
+        hybrid.index, hybrid.context.roles).with_recomputes(
             swap_only.plan, lambda candidate, current: True)
     assert len(everything.recomputes) > len(hybrid.plan.recomputes)
-    model = simulator.SimulationModel(hybrid.index, hybrid.roles)
+    model = simulator.SimulationModel(hybrid.index, hybrid.context.roles)
     assert model.replay(everything).peak_device_bytes > \
         swap_only.with_lms.peak_device_bytes
 
