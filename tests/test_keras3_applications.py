@@ -22,10 +22,11 @@ alone (`analysis.grappler_groups`). With a swap or a trigger inside them,
 ResNet50's residual additions were grouped differently.
 `test_each_cause_turned_back_on_changes_the_numbers` puts each back alone
 and sees the difference (the proof that these were the causes).
-NASNetMobile's fit without LMS is compared with the fit made without
-Grappler's dependency optimizer (`BASELINE_OPTIONS`, which says why); the
-cause test compares it with TensorFlow's default fit and sees the
-difference.
+Keras 3's optimizer passes every gradient through one IdentityN, which
+Grappler's dependency optimizer removes only while it has no control edge;
+then the arithmetic optimizer multiplies a gradient's last product and
+the update's ``learning_rate * gradient`` in another order (NASNetMobile's
+batch norms). LMS gives that IdentityN no control edge either.
 
 Keras 3 trains in eager mode and this test process has eager execution
 off (conftest.py): each application runs this file as a script in a
@@ -55,18 +56,6 @@ FIXED = dict(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0)
 SIZES = {"ResNet50": 32, "InceptionV3": 75, "NASNetMobile": 32,
          "DenseNet121": 32, "EfficientNetB0": 32, "ConvNeXtTiny": 32}
 DUMP_FILTER = "multi_step_on_iterator"
-# Applications compared with a fit without LMS made with some of
-# Grappler's passes off (LMS's fit runs with TensorFlow's defaults), and
-# those passes. NASNetMobile (32x32, oneDNN off): without LMS, Grappler's
-# dependency optimizer removes something that lets its arithmetic
-# optimizer's second round regroup sums in the second step; with LMS's
-# swaps it does not. Its fit without LMS gives second loss 0.3184362 with
-# the dependency optimizer and 0.3183729 without it, LMS's fit 0.3183729
-# with it, and the same weights. With the arithmetic optimizer off the
-# dependency optimizer changes no number of the fit without LMS: it only
-# changes which sums the arithmetic optimizer groups, a rounding neither
-# step gets wrong. Which sums is not found yet.
-BASELINE_OPTIONS = {"NASNetMobile": {"dependency_optimization": False}}
 # With oneDNN on, EfficientNetB0's first loss differs (3.22 against 1.09
 # at 32x32): oneDNN fuses ops around some swapped tensors differently,
 # and at 32x32, batch 2, its last batch norms normalize over two nearly
@@ -111,17 +100,20 @@ def _main(app, dump_dir, mode):
     elif mode == "no-groups":
         # Swaps and control edges inside what Grappler merges, as before.
         analysis.grappler_groups = lambda index: (frozenset(), frozenset())
+    elif mode == "identity-n-edges":
+        # Control edges on the IdentityN of the gradients, as before.
+        groups = analysis.grappler_groups
+
+        def without_identity_n(index):
+            inner, members = groups(index)
+            return inner, frozenset(m for m in members
+                                    if index.types[m] != "IdentityN")
+        analysis.grappler_groups = without_identity_n
     times = [time.perf_counter()]
     # TensorFlow reads the dump folder at each dump: the fit without LMS
     # writes none (hundreds of MB less).
     prefix = os.environ.pop("TF_DUMP_GRAPH_PREFIX")
-    options = BASELINE_OPTIONS.get(app, {})
-    if mode != "dependency-optimizer":
-        tf.config.optimizer.set_experimental_options(options)
     base_losses, base_weights = _fit(keras, app)
-    # LMS's fit runs with TensorFlow's defaults (each pass on).
-    tf.config.optimizer.set_experimental_options(
-        {name: True for name in options})
     os.environ["TF_DUMP_GRAPH_PREFIX"] = prefix
     times.append(time.perf_counter())
     lms = LMS(**FIXED)
@@ -205,7 +197,7 @@ def test_applications_train_the_same_with_nearly_everything_swapped(
 
 @pytest.mark.parametrize("app,mode", [
     ("InceptionV3", "lms-names"), ("ResNet50", "no-groups"),
-    ("NASNetMobile", "dependency-optimizer")])
+    ("NASNetMobile", "identity-n-edges")])
 def test_each_cause_turned_back_on_changes_the_numbers(app, mode, tmp_path):
     """The causes, each turned back on alone, oneDNN off. With swap-ins
     named ``lms/swapin_...`` (sorting after the model's own op names),
@@ -213,9 +205,9 @@ def test_each_cause_turned_back_on_changes_the_numbers(app, mode, tmp_path):
     differently. With swaps and control edges inside the groups Grappler
     merges (`analysis.grappler_groups`), it groups ResNet50's residual
     additions differently and leaves its first convolution unfused.
-    NASNetMobile's fit without LMS with Grappler's dependency optimizer on
-    (TensorFlow's default) regroups sums that LMS's fit and the fit
-    without that pass do not (`BASELINE_OPTIONS`)."""
+    With control edges on the IdentityN of the gradients, Grappler keeps
+    it, and multiplies NASNetMobile's batch norms' gradients by the
+    learning rate in another order than without LMS."""
     if _onednn() == "1":
         pytest.skip("exact comparisons need oneDNN off: this test runs in "
                     "the suite's pass with it off (tools/run_tests.sh)")
