@@ -70,3 +70,25 @@ def test_grappler_groups_are_neither_swapped_nor_ordered():
     assert not names_of(index, roles.triggers | roles.waiters) & {
         "conv", "bias", "bn_add", "res_add"}
     assert "scale" in names_of(index, roles.triggers)
+
+
+def test_identity_n_of_many_inputs_gets_no_control_edge():
+    """Grappler's dependency optimizer removes an IdentityN of several
+    inputs (Keras 3's optimizer passes its gradients through one) only
+    while it has no control edge, and then the arithmetic optimizer merges
+    the products on either side of it: in a tf.function's step it neither
+    triggers nor waits. An IdentityN of one input is removed either way."""
+    index = gi.from_edges(
+        [("x", "Placeholder"), ("g1", "Relu"), ("g2", "Relu"),
+         ("grads", "IdentityN"), ("one", "IdentityN"), ("y", "Relu"),
+         ("z", "Relu")],
+        edges=[("x", "g1"), ("x", "g2"), ("g1", "grads"), ("g2", "grads"),
+               ("x", "one"), ("one", "y"), ("grads", "z")])
+    _, members = fusions.grappler_groups(index)
+    assert "grads" in names_of(index, members)
+    assert "one" not in names_of(index, members)
+    assert "grads" in names_of(index, analysis.classify_ops(index).triggers)
+    roles = analysis.classify_ops(
+        dataclasses.replace(index, keep_grappler_groups=True))
+    assert "grads" not in names_of(index, roles.triggers | roles.waiters)
+    assert "one" in names_of(index, roles.triggers)

@@ -108,7 +108,11 @@ def grappler_groups(index):
     second reader, a swap-in between the two ops hides the inner one, and
     a trigger or a waiter gets a control edge. The step would then round
     differently from the step without LMS. Identities in between count as
-    absent (Grappler removes them first).
+    absent (Grappler removes them first). So do ``IdentityN`` ops of more
+    than one input (Keras 3's optimizer passes every gradient through one),
+    but the dependency optimizer removes those only while no control edge
+    goes in or out (each would become one per input): they are members, so
+    that the gradients still meet the update's products once they are gone.
 
     Returns:
       ``(inner, members)``, frozensets of op ids: `inner` the ops merged
@@ -125,6 +129,8 @@ def grappler_groups(index):
         if len(readers) == 1 and types[readers[0]] in into:
             inner.add(op)
             members.update((op, readers[0]))
+    members.update(op for op, t in enumerate(types)
+                   if t == "IdentityN" and len(index.inputs[op]) > 1)
     return frozenset(inner), frozenset(members)
 
 
