@@ -2,6 +2,8 @@
 literal graphs planned with fixed parameters. (The one-line summary a
 rewrite logs is checked through `LMS.run` in tests/test_lms.py.)"""
 
+import types
+
 import pytest
 
 from tflms import graph_index as gi
@@ -9,6 +11,7 @@ from tflms import pipeline
 from tflms import run_log
 from tflms._logging import Logger
 from tflms.settings import Settings
+from tflms.stages.swaps import Tuned
 
 FIXED = dict(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0)
 
@@ -40,11 +43,15 @@ def test_the_step_line_says_how_the_step_was_found(lms_log):
 
 def test_parameters_are_logged_to_paste_into_the_constructor(lms_log):
     planned = pipeline.plan(_chain(), Settings(**FIXED))
-    params = planned.plan.params
-    run_log.log_parameters(Logger(), params, autotuned=True)
-    run_log.log_parameters(Logger(), params, autotuned=True,
-                           only_tensors=[(1, 0)])
-    run_log.log_parameters(Logger(), params, autotuned=False)
+    # The same plan as if the tuner had chosen its parameters (every tensor
+    # past the threshold, then only one of them): the swaps stage's record
+    # is what tells them apart.
+    tuned = planned.with_record(Tuned(types.SimpleNamespace(
+        only_tensors=None)))
+    selected = planned.with_record(Tuned(types.SimpleNamespace(
+        only_tensors=((1, 0),))))
+    for shown in (tuned, selected, planned):
+        run_log.log_parameters(Logger(), shown)
     lines = lms_log()
     pasted = ("LMS(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0, "
               "sync_mode=0)")
