@@ -9,7 +9,8 @@ import numpy as np
 import tensorflow as tf
 
 # The same checks `tflms verify` makes for users.
-from tflms.tf.verify import kernel_counts, unexecuted_nodes  # noqa: F401
+from tflms.tf.verify import (executed_nodes, kernel_counts,  # noqa: F401
+                             unexecuted_nodes)
 from zoo import models as zoo_models
 
 
@@ -124,9 +125,7 @@ def train_steps(graph, handles, steps=3, trace=True):
             losses.append(loss)
         weights = {v.op.name: w for v, w in zip(variables,
                                                  sess.run(variables))}
-    executed = {n.node_name for d in md.step_stats.dev_stats
-                for n in d.node_stats}
-    return losses, weights, executed
+    return losses, weights, executed_nodes(md)
 
 
 def trace_options():
@@ -152,8 +151,7 @@ def assert_swaps_ran(graph, result, run_metadata):
     """
     nodes = {n.name: n for pg in run_metadata.partition_graphs
              for n in pg.node}
-    executed = {n.node_name for d in run_metadata.step_stats.dev_stats
-                for n in d.node_stats}
+    executed = executed_nodes(run_metadata)
     added = list(result.swapout_ops) + list(result.swapin_ops)
     kept = [name for name in added if name in nodes]
     missing = [name for name in kept if name not in executed]
@@ -311,3 +309,22 @@ def v1_cnn():
     train_op = v1.train.GradientDescentOptimizer(0.01).minimize(loss)
     v1.add_to_collection(v1.GraphKeys.TRAIN_OP, train_op)
     return train_op
+
+
+def rewritten_mlp(**params):
+    """A five-layer MLP training graph rewritten by ``LMS(**params)``:
+    ``(graph, RunResult)``. The same settings give the same rewrite, which
+    the multi-process checks compare."""
+    from tflms import LMS  # pylint: disable=import-outside-toplevel
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [4, 8], name="x")
+        h = x
+        for i in range(5):
+            h = tf.compat.v1.layers.dense(h, 8, activation=tf.nn.relu,
+                                          name="d%d" % i)
+        tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
+            tf.reduce_sum(h))
+    lms = LMS(**params)
+    lms.run(graph)
+    return graph, lms.last_run

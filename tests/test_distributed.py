@@ -31,6 +31,7 @@ from tflms import LMS
 from tflms import analysis
 from tflms.tf import distributed
 
+from _graphs import rewritten_mlp
 from _stack import HOROVOD_REASON, NEW_STACK, needs_estimator
 from _workers import REPO, finish, job_env, run_workers, spawn
 
@@ -457,26 +458,11 @@ def test_collective_in_the_forward_pass_is_left_alone():
 
 
 # ---- same rewrite on every rank ---------------------------------------------------
-def _rewritten(**params):
-    graph = tf.Graph()
-    with graph.as_default():
-        x = tf.compat.v1.placeholder(tf.float32, [4, 8], name="x")
-        h = x
-        for i in range(5):
-            h = tf.compat.v1.layers.dense(h, 8, activation=tf.nn.relu,
-                                          name="d%d" % i)
-        tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
-            tf.reduce_sum(h))
-    lms = LMS(**params)
-    lms.run(graph)
-    return graph, lms.last_run
-
-
 def test_check_same_rewrite_compares_every_rank():
-    g1, r1 = _rewritten(**FIXED)
-    g2, r2 = _rewritten(**FIXED)
-    g3, r3 = _rewritten(swapout_threshold=1, swapin_ahead=3,
-                        swapin_groupby=0)
+    g1, r1 = rewritten_mlp(**FIXED)
+    g2, r2 = rewritten_mlp(**FIXED)
+    g3, r3 = rewritten_mlp(swapout_threshold=1, swapin_ahead=3,
+                           swapin_groupby=0)
     f1 = distributed.rewrite_fingerprint(g1, r1)
     assert f1 == distributed.rewrite_fingerprint(g2, r2)  # deterministic
     f3 = distributed.rewrite_fingerprint(g3, r3)
@@ -493,9 +479,9 @@ def test_check_same_rewrite_compares_every_rank():
 
 
 def test_check_ranks_agree_compares_outcome_and_rewrite():
-    graph, result = _rewritten(**FIXED)
-    other, other_result = _rewritten(swapout_threshold=1, swapin_ahead=3,
-                                     swapin_groupby=0)
+    graph, result = rewritten_mlp(**FIXED)
+    other, other_result = rewritten_mlp(swapout_threshold=1, swapin_ahead=3,
+                                        swapin_groupby=0)
     check = distributed.check_ranks_agree
     # Not a multi-rank job: nothing to compare with, Horovod untouched.
     for env in ({}, {"HOROVOD_RANK": "0", "HOROVOD_SIZE": "1"},

@@ -7,12 +7,13 @@ tests/test_distributed.py runs two real workers."""
 import pytest
 import tensorflow as tf
 
-from tflms import LMS
 from tflms import analysis
 from tflms.tf import distributed
 from tflms import graph_index as gi
 from tflms.tf import multi_worker
 from tflms import worker_devices
+
+from tests import _graphs
 
 TASK1 = "/job:worker/replica:0/task:1"
 CPU_WORKER = worker_devices.for_worker([TASK1 + "/device:CPU:0"], "/cpu:0")
@@ -51,21 +52,6 @@ def test_classify_ops_manages_a_cpu_only_workers_replica():
     assert ids["a"] in roles.sources
 
 
-def _rewritten(**params):
-    graph = tf.Graph()
-    with graph.as_default():
-        x = tf.compat.v1.placeholder(tf.float32, [4, 8], name="x")
-        h = x
-        for i in range(5):
-            h = tf.compat.v1.layers.dense(h, 8, activation=tf.nn.relu,
-                                          name="d%d" % i)
-        tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
-            tf.reduce_sum(h))
-    lms = LMS(**params)
-    lms.run(graph)
-    return graph, lms.last_run
-
-
 def _record(worker, graph, result):
     """What this worker contributes to the all-gather."""
     rows = []
@@ -76,8 +62,8 @@ def _record(worker, graph, result):
 
 
 def test_workers_that_agree_pass():
-    graph, result = _rewritten(**FIXED)
-    other_graph, other_result = _rewritten(**FIXED)
+    graph, result = _graphs.rewritten_mlp(**FIXED)
+    other_graph, other_result = _graphs.rewritten_mlp(**FIXED)
     worker0 = worker_devices.for_worker(
         ["/job:worker/replica:0/task:0/device:CPU:0"], "/cpu:0")
     theirs = _record(worker0, other_graph, other_result)
@@ -93,8 +79,8 @@ def test_workers_that_agree_pass():
 
 
 def test_workers_that_differ_stop_with_what_differs():
-    graph, result = _rewritten(**FIXED)
-    other_graph, other_result = _rewritten(
+    graph, result = _graphs.rewritten_mlp(**FIXED)
+    other_graph, other_result = _graphs.rewritten_mlp(
         swapout_threshold=1, swapin_ahead=3, swapin_groupby=0)
     worker0 = worker_devices.for_worker(
         ["/job:worker/replica:0/task:0/device:CPU:0"], "/cpu:0")
@@ -123,7 +109,7 @@ def test_workers_that_differ_stop_with_what_differs():
 
 
 def test_a_graph_without_a_strategy_is_no_worker():
-    graph, _ = _rewritten(**FIXED)
+    graph, _ = _graphs.rewritten_mlp(**FIXED)
     assert multi_worker.strategy_of(graph) is None
     assert multi_worker.worker_of(graph, "/cpu:0") is None
     assert not multi_worker.is_multi_worker(tf.distribute.get_strategy())

@@ -217,7 +217,9 @@ def _node_names(metadata):
     return {n.name: n.op for pg in metadata.partition_graphs for n in pg.node}
 
 
-def _executed(metadata):
+def executed_nodes(metadata):
+    """Names of the nodes that ran in the step traced into `metadata`
+    (its step stats)."""
     return {n.node_name for d in metadata.step_stats.dev_stats
             for n in d.node_stats}
 
@@ -226,7 +228,7 @@ def unexecuted_nodes(metadata):
     """Names of the nodes of the optimized graphs that did not run in the
     traced step: ops on a cycle (or after one) never run, and TensorFlow
     ends the step without an error."""
-    return set(_node_names(metadata)) - _executed(metadata)
+    return set(_node_names(metadata)) - executed_nodes(metadata)
 
 
 def kernel_counts(metadata):
@@ -305,7 +307,7 @@ def verify(load, lms, steps=3, batch_size=None, train_op_names=(),
         + [(v.op.name, a, b)
            for v, a, b in zip(plain_fetches[2], base_final, final)], rtol)
 
-    nodes, executed = _node_names(md), _executed(md)
+    nodes, executed = _node_names(md), executed_nodes(md)
     # Recompute clones count as swap ops here: each one Grappler kept must
     # have run (one fused into another clone or merged with a twin is gone
     # from the optimized graph, as a merged swap op is).

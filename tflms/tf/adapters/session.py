@@ -15,6 +15,7 @@ from tflms.results import EagerModeError
 from tflms.tf import reader
 from tflms.tf import rewriter
 from tflms.tf import swaps_ran
+from tflms.tf import verify
 from tflms.tf.adapters.graph_step import GraphAdapter, TrainingStep
 
 __all__ = ["SessionGraph", "StepGuard", "graph_to_edit",
@@ -77,8 +78,7 @@ def swaps_in_run_metadata(result, metadata):
     ran in the ``Session.run`` traced into `metadata` (``RunMetadata``
     with ``output_partition_graphs`` and a full trace): found in the
     partition graphs and executed by the step."""
-    executed = {n.node_name for d in metadata.step_stats.dev_stats
-                for n in d.node_stats}
+    executed = verify.executed_nodes(metadata)
     checked = swaps_ran.checked(result, list(metadata.partition_graphs))
     ran = {name: device for name, device in checked.ran.items()
            if name in executed}
