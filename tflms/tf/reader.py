@@ -238,17 +238,22 @@ def _forwarded_slot(op):
                 or not x.shape.is_fully_defined()
                 or x.shape != out.shape):
             continue
-        value = const.op.get_attr("value")
-        dims = [d.size for d in value.tensor_shape.dim]
-        if prod(dims) > 1024:
-            continue  # a large constant is no neutral scalar
-        try:
-            array = tf.make_ndarray(value)
-        except (TypeError, ValueError):
-            continue
-        if array.size and (array == neutral).all():
+        if holds_only(const.op.get_attr("value"), neutral):
             return kept
     return None
+
+
+def holds_only(value, neutral):
+    """True if the constant `value` (a TensorProto) holds `neutral` in
+    every element: a small constant only (a large one is no neutral
+    scalar, and is not worth decoding)."""
+    if prod(d.size for d in value.tensor_shape.dim) > 1024:
+        return False
+    try:
+        array = tf.make_ndarray(value)
+    except (TypeError, ValueError):
+        return False
+    return bool(array.size) and bool((array == neutral).all())
 
 
 def _static_shape(tensor):

@@ -4,7 +4,6 @@ ops, resident variables, release at launch, swapped-in copies allocated
 when the host sends them."""
 
 import functools
-import math
 
 import numpy as np
 import tensorflow as tf
@@ -14,6 +13,7 @@ from tensorflow.python.framework import op_def_registry
 from tflms.graph_index.index import (ALLOCATING_REF_TYPES,
                                      BUFFER_FORWARDING_TYPES, NEUTRAL_OPERANDS)
 from tflms.inplace import inplace_candidates
+from tflms.tf import reader
 from tflms.tf.oracle.copies import _hold_for_copies
 from tflms.tf.oracle.virtual_cluster import (_GraphLike, _is_cpu_device,
                                           _recv_name, _sanitized)
@@ -40,14 +40,7 @@ def _neutral_operand_slot(node, nodes, sizes):
         if (const is None or const.op != "Const"
                 or sizes.get(x_key) != sizes.get((node.name, 0))):
             continue
-        value = const.attr["value"].tensor
-        if math.prod(d.size for d in value.tensor_shape.dim) > 1024:
-            continue  # a large constant is no neutral scalar
-        try:
-            array = tf.make_ndarray(value)
-        except (TypeError, ValueError):
-            continue
-        if array.size and (array == neutral).all():
+        if reader.holds_only(const.attr["value"].tensor, neutral):
             return kept
     return None
 
