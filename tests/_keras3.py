@@ -52,6 +52,16 @@ def onednn():
     return os.environ.get("TF_ENABLE_ONEDNN_OPTS", "0")
 
 
+def error_of(call):
+    """``[type name, message]`` of the exception `call()` raises, or None:
+    for a script's RESULT line, which carries no exception objects."""
+    try:
+        call()
+    except Exception as e:  # pylint: disable=broad-except
+        return [type(e).__name__, str(e)]
+    return None
+
+
 def keras3_env(**extra):
     """This process's environment for a Keras 3 subprocess: `keras` is
     Keras 3 on TensorFlow (TF_USE_LEGACY_KERAS and KERAS_BACKEND unset),

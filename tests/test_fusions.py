@@ -55,7 +55,7 @@ def test_grappler_groups_are_neither_swapped_nor_ordered():
                ("x", "res_add"), ("res_add", "relu"), ("relu", "twice"),
                ("x", "twice"), ("twice", "late"), ("twice", "sum"),
                ("late", "sum")])
-    inner, members = fusions.grappler_groups(index)
+    inner, members, direct = fusions.grappler_groups(index)
     assert names_of(index, inner) == {"conv", "bn_add"}
     assert names_of(index, members) == {"conv", "bias", "bn_add", "res_add"}
     # A Session graph's roles are as they were (its plans too) ...
@@ -84,7 +84,7 @@ def test_identity_n_of_many_inputs_gets_no_control_edge():
          ("z", "Relu")],
         edges=[("x", "g1"), ("x", "g2"), ("g1", "grads"), ("g2", "grads"),
                ("x", "one"), ("one", "y"), ("grads", "z")])
-    _, members = fusions.grappler_groups(index)
+    members = fusions.grappler_groups(index).members
     assert "grads" in names_of(index, members)
     assert "one" not in names_of(index, members)
     assert "grads" in names_of(index, analysis.classify_ops(index).triggers)
@@ -92,3 +92,76 @@ def test_identity_n_of_many_inputs_gets_no_control_edge():
         dataclasses.replace(index, keep_grappler_groups=True))
     assert "grads" not in names_of(index, roles.triggers | roles.waiters)
     assert "one" in names_of(index, roles.triggers)
+
+
+def swish_graph():
+    """``x * sigmoid(x * 1)`` as ``tf.nn.silu`` writes it (the ``x * 1``
+    is the arithmetic optimizer's to remove), read late by its gradient,
+    and a squeeze-excitation gate ``y * sigmoid(z)``, which is no swish."""
+    return gi.from_edges(
+        [("x", "Relu", {"outputs": [1024]}), ("one", "Const"),
+         ("beta_x", "Mul", {"forwards_input": 0, "outputs": [1024]}),
+         ("sigmoid", "Sigmoid", {"outputs": [1024]}),
+         ("swish", "Mul", {"outputs": [1024]}),
+         ("z", "Relu", {"outputs": [1024]}),
+         ("gate", "Sigmoid", {"outputs": [1024]}),
+         ("excite", "Mul", {"outputs": [1024]}),
+         ("a", "Relu", {"outputs": [1024]}), ("b", "Relu", {"outputs": [1024]}),
+         ("c", "Relu", {"outputs": [1024]}),
+         ("grad", "AddN", {"outputs": [1024]})],
+        edges=[("x", "beta_x"), ("one", "beta_x"), ("beta_x", "sigmoid"),
+               ("x", "swish"), ("sigmoid", "swish"), ("swish", "z"),
+               ("z", "gate"), ("swish", "excite"), ("gate", "excite"),
+               ("excite", "a"), ("a", "b"), ("b", "c"), ("c", "grad"),
+               ("x", "grad")])
+
+
+def test_a_swish_stays_one_op_for_onednn():
+    """On oneDNN's CPU kernels, the remapper makes one _MklSwish of Mul(x,
+    Sigmoid(x)) only while the Sigmoid has no other reader and no control
+    edge and the Mul reads x itself: in a tf.function's step the Sigmoid is
+    not swapped, neither op triggers or waits, and the Mul reads x as the
+    model wrote it, not from a swap-in (EfficientNet's activations rounded
+    differently before). The gate's Sigmoid is no swish."""
+    index = dataclasses.replace(swish_graph(), onednn_cpu=True)
+    inner, members, direct = fusions.grappler_groups(index)
+    assert names_of(index, inner) == {"sigmoid"}
+    assert names_of(index, members) == {"sigmoid", "swish"}
+    assert names_of(index, direct) == {"swish"}
+    session_roles = analysis.classify_ops(index)
+    assert {"swish"} <= names_of(index, session_roles.sinks)
+    roles = analysis.classify_ops(
+        dataclasses.replace(index, keep_grappler_groups=True))
+    assert "swish" not in names_of(index, roles.sinks)
+    assert "sigmoid" not in names_of(index, roles.sources)
+    assert not names_of(index, roles.triggers | roles.waiters) & {
+        "sigmoid", "swish"}
+    assert {"gate", "excite"} <= names_of(index, roles.triggers)
+    assert "excite" in names_of(index, roles.sinks)
+    # Without oneDNN nothing merges them.
+    assert not any(fusions.grappler_groups(swish_graph()))
+
+
+def test_a_max_pool_keeps_its_output_for_its_gradient_on_onednn():
+    """On oneDNN's CPU kernels the layout pass gives a MaxPoolGrad its
+    pool's workspace only while it reads the pool's own output: that output
+    is not swapped (NASNet's gradients of tied maxima went elsewhere
+    before); the pool's input still may be."""
+    index = gi.from_edges(
+        [("x", "Relu", {"outputs": [4096]}),
+         ("pool", "MaxPool", {"outputs": [1024]}),
+         ("a", "Relu", {"outputs": [1024]}), ("b", "Relu", {"outputs": [1024]}),
+         ("c", "Relu", {"outputs": [1024]}),
+         ("grad", "MaxPoolGrad", {"outputs": [4096]})],
+        edges=[("x", "pool"), ("pool", "a"), ("a", "b"), ("b", "c"),
+               ("x", "grad"), ("pool", "grad"), ("c", "grad")])
+    onednn = dataclasses.replace(index, keep_grappler_groups=True,
+                                 onednn_cpu=True)
+    assert names_of(onednn, fusions.grappler_groups(onednn).inner) == {
+        "pool"}
+    roles = analysis.classify_ops(onednn)
+    assert "pool" not in names_of(onednn, roles.sources)
+    assert {"x", "grad"} <= names_of(onednn, roles.sources | roles.sinks)
+    assert "x" in names_of(onednn, roles.sources)
+    plain = dataclasses.replace(index, keep_grappler_groups=True)
+    assert "pool" in names_of(plain, analysis.classify_ops(plain).sources)

@@ -57,17 +57,6 @@ FIXED = dict(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0)
 SIZES = {"ResNet50": 32, "InceptionV3": 75, "NASNetMobile": 32,
          "DenseNet121": 32, "EfficientNetB0": 32, "ConvNeXtTiny": 32}
 DUMP_FILTER = "multi_step_on_iterator"
-# With oneDNN on, EfficientNetB0's first loss differs (3.22 against 1.09
-# at 32x32): oneDNN fuses ops around some swapped tensors differently,
-# and at 32x32, batch 2, its last batch norms normalize over two nearly
-# equal values, which turns rounding into a different loss. Which fusion
-# is not found yet; only the swaps are checked there.
-ONEDNN_NOT_YET = {"EfficientNetB0"}
-# With oneDNN on, NASNetMobile's first loss agrees to 1e-5 but its second
-# differs by 8e-5 relative at 32x32 (0.2905645 against 0.2905876): which
-# oneDNN fusion differs around a swapped tensor is not found yet.
-ONEDNN_LOSS_RTOL = {"NASNetMobile": 1e-3}
-
 
 # ---- the script (runs in the subprocess) -------------------------------
 
@@ -104,15 +93,16 @@ def _main(app, dump_dir, mode):
             "swapin", t)
     elif mode == "no-groups":
         # Swaps and control edges inside what Grappler merges, as before.
-        fusions.grappler_groups = lambda index: (frozenset(), frozenset())
+        fusions.grappler_groups = lambda index: fusions.GrapplerGroups(
+            frozenset(), frozenset(), frozenset())
     elif mode == "identity-n-edges":
         # Control edges on the IdentityN of the gradients, as before.
         groups = fusions.grappler_groups
 
         def without_identity_n(index):
-            inner, members = groups(index)
-            return inner, frozenset(m for m in members
-                                    if index.types[m] != "IdentityN")
+            found = groups(index)
+            return found._replace(members=frozenset(
+                m for m in found.members if index.types[m] != "IdentityN"))
         fusions.grappler_groups = without_identity_n
     times = [time.perf_counter()]
     # TensorFlow reads the dump folder at each dump: the fit without LMS
@@ -174,20 +164,8 @@ def test_applications_train_the_same_with_nearly_everything_swapped(
     assert r["swapouts"] > 50
     assert r["missing"] == [] and r["off_cpu"] == []
     assert r["num_weights"] > 0
-    if onednn() == "1" and app in ONEDNN_NOT_YET:
-        assert all(l == l for l in r["losses"])  # trained, not NaN
-    elif onednn() == "1" and app in ONEDNN_LOSS_RTOL:
-        assert r["losses"][0] == pytest.approx(r["base_losses"][0], rel=1e-5)
-        assert r["losses"] == pytest.approx(r["base_losses"],
-                                            rel=ONEDNN_LOSS_RTOL[app])
-    elif onednn() == "1":
-        # A swapped tensor may keep oneDNN from fusing two ops, which
-        # rounds differently.
-        assert r["losses"] == pytest.approx(r["base_losses"], rel=1e-5)
-        assert r["weights_close"]
-    else:
-        assert r["losses"] == r["base_losses"]
-        assert r["different"] == 0
+    assert r["losses"] == r["base_losses"]
+    assert r["different"] == 0
 
 
 @pytest.mark.parametrize("app,mode", [

@@ -25,7 +25,7 @@ import sys
 
 import pytest
 
-from _keras3 import onednn, result_of
+from _keras3 import error_of, onednn, result_of
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _ROOT = os.path.dirname(_HERE)
@@ -209,14 +209,6 @@ def _case_autotune(keras, tf, dump_dir):  # pylint: disable=unused-argument
         unknown_batch=ragged(unknown), batch_size_set=ragged(told))
 
 
-def _error_of(call):
-    try:
-        call()
-    except Exception as e:  # pylint: disable=broad-except
-        return [type(e).__name__, str(e)]
-    return None
-
-
 def _case_errors(keras, tf, dump_dir):  # pylint: disable=unused-argument
     """Where the callback cannot work: the error, raised before the model
     is changed or trained."""
@@ -230,7 +222,7 @@ def _case_errors(keras, tf, dump_dir):  # pylint: disable=unused-argument
     model, shape, batch = _model(keras, "cnn", run_eagerly=True)
     weights = [v.numpy() for v in model.weights]
     x, y = _data(shape, batch)
-    out["run_eagerly"] = _error_of(lambda: model.fit(
+    out["run_eagerly"] = error_of(lambda: model.fit(
         x, y, batch_size=batch, verbose=0, callbacks=[LMS(**FIXED)]))
     out["run_eagerly_unchanged"] = unchanged(model, weights)
 
@@ -241,7 +233,7 @@ def _case_errors(keras, tf, dump_dir):  # pylint: disable=unused-argument
     with strategy.scope():
         model, _, _ = _model(keras, "cnn")
     weights = [v.numpy() for v in model.weights]
-    out["strategy"] = _error_of(lambda: model.fit(
+    out["strategy"] = error_of(lambda: model.fit(
         x, y, batch_size=batch, verbose=0, callbacks=[LMS(**FIXED)]))
     out["strategy_unchanged"] = unchanged(model, weights)
 

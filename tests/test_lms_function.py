@@ -28,6 +28,8 @@ import sys
 
 import pytest
 
+from _keras3 import error_of
+
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _ROOT = os.path.dirname(_HERE)
 
@@ -243,14 +245,6 @@ def _text(name):
     return name.decode() if isinstance(name, bytes) else name
 
 
-def _error_of(call):
-    try:
-        call()
-    except Exception as e:  # pylint: disable=broad-except
-        return [type(e).__name__, str(e)]
-    return None
-
-
 def _case_errors(keras, tf, dump_dir):  # pylint: disable=unused-argument
     """Where LMS cannot work: the error, and nothing traced or changed."""
     from tflms import LMS  # pylint: disable=import-outside-toplevel
@@ -261,13 +255,13 @@ def _case_errors(keras, tf, dump_dir):  # pylint: disable=unused-argument
 
     _, train_step, _ = _build(keras, tf)
     jitted = tf.function(train_step, jit_compile=True)
-    out["jit"] = _error_of(lambda: lms.function(jitted))
+    out["jit"] = error_of(lambda: lms.function(jitted))
     out["jit_traced"] = jitted.experimental_get_tracing_count()
 
     _, train_step, _ = _build(keras, tf)
     inner = lms.function(train_step)
     outer = tf.function(lambda x, y: inner(x, y), jit_compile=True)
-    out["xla_caller"] = _error_of(lambda: outer(x, y))
+    out["xla_caller"] = error_of(lambda: outer(x, y))
     out["xla_caller_traced"] = len(inner.results)
 
     model, train_step, _ = _build(keras, tf)
@@ -275,17 +269,17 @@ def _case_errors(keras, tf, dump_dir):  # pylint: disable=unused-argument
     fn = lms.function(train_step)
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
     with strategy.scope():
-        out["strategy"] = _error_of(lambda: fn(x, y))
-    out["strategy_run"] = _error_of(lambda: strategy.run(fn, (x, y)))
+        out["strategy"] = error_of(lambda: fn(x, y))
+    out["strategy_run"] = error_of(lambda: strategy.run(fn, (x, y)))
     out["strategy_traced"] = len(fn.results)
     out["strategy_unchanged"] = all(
         (a == v.numpy()).all() for a, v in zip(weights, model.weights))
 
     def eager_only(x, y):
         return float(tf.reduce_sum(x).numpy()) + float(tf.reduce_sum(y))
-    out["untraceable"] = _error_of(lambda: lms.function(eager_only)(x, y))
-    out["not_callable"] = _error_of(lambda: lms_function.function(3, lms))
-    out["bad_lms"] = _error_of(lambda: lms_function.function(eager_only, 3))
+    out["untraceable"] = error_of(lambda: lms.function(eager_only)(x, y))
+    out["not_callable"] = error_of(lambda: lms_function.function(3, lms))
+    out["bad_lms"] = error_of(lambda: lms_function.function(eager_only, 3))
     out["last_run"] = lms.last_run is None
     return out
 

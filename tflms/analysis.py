@@ -437,10 +437,11 @@ def classify_ops(index, gpu_device=None, is_training=True, filters=None,
     # step LMS leaves them so. (Session graphs keep their plans for now: changing
     # them changes every recorded plan and capacity.)
     if index.keep_grappler_groups:
-        inner, grouped = fusions.grappler_groups(index)
-        sources -= inner
-        triggers -= grouped
-        waiters -= grouped
+        groups = fusions.grappler_groups(index)
+        sources -= groups.inner
+        sinks -= groups.direct_readers
+        triggers -= groups.members
+        waiters -= groups.members
 
     if filters.get("incl_sources"):
         sources &= filters["incl_sources"]

@@ -10,14 +10,28 @@ identities Grappler removes first (`graph_index.GRAPPLER_IDENTITY_TYPES`).
 Pure: questions on a `GraphIndex`, no TensorFlow.
 """
 
+from typing import NamedTuple
+
 from tflms import graph_index as gi
 
-__all__ = ["fusion_partners", "grappler_groups"]
+__all__ = ["GrapplerGroups", "fusion_partners", "grappler_groups"]
+
+
+class GrapplerGroups(NamedTuple):
+    """What `grappler_groups` finds, as frozensets of op ids."""
+    # Ops merged into their reader: their output is never swapped.
+    inner: frozenset
+    # Those and their readers: never triggers or waiters.
+    members: frozenset
+    # Readers that must read their inputs as the model wrote them, not
+    # from a swap-in (a pattern matching the same tensor twice).
+    direct_readers: frozenset
 
 
 def _through_identities(index, producer, output):
     """The tensor ``(producer, output)`` stands for once Grappler has
-    removed the identities in front of it."""
+    removed the identities in front of it (and the arithmetic that changes
+    nothing, `GraphIndex.forwards_input`)."""
     seen = 0
     while seen < 64:
         t = index.types[producer]
@@ -25,6 +39,10 @@ def _through_identities(index, producer, output):
             producer, output = index.inputs[producer][0]
         elif t == "IdentityN" and output < len(index.inputs[producer]):
             producer, output = index.inputs[producer][output]
+        elif output == 0 and index.forwards_input[producer] is not None:
+            # x * 1, x + 0...: the arithmetic optimizer removes them too.
+            producer, output = index.inputs[producer][
+                index.forwards_input[producer]]
         else:
             break
         seen += 1
@@ -114,13 +132,20 @@ def grappler_groups(index):
     goes in or out (each would become one per input): they are members, so
     that the gradients still meet the update's products once they are gone.
 
+    On oneDNN's CPU kernels (`GraphIndex.onednn_cpu`) two more: the
+    remapper makes one ``_MklSwish`` of ``x * sigmoid(x)`` (the Mul must
+    read ``x`` itself, not a swap-in), and the layout pass gives a
+    MaxPoolGrad its pool's workspace while it reads the pool's output
+    (which is then not swapped).
+
     Returns:
-      ``(inner, members)``, frozensets of op ids: `inner` the ops merged
-      into their reader (their output is not swapped), `members` those
-      and their readers (never triggers or waiters).
+      a `GrapplerGroups`: `inner` the ops merged into their reader (their
+      output is not swapped), `members` those and their readers (never
+      triggers or waiters), `direct_readers` the members that read no
+      swap-in (a swish's Mul must read the Sigmoid's own input).
     """
     types = index.types
-    inner, members = set(), set()
+    inner, members, direct_readers = set(), set(), set()
     for op, t in enumerate(types):
         into = _MERGED_INTO.get(t)
         if into is None or not index.consumers[op]:
@@ -131,7 +156,47 @@ def grappler_groups(index):
             members.update((op, readers[0]))
     members.update(op for op, t in enumerate(types)
                    if t == "IdentityN" and len(index.inputs[op]) > 1)
-    return frozenset(inner), frozenset(members)
+    if index.onednn_cpu:
+        for sigmoid, mul in _swishes(index):
+            inner.add(sigmoid)
+            members.update((sigmoid, mul))
+            direct_readers.add(mul)
+        inner.update(_pools_with_workspace(index))
+    return GrapplerGroups(frozenset(inner), frozenset(members),
+                          frozenset(direct_readers))
+
+
+def _pools_with_workspace(index):
+    """MaxPool ops whose output a MaxPoolGrad reads: oneDNN's layout pass
+    gives the gradient the forward pool's workspace (the positions of the
+    maxima) only while it reads the pool's own output, and otherwise
+    leaves TensorFlow's kernel, which places the gradient of tied maxima
+    elsewhere (NASNet's pools of ReLU outputs)."""
+    types = index.types
+    for op, t in enumerate(types):
+        if t == "MaxPoolGrad" and len(index.inputs[op]) > 1:
+            pool, _ = _through_identities(index, *index.inputs[op][1])
+            if types[pool] == "MaxPool":
+                yield pool
+
+
+def _swishes(index):
+    """``(sigmoid, mul)`` pairs computing ``x * sigmoid(x)``, where the
+    Sigmoid has that Mul as its one reader: with oneDNN on, the remapper
+    makes one ``_MklSwish`` of them, which rounds differently from the two
+    ops (``keras.activations.silu``: EfficientNet's activations)."""
+    types = index.types
+    for op, t in enumerate(types):
+        if t != "Sigmoid" or not index.inputs[op]:
+            continue
+        readers = _readers_of(index, (op, 0))
+        if len(readers) != 1 or types[readers[0]] != "Mul":
+            continue
+        x = _through_identities(index, *index.inputs[op][0])
+        operands = [_through_identities(index, *tensor)
+                    for tensor in index.inputs[readers[0]]]
+        if x in operands:
+            yield op, readers[0]
 
 
 def _readers_of(index, tensor):

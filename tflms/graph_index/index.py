@@ -154,6 +154,9 @@ class GraphIndex:
         edge to, the groups of ops Grappler merges
         (`fusions.grappler_groups`); set for a tf.function's step
         (`tflms.tf.adapters.tf_function.step_of`).
+      onednn_cpu: the step runs on oneDNN's CPU kernels (oneDNN on and no
+        GPU), whose remapper and layout passes merge more ops
+        (`fusions.grappler_groups`); set with `keep_grappler_groups`.
     """
 
     ops: tuple
@@ -185,6 +188,7 @@ class GraphIndex:
     step_rule: str = "the whole graph"
     graph_num_ops: int = 0
     keep_grappler_groups: bool = False
+    onednn_cpu: bool = False
 
     @property
     def num_ops(self):

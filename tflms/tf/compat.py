@@ -24,7 +24,7 @@ import tensorflow as tf
 __all__ = ["UnsupportedStackError", "TF_VERSION", "tf_version_text",
            "has_estimator", "require_estimator", "keras2", "keras2_backend",
            "is_keras3_model", "keras_backend_for", "keras3_message",
-           "keras3_model_message",
+           "keras3_model_message", "onednn_enabled",
            "CallbackBase"]
 
 
@@ -238,3 +238,10 @@ def _callback_base():
 
 
 CallbackBase = _callback_base()
+
+
+def onednn_enabled():
+    """True if this process runs oneDNN kernels and graph passes
+    (TF_ENABLE_ONEDNN_OPTS, or the CPU's default)."""
+    from tensorflow.python.util import _pywrap_util_port  # pylint: disable=import-outside-toplevel
+    return bool(_pywrap_util_port.IsMklEnabled())

@@ -29,6 +29,7 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
+from tflms.tf import compat
 from tflms.tf import reader
 
 __all__ = ["VerifyReport", "VerifyError", "compare", "kernel_counts",
@@ -98,12 +99,6 @@ class VerifyReport:
                     or self.global_step == (self.steps, self.steps))
         return (not self.different and steps_ok and not self.ops_not_run
                 and not self.swap_ops_not_run and not self.ops_entering_step)
-
-
-def onednn_enabled():
-    """True if this process runs oneDNN kernels and graph passes."""
-    from tensorflow.python.util import _pywrap_util_port  # pylint: disable=import-outside-toplevel
-    return bool(_pywrap_util_port.IsMklEnabled())
 
 
 def _fetches(graph, train_op_names, loss_name):
@@ -322,7 +317,7 @@ def verify(load, lms, steps=3, batch_size=None, train_op_names=(),
                       for k in sorted(set(kernels) | set(base_kernels))
                       if kernels.get(k, 0) != base_kernels.get(k, 0)}
     return VerifyReport(
-        steps=steps, onednn=onednn_enabled(),
+        steps=steps, onednn=compat.onednn_enabled(),
         losses_without=[float(x) for x in base_losses],
         losses_with=[float(x) for x in losses],
         variables=len(base_final), max_abs_difference=worst,

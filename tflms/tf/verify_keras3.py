@@ -44,6 +44,7 @@ import numpy as np
 import tensorflow as tf
 
 from tflms.tf.adapters import tf_function
+from tflms.tf import compat
 from tflms.tf import swaps_ran
 from tflms.tf import keras3_trace
 from tflms.tf import reader
@@ -178,7 +179,7 @@ def verify(path, lms, dump_dir, steps=3, options=ModelOptions(), rtol=0.0,
             "them): Grappler's arithmetic optimizer may group the additions "
             "next to a swap-in differently (docs/tf2.md).")
     return verify_mod.VerifyReport(
-        steps=steps, onednn=verify_mod.onednn_enabled(),
+        steps=steps, onednn=compat.onednn_enabled(),
         losses_without=[float(x) for x in base_losses],
         losses_with=[float(x) for x in losses],
         variables=len(base_vars), max_abs_difference=worst,

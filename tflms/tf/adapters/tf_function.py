@@ -16,6 +16,7 @@ import time
 from tflms import analysis
 from tflms import step as step_rules
 from tflms.results import RunResult
+from tflms.tf import compat
 from tflms.tf import function_api as _tf_function
 from tflms.tf import reader
 from tflms.tf.adapters.graph_step import (GraphAdapter, TrainingStep,
@@ -111,8 +112,18 @@ def step_of(graph, variable_devices=False):
     index = _with_captured_variables(reader.build_index(graph, fetches), graph,
                                      variable_devices)
     # Trained as the step without LMS, bit for bit: LMS leaves alone what
-    # Grappler merges (`fusions.grappler_groups`).
-    return fetches, dataclasses.replace(index, keep_grappler_groups=True)
+    # Grappler and oneDNN merge (`fusions.grappler_groups`).
+    return fetches, dataclasses.replace(index, keep_grappler_groups=True,
+                                        onednn_cpu=_runs_on_onednn_cpu())
+
+
+def _runs_on_onednn_cpu():
+    """True if a step traced here runs on oneDNN's CPU kernels: oneDNN on
+    (TF_ENABLE_ONEDNN_OPTS, or the CPU's default) and no GPU to place the
+    step on."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    return (compat.onednn_enabled()
+            and not tf.config.list_physical_devices("GPU"))
 
 
 def _with_captured_variables(index, graph, variable_devices=False):
