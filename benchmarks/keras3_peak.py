@@ -24,9 +24,6 @@ import sys
 import time
 
 sys.path[:0] = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
-# The step is planned for a GPU, where oneDNN's CPU passes merge nothing
-# (`GraphIndex.onednn_cpu`): planned here as it would be there.
-os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 from benchmarks import common  # noqa: E402
 
@@ -61,7 +58,9 @@ def main(argv=None):
     if args.interconnect:
         lms.interconnect = args.interconnect
     try:
-        result = tf_function.rewrite_graph(lms, built.graph)
+        # Planned for a GPU, where oneDNN's CPU passes merge nothing.
+        result = tf_function.rewrite_graph(lms, built.graph,
+                                           onednn_cpu=False)
     except autotune.AutotuneError as err:
         print("%d: no plan: %s" % (args.size, err))
         return 1

@@ -51,7 +51,6 @@ corrected count was 490 MiB higher (reshape outputs +552 MiB, the 1 ns
 overlap +248 MiB, no variables -310 MiB).
 """
 
-import dataclasses
 import time
 
 import tensorflow as tf
@@ -460,8 +459,7 @@ def step_index(built):
     outputs with its captured variables resident (`tflms.tf.lms_function`)."""
     if built.function is not None:
         # Planned for a GPU: oneDNN's CPU passes merge nothing there.
-        return dataclasses.replace(tf_function.step_of(built.graph)[1],
-                                   onednn_cpu=False)
+        return tf_function.step_of(built.graph, onednn_cpu=False)[1]
     return tf_reader.build_index(built.graph)
 
 

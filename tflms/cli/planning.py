@@ -179,9 +179,11 @@ def _run(lms, loaded, graph_name):
     from tflms.tf.adapters import tf_function  # pylint: disable=import-outside-toplevel
     graph = loaded.graph
     try:
+        # A Keras 3 step is planned for the GPU of the settings, where
+        # oneDNN's CPU passes do not run (`GraphIndex.onednn_cpu`).
         run = (lms.run(graph, fetches=loaded.fetches)
                if loaded.traced is None
-               else tf_function.rewrite_graph(lms, graph))
+               else tf_function.rewrite_graph(lms, graph, onednn_cpu=False))
     except autotune.AutotuneError as e:
         return None, str(e), e.floor
     if run.planned is None:
@@ -225,7 +227,8 @@ def _measured(run, loaded, settings, lowest):
     # is unchanged).
     graph = loaded.graph
     index = (reader.build_index(graph, loaded.fetches)
-             if loaded.traced is None else tf_function.step_of(graph)[1])
+             if loaded.traced is None
+             else tf_function.step_of(graph, onednn_cpu=False)[1])
     roles = pipeline.classify(index, settings)
     without = pipeline.simulate_without(index, roles, settings)
     if lowest is None:

@@ -79,7 +79,8 @@ def keras3_plan_at(loaded, settings, path="the model", log=None):
 
     def plan_at(batch):
         traced = keras3_trace.trace(loaded, batch_size=batch, path=path)
-        _, index = tf_function.step_of(traced.graph)
+        # Planned for a GPU's budget: oneDNN's CPU passes do not run there.
+        _, index = tf_function.step_of(traced.graph, onednn_cpu=False)
         roles = pipeline.classify(index, settings)
         return capacity.plan_row(index, roles, settings, batch, log)
     return plan_at

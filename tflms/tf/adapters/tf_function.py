@@ -26,7 +26,13 @@ __all__ = ["FunctionStep", "step_fetches", "step_of", "rewrite_graph"]
 
 
 class FunctionStep(GraphAdapter):
-    """The training step of a function graph (see the module docstring)."""
+    """The training step of a function graph (see the module docstring).
+
+    `onednn_cpu` (class attribute, or set on an instance): whether the step
+    runs on oneDNN's CPU kernels, as `step_of` takes it; None: as it would
+    here."""
+
+    onednn_cpu = None
 
     @classmethod
     def accepts(cls, graph):
@@ -43,7 +49,7 @@ class FunctionStep(GraphAdapter):
 
     def index(self, found):
         return step_of(found.graph, variable_devices=found.gpu_device
-                       is not None)[1]
+                       is not None, onednn_cpu=self.onednn_cpu)[1]
 
     def rewrite(self, start=None):
         """Plan and rewrite the step; a step on two or more compute devices
@@ -80,12 +86,15 @@ class FunctionStep(GraphAdapter):
         return RunResult.of_replicas(by_device, time.perf_counter() - start)
 
 
-def rewrite_graph(lms, graph, start=None):
+def rewrite_graph(lms, graph, start=None, onednn_cpu=None):
     """Plan and rewrite the function graph `graph` in place with the
     settings of `lms`, as `LMSFunction` does, without building a function
     of it (`tflms plan` on a Keras 3 model only reads the plan): the
-    `RunResult`."""
-    return FunctionStep(lms, graph).rewrite(start)
+    `RunResult`. `onednn_cpu` as `step_of` takes it (False: planned for a
+    GPU from a machine without one)."""
+    adapter = FunctionStep(lms, graph)
+    adapter.onednn_cpu = onednn_cpu
+    return adapter.rewrite(start)
 
 
 def step_fetches(graph):
@@ -97,7 +106,7 @@ def step_fetches(graph):
         % len(ops))
 
 
-def step_of(graph, variable_devices=False):
+def step_of(graph, variable_devices=False, onednn_cpu=None):
     """``(fetches, index)`` of the training step of the function graph
     `graph`: `step_fetches`, and the `GraphIndex` of their fan-in with the
     variables it captures resident (as `LMSFunction` plans each concrete
@@ -107,14 +116,20 @@ def step_of(graph, variable_devices=False):
     `variable_devices`: the placeholder of a captured variable takes the
     variable's device when it has none of its own, so that a plan for
     one device of several counts on it the variables it holds (each
-    replica of a tf.distribute strategy has its own copies)."""
+    replica of a tf.distribute strategy has its own copies).
+
+    `onednn_cpu`: whether the step will run on oneDNN's CPU kernels
+    (`GraphIndex.onednn_cpu`); None: as it would here (oneDNN on and no
+    GPU). A plan for a GPU's budget made on another machine passes False."""
     fetches = step_fetches(graph)
     index = _with_captured_variables(reader.build_index(graph, fetches), graph,
                                      variable_devices)
     # Trained as the step without LMS, bit for bit: LMS leaves alone what
     # Grappler and oneDNN merge (`fusions.grappler_groups`).
+    if onednn_cpu is None:
+        onednn_cpu = _runs_on_onednn_cpu()
     return fetches, dataclasses.replace(index, keep_grappler_groups=True,
-                                        onednn_cpu=_runs_on_onednn_cpu())
+                                        onednn_cpu=onednn_cpu)
 
 
 def _runs_on_onednn_cpu():
