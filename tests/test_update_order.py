@@ -209,3 +209,28 @@ def test_without_a_barrier_each_update_follows_its_gradient():
     # gradient's making: c's update is done before a's gradient is made.
     assert (level["sgd/sub_c"]
             < level["gradient_tape/layer_a/Conv2DBackpropFilter"])
+
+
+def test_apply_ops_are_left_alone():
+    """A Session graph's optimizer: one ``ResourceApplyMomentum`` per
+    variable reads its gradient and writes the variable and its slot in
+    place; it makes no buffer, and ordering it would free nothing."""
+    ops = [("x", "Placeholder", {"outputs": [P]})]
+    edges = []
+    for x in ("a", "b"):
+        grad = "gradients/layer_%s/MatMul_grad/MatMul_1" % x
+        ops += [(grad, "MatMul", {"outputs": [P]}),
+                ("v_%s" % x, "VarHandleOp", {"outputs": [((), 0)],
+                                             "variable_bytes": P}),
+                ("m_%s" % x, "VarHandleOp", {"outputs": [((), 0)],
+                                             "variable_bytes": P}),
+                ("apply_%s" % x, "ResourceApplyMomentum", {"outputs": []})]
+        edges += [("x", grad), ("v_%s" % x, "apply_%s" % x),
+                  ("m_%s" % x, "apply_%s" % x), (grad, "apply_%s" % x)]
+    ops.append(("step", "NoOp"))
+    index = gi.from_edges(ops, edges, [("apply_a", "step"),
+                                       ("apply_b", "step")],
+                          fetches=["step"])
+    roles = analysis.classify_ops(index)
+    assert update_order.update_chains(index, roles) == []
+    assert update_order.chain_edges(index, roles) == ()

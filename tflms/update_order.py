@@ -18,7 +18,8 @@ bytes at the end of the step beside the weights and the slots.
 same update, which read each other's variable through control edges),
 kept when the chain reads a gradient (made by an op in a ``gradients`` or
 ``gradient_tape`` name scope, directly or through ops that hand on a
-buffer). `chain_edges` orders them: the ops that start a chain (its
+buffer) and computes something (one ``*Apply*`` op per variable, as a
+Session graph's optimizers make, allocates nothing to order). `chain_edges` orders them: the ops that start a chain (its
 members with no predecessor in it) wait for the latest op of the chain
 before that may carry a control edge, and for their own gradient, so each
 variable's products are made, and its swapped-out inputs brought in, just
@@ -100,24 +101,20 @@ def _grow(index, roles, write, taken):
     waits for it (a ``NoOp``: a `tf.function` ends on one that waits for
     every stateful op, variable reads included)."""
     members = {write}
-    frontier = set(index.predecessors(write))
-    changed = True
-    while changed:
-        changed = False
-        for op in sorted(frontier):
-            t = index.types[op]
-            if (op in members or op in taken
-                    or not (t in CHAIN_TYPES or _is_write(t))
-                    or not _usable(index, roles, op)):
-                continue
-            if all(s in members or index.types[s] == "NoOp"
-                   for s in index.successors(op)):
-                members.add(op)
-                frontier.discard(op)
-                frontier.update(p for p in index.predecessors(op)
-                                if p not in members)
-                changed = True
-                break
+    # An op is checked again each time one of its successors joins: it
+    # joins with the last of them (the chain is the same in any order).
+    stack = list(index.predecessors(write))
+    while stack:
+        op = stack.pop()
+        t = index.types[op]
+        if (op in members or op in taken
+                or not (t in CHAIN_TYPES or _is_write(t))
+                or not _usable(index, roles, op)):
+            continue
+        if all(s in members or index.types[s] == "NoOp"
+               for s in index.successors(op)):
+            members.add(op)
+            stack.extend(index.predecessors(op))
     return members
 
 
@@ -165,7 +162,11 @@ def update_chains(index, roles):
     chains = []
     for members in groups:
         reads, gradients = _gradients_read(index, members)
-        if not gradients:
+        # A chain that only reads and writes variables (a Session graph's
+        # ``*Apply*`` op) makes no buffer: ordering it frees nothing.
+        if not gradients or all(
+                _is_write(index.types[op])
+                or index.types[op] == "ReadVariableOp" for op in members):
             continue
         heads = tuple(sorted(
             op for op in members
@@ -208,7 +209,10 @@ def chain_edges(index, roles):
         if first is None:
             return
         for head in chain.heads:
+            # A head reading `first` already waits for it (an ``*Apply*``
+            # op of a Session graph's optimizer reads its gradient).
             if (head in roles.waiters and head not in merged
+                    and first not in index.predecessors(head)
                     and analysis.same_device(index.devices[first],
                                              index.devices[head])):
                 edges.append((first, head))
