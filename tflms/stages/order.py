@@ -138,7 +138,8 @@ def _known_orderings_first(context, index, candidates):
     # Found on the index with the broadcast edges, so that together they
     # close no cycle.
     updates = update_order.chain_edges(
-        gi.with_planned_edges(index, broadcast), context.roles)
+        gi.with_planned_edges(index, broadcast) if broadcast else index,
+        context.roles)
     if updates:
         known.append(broadcast + updates)
         context.log.info(
