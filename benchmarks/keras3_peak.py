@@ -45,7 +45,7 @@ def main(argv=None):
     common.setup_tensorflow("eager")
     # pylint: disable=import-outside-toplevel
     from benchmarks import measure, models
-    from tflms import LMS, autotune, pipeline
+    from tflms import LMS, autotune, pipeline, steptime
     from tflms.tf import oracle
     from tflms.tf.adapters import tf_function
     start = time.perf_counter()
@@ -67,12 +67,18 @@ def main(argv=None):
     planned = pipeline.simulate_plan(result.planned)
     p = planned.params
     sim = planned.with_lms
-    print("%d: plan (%d, %d, %d, %d), %d swapped, simulator %.2f GiB at %s "
-          "(planned in %.0f s)" % (
+    print("%d: plan (%d, %d, %d, %d), %d swapped, simulator %.2f GiB "
+          "(%.1f MiB) at %s (planned in %.0f s)" % (
               args.size, p.swapout_threshold, p.swapin_ahead,
               p.swapin_groupby, p.sync_mode, len(result.swapout_ops),
-              sim.peak_device_bytes / common.GIB, sim.peak_op,
+              sim.peak_device_bytes / common.GIB,
+              sim.peak_device_bytes / _MIB, sim.peak_op,
               time.perf_counter() - start))
+    step = planned.step_time or steptime.predict_planned(
+        planned, gpu=lms.gpu, interconnect=lms.interconnect)
+    print("  predicted step %.2f ms, %.2f ms without LMS (%s, %s)" % (
+        step.with_lms_s * 1e3, step.without_lms_s * 1e3, step.gpu,
+        step.interconnect))
     for name, nbytes in sorted(sim.live_at_peak, key=lambda x: -x[1])[
             :args.top]:
         print("  simulator %10.1f MiB  %s" % (nbytes / _MIB, name))
@@ -84,8 +90,8 @@ def main(argv=None):
     judged = oracle.peak_memory(graph_def, fetch, place=False)
     peak = judged.runtime_gpu_peak_bytes
     fits = peak <= args.gpu_mem * common.GIB
-    print("%d: oracle runtime peak %.2f GiB of %.2f: %s" % (
-        args.size, peak / common.GIB, args.gpu_mem,
+    print("%d: oracle runtime peak %.2f GiB (%.1f MiB) of %.2f: %s" % (
+        args.size, peak / common.GIB, peak / _MIB, args.gpu_mem,
         "fits" if fits else "does not fit"))
     live = [t for t in judged.runtime_live_at_peak if not t.variable]
     resident = sum(t.nbytes for t in judged.runtime_live_at_peak

@@ -343,6 +343,18 @@ def test_has_training_ops(ops, expected):
     assert analysis.has_training_ops(gi.from_edges(ops)) is expected
 
 
+@pytest.mark.parametrize("name, expected", [
+    ("gradients/mul", True),
+    ("a/gradients_1/b", True),
+    ("gradient_tape/model/dense/MatMul", True),
+    ("gradients", False),          # the op itself, not its scope
+    ("sgd/IdentityN", False),
+    ("model/gradient/Mul", False),
+])
+def test_in_gradient_scope(name, expected):
+    assert analysis.in_gradient_scope(name) is expected
+
+
 def test_op_bytes_and_largest_device_op():
     index = gi.from_edges(
         [("x", "Placeholder", {"outputs": [100]}),

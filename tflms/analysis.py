@@ -40,6 +40,7 @@ __all__ = [
     "ancestors_within",
     "learning_parameter_bytes",
     "has_training_ops",
+    "in_gradient_scope",
     "largest_device_op",
     "op_bytes",
 ]
@@ -487,10 +488,18 @@ def has_training_ops(index):
     for name, t in zip(index.names, index.types):
         if t.startswith(gi.APPLY_PREFIXES):
             return True
-        if any(part.startswith(("gradients", "gradient_tape"))
-               for part in name.split("/")[:-1]):
+        if in_gradient_scope(name):
             return True
     return False
+
+
+def in_gradient_scope(name):
+    """True if the op named `name` is in a ``gradients`` name scope (as
+    ``tf.gradients`` and the optimizers make them) or in the
+    ``gradient_tape`` scope of a `tf.GradientTape` traced by
+    `tf.function`."""
+    return any(part.startswith(("gradients", "gradient_tape"))
+               for part in name.split("/")[:-1])
 
 
 def learning_parameter_bytes(index):

@@ -8,10 +8,14 @@ Two cases, both only with `Settings.order_peaks` and auto-tuning:
   crowded levels ordered (`peak_ordering.order_peaks`) until the peak comes
   under the budget or the replays run out; the search runs again on the
   index with each set of edges, in rounds that order further what the last
-  round could not fit. Between edges that leave the peak where it is, the
-  one that lowers the memory above the step's floor (`tflms.floor`) most
-  is taken, whatever the budget: a larger budget stops at a prefix of the
-  edges a smaller one finds, and never loses a plan the smaller one had;
+  round could not fit. The first round tries two orderings of known
+  shapes before those: the broadcast terms of each sum one after the other
+  (`broadcast_order`), then those with the optimizer's per-variable updates
+  one after the other (`update_order`). Between edges that leave the peak
+  where it is, the one that lowers the memory above the step's floor
+  (`tflms.floor`) most is taken, whatever the budget: a larger budget stops
+  at a prefix of the edges a smaller one finds, and never loses a plan the
+  smaller one had;
 * the plan it found needs synchronous swap-ins (`sync_mode` 2 or 3), so
   memory, not the link, decides its step: ordering as far as it goes leaves
   room for earlier, asynchronous swap-ins, and the plan of the search on
@@ -27,6 +31,7 @@ from tflms import floor
 from tflms import graph_index as gi
 from tflms import peak_ordering
 from tflms import planner
+from tflms import update_order
 from tflms._logging import Logger
 from tflms.settings import AUTO
 from tflms.stages import swaps
@@ -88,7 +93,8 @@ def _fit_by_ordering(context, planned):
     for round_ in range(ROUNDS):
         candidates = peak_orderings(context, index, deferral, found=found)
         if round_ == 0:
-            candidates = _broadcast_first(context, index, candidates)
+            candidates = _known_orderings_first(context, index,
+                                                candidates)
         if not candidates:
             break
         lowest = None
@@ -111,20 +117,37 @@ def _fit_by_ordering(context, planned):
     raise error
 
 
-def _broadcast_first(context, index, candidates):
-    """`candidates` with the edges that make the broadcast terms of each
-    sum one after the other (`broadcast_order.sum_edges`: Keras 3's
-    unfused batch-norm gradients) tried first, when there are any."""
-    edges = broadcast_order.sum_edges(index, context.roles,
-                                      context.batch_size)
-    if not edges:
-        return candidates
-    context.log.info(
-        "[Simulator] Nothing fits in %.2f GiB; trying first %d edges that "
-        "make the broadcast terms of sums (unfused batch-norm gradients) "
-        "one after the other" % (context.budget_bytes / _GIB, len(edges)),
-        1)
-    return [edges] + [c for c in candidates if c != edges]
+def _known_orderings_first(context, index, candidates):
+    """`candidates` with two known orderings tried first, when the graph
+    has them: the edges that make the broadcast terms of each sum one after
+    the other (`broadcast_order.sum_edges`: Keras 3's unfused batch-norm
+    gradients), then those together with the edges that apply the
+    optimizer's updates one variable after another
+    (`update_order.chain_edges`: Keras 3's optimizers update every variable
+    at the end of the step)."""
+    known = []
+    broadcast = broadcast_order.sum_edges(index, context.roles,
+                                          context.batch_size)
+    if broadcast:
+        known.append(broadcast)
+        context.log.info(
+            "[Simulator] Nothing fits in %.2f GiB; trying first %d edges "
+            "that make the broadcast terms of sums (unfused batch-norm "
+            "gradients) one after the other" % (
+                context.budget_bytes / _GIB, len(broadcast)), 1)
+    # Found on the index with the broadcast edges, so that together they
+    # close no cycle.
+    updates = update_order.chain_edges(
+        gi.with_planned_edges(index, broadcast) if broadcast else index,
+        context.roles)
+    if updates:
+        known.append(broadcast + updates)
+        context.log.info(
+            "[Simulator] Nothing fits in %.2f GiB; trying %s%d edges that "
+            "apply the optimizer's updates one variable after another" % (
+                context.budget_bytes / _GIB, "those and " if broadcast
+                else "first ", len(updates)), 1)
+    return known + [c for c in candidates if c not in known]
 
 
 def _closest(error, other):
