@@ -72,8 +72,6 @@ def _main():
         swaps=len(lms.last_run.swapout_ops), all_ran=swaps.all_ran,
         ran=str(swaps),
         weights_equal=all(np.array_equal(a, b)
-                          for a, b in zip(base_weights, weights)),
-        weights_close=all(np.allclose(a, b, rtol=1e-4, atol=1e-6)
                           for a, b in zip(base_weights, weights)))))
 
 
@@ -90,12 +88,10 @@ def test_fit_with_updates_ordered_trains_the_same():
     assert len(waits) >= 2 * 16, (r["edges"], log[-3000:])
     assert r["swaps"] > 0
     assert r["all_ran"], r["ran"]
-    if _keras3.onednn() == "1":
-        assert r["losses"] == pytest.approx(r["base_losses"], rel=1e-5)
-        assert r["weights_close"]
-    else:
-        assert r["losses"] == r["base_losses"]
-        assert r["weights_equal"]
+    # Bit for bit with oneDNN off and on (its max pool keeps its output
+    # for its gradient on oneDNN's CPU kernels, `fusions.grappler_groups`).
+    assert r["losses"] == r["base_losses"]
+    assert r["weights_equal"]
 
 
 if __name__ == "__main__":

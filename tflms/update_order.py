@@ -202,7 +202,7 @@ def chain_edges(index, roles):
       A tuple of edges, possibly empty.
     """
     chains = update_chains(index, roles)
-    _, merged = fusions.grappler_groups(index)
+    merged = fusions.grappler_groups(index).members
     edges = []
 
     def wait(first, chain):
