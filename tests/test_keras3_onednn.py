@@ -78,8 +78,8 @@ def _without(rule):
     """`fusions.grappler_groups` without one of its oneDNN rules."""
     from tflms import fusions  # pylint: disable=import-outside-toplevel
     groups = fusions.grappler_groups
-    pattern = {"swish": fusions._swishes,  # pylint: disable=protected-access
-               "pool": fusions._pools_with_workspace}[rule]  # pylint: disable=protected-access
+    pattern = {"swish": fusions.swishes,
+               "pool": fusions.pools_with_workspace}[rule]
 
     def grappler_groups(index):
         found = groups(index)

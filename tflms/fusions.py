@@ -14,7 +14,8 @@ from typing import NamedTuple
 
 from tflms import graph_index as gi
 
-__all__ = ["GrapplerGroups", "fusion_partners", "grappler_groups"]
+__all__ = ["GrapplerGroups", "fusion_partners", "grappler_groups",
+           "swishes", "pools_with_workspace"]
 
 
 class GrapplerGroups(NamedTuple):
@@ -157,16 +158,16 @@ def grappler_groups(index):
     members.update(op for op, t in enumerate(types)
                    if t == "IdentityN" and len(index.inputs[op]) > 1)
     if index.onednn_cpu:
-        for sigmoid, mul in _swishes(index):
+        for sigmoid, mul in swishes(index):
             inner.add(sigmoid)
             members.update((sigmoid, mul))
             direct_readers.add(mul)
-        inner.update(_pools_with_workspace(index))
+        inner.update(pools_with_workspace(index))
     return GrapplerGroups(frozenset(inner), frozenset(members),
                           frozenset(direct_readers))
 
 
-def _pools_with_workspace(index):
+def pools_with_workspace(index):
     """MaxPool ops whose output a MaxPoolGrad reads: oneDNN's layout pass
     gives the gradient the forward pool's workspace (the positions of the
     maxima) only while it reads the pool's own output, and otherwise
@@ -180,7 +181,7 @@ def _pools_with_workspace(index):
                 yield pool
 
 
-def _swishes(index):
+def swishes(index):
     """``(sigmoid, mul)`` pairs computing ``x * sigmoid(x)``, where the
     Sigmoid has that Mul as its one reader: with oneDNN on, the remapper
     makes one ``_MklSwish`` of them, which rounds differently from the two

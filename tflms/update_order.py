@@ -19,9 +19,10 @@ same update, which read each other's variable through control edges),
 kept when the chain reads a gradient (made by an op in a ``gradients`` or
 ``gradient_tape`` name scope, directly or through ops that hand on a
 buffer) and computes something (one ``*Apply*`` op per variable, as a
-Session graph's optimizers make, allocates nothing to order). `chain_edges` orders them: the ops that start a chain (its
-members with no predecessor in it) wait for the latest op of the chain
-before that may carry a control edge, and for their own gradient, so each
+Session graph's optimizers make, allocates nothing to order).
+`chain_edges` orders them: the ops that start a chain (its members with
+no predecessor in it) wait for the latest op of the chain before that may
+carry a control edge, and for their own gradient, so each
 variable's products are made, and its swapped-out inputs brought in, just
 before its own writes, and freed after them. The chains run in the order
 their gradients are ready: as the backward pass makes them, or, where
