@@ -1,5 +1,5 @@
 """Keras 3 applications trained with ``fit(callbacks=[LMS(...)])`` as
-without it: bit for bit with oneDNN off, to float rounding with it on.
+without it: bit for bit, with oneDNN off and on.
 
 Each application (``weights=None``, 4 classes, the smallest input it
 takes, batch 2, 2 steps of momentum SGD) is fit from the same seed without
@@ -27,6 +27,10 @@ Grappler's dependency optimizer removes only while it has no control edge;
 then the arithmetic optimizer multiplies a gradient's last product and
 the update's ``learning_rate * gradient`` in another order (NASNetMobile's
 batch norms). LMS gives that IdentityN no control edge either.
+With oneDNN on, two more merges of oneDNN's (a swish's ``_MklSwish``,
+EfficientNetB0; a MaxPoolGrad given its pool's workspace, NASNetMobile)
+are left whole; test_keras3_onednn.py turns each off and sees the
+difference.
 
 Keras 3 trains in eager mode and this test process has eager execution
 off (conftest.py): each application runs this file as a script in a
