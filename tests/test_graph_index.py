@@ -376,3 +376,17 @@ def test_flops_grow_with_an_unknown_batch():
     assert gi.op_flops(index, index.id_of["MatMul"], 32) == 60 * 32
     # Two unknown dimensions: no count.
     assert index.flops[index.id_of["unknown"]] == (0, 0)
+
+
+def test_acyclic_edges_drops_each_edge_that_closes_a_cycle():
+    """All edges kept when they close no cycle; otherwise each edge that
+    closes one with the graph or with the edges kept before it is left
+    out, and the others kept in their order."""
+    index = gi.from_edges(
+        [("a", "Relu"), ("b", "Relu"), ("c", "Relu"), ("d", "Relu")],
+        edges=[("a", "b"), ("b", "c")])
+    a, b, c, d = (index.id_of[n] for n in "abcd")
+    assert gi.acyclic_edges(index, [(a, d), (d, c)]) == ((a, d), (d, c))
+    assert gi.acyclic_edges(index, [(c, d), (c, a), (d, b), (a, d)]) == (
+        (c, d), (a, d))
+    assert gi.acyclic_edges(index, []) == ()

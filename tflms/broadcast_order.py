@@ -36,7 +36,6 @@ import dataclasses
 
 from tflms import analysis
 from tflms import graph_index as gi
-from tflms import dag_levels
 
 __all__ = ["BroadcastSum", "BROADCAST_TYPES", "broadcast_sums", "sum_edges"]
 
@@ -193,22 +192,5 @@ def sum_edges(index, roles, batch_size=None):
         first_head = min(later.heads, key=lambda h: (levels[h], h))
         if levels[first_head] <= levels[earlier.total]:
             add(earlier.total, first_head)
-    return _acyclic(index, edges)
-
-
-def _acyclic(index, edges):
-    """`edges`, less any that closes a cycle with the ones before it (the
-    check in `sum_edges` reads the levels before its own edges)."""
-    try:
-        gi.with_planned_edges(index, edges)
-        return tuple(edges)
-    except dag_levels.GraphCycleError:
-        pass
-    kept, ordered = [], index
-    for edge in edges:
-        try:
-            ordered = gi.with_planned_edges(ordered, (edge,))
-        except dag_levels.GraphCycleError:
-            continue
-        kept.append(edge)
-    return tuple(kept)
+    # The checks above read the levels before these edges.
+    return gi.acyclic_edges(index, edges)

@@ -51,7 +51,6 @@ Pure: reads a `GraphIndex`, imports no TensorFlow.
 import dataclasses
 
 from tflms import analysis
-from tflms import dag_levels
 from tflms import fusions
 from tflms import graph_index as gi
 from tflms import step
@@ -223,21 +222,4 @@ def chain_edges(index, roles):
         if k:
             wait(_latest_trigger(index, roles, chains[k - 1].ops, merged),
                  chain)
-    return _acyclic(index, edges)
-
-
-def _acyclic(index, edges):
-    """`edges`, less any that closes a cycle with the ones before it."""
-    try:
-        gi.with_planned_edges(index, edges)
-        return tuple(edges)
-    except dag_levels.GraphCycleError:
-        pass
-    kept, ordered = [], index
-    for edge in edges:
-        try:
-            ordered = gi.with_planned_edges(ordered, (edge,))
-        except dag_levels.GraphCycleError:
-            continue
-        kept.append(edge)
-    return tuple(kept)
+    return gi.acyclic_edges(index, edges)

@@ -28,13 +28,13 @@ The modules:
 
   index.py    `GraphIndex` and the op types its users share
   build.py    `Columns` and `assemble`, where both constructors end;
-              `with_planned_edges`
+              `with_planned_edges`, `acyclic_edges`
   literal.py  `from_edges`
   sizes.py    `tensor_bytes`, `op_flops`, `contraction_flops`
 """
 
 from tflms.devices import DeviceKey, is_cpu_device, parse_device
-from tflms.graph_index.build import with_planned_edges
+from tflms.graph_index.build import acyclic_edges, with_planned_edges
 from tflms.graph_index.index import (ALLOCATING_REF_TYPES, APPLY_PREFIXES,
                                      BACK_EDGE_TYPES, BUFFER_FORWARDING_TYPES,
                                      COLLECTIVE_TYPES, CONTROL_FLOW_V1_TYPES,
@@ -50,6 +50,7 @@ __all__ = [
     "GraphIndex",
     "from_edges",
     "with_planned_edges",
+    "acyclic_edges",
     "DEFAULT_DEVICE",
     "GRAPPLER_IDENTITY_TYPES",
     "BUFFER_FORWARDING_TYPES",

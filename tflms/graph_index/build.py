@@ -175,3 +175,21 @@ def with_planned_edges(index, edges):
         index, planned_edges=planned, levels=tuple(levels),
         ops_by_level=tuple(
             tuple(g) for g in dag_levels.group_by_level(levels)))
+
+
+def acyclic_edges(index, edges):
+    """`edges` (control edges ``(from_id, to_id)``), less any that closes a
+    cycle with the index's edges and the ones kept before it, as a tuple."""
+    try:
+        with_planned_edges(index, edges)
+        return tuple(edges)
+    except dag_levels.GraphCycleError:
+        pass
+    kept, ordered = [], index
+    for edge in edges:
+        try:
+            ordered = with_planned_edges(ordered, (edge,))
+        except dag_levels.GraphCycleError:
+            continue
+        kept.append(edge)
+    return tuple(kept)
