@@ -62,6 +62,25 @@ def error_of(call):
     return None
 
 
+def fit_seeded(keras, build, batch, lms=None):
+    """``(losses, model)`` after `build(keras)`, built from seed 3, is fit
+    two epochs of momentum SGD on three batches of `batch` random 64x64
+    RGB images of 4 classes (its logits), with `lms` as a callback if
+    given: the same training each call, with LMS or without."""
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    keras.utils.set_random_seed(3)
+    model = build(keras)
+    model.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9),
+                  loss=keras.losses.SparseCategoricalCrossentropy(
+                      from_logits=True), jit_compile=False)
+    rng = np.random.RandomState(0)
+    x = rng.rand(3 * batch, 64, 64, 3).astype("float32")
+    y = rng.randint(0, 4, 3 * batch).astype("int32")
+    history = model.fit(x, y, batch_size=batch, epochs=2, shuffle=False,
+                        verbose=0, callbacks=[lms] if lms else [])
+    return history.history["loss"], model
+
+
 def keras3_env(**extra):
     """This process's environment for a Keras 3 subprocess: `keras` is
     Keras 3 on TensorFlow (TF_USE_LEGACY_KERAS and KERAS_BACKEND unset),

@@ -8,11 +8,12 @@ in a subprocess (this file run as a script), as in test_keras3_fit.py.
 
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
 import pytest
+
+import _keras3
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BATCH = 4
@@ -42,17 +43,8 @@ def _resnet(keras):
 
 
 def _fit(keras, lms=None):
-    keras.utils.set_random_seed(3)
-    model = _resnet(keras)
-    model.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9),
-                  loss=keras.losses.SparseCategoricalCrossentropy(
-                      from_logits=True), jit_compile=False)
-    rng = np.random.RandomState(0)
-    x = rng.rand(3 * BATCH, 64, 64, 3).astype("float32")
-    y = rng.randint(0, 4, 3 * BATCH).astype("int32")
-    history = model.fit(x, y, batch_size=BATCH, epochs=2, shuffle=False,
-                        verbose=0, callbacks=[lms] if lms else [])
-    return history.history["loss"], [v.numpy() for v in model.weights]
+    losses, model = _keras3.fit_seeded(keras, _resnet, BATCH, lms)
+    return losses, [v.numpy() for v in model.weights]
 
 
 def _main():
@@ -75,27 +67,11 @@ def _main():
                           for a, b in zip(base_weights, weights)))))
 
 
-def _new_stack():
-    from tflms.tf import compat  # pylint: disable=import-outside-toplevel
-    return compat.TF_VERSION >= (2, 16, 0)
-
-
 @pytest.mark.numerics
-@pytest.mark.skipif(not _new_stack(), reason="Keras 3 needs TensorFlow "
-                    "2.16+; on 2.15 keras is Keras 2")
+@_keras3.needs_keras3
 def test_fit_with_broadcast_terms_ordered_trains_the_same():
-    onednn = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "0")
-    env = dict(os.environ, PYTHONPATH=_ROOT, TF_CPP_MIN_LOG_LEVEL="2",
-               TF_ENABLE_ONEDNN_OPTS=onednn)
-    env.pop("TF_USE_LEGACY_KERAS", None)  # Keras 3
-    env.pop("KERAS_BACKEND", None)
-    out = subprocess.run([sys.executable, os.path.abspath(__file__)],
-                         env=env, capture_output=True, text=True,
-                         timeout=600)
-    assert out.returncode == 0, out.stderr[-4000:]
-    line = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
-    assert line, out.stdout + out.stderr[-3000:]
-    r = json.loads(line[-1][len("RESULT "):])
+    onednn = _keras3.onednn()
+    r, _ = _keras3.result_of(os.path.abspath(__file__))
     # The plan holds the edges: a mean's broadcast after its layer's
     # variance chain, and a sibling layer's broadcast after the first sum.
     waits = {(a.rsplit("/", 1)[-1], b.rsplit("/", 1)[-1])

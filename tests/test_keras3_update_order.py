@@ -8,7 +8,6 @@ in a subprocess (this file run as a script, `_keras3.result_of`).
 """
 
 import os
-import sys
 
 import numpy as np
 import pytest
@@ -38,20 +37,10 @@ def _model(keras):
 
 
 def _fit(keras, lms=None):
-    keras.utils.set_random_seed(3)
-    model = _model(keras)
-    model.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9),
-                  loss=keras.losses.SparseCategoricalCrossentropy(
-                      from_logits=True), jit_compile=False)
-    rng = np.random.RandomState(0)
-    x = rng.rand(3 * BATCH, 64, 64, 3).astype("float32")
-    y = rng.randint(0, 4, 3 * BATCH).astype("int32")
-    history = model.fit(x, y, batch_size=BATCH, epochs=2, shuffle=False,
-                        verbose=0, callbacks=[lms] if lms else [])
+    losses, model = _keras3.fit_seeded(keras, _model, BATCH, lms)
     # The weights, then the optimizer's variables (step count, momentum).
-    return history.history["loss"], [
-        v.numpy() for v in list(model.weights) + list(
-            model.optimizer.variables)]
+    return losses, [v.numpy() for v in list(model.weights) + list(
+        model.optimizer.variables)]
 
 
 def _main():
