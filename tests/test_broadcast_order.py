@@ -66,10 +66,6 @@ def _two_branches(groups=True):
     return index, analysis.classify_ops(index)
 
 
-def _id(index, name):
-    return index.names.index(name)
-
-
 def _names(index, ops):
     return [index.names[op] for op in ops]
 
@@ -96,7 +92,7 @@ def test_edges_make_one_broadcast_at_a_time_and_order_siblings():
     for a, b in edges:
         assert a in roles.triggers and b in roles.waiters
     ordered = gi.with_planned_edges(index, edges)
-    level = {name: ordered.levels[_id(ordered, name)]
+    level = {name: ordered.levels[ordered.id_of[name]]
              for name in ordered.names}
     assert level["tile_m_p"] > level["div_v_p"]
     assert level["tile_m_q"] > level["dx_p"]
@@ -105,7 +101,7 @@ def test_edges_make_one_broadcast_at_a_time_and_order_siblings():
 def test_no_edge_leaves_an_op_grappler_merges():
     index, roles = _two_branches()
     members = fusions.grappler_groups(index).members
-    assert _id(index, "times_sub_p") in members
+    assert index.id_of["times_sub_p"] in members
     edges = broadcast_order.sum_edges(index, roles)
     assert not {a for a, _ in edges} & members
     # Without the groups (a Session graph) the chain's own end may lead.

@@ -101,10 +101,6 @@ def _step(variables=("a", "b", "c"), groups=True, barrier=True):
     return index, analysis.classify_ops(index)
 
 
-def _id(index, name):
-    return index.names.index(name)
-
-
 def _names(index, ops):
     return [index.names[op] for op in ops]
 
@@ -126,7 +122,7 @@ def test_finds_one_chain_per_variable_and_leaves_forward_writes():
     assert _names(index, a.gradients) == [
         "gradient_tape/layer_a/Conv2DBackpropFilter"]
     # The moving mean's update reads no gradient: not a chain.
-    assert not any(_id(index, "bn/assign") in c.ops for c in chains)
+    assert not any(index.id_of["bn/assign"] in c.ops for c in chains)
 
 
 def test_edges_run_the_chains_one_after_another():
@@ -143,10 +139,10 @@ def test_edges_run_the_chains_one_after_another():
     for a, b in edges:
         assert a in roles.triggers and b in roles.waiters
     merged = fusions.grappler_groups(index).members
-    assert _id(index, "sgd/IdentityN") in merged
+    assert index.id_of["sgd/IdentityN"] in merged
     assert not {op for edge in edges for op in edge} & merged
     ordered = gi.with_planned_edges(index, edges)
-    level = {name: ordered.levels[_id(ordered, name)]
+    level = {name: ordered.levels[ordered.id_of[name]]
              for name in ordered.names}
     assert level["sgd/times_momentum_b"] > level["sgd/sub_a"]
     assert level["sgd/times_lr_c"] > level["sgd/sub_b"]
@@ -203,7 +199,7 @@ def test_without_a_barrier_each_update_follows_its_gradient():
     assert ("sgd/sub_c", "sgd/read_m_b") in named
     assert ("sgd/sub_b", "sgd/read_m_a") in named
     ordered = gi.with_planned_edges(index, edges)
-    level = {name: ordered.levels[_id(ordered, name)]
+    level = {name: ordered.levels[ordered.id_of[name]]
              for name in ordered.names}
     # Waiting for the update before it holds no update back past its
     # gradient's making: c's update is done before a's gradient is made.
