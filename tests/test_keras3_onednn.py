@@ -86,8 +86,9 @@ def _without(rule):
         if not index.onednn_cpu:
             return found
         if rule == "swish":
-            sigmoids = {s for s, _ in pattern(index)}
-            muls = {m for _, m in pattern(index)}
+            pairs = list(pattern(index))
+            sigmoids = {s for s, _ in pairs}
+            muls = {m for _, m in pairs}
             return found._replace(
                 inner=found.inner - sigmoids,
                 members=found.members - sigmoids - muls,

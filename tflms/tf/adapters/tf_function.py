@@ -28,11 +28,12 @@ __all__ = ["FunctionStep", "step_fetches", "step_of", "rewrite_graph"]
 class FunctionStep(GraphAdapter):
     """The training step of a function graph (see the module docstring).
 
-    `onednn_cpu` (class attribute, or set on an instance): whether the step
-    runs on oneDNN's CPU kernels, as `step_of` takes it; None: as it would
-    here."""
+    `onednn_cpu`: whether the step runs on oneDNN's CPU kernels, as
+    `step_of` takes it; None: as it would here."""
 
-    onednn_cpu = None
+    def __init__(self, lms, graph, fetches=None, onednn_cpu=None):
+        super().__init__(lms, graph, fetches)
+        self.onednn_cpu = onednn_cpu
 
     @classmethod
     def accepts(cls, graph):
@@ -92,9 +93,7 @@ def rewrite_graph(lms, graph, start=None, onednn_cpu=None):
     of it (`tflms plan` on a Keras 3 model only reads the plan): the
     `RunResult`. `onednn_cpu` as `step_of` takes it (False: planned for a
     GPU from a machine without one)."""
-    adapter = FunctionStep(lms, graph)
-    adapter.onednn_cpu = onednn_cpu
-    return adapter.rewrite(start)
+    return FunctionStep(lms, graph, onednn_cpu=onednn_cpu).rewrite(start)
 
 
 def step_fetches(graph):
