@@ -296,6 +296,94 @@ def test_both_constructors_fill_every_per_op_field():
     assert literal.planned_edges == index.planned_edges == ()
 
 
+
+# ---- tensors whose unknown first dimension is not the batch ----------------
+def test_shape_vectors_have_their_rank_bound_and_counts_no_size():
+    """`unbatched_elements`: a BroadcastGradientArgs of a 3- and a 2-long
+    shape has at most 3 reduction axes, arithmetic on it as many, a
+    concatenation the sum; Where's rows and the rows gathered by them are
+    counted by the data (no size); a batch-sized int vector (labels), and
+    a Tile whose multiples are a shape vector, keep the batch rule."""
+    index = gi.from_edges(
+        [("x", "Placeholder", {"outputs": [((4, 6, 16), 4)]}),
+         ("s0", "Const", {"outputs": [((3,), 4)]}),
+         ("s1", "Const", {"outputs": [((2,), 4)]}),
+         ("one", "Const", {"outputs": [((), 4)]}),
+         ("bga", "BroadcastGradientArgs",
+          {"outputs": [((None,), 4), ((None,), 4)]}),
+         ("axes", "AddV2", {"outputs": [((None,), 4)]}),
+         ("cat", "ConcatV2", {"outputs": [((None,), 8)]}),
+         ("labels", "Placeholder", {"outputs": [((None,), 4)]}),
+         ("cast", "Cast", {"outputs": [((None,), 8)]}),
+         ("tile", "Tile", {"outputs": [((None,), 4)]}),
+         ("where", "Where", {"outputs": [((None, 3), 8)]}),
+         ("rows", "GatherNd", {"outputs": [((None,), 4)]}),
+         ("flat", "Reshape", {"outputs": [((None,), 8)]}),
+         ("unique", "Unique", {"outputs": [((None,), 4), ((None,), 4)]})],
+        edges=[("s0", "bga"), ("s1", "bga"), ("bga:1", "axes"),
+               ("one", "axes"), ("axes", "cat"), ("s1", "cat"),
+               ("one", "cat"), ("labels", "cast"), ("one", "tile"),
+               ("cat", "tile"), ("x", "where"), ("x", "rows"),
+               ("where", "rows"), ("where", "flat"), ("one", "flat"),
+               ("labels", "unique")])
+    by_name = dict(zip(index.names, index.unbatched_elements))
+    assert by_name["bga"] == (3, 3)
+    assert by_name["axes"] == (3,)
+    assert by_name["cat"] == (5,)
+    dependent = gi.unbatched.DATA_DEPENDENT
+    assert by_name["where"] == by_name["rows"] == by_name["flat"] == (
+        dependent,)
+    # Unique's values are counted by the data, its indices are as long as
+    # its input: the batch.
+    assert by_name["unique"] == (dependent, None)
+    for name in ("x", "s0", "labels", "cast", "tile"):
+        assert by_name[name] == (None,), name
+    size = {name: [gi.tensor_bytes(index, index.id_of[name], k, batch)
+                   for k in range(len(index.output_shapes[index.id_of[
+                       name]])) for batch in (None, 50)]
+            for name in ("bga", "cat", "where", "rows", "cast", "unique")}
+    assert size["bga"] == [12, 12, 12, 12]
+    assert size["cat"] == [40, 40]
+    assert size["where"] == size["rows"] == [None, None]
+    assert size["cast"] == [None, 400]
+    assert size["unique"] == [None, None, None, 200]
+
+
+def test_tensorflow_shape_vectors_and_masks_are_not_batch_sized():
+    """The ops TensorFlow makes: the gradient of a matrix product that
+    broadcasts its batch dimensions computes BroadcastGradientArgs of the
+    two batch shapes (1 and 0 long) even when every shape is static, with
+    outputs of shape (?), as in Keras 3's MultiHeadAttention; a boolean
+    mask is a Where, a reshape and a GatherV2. Only the batch-sized
+    tensors keep the batch rule."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, (4, 6, 16))
+        w = tf.compat.v1.placeholder(tf.float32, (16, 16))
+        labels = tf.compat.v1.placeholder(tf.int32, (None,))
+        y = tf.linalg.matmul(x, w)
+        picked = tf.boolean_mask(tf.reshape(y, (24, 16)),
+                                 tf.reshape(y[:, :, 0] > 0, (24,)))
+        loss = tf.reduce_sum(picked) + tf.reduce_sum(
+            tf.cast(labels, tf.float32))
+        grads = tf.gradients(loss, [x, w])
+    index = reader.build_index(graph, [g.op for g in grads] + [loss.op])
+    by_type = {}
+    for i, t in enumerate(index.types):
+        by_type.setdefault(t, []).append(index.unbatched_elements[i])
+    assert by_type["BroadcastGradientArgs"]
+    for entry in by_type["BroadcastGradientArgs"]:
+        assert entry == (1, 1)
+    bga = index.types.index("BroadcastGradientArgs")
+    assert gi.tensor_bytes(index, bga, 0) == 4  # no batch size needed
+    dependent = gi.unbatched.DATA_DEPENDENT
+    assert by_type["Where"] == [(dependent,)]
+    assert (dependent,) in by_type["GatherV2"]
+    labels_id = index.id_of[labels.op.name]
+    assert index.unbatched_elements[labels_id] == (None,)
+    assert gi.tensor_bytes(index, labels_id, 0, 8) == 32
+
+
 # ---- FLOPs -------------------------------------------------------------------
 def test_literal_flops():
     index = gi.from_edges([("a", "MatMul", {"flops": 12}),

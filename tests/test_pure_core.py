@@ -16,7 +16,8 @@ import sys
 import textwrap
 
 CORE = ("graph_index", "graph_index.index", "graph_index.build",
-        "graph_index.literal", "graph_index.sizes", "step", "dag_levels",
+        "graph_index.literal", "graph_index.sizes", "graph_index.unbatched",
+        "step", "dag_levels",
         "devices", "worker_devices", "analysis", "fusions", "planner",
         "planner.types", "planner.triggers", "planner.swap_plan",
         "planner.recompute_plan", "planner.edges", "simulator",

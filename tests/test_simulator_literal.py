@@ -79,6 +79,31 @@ def test_unknown_batch_dimension_in_a_literal_graph():
     assert result.device_timeline.tolist() == [120, 240]
 
 
+def test_shape_vectors_need_no_batch_size_and_counts_are_unknown():
+    """A step with static shapes whose gradient computes broadcast
+    reduction axes (BroadcastGradientArgs, shape (?), as Keras 3's
+    MultiHeadAttention does) is sized without a batch size: the axes are
+    at most as many as the longer shape; a Where's rows are counted by the
+    data, so their size is unknown, not the batch's."""
+    index = gi.from_edges(
+        [("x", "Placeholder", {"outputs": [((4, 6, 16), 4)]}),
+         ("sx", "StridedSlice", {"outputs": [((1,), 4)]}),
+         ("sy", "StridedSlice", {"outputs": [((0,), 4)]}),
+         ("bga", "BroadcastGradientArgs",
+          {"outputs": [((None,), 4), ((None,), 4)]}),
+         ("sum", "Sum", {"outputs": [((4, 6, 16), 4)]}),
+         ("where", "Where", {"outputs": [((None, 3), 8)]})],
+        edges=[("x", "sx"), ("x", "sy"), ("sx", "bga"), ("sy", "bga"),
+               ("x", "sum"), ("bga:0", "sum"), ("x", "where")])
+    for batch_size in (None, 32):
+        model = model_of(index, batch_size)
+        assert model.tensor_size(index.id_of["bga"], 0) == 4
+        assert model.tensor_size(index.id_of["bga"], 1) == 4
+        assert model.unknown_tensors == ("where:0",)
+        # At sum's level: x, sum and the axes it reads.
+        assert model.replay(None).peak_device_bytes == 2 * 4 * 384 + 4
+
+
 def u_graph(n=4):
     """f_i from f_{i-1} (f_0 = x), g_n from f_n, g_i from g_{i+1} and f_i;
     every tensor U bytes and every op a matrix product, whose output is a

@@ -31,6 +31,8 @@ The modules:
               `with_planned_edges`, `acyclic_edges`
   literal.py  `from_edges`
   sizes.py    `tensor_bytes`, `op_flops`, `contraction_flops`
+  unbatched.py  `unbatched_elements`: shape vectors and data-dependent
+              counts, whose unknown first dimension is not the batch
 """
 
 from tflms.devices import DeviceKey, is_cpu_device, parse_device
@@ -42,6 +44,7 @@ from tflms.graph_index.index import (ALLOCATING_REF_TYPES, APPLY_PREFIXES,
                                      GRAPPLER_IDENTITY_TYPES,
                                      NEUTRAL_OPERANDS, PARTITIONED_CALL_TYPES,
                                      GraphIndex)
+from tflms.graph_index import unbatched
 from tflms.graph_index.literal import from_edges
 from tflms.graph_index.sizes import (FLOP_TYPES, contraction_flops, op_flops,
                                      tensor_bytes)
@@ -58,6 +61,7 @@ __all__ = [
     "ALLOCATING_REF_TYPES",
     "APPLY_PREFIXES",
     "tensor_bytes",
+    "unbatched",
     "op_flops",
     "contraction_flops",
     "FLOP_TYPES",

@@ -9,6 +9,7 @@ import collections
 import dataclasses
 
 from tflms import dag_levels
+from tflms.graph_index import unbatched
 from tflms.graph_index.index import BACK_EDGE_TYPES, GraphIndex
 
 
@@ -116,6 +117,7 @@ def assemble(ops, cols, id_of, roots=(), step_rule="the whole graph"):
         for i in range(n)
     ]
     levels = dag_levels.kahn_levels(n, successors)
+    ops_by_level = tuple(tuple(g) for g in dag_levels.group_by_level(levels))
 
     return GraphIndex(
         ops=ops,
@@ -140,9 +142,10 @@ def assemble(ops, cols, id_of, roots=(), step_rule="the whole graph"):
         calls_collective=tuple(cols.calls_collective),
         trainable_bytes=tuple(cols.trainable_bytes),
         flops=tuple(cols.flops),
+        unbatched_elements=unbatched.unbatched_elements(
+            types, inputs, cols.output_shapes, ops_by_level),
         levels=tuple(levels),
-        ops_by_level=tuple(
-            tuple(g) for g in dag_levels.group_by_level(levels)),
+        ops_by_level=ops_by_level,
         id_of=id_of,
         fetches=fetches,
         step_rule=step_rule,

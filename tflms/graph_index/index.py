@@ -137,6 +137,12 @@ class GraphIndex:
         Counted for matrix products and convolutions and their gradients
         (`FLOP_TYPES`), a multiply-add being two; 0 for every other op,
         whose time the step-time model takes from the bytes it touches.
+      unbatched_elements: per op, one entry per output: None where the
+        first unknown dimension of the output's shape is the batch (the rule
+        of `tensor_bytes`), else what the simulator sizes it by: the elements
+        of a shape vector of unknown length (a rank, not a batch), or
+        `unbatched.DATA_DEPENDENT` for a count of rows the data decides, whose
+        size stays unknown (`tflms.graph_index.unbatched`). Made by `assemble`.
       levels: per op, its level in the categorized topological sort.
       ops_by_level: per level, the op ids in increasing id order.
       id_of: op name -> id.
@@ -183,6 +189,7 @@ class GraphIndex:
     levels: tuple
     ops_by_level: tuple
     id_of: dict
+    unbatched_elements: tuple = ()
     planned_edges: tuple = ()
     fetches: tuple = ()
     step_rule: str = "the whole graph"

@@ -1,9 +1,11 @@
 """Sizes and costs of an index's ops: `tensor_bytes` of a static shape
-(the first unknown dimension is the batch), and the floating-point
-operations of matrix products and convolutions (`contraction_flops` for a
-reader, `op_flops` of an indexed op).
+(the first unknown dimension is the batch, but for the shape vectors and
+data-dependent counts of `tflms.graph_index.unbatched`), and the
+floating-point operations of matrix products and convolutions
+(`contraction_flops` for a reader, `op_flops` of an indexed op).
 """
 
+from tflms.graph_index.unbatched import DATA_DEPENDENT
 
 # Contractions whose floating-point operations the index counts, each a
 # function of (attr, input shapes, output shapes) with every dimension known,
@@ -128,7 +130,10 @@ def tensor_bytes(index, op_id, output, batch_size=None):
     """Static size in bytes of an output tensor.
 
     The first unknown dimension is taken as the batch size; any further
-    unknown dimension makes the size unknown.
+    unknown dimension makes the size unknown. Not so for the tensors
+    `GraphIndex.unbatched_elements` names: a shape vector of unknown length
+    has the elements given there, whatever the batch size, and a
+    data-dependent count of rows has no static size (None).
 
     Args:
       index: a `GraphIndex`.
@@ -142,6 +147,12 @@ def tensor_bytes(index, op_id, output, batch_size=None):
     itemsize = index.output_itemsizes[op_id][output]
     if itemsize == 0:
         return 0
+    if index.unbatched_elements:
+        elements = index.unbatched_elements[op_id][output]
+        if elements is not None:
+            if elements == DATA_DEPENDENT:
+                return None
+            return elements * itemsize
     shape = index.output_shapes[op_id][output]
     if shape is None:
         return None

@@ -89,10 +89,14 @@ Memory model (what is counted, and why):
   initialize variables
   (`initializer_only_ops`) run in their own session call, not in a step.
 
-Sizes come from static shapes; the first unknown dimension is the batch
-size. A tensor whose size needs the batch size when none is given raises
-`BatchSizeError`. Tensors whose size stays unknown (unknown rank, or more
-than one unknown dimension) count as zero bytes and are listed in
+Sizes come from static shapes (`graph_index.tensor_bytes`); the first
+unknown dimension is the batch size, but for shape vectors of unknown
+length (a rank: their inputs bound their elements) and data-dependent
+counts (`Where`, `Unique`, `tf.boolean_mask`: unknown size;
+`tflms.graph_index.unbatched`). A tensor whose size needs the batch size
+when none is given raises `BatchSizeError`. Tensors whose size stays
+unknown (unknown rank, more than one unknown dimension, a data-dependent
+count) count as zero bytes and are listed in
 `SimulationModel.unknown_tensors`.
 
 The modules:
