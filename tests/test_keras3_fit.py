@@ -78,7 +78,19 @@ def _rnn(keras):
         keras.layers.LSTM(16), keras.layers.Dense(4)]), (12, 8), 4
 
 
-_MODELS = {"cnn": _cnn, "resnet": _resnet, "rnn": _rnn}
+def _mha(keras):
+    """Self-attention over 6 positions (Keras' MultiHeadAttention): its
+    gradient computes broadcast reduction axes (BroadcastGradientArgs, of
+    shape (?)) even with every shape static, and its means are over 6
+    positions, whose factor 1/6 TensorFlow's gradient applies one way when
+    the batch dimension is known and another when it is not."""
+    x = inputs = keras.Input((6, 16))
+    x = keras.layers.MultiHeadAttention(num_heads=2, key_dim=8)(x, x)
+    y = keras.layers.Dense(4)(keras.layers.GlobalAveragePooling1D()(x))
+    return keras.Model(inputs, y), (6, 16), 4
+
+
+_MODELS = {"cnn": _cnn, "resnet": _resnet, "rnn": _rnn, "mha": _mha}
 
 
 def _data(shape, batch, batches=3):
@@ -138,16 +150,21 @@ def _case_fit(keras, tf, dump_dir, model_name="cnn", steps_per_execution=1,
     ran = swaps_ran.swap_ops_in_partition_graphs(graphs, swap_ops)
     after = dict(own_step="train_step" not in vars(model),
                  jit_compile=model.jit_compile,
-                 train_function=model.train_function is None)
+                 keras_train_function=model.train_function is not None
+                 and not getattr(model.train_function, "tflms_guarded",
+                                 False))
     # The same model fit again without the callback: its own step, no swap.
     again()
     later_graphs = swaps_ran.partition_graph_files(dump_dir) - graphs
     later = swaps_ran.swap_ops_in_partition_graphs(later_graphs)
-    # And again with the callback: its step is reused, planned once.
+    # And again with the callback: Keras kept its train function, so the
+    # callback runs its own again (the one whose partition graphs above
+    # held every swap op), traced and planned once.
+    changes = lms._fit.changes  # pylint: disable=protected-access
+    function = changes.train_function
     again(lms)
-    reused = swaps_ran.swap_ops_in_partition_graphs(
-        swaps_ran.partition_graph_files(dump_dir) - graphs - later_graphs,
-        swap_ops)
+    reused_graphs = (swaps_ran.partition_graph_files(dump_dir) - graphs
+                     - later_graphs)
     return dict(
         outcome=result.outcome.value, swapouts=len(result.swapout_ops),
         swapins=len(result.swapin_ops),
@@ -163,7 +180,9 @@ def _case_fit(keras, tf, dump_dir, model_name="cnn", steps_per_execution=1,
                  if n in ran and "CPU" not in ran[n].upper()],
         after=after, later_swaps=len(later), later_graphs=bool(later_graphs),
         reused_plan=lms.last_run is result,
-        reused_missing=[n for n in swap_ops if n not in reused])
+        reused_function=(lms._fit.changes  # pylint: disable=protected-access
+                         .train_function is function),
+        reused_graphs=len(reused_graphs))
 
 
 def _case_autotune(keras, tf, dump_dir):  # pylint: disable=unused-argument
@@ -207,6 +226,92 @@ def _case_autotune(keras, tf, dump_dir):  # pylint: disable=unused-argument
         fits=tuned.planned.with_lms.peak_device_bytes
         <= tuned.planned.budget_bytes,
         unknown_batch=ragged(unknown), batch_size_set=ragged(told))
+
+
+def _ran(result, dump_dir, graphs):
+    """The swap ops of `result` missing from the partition graphs dumped
+    since `graphs` (a set of files), and those not on a CPU."""
+    from tflms.tf import swaps_ran  # pylint: disable=import-outside-toplevel
+    swap_ops = list(result.swapout_ops) + list(result.swapin_ops)
+    ran = swaps_ran.swap_ops_in_partition_graphs(
+        swaps_ran.partition_graph_files(dump_dir) - graphs, swap_ops)
+    return ([n for n in swap_ops if n not in ran],
+            [n for n in swap_ops if n in ran and "CPU" not in ran[n].upper()])
+
+
+def _weights_equal(a, b):
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    return all(np.array_equal(x, y) for x, y in zip(a, b))
+
+
+def _case_mha_autotune(keras, tf, dump_dir):  # pylint: disable=unused-argument
+    """LMS() auto-tuned on the attention model with whole batches and no
+    batch size: its shape vectors of unknown length are not batch-sized."""
+    from tflms import LMS, autotune  # pylint: disable=import-outside-toplevel
+    from tflms.tf import swaps_ran  # pylint: disable=import-outside-toplevel
+    _, base_losses, base_weights, _ = _fit(keras, "mha")
+    roomy = LMS()
+    roomy.autotune_gpu_mem = 16.0
+    _fit(keras, "mha", roomy)
+    peak = roomy.last_run.planned.without_lms.peak_device_bytes
+    tight = LMS()
+    tight.autotune_gpu_mem = 0.7 * peak / autotune.mem_ratio() / (1 << 30)
+    graphs = swaps_ran.partition_graph_files(dump_dir)
+    _, losses, weights, _ = _fit(keras, "mha", tight)
+    result = tight.last_run
+    missing, off_cpu = _ran(result, dump_dir, graphs)
+    return dict(
+        roomy_outcome=roomy.last_run.outcome.value,
+        outcome=result.outcome.value, autotuned=bool(result.planned.autotuned),
+        swapouts=len(result.swapout_ops), swapins=len(result.swapin_ops),
+        fits=result.planned.with_lms.peak_device_bytes
+        <= result.planned.budget_bytes,
+        base_losses=base_losses, losses=losses,
+        weights_equal=_weights_equal(base_weights, weights),
+        missing=missing, off_cpu=off_cpu)
+
+
+def _case_refit(keras, tf, dump_dir):  # pylint: disable=unused-argument
+    """Two fits of the attention model with the same callback, at batch 3
+    then 5, against the same fits without it: Keras traces its train
+    function again at the second with the batch dimension unknown
+    (reduce_retracing), and LMS's step must be traced so too."""
+    from tflms import LMS  # pylint: disable=import-outside-toplevel
+    from tflms.tf import swaps_ran  # pylint: disable=import-outside-toplevel
+
+    def fits(lms=None):
+        model, shape, _ = _model(keras, "mha")
+        losses, runs, missing, off_cpu = [], [], [], []
+        for batch in (3, 5):
+            graphs = swaps_ran.partition_graph_files(dump_dir)
+            x, y = _data(shape, batch)
+            history = model.fit(x, y, batch_size=batch, epochs=1,
+                                shuffle=False, verbose=0,
+                                callbacks=[lms] if lms is not None else [])
+            losses += history.history["loss"]
+            if lms is not None:
+                runs.append(lms.last_run)
+                gone, off = _ran(lms.last_run, dump_dir, graphs)
+                missing += gone
+                off_cpu += off
+        return losses, [v.numpy() for v in model.weights], runs, missing, \
+            off_cpu
+
+    base_losses, base_weights, _, _, _ = fits()
+    lms = LMS(**FIXED)
+    losses, weights, runs, missing, off_cpu = fits(lms)
+    step = lms._fit.changes.step  # pylint: disable=protected-access
+    return dict(
+        outcomes=[r.outcome.value for r in runs],
+        swapouts=[len(r.swapout_ops) for r in runs],
+        two_plans=runs[0] is not runs[1],
+        traced_batches=sorted(
+            (f.graph.inputs[0].shape[0] for f in
+             step.concrete_functions.values()),
+            key=lambda b: -1 if b is None else b),
+        base_losses=base_losses, losses=losses,
+        weights_equal=_weights_equal(base_weights, weights),
+        missing=missing, off_cpu=off_cpu)
 
 
 def _case_errors(keras, tf, dump_dir):  # pylint: disable=unused-argument
@@ -260,6 +365,7 @@ def _case_errors(keras, tf, dump_dir):  # pylint: disable=unused-argument
 
 
 _CASES = {"fit": _case_fit, "autotune": _case_autotune,
+          "mha_autotune": _case_mha_autotune, "refit": _case_refit,
           "errors": _case_errors}
 
 
@@ -348,10 +454,12 @@ def test_fit_with_the_callback_trains_the_same_with_swaps_that_run(
     assert r["missing"] == [] and r["off_cpu"] == []
     xla = case.endswith(":xla")
     assert r["after"] == dict(own_step=True, jit_compile=xla,
-                              train_function=True)
+                              keras_train_function=True)
     assert r["later_graphs"] and r["later_swaps"] == 0
-    # A later fit with the same callback runs the same rewritten step.
-    assert r["reused_plan"] and r["reused_missing"] == []
+    # A later fit with the same callback runs the same rewritten step, in
+    # the train function it ran in (traced once: no new graph).
+    assert r["reused_plan"] and r["reused_function"]
+    assert r["reused_graphs"] == 0
     assert ("Keras 3 fit: LMS rewrites the model's training step "
             "(model.train_step) when Keras traces its train function") in log
     assert "Large Model Support rewrote the training step" in log
@@ -383,6 +491,40 @@ def test_fit_auto_tuned(tmp_path):
     assert "without the mini-batch size: set lms.batch_size" in message
     assert own_step  # the model has its own step back
     assert r["batch_size_set"] == "rewritten"
+
+
+@pytest.mark.numerics
+def test_attention_fit_auto_tuned_with_whole_batches(tmp_path):
+    """Keras' MultiHeadAttention, LMS() auto-tuned, whole batches and no
+    batch size: the step's broadcast reduction axes (shape (?)) are shape
+    vectors, not batch-sized tensors, so planning needs no batch size
+    (it raised BatchSizeError naming
+    .../attention_output_1/MatMul/BroadcastGradientArgs:0). The same
+    training bit for bit, oneDNN off and on, and every swap op ran."""
+    r, _ = _run("mha_autotune", tmp_path)
+    assert r["roomy_outcome"] == "not needed"
+    assert r["outcome"] == "rewritten" and r["autotuned"] and r["fits"]
+    assert r["swapouts"] > 0 and r["swapins"] >= r["swapouts"]
+    assert r["losses"] == r["base_losses"]
+    assert r["weights_equal"]
+    assert r["missing"] == [] and r["off_cpu"] == []
+
+
+@pytest.mark.numerics
+def test_a_second_fit_at_another_batch_size_trains_the_same(tmp_path):
+    """fit at batch 3, then at batch 5, with the same callback: Keras'
+    train function is traced again at the second fit with the batch
+    dimension unknown, and so is LMS's step (it was traced at batch 5, and
+    the weights differed from Keras' by 3e-8). Both fits rewritten, every
+    swap op of each ran, and the losses and weights are those of the same
+    two fits without LMS, bit for bit."""
+    r, _ = _run("refit", tmp_path)
+    assert r["outcomes"] == ["rewritten", "rewritten"] and r["two_plans"]
+    assert all(n > 0 for n in r["swapouts"])
+    assert r["losses"] == r["base_losses"]
+    assert r["weights_equal"]
+    assert r["traced_batches"] == [None, 3]
+    assert r["missing"] == [] and r["off_cpu"] == []
 
 
 def test_unsupported_fits_raise_and_change_nothing(tmp_path):

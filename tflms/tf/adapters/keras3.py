@@ -28,9 +28,9 @@ What `model.fit(x, y, callbacks=[lms])` does, in order::
     first train step       Keras traces its train function, which calls the
                            LMSFunction: the step is traced, planned and
                            rewritten (logged), and the rewritten step runs
-    on_train_end           train_end(): model.train_step, model.jit_compile as
-                           they were; the train function is made again
-                           (without LMS) by the next fit
+    on_train_end           train_end(): model.train_step, model.jit_compile and
+                           model.train_function as they were (Keras' own
+                           train function, made without LMS)
 
 Under a tf.distribute strategy (MirroredStrategy, MultiWorkerMirroredStrategy,
 OneDeviceStrategy) Keras calls ``model.train_step`` inside ``strategy.run``,
@@ -39,6 +39,21 @@ graph holds every replica's step and the reductions between them. There the
 callback leaves ``train_step`` alone and puts an `LMSFunction` of that
 tf.function in its place in the train function Keras made: each replica's
 device is planned for its own memory (`tflms.tf.lms_function`).
+
+Keras traces its train function the way every tf.function with
+``reduce_retracing=True`` is traced: the first call with the batch's exact
+shapes, a later call with another shape with that dimension unknown (a
+second fit at another batch size, a last smaller batch). The step's ops
+differ between the two (TensorFlow's gradients of a mean divide by a
+constant when the shapes are known, by a computed count when not, and
+Grappler turns only the first into a product by the reciprocal), so LMS's
+step must be traced at the shapes Keras would trace it at. The callback
+therefore keeps the train function it had Keras make and runs it again at
+the next fit of the same model with the same callback, as long as Keras
+itself keeps its own (no ``compile`` or ``make_train_function(force=True)``
+since, which make Keras trace from scratch): Keras' own tf.functions then
+relax the batch dimension exactly when they would without LMS, and the
+`LMSFunction` traces the step at that signature.
 
 XLA (``jit_compile``) ignores device placement, so the swap ops would not
 run where LMS puts them: when it is on, `train_begin` turns it off for the
@@ -123,14 +138,38 @@ class FitChanges:
       strategy: the tf.distribute strategy the model trains under, or
         None. With one, `step` wraps Keras' function of one step on every
         replica and ``model.train_step`` is not replaced.
+      keras_function: the train function Keras had for this fit before
+        the callback replaced it (made from the model's own step), which
+        `end` gives back; None if it was LMS's own, left by a fit that
+        ended without ``on_train_end``.
+      train_function: the train function Keras made of `step` (unguarded),
+        run again by the next fit that `continues` this one.
     """
 
-    def __init__(self, model, step, own_step, jit_compile, strategy=None):
+    def __init__(self, model, step, own_step, jit_compile, strategy=None,
+                 keras_function=None, train_function=None):
         self.model = model
         self.step = step
         self.own_step = own_step
         self.jit_compile = jit_compile
         self.strategy = strategy
+        self.keras_function = keras_function
+        self.train_function = train_function
+
+    def continues(self, model, own_step, keras_function, strategy=None):
+        """True if a fit of `model` whose own step is `own_step`, whose
+        train function Keras kept or made is `keras_function`, under
+        `strategy`, carries on from this one: the same model, step and
+        strategy, and Keras' train function not made again since (by
+        ``compile`` or ``make_train_function(force=True)``). Keras then
+        keeps tracing its own train function where it left off, and the
+        callback runs its own train function again, traced so far as
+        Keras' would have been."""
+        return (self.model is model and self.own_step is own_step
+                and self.strategy is strategy
+                and self.keras_function is not None
+                and self.keras_function is keras_function
+                and self.train_function is not None)
 
 
 def check_model(model):
@@ -191,22 +230,38 @@ class Keras3Fit(FitAdapter):
             _restore_step(model, own_step)
             current = model.train_step
         own_step = model.__dict__.get("train_step")
-        if (previous is not None and previous.model is model
-                and previous.own_step is own_step):
-            step_fn = previous.step
+        keras_function = keras_train_function(model)
+        jit_compile = xla_off(model, log)
+        if previous is not None and previous.continues(
+                model, own_step, keras_function):
+            # Keras would go on tracing its train function: so does LMS's.
+            step_fn, train_function = previous.step, previous.train_function
+            model.train_step = step_fn
         else:
             step_fn = lms_function.LMSFunction(current, lms)
-        jit_compile = xla_off(model, log)
-        model.train_step = step_fn
+            model.train_step = step_fn
+            model.make_train_function(force=True)
+            train_function = model.train_function
         if own_step is not None:
             model.__dict__["_tflms_own_train_step"] = own_step
-        model.make_train_function(force=True)
-        model.train_function = guarded(model.train_function, self.train_end)
+        model.train_function = guarded(train_function, self.train_end)
         log.info("Keras 3 fit: LMS rewrites the model's training step "
                  "(model.train_step) when Keras traces its train "
                  "function%s; the model gets its own step back after the "
                  "fit" % loop_note(model))
-        return FitChanges(model, step_fn, own_step, jit_compile)
+        return FitChanges(model, step_fn, own_step, jit_compile,
+                          keras_function=keras_function,
+                          train_function=train_function)
+
+
+def keras_train_function(model):
+    """The train function Keras has for this fit (``fit`` makes it, or
+    keeps the one it had, before ``on_train_begin``), or None if it is one
+    of LMS's, left by a fit that ended without ``on_train_end``."""
+    function = getattr(model, "train_function", None)
+    if getattr(function, "tflms_guarded", False):
+        return None
+    return function
 
 
 def xla_off(model, log):
@@ -237,6 +292,7 @@ def guarded(train_function, on_error):
         except BaseException:
             on_error()
             raise
+    function.tflms_guarded = True  # LMS's, not Keras' own
     return function
 
 
@@ -249,12 +305,14 @@ def _restore_step(model, own_step):
 
 
 def end(fit):
-    """Undo a fit adapter's changes (`FitChanges`) on ``fit.model``: its own train step, its
-    ``jit_compile``, and no train function (the next fit or
-    train_on_batch makes one without LMS)."""
+    """Undo a fit adapter's changes (`FitChanges`) on ``fit.model``: its
+    own train step, its ``jit_compile``, and Keras' own train function
+    (traced as far as Keras traced it; None, for the next fit or
+    train_on_batch to make one without LMS, if Keras had none of its
+    own)."""
     model = fit.model
     if model.__dict__.get("train_step") is fit.step:
         _restore_step(model, fit.own_step)
     if fit.jit_compile:
         model.jit_compile = True
-    model.train_function = None
+    model.train_function = fit.keras_function

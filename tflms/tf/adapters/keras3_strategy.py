@@ -69,27 +69,26 @@ class Keras3StrategyFit(keras3.Keras3Fit):
                 _STRATEGY_MESSAGE % name)
         log = lms._log  # pylint: disable=protected-access
         own_step = model.__dict__.get("train_step")
+        keras_function = keras3.keras_train_function(model)
         jit_compile = keras3.xla_off(model, log)
-        model.make_train_function(force=True)
-        cell = _one_step_cell(model.train_function)
-        if cell is None:
-            model.train_function = None
-            if jit_compile:
-                model.jit_compile = True
-            raise lms_function.UnsupportedFunctionError(
-                _KERAS_FUNCTION_MESSAGE % (name, _keras_version()))
-        if (previous is not None and previous.model is model
-                and previous.strategy is strategy
-                and previous.own_step is own_step):
-            # The same model, strategy and step: the function planned for
-            # an earlier fit runs again (Keras' new one would trace the
-            # same).
-            step_fn = previous.step
+        if previous is not None and previous.continues(
+                model, own_step, keras_function, strategy):
+            # Keras would go on tracing its train function: so does LMS's
+            # (keras3's module docstring).
+            step_fn, train_function = previous.step, previous.train_function
         else:
+            model.make_train_function(force=True)
+            train_function = model.train_function
+            cell = _one_step_cell(train_function)
+            if cell is None:
+                model.train_function = keras_function
+                if jit_compile:
+                    model.jit_compile = True
+                raise lms_function.UnsupportedFunctionError(
+                    _KERAS_FUNCTION_MESSAGE % (name, _keras_version()))
             step_fn = lms_function.LMSFunction(cell.cell_contents, lms)
-        cell.cell_contents = step_fn
-        model.train_function = keras3.guarded(model.train_function,
-                                              self.train_end)
+            cell.cell_contents = step_fn
+        model.train_function = keras3.guarded(train_function, self.train_end)
         log.info("Keras 3 fit under %s (%d replicas): LMS rewrites the "
                  "function Keras runs each step on every replica "
                  "(one_step_on_data, which calls strategy.run), each "
@@ -98,7 +97,8 @@ class Keras3StrategyFit(keras3.Keras3Fit):
                  % (name, strategy.num_replicas_in_sync,
                     keras3.loop_note(model)))
         return keras3.FitChanges(model, step_fn, own_step, jit_compile,
-                                 strategy)
+                                 strategy, keras_function=keras_function,
+                                 train_function=train_function)
 
 
 def _keras_version():
@@ -135,8 +135,3 @@ def _one_step_cell(train_function):
             return cell
         cell = _closure(content).get("step_func")
     return None
-
-
-def _keras_version():
-    keras = sys.modules.get("keras")
-    return getattr(keras, "__version__", "(unknown version)")
