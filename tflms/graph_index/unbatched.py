@@ -44,7 +44,7 @@ _SHAPE_TYPES = frozenset({"Shape", "ShapeN", "BroadcastGradientArgs",
                           "BroadcastArgs"})
 # Element-wise ops on shape vectors (and scalars or static vectors): the
 # output is as long as the longest input (broadcasting).
-_ELEMENTWISE_TYPES = frozenset({
+_SHAPE_ARITHMETIC_TYPES = frozenset({
     "Add", "AddV2", "Sub", "Mul", "FloorDiv", "FloorMod", "Maximum",
     "Minimum", "Neg", "Abs", "Cast", "Identity", "StopGradient",
     "Snapshot", "RealDiv", "TruncateDiv", "TruncateMod",
@@ -112,7 +112,7 @@ def _vector_bound(op_type, inputs, length_of, max_rank):
         return max(known)
     if None in lengths or not lengths:
         return None
-    if op_type in _ELEMENTWISE_TYPES:
+    if op_type in _SHAPE_ARITHMETIC_TYPES:
         return max(lengths)
     if op_type in _SLICE_TYPES:
         return lengths[0]
