@@ -6,6 +6,7 @@ literal graph, over the batch and over the sequence length. (The Python
 calls on a live graph or Keras 3 model, and the search over the sequence
 of Keras 3 transformers: tests/test_live_capacity.py.)"""
 
+import dataclasses
 import json
 
 import pytest
@@ -306,8 +307,9 @@ def test_search_over_the_sequence_on_a_literal_graph():
         return capacity.plan_row(index, analysis.classify_ops(index),
                                  settings, 2, env=env, sequence=length)
 
-    found = capacity.search(plan_at, budget, dimension="sequence",
-                            batch_size=2, limit=4096)
+    found = dataclasses.replace(
+        capacity.search(plan_at, budget, dimension="sequence", limit=4096),
+        batch_size=2)
     best, above = found.max_sequence_without_lms, found.next_without_lms
     assert above == best + 1
     assert found.row(best).fits_without and not found.row(above).fits_without

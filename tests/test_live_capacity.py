@@ -316,6 +316,8 @@ out["errors"] = [
                                                    batch_size=2)),
     error_of(lambda: live_capacity.of_keras3_model(
         model, lms, dimension="length", batch_size=2))]
+out["bounds"] = [live_capacity.sequence_bounds(model, 1, limit)
+                 for limit in (None, 1000, 32)]
 print("RESULT " + json.dumps(out))
 """
 
@@ -356,6 +358,9 @@ def test_gpt2_longest_sequence_from_python():
     assert longest["with"] == rows[64]["peak_with_bytes"]
     assert rows[64]["tokens_per_s_with"] == pytest.approx(
         64 * rows[64]["samples_per_s_with"])
+    # A larger limit is lowered to the model's longest; a smaller one kept.
+    reason = found["limit_reason"]
+    assert result["bounds"] == [[64, reason], [64, reason], [32, None]]
     too_long, no_batch, batch_given, bad_dimension = result["errors"]
     assert too_long == ["ValueError", (
         "start 100 is longer than the model takes: GPT2Backbone "

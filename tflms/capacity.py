@@ -378,8 +378,7 @@ def _sequence_probes(at, with_lms, start, limit, budget):
 
 
 def search(plan_at, budget_bytes, max_overhead_pct=None, start=1,
-           limit=DEFAULT_LIMIT, progress=None, dimension="batch",
-           batch_size=None, limit_reason=None):
+           limit=DEFAULT_LIMIT, progress=None, dimension="batch"):
     """The largest batches (or sequence lengths) that fit, by galloping
     then binary search.
 
@@ -392,11 +391,9 @@ def search(plan_at, budget_bytes, max_overhead_pct=None, start=1,
       start: the first size tried.
       limit: the largest size tried.
       progress: ``progress(text)`` before each size (optional).
-      dimension: "batch" or "sequence" (`DIMENSIONS`).
-      batch_size: the fixed batch of a search over the sequence (recorded
-        in the `Capacity`).
-      limit_reason: why `limit` is where it is, when the model sets it
-        (recorded and reported).
+      dimension: "batch" or "sequence" (`DIMENSIONS`); the caller of a
+        search over the sequence records its fixed batch and the reason
+        for its limit in the `Capacity` (``dataclasses.replace``).
 
     Returns:
       A `Capacity`.
@@ -492,9 +489,7 @@ def search(plan_at, budget_bytes, max_overhead_pct=None, start=1,
         next_without_lms=next_without, next_with_lms=next_with,
         next_within_overhead=next_within, limit=limit,
         rows=[rows[b] for b in sorted(rows)],
-        seconds=time.monotonic() - began, dimension=dimension,
-        batch_size=batch_size if dimension == "sequence" else None,
-        limit_reason=limit_reason)
+        seconds=time.monotonic() - began, dimension=dimension)
 
 
 def plan_row(index, roles, settings, batch, log=None, env=None,

@@ -55,7 +55,6 @@ def find(args, progress):
 def _find_sequence(args, settings, progress):
     """The `capacity.Capacity` of a search over the sequence length of the
     Keras 3 model ``args.graph`` at ``args.batch_size``."""
-    from tflms import capacity  # pylint: disable=import-outside-toplevel
     from tflms.tf import keras3_trace  # pylint: disable=import-outside-toplevel
     from tflms.tf import live_capacity  # pylint: disable=import-outside-toplevel
     if not is_keras3_plan(args.graph, args):
@@ -69,15 +68,14 @@ def _find_sequence(args, settings, progress):
     loaded = keras3_trace.load_model(args.graph, args.batch_size, args.loss,
                                      args.optimizer,
                                      sequence=args.start_sequence)
-    limit, reason = live_capacity.sequence_bounds(
+    bounds = live_capacity.sequence_bounds(
         loaded.model, args.start_sequence, args.max_sequence,
         "--start-sequence", "--max-sequence")
     plan_at = live_capacity.keras3_plan_at(loaded, settings, args.graph,
                                            dimension="sequence")
-    return capacity.search(plan_at, live_capacity.budget_of(settings),
-                           args.max_overhead, args.start_sequence, limit,
-                           progress, dimension="sequence",
-                           batch_size=args.batch_size, limit_reason=reason)
+    return live_capacity.search_sequence(
+        plan_at, settings, args.batch_size, args.start_sequence, bounds,
+        args.max_overhead, progress)
 
 
 def _with_oracle(found, args, progress):

@@ -22,6 +22,8 @@ unknown (`keras3_trace.sequence_inputs`), up to the longest the model was
 built for (`keras3_trace.sequence_limit`, `sequence_bounds`).
 """
 
+import dataclasses
+
 from tflms import budget as budget_mod
 from tflms import capacity
 from tflms.tf.adapters import tf_function
@@ -31,7 +33,7 @@ from tflms.tf import reader
 
 __all__ = ["of_graph", "of_keras3_model", "graph_plan_at",
            "keras3_plan_at", "batch_is_free", "budget_of",
-           "sequence_bounds"]
+           "sequence_bounds", "search_sequence"]
 
 
 def batch_is_free(index):
@@ -125,6 +127,18 @@ def _trace_at_length(loaded, sequence, path):
                 sequence - 1, sequence - 1)) from None
 
 
+def search_sequence(plan_at, settings, batch_size, start, bounds,
+                    max_overhead_pct=None, progress=None):
+    """`capacity.search` over the sequence length: `bounds` is
+    ``(limit, reason)`` (`sequence_bounds`); the `Capacity` records the
+    fixed batch and the reason."""
+    limit, reason = bounds
+    found = capacity.search(plan_at, budget_of(settings), max_overhead_pct,
+                            start, limit, progress, dimension="sequence")
+    return dataclasses.replace(found, batch_size=batch_size,
+                               limit_reason=reason)
+
+
 def sequence_bounds(model, start, limit, start_flag="start",
                     limit_flag="limit"):
     """``(limit, reason)`` of a search over the sequence of `model`: the
@@ -196,9 +210,8 @@ def of_keras3_model(model, lms, max_overhead_pct=None, start=1,
             "dimension='sequence' searches the sequence length at a fixed "
             "batch: pass batch_size=N (a positive int, the batch you train "
             "with); got %r" % (batch_size,))
-    limit, reason = sequence_bounds(model, start, limit)
+    bounds = sequence_bounds(model, start, limit)
     loaded = keras3_trace.from_model(model, batch_size, sequence=start)
-    return capacity.search(
-        keras3_plan_at(loaded, settings, dimension="sequence"),
-        budget_of(settings), max_overhead_pct, start, limit,
-        dimension="sequence", batch_size=batch_size, limit_reason=reason)
+    return search_sequence(
+        keras3_plan_at(loaded, settings, dimension="sequence"), settings,
+        batch_size, start, bounds, max_overhead_pct)
