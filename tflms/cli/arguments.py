@@ -197,9 +197,10 @@ def _capacity_arguments(commands):
     search = sub.add_argument_group("search and output")
     search.add_argument("--max-overhead", type=nonnegative_float,
                         default=None, metavar="PCT",
-                        help="also find the largest batch whose predicted "
-                             "step with LMS is within PCT%% of the step "
-                             "without LMS at the same batch")
+                        help="also find the largest batch (or longest "
+                             "sequence) whose predicted step with LMS is "
+                             "within PCT%% of the step without LMS at the "
+                             "same size")
     search.add_argument("--dimension", choices=DIMENSIONS, default="batch",
                         help="what to search: the batch (default), or the "
                              "sequence length (Keras 3 models; axis 1 of "
@@ -221,12 +222,13 @@ def _capacity_arguments(commands):
                         "(--dimension sequence; default: the longest the "
                         "model was built for, else 1048576)")
     search.add_argument("--json", default=None, metavar="FILE",
-                        help="write the answers and every batch tried to "
-                             "FILE as JSON")
+                        help="write the answers and every batch (or "
+                             "sequence length) tried to FILE as JSON")
     search.add_argument("--plot", default=None, metavar="FILE",
-                        help="draw samples per second against the batch, "
-                             "without and with LMS, to FILE (PNG; needs "
-                             "matplotlib)")
+                        help="draw samples per second against the batch "
+                             "(tokens per second against the sequence "
+                             "length), without and with LMS, to FILE (PNG; "
+                             "needs matplotlib)")
     search.add_argument("--oracle", action="store_true",
                         help="measure the largest batch without LMS and the "
                              "largest with LMS again on Grappler's virtual "
