@@ -22,10 +22,9 @@ the batch fixed: every level's bytes are then a polynomial of degree two
 in the length (attention's scores are length x length), so the first
 prediction comes from three lengths (``start``, twice and four times it;
 one more from 1, a degenerate length) instead of two; the floor's bound
-likewise. Rows carry the length in
-``sequence`` and tokens per second beside samples per second; the
-`Capacity` is the same, its JSON keys named for the dimension
-(``max_sequence_with_lms``...).
+likewise. Rows carry the length in ``sequence`` and tokens per second
+beside samples per second; the `Capacity` is the same, its JSON keys
+named for the dimension (``max_sequence_with_lms``...).
 
 `plan_row(index, roles, settings, batch)` is the callable's work for an
 index whose batch dimension is free (the simulator sizes the first unknown
