@@ -10,6 +10,7 @@ line), with TF_USE_LEGACY_KERAS and KERAS_BACKEND unset. The subprocesses
 get TF_ENABLE_ONEDNN_OPTS explicitly (conftest.py sets it).
 """
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -25,6 +26,14 @@ needs_keras3 = pytest.mark.skipif(
     compat.TF_VERSION < (2, 16, 0),
     reason="Keras 3 needs TensorFlow 2.16+; TensorFlow %s has Keras 2 only"
     % ".".join(map(str, compat.TF_VERSION)))
+
+# KerasHub (keras-hub, on the newest stack: tools/install_test_deps.sh VENV
+# tf installs it) for the tests that build its models from configs.
+needs_keras_hub = pytest.mark.skipif(
+    compat.TF_VERSION < (2, 16, 0)
+    or importlib.util.find_spec("keras_hub") is None,
+    reason="KerasHub needs Keras 3 (TensorFlow 2.16+) and the keras-hub "
+    "package, which tools/install_test_deps.sh VENV tf installs")
 
 # Saves a Sequential model of the given layers (Keras 3 source after
 # "keras.Input(...),") twice: compiled with momentum SGD and sparse

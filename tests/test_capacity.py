@@ -2,9 +2,11 @@
 with `tflms plan` at that batch (fits) and at the batch above it that the
 search tried (does not fit, or no plan), on a Session graph whose batch
 dimension is free; the JSON keys; bad arguments named; the search on a
-literal graph. (The Python calls on a live graph or Keras 3 model:
-tests/test_live_capacity.py.)"""
+literal graph, over the batch and over the sequence length. (The Python
+calls on a live graph or Keras 3 model, and the search over the sequence
+of Keras 3 transformers: tests/test_live_capacity.py.)"""
 
+import dataclasses
 import json
 
 import pytest
@@ -145,6 +147,50 @@ def test_bad_arguments_name_the_flag(meta, capsys):
     assert code == 2 and "--autotune-gpu-mem" in err, err
 
 
+def test_the_flags_of_the_other_dimension_are_refused(meta, capsys):
+    """--dimension sequence needs --batch-size; each dimension's bounds
+    are refused by the other, --oracle by the sequence; a Session graph
+    cannot be searched by sequence. Each message names the flag, the
+    value and the fix."""
+    base = ["capacity", meta, "--autotune-gpu-mem", "1"]
+    for argv, message in (
+            (["--dimension", "sequence"],
+             "argument --batch-size: --dimension sequence searches the "
+             "sequence length at a fixed batch: pass --batch-size N"),
+            (["--dimension", "sequence", "--batch-size", "2",
+              "--start-batch", "4"],
+             "argument --start-batch: --start-batch 4 is a flag of "
+             "--dimension batch, and this search is over the sequence: "
+             "remove --start-batch, or add --dimension batch"),
+            (["--max-sequence", "64"],
+             "argument --max-sequence: --max-sequence 64 is a flag of "
+             "--dimension sequence, and this search is over the batch (the "
+             "default): remove --max-sequence, or add --dimension sequence"),
+            (["--batch-size", "8"],
+             "argument --batch-size: --batch-size 8 is a flag of "
+             "--dimension sequence"),
+            (["--dimension", "sequence", "--batch-size", "2", "--oracle"],
+             "argument --oracle: the oracle measures batches as tflms plan "
+             "does, which traces a Keras 3 model at its saved shapes, not at "
+             "a sequence length: remove --oracle with --dimension sequence")):
+        with pytest.raises(SystemExit) as exit_info:
+            cli.main(base + argv)
+        assert exit_info.value.code == 2
+        assert message in capsys.readouterr().err, argv
+    code, _, err = _run(capsys, *(base + ["--dimension", "sequence",
+                                          "--batch-size", "2"]))
+    assert code == 2
+    assert ("--dimension sequence traces a Keras 3 model at each sequence "
+            "length, and %s is not a model saved by Keras 3" % meta) in err
+    assert "or search the batch with --dimension batch" in err
+    code, _, err = _run(capsys, *(base + [
+        "--dimension", "sequence", "--batch-size", "2", "--start-sequence",
+        "9", "--max-sequence", "8"]))
+    assert code == 2
+    assert ("--start-sequence 9 is above --max-sequence 8: give a "
+            "--max-sequence of at least 9") in err
+
+
 def test_a_graph_of_static_shapes_is_refused(tmp_path, capsys):
     path = str(tmp_path / "static.meta")
     with tf.Graph().as_default():
@@ -214,3 +260,108 @@ def test_search_checks_its_arguments():
         capacity.search(lambda b: None, 1, start=4, limit=2)
     with pytest.raises(ValueError, match="max_overhead_pct must be"):
         capacity.search(lambda b: None, 1, max_overhead_pct=-1)
+    with pytest.raises(ValueError, match="dimension must be one of batch, "
+                       "sequence; got 'length'"):
+        capacity.search(lambda b: None, 1, dimension="length")
+    with pytest.raises(ValueError, match="start must be a positive sequence "
+                       "length; got 0"):
+        capacity.search(lambda b: None, 1, start=0, dimension="sequence")
+
+
+def _literal_attention(length):
+    """x (length x 64 floats) -> scores s1..s3 (length x length each) ->
+    g3..g1, each g reading its s: the step's bytes are quadratic in the
+    sequence length, as attention's are; one 4000-byte variable."""
+    ops = [("x", "Placeholder", {"outputs": [((length, 64), 4)]}),
+           ("w", "VarHandleOp", {"outputs": [((), 0)],
+                                 "variable_bytes": 4000})]
+    square = ((length, length), 4)
+    edges = []
+    prev = "x"
+    for k in range(1, 4):
+        ops.append(("s%d" % k, "MatMul", {"outputs": [square]}))
+        edges.append((prev, "s%d" % k))
+        prev = "s%d" % k
+    ops.append(("g3", "MatMul", {"outputs": [square]}))
+    edges.append(("s3", "g3"))
+    for k in (2, 1):
+        ops.append(("g%d" % k, "MatMul", {"outputs": [square]}))
+        edges += [("g%d" % (k + 1), "g%d" % k), ("s%d" % k, "g%d" % k)]
+    return gi.from_edges(ops, edges=edges)
+
+
+def test_search_over_the_sequence_on_a_literal_graph():
+    """dimension="sequence": each length planned on its own index; the
+    answers bracketed by a length that fits and the one above that does
+    not, found from the quadratic prediction; JSON keys named for the
+    sequence; the batch's names refused."""
+    settings = Settings(autotune_gpu_mem=(4 * 100 * 100 * 4 + 4000) / _GIB,
+                        interconnect="instant")
+    env = {"TF_LMS_SIMULATOR_MEM_RATIO": "1"}
+    budget = 4 * 100 * 100 * 4 + 4000  # four scores at length 100
+    planned = []
+
+    def plan_at(length):
+        planned.append(length)
+        index = _literal_attention(length)
+        return capacity.plan_row(index, analysis.classify_ops(index),
+                                 settings, 2, env=env, sequence=length)
+
+    found = dataclasses.replace(
+        capacity.search(plan_at, budget, dimension="sequence", limit=4096),
+        batch_size=2)
+    best, above = found.max_sequence_without_lms, found.next_without_lms
+    assert above == best + 1
+    assert found.row(best).fits_without and not found.row(above).fits_without
+    best, above = found.max_sequence_with_lms, found.next_with_lms
+    assert above == best + 1 and best > found.max_sequence_without_lms
+    assert found.row(best).fits_with and not found.row(above).fits_with
+    # Each answer checked against the simulator on the index at that
+    # length, outside the search: peaks without LMS either side of the
+    # budget.
+    for length, fits in ((found.max_sequence_without_lms, True),
+                         (found.next_without_lms, False)):
+        index = _literal_attention(length)
+        roles = analysis.classify_ops(index)
+        peak = capacity.pipeline.simulate_without(
+            index, roles, settings.replace(batch_size=2)).peak_device_bytes
+        assert (peak <= budget) is fits, (length, peak, budget)
+    # The three lengths fitted (1, 2, 4, 8) gave the longest without LMS
+    # exactly: tried with the one above it right after them.
+    assert planned[:6] == [1, 2, 4, 8, found.max_sequence_without_lms,
+                           found.next_without_lms]
+    out = found.as_dict()
+    assert {"max_sequence_without_lms", "max_sequence_with_lms",
+            "max_sequence_within_overhead", "dimension", "batch_size",
+            "limit_reason"} <= set(out)
+    assert not [k for k in out if k.startswith("max_batch")]
+    assert out["dimension"] == "sequence" and out["batch_size"] == 2
+    row = out["rows"][0]
+    assert row["sequence"] == 1 and row["batch"] == 2
+    assert row["tokens_per_s_with"] == pytest.approx(
+        row["samples_per_s_with"] * 1)
+    with pytest.raises(AttributeError, match="this search was over the "
+                       "sequence, not the batch: read largest_with_lms "
+                       "\\(or max_sequence_with_lms\\)"):
+        found.max_batch_with_lms  # pylint: disable=pointless-statement
+
+
+def test_a_batch_search_keeps_its_json_keys():
+    index = _literal_chain()
+    roles = analysis.classify_ops(index)
+    settings = Settings(autotune_gpu_mem=(40 * 4000 * 5 + 4000) / _GIB,
+                        interconnect="instant")
+    env = {"TF_LMS_SIMULATOR_MEM_RATIO": "1"}
+    found = capacity.search(
+        lambda b: capacity.plan_row(index, roles, settings, b, env=env),
+        40 * 4000 * 5 + 4000, limit=64)
+    out = found.as_dict()
+    assert set(out) == {
+        "budget_bytes", "max_batch_without_lms", "max_batch_with_lms",
+        "max_batch_within_overhead", "max_overhead_pct", "next_without_lms",
+        "next_with_lms", "next_within_overhead", "limit", "rows", "seconds"}
+    assert "sequence" not in out["rows"][0]
+    assert "tokens_per_s_with" not in out["rows"][0]
+    with pytest.raises(AttributeError, match="over the batch, not the "
+                       "sequence"):
+        found.max_sequence_with_lms  # pylint: disable=pointless-statement

@@ -1,5 +1,6 @@
-"""How big can one train: the largest batch a device budget holds without
-LMS, with LMS, and with LMS within an overhead of the step without it.
+"""How big can one train: the largest batch (or, with the batch fixed, the
+longest sequence) a device budget holds without LMS, with LMS, and with
+LMS within an overhead of the step without it.
 
 `search(plan_at, ...)` asks a callable for one `BatchRow` per batch it
 tries: ``start`` and twice it; from them, the largest batch without LMS
@@ -15,6 +16,15 @@ batch above it that was tried and failed, so each can be checked with
 found at one batch is found at every smaller one, which the planner keeps
 for the budget (`tflms.stages.order`) and the memory of a step keeps for
 the batch (every activation grows with it).
+
+``dimension="sequence"`` searches the sequence length the same way, with
+the batch fixed: every level's bytes are then a polynomial of degree two
+in the length (attention's scores are length x length), so the first
+prediction comes from three lengths (``start``, twice and four times it;
+one more from 1, a degenerate length) instead of two; the floor's bound
+likewise. Rows carry the length in ``sequence`` and tokens per second
+beside samples per second; the `Capacity` is the same, its JSON keys
+named for the dimension (``max_sequence_with_lms``...).
 
 `plan_row(index, roles, settings, batch)` is the callable's work for an
 index whose batch dimension is free (the simulator sizes the first unknown
@@ -41,15 +51,23 @@ from tflms import plots
 from tflms import steptime
 
 __all__ = ["BatchRow", "Capacity", "search", "plan_row", "write_plot",
-           "DEFAULT_LIMIT"]
+           "DEFAULT_LIMIT", "DIMENSIONS"]
 
-# The largest batch galloping tries unless told otherwise.
+# The largest batch (or sequence length) galloping tries unless told
+# otherwise.
 DEFAULT_LIMIT = 1 << 20
+
+# What `search` can search: the batch, or the sequence length with the
+# batch fixed.
+DIMENSIONS = ("batch", "sequence")
+
+# The words each dimension's messages and labels use.
+_WORDS = {"batch": "batch size", "sequence": "sequence length"}
 
 
 @dataclasses.dataclass
 class BatchRow:
-    """One batch tried.
+    """One batch (or sequence length) tried.
 
     Attributes:
       batch: the batch size.
@@ -68,6 +86,8 @@ class BatchRow:
       smallest_peak_bytes: the peak of the smallest plan the tuner found
         when none fits (None otherwise).
       oracle: the oracle's peaks (``tflms plan --oracle``'s), when asked.
+      sequence: the sequence length the step was traced with, when the
+        search is over the sequence (None when it is over the batch).
     """
 
     batch: int
@@ -85,6 +105,7 @@ class BatchRow:
     error: Optional[str] = None
     smallest_peak_bytes: Optional[int] = None
     oracle: Optional[dict] = None
+    sequence: Optional[int] = None
     # The step's device memory per level without LMS: what `search`
     # extrapolates from (not in `as_dict`).
     timeline: object = dataclasses.field(default=None, repr=False,
@@ -112,12 +133,35 @@ class BatchRow:
             return None
         return (self.step_with_ms / self.step_without_ms - 1.0) * 100.0
 
+    @property
+    def tokens_per_s_without(self):
+        """Predicted tokens (batch x sequence length) per second without
+        LMS (None: does not fit, or no sequence)."""
+        rate = self.samples_per_s_without
+        if rate is None or self.sequence is None:
+            return None
+        return rate * self.sequence
+
+    @property
+    def tokens_per_s_with(self):
+        """Predicted tokens per second with LMS (None: no plan, or no
+        sequence)."""
+        rate = self.samples_per_s_with
+        if rate is None or self.sequence is None:
+            return None
+        return rate * self.sequence
+
     def as_dict(self):
         out = {f.name: getattr(self, f.name)
                for f in dataclasses.fields(self) if f.name != "timeline"}
         out["samples_per_s_without"] = self.samples_per_s_without
         out["samples_per_s_with"] = self.samples_per_s_with
         out["overhead_pct"] = self.overhead_pct
+        if self.sequence is None:
+            del out["sequence"]  # a batch search's rows, as they were
+        else:
+            out["tokens_per_s_without"] = self.tokens_per_s_without
+            out["tokens_per_s_with"] = self.tokens_per_s_with
         return out
 
 
@@ -127,25 +171,32 @@ class Capacity:
 
     Attributes:
       budget_bytes: the device budget.
-      max_batch_without_lms, max_batch_with_lms: the largest batch that
-        fits without LMS, and with a plan of LMS (None: not even the first
-        batch tried).
-      max_batch_within_overhead: the largest batch with a plan whose
-        predicted step is within `max_overhead_pct` of the step without
-        LMS at the same batch (None when not asked, or none is).
+      largest_without_lms, largest_with_lms: the largest batch (sequence
+        length, for a search over the sequence) that fits without LMS, and
+        with a plan of LMS (None: not even the first one tried). Also
+        ``max_batch_without_lms`` ... or ``max_sequence_without_lms`` ...,
+        by the dimension searched, the names of the JSON keys.
+      largest_within_overhead: the largest with a plan whose predicted
+        step is within `max_overhead_pct` of the step without LMS at the
+        same size (None when not asked, or none is).
       max_overhead_pct: the overhead asked for, or None.
-      next_without_lms, next_with_lms, next_within_overhead: the batch
+      next_without_lms, next_with_lms, next_within_overhead: the size
         tried just above each answer that failed (None: none was, the
         limit was reached).
-      limit: the largest batch galloping would try.
-      rows: every `BatchRow` tried, by batch.
+      limit: the largest size galloping would try.
+      rows: every `BatchRow` tried, by size.
       seconds: the search's wall time.
+      dimension: what was searched, one of `DIMENSIONS`.
+      batch_size: the fixed batch of a search over the sequence (None for
+        a search over the batch).
+      limit_reason: why `limit` is where it is when the model sets it (a
+        position embedding's length), else None (the caller's limit).
     """
 
     budget_bytes: int
-    max_batch_without_lms: Optional[int]
-    max_batch_with_lms: Optional[int]
-    max_batch_within_overhead: Optional[int]
+    largest_without_lms: Optional[int]
+    largest_with_lms: Optional[int]
+    largest_within_overhead: Optional[int]
     max_overhead_pct: Optional[float]
     next_without_lms: Optional[int]
     next_with_lms: Optional[int]
@@ -153,17 +204,59 @@ class Capacity:
     limit: int
     rows: list
     seconds: float = 0.0
+    dimension: str = "batch"
+    batch_size: Optional[int] = None
+    limit_reason: Optional[str] = None
 
-    def row(self, batch):
-        """The `BatchRow` of `batch` (KeyError if not tried)."""
+    def _named(self, dimension, which):
+        if self.dimension != dimension:
+            raise AttributeError(
+                "this search was over the %s, not the %s: read "
+                "largest_%s (or max_%s_%s)" % (
+                    self.dimension, dimension, which, self.dimension,
+                    which))
+        return getattr(self, "largest_" + which)
+
+    # The JSON keys' names, each for its dimension only.
+    max_batch_without_lms = property(lambda c: c._named("batch",
+                                                        "without_lms"))
+    max_batch_with_lms = property(lambda c: c._named("batch", "with_lms"))
+    max_batch_within_overhead = property(lambda c: c._named(
+        "batch", "within_overhead"))
+    max_sequence_without_lms = property(lambda c: c._named(
+        "sequence", "without_lms"))
+    max_sequence_with_lms = property(lambda c: c._named("sequence",
+                                                        "with_lms"))
+    max_sequence_within_overhead = property(lambda c: c._named(
+        "sequence", "within_overhead"))
+
+    def size_of(self, row):
+        """The size `row` was planned at in the dimension searched."""
+        return getattr(row, self.dimension)
+
+    def row(self, size):
+        """The `BatchRow` of `size` (KeyError if not tried)."""
         for r in self.rows:
-            if r.batch == batch:
+            if self.size_of(r) == size:
                 return r
-        raise KeyError(batch)
+        raise KeyError(size)
 
     def as_dict(self):
-        out = {f.name: getattr(self, f.name)
-               for f in dataclasses.fields(self) if f.name != "rows"}
+        """The JSON file's content: ``max_<dimension>_without_lms``,
+        ``..._with_lms``, ``..._within_overhead``, ``next_*``,
+        ``budget_bytes``, ``max_overhead_pct``, ``limit``, ``seconds``,
+        ``rows``; a search over the sequence adds ``dimension``,
+        ``batch_size`` and ``limit_reason``."""
+        out = {}
+        for f in dataclasses.fields(self):
+            name = f.name
+            if name == "rows" or (self.dimension == "batch" and name in (
+                    "dimension", "batch_size", "limit_reason")):
+                continue
+            if name.startswith("largest_"):
+                name = "max_%s_%s" % (self.dimension,
+                                      name[len("largest_"):])
+            out[name] = getattr(self, f.name)
         out["rows"] = [r.as_dict() for r in self.rows]
         return out
 
@@ -191,14 +284,14 @@ def _bracket(rows, pred):
     return lo, (min(above) if above else None)
 
 
-def _predicted_without(first, second, budget):
+def _predicted_without(b1, first, b2, second, budget):
     """The largest batch whose step fits `budget` without LMS if every
-    level's bytes grow with the batch as they do from `first` to `second`
-    (they do, for a step whose sizes are affine in the batch), or None."""
+    level's bytes grow with the batch as they do from `first` (at batch
+    `b1`) to `second` (at `b2`) (they do, for a step whose sizes are
+    affine in the batch), or None."""
     t1, t2 = first.timeline, second.timeline
     if t1 is None or t2 is None or len(t1) != len(t2) or not len(t1):
         return None
-    b1, b2 = first.batch, second.batch
     if b2 <= b1:
         return None
     best = None
@@ -211,54 +304,125 @@ def _predicted_without(first, second, budget):
     return best
 
 
-def _predicted_floor(first, second, budget):
+def _predicted_floor(b1, first, b2, second, budget):
     """The largest batch whose floor fits `budget` if it grows as it does
     from `first` to `second` (it grows at least that fast: the floor is
     the largest of sums affine in the batch), or None."""
-    b1, b2 = first.batch, second.batch
     f1, f2 = first.floor_bytes, second.floor_bytes
     if b2 <= b1 or f2 <= f1:
         return None
     return b1 + (budget - f1) * (b2 - b1) // (f2 - f1)
 
 
+def _fitted_largest(sizes, series, budget, limit):
+    """The largest size in [sizes[-1], limit] at which every series of
+    `series` (its values at `sizes`, followed through them by the
+    polynomial of degree ``len(sizes) - 1``) is within `budget`, or None
+    when one is over it already at ``sizes[-1]``. A prediction to try,
+    in floating point: the search checks it by planning there."""
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    values = np.asarray(series, dtype=np.float64)
+
+    def fits(x):
+        total = np.zeros(values.shape[0])
+        for j, xj in enumerate(sizes):
+            weight = 1.0
+            for m, xm in enumerate(sizes):
+                if m != j:
+                    weight *= (x - xm) / float(xj - xm)
+            total += weight * values[:, j]
+        return bool((total <= budget).all())
+
+    lo, hi = sizes[-1], limit
+    if not fits(lo):
+        return None
+    if fits(hi):
+        return hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _sequence_probes(at, with_lms, start, limit, budget):
+    """The first lengths of a search over the sequence: `start` and then
+    twice the last (while each has a plan) until three lengths of 2 or
+    more are tried (length 1 is degenerate: attention over one key, whose
+    ops can differ); from those three, every level's bytes as a
+    polynomial of degree two in the length (the step's sizes are:
+    attention's scores are length x length), the longest without LMS and
+    the one above it, and the longest the floor allows."""
+    probes = [start]
+    while len([p for p in probes if p >= 2]) < 3 and \
+            with_lms(at(probes[-1])) and probes[-1] < limit:
+        probes.append(min(2 * probes[-1], limit))
+    fitted = [p for p in probes if p >= 2]
+    rows = [at(size) for size in fitted]
+    if len(fitted) < 3 or any(r.timeline is None for r in rows) or \
+            len({len(r.timeline) for r in rows}) != 1:
+        return
+    guess = _fitted_largest(fitted, list(zip(*[r.timeline.tolist()
+                                                for r in rows])),
+                            budget, limit)
+    if guess is not None and fitted[-1] < guess < limit:
+        at(guess)
+        at(guess + 1)
+    ceiling = _fitted_largest(fitted, [[r.floor_bytes for r in rows]],
+                              budget, limit)
+    if ceiling is not None and ceiling > fitted[-1]:
+        at(ceiling)
+
+
 def search(plan_at, budget_bytes, max_overhead_pct=None, start=1,
-           limit=DEFAULT_LIMIT, progress=None):
-    """The largest batches that fit, by galloping then binary search.
+           limit=DEFAULT_LIMIT, progress=None, dimension="batch"):
+    """The largest batches (or sequence lengths) that fit, by galloping
+    then binary search.
 
     Args:
-      plan_at: ``plan_at(batch) -> BatchRow``.
+      plan_at: ``plan_at(size) -> BatchRow``: the step planned at a batch
+        size, or at a sequence length with the batch fixed.
       budget_bytes: the device budget the rows were planned for.
-      max_overhead_pct: also find the largest batch whose predicted step
+      max_overhead_pct: also find the largest size whose predicted step
         with LMS is within this many percent of the step without LMS.
-      start: the first batch tried.
-      limit: the largest batch tried.
-      progress: ``progress(text)`` before each batch (optional).
+      start: the first size tried.
+      limit: the largest size tried.
+      progress: ``progress(text)`` before each size (optional).
+      dimension: "batch" or "sequence" (`DIMENSIONS`); the caller of a
+        search over the sequence records its fixed batch and the reason
+        for its limit in the `Capacity` (``dataclasses.replace``).
 
     Returns:
       A `Capacity`.
 
     Raises:
-      ValueError: `start`, `limit` or `max_overhead_pct` out of range.
+      ValueError: `start`, `limit`, `max_overhead_pct` or `dimension` out
+        of range.
     """
+    if dimension not in DIMENSIONS:
+        raise ValueError("dimension must be one of %s; got %r" % (
+            ", ".join(DIMENSIONS), dimension))
+    word = _WORDS[dimension]
     if not isinstance(start, int) or start < 1:
-        raise ValueError("start must be a positive batch size; got %r"
-                         % (start,))
+        raise ValueError("start must be a positive %s; got %r"
+                         % (word, start))
     if not isinstance(limit, int) or limit < start:
-        raise ValueError("limit must be a batch size of at least start (%d);"
-                         " got %r" % (start, limit))
+        raise ValueError("limit must be a %s of at least start (%d); got %r"
+                         % (word, start, limit))
     if max_overhead_pct is not None and not max_overhead_pct >= 0:
         raise ValueError("max_overhead_pct must be a percentage of 0 or "
                          "more; got %r" % (max_overhead_pct,))
     began = time.monotonic()
     rows = {}
 
-    def at(batch):
-        if batch not in rows:
+    def at(size):
+        if size not in rows:
             if progress is not None:
-                progress("batch %d ..." % batch)
-            rows[batch] = plan_at(batch)
-        return rows[batch]
+                progress("%s %d ..." % (dimension, size))
+            rows[size] = plan_at(size)
+        return rows[size]
 
     def with_lms(row):
         return row.fits_with
@@ -272,21 +436,25 @@ def search(plan_at, budget_bytes, max_overhead_pct=None, start=1,
 
     # Two batches, then a jump to the batches the step's memory predicts:
     # the largest without LMS, checked with the one above it, and the
-    # largest the floor allows, where galloping starts.
+    # largest the floor allows, where galloping starts. (Three lengths
+    # for the sequence: `_sequence_probes`.)
     first = at(start)
-    if with_lms(first) and start < limit:
-        second = at(min(2 * start, limit))
-        guess = _predicted_without(first, second, budget_bytes)
-        if guess is not None and second.batch < guess < limit:
+    if with_lms(first) and start < limit and dimension == "sequence":
+        _sequence_probes(at, with_lms, start, limit, budget_bytes)
+    elif with_lms(first) and start < limit:
+        size = min(2 * start, limit)
+        second = at(size)
+        guess = _predicted_without(start, first, size, second, budget_bytes)
+        if guess is not None and size < guess < limit:
             at(guess)
             at(guess + 1)
-        ceiling = _predicted_floor(first, second, budget_bytes)
+        ceiling = _predicted_floor(start, first, size, second, budget_bytes)
         lo, _ = _bracket(rows, with_lms)
         if ceiling is not None and lo < ceiling:
             at(min(ceiling, limit))
 
-    # Galloping from the largest batch with a plan: double until a batch
-    # has none (or the limit), then binary search.
+    # Galloping from the largest size with a plan: double until one has
+    # none (or the limit), then binary search.
     lo, hi = _bracket(rows, with_lms)
     if lo is not None:
         while hi is None and lo < limit:
@@ -313,17 +481,18 @@ def search(plan_at, budget_bytes, max_overhead_pct=None, start=1,
         best_within, next_within = answers[1]
     return Capacity(
         budget_bytes=int(budget_bytes),
-        max_batch_without_lms=best_without,
-        max_batch_with_lms=best_with,
-        max_batch_within_overhead=best_within,
+        largest_without_lms=best_without,
+        largest_with_lms=best_with,
+        largest_within_overhead=best_within,
         max_overhead_pct=max_overhead_pct,
         next_without_lms=next_without, next_with_lms=next_with,
         next_within_overhead=next_within, limit=limit,
         rows=[rows[b] for b in sorted(rows)],
-        seconds=time.monotonic() - began)
+        seconds=time.monotonic() - began, dimension=dimension)
 
 
-def plan_row(index, roles, settings, batch, log=None, env=None):
+def plan_row(index, roles, settings, batch, log=None, env=None,
+             sequence=None):
     """The `BatchRow` of `index` planned with `settings` at `batch`: the
     pipeline `LMS.run` runs (`pipeline.plan`), the step-time model
     `tflms plan` reports (`steptime.predict_planned`).
@@ -337,6 +506,8 @@ def plan_row(index, roles, settings, batch, log=None, env=None):
       batch: the batch size.
       log: a `Logger` for the planning lines (default quiet).
       env: the environment the budget reads (default `os.environ`).
+      sequence: the sequence length `index` was traced with, for a search
+        over the sequence (recorded in the row).
     """
     settings = settings.replace(batch_size=batch)
     try:
@@ -357,7 +528,8 @@ def plan_row(index, roles, settings, batch, log=None, env=None):
             lms_needed=True, peak_with_bytes=None,
             floor_bytes=lowest.floor_bytes, floor_op=lowest.op_name,
             step_without_ms=step.without_lms_s * 1e3, step_with_ms=None,
-            error=str(err), smallest_peak_bytes=err.smallest_peak_bytes)
+            error=str(err), smallest_peak_bytes=err.smallest_peak_bytes,
+            sequence=sequence)
     planned = pipeline.simulate_plan(planned)
     budget = planned.budget_bytes
     without = planned.without_lms
@@ -376,44 +548,15 @@ def plan_row(index, roles, settings, batch, log=None, env=None):
         step_without_ms=step.without_lms_s * 1e3,
         step_with_ms=step.with_lms_s * 1e3,
         swapout_bytes=int(plan.swapout_bytes()) if plan else 0,
-        swapin_bytes=int(plan.swapin_bytes()) if plan else 0)
+        swapin_bytes=int(plan.swapin_bytes()) if plan else 0,
+        sequence=sequence)
 
 
-def write_plot(capacity, path, title="Samples per second by batch"):
-    """Samples per second against the batch, without and with LMS, with
-    the largest batches marked, as a PNG at `path`.
+def write_plot(capacity, path, title=None):
+    """`plots.write_capacity_plot`: samples per second against the batch
+    (tokens per second against the sequence length), as a PNG at `path`.
 
     Raises:
       ImportError: without matplotlib (`plots.MISSING_MATPLOTLIB`).
     """
-    fig, ax = plots._new_figure()  # pylint: disable=protected-access
-    rows = capacity.rows
-    # With LMS first: where LMS is not needed the two agree, and the line
-    # without LMS stays visible on top.
-    for label, attr, color, marker in (
-            ("with LMS", "samples_per_s_with", "tab:orange", "o"),
-            ("without LMS", "samples_per_s_without", "tab:blue", "s")):
-        points = [(r.batch, getattr(r, attr)) for r in rows
-                  if getattr(r, attr) is not None]
-        if points:
-            xs, ys = zip(*points)
-            ax.plot(xs, ys, marker=marker, markersize=4, linestyle="-",
-                    color=color, label=label)
-    for value, text, style in (
-            (capacity.max_batch_without_lms, "largest without LMS", ":"),
-            (capacity.max_batch_with_lms, "largest with LMS", "--"),
-            (capacity.max_batch_within_overhead,
-             "largest within %s%%" % (capacity.max_overhead_pct,), "-.")):
-        if value is not None:
-            ax.axvline(value, color="gray", linestyle=style, linewidth=1.0,
-                       label="%s: %d" % (text, value))
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("batch size")
-    ax.set_ylabel("samples per second (predicted)")
-    ax.set_title(title)
-    ax.set_ylim(bottom=0)
-    ax.grid(True, alpha=0.3)
-    ax.legend(loc="best", fontsize="small")
-    fig.tight_layout()
-    plots._save(fig, path)  # pylint: disable=protected-access
-    return path
+    return plots.write_capacity_plot(capacity, path, title)

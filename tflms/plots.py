@@ -22,6 +22,9 @@ Files written into the plot folder:
   level distance, and their bytes (log scales, so that the few long edges
   LMS swaps show beside hundreds of short ones). Thresholds act on this
   distance.
+
+`write_capacity_plot` draws `tflms capacity`'s picture (samples or tokens
+per second against the batch or sequence length it searched).
 """
 
 import os
@@ -39,6 +42,7 @@ __all__ = [
     "write_planned",
     "with_plots",
     "pictures_in",
+    "write_capacity_plot",
     "PICTURES",
 ]
 
@@ -316,3 +320,52 @@ def pictures_in(plot_dir):
     the last plots written there, as `write_plots` removes stale ones."""
     return [os.path.join(plot_dir, name) for name in PICTURES
             if os.path.exists(os.path.join(plot_dir, name))]
+
+
+def write_capacity_plot(capacity, path, title=None):
+    """Samples per second against the batch (tokens per second against
+    the sequence length, for a search over the sequence), without and
+    with LMS, with the largest sizes marked, as a PNG at `path`: the
+    plot of `tflms capacity` (a `tflms.capacity.Capacity`).
+
+    Raises:
+      ImportError: without matplotlib (`plots.MISSING_MATPLOTLIB`).
+    """
+    sequence = capacity.dimension == "sequence"
+    rate, longest = (("tokens", "longest") if sequence
+                     else ("samples", "largest"))
+    if title is None:
+        title = ("Tokens per second by sequence length" if sequence
+                 else "Samples per second by batch")
+    fig, ax = _new_figure()
+    rows = capacity.rows
+    # With LMS first: where LMS is not needed the two agree, and the line
+    # without LMS stays visible on top.
+    for label, attr, color, marker in (
+            ("with LMS", rate + "_per_s_with", "tab:orange", "o"),
+            ("without LMS", rate + "_per_s_without", "tab:blue", "s")):
+        points = [(capacity.size_of(r), getattr(r, attr)) for r in rows
+                  if getattr(r, attr) is not None]
+        if points:
+            xs, ys = zip(*points)
+            ax.plot(xs, ys, marker=marker, markersize=4, linestyle="-",
+                    color=color, label=label)
+    for value, text, style in (
+            (capacity.largest_without_lms, longest + " without LMS", ":"),
+            (capacity.largest_with_lms, longest + " with LMS", "--"),
+            (capacity.largest_within_overhead,
+             "%s within %s%%" % (longest, capacity.max_overhead_pct), "-.")):
+        if value is not None:
+            ax.axvline(value, color="gray", linestyle=style, linewidth=1.0,
+                       label="%s: %d" % (text, value))
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("sequence length (batch %d)" % capacity.batch_size
+                  if sequence else "batch size")
+    ax.set_ylabel("%s per second (predicted)" % rate)
+    ax.set_title(title)
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="best", fontsize="small")
+    fig.tight_layout()
+    _save(fig, path)
+    return path

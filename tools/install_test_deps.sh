@@ -7,9 +7,10 @@
 # Usage: tools/install_test_deps.sh [VENV [STACK]]
 #   VENV   default .venv
 #   STACK  tf215 (default): TensorFlow 2.15.1 and Horovod
-#          tf: the newest TensorFlow with tf-keras, without Horovod
-#              (Horovod 0.28.1 does not build against TensorFlow 2.16+; run
-#              the tests with TF_USE_LEGACY_KERAS=1, see tools/ci_tf_latest.sh)
+#          tf: the newest TensorFlow with tf-keras and keras-hub, without
+#              Horovod (Horovod 0.28.1 does not build against TensorFlow
+#              2.16+; run the tests with TF_USE_LEGACY_KERAS=1, see
+#              tools/ci_tf_latest.sh)
 #
 # Afterwards it checks the venv and fails (exit 1) unless `pip check` passes
 # and exactly one TensorFlow distribution (tensorflow or tensorflow-cpu) is
@@ -47,6 +48,12 @@ if "$PIP" show -q "$OTHER_TF" >/dev/null 2>&1; then
     "$PIP" uninstall -q -y "$OTHER_TF" "$WANT_TF"
 fi
 "$PIP" install -q -e ".[$STACK,test]"
+if [ "$STACK" = tf ]; then
+    # KerasHub models built from configs (no downloads) in the tests and
+    # docs of the newest stack (tflms capacity --dimension sequence on
+    # GPT-2); it needs Keras 3, so never on TensorFlow 2.15.
+    "$PIP" install -q keras-hub
+fi
 
 # Exactly one TensorFlow distribution, and consistent requirements.
 if ! "$PIP" check; then

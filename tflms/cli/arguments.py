@@ -168,8 +168,8 @@ def _capacity_arguments(commands):
     search's bounds and outputs."""
     sub = commands.add_parser(
         "capacity",
-        help="find the largest batch a GPU trains without LMS, with LMS "
-             "and within an overhead",
+        help="find the largest batch (or longest sequence) a GPU trains "
+             "without LMS, with LMS and within an overhead",
         description=(
             "Load a saved training graph and find, by galloping then "
             "binary search over the batch size, the largest batch whose "
@@ -178,35 +178,57 @@ def _capacity_arguments(commands):
             "step with LMS is within PCT% of the step without LMS at the "
             "same batch. Prints the batches tried (predicted peaks without "
             "and with LMS, step times, samples per second, bytes moved each "
-            "way, the floor no plan goes below). Every number is a "
-            "prediction (simulator and step-time model). No GPU needed. "
-            "Exit status 0: some batch fits; 1: none; 2: error."),
+            "way, the floor no plan goes below). --dimension sequence "
+            "searches the sequence length of a Keras 3 model instead, with "
+            "the batch fixed (--batch-size): axis 1 of every input the "
+            "model leaves unknown, up to the longest the model was built "
+            "for (a KerasHub backbone's max_sequence_length). Every number "
+            "is a prediction (simulator and step-time model). No GPU "
+            "needed. Exit status 0: some size fits; 1: none; 2: error."),
         epilog=("GRAPH as for `tflms plan`; its batch dimension must be "
                 "free (a Keras model, or placeholders of shape [None, "
                 "...]); a Keras 3 model is traced once per batch. Example: "
                 "tflms capacity model.keras --autotune-gpu-mem 16 "
-                "--gpu V100-SXM2-16GB --max-overhead 10 --plot capacity.png"))
-    sub.set_defaults(batch_size=None, inference=False, no_plots=True,
-                     oracle=False)
+                "--gpu V100-SXM2-16GB --max-overhead 10 --plot capacity.png; "
+                "tflms capacity gpt2.keras --dimension sequence "
+                "--batch-size 8 --autotune-gpu-mem 16"))
+    sub.set_defaults(inference=False, no_plots=True, oracle=False)
     _model_arguments(sub, _CAPACITY_SETTING_FLAGS, "search")
     search = sub.add_argument_group("search and output")
     search.add_argument("--max-overhead", type=nonnegative_float,
                         default=None, metavar="PCT",
-                        help="also find the largest batch whose predicted "
-                             "step with LMS is within PCT%% of the step "
-                             "without LMS at the same batch")
-    search.add_argument("--start-batch", type=positive_int, default=1,
+                        help="also find the largest batch (or longest "
+                             "sequence) whose predicted step with LMS is "
+                             "within PCT%% of the step without LMS at the "
+                             "same size")
+    search.add_argument("--dimension", choices=DIMENSIONS, default="batch",
+                        help="what to search: the batch (default), or the "
+                             "sequence length (Keras 3 models; axis 1 of "
+                             "every input whose axis 1 is unknown) at the "
+                             "batch --batch-size fixes")
+    search.add_argument("--batch-size", type=positive_int, default=None,
+                        metavar="N",
+                        help="the fixed batch of --dimension sequence")
+    search.add_argument("--start-batch", type=positive_int, default=None,
                         metavar="N", help="first batch tried (default 1)")
     search.add_argument("--max-batch", type=positive_int,
-                        default=1 << 20, metavar="N",
+                        default=None, metavar="N",
                         help="largest batch tried (default 1048576)")
+    search.add_argument("--start-sequence", type=positive_int, default=None,
+                        metavar="N", help="first sequence length tried "
+                        "(--dimension sequence; default 1)")
+    search.add_argument("--max-sequence", type=positive_int, default=None,
+                        metavar="N", help="longest sequence tried "
+                        "(--dimension sequence; default: the longest the "
+                        "model was built for, else 1048576)")
     search.add_argument("--json", default=None, metavar="FILE",
-                        help="write the answers and every batch tried to "
-                             "FILE as JSON")
+                        help="write the answers and every batch (or "
+                             "sequence length) tried to FILE as JSON")
     search.add_argument("--plot", default=None, metavar="FILE",
-                        help="draw samples per second against the batch, "
-                             "without and with LMS, to FILE (PNG; needs "
-                             "matplotlib)")
+                        help="draw samples per second against the batch "
+                             "(tokens per second against the sequence "
+                             "length), without and with LMS, to FILE (PNG; "
+                             "needs matplotlib)")
     search.add_argument("--oracle", action="store_true",
                         help="measure the largest batch without LMS and the "
                              "largest with LMS again on Grappler's virtual "
@@ -219,6 +241,51 @@ def _capacity_arguments(commands):
                         default=None,
                         help="one line per batch on stderr while it works; "
                              "default: when stderr is a terminal")
+
+
+# The dimensions `tflms capacity --dimension` searches (as
+# `tflms.capacity.DIMENSIONS`, not imported here to keep --help quick).
+DIMENSIONS = ("batch", "sequence")
+
+# Each dimension's own flags, which the other refuses.
+_DIMENSION_FLAGS = {"batch": ("start_batch", "max_batch"),
+                    "sequence": ("batch_size", "start_sequence",
+                                 "max_sequence")}
+
+
+def check_capacity_arguments(parser, args):
+    """`tflms capacity`'s flags that go together: the other dimension's
+    flags refused (an argument error naming the flag and the fix), the
+    fixed batch required for the sequence, the bounds' defaults set."""
+    other = "sequence" if args.dimension == "batch" else "batch"
+    for name in _DIMENSION_FLAGS[other]:
+        if getattr(args, name) is not None:
+            flag = "--" + name.replace("_", "-")
+            parser.error(
+                "argument %s: %s %s is a flag of --dimension %s, and this "
+                "search is over the %s%s: remove %s, or add --dimension %s"
+                % (flag, flag, getattr(args, name), other, args.dimension,
+                   " (the default)" if args.dimension == "batch" else "",
+                   flag, other))
+    if args.dimension == "sequence":
+        if args.batch_size is None:
+            parser.error(
+                "argument --batch-size: --dimension sequence searches the "
+                "sequence length at a fixed batch: pass --batch-size N "
+                "(the batch you train with)")
+        if args.oracle:
+            parser.error(
+                "argument --oracle: the oracle measures batches as tflms "
+                "plan does, which traces a Keras 3 model at its saved "
+                "shapes, not at a sequence length: remove --oracle with "
+                "--dimension sequence")
+        if args.start_sequence is None:
+            args.start_sequence = 1
+        return
+    if args.start_batch is None:
+        args.start_batch = 1
+    if args.max_batch is None:
+        args.max_batch = 1 << 20
 
 
 class _PlanOnly(argparse.Action):

@@ -2,7 +2,9 @@
 and within an overhead (`tflms.capacity.search`), for every format
 `tflms plan` loads; the table of the batches tried, the plot, the JSON
 file and, with --oracle, the oracle's peaks at the two largest batches
-(`tflms plan --oracle` at each)."""
+(`tflms plan --oracle` at each). With --dimension sequence, the longest
+sequence of a Keras 3 model at the batch --batch-size fixes, in the same
+words for the sequence."""
 
 import argparse
 import json
@@ -25,6 +27,8 @@ def find(args, progress):
     from tflms.tf import keras3_trace  # pylint: disable=import-outside-toplevel
     from tflms.tf import live_capacity  # pylint: disable=import-outside-toplevel
     settings = S.from_arguments(args, is_training=True)
+    if args.dimension == "sequence":
+        return _find_sequence(args, settings, progress)
     if is_keras3_plan(args.graph, args):
         progress("loading the Keras 3 model %s ..." % args.graph)
         loaded = keras3_trace.load_model(args.graph, args.start_batch,
@@ -48,11 +52,37 @@ def find(args, progress):
     return found
 
 
+def _find_sequence(args, settings, progress):
+    """The `capacity.Capacity` of a search over the sequence length of the
+    Keras 3 model ``args.graph`` at ``args.batch_size``."""
+    from tflms.tf import keras3_trace  # pylint: disable=import-outside-toplevel
+    from tflms.tf import live_capacity  # pylint: disable=import-outside-toplevel
+    if not is_keras3_plan(args.graph, args):
+        raise PlanError(
+            "--dimension sequence traces a Keras 3 model at each sequence "
+            "length, and %s is not a model saved by Keras 3 (or Keras 3 is "
+            "not installed here): save it with Keras 3 (model.save("
+            "'model.keras'), TensorFlow 2.16+), or search the batch with "
+            "--dimension batch" % args.graph)
+    progress("loading the Keras 3 model %s ..." % args.graph)
+    loaded = keras3_trace.load_model(args.graph, args.batch_size, args.loss,
+                                     args.optimizer,
+                                     sequence=args.start_sequence)
+    bounds = live_capacity.sequence_bounds(
+        loaded.model, args.start_sequence, args.max_sequence,
+        "--start-sequence", "--max-sequence")
+    plan_at = live_capacity.keras3_plan_at(loaded, settings, args.graph,
+                                           dimension="sequence")
+    return live_capacity.search_sequence(
+        plan_at, settings, args.batch_size, args.start_sequence, bounds,
+        args.max_overhead, progress)
+
+
 def _with_oracle(found, args, progress):
     """The oracle's peaks (`tflms plan --oracle`) at the largest batch
     without LMS and the largest with LMS, in their rows."""
-    batches = sorted({b for b in (found.max_batch_without_lms,
-                                  found.max_batch_with_lms)
+    batches = sorted({b for b in (found.largest_without_lms,
+                                  found.largest_with_lms)
                       if b is not None})
     for batch in batches:
         progress("batch %d with the oracle ..." % batch)
@@ -79,8 +109,24 @@ def _rate(value):
     return "-" if value is None else "%.1f" % value
 
 
+# The words of the report for each dimension searched.
+_WORDS = {
+    "batch": {"tried": "Batches", "column": "batch", "rate": "smp/s",
+              "rates": "samples/s", "answer": "Largest batch",
+              "first": "batch", "flag": "--max-batch", "many": "batches",
+              "rate_attr": "samples_per_s"},
+    "sequence": {"tried": "Sequence lengths", "column": "seq",
+                 "rate": "tok/s", "rates": "tokens/s",
+                 "answer": "Longest sequence", "first": "sequence length",
+                 "flag": "--max-sequence", "many": "sequence lengths",
+                 "rate_attr": "tokens_per_s"},
+}
+
+
 def render(found, args):
     """The lines `tflms capacity` prints."""
+    words = _WORDS[found.dimension]
+    rate = words["rate"]
     lines = ["tflms capacity: %s" % args.graph,
              "Device budget: %s (%s x TF_LMS_SIMULATOR_MEM_RATIO); step "
              "times on %s, copies over %s" % (
@@ -88,24 +134,29 @@ def render(found, args):
                  ("--autotune-gpu-mem %g GiB" % args.autotune_gpu_mem
                   if args.autotune_gpu_mem else "the GPU's memory"),
                  args.gpu or S.Settings().gpu,
-                 args.interconnect or S.Settings().interconnect),
-             "",
-             "Batches tried (predictions: peaks by the simulator, steps by "
-             "the step-time model):",
-             "  %6s %11s %11s %4s %4s %10s %10s %10s %10s %10s %10s %11s" % (
-                 "batch", "peak w/o", "peak LMS", "w/o", "LMS", "step w/o",
-                 "step LMS", "smp/s w/o", "smp/s LMS", "out", "in",
-                 "floor")]
+                 args.interconnect or S.Settings().interconnect)]
+    if found.dimension == "sequence":
+        lines.append("Sequence length searched at batch %d: axis 1 of every "
+                     "input whose axis 1 the model leaves unknown"
+                     % found.batch_size)
+    lines += ["",
+              "%s tried (predictions: peaks by the simulator, steps by "
+              "the step-time model):" % words["tried"],
+              "  %6s %11s %11s %4s %4s %10s %10s %10s %10s %10s %10s %11s" % (
+                  words["column"], "peak w/o", "peak LMS", "w/o", "LMS",
+                  "step w/o", "step LMS", rate + " w/o", rate + " LMS", "out",
+                  "in", "floor")]
     for r in found.rows:
         lines.append(
             "  %6d %11s %11s %4s %4s %10s %10s %10s %10s %10s %10s %11s" % (
-                r.batch, gib(r.peak_without_bytes),
+                found.size_of(r), gib(r.peak_without_bytes),
                 "no plan" if r.peak_with_bytes is None
                 else gib(r.peak_with_bytes),
                 "fits" if r.fits_without else "-",
                 "fits" if r.fits_with else "-",
                 _ms(r.step_without_ms), _ms(r.step_with_ms),
-                _rate(r.samples_per_s_without), _rate(r.samples_per_s_with),
+                _rate(getattr(r, words["rate_attr"] + "_without")),
+                _rate(getattr(r, words["rate_attr"] + "_with")),
                 gib(r.swapout_bytes), gib(r.swapin_bytes),
                 gib(r.floor_bytes)))
     lines.append("  (steps in ms; out/in: bytes LMS moves to the host and "
@@ -127,31 +178,39 @@ def render(found, args):
         return "predicted step %.0f%% over the step without LMS" % (
             row.overhead_pct or 0.0)
 
-    def answer(label, batch, above, why, extra=""):
-        if batch is None:
-            return "%s: none (not even batch %d)" % (label, args.start_batch)
-        text = "%s: %d%s" % (label, batch, extra)
+    def answer(label, size, above, why, extra=""):
+        if size is None:
+            # The first size tried is the smallest.
+            return "%s: none (not even %s %d)" % (
+                label, words["first"], found.size_of(found.rows[0]))
+        text = "%s: %d%s" % (label, size, extra)
+        if above is None and found.limit_reason:
+            return text + (" (the search stopped at %d, the longest the "
+                           "model takes: %s)" % (found.limit,
+                                                 found.limit_reason))
         if above is None:
-            return text + " (the search stopped at --max-batch %d)" % (
-                found.limit)
+            return text + " (the search stopped at %s %d)" % (
+                words["flag"], found.limit)
         return text + " (%d does not: %s)" % (above, why(found.row(above)))
-    lines.append(answer("Largest batch without LMS",
-                        found.max_batch_without_lms,
+    lines.append(answer("%s without LMS" % words["answer"],
+                        found.largest_without_lms,
                         found.next_without_lms, without_lms))
-    best = found.max_batch_with_lms
+    best = found.largest_with_lms
     extra = ""
     if best is not None:
         row = found.row(best)
-        extra = (", %.1f samples/s predicted; its floor is %s, set by %s"
-                 % (row.samples_per_s_with or 0.0, gib(row.floor_bytes),
+        extra = (", %.1f %s predicted; its floor is %s, set by %s"
+                 % (getattr(row, words["rate_attr"] + "_with") or 0.0,
+                    words["rates"], gib(row.floor_bytes),
                     row.floor_op or "the resident bytes"))
-    lines.append(answer("Largest batch with LMS", best, found.next_with_lms,
-                        with_lms, extra))
+    lines.append(answer("%s with LMS" % words["answer"], best,
+                        found.next_with_lms, with_lms, extra))
     if found.max_overhead_pct is not None:
         lines.append(answer(
-            "Largest batch with LMS within %g%% of the step without it"
-            % found.max_overhead_pct, found.max_batch_within_overhead,
-            found.next_within_overhead, overhead))
+            "%s with LMS within %g%% of the step without it"
+            % (words["answer"], found.max_overhead_pct),
+            found.largest_within_overhead, found.next_within_overhead,
+            overhead))
     oracle_rows = [r for r in found.rows if r.oracle]
     if oracle_rows:
         lines.append("")
@@ -169,8 +228,9 @@ def render(found, args):
                                 "fits" if measured["fits"] else
                                 "does NOT fit", gib(r.oracle.get(
                                     "simulator_%s_peak_bytes" % key, 0))))
-    lines.append("Searched %d batches in %.1f s." % (len(found.rows),
-                                                     found.seconds))
+    lines.append("Searched %d %s in %.1f s." % (len(found.rows),
+                                                words["many"],
+                                                found.seconds))
     return lines
 
 
@@ -185,9 +245,11 @@ def write_outputs(found, args):
         notes.append("JSON written: %s" % os.path.abspath(args.json))
     if args.plot:
         try:
-            capacity.write_plot(found, args.plot, title="%s: samples per "
-                                "second by batch" % os.path.basename(
-                                    args.graph.rstrip("/")))
+            capacity.write_plot(found, args.plot, title="%s: %s" % (
+                os.path.basename(args.graph.rstrip("/")),
+                "tokens per second by sequence length (batch %d)"
+                % found.batch_size if found.dimension == "sequence"
+                else "samples per second by batch"))
             notes.append("Plot written: %s" % os.path.abspath(args.plot))
         except ImportError:
             notes.append("Plot NOT written: %s"

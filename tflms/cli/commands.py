@@ -10,7 +10,8 @@ import sys
 import tempfile
 import time
 
-from tflms.cli.arguments import build_parser, lms_from_args
+from tflms.cli.arguments import (build_parser, check_capacity_arguments,
+                                 lms_from_args)
 from tflms.cli.loading import PlanError, is_keras3_plan, load_graph
 from tflms.cli.planning import plan_graph
 from tflms.cli.rendering import render
@@ -86,18 +87,20 @@ def _capacity_command(args):
     from tflms.cli import capacity_command as capacity_cli  # pylint: disable=import-outside-toplevel
 
     def work():
-        if args.start_batch > args.max_batch:
+        word = args.dimension
+        start = getattr(args, "start_" + word)
+        limit = getattr(args, "max_" + word)
+        if limit is not None and start > limit:
             raise PlanError(
-                "--start-batch %d is above --max-batch %d: give a "
-                "--max-batch of at least %d" % (
-                    args.start_batch, args.max_batch, args.start_batch))
+                "--start-%s %d is above --max-%s %d: give a --max-%s of at "
+                "least %d" % (word, start, word, limit, word, start))
         progress = _Progress(args.command, args.progress)
         found = capacity_cli.find(args, progress)
         progress("done")
         lines = capacity_cli.render(found, args)
         lines += capacity_cli.write_outputs(found, args)
         print("\n".join(lines))
-        return (EXIT_FITS if found.max_batch_with_lms is not None
+        return (EXIT_FITS if found.largest_with_lms is not None
                 else EXIT_DOES_NOT_FIT)
     return _run_command(args, work)
 
@@ -260,6 +263,7 @@ def main(argv=None, program=False):
     if args.command == "verify":
         return _verify_command(args, argv, fresh)
     if args.command == "capacity":
+        check_capacity_arguments(parser, args)
         return _capacity_command(args)
     parser.error("unknown command %r" % args.command)
     return EXIT_ERROR

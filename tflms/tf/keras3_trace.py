@@ -18,12 +18,22 @@ Targets are given the model's output shape, and for a sparse loss (its
 name says ``sparse``) integer class indices without the class dimension,
 as ``fit()`` would be fed.
 
+A step can also be traced at a sequence length (``tflms capacity
+--dimension sequence``): the sequence axis is axis 1 of every input, and
+of every output (so target), whose axis 1 the model leaves unknown
+(``keras.Input(shape=(None, ...))``, a KerasHub backbone's
+``token_ids`` and ``padding_mask``); inputs whose axis 1 is fixed keep
+it. `sequence_limit` finds the longest sequence a model was built for
+(a KerasHub backbone's ``max_sequence_length``, a position embedding's
+``sequence_length``).
+
 Only this module and the Keras 3 branch of `tflms.cli` know of Keras 3
 files; Keras 2 files (``.h5``, ``.keras`` from tf_keras) load as before
 (`tflms.tf.keras_models`).
 """
 
 import dataclasses
+from typing import Optional
 
 import tensorflow as tf
 
@@ -31,7 +41,8 @@ from tflms.tf.adapters import tf_function
 from tflms.tf import keras_models
 
 __all__ = ["Keras3PlanError", "LoadedModel", "TracedStep", "keras3",
-           "is_keras3_file", "load", "load_model", "trace", "from_model"]
+           "is_keras3_file", "load", "load_model", "trace", "from_model",
+           "sequence_inputs", "sequence_limit"]
 
 
 class Keras3PlanError(ValueError):
@@ -142,19 +153,36 @@ def _structure(model, what):
     return flat[0] if len(flat) == 1 else flat
 
 
-def _spec(shape, dtype, batch, what, path):
+def _has_sequence_axis(shape):
+    """True if axis 1 of `shape` is unknown: the sequence axis."""
+    return len(shape) >= 2 and shape[1] is None
+
+
+def _spec(shape, dtype, batch, what, path, sequence=None):
     dims = (batch,) + tuple(shape[1:])
+    if sequence is not None and _has_sequence_axis(shape):
+        dims = (batch, sequence) + dims[2:]
     if any(d is None for d in dims):
+        hint = ""
+        if sequence is None and _has_sequence_axis(shape) and \
+                None not in tuple(shape[2:]):
+            hint = ("; or search its sequence length with tflms capacity "
+                    "--dimension sequence --batch-size N, which traces "
+                    "axis 1 at each length")
         raise Keras3PlanError(
             "the Keras 3 model %s has %s of shape %s, with an unknown "
-            "dimension besides the batch: its training step can only be "
+            "dimension besides the %s: its training step can only be "
             "planned for fixed shapes; save the model with a fixed input "
-            "shape (keras.Input(shape=...))" % (path, what, tuple(shape)))
+            "shape (keras.Input(shape=...))%s" % (
+                path, what, tuple(shape),
+                "batch" if sequence is None else "batch and axis 1 (the "
+                "sequence)", hint))
     return tf.TensorSpec(dims, tf.as_dtype(dtype))
 
 
-def _signature(keras, model, batch_size, path, training):
-    """``(x spec, y spec or None, batch)`` for one batch of `model`."""
+def _signature(keras, model, batch_size, path, training, sequence=None):
+    """``(x spec, y spec or None, batch)`` for one batch of `model` (at
+    `sequence` on the sequence axis, if given)."""
     inputs, outputs = _structure(model, "input"), _structure(model, "output")
     if inputs is None or outputs is None:
         raise Keras3PlanError(
@@ -164,7 +192,8 @@ def _signature(keras, model, batch_size, path, training):
     flat_in = keras.tree.flatten(inputs)
     batch = _batch_of(flat_in, batch_size, path)
     x = keras.tree.pack_sequence_as(inputs, [
-        _spec(t.shape, t.dtype, batch, "an input", path) for t in flat_in])
+        _spec(t.shape, t.dtype, batch, "an input", path, sequence)
+        for t in flat_in])
     if not training:
         return x, None, batch
     flat_out = keras.tree.flatten(outputs)
@@ -176,10 +205,10 @@ def _signature(keras, model, batch_size, path, training):
             # One class index per example, as fit() is fed for a sparse
             # loss.
             targets.append(_spec(out.shape[:-1], tf.int32, batch, "an output",
-                                 path))
+                                 path, sequence))
         else:
             targets.append(_spec(out.shape, out.dtype, batch, "an output",
-                                 path))
+                                 path, sequence))
     return x, keras.tree.pack_sequence_as(outputs, targets), batch
 
 
@@ -226,6 +255,7 @@ class LoadedModel:
       x, y: `tf.TensorSpec` structures of one batch's inputs and targets
         (`y` is None for inference).
       batch: the batch size.
+      sequence: the sequence length on the sequence axis, or None.
     """
 
     keras: object
@@ -234,10 +264,11 @@ class LoadedModel:
     x: object
     y: object
     batch: int
+    sequence: Optional[int] = None
 
 
 def load_model(path, batch_size=None, loss=None, optimizer=None,
-               inference=False):
+               inference=False, sequence=None):
     """Load the Keras 3 model `path` in eager mode and compile it for
     training (the saved loss and optimizer, or `loss` / `optimizer`),
     with its optimizer built; `tflms plan` traces its step
@@ -270,24 +301,75 @@ def load_model(path, batch_size=None, loss=None, optimizer=None,
     notes = []
     if not inference:
         notes.extend(_compile(model, path, loss, optimizer))
-    x, y, batch = _signature(keras, model, batch_size, path, not inference)
+    x, y, batch = _signature(keras, model, batch_size, path, not inference,
+                             sequence)
     if not inference and not model.optimizer.built:
         # Built outside the trace, as fit() builds it before its first
         # step; the step only reads and updates the slots.
         model.optimizer.build(model.trainable_variables)
     return LoadedModel(keras=keras, model=model, notes=notes, x=x, y=y,
-                       batch=batch)
+                       batch=batch, sequence=sequence)
 
 
-def from_model(model, batch_size):
+def from_model(model, batch_size, sequence=None):
     """A `LoadedModel` of a live Keras 3 model compiled for training (its
     optimizer built here if it is not yet), for `trace`."""
     keras = keras3()
-    x, y, batch = _signature(keras, model, batch_size, "the model", True)
+    x, y, batch = _signature(keras, model, batch_size, "the model", True,
+                             sequence)
     if not model.optimizer.built:
         model.optimizer.build(model.trainable_variables)
     return LoadedModel(keras=keras, model=model, notes=[], x=x, y=y,
-                       batch=batch)
+                       batch=batch, sequence=sequence)
+
+
+def sequence_inputs(loaded, path="the model"):
+    """The names (or positions) of the inputs of `loaded`'s model whose
+    axis 1 is the sequence axis (unknown in the model).
+
+    Raises:
+      Keras3PlanError: no input has one.
+    """
+    keras, model = loaded.keras, loaded.model
+    inputs = _structure(model, "input")
+    flat = keras.tree.flatten(inputs) if inputs is not None else []
+    found = [getattr(t, "name", None) or str(k) for k, t in enumerate(flat)
+             if _has_sequence_axis(tuple(t.shape))]
+    if not found:
+        raise Keras3PlanError(
+            "--dimension sequence: no input of the Keras 3 model %s has an "
+            "unknown axis 1 to trace at each length (its inputs: %s); "
+            "build the model on inputs of shape (None, ...) after the batch "
+            "(keras.Input(shape=(None,)) for token ids), or search the "
+            "batch (--dimension batch)" % (path, ", ".join(
+                "%s %s" % (getattr(t, "name", "?"), tuple(t.shape))
+                for t in flat) or "none known"))
+    return found
+
+
+def sequence_limit(model):
+    """``(length, reason)``: the longest sequence `model` was built for,
+    from its layers (a KerasHub backbone's ``max_sequence_length``, a
+    position embedding's ``sequence_length``: a step longer than that
+    slices past the embedding's table), or ``(None, None)`` when no layer
+    says. A position looked up in a plain ``keras.layers.Embedding`` is
+    not recognised."""
+    best = (None, None)
+    layers = model._flatten_layers(include_self=True, recursive=True)  # pylint: disable=protected-access
+    for layer in layers:
+        for attr, what in (("max_sequence_length", "was built with "
+                            "max_sequence_length=%d"),
+                           ("sequence_length", "(a position embedding) "
+                            "holds sequence_length=%d positions")):
+            if attr == "sequence_length" and \
+                    "PositionEmbedding" not in type(layer).__name__:
+                continue
+            value = getattr(layer, attr, None)
+            if isinstance(value, int) and value > 0 and (
+                    best[0] is None or value < best[0]):
+                best = (value, "%s %r %s" % (type(layer).__name__,
+                                             layer.name, what % value))
+    return best
 
 
 def load(path, batch_size=None, loss=None, optimizer=None, inference=False):
@@ -313,15 +395,19 @@ def load(path, batch_size=None, loss=None, optimizer=None, inference=False):
                  inference)
 
 
-def trace(loaded, inference=False, batch_size=None, path="the model"):
+def trace(loaded, inference=False, batch_size=None, path="the model",
+          sequence=None):
     """The `TracedStep` of a `LoadedModel` (`load_model`, `from_model`),
-    for its batch or for `batch_size`: `tflms capacity` loads a model once
-    and traces its step once per batch it tries."""
+    for its batch or for `batch_size` (and its sequence length, or
+    `sequence`): `tflms capacity` loads a model once and traces its step
+    once per batch (or sequence length) it tries."""
     model, notes, x, y, batch = (loaded.model, list(loaded.notes), loaded.x,
                                  loaded.y, loaded.batch)
-    if batch_size is not None and batch_size != batch:
-        x, y, batch = _signature(loaded.keras, model, batch_size, path,
-                                 not inference)
+    sequence = loaded.sequence if sequence is None else sequence
+    if (batch_size is not None and batch_size != batch) or \
+            sequence != loaded.sequence:
+        x, y, batch = _signature(loaded.keras, model, batch_size or batch,
+                                 path, not inference, sequence)
     if inference:
         step = tf.function(lambda x: model(x, training=False))
         concrete = step.get_concrete_function(x)
@@ -331,9 +417,11 @@ def trace(loaded, inference=False, batch_size=None, path="the model"):
         step = tf.function(model.train_step, jit_compile=False)
         concrete = step.get_concrete_function((x, y))
         notes.append("Traced Keras 3's train step (model.train_step, the "
-                     "step fit() runs) with tf.function for batch %d: "
+                     "step fit() runs) with tf.function for batch %d%s: "
                      "forward, loss, backward, optimizer update and metrics "
-                     "in one function graph." % batch)
+                     "in one function graph." % (batch, "" if sequence is None
+                                                 else ", sequence length %d"
+                                                 % sequence))
     graph = concrete.graph
     fetches = tf_function.step_fetches(graph)
     # Named as a MetaGraph's train op is, for --oracle.

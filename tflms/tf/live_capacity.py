@@ -8,13 +8,21 @@ model, planned with an `LMS`'s settings (docs/capacity.md)::
     found = live_capacity.of_graph(graph, lms)            # tf.compat.v1
     found = live_capacity.of_keras3_model(model, lms)     # Keras 3
     found.max_batch_with_lms, found.rows
+    found = live_capacity.of_keras3_model(model, lms, dimension="sequence",
+                                          batch_size=8)   # Keras 3
+    found.max_sequence_with_lms, found.rows
 
 Nothing is rewritten: each batch is planned (`capacity.plan_row`) as
 `LMS.run` would plan it. A Session graph is indexed once and planned at
 every batch (the simulator sizes the first unknown dimension with it); a
 Keras 3 model's ``train_step`` is traced once per batch
-(`keras3_trace.trace`).
+(`keras3_trace.trace`), or, searching the sequence, once per sequence
+length with the batch fixed: axis 1 of every input the model leaves
+unknown (`keras3_trace.sequence_inputs`), up to the longest the model was
+built for (`keras3_trace.sequence_limit`, `sequence_bounds`).
 """
+
+import dataclasses
 
 from tflms import budget as budget_mod
 from tflms import capacity
@@ -24,7 +32,8 @@ from tflms import pipeline
 from tflms.tf import reader
 
 __all__ = ["of_graph", "of_keras3_model", "graph_plan_at",
-           "keras3_plan_at", "batch_is_free", "budget_of"]
+           "keras3_plan_at", "batch_is_free", "budget_of",
+           "sequence_bounds", "search_sequence"]
 
 
 def batch_is_free(index):
@@ -71,19 +80,84 @@ def graph_plan_at(graph, settings, fetches=None, log=None, what="the graph"):
     return plan_at
 
 
-def keras3_plan_at(loaded, settings, path="the model", log=None):
-    """``plan_at(batch) -> capacity.BatchRow`` for a Keras 3 model loaded
+def keras3_plan_at(loaded, settings, path="the model", log=None,
+                   dimension="batch"):
+    """``plan_at(size) -> capacity.BatchRow`` for a Keras 3 model loaded
     by `keras3_trace.load_model` (or `keras3_trace.from_model`): its
-    ``train_step`` traced once per batch."""
-    _check(settings)
+    ``train_step`` traced once per batch; with ``dimension="sequence"``,
+    once per sequence length at the batch `loaded` was made for.
 
-    def plan_at(batch):
-        traced = keras3_trace.trace(loaded, batch_size=batch, path=path)
+    Raises:
+      ValueError: no auto-tuning; no input with a sequence axis
+        (`keras3_trace.Keras3PlanError`).
+    """
+    _check(settings)
+    if dimension == "sequence":
+        keras3_trace.sequence_inputs(loaded, path)
+
+    def plan_at(size):
+        if dimension == "sequence":
+            batch, sequence = loaded.batch, size
+            traced = _trace_at_length(loaded, sequence, path)
+        else:
+            batch, sequence = size, None
+            traced = keras3_trace.trace(loaded, batch_size=batch, path=path)
         # Planned for a GPU's budget: oneDNN's CPU passes do not run there.
         _, index = tf_function.step_of(traced.graph, onednn_cpu=False)
         roles = pipeline.classify(index, settings)
-        return capacity.plan_row(index, roles, settings, batch, log)
+        return capacity.plan_row(index, roles, settings, batch, log,
+                                 sequence=sequence)
     return plan_at
+
+
+def _trace_at_length(loaded, sequence, path):
+    """`keras3_trace.trace` at `sequence`; a model that cannot be traced
+    that long says which length and what to do."""
+    try:
+        return keras3_trace.trace(loaded, path=path, sequence=sequence)
+    except keras3_trace.Keras3PlanError:
+        raise
+    except Exception as e:  # pylint: disable=broad-except
+        raise keras3_trace.Keras3PlanError(
+            "tracing the training step of %s at sequence length %d (batch "
+            "%d) failed: %s: %s. If the model cannot take sequences that "
+            "long (a position table shorter than that), search below it: "
+            "--max-sequence %d (limit=%d from Python)" % (
+                path, sequence, loaded.batch, type(e).__name__, e,
+                sequence - 1, sequence - 1)) from None
+
+
+def search_sequence(plan_at, settings, batch_size, start, bounds,
+                    max_overhead_pct=None, progress=None):
+    """`capacity.search` over the sequence length: `bounds` is
+    ``(limit, reason)`` (`sequence_bounds`); the `Capacity` records the
+    fixed batch and the reason."""
+    limit, reason = bounds
+    found = capacity.search(plan_at, budget_of(settings), max_overhead_pct,
+                            start, limit, progress, dimension="sequence")
+    return dataclasses.replace(found, batch_size=batch_size,
+                               limit_reason=reason)
+
+
+def sequence_bounds(model, start, limit, start_flag="start",
+                    limit_flag="limit"):
+    """``(limit, reason)`` of a search over the sequence of `model`: the
+    longest the model was built for (`keras3_trace.sequence_limit`) when
+    it is below `limit` (or `limit` is None), with the reason the search
+    reports; else `limit` (`capacity.DEFAULT_LIMIT` when None) and None.
+
+    Raises:
+      ValueError: `start` is past the model's longest (names
+        `start_flag`).
+    """
+    longest, reason = keras3_trace.sequence_limit(model)
+    if longest is not None and start > longest:
+        raise ValueError(
+            "%s %d is longer than the model takes: %s; give a %s of at "
+            "most %d" % (start_flag, start, reason, start_flag, longest))
+    if longest is not None and (limit is None or limit > longest):
+        return longest, reason
+    return (capacity.DEFAULT_LIMIT if limit is None else limit), None
 
 
 def of_graph(graph, lms, fetches=None, max_overhead_pct=None, start=1,
@@ -97,10 +171,47 @@ def of_graph(graph, lms, fetches=None, max_overhead_pct=None, start=1,
 
 
 def of_keras3_model(model, lms, max_overhead_pct=None, start=1,
-                    limit=capacity.DEFAULT_LIMIT):
+                    limit=None, dimension="batch", batch_size=None):
     """The `capacity.Capacity` of a compiled Keras 3 model's
-    ``train_step`` with `lms`'s settings (eager mode)."""
+    ``train_step`` with `lms`'s settings (eager mode).
+
+    Args:
+      model, lms: the compiled model; the `LMS` whose settings plan.
+      max_overhead_pct, start, limit: as `capacity.search`; `limit`
+        defaults to `capacity.DEFAULT_LIMIT`, and a search over the
+        sequence stops at the longest the model was built for
+        (`sequence_bounds`).
+      dimension: "batch" (default) or "sequence": the sequence length
+        (axis 1 of every input the model leaves unknown) with the batch
+        fixed at `batch_size`.
+      batch_size: the fixed batch of a search over the sequence.
+
+    Raises:
+      ValueError: `dimension` or `batch_size` wrong for each other, a model
+        without a sequence axis, bounds out of range.
+    """
     settings = lms.settings
-    loaded = keras3_trace.from_model(model, start)
-    return capacity.search(keras3_plan_at(loaded, settings), budget_of(
-        settings), max_overhead_pct, start, limit)
+    if dimension not in capacity.DIMENSIONS:
+        raise ValueError("dimension must be one of %s; got %r" % (
+            ", ".join(capacity.DIMENSIONS), dimension))
+    if dimension == "batch":
+        if batch_size is not None:
+            raise ValueError(
+                "batch_size=%r is the fixed batch of a search over the "
+                "sequence; dimension='batch' searches the batch: drop "
+                "batch_size, or pass dimension='sequence'" % (batch_size,))
+        loaded = keras3_trace.from_model(model, start)
+        return capacity.search(
+            keras3_plan_at(loaded, settings), budget_of(settings),
+            max_overhead_pct, start,
+            capacity.DEFAULT_LIMIT if limit is None else limit)
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(
+            "dimension='sequence' searches the sequence length at a fixed "
+            "batch: pass batch_size=N (a positive int, the batch you train "
+            "with); got %r" % (batch_size,))
+    bounds = sequence_bounds(model, start, limit)
+    loaded = keras3_trace.from_model(model, batch_size, sequence=start)
+    return search_sequence(
+        keras3_plan_at(loaded, settings, dimension="sequence"), settings,
+        batch_size, start, bounds, max_overhead_pct)
