@@ -32,6 +32,14 @@ EfficientNetB0; a MaxPoolGrad given its pool's workspace, NASNetMobile)
 are left whole; test_keras3_onednn.py turns each off and sees the
 difference.
 
+Exactness also needs Grappler's memory optimizer to accumulate the same
+AddNs in both fits: above 80% of the device's memory by its own estimate
+(205 MiB of the 256 MiB TensorFlow's CPU device declares), it turns the
+AddNs live at its estimated peak into accumulations, and LMS's swaps move
+that peak (docs/tf2.md, "Grappler's memory optimizer"). Larger inputs or
+tighter budgets can differ for that reason alone;
+benchmarks/keras3_bitwise.py compares them with it off.
+
 Keras 3 trains in eager mode and this test process has eager execution
 off (conftest.py): each application runs this file as a script in a
 subprocess, which prints one JSON line. The subprocess uses one inter-op
