@@ -7,7 +7,8 @@
 # Usage: tools/install_test_deps.sh [VENV [STACK]]
 #   VENV   default .venv
 #   STACK  tf215 (default): TensorFlow 2.15.1 and Horovod
-#          tf: the newest TensorFlow with tf-keras, without Horovod
+#          tf: the newest TensorFlow with tf-keras and KerasHub (the `hub`
+#              extra, for the transformer tests), without Horovod
 #              (Horovod 0.28.1 does not build against TensorFlow 2.16+; run
 #              the tests with TF_USE_LEGACY_KERAS=1, see tools/ci_tf_latest.sh)
 #
@@ -46,7 +47,12 @@ if "$PIP" show -q "$OTHER_TF" >/dev/null 2>&1; then
          "uninstalling it and $WANT_TF (they share files) before installing"
     "$PIP" uninstall -q -y "$OTHER_TF" "$WANT_TF"
 fi
-"$PIP" install -q -e ".[$STACK,test]"
+# KerasHub (the `hub` extra) needs Keras 3: the newest stack only.
+case "$STACK" in
+    tf) EXTRAS="$STACK,test,hub" ;;
+    tf215) EXTRAS="$STACK,test" ;;
+esac
+"$PIP" install -q -e ".[$EXTRAS]"
 
 # Exactly one TensorFlow distribution, and consistent requirements.
 if ! "$PIP" check; then
