@@ -211,8 +211,9 @@ def test_a_transpose_folded_into_its_products_is_read_directly():
     """Grappler folds a transpose of the last two dimensions into each
     MatMul that reads it (transpose_b, another order of summing): in a
     tf.function's step such products read no swap-in, so the gradient
-    reads the transpose as the model wrote it. GPT-2's tied embedding
-    rounded differently before. A Relu of the transpose still may."""
+    reads the transpose as the model wrote it (with LMS, Grappler left
+    GPT-2's transposed tied embedding unfolded before). A Relu of the
+    transpose still may read a swap-in."""
     index = transpose_graph((16, 8), (8, 16))
     pairs = {(index.names[t], index.names[p])
              for t, p in fusions.folded_transposes(index)}

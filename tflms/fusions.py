@@ -110,10 +110,6 @@ _ADD = ("Add", "AddV2", "AddN")
 _MERGED_INTO = {
     **{t: _ADD for t in _ADD},
     "Mul": ("Mul",),
-    # ConvertPow makes x * x (Square) and x * x * x of Pow(x, 2 or 3),
-    # which then join the Mul chains MinimizeBroadcasts reorders.
-    "Pow": ("Mul",),
-    "Square": ("Mul",),
     **{t: ("BiasAdd",) for t in ("Conv2D", "Conv3D", "DepthwiseConv2dNative",
                                  "MatMul")},
     "BiasAdd": ("Relu", "Relu6", "Elu", "LeakyRelu", "Tanh", "Sigmoid"),
@@ -147,7 +143,8 @@ def grappler_groups(index):
 
     The arithmetic optimizer also folds a transpose of the last two
     dimensions into the ``MatMul`` or ``BatchMatMul`` that reads it (one
-    product with ``transpose_b``, which sums in another order): only where
+    product with ``transpose_b``, a kernel that may sum in another order):
+    only where
     the product reads the ``Transpose`` itself, so such products read no
     swap-in (`folded_transposes`: GPT-2's logits against its tied token
     embedding).
