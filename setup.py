@@ -56,6 +56,9 @@ setup(
         "tf215": TF_215,
         "gpu215": ["tensorflow[and-cuda]==2.15.1"],
         "plot": ["matplotlib>=3.5"],
+        # KerasHub's language models (Keras 3, TensorFlow 2.16+): the tests
+        # and benchmarks build them from configs; tflms never imports it.
+        "hub": ["keras-hub>=0.32"],
         # Shared test tools; combine with a stack: '.[tf,test]' or
         # '.[tf215,test]' (tools/install_test_deps.sh VENV STACK).
         "test": TEST_TOOLS,

@@ -167,3 +167,71 @@ def test_a_max_pool_keeps_its_output_for_its_gradient_on_onednn():
     assert "x" in names_of(onednn, roles.sources)
     plain = dataclasses.replace(index, keep_grappler_groups=True)
     assert "pool" in names_of(plain, analysis.classify_ops(plain).sources)
+
+
+def test_readers_of_a_shape_alone_do_not_split_a_group():
+    """A layer normalization's ``(x * scale + offset) + shift`` with an
+    unknown batch: the gradient of the additions reads their operands'
+    shapes, which Grappler's constant folding drops before the arithmetic
+    optimizer makes one AddN of them. The Shape readers do not keep the
+    additions from being a group (they did: GPT-2's fit with whole batches
+    rounded differently)."""
+    index = gi.from_edges(
+        [("x", "Placeholder"), ("scaled", "Mul"), ("offset", "Relu"),
+         ("add_1", "AddV2"), ("shift", "Mul"), ("add_2", "AddV2"),
+         ("shape", "Shape"), ("size", "Size"), ("out", "Relu")],
+        edges=[("x", "scaled"), ("x", "offset"), ("scaled", "add_1"),
+               ("offset", "add_1"), ("x", "shift"), ("add_1", "add_2"),
+               ("shift", "add_2"), ("add_1", "shape"), ("add_1", "size"),
+               ("add_2", "out")])
+    inner, members, _ = fusions.grappler_groups(index)
+    assert names_of(index, inner) == {"add_1"}
+    assert {"add_1", "add_2"} <= names_of(index, members)
+
+
+def transpose_graph(shape_w, shape_t):
+    """``h @ transpose(w)`` (a language model's logits against its tied
+    embedding, shapes `shape_w` and `shape_t`), the transpose also read by
+    the product's gradient late, and by a Relu."""
+    return gi.from_edges(
+        [("h", "Placeholder", {"outputs": [((4, 8), 4)]}),
+         ("w", "Relu", {"outputs": [(shape_w, 4)]}),
+         ("w_t", "Transpose", {"outputs": [(shape_t, 4)]}),
+         ("logits", "MatMul", {"outputs": [((4, 16), 4)]}),
+         ("a", "Relu", {"outputs": [((4, 16), 4)]}),
+         ("b", "Relu", {"outputs": [((4, 16), 4)]}),
+         ("grad", "MatMul", {"outputs": [((4, 8), 4)]}),
+         ("other", "Relu", {"outputs": [(shape_t, 4)]})],
+        edges=[("h", "logits"), ("w", "w_t"), ("w_t", "logits"),
+               ("logits", "a"), ("a", "b"), ("b", "grad"), ("w_t", "grad"),
+               ("w_t", "other")])
+
+
+def test_a_transpose_folded_into_its_products_is_read_directly():
+    """Grappler folds a transpose of the last two dimensions into each
+    MatMul that reads it (transpose_b, another order of summing): in a
+    tf.function's step such products read no swap-in, so the gradient
+    reads the transpose as the model wrote it (with LMS, Grappler left
+    GPT-2's transposed tied embedding unfolded before). A Relu of the
+    transpose still may read a swap-in."""
+    index = transpose_graph((16, 8), (8, 16))
+    pairs = {(index.names[t], index.names[p])
+             for t, p in fusions.folded_transposes(index)}
+    assert pairs == {("w_t", "logits"), ("w_t", "grad")}
+    direct = fusions.grappler_groups(index).direct_readers
+    assert names_of(index, direct) == {"logits", "grad"}
+    roles = analysis.classify_ops(
+        dataclasses.replace(index, keep_grappler_groups=True))
+    assert not names_of(index, roles.sinks) & {"logits", "grad"}
+    assert "other" in names_of(index, roles.sinks)
+    assert {"grad", "other"} <= names_of(
+        index, analysis.classify_ops(index).sinks)
+
+
+def test_a_transpose_of_other_dimensions_is_not_folded():
+    """A transpose that moves more than the last two dimensions (the
+    heads of an attention, [b, s, h, d] -> [b, h, s, d]) is no matrix
+    transpose: the products reading it may read swap-ins."""
+    index = transpose_graph((2, 16, 8), (16, 2, 8))
+    assert not list(fusions.folded_transposes(index))
+    assert not fusions.grappler_groups(index).direct_readers

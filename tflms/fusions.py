@@ -15,7 +15,7 @@ from typing import NamedTuple
 from tflms import graph_index as gi
 
 __all__ = ["GrapplerGroups", "fusion_partners", "grappler_groups",
-           "swishes", "pools_with_workspace"]
+           "swishes", "pools_with_workspace", "folded_transposes"]
 
 
 class GrapplerGroups(NamedTuple):
@@ -133,6 +133,22 @@ def grappler_groups(index):
     goes in or out (each would become one per input): they are members, so
     that the gradients still meet the update's products once they are gone.
 
+    A reader that only asks for a tensor's shape (``Shape``, ``Size``...)
+    does not count: the gradient of an addition reads both operands'
+    shapes, and Grappler's constant folding turns the broadcast of two
+    symbolically equal shapes into a constant and drops those readers
+    before the arithmetic optimizer counts them, even when the batch is
+    unknown (a layer normalization's ``x * scale + (offset - mean * scale)``
+    in a transformer fit with whole batches was left unmerged).
+
+    The arithmetic optimizer also folds a transpose of the last two
+    dimensions into the ``MatMul`` or ``BatchMatMul`` that reads it (one
+    product with ``transpose_b``, a kernel that may sum in another order):
+    only where
+    the product reads the ``Transpose`` itself, so such products read no
+    swap-in (`folded_transposes`: GPT-2's logits against its tied token
+    embedding).
+
     On oneDNN's CPU kernels (`GraphIndex.onednn_cpu`) two more: the
     remapper makes one ``_MklSwish`` of ``x * sigmoid(x)`` (the Mul must
     read ``x`` itself, not a swap-in), and the layout pass gives a
@@ -142,8 +158,9 @@ def grappler_groups(index):
     Returns:
       a `GrapplerGroups`: `inner` the ops merged into their reader (their
       output is not swapped), `members` those and their readers (never
-      triggers or waiters), `direct_readers` the members that read no
-      swap-in (a swish's Mul must read the Sigmoid's own input).
+      triggers or waiters), `direct_readers` the ops that read no swap-in
+      (a swish's Mul must read the Sigmoid's own input, a product the
+      transpose it folds).
     """
     types = index.types
     inner, members, direct_readers = set(), set(), set()
@@ -157,6 +174,7 @@ def grappler_groups(index):
             members.update((op, readers[0]))
     members.update(op for op, t in enumerate(types)
                    if t == "IdentityN" and len(index.inputs[op]) > 1)
+    direct_readers.update(product for _, product in folded_transposes(index))
     if index.onednn_cpu:
         for sigmoid, mul in swishes(index):
             inner.add(sigmoid)
@@ -165,6 +183,47 @@ def grappler_groups(index):
         inner.update(pools_with_workspace(index))
     return GrapplerGroups(frozenset(inner), frozenset(members),
                           frozenset(direct_readers))
+
+
+_PRODUCTS = frozenset({"MatMul", "BatchMatMul", "BatchMatMulV2",
+                       "BatchMatMulV3"})
+_TRANSPOSES = frozenset({"Transpose", "ConjugateTranspose"})
+
+
+def folded_transposes(index):
+    """``(transpose, product)`` pairs where a ``MatMul`` or
+    ``BatchMatMul`` reads a transpose of the last two dimensions of a
+    tensor: Grappler's arithmetic optimizer folds it into the product
+    (``FoldTransposeIntoMatMul``), for each product reading it directly.
+
+    The permutation is a constant the index does not hold, so it is read
+    from the shapes: every leading dimension kept, the last two swapped
+    (an unknown dimension matches anything). Where the shapes cannot tell
+    (a square matrix), the pair is taken: a product kept off swap-ins
+    costs memory, a transpose not folded costs the same numbers."""
+    types = index.types
+    for op, t in enumerate(types):
+        if t not in _TRANSPOSES or not index.inputs[op]:
+            continue
+        producer, output = index.inputs[op][0]
+        if not _swaps_last_two(index.output_shapes[producer][output],
+                               index.output_shapes[op][0]):
+            continue
+        for reader in _readers_of(index, (op, 0)):
+            if types[reader] in _PRODUCTS:
+                yield op, reader
+
+
+def _swaps_last_two(before, after):
+    """Whether shape `after` can be `before` with its last two dimensions
+    swapped (None: an unknown dimension or rank)."""
+    if before is None or after is None:
+        return False
+    if len(before) != len(after) or len(before) < 2:
+        return False
+    expected = tuple(before[:-2]) + (before[-1], before[-2])
+    return all(a is None or b is None or a == b
+               for a, b in zip(expected, after))
 
 
 def pools_with_workspace(index):
@@ -200,8 +259,13 @@ def swishes(index):
             yield op, readers[0]
 
 
+# Readers of a tensor's shape alone (`grappler_groups`).
+_SHAPE_READERS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
+
+
 def _readers_of(index, tensor):
-    """Ops reading `tensor` directly or through identities."""
+    """Ops reading `tensor`'s value directly or through identities (not
+    those that read its shape only)."""
     readers = []
     stack = [tensor]
     seen = set()
@@ -212,6 +276,8 @@ def _readers_of(index, tensor):
                 continue
             seen.add(c)
             t = index.types[c]
+            if t in _SHAPE_READERS:
+                continue  # folded away before Grappler counts readers
             if t in gi.GRAPPLER_IDENTITY_TYPES:
                 stack.append((c, 0))
             elif t == "IdentityN":

@@ -7,10 +7,10 @@
 # Usage: tools/install_test_deps.sh [VENV [STACK]]
 #   VENV   default .venv
 #   STACK  tf215 (default): TensorFlow 2.15.1 and Horovod
-#          tf: the newest TensorFlow with tf-keras and keras-hub, without
-#              Horovod (Horovod 0.28.1 does not build against TensorFlow
-#              2.16+; run the tests with TF_USE_LEGACY_KERAS=1, see
-#              tools/ci_tf_latest.sh)
+#          tf: the newest TensorFlow with tf-keras and KerasHub (the `hub`
+#              extra, for the transformer tests), without Horovod
+#              (Horovod 0.28.1 does not build against TensorFlow 2.16+; run
+#              the tests with TF_USE_LEGACY_KERAS=1, see tools/ci_tf_latest.sh)
 #
 # Afterwards it checks the venv and fails (exit 1) unless `pip check` passes
 # and exactly one TensorFlow distribution (tensorflow or tensorflow-cpu) is
@@ -47,13 +47,14 @@ if "$PIP" show -q "$OTHER_TF" >/dev/null 2>&1; then
          "uninstalling it and $WANT_TF (they share files) before installing"
     "$PIP" uninstall -q -y "$OTHER_TF" "$WANT_TF"
 fi
-"$PIP" install -q -e ".[$STACK,test]"
-if [ "$STACK" = tf ]; then
-    # KerasHub models built from configs (no downloads) in the tests and
-    # docs of the newest stack (tflms capacity --dimension sequence on
-    # GPT-2); it needs Keras 3, so never on TensorFlow 2.15.
-    "$PIP" install -q keras-hub
-fi
+# KerasHub (the `hub` extra: models built from configs, no downloads, in
+# the transformer tests and docs/capacity.md's GPT-2) needs Keras 3: the
+# newest stack only.
+case "$STACK" in
+    tf) EXTRAS="$STACK,test,hub" ;;
+    tf215) EXTRAS="$STACK,test" ;;
+esac
+"$PIP" install -q -e ".[$EXTRAS]"
 
 # Exactly one TensorFlow distribution, and consistent requirements.
 if ! "$PIP" check; then
