@@ -17,6 +17,7 @@ budget.
 import os
 
 from tflms.devices import parse_device
+from tflms.errors import LMSError
 from tflms import ranks
 
 __all__ = ["MEM_RATIO_ENV", "DEFAULT_MEM_RATIO", "NoGpuError", "mem_ratio",
@@ -28,7 +29,7 @@ DEFAULT_MEM_RATIO = 0.9
 _GIB = float(1 << 30)
 
 
-class NoGpuError(ValueError):
+class NoGpuError(LMSError, ValueError):
     """The device budget is unknown: no GPU and no autotune_gpu_mem."""
 
 

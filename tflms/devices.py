@@ -10,6 +10,8 @@ two agree). Standard library only.
 import collections
 import functools
 
+from tflms.errors import LMSError
+
 __all__ = ["DeviceKey", "DeviceStringError", "parse_device",
            "parse_user_device", "is_cpu_device", "SHORT_FORM_TYPES"]
 
@@ -24,7 +26,7 @@ class DeviceKey(collections.namedtuple(
 _DEVICE_FIELDS = ("job", "replica", "task")
 
 
-class DeviceStringError(ValueError):
+class DeviceStringError(LMSError, ValueError):
     """A string that cannot be a device string.
 
     Attributes:

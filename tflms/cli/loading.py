@@ -7,11 +7,13 @@ planned as `tflms.tf.lms_function` plans it: `tflms.tf.keras3_trace`)."""
 import dataclasses
 import os
 
+from tflms.errors import LMSError
+
 
 _KERAS_EXTENSIONS = (".h5", ".hdf5", ".keras")
 
 
-class PlanError(Exception):
+class PlanError(LMSError):
     """A graph that cannot be loaded or planned; the message says why and
     what to do."""
 

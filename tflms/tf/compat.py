@@ -21,6 +21,8 @@ import sys
 
 import tensorflow as tf
 
+from tflms.errors import LMSError
+
 __all__ = ["UnsupportedStackError", "TF_VERSION", "tf_version_text",
            "has_estimator", "require_estimator", "keras2", "keras2_backend",
            "is_keras3_model", "keras_backend_for", "keras3_message",
@@ -28,7 +30,7 @@ __all__ = ["UnsupportedStackError", "TF_VERSION", "tf_version_text",
            "CallbackBase"]
 
 
-class UnsupportedStackError(RuntimeError):
+class UnsupportedStackError(LMSError, RuntimeError):
     """The installed TensorFlow / Keras cannot do what was asked (e.g.
     tf.estimator on TensorFlow 2.16+, or a Keras 3 model)."""
 

@@ -30,6 +30,7 @@ import json
 
 import tensorflow as tf
 
+from tflms.errors import LMSError
 from tflms.tf import compat
 from tflms.tf import rewriter
 from tflms.ranks import RankInfo, rank_info
@@ -70,7 +71,7 @@ _OUTCOME_TEXT = {
 _OUTCOME_WIDTH = max(len(k) for k in _OUTCOME_TEXT)
 
 
-class RankMismatchError(RuntimeError):
+class RankMismatchError(LMSError, RuntimeError):
     """The ranks of a distributed job rewrote their graphs differently."""
 
 

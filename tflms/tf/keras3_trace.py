@@ -27,6 +27,7 @@ import dataclasses
 
 import tensorflow as tf
 
+from tflms.errors import LMSError
 from tflms.tf.adapters import tf_function
 from tflms.tf import keras_models
 
@@ -34,7 +35,7 @@ __all__ = ["Keras3PlanError", "LoadedModel", "TracedStep", "keras3",
            "is_keras3_file", "load", "load_model", "trace", "from_model"]
 
 
-class Keras3PlanError(ValueError):
+class Keras3PlanError(LMSError, ValueError):
     """A Keras 3 model that cannot be traced for planning; the message
     says why and what to do."""
 

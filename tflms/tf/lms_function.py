@@ -38,13 +38,14 @@ import time
 import tensorflow as tf
 
 from tflms import _gc
+from tflms.errors import LMSError
 from tflms.tf import function_api
 from tflms.results import EagerModeError, Outcome
 
 __all__ = ["function", "LMSFunction", "UnsupportedFunctionError"]
 
 
-class UnsupportedFunctionError(ValueError):
+class UnsupportedFunctionError(LMSError, ValueError):
     """LMS cannot rewrite this function (the message says what to do);
     nothing was traced or changed."""
 
