@@ -124,7 +124,8 @@ def run_case(section, case, timeout_s, env=None):
     """Run one case in a worker process.
 
     Args:
-      section: section name (a module of `benchmarks.sections`).
+      section: section name (a module of `benchmarks`, one of
+        `run.SECTIONS`).
       case: JSON-serialisable dict describing the case.
       timeout_s: wall-clock limit; the worker is killed after it.
       env: extra environment variables for the worker.

@@ -5,7 +5,7 @@ but is not LMS time) and measures the three steps of `tflms.LMS.run`, called
 as it calls them (with Python's cyclic garbage collector paused, as
 `LMS.run` pauses it):
 
-* analysis: `graph_index.build_index`;
+* analysis: `tflms.tf.reader.build_index`;
 * tune: `pipeline.plan` with every swap parameter on auto and the case's
   budget (roles, serialization and deferral edges, auto-tuning, the plan);
 * rewrite: `rewriter.apply_plan` of that plan;

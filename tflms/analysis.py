@@ -3,9 +3,9 @@
 All functions take a `GraphIndex` (plain data) and return plain data; none
 of them reads or edits the `tf.Graph`, and this module does not import
 TensorFlow: what the answers need from TensorFlow (collections, function
-libraries, control-flow contexts) `graph_index.build_index` has read into
-the index already. So every function here also works on a literal graph
-from `graph_index.from_edges`.
+libraries, control-flow contexts) `tflms.tf.reader.build_index` has read
+into the index already. So every function here also works on a literal
+graph from `graph_index.from_edges`.
 
 Why one module: it is a flat list of small functions, the longest
 `classify_ops` at 80 lines, and `classify_ops` calls most of the others

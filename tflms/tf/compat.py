@@ -16,7 +16,6 @@ installing tf-keras and either setting ``TF_USE_LEGACY_KERAS=1`` (then
 """
 
 import importlib
-import os
 import sys
 
 import tensorflow as tf
@@ -94,11 +93,6 @@ def require_estimator(what="tf.estimator"):
         "%s needs tf.estimator, which is not installed with %s: "
         "`pip install tensorflow-estimator==%d.%d.*`."
         % (what, tf_version_text(), TF_VERSION[0], TF_VERSION[1]))
-
-
-def _legacy_env():
-    return os.environ.get("TF_USE_LEGACY_KERAS", "").lower() in (
-        "1", "true", "yes")
 
 
 def keras2():

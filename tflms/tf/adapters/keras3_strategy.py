@@ -135,8 +135,3 @@ def _one_step_cell(train_function):
             return cell
         cell = _closure(content).get("step_func")
     return None
-
-
-def _keras_version():
-    keras = sys.modules.get("keras")
-    return getattr(keras, "__version__", "(unknown version)")
