@@ -153,40 +153,24 @@ def measure_probe(method, built, budget_gib, tflmsv2_path=None,
     "none": the oracle on the graph as given. "tf_swap": TensorFlow's
     ``SWAPPING_HEURISTICS`` with the budget as the simulated GPU's memory,
     then the oracle. "tflms": `measure.apply_tflms` auto-tuned to the
-    budget, then the oracle unless no plan fits ("no fit"). "tflmsv2": the
-    original TFLMSv2 from `tflmsv2_path` (`benchmarks.tflmsv2.apply`),
-    then the oracle unless it found no plan ("no plan"). `lms_settings`:
+    budget, then the oracle unless no plan fits ("no fit")
+    (`measure.probe_peaks`). "tflmsv2": the original TFLMSv2 from
+    `tflmsv2_path`, then the oracle unless it found no plan ("no plan")
+    (`tflmsv2.measured`). `lms_settings`:
     LMS properties tflms is given besides the budget (a case's ``lms``).
 
     Returns:
       dict of the probe's numbers; the caller judges ``gpu_peak`` (absent
       without a plan) against the budget.
     """
-    from benchmarks import measure  # pylint: disable=import-outside-toplevel
-    row = {}
-    if method == "none":
-        row.update(measure.oracle_peaks(built.graph, built.train_op))
-    elif method == "tf_swap":
-        optimized, info = measure.grappler_memory_optimize(
-            built.graph, built.train_op, "SWAPPING_HEURISTICS",
-            int(budget_gib * common.GIB))
-        row.update(info)
-        row.update(measure.oracle_peaks(
-            optimized, built.train_op.name, place=False))
-    elif method == "tflms":
-        row.update(measure.apply_tflms(built, budget_gib=budget_gib,
-                                       settings=lms_settings))
-        if row["status"] != "no fit":
-            row.update(measure.oracle_peaks(built.graph, built.train_op))
-    elif method == "tflmsv2":
-        from benchmarks import tflmsv2  # pylint: disable=import-outside-toplevel
-        row.update(tflmsv2.apply(built, budget_gib, tflmsv2_path))
-        if row["status"] != "no plan":
-            row.update(measure.oracle_peaks(built.graph, built.train_op))
-    else:
+    if method not in [m for m, _ in METHODS]:
         raise ValueError("method must be one of %s; got %r"
                          % ([m for m, _ in METHODS], method))
-    return row
+    if method == "tflmsv2":
+        from benchmarks import tflmsv2  # pylint: disable=import-outside-toplevel
+        return tflmsv2.measured(built, budget_gib, tflmsv2_path)
+    from benchmarks import measure  # pylint: disable=import-outside-toplevel
+    return measure.probe_peaks(method, built, budget_gib, lms_settings)
 
 
 def run(case):

@@ -305,14 +305,27 @@ def apply(built, budget_gib, path=None):
     return row
 
 
+def measured(built, budget_gib, path=None):
+    """`apply`, then the oracle's runtime replay of the rewritten graph
+    unless TFLMSv2 found no plan ("no plan"): the capacity search's probe
+    of the original."""
+    from benchmarks import measure  # pylint: disable=import-outside-toplevel
+    row = apply(built, budget_gib, path)
+    if row["status"] != "no plan":
+        row.update(measure.oracle_peaks(built.graph, built.train_op))
+    return row
+
+
 def probe(method, model, kwargs, budget_gib, path=None):
     """One capacity probe outside the benchmark runner: build `model` with
     `kwargs`, apply `method` ("tflmsv2", "tflms" or "none") and judge it with
-    the oracle's runtime replay, by `benchmarks.capacity.measure_probe`."""
-    from benchmarks import capacity, models  # pylint: disable=import-outside-toplevel
+    the oracle's runtime replay, as `benchmarks.capacity.measure_probe`
+    does."""
+    from benchmarks import measure, models  # pylint: disable=import-outside-toplevel
     start = time.perf_counter()
     built = models.build(model, **kwargs)
-    row = capacity.measure_probe(method, built, budget_gib, path)
+    row = (measured(built, budget_gib, path) if method == "tflmsv2"
+           else measure.probe_peaks(method, built, budget_gib))
     row["probe_s"] = time.perf_counter() - start
     return row
 
