@@ -51,11 +51,11 @@ def _path(module):
     return os.path.join(ROOT, *parts) + ".py"
 
 
-def _module_of(name, modules):
-    """The tflms module a dotted import name is in (the longest prefix
-    that is one), or None."""
+def _module_of(name, modules, package=PACKAGE):
+    """The module of `package` a dotted import name is in (the longest
+    prefix that is one), or None."""
     parts = name.split(".")
-    if parts[0] != PACKAGE:
+    if parts[0] != package:
         return None
     for end in range(len(parts), 1, -1):
         module = ".".join(parts[1:end])
@@ -64,8 +64,9 @@ def _module_of(name, modules):
     return None
 
 
-def _imported(tree, modules):
-    """The tflms modules `tree` imports, wherever the import is."""
+def _imported(tree, modules, package=PACKAGE):
+    """The modules of `package` (tflms) `tree` imports, wherever the import
+    is."""
     found = set()
     for node in ast.walk(tree):
         names = []
@@ -79,7 +80,7 @@ def _imported(tree, modules):
             # `from tflms.planner import make_plan` the package planner.
             names = ["%s.%s" % (node.module, a.name) for a in node.names]
         for name in names:
-            module = _module_of(name, modules)
+            module = _module_of(name, modules, package)
             if module is not None:
                 found.add(module)
     return found
@@ -127,6 +128,24 @@ def test_tflms_imports_have_no_cycle():
     graph = import_graph()
     assert {"graph_index", "settings", "tf.reader", "planner",
             "planner.swap_plan", "autotune", "autotune.search"} <= set(graph)
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_benchmarks_imports_have_no_cycle():
+    """The benchmarks (a flat folder) import one another without a cycle
+    either: what two of them need sits in a module both import."""
+    folder = os.path.join(os.path.dirname(ROOT), "benchmarks")
+    modules = {name[:-3] for name in os.listdir(folder)
+               if name.endswith(".py") and name != "__init__.py"}
+    graph = {}
+    for module in sorted(modules):
+        with open(os.path.join(folder, module + ".py"),
+                  encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        graph[module] = sorted(
+            _imported(tree, modules, "benchmarks") - {module})
+    assert {"common", "measure"} <= set(graph["capacity"])
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
