@@ -122,9 +122,9 @@ def _prediction(built):
     the peak without LMS and the smallest peak of the most aggressive fixed
     plans (every tensor swapped, each sync mode), planned by
     `pipeline.plan` as LMS.run plans."""
-    from benchmarks import measure  # pylint: disable=import-outside-toplevel
-    from tflms import pipeline  # pylint: disable=import-outside-toplevel
-    from tflms.settings import Settings  # pylint: disable=import-outside-toplevel
+    from benchmarks import measure
+    from tflms import pipeline
+    from tflms.settings import Settings
     index = measure.step_index(built)
     roles = pipeline.classify(index, Settings())
     base = pipeline.simulate_without(index, roles,
@@ -167,9 +167,9 @@ def measure_probe(method, built, budget_gib, tflmsv2_path=None,
         raise ValueError("method must be one of %s; got %r"
                          % ([m for m, _ in METHODS], method))
     if method == "tflmsv2":
-        from benchmarks import tflmsv2  # pylint: disable=import-outside-toplevel
+        from benchmarks import tflmsv2
         return tflmsv2.measured(built, budget_gib, tflmsv2_path)
-    from benchmarks import measure  # pylint: disable=import-outside-toplevel
+    from benchmarks import measure
     return measure.probe_peaks(method, built, budget_gib, lms_settings)
 
 
@@ -179,8 +179,8 @@ def run(case):
     only when ``case["tflmsv2"]`` or ``$TFLMSV2_PATH`` names the original;
     otherwise its result says it was not measured and why."""
     common.setup_tensorflow(case.get("control_flow", "v2"))
-    from benchmarks import measure, models  # pylint: disable=import-outside-toplevel
-    from tflms import autotune  # pylint: disable=import-outside-toplevel
+    from benchmarks import measure, models
+    from tflms import autotune
     budget = int(case["budget_gib"] * common.GIB)
     dim = case["dimension"]
     key = models.size_key(dim)
@@ -190,7 +190,7 @@ def run(case):
     # gives it (`run.py --mem-ratio`): `budget_note` states it.
     out = {"case": case, "probes": [], "results": {}, "done": False,
            "mem_ratio": autotune.mem_ratio()}
-    from benchmarks import tflmsv2  # pylint: disable=import-outside-toplevel
+    from benchmarks import tflmsv2
     tflmsv2_path = tflmsv2.path_from(case.get("tflmsv2"))
 
     def build(size):
@@ -212,7 +212,7 @@ def run(case):
                                          tflmsv2_path, case.get("lms")))
                 ok = row.get("gpu_peak") is not None and \
                     row["gpu_peak"] <= budget
-            except Exception as err:  # pylint: disable=broad-except
+            except Exception as err:
                 row["error"] = "%s: %s" % (type(err).__name__,
                                            str(err)[:200])
                 ok = False
@@ -224,7 +224,7 @@ def run(case):
                 try:
                     row["predicted_step"] = \
                         measure.predicted_step_without_lms(built)
-                except Exception as err:  # pylint: disable=broad-except
+                except Exception as err:
                     row["step_error"] = "%s: %s" % (type(err).__name__,
                                                     str(err)[:200])
             row["probe_s"] = time.perf_counter() - start
@@ -361,9 +361,9 @@ def _ms(seconds):
 def step_table(results):
     """Markdown: the predicted step at the largest tflms size, against the
     no-LMS step scaled to that size, with the paragraph that explains it."""
-    from benchmarks.measure import STEP_LINKS  # pylint: disable=import-outside-toplevel
-    from tflms import hardware  # pylint: disable=import-outside-toplevel
-    from tflms.settings import Settings  # pylint: disable=import-outside-toplevel
+    from benchmarks.measure import STEP_LINKS
+    from tflms import hardware
+    from tflms.settings import Settings
     labels = [hardware.interconnect_named(l).label.split(" (")[0]
               for l in STEP_LINKS]
     lines = ["| model | grows | budget | tflms size | "

@@ -277,8 +277,8 @@ def keras3_app(app="ResNet50", image=224, batch=1, classes=1000, seed=0):
     Returns:
       A `Built` whose `function` is set (see `Built`).
     """
-    from tflms.tf.adapters import tf_function  # pylint: disable=import-outside-toplevel
-    from tflms.tf import keras3_trace  # pylint: disable=import-outside-toplevel
+    from tflms.tf.adapters import tf_function
+    from tflms.tf import keras3_trace
     keras = keras3_trace.keras3()
     if keras is None or not tf.executing_eagerly():
         raise RuntimeError(
@@ -326,12 +326,12 @@ SM3D_INSTALL = ("pip install --no-deps segmentation-models-3D==1.0.4 "
 
 def _segmentation_models_3d():
     """The package behind `unet3d_recipe`, on tf.keras (Keras 2)."""
-    import os  # pylint: disable=import-outside-toplevel
+    import os
     # Its default framework is the standalone `keras` package (Keras 3 on
     # TensorFlow 2.16+); its users pick tf.keras this way.
     os.environ.setdefault("SM_FRAMEWORK", "tf.keras")
     try:
-        import segmentation_models_3D  # pylint: disable=import-outside-toplevel
+        import segmentation_models_3D
     except ImportError as err:
         raise ImportError(
             "unet3d_recipe needs the package segmentation-models-3D, which "
@@ -721,7 +721,7 @@ def resnet50_at(image=224, batch=1, classes=1000, precision="float32",
     _check_precision(precision)
     if precision == "float32":
         return resnet50(image=image, batch=batch, classes=classes, seed=seed)
-    from tflms.tf import compat  # pylint: disable=import-outside-toplevel
+    from tflms.tf import compat
     mixed = compat.keras2().mixed_precision
     before = mixed.global_policy()
     mixed.set_global_policy("mixed_float16")

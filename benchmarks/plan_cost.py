@@ -77,9 +77,9 @@ def oracle_of_plan(built, planned):
     """
     # Imported here: the oracle pulls in Grappler, which the default run
     # does not need.
-    from benchmarks import measure as measure_mod  # pylint: disable=import-outside-toplevel
-    from tflms import pipeline  # pylint: disable=import-outside-toplevel
-    from tflms.tf import rewriter  # pylint: disable=import-outside-toplevel
+    from benchmarks import measure as measure_mod
+    from tflms import pipeline
+    from tflms.tf import rewriter
     if built.function is not None:
         raise ValueError("%s is a tf.function's step, which LMS rewrites "
                          "through tflms.tf.lms_function; plan_cost measures "

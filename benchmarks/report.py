@@ -149,7 +149,7 @@ def findings(data):
         case = r.get("case", {})
         res = r.get("results", {})
         base = res.get("none", {}).get("largest")
-        k = capacity._EXPONENT.get(case.get("dimension"), 1)  # pylint: disable=protected-access
+        k = capacity._EXPONENT.get(case.get("dimension"), 1)
         if not base:
             continue
         parts = []
@@ -231,7 +231,7 @@ def findings(data):
                 gaps.append(p["gpu_peak"] / float(sim) - 1)
     if gaps:
         stopped = sum(1 for r in sections.get("capacity", [])
-                      if capacity._stopper(r).split(": ", 1)[-1]  # pylint: disable=protected-access
+                      if capacity._stopper(r).split(": ", 1)[-1]
                       .startswith("oracle"))
         ratio = _capacity_mem_ratio(data)
         if ratio < 1:

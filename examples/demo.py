@@ -93,12 +93,12 @@ def keras3():
     """Keras 3 when TensorFlow's default Keras is Keras 3 (TensorFlow 2.16+
     without TF_USE_LEGACY_KERAS=1), else None (the graph-mode Keras 2
     path)."""
-    from tflms.tf import compat  # pylint: disable=import-outside-toplevel
+    from tflms.tf import compat
     if compat.TF_VERSION < (2, 16, 0) or os.environ.get(
             "TF_USE_LEGACY_KERAS", "").lower() in ("1", "true", "yes"):
         return None
     try:
-        import keras  # pylint: disable=import-outside-toplevel
+        import keras
     except ImportError:
         return None
     return keras if int(keras.__version__.split(".")[0]) >= 3 else None

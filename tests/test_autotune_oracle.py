@@ -42,13 +42,13 @@ import tensorflow as tf
 if tf.executing_eagerly():
     tf.compat.v1.disable_eager_execution()
 
-try:  # pylint: disable=g-import-not-at-top
+try:
     from tests._graphs import assert_same_training, trace_options
 except ImportError:  # tests/ itself is on sys.path
     from _graphs import assert_same_training, trace_options
-from zoo import models  # pylint: disable=g-import-not-at-top
+from zoo import models
 from tflms.tf import reader as tf_reader
-from tflms import LMS  # pylint: disable=g-import-not-at-top
+from tflms import LMS
 from tflms.lms import Outcome
 from tflms import analysis
 from tflms import autotune

@@ -550,8 +550,8 @@ def test_tf2_optimizer_without_legacy_twin_names_the_flag(tmp_path, capsys):
 def test_plan_prints_the_predicted_step_time(saved, capsys):
     """The step-time block is `steptime.StepTimeModel` on the plan LMS
     made, for the chosen GPU and link (defaults: V100, PCIe 4.0)."""
-    from tflms import pipeline, steptime  # pylint: disable=import-outside-toplevel
-    from tflms.settings import Settings  # pylint: disable=import-outside-toplevel
+    from tflms import pipeline, steptime
+    from tflms.settings import Settings
     fixed = ("--swapout-threshold", 2, "--swapin-ahead", 1,
              "--swapin-groupby", 0, "--sync-mode", 3)
     hardware = ("--gpu", "A100-SXM4-40GB", "--interconnect", "pcie3")
@@ -700,14 +700,14 @@ def test_verify_refuses_the_options_of_plan(capsys):
                 "of `tflms verify`" % flag[0]) in err
         assert "Remove %s, or run `tflms plan GRAPH %s`" % (
             flag[0], flag[0]) in err
-    verify_help = cli.build_parser()._subparsers._group_actions[0].choices[  # pylint: disable=protected-access
+    verify_help = cli.build_parser()._subparsers._group_actions[0].choices[
         "verify"].format_help()
     assert "--oracle" not in verify_help and "--plot-dir" not in verify_help
 
 
 def test_without_matplotlib_plan_says_plots_were_not_written(
         saved, capsys, tmp_path, monkeypatch):
-    from tflms import plots  # pylint: disable=import-outside-toplevel
+    from tflms import plots
     monkeypatch.setattr(plots, "_figure_class", lambda: None)
     code, out, _ = run_cli(capsys, saved["meta"], "--autotune-gpu-mem",
                            "1000", "--plot-dir", tmp_path)
@@ -757,8 +757,8 @@ def test_text_file_named_h5_is_not_a_model(tmp_path, capsys):
 def _fake_keras3_files(root):
     """A .keras archive and an .h5 file that say Keras 3.5.0 wrote them
     (what Keras 2 cannot read)."""
-    import h5py  # pylint: disable=import-outside-toplevel
-    import zipfile  # pylint: disable=import-outside-toplevel
+    import h5py
+    import zipfile
     archive = root / "k3.keras"
     with zipfile.ZipFile(archive, "w") as z:
         z.writestr("metadata.json", json.dumps(

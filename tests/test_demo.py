@@ -21,8 +21,8 @@ EXAMPLES_DIR = os.path.join(os.path.dirname(os.path.dirname(
 DEMO = os.path.join(EXAMPLES_DIR, "demo.py")
 sys.path.insert(0, EXAMPLES_DIR)
 
-import demo  # noqa: E402  pylint: disable=wrong-import-position
-from _stack import NEW_STACK  # noqa: E402  pylint: disable=wrong-import-position
+import demo  # noqa: E402
+from _stack import NEW_STACK  # noqa: E402
 
 
 @pytest.fixture(scope="module")

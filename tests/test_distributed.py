@@ -45,7 +45,7 @@ def _horovod():
     if NEW_STACK:
         pytest.skip(HOROVOD_REASON)
     try:
-        import horovod.tensorflow as hvd  # pylint: disable=import-outside-toplevel
+        import horovod.tensorflow as hvd
     except ImportError:
         pytest.fail(distributed.HOROVOD_INSTALL_HINT)
     return hvd
@@ -544,12 +544,12 @@ def test_horovod_example_help():
                     "this is TensorFlow %s" % tf.__version__)
 def test_missing_horovod_on_the_new_stack_names_the_tensorflow_it_needs():
     try:
-        import horovod.tensorflow  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+        import horovod.tensorflow  # noqa: F401
         pytest.skip("Horovod is importable here")
     except ImportError:
         pass
     with pytest.raises(ImportError) as info:
-        distributed._horovod()  # pylint: disable=protected-access
+        distributed._horovod()
     message = str(info.value)
     assert ("Horovod is not installed, and Horovod 0.28.1 does not build "
             "against TensorFlow %s" % tf.__version__) in message

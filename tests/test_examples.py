@@ -28,8 +28,8 @@ EXAMPLES_DIR = os.path.join(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))), "examples")
 sys.path.insert(0, EXAMPLES_DIR)
 
-import _lms_flags  # noqa: E402  pylint: disable=wrong-import-position
-import _mnist_data  # noqa: E402  pylint: disable=wrong-import-position
+import _lms_flags  # noqa: E402
+import _mnist_data  # noqa: E402
 
 TIMEOUT = 300  # seconds per subprocess; the slowest (ResNet50) takes ~45
 
@@ -356,7 +356,7 @@ def _worker_result(worker, **changes):
      "VERDICT: FAIL - the workers ended with different losses or weights"),
 ])
 def test_multiworker_verdict(second, expected):
-    import multiworker_lms  # pylint: disable=import-outside-toplevel
+    import multiworker_lms
     line, ok = multiworker_lms.verdict([_worker_result(0),
                                         _worker_result(1, **second)])
     assert line.startswith(expected), line

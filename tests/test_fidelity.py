@@ -102,9 +102,9 @@ import tensorflow as tf
 if tf.executing_eagerly():
     tf.compat.v1.disable_eager_execution()
 
-from zoo import models  # pylint: disable=g-import-not-at-top
+from zoo import models
 from tflms.tf import reader as tf_reader
-from tflms import LMS  # pylint: disable=g-import-not-at-top
+from tflms import LMS
 from tflms import analysis
 from tflms import autotune
 from tflms.tf import oracle

@@ -309,7 +309,7 @@ def test_literal_flops():
 
 
 def _tf_flops(graph, op):
-    from tensorflow.python.framework import ops as tf_ops  # pylint: disable=import-outside-toplevel
+    from tensorflow.python.framework import ops as tf_ops
     return tf_ops.get_stats_for_node_def(graph, op.node_def, "flops").value
 
 

@@ -241,14 +241,14 @@ def test_rewriter_refuses_an_index_that_is_not_the_step():
     graph, train_op, _ = keras_app_graph(size=64)
     index = reader.build_index(graph)
     roles = analysis.classify_ops(index)
-    from tflms import planner  # pylint: disable=import-outside-toplevel
+    from tflms import planner
     plan = planner.make_plan(index, roles, planner.SwapParams(30, 5, 3, 0),
                              batch_size=1)
     assert plan.swaps
     # The step changes after indexing without a new op: the train op now
     # also waits for Keras's own forward pass on its Input.
     dead = graph.get_operation_by_name("input_1")
-    train_op._add_control_inputs([dead])  # pylint: disable=protected-access
+    train_op._add_control_inputs([dead])
     ops_before = len(graph.get_operations())
     with pytest.raises(ValueError, match=(
             r"^the training step \(the fan-in of .*\) is not the set of ops "
@@ -264,7 +264,7 @@ def test_rewriter_refuses_a_plan_of_another_index():
     graph, _, _ = tiny_step()
     index = reader.build_index(graph)
     big = reader.build_index(keras_app_graph(size=32)[0])
-    from tflms import planner  # pylint: disable=import-outside-toplevel
+    from tflms import planner
     plan = planner.make_plan(big, analysis.classify_ops(big),
                              planner.SwapParams(30, 5, 3, 0), batch_size=1)
     with pytest.raises(ValueError, match=r"^the plan refers to op id \d+, "
@@ -326,7 +326,7 @@ def test_aliases_are_not_swap_sources_and_count_once():
     assert index.forwards_input == (None, None, None, 0, 0, None)
     roles = analysis.classify_ops(index)
     assert {index.names[i] for i in roles.sources} == {"a", "far"}
-    from tflms import simulator  # pylint: disable=import-outside-toplevel
+    from tflms import simulator
     peak = simulator.SimulationModel(index, roles).replay(None)
     # x, a (with its two aliases) and far: never more than two at once.
     assert peak.peak_device_bytes == 2000
@@ -385,7 +385,7 @@ def test_swish_gradient_every_swap_op_runs():
 
 # ---- the log -------------------------------------------------------------------
 def test_a_rewrite_logs_one_warning_line_and_the_step(caplog):
-    import logging  # pylint: disable=import-outside-toplevel
+    import logging
     logger = logging.getLogger("tensorflow")
     logger.propagate = True
     caplog.set_level(logging.WARNING, logger="tensorflow")

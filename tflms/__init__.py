@@ -34,6 +34,6 @@ def __getattr__(name):
     # loaded on first use so that `tflms.settings` (the flags of the example
     # scripts) and `tflms --help` answer without loading TensorFlow.
     if name in _PUBLIC:
-        import importlib  # pylint: disable=import-outside-toplevel
+        import importlib
         return getattr(importlib.import_module(_PUBLIC[name]), name)
     raise AttributeError("module 'tflms' has no attribute %r" % (name,))

@@ -64,7 +64,7 @@ _device_lister = None
 def register_device_lister(lister):
     """Make `lister` (a callable returning the local devices' attributes)
     the source of the GPU's memory when ``autotune_gpu_mem`` is not set."""
-    global _device_lister  # pylint: disable=global-statement
+    global _device_lister
     _device_lister = lister
 
 

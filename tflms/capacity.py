@@ -386,7 +386,7 @@ def write_plot(capacity, path, title="Samples per second by batch"):
     Raises:
       ImportError: without matplotlib (`plots.MISSING_MATPLOTLIB`).
     """
-    fig, ax = plots._new_figure()  # pylint: disable=protected-access
+    fig, ax = plots._new_figure()
     rows = capacity.rows
     # With LMS first: where LMS is not needed the two agree, and the line
     # without LMS stays visible on top.
@@ -415,5 +415,5 @@ def write_plot(capacity, path, title="Samples per second by batch"):
     ax.grid(True, alpha=0.3)
     ax.legend(loc="best", fontsize="small")
     fig.tight_layout()
-    plots._save(fig, path)  # pylint: disable=protected-access
+    plots._save(fig, path)
     return path

@@ -76,8 +76,8 @@ def distance_histogram(index, roles, batch_size=None, edges=None):
 def _figure_class():
     """`(Figure, FigureCanvasAgg)` or None when matplotlib is missing."""
     try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg  # pylint: disable=import-outside-toplevel
-        from matplotlib.figure import Figure  # pylint: disable=import-outside-toplevel
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
     except ImportError:
         return None
     return Figure, FigureCanvasAgg

@@ -558,10 +558,10 @@ def _keras_build_scope(seed, baked=True):
     (`baked`) bakes training-mode batch norm into the graph instead of a
     ``cond`` on the ``keras_learning_phase`` placeholder.
     """
-    from tflms.tf import compat  # pylint: disable=g-import-not-at-top
+    from tflms.tf import compat
     try:
         keras_backend = compat.keras2_backend()
-        holder = keras_backend._SEED_GENERATOR  # pylint: disable=protected-access
+        holder = keras_backend._SEED_GENERATOR
     except (ImportError, AttributeError, compat.UnsupportedStackError):
         holder = None
     py_state = random.getstate()
@@ -605,7 +605,7 @@ def _keras_training(model, inp, labels, name, seed, classes, learning_rate,
     model.compile(optimizer=make_optimizer(learning_rate),
                   loss="sparse_categorical_crossentropy",
                   metrics=list(metrics) or None, target_tensors=[labels])
-    model._make_train_function()  # pylint: disable=protected-access
+    model._make_train_function()
     function = model.train_function
     train_op = function.updates_op
     loss = model.total_loss

@@ -146,7 +146,7 @@ def train(strategy, out, mode, worker):
 def keras3_fit(strategy, out, worker):
     """What Keras 3's own fit does under this strategy, without LMS: the
     error it raises, or None (docs/distributed.md says it cannot train)."""
-    import keras  # pylint: disable=import-outside-toplevel
+    import keras
     rng = np.random.RandomState(10 + worker)
     x = rng.randn(GLOBAL_BATCH * STEPS, 8, 8, 3).astype(np.float32)
     y = rng.randint(0, 10, GLOBAL_BATCH * STEPS).astype(np.int32)
@@ -160,7 +160,7 @@ def keras3_fit(strategy, out, worker):
     error = None
     try:
         model.fit(x, y, batch_size=GLOBAL_BATCH, epochs=1, verbose=0)
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:
         error = "%s: %s" % (type(e).__name__, str(e).splitlines()[0])
     save_result(out, "keras3_fit.worker%d" % worker, "keras3_fit", {},
                 {"keras": keras.__version__, "fit_error": error})

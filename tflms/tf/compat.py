@@ -212,7 +212,7 @@ class _NoKeras2Callback:
         self.model = model
 
 
-def _no_op(self, *args, **kwargs):  # pylint: disable=unused-argument
+def _no_op(self, *args, **kwargs):
     """A callback hook that does nothing (as Keras' own do)."""
 
 
@@ -239,5 +239,5 @@ CallbackBase = _callback_base()
 def onednn_enabled():
     """True if this process runs oneDNN kernels and graph passes
     (TF_ENABLE_ONEDNN_OPTS, or the CPU's default)."""
-    from tensorflow.python.util import _pywrap_util_port  # pylint: disable=import-outside-toplevel
+    from tensorflow.python.util import _pywrap_util_port
     return bool(_pywrap_util_port.IsMklEnabled())

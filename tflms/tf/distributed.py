@@ -125,7 +125,7 @@ def _fingerprint(graph, names):
 
 def _horovod():
     try:
-        import horovod.tensorflow as hvd  # pylint: disable=import-outside-toplevel
+        import horovod.tensorflow as hvd
     except ImportError as e:
         if compat.TF_VERSION >= (2, 16, 0):
             raise ImportError(
@@ -234,7 +234,7 @@ def _horovod_peers(info):
             hvd.init()
     else:
         try:
-            import horovod.tensorflow as hvd  # pylint: disable=import-outside-toplevel
+            import horovod.tensorflow as hvd
         except ImportError:
             return None
         if not hvd.is_initialized():

@@ -124,8 +124,8 @@ def rebuild(concrete, graph):
         name, graph, attrs, concrete.function_type)
     rebuilt = concrete_function.ConcreteFunction(atomic)
     # The flat signature, as tracing_compilation sets it on what it traces.
-    rebuilt._arg_keywords = concrete._arg_keywords  # pylint: disable=protected-access
-    rebuilt._num_positional_args = concrete._num_positional_args  # pylint: disable=protected-access
+    rebuilt._arg_keywords = concrete._arg_keywords
+    rebuilt._num_positional_args = concrete._num_positional_args
     return rebuilt
 
 
@@ -133,7 +133,6 @@ def call(function, concrete, args, kwargs):
     """Call `concrete`, traced from the `tf.function` `function`, with
     `args` and `kwargs` as `function` is called (a concrete function's own
     ``__call__`` takes tensors only and knows no default values)."""
-    # pylint: disable=protected-access
     bound = function_type_utils.canonicalize_function_inputs(
         args, kwargs, function._function_type, function._default_values,
         function._is_pure)

@@ -69,7 +69,7 @@ def keras3():
     """The ``keras`` package if it is Keras 3 (TensorFlow 2.16+), else
     None."""
     try:
-        import keras  # pylint: disable=import-outside-toplevel
+        import keras
     except ImportError:
         return None
     version = getattr(keras, "__version__", "0")
@@ -262,7 +262,7 @@ def load_model(path, batch_size=None, loss=None, optimizer=None,
             "default); eager execution is off in this process")
     try:
         model = keras.saving.load_model(path, compile=not inference)
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:
         raise Keras3PlanError(
             "cannot load the Keras 3 model %s: %s: %s. Models with custom "
             "layers or losses need their code registered "

@@ -188,7 +188,7 @@ class LMSFunction:
                 self._name, type(tf.distribute.get_strategy()).__name__))
         try:
             concrete = self._function.get_concrete_function(*args, **kwargs)
-        except Exception as e:  # pylint: disable=broad-except
+        except Exception as e:
             if not self._wrapped:
                 raise
             raise EagerModeError(_TRACE_MESSAGE % (
@@ -213,7 +213,7 @@ class LMSFunction:
         with _gc.paused():
             # The adapter of this graph's entry point (a step on one
             # worker of a multi-worker strategy, or any function graph).
-            result = lms._rewrite_graph(graph, start)  # pylint: disable=protected-access
+            result = lms._rewrite_graph(graph, start)
             # A graph rewritten before (another LMSFunction of the same
             # tf.function) runs as rewritten too.
             rewritten = (concrete if result.outcome is Outcome.NOT_NEEDED

@@ -182,7 +182,7 @@ class Keras3Fit(FitAdapter):
         `previous`: the changes of an earlier fit, whose step is reused
         when it belongs to the same model."""
         model, lms = self.model, self.lms
-        log = lms._log  # pylint: disable=protected-access
+        log = lms._log
         current = model.train_step
         if isinstance(current, lms_function.LMSFunction):
             # A fit that ended without on_train_end (an exception) left
