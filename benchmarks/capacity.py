@@ -459,7 +459,7 @@ def tables(results):
         res = r.get("results", {})
         k = _EXPONENT.get(case.get("dimension"), 1)
 
-        def size(method):
+        def size(method, res=res):
             v = res.get(method)
             if v is None:
                 return None, "n/a"

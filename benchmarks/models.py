@@ -57,10 +57,9 @@ import tensorflow as tf
 from zoo import models as zoo
 
 __all__ = ["Built", "BUILDERS", "build", "resnet50", "keras_app",
-           "keras3_app", "unet3d",
-           "unet3d_recipe", "SM3D_INSTALL", "transformer", "mlp", "layered", "deep_mlp", "size_key",
-           "build_sized",
-           "KERAS_APPS"]
+           "keras3_app", "unet3d", "unet3d_recipe", "SM3D_INSTALL",
+           "transformer", "mlp", "layered", "deep_mlp", "size_key",
+           "build_sized", "KERAS_APPS"]
 
 _v1 = tf.compat.v1
 
@@ -765,8 +764,8 @@ def bert(layers=24, hidden=1024, heads=16, seq=128, batch=8,
     mixed precision, a finiteness check of all of them), clipped to global
     norm 1, then Adam with weight decay 0.01 (not on layer norms and
     biases) written as elementwise ops per variable, its slots and the
-    variable assigned. ``optimizer="accumulate"``: the step adds each gradient to an
-    accumulator variable (``AssignAddVariableOp``) instead of applying
+    variable assigned. ``optimizer="accumulate"``: the step adds each gradient
+    to an accumulator variable (``AssignAddVariableOp``) instead of applying
     Adam: one micro-batch of gradient accumulation, as NVIDIA's
     pretraining runs most steps (its LAMB update comes once every 256 to
     16384 micro-batches); its gradients gated per op as the optimizers'

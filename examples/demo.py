@@ -19,10 +19,10 @@ per-device graphs TensorFlow writes with ``TF_DUMP_GRAPH_PREFIX``. Elsewhere
 it is Keras 2 in graph mode (``tf.keras`` on 2.15, tf-keras on 2.16+).
 
 The budget (``--autotune-gpu-mem``, in GiB) stands in for a small GPU, so
-the demo shows the whole story on any machine, GPU or not. The model is not pinned
-to a device: with a GPU, TensorFlow trains it there and LMS's swap ops copy
-tensors between GPU and host memory; without one, everything runs on the CPU
-and the swaps are host-to-host copies (correct, just not useful).
+the demo shows the whole story on any machine, GPU or not. The model is not
+pinned to a device: with a GPU, TensorFlow trains it there and LMS's swap ops
+copy tensors between GPU and host memory; without one, everything runs on the
+CPU and the swaps are host-to-host copies (correct, just not useful).
 
 Run from the repository root::
 

@@ -257,7 +257,7 @@ def main(argv=None):
                 print("VERDICT: FAIL - worker %d exited with status %s"
                       % (i, code))
                 return 1
-        for i, (_, output) in enumerate(finished):
+        for _, output in finished:
             for line in output.splitlines():
                 if "[LMS]" in line:
                     print(line[line.index("["):])

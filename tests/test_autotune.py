@@ -192,7 +192,8 @@ def test_selection_moves_fewer_bytes_than_the_threshold_alone():
     assert outcome.threshold_only.swapout_bytes == MIB + MIB // 2
     assert names(index, outcome.only_tensors) == ["f2"]
     assert outcome.with_lms.swapout_bytes == MIB
-    assert outcome.with_lms.swapout_bytes <= outcome.threshold_only.swapout_bytes
+    assert outcome.with_lms.swapout_bytes <= \
+        outcome.threshold_only.swapout_bytes
     assert outcome.with_lms.peak_device_bytes <= outcome.budget_bytes
     # LMS re-plans with only_tensors: the same swaps come out.
     plan = planner.make_plan(index, roles, outcome.params,

@@ -137,8 +137,8 @@ def test_keras_learning_phase_v1_switch_swaps_and_deferred_zeros(
     untaken (inference) branch are made from forward shapes alone: the plan
     swaps the Switch outputs and delays those fills until just before the
     backward pass needs them. A traced fit step shows both happened, and
-    training matches the run without LMS (`test_keras_learning_phase_v1_numbers`
-    and the losses here)."""
+    training matches the run without LMS
+    (`test_keras_learning_phase_v1_numbers` and the losses here)."""
 
     def fit(lms):
         md = tf.compat.v1.RunMetadata()
@@ -228,8 +228,8 @@ def _real_peak_resnet50_v1(defer):
         sess.run(built.train_op, feed, options=trace_options(),
                  run_metadata=md)
         variables = sess.run(graph.get_collection("variables"))
-    real = sum(v.nbytes for v in variables) + test_fidelity.highest_running_sum(
-        test_fidelity.step_allocations(md))
+    real = sum(v.nbytes for v in variables) + \
+        test_fidelity.highest_running_sum(test_fidelity.step_allocations(md))
     return predicted, real, loss
 
 

@@ -121,8 +121,8 @@ def test_demo_help():
                           capture_output=True, text=True, timeout=300,
                           check=False)
     assert proc.returncode == 0, proc.stderr
-    for flag in ("--image-size", "--batch-size", "--steps", "--autotune-gpu-mem",
-                 "--plot-dir"):
+    for flag in ("--image-size", "--batch-size", "--steps",
+                 "--autotune-gpu-mem", "--plot-dir"):
         assert flag in proc.stdout
 
 

@@ -181,7 +181,7 @@ def test_horovod_keras_callback_needs_the_shim():
     assert "SHIM OK" in out
 
 
-# ---- tf.distribute ------------------------------------------------------------
+# ---- tf.distribute ----------------------------------------------------------
 TOWERS = ("/replica:0/task:0/device:CPU:1", "/replica:0/task:0/device:CPU:2")
 
 
@@ -359,7 +359,7 @@ def test_multi_worker_workers_that_rewrite_differently_stop(tmp_path):
         assert "Timeout" not in out  # the watchdog did not have to fire
 
 
-# ---- collectives in the analysis ----------------------------------------------
+# ---- collectives in the analysis --------------------------------------------
 def _horovod_mlp_graph(hvd):
     graph = tf.Graph()
     with graph.as_default():
@@ -457,7 +457,7 @@ def test_collective_in_the_forward_pass_is_left_alone():
         assert sync not in graph.get_operation_by_name(name).control_inputs
 
 
-# ---- same rewrite on every rank ---------------------------------------------------
+# ---- same rewrite on every rank ---------------------------------------------
 def test_check_same_rewrite_compares_every_rank():
     g1, r1 = rewritten_mlp(**FIXED)
     g2, r2 = rewritten_mlp(**FIXED)

@@ -214,8 +214,8 @@ def test_make_lms_maps_every_flag(tmp_path):
     lms = _lms_flags.make_lms(args, batch_size=16)
     expected = settings.Settings(
         swapout_threshold=7, swapin_ahead=3, swapin_groupby=2, sync_mode=1,
-        recompute=True, serialization=[1, "3:5"], serialization_by_size=0.5, debug=True,
-        debug_level=2, cpu_device="/device:CPU:0",
+        recompute=True, serialization=[1, "3:5"], serialization_by_size=0.5,
+        debug=True, debug_level=2, cpu_device="/device:CPU:0",
         gpu_device="/device:GPU:1", batch_size=16, autotune_gpu_mem=1.5,
         autotune_host_mem=48,
         autotune_plot=True, plot_dir=str(tmp_path),

@@ -249,7 +249,7 @@ def test_the_command_line_imports_are_plain_imports():
                 assert "Lazy(" not in f.read(), module
 
 
-# ---- a test file per module --------------------------------------------------------
+# ---- a test file per module -------------------------------------------------
 # Modules no test file is named after: the package's own entry points
 # (tests/test_cli.py runs them) and the TensorFlow wing's __init__, which
 # only registers the device lister (tests/test_budget.py).

@@ -416,8 +416,9 @@ def _case_fit(keras, tf, dump_dir, steps_per_execution="1"):
                  if n in ran and "CPU" not in ran[n].upper()])
 
 
-_CASES = {"train": _case_train, "calls": _case_calls, "fit": _case_fit, "autotune": _case_autotune,
-          "errors": _case_errors, "signatures": _case_signatures}
+_CASES = {"train": _case_train, "calls": _case_calls, "fit": _case_fit,
+          "autotune": _case_autotune, "errors": _case_errors,
+          "signatures": _case_signatures}
 
 
 def _main(case, keras_name, dump_dir):

@@ -45,8 +45,8 @@ def _train(model, steps=2):
 
 def test_builders_cover_the_zoo():
     assert set(models.BUILDERS) == {
-        "mlp", "cnn_bn", "cnn_bias", "keras_resnet", "keras_resnet50", "lstm", "unet3d",
-        "transformer_encoder"}
+        "mlp", "cnn_bn", "cnn_bias", "keras_resnet", "keras_resnet50", "lstm",
+        "unet3d", "transformer_encoder"}
 
 
 @pytest.mark.parametrize("name", sorted(TINY))

@@ -154,7 +154,8 @@ def test_fits_against_capacity():
     graph, fetch = _chain(3)
     assert oracle.peak_memory(graph, fetch).fits is None
     assert oracle.peak_memory(graph, fetch, gpu_memory_bytes=3 * S).fits
-    assert not oracle.peak_memory(graph, fetch, gpu_memory_bytes=3 * S - 1).fits
+    assert not oracle.peak_memory(graph, fetch,
+                                  gpu_memory_bytes=3 * S - 1).fits
 
 
 @pytest.mark.parametrize("n", [1, 2, 5])

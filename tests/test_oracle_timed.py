@@ -19,8 +19,9 @@ from tflms import LMS, hardware
 from tflms.tf import oracle
 
 from zoo import models
-# The swap graph and its tensor size S (one float32 tensor of SHAPE).
-from test_oracle import S, SHAPE, _swap_graph
+# The swap graph and its tensor size S (one float32 tensor of
+# test_oracle.SHAPE).
+from test_oracle import S, _swap_graph
 
 
 def _swap_chain():

@@ -233,7 +233,7 @@ def test_tflms_plan_lists_the_ordering_edges(tmp_path, monkeypatch, capsys):
     assert "  %s before %s" % (first, then) in out
 
 
-def test_a_plan_needing_synchronous_swap_ins_is_replaced_when_ordering_is_faster():
+def test_synchronous_swap_ins_give_way_when_ordering_is_faster():
     """Keras ResNet50 at 6592x6592 in 16 GiB (14.4 GiB planned): without
     ordering the tuner's plan waits for every swap-in (`sync_mode` 3);
     ordering the most aggressive plan's peak (the projection block's two

@@ -23,7 +23,7 @@ def _check_all_queries(index, roles, aheads):
     finder = planner.TriggerFinder(index, roles)
     edges = planner.candidate_edges(index, roles)
     found = 0
-    for p, _, consumer, _, distance in edges:
+    for p, _, consumer, _, _ in edges:
         for ahead in aheads:
             full = planner.find_trigger(index, roles, p, consumer, ahead)
             fast = finder.find(p, consumer, ahead)

@@ -34,7 +34,8 @@ class NoGpuError(LMSError, ValueError):
 
 
 def mem_ratio(env=None):
-    """The share of device memory plans may use (``TF_LMS_SIMULATOR_MEM_RATIO``).
+    """The share of device memory plans may use
+    (``TF_LMS_SIMULATOR_MEM_RATIO``).
 
     Raises:
       ValueError: if the variable is not a number in (0, 1].

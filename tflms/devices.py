@@ -121,7 +121,8 @@ def parse_user_device(device):
 
 
 def is_cpu_device(device):
-    """True if a device string names a CPU (``/cpu:0``, ``/device:CPU:0``...)."""
+    """True if a device string names a CPU (``/cpu:0``,
+    ``/device:CPU:0``...)."""
     if not device:
         return False
     return parse_device(device).device_type == "CPU"

@@ -45,7 +45,8 @@ __all__ = [
 _GIB = float(1 << 30)
 _INSTALL_HINT = "pip install matplotlib (or pip install tflms[plot])"
 # Why `write_plots` wrote only the TSV, for `tflms plan`'s report.
-MISSING_MATPLOTLIB = "matplotlib is not installed; to get them: " + _INSTALL_HINT
+MISSING_MATPLOTLIB = ("matplotlib is not installed; to get them: "
+                      + _INSTALL_HINT)
 # The pictures `write_plots` may write, in the order it writes them.
 PICTURES = ("memory_without_lms.png", "memory_with_lms.png",
             "memory_smallest_plan.png", "distance_histogram.png")
@@ -132,7 +133,8 @@ def _new_figure(columns=1):
     return fig, axes[0]
 
 
-def histogram_figure(histogram, title="Swap-candidate edges by level distance"):
+def histogram_figure(histogram,
+                     title="Swap-candidate edges by level distance"):
     """Bar chart of `distance_histogram` output: edges per distance and,
     when any size is known, their bytes, both on log scales.
 

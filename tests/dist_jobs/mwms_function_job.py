@@ -14,11 +14,12 @@ Usage: mwms_function_job.py OUT_DIR MODE[,MODE...], MODE 'none' (no LMS),
 'lms' (fixed parameters), 'tuned' (auto-tuned for a budget the step does
 not fit in), 'lms_ahead3_on_worker1' (worker 1 with another
 swapin_ahead: the workers must stop with an error) or 'keras3_fit' (Keras
-3's own fit without LMS, TensorFlow 2.16+: the error it raises). The modes run one after
-the other with one strategy. Needs ``TF_DUMP_GRAPH_PREFIX`` (this worker's
-own folder: the partition graphs it ran). Writes OUT_DIR/MODE.worker<i>.npz
-(final weights) and .json (losses, swap ops added, the swap ops found in
-the partition graphs with their devices, the worker's devices).
+3's own fit without LMS, TensorFlow 2.16+: the error it raises). The modes run
+one after the other with one strategy. Needs ``TF_DUMP_GRAPH_PREFIX`` (this
+worker's own folder: the partition graphs it ran). Writes
+OUT_DIR/MODE.worker<i>.npz (final weights) and .json (losses, swap ops added,
+the swap ops found in the partition graphs with their devices, the worker's
+devices).
 """
 
 import faulthandler

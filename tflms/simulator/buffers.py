@@ -219,7 +219,7 @@ class _BufferLayout:
         self.buf_tensors[b].append(t)
         levels = self.index.levels
         entry = self.last_read[b]
-        for c, slot in self.index.consumers[op_id][output]:
+        for c, _ in self.index.consumers[op_id][output]:
             if c in self.inactive:
                 continue
             level = levels[c]

@@ -87,8 +87,9 @@ def require_estimator(what="tf.estimator"):
             "this is %s. Run it on TensorFlow 2.15 (`pip install "
             "'tflms[tf215]'`), or port the model_fn to a Session: build the "
             "graph, call LMS().run(graph), then train with "
-            "tf.compat.v1.Session or tf.compat.v1.train.MonitoredTrainingSession"
-            "(hooks=[lms])." % (what, tf_version_text()))
+            "tf.compat.v1.Session or "
+            "tf.compat.v1.train.MonitoredTrainingSession(hooks=[lms])."
+            % (what, tf_version_text()))
     raise UnsupportedStackError(
         "%s needs tf.estimator, which is not installed with %s: "
         "`pip install tensorflow-estimator==%d.%d.*`."
@@ -136,8 +137,8 @@ def _model_root(model):
 
 def is_keras3_model(model):
     """True if `model` is a Keras 3 model (no graph mode: the callback
-    serves it through tflms.tf.adapters.keras3), a subclass defined elsewhere (a
-    custom ``train_step``) too."""
+    serves it through tflms.tf.adapters.keras3), a subclass defined elsewhere
+    (a custom ``train_step``) too."""
     if not any(cls.__module__.split(".")[0] == "keras"
                for cls in type(model).__mro__):
         return False

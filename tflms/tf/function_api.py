@@ -1,9 +1,10 @@
 """TensorFlow's internal function APIs, behind one small module.
 
-`tflms.tf.lms_function` rewrites the graph of a `tf.function`'s concrete function
-and runs the result as a new function. Everything it needs from TensorFlow
-beyond the public API is here, so the next TensorFlow release breaks one
-place (`tests/test_lms_function.py` runs it on every supported version):
+`tflms.tf.lms_function` rewrites the graph of a `tf.function`'s concrete
+function and runs the result as a new function. Everything it needs from
+TensorFlow beyond the public API is here, so the next TensorFlow release
+breaks one place (`tests/test_lms_function.py` runs it on every supported
+version):
 
 * `is_jit_compiled`: the ``jit_compile`` option of a `tf.function`
   (``Function._jit_compile``) and the ``_XlaMustCompile`` attribute of a
@@ -45,8 +46,9 @@ from tensorflow.python.eager.polymorphic_function import function_type_utils
 
 from tflms.tf import compat
 
-__all__ = ["is_jit_compiled", "in_xla_context", "fetch_ops", "captured_variables", "rebuild",
-           "call", "partition_graphs_made", "XLA_COMPILE_ATTR"]
+__all__ = ["is_jit_compiled", "in_xla_context", "fetch_ops",
+           "captured_variables", "rebuild", "call", "partition_graphs_made",
+           "XLA_COMPILE_ATTR"]
 
 TF_VERSION = compat.TF_VERSION
 

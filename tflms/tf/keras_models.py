@@ -86,8 +86,9 @@ def _from_config(name, config, keras, fix):
     for key, off in _TF2_ONLY_SETTINGS.items():
         if key in config and config.pop(key) not in off:
             raise compat.UnsupportedStackError(
-                "the model was saved with %s(%s=...), a setting the graph-mode "
-                "optimizer %s.optimizers.legacy.%s does not have; %s"
+                "the model was saved with %s(%s=...), a setting the "
+                "graph-mode optimizer %s.optimizers.legacy.%s does not "
+                "have; %s"
                 % (name, key, package, name, fix))
     for key in _TF2_IGNORED_SETTINGS:
         config.pop(key, None)

@@ -17,8 +17,8 @@ function APIs). Later calls with that signature run the rewritten function::
     for x, y in data:
         loss = train_step(x, y)             # called exactly like before
 
-Keras 3 ``fit(callbacks=[lms])`` uses it the same way (tflms.tf.adapters.keras3 does
-``model.train_step = lms.function(model.train_step)`` for the fit, with
+Keras 3 ``fit(callbacks=[lms])`` uses it the same way (tflms.tf.adapters.keras3
+does ``model.train_step = lms.function(model.train_step)`` for the fit, with
 XLA off); Keras' train function calls the step while it is traced, and
 TensorFlow inlines the rewritten step there.
 

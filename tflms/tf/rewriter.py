@@ -46,9 +46,9 @@ readers to the last clone; the original ops are not touched::
     before:  (x) --> (bn) --y--> (relu) --z--> (near) ...... (late)
     after:   (x) --> (bn) --y--> (relu) --z--> (near)
               |
-              +--> [bn-lms/recompute_z/bn] --> [relu-lms/recompute_z/relu] --> (late)
-                         ^ ctrl                    ^ ctrl
-                     (trigger)                 (trigger)
+              +--> [bn-lms/recompute_z/bn] --> [relu-lms/recompute_z/relu]
+                         ^ ctrl                    ^ ctrl         |
+                     (trigger)                 (trigger)          +--> (late)
 """
 
 import contextlib
@@ -104,7 +104,8 @@ class RewriteResult:
 
 def swap_op_name(kind, tensor_name):
     """``lms/swapout_conv1_Relu_0`` style names, one per tensor."""
-    return "lms/%s_%s" % (kind, tensor_name.replace("/", "_").replace(":", "_"))
+    return "lms/%s_%s" % (kind,
+                          tensor_name.replace("/", "_").replace(":", "_"))
 
 
 def _sorting_prefix(tensor_name):

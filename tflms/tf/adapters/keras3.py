@@ -1,6 +1,7 @@
 """The Keras 3 fit entry point, one device (TensorFlow backend):
-`Keras3Fit`. Under a tf.distribute strategy, `keras3_strategy.Keras3StrategyFit`
-serves the fit with the changes and checks defined here.
+`Keras3Fit`. Under a tf.distribute strategy,
+`keras3_strategy.Keras3StrategyFit` serves the fit with the changes and checks
+defined here.
 
 Keras 3 has no graph mode: `model.fit` runs a train function Keras makes
 with `tf.function`, and that function calls ``model.train_step`` while it
@@ -249,8 +250,8 @@ def _restore_step(model, own_step):
 
 
 def end(fit):
-    """Undo a fit adapter's changes (`FitChanges`) on ``fit.model``: its own train step, its
-    ``jit_compile``, and no train function (the next fit or
+    """Undo a fit adapter's changes (`FitChanges`) on ``fit.model``: its own
+    train step, its ``jit_compile``, and no train function (the next fit or
     train_on_batch makes one without LMS)."""
     model = fit.model
     if model.__dict__.get("train_step") is fit.step:
