@@ -21,6 +21,9 @@ TEST_TOOLS = [
     # imports them.
     "networkx>=3.0",
     "toposort>=1.7",
+    # The linter tools/run_tests.sh runs first (ruff.toml), pinned to a
+    # minor version: a newer ruff may add checks to the rules selected.
+    "ruff>=0.17,<0.18",
 ]
 
 setup(

@@ -122,9 +122,9 @@ def _prediction(built):
     the peak without LMS and the smallest peak of the most aggressive fixed
     plans (every tensor swapped, each sync mode), planned by
     `pipeline.plan` as LMS.run plans."""
-    from benchmarks import measure  # pylint: disable=import-outside-toplevel
-    from tflms import pipeline  # pylint: disable=import-outside-toplevel
-    from tflms.settings import Settings  # pylint: disable=import-outside-toplevel
+    from benchmarks import measure
+    from tflms import pipeline
+    from tflms.settings import Settings
     index = measure.step_index(built)
     roles = pipeline.classify(index, Settings())
     base = pipeline.simulate_without(index, roles,
@@ -153,40 +153,24 @@ def measure_probe(method, built, budget_gib, tflmsv2_path=None,
     "none": the oracle on the graph as given. "tf_swap": TensorFlow's
     ``SWAPPING_HEURISTICS`` with the budget as the simulated GPU's memory,
     then the oracle. "tflms": `measure.apply_tflms` auto-tuned to the
-    budget, then the oracle unless no plan fits ("no fit"). "tflmsv2": the
-    original TFLMSv2 from `tflmsv2_path` (`benchmarks.tflmsv2.apply`),
-    then the oracle unless it found no plan ("no plan"). `lms_settings`:
+    budget, then the oracle unless no plan fits ("no fit")
+    (`measure.probe_peaks`). "tflmsv2": the original TFLMSv2 from
+    `tflmsv2_path`, then the oracle unless it found no plan ("no plan")
+    (`tflmsv2.measured`). `lms_settings`:
     LMS properties tflms is given besides the budget (a case's ``lms``).
 
     Returns:
       dict of the probe's numbers; the caller judges ``gpu_peak`` (absent
       without a plan) against the budget.
     """
-    from benchmarks import measure  # pylint: disable=import-outside-toplevel
-    row = {}
-    if method == "none":
-        row.update(measure.oracle_peaks(built.graph, built.train_op))
-    elif method == "tf_swap":
-        optimized, info = measure.grappler_memory_optimize(
-            built.graph, built.train_op, "SWAPPING_HEURISTICS",
-            int(budget_gib * common.GIB))
-        row.update(info)
-        row.update(measure.oracle_peaks(
-            optimized, built.train_op.name, place=False))
-    elif method == "tflms":
-        row.update(measure.apply_tflms(built, budget_gib=budget_gib,
-                                       settings=lms_settings))
-        if row["status"] != "no fit":
-            row.update(measure.oracle_peaks(built.graph, built.train_op))
-    elif method == "tflmsv2":
-        from benchmarks import tflmsv2  # pylint: disable=import-outside-toplevel
-        row.update(tflmsv2.apply(built, budget_gib, tflmsv2_path))
-        if row["status"] != "no plan":
-            row.update(measure.oracle_peaks(built.graph, built.train_op))
-    else:
+    if method not in [m for m, _ in METHODS]:
         raise ValueError("method must be one of %s; got %r"
                          % ([m for m, _ in METHODS], method))
-    return row
+    if method == "tflmsv2":
+        from benchmarks import tflmsv2
+        return tflmsv2.measured(built, budget_gib, tflmsv2_path)
+    from benchmarks import measure
+    return measure.probe_peaks(method, built, budget_gib, lms_settings)
 
 
 def run(case):
@@ -195,8 +179,8 @@ def run(case):
     only when ``case["tflmsv2"]`` or ``$TFLMSV2_PATH`` names the original;
     otherwise its result says it was not measured and why."""
     common.setup_tensorflow(case.get("control_flow", "v2"))
-    from benchmarks import measure, models  # pylint: disable=import-outside-toplevel
-    from tflms import autotune  # pylint: disable=import-outside-toplevel
+    from benchmarks import measure, models
+    from tflms import autotune
     budget = int(case["budget_gib"] * common.GIB)
     dim = case["dimension"]
     key = models.size_key(dim)
@@ -206,7 +190,7 @@ def run(case):
     # gives it (`run.py --mem-ratio`): `budget_note` states it.
     out = {"case": case, "probes": [], "results": {}, "done": False,
            "mem_ratio": autotune.mem_ratio()}
-    from benchmarks import tflmsv2  # pylint: disable=import-outside-toplevel
+    from benchmarks import tflmsv2
     tflmsv2_path = tflmsv2.path_from(case.get("tflmsv2"))
 
     def build(size):
@@ -228,7 +212,7 @@ def run(case):
                                          tflmsv2_path, case.get("lms")))
                 ok = row.get("gpu_peak") is not None and \
                     row["gpu_peak"] <= budget
-            except Exception as err:  # pylint: disable=broad-except
+            except Exception as err:
                 row["error"] = "%s: %s" % (type(err).__name__,
                                            str(err)[:200])
                 ok = False
@@ -240,7 +224,7 @@ def run(case):
                 try:
                     row["predicted_step"] = \
                         measure.predicted_step_without_lms(built)
-                except Exception as err:  # pylint: disable=broad-except
+                except Exception as err:
                     row["step_error"] = "%s: %s" % (type(err).__name__,
                                                     str(err)[:200])
             row["probe_s"] = time.perf_counter() - start
@@ -377,9 +361,9 @@ def _ms(seconds):
 def step_table(results):
     """Markdown: the predicted step at the largest tflms size, against the
     no-LMS step scaled to that size, with the paragraph that explains it."""
-    from benchmarks.measure import STEP_LINKS  # pylint: disable=import-outside-toplevel
-    from tflms import hardware  # pylint: disable=import-outside-toplevel
-    from tflms.settings import Settings  # pylint: disable=import-outside-toplevel
+    from benchmarks.measure import STEP_LINKS
+    from tflms import hardware
+    from tflms.settings import Settings
     labels = [hardware.interconnect_named(l).label.split(" (")[0]
               for l in STEP_LINKS]
     lines = ["| model | grows | budget | tflms size | "
@@ -475,7 +459,7 @@ def tables(results):
         res = r.get("results", {})
         k = _EXPONENT.get(case.get("dimension"), 1)
 
-        def size(method):
+        def size(method, res=res):
             v = res.get(method)
             if v is None:
                 return None, "n/a"

@@ -34,7 +34,7 @@ sys.path[:0] = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
 
 from benchmarks import common  # noqa: E402
 from benchmarks import models  # noqa: E402
-from tflms.tf import reader as tf_reader
+from tflms.tf import reader as tf_reader  # noqa: E402
 from tflms import pipeline  # noqa: E402
 from tflms import steptime  # noqa: E402
 from tflms.settings import Settings  # noqa: E402

@@ -88,7 +88,7 @@ def setup_tensorflow(control_flow="v2"):
     graph mode); "eager" leaves TensorFlow 2's eager execution on, for
     steps traced as `tf.function` (`models.keras3_app`)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf
     if control_flow == "v1":
         tf.compat.v1.disable_v2_behavior()
     elif control_flow == "v2":
@@ -104,8 +104,8 @@ def new_axes(width=8.0, height=4.5):
     """``(figure, axes)`` of one off-screen matplotlib figure, or None when
     matplotlib (an optional extra) is not installed."""
     try:
-        from matplotlib.figure import Figure  # pylint: disable=import-outside-toplevel
-        from matplotlib.backends.backend_agg import FigureCanvasAgg  # pylint: disable=import-outside-toplevel
+        from matplotlib.figure import Figure
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
     except ImportError:
         return None
     fig = Figure(figsize=(width, height))
@@ -124,7 +124,8 @@ def run_case(section, case, timeout_s, env=None):
     """Run one case in a worker process.
 
     Args:
-      section: section name (a module of `benchmarks.sections`).
+      section: section name (a module of `benchmarks`, one of
+        `run.SECTIONS`).
       case: JSON-serialisable dict describing the case.
       timeout_s: wall-clock limit; the worker is killed after it.
       env: extra environment variables for the worker.

@@ -35,9 +35,9 @@ _PLANS = (("tf_swap", "TF swapping"), ("tflms_fixed", "tflms fixed"),
 def run(case):
     """Worker: CPU step time without and with tflms."""
     common.setup_tensorflow(case.get("control_flow", "v2"))
-    from benchmarks import measure, models  # pylint: disable=import-outside-toplevel
-    from tflms import pipeline  # pylint: disable=import-outside-toplevel
-    from tflms.settings import Settings  # pylint: disable=import-outside-toplevel
+    from benchmarks import measure, models
+    from tflms import pipeline
+    from tflms.settings import Settings
     out = {"case": case, "done": False}
     plain = models.build(case["model"], **case["kwargs"])
     out.update(ops=plain.num_ops, description=plain.description)

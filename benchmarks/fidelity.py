@@ -45,9 +45,9 @@ TOLERANCE = 0.05
 def _plan_and_measure(case, budget, models, oracle):
     """One auto-tuned plan on a fresh build: simulator and oracle peaks."""
     from tflms import autotune, pipeline
-    from tflms.tf import rewriter  # pylint: disable=import-outside-toplevel
-    from tflms.tf import reader as tf_reader  # pylint: disable=import-outside-toplevel
-    from tflms.settings import Settings  # pylint: disable=import-outside-toplevel
+    from tflms.tf import rewriter
+    from tflms.tf import reader as tf_reader
+    from tflms.settings import Settings
     built = models.build(case["model"], **case["kwargs"])
     index = tf_reader.build_index(built.graph)
     roles = pipeline.classify(index, Settings())
@@ -89,11 +89,11 @@ def run(case):
     """Worker: simulator, oracle and real CPU peaks for one model, without
     LMS and with each plan of ``case["budgets"]``."""
     common.setup_tensorflow(case.get("control_flow", "v2"))
-    from benchmarks import measure, models  # pylint: disable=import-outside-toplevel
+    from benchmarks import measure, models
     from tflms.tf import oracle
-    from tflms import pipeline  # pylint: disable=import-outside-toplevel
-    from tflms.tf import reader as tf_reader  # pylint: disable=import-outside-toplevel
-    from tflms.settings import Settings  # pylint: disable=import-outside-toplevel
+    from tflms import pipeline
+    from tflms.tf import reader as tf_reader
+    from tflms.settings import Settings
     out = {"case": case, "done": False, "plans": []}
     built = models.build(case["model"], **case["kwargs"])
     out.update(ops=built.num_ops, description=built.description)

@@ -31,7 +31,7 @@ _LABELS = {"resnet50": "ResNet50 %dx%d", "unet3d": "3D U-Net %d^3",
 
 
 def _build(case):
-    from benchmarks import models  # pylint: disable=import-outside-toplevel
+    from benchmarks import models
     name, size = case.split(":")
     size = int(size)
     if name == "resnet50":
@@ -49,7 +49,7 @@ def _build(case):
 
 def measure_case(case, gpu_mem, links):
     """One case's row (dict)."""
-    from benchmarks import measure  # pylint: disable=import-outside-toplevel
+    from benchmarks import measure
     built, label = _build(case)
     row = measure.apply_tflms(built, budget_gib=gpu_mem)
     out = {"case": case, "label": label, "status": row["status"],

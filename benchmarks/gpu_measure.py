@@ -41,9 +41,9 @@ if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(
         os.path.abspath(__file__))))
 
-from benchmarks import common  # pylint: disable=wrong-import-position
+from benchmarks import common
 from tflms.tf import reader
-from tflms import hardware  # pylint: disable=wrong-import-position
+from tflms import hardware
 
 __all__ = ["NO_GPU_MESSAGE", "NOT_MEASURED", "BEGIN", "END", "find_gpu",
            "guess_gpu", "main", "no_gpu_message", "publish", "report",
@@ -85,7 +85,7 @@ _GPU_NAMES = _families()
 
 
 def _builders(args):
-    from benchmarks import models  # pylint: disable=import-outside-toplevel
+    from benchmarks import models
     cases = {
         "resnet50": lambda: models.resnet50(
             image=args.image_size, batch=args.batch_size, classes=1000),
@@ -136,9 +136,9 @@ def _train(tf, built, steps, warmup):
 
 
 def _measure(tf, name, build, args):
-    from tflms import LMS, autotune  # pylint: disable=import-outside-toplevel
-    from tflms import pipeline, steptime  # pylint: disable=import-outside-toplevel
-    from tflms.settings import Settings  # pylint: disable=import-outside-toplevel
+    from tflms import LMS, autotune
+    from tflms import pipeline, steptime
+    from tflms.settings import Settings
     rows = []
     plain = build()
     index = reader.build_index(plain.graph)
@@ -218,7 +218,7 @@ def report(table, args, argv, device_name, script=SCRIPT, begin=BEGIN,
     command (`script` and `argv`, less ``--out`` and ``--doc``), the date,
     the device (`device_name`; None: that none was used) and the
     TensorFlow version."""
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf
     command = "python " + script + "".join(
         " " + a for a in argv if not a.startswith(("--out", "--doc"))
         and a not in (args.out, args.doc))
@@ -250,7 +250,7 @@ def with_table(text, table, begin=BEGIN, end=END):
 
 
 def build_parser():
-    from tflms import steptime  # pylint: disable=import-outside-toplevel
+    from tflms import steptime
     parser = argparse.ArgumentParser(
         description="Measure the examples' models on this machine's GPU "
                     "without and with LMS, beside tflms's predictions.")

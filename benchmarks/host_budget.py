@@ -1,6 +1,7 @@
 """Plans within a host budget (issue 26, item 3): what a smaller host costs.
 
-    python benchmarks/host_budget.py resnet50 --size 6592 --host-gib 256 40 30 20
+    python benchmarks/host_budget.py resnet50 --size 6592 \
+        --host-gib 256 40 30 20
     python benchmarks/host_budget.py unet3d --size 352 --host-gib 256 16 8
 
 Auto-tunes the model for ``--gpu-mem`` GiB (default 16, times
@@ -24,7 +25,7 @@ sys.path[:0] = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
 
 from benchmarks import models  # noqa: E402
 from benchmarks.common import fmt_bytes, setup_tensorflow  # noqa: E402
-from tflms.tf import reader
+from tflms.tf import reader  # noqa: E402
 from tflms import pipeline  # noqa: E402
 from tflms import steptime  # noqa: E402
 from tflms.settings import Settings  # noqa: E402

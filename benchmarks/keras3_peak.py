@@ -43,7 +43,6 @@ def main(argv=None):
                         help="plan only; skip the oracle's replay")
     args = parser.parse_args(argv)
     common.setup_tensorflow("eager")
-    # pylint: disable=import-outside-toplevel
     from benchmarks import measure, models
     from tflms import LMS, autotune, pipeline, steptime
     from tflms.tf import oracle

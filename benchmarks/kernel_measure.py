@@ -60,10 +60,10 @@ if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(
         os.path.abspath(__file__))))
 
-from benchmarks import common  # pylint: disable=wrong-import-position
-from benchmarks import gpu_measure  # pylint: disable=wrong-import-position
+from benchmarks import common
+from benchmarks import gpu_measure
 from tflms.tf import reader
-from tflms import hardware  # pylint: disable=wrong-import-position
+from tflms import hardware
 
 __all__ = ["CASES", "BEGIN", "END", "NO_GPU_MESSAGE", "Case", "cases",
            "predict", "session_config", "measure", "squad_split", "main"]
@@ -154,7 +154,7 @@ def _matmul(tf, tokens, dtype):
 def _squad(batch, layers):
     """NVIDIA's TensorFlow BERT-large SQuAD fine-tuning step in FP32, as
     benchmarks/step_time.py times its published rows."""
-    from benchmarks import models  # pylint: disable=import-outside-toplevel
+    from benchmarks import models
     built = models.bert(layers=layers, seq=384, batch=batch, head="squad",
                         optimizer="adam-weight-decay")
     return Case("squad", "step, %d layers, seq 384, batch %d"
@@ -168,7 +168,7 @@ def cases(names=CASES, batch=256, tokens=(8192, 43008),
     """The `Case` graphs of `names` (of `CASES`) at `batch` images, each
     of `tokens`, and each of `squad_batches` sequences (a BERT of
     `squad_layers` layers: 24 is BERT-large)."""
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf
     made = []
 
     def add(case, shape, layout, dtype, build):
@@ -204,9 +204,9 @@ def predict(case, gpu):
     """The step-time model's time (s) for one run of `case` on `gpu`, the
     part of it that is layout transposes, and the case's FLOPs over the
     peak FLOP/s of its products' precision (s; 0 without FLOPs)."""
-    from tflms import graph_index as gi  # pylint: disable=import-outside-toplevel
-    from tflms import pipeline, steptime  # pylint: disable=import-outside-toplevel
-    from tflms.settings import Settings  # pylint: disable=import-outside-toplevel
+    from tflms import graph_index as gi
+    from tflms import pipeline, steptime
+    from tflms.settings import Settings
     index = reader.build_index(case.graph)
     roles = pipeline.classify(index, Settings(batch_size=case.batch))
     model = steptime.StepTimeModel(
@@ -225,7 +225,7 @@ def session_config(device=None, xla=False):
     """The session's configuration: Grappler off (each kernel runs, in
     the layout its graph has); no GPU if `device` is ``"/cpu:0"``; XLA's
     auto-clustering on with `xla` (as NVIDIA's BERT runs turn it on)."""
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf
     config = tf.compat.v1.ConfigProto()
     config.gpu_options.allow_growth = True
     # Its layout optimizer would change the layout a case is built in, and
@@ -243,7 +243,7 @@ def session_config(device=None, xla=False):
 def measure(case, steps, warmup, device=None):
     """The median wall time (s) of `steps` runs of `case` after `warmup`
     (`session_config`: every kernel runs, on `device`)."""
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf
     config = session_config(device, case.xla)
     with tf.compat.v1.Session(graph=case.graph, config=config) as sess:
         with case.graph.as_default():

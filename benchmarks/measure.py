@@ -78,6 +78,7 @@ __all__ = [
     "oracle_peaks",
     "grappler_memory_optimize",
     "apply_tflms",
+    "probe_peaks",
     "step_index",
     "predicted_step_without_lms",
     "tensor_bytes_of",
@@ -431,6 +432,34 @@ def apply_tflms(built, params=None, budget_gib=None, settings=None):
         except ValueError as err:  # levels the step-time model rejects
             out["step_error"] = str(err)[:200]
     return out
+
+
+def probe_peaks(method, built, budget_gib, settings=None):
+    """One capacity probe of `built` (edited in place) without the original
+    TFLMSv2 (`tflmsv2.measured` is that one): "none", the oracle on the
+    graph as given; "tf_swap", TensorFlow's ``SWAPPING_HEURISTICS`` with
+    the budget as the simulated GPU's memory, then the oracle; "tflms",
+    `apply_tflms` auto-tuned to the budget with `settings` besides, then
+    the oracle unless no plan fits ("no fit").
+
+    Returns:
+      dict of the probe's numbers (``gpu_peak`` absent without a plan).
+    """
+    if method == "none":
+        return oracle_peaks(built.graph, built.train_op)
+    if method == "tf_swap":
+        optimized, row = grappler_memory_optimize(
+            built.graph, built.train_op, "SWAPPING_HEURISTICS",
+            int(budget_gib * GIB))
+        row.update(oracle_peaks(optimized, built.train_op.name, place=False))
+        return row
+    if method == "tflms":
+        row = apply_tflms(built, budget_gib=budget_gib, settings=settings)
+        if row["status"] != "no fit":
+            row.update(oracle_peaks(built.graph, built.train_op))
+        return row
+    raise ValueError("method must be one of none, tf_swap, tflms; got %r"
+                     % (method,))
 
 
 def _predicted_steps(planned, gpu=None):

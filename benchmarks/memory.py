@@ -34,7 +34,7 @@ CONFIGS = (
 def run(case):
     """Worker: measure one model five ways."""
     common.setup_tensorflow(case.get("control_flow", "v2"))
-    from benchmarks import measure, models  # pylint: disable=import-outside-toplevel
+    from benchmarks import measure, models
     budget = int(case["budget_gib"] * common.GIB)
     out = {"case": case, "configs": {}, "done": False}
 
@@ -42,7 +42,7 @@ def run(case):
         out["configs"][key] = values
         common.emit(out)
 
-    from tflms.tf import reader  # pylint: disable=import-outside-toplevel
+    from tflms.tf import reader
     built = models.build(case["model"], **case["kwargs"])
     levels = reader.build_index(built.graph).num_levels
     out.update(ops=built.num_ops, description=built.description,
@@ -63,7 +63,7 @@ def run(case):
             values.update(info)
             values["did_nothing"] = (info["swap_outs"] == 0
                                      and info["recomputed"] == 0)
-        except Exception as err:  # pylint: disable=broad-except
+        except Exception as err:
             values = {"error": "%s: %s" % (type(err).__name__, err)}
         values["method_s"] = time.perf_counter() - start
         record(key, values)

@@ -57,10 +57,9 @@ import tensorflow as tf
 from zoo import models as zoo
 
 __all__ = ["Built", "BUILDERS", "build", "resnet50", "keras_app",
-           "keras3_app", "unet3d",
-           "unet3d_recipe", "SM3D_INSTALL", "transformer", "mlp", "layered", "deep_mlp", "size_key",
-           "build_sized",
-           "KERAS_APPS"]
+           "keras3_app", "unet3d", "unet3d_recipe", "SM3D_INSTALL",
+           "transformer", "mlp", "layered", "deep_mlp", "size_key",
+           "build_sized", "KERAS_APPS"]
 
 _v1 = tf.compat.v1
 
@@ -277,8 +276,8 @@ def keras3_app(app="ResNet50", image=224, batch=1, classes=1000, seed=0):
     Returns:
       A `Built` whose `function` is set (see `Built`).
     """
-    from tflms.tf.adapters import tf_function  # pylint: disable=import-outside-toplevel
-    from tflms.tf import keras3_trace  # pylint: disable=import-outside-toplevel
+    from tflms.tf.adapters import tf_function
+    from tflms.tf import keras3_trace
     keras = keras3_trace.keras3()
     if keras is None or not tf.executing_eagerly():
         raise RuntimeError(
@@ -326,12 +325,12 @@ SM3D_INSTALL = ("pip install --no-deps segmentation-models-3D==1.0.4 "
 
 def _segmentation_models_3d():
     """The package behind `unet3d_recipe`, on tf.keras (Keras 2)."""
-    import os  # pylint: disable=import-outside-toplevel
+    import os
     # Its default framework is the standalone `keras` package (Keras 3 on
     # TensorFlow 2.16+); its users pick tf.keras this way.
     os.environ.setdefault("SM_FRAMEWORK", "tf.keras")
     try:
-        import segmentation_models_3D  # pylint: disable=import-outside-toplevel
+        import segmentation_models_3D
     except ImportError as err:
         raise ImportError(
             "unet3d_recipe needs the package segmentation-models-3D, which "
@@ -721,7 +720,7 @@ def resnet50_at(image=224, batch=1, classes=1000, precision="float32",
     _check_precision(precision)
     if precision == "float32":
         return resnet50(image=image, batch=batch, classes=classes, seed=seed)
-    from tflms.tf import compat  # pylint: disable=import-outside-toplevel
+    from tflms.tf import compat
     mixed = compat.keras2().mixed_precision
     before = mixed.global_policy()
     mixed.set_global_policy("mixed_float16")
@@ -765,8 +764,8 @@ def bert(layers=24, hidden=1024, heads=16, seq=128, batch=8,
     mixed precision, a finiteness check of all of them), clipped to global
     norm 1, then Adam with weight decay 0.01 (not on layer norms and
     biases) written as elementwise ops per variable, its slots and the
-    variable assigned. ``optimizer="accumulate"``: the step adds each gradient to an
-    accumulator variable (``AssignAddVariableOp``) instead of applying
+    variable assigned. ``optimizer="accumulate"``: the step adds each gradient
+    to an accumulator variable (``AssignAddVariableOp``) instead of applying
     Adam: one micro-batch of gradient accumulation, as NVIDIA's
     pretraining runs most steps (its LAMB update comes once every 256 to
     16384 micro-batches); its gradients gated per op as the optimizers'

@@ -4,16 +4,16 @@
     python benchmarks/plan_cost.py --cases unet3d:352:1 --links pcie4
 
 For each case (model, size, batch) and each link, the model is auto-tuned
-for 16 GiB (``--gpu-mem``) (times TF_LMS_SIMULATOR_MEM_RATIO, default 0.9) through
-`pipeline.plan`, planned *for that link* (`interconnect`), as
+for 16 GiB (``--gpu-mem``) (times TF_LMS_SIMULATOR_MEM_RATIO, default 0.9)
+through `pipeline.plan`, planned *for that link* (`interconnect`), as
 `benchmarks/cheaper_plans.py` does: by predicted step time without and
 with ``recompute=True``. It prints one JSON line per plan (with where the
 step waits: the time the graph's own ops do not run and its longest gaps,
 each with the copy that ends nearest, `cheaper_plans.step_waits`) and a
 markdown table of the predicted step (`tflms.steptime`, V100-SXM2-16GB)
 against the same graph's step without LMS, with issue 26's goals beside
-it (at most 1.4x over PCIe 4.0 x16, 1.1x over NVLink 2.0). Nothing is run on a GPU;
-the step without LMS is the graph's compute alone, as if it fitted.
+it (at most 1.4x over PCIe 4.0 x16, 1.1x over NVLink 2.0). Nothing is run on a
+GPU; the step without LMS is the graph's compute alone, as if it fitted.
 
     python benchmarks/plan_cost.py --oracle         # each plan also replayed
 
@@ -77,9 +77,9 @@ def oracle_of_plan(built, planned):
     """
     # Imported here: the oracle pulls in Grappler, which the default run
     # does not need.
-    from benchmarks import measure as measure_mod  # pylint: disable=import-outside-toplevel
-    from tflms import pipeline  # pylint: disable=import-outside-toplevel
-    from tflms.tf import rewriter  # pylint: disable=import-outside-toplevel
+    from benchmarks import measure as measure_mod
+    from tflms import pipeline
+    from tflms.tf import rewriter
     if built.function is not None:
         raise ValueError("%s is a tf.function's step, which LMS rewrites "
                          "through tflms.tf.lms_function; plan_cost measures "

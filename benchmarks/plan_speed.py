@@ -65,12 +65,12 @@ def main(argv=None):
                         help="write cProfile stats of LMS.run here")
     args = parser.parse_args(argv)
 
-    from benchmarks import common  # pylint: disable=import-outside-toplevel
+    from benchmarks import common
     common.setup_tensorflow(args.control_flow)
-    from benchmarks import models, timing  # pylint: disable=import-outside-toplevel
-    import importlib  # pylint: disable=import-outside-toplevel
-    from tflms import LMS, analysis  # pylint: disable=import-outside-toplevel
-    from tflms.tf import reader  # pylint: disable=import-outside-toplevel
+    from benchmarks import models, timing
+    import importlib
+    from tflms import LMS, analysis
+    from tflms.tf import reader
 
     kwargs = json.loads(args.kwargs)
     if args.num_ops is not None:

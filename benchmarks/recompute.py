@@ -1,7 +1,8 @@
 """Bytes moved per step by the auto-tuned plan with and without recompute,
 at the same budget (issue 15, item 2).
 
-    python benchmarks/recompute.py resnet50 --size 224 --batch 8 --budget-ratio 0.5
+    python benchmarks/recompute.py resnet50 --size 224 --batch 8 \
+        --budget-ratio 0.5
     python benchmarks/recompute.py unet3d --size 64 --budget-ratio 0.5
 
 The budget is a share of the simulator's peak without LMS; both plans are
@@ -18,7 +19,7 @@ sys.path[:0] = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
 
 from benchmarks import common  # noqa: E402
 from benchmarks import models  # noqa: E402
-from tflms.tf import reader
+from tflms.tf import reader  # noqa: E402
 from tflms import pipeline  # noqa: E402
 from tflms.settings import Settings  # noqa: E402
 

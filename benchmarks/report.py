@@ -149,7 +149,7 @@ def findings(data):
         case = r.get("case", {})
         res = r.get("results", {})
         base = res.get("none", {}).get("largest")
-        k = capacity._EXPONENT.get(case.get("dimension"), 1)  # pylint: disable=protected-access
+        k = capacity._EXPONENT.get(case.get("dimension"), 1)
         if not base:
             continue
         parts = []
@@ -231,7 +231,7 @@ def findings(data):
                 gaps.append(p["gpu_peak"] / float(sim) - 1)
     if gaps:
         stopped = sum(1 for r in sections.get("capacity", [])
-                      if capacity._stopper(r).split(": ", 1)[-1]  # pylint: disable=protected-access
+                      if capacity._stopper(r).split(": ", 1)[-1]
                       .startswith("oracle"))
         ratio = _capacity_mem_ratio(data)
         if ratio < 1:
@@ -361,13 +361,14 @@ last reader ends) and every swapped-in GPU copy kept until its last reader.
 TensorFlow's swapping heuristic plans with) reports for the same run: it
 frees the GPU copy of a swapped-in tensor right after the copy, so it
 under-counts swapping, gives forwarded outputs buffers of their own and
-counts no variable (see `tflms/tf/oracle/` and `benchmarks/measure.py`). *Host peak* is the oracle's
-CPU peak (an upper bound of the host memory swapping needs). *swapped out / in* are the bytes
-copied per step. TensorFlow's swap ops (`_CopyFromGpuToHost` /
-`_CopyFromHostToGpu`) have no kernels in the CPU build; they are measured as
-the equivalent CPU `Identity` pair, the same form as an LMS swap (see
-`benchmarks/measure.py`). The simulated GPU given to TensorFlow's optimizer
-has exactly the budget as its memory; tflms auto-tunes to the same budget.
+counts no variable (see `tflms/tf/oracle/` and `benchmarks/measure.py`). *Host
+peak* is the oracle's CPU peak (an upper bound of the host memory swapping
+needs). *swapped out / in* are the bytes copied per step. TensorFlow's swap ops
+(`_CopyFromGpuToHost` / `_CopyFromHostToGpu`) have no kernels in the CPU build;
+they are measured as the equivalent CPU `Identity` pair, the same form as an
+LMS swap (see `benchmarks/measure.py`). The simulated GPU given to TensorFlow's
+optimizer has exactly the budget as its memory; tflms auto-tunes to the same
+budget.
 """,
     "capacity": """\
 ## 3. How much bigger
@@ -410,8 +411,8 @@ _CAVEATS = """\
   schedule. On the models here its runtime peak stayed at or below the
   simulator's for every tuned plan (sections 2, 3 and 5).
 - The oracle's runtime rules forward only the ops whose kernels always
-  share their input's buffer (`tflms.graph_index.BUFFER_FORWARDING_TYPES`); kernels
-  that reuse an input only when nobody else holds it (element-wise ops,
+  share their input's buffer (`tflms.graph_index.BUFFER_FORWARDING_TYPES`);
+  kernels that reuse an input only when nobody else holds it (element-wise ops,
   `Snapshot`) are counted as allocating. Kernel scratch (cuDNN workspaces)
   and allocator fragmentation are not counted, by the oracle or by the
   simulator: the library's default TF_LMS_SIMULATOR_MEM_RATIO=0.9 keeps 10%

@@ -42,17 +42,17 @@ if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(
         os.path.abspath(__file__))))
 
-from benchmarks import common  # noqa: E402  pylint: disable=wrong-import-position
-from benchmarks import report  # noqa: E402  pylint: disable=wrong-import-position
-from benchmarks import suites  # noqa: E402  pylint: disable=wrong-import-position
-from benchmarks import step_time  # noqa: E402  pylint: disable=wrong-import-position
+from benchmarks import common  # noqa: E402
+from benchmarks import report  # noqa: E402
+from benchmarks import suites  # noqa: E402
+from benchmarks import step_time  # noqa: E402
 
 SECTIONS = ("timing", "memory", "capacity", "cost", "fidelity")
 DEFAULT_DOC = os.path.join(common.ROOT, "docs", "benchmarks.md")
 
 
 def _worker(section, case_json):
-    import importlib  # pylint: disable=import-outside-toplevel
+    import importlib
     module = importlib.import_module("benchmarks." + section)
     case = json.loads(case_json)
     common.emit(module.run(case))

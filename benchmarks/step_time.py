@@ -46,7 +46,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(
         os.path.abspath(__file__))))
 
-from benchmarks import common  # pylint: disable=wrong-import-position
+from benchmarks import common
 
 __all__ = ["PUBLISHED", "SOURCES", "TRIED", "Published", "BEGIN", "END",
            "fit", "main", "section_of", "tried_rows", "tried_table",
@@ -274,7 +274,7 @@ _PRODUCTS = {"FP32": "fp32", "TF32": "tf32", "AMP": "fp16"}
 
 
 def _build(row):
-    from benchmarks import models  # pylint: disable=import-outside-toplevel
+    from benchmarks import models
     precision = row.amp_graph if row.precision == "AMP" else "float32"
     if row.model == "resnet50":
         return models.resnet50_at(image=224, batch=row.batch, classes=1000,
@@ -310,9 +310,9 @@ class _Costs:
 
     def __init__(self, index, roles, batch, layout="NHWC", fusion=True,
                  gpu=None):
-        import numpy as np  # pylint: disable=import-outside-toplevel
-        from tflms import graph_index as gi  # pylint: disable=import-outside-toplevel
-        from tflms import steptime  # pylint: disable=import-outside-toplevel
+        import numpy as np
+        from tflms import graph_index as gi
+        from tflms import steptime
         # The GPU decides a float32 product's precision (TF32 or FP32), so
         # whether an NCHW convolution is transposed.
         model = steptime.StepTimeModel(index, roles, batch,
@@ -354,7 +354,7 @@ class _Costs:
     def time(self, gpu, products, efficiency):
         """The step on `gpu` with `efficiency`; 4-byte products in
         `products` ("fp32" or "tf32")."""
-        import numpy as np  # pylint: disable=import-outside-toplevel
+        import numpy as np
         peak = np.where(
             self.half,
             np.where(self.conv, efficiency.conv_fp16, efficiency.fp16)
@@ -395,8 +395,8 @@ def fit(rows, costs):
       rows: `Published` rows.
       costs: their `_Costs`, in the same order.
     """
-    import numpy as np  # pylint: disable=import-outside-toplevel
-    from tflms import hardware, steptime  # pylint: disable=import-outside-toplevel
+    import numpy as np
+    from tflms import hardware, steptime
     grid = np.exp(np.linspace(math.log(0.05), 0.0, 150))
 
     def error(row, cost, eff):
@@ -433,9 +433,9 @@ def fit(rows, costs):
 def _graphs():
     """Each `PUBLISHED` row's graph as ``(index, roles, description)``,
     each graph built once."""
-    from tflms.tf import reader  # pylint: disable=import-outside-toplevel
-    from tflms import pipeline  # pylint: disable=import-outside-toplevel
-    from tflms.settings import Settings  # pylint: disable=import-outside-toplevel
+    from tflms.tf import reader
+    from tflms import pipeline
+    from tflms.settings import Settings
     graphs = {}
     for row in PUBLISHED:
         key = _graph_key(row)
@@ -494,9 +494,9 @@ def _tried(name, row, costs, refused):
     """A row's `_Costs` as the explanation `name` (a key of `TRIED`) has
     them; `refused` gives the row's costs timed with the other fusion
     setting (`Published.fusion`)."""
-    import copy  # pylint: disable=import-outside-toplevel
-    import numpy as np  # pylint: disable=import-outside-toplevel
-    from tflms import hardware  # pylint: disable=import-outside-toplevel
+    import copy
+    import numpy as np
+    from tflms import hardware
     if " + " in name and name in TRIED:
         # Each part in turn, from the left (the fusion setting first).
         for part in name.split(" + "):
@@ -555,7 +555,7 @@ def tried_rows(names=None, keyed=None):
     the fractions refitted with it on the rows marked "fit", and each
     `PUBLISHED` row's predicted / published throughput with them.
     `keyed`: the rows' graphs (`_graphs`), built here if None."""
-    from tflms import hardware  # pylint: disable=import-outside-toplevel
+    from tflms import hardware
     keyed = keyed or _graphs()
     costs = [_row_costs(r, index, roles)
              for r, (index, roles, _) in zip(PUBLISHED, keyed)]
@@ -591,8 +591,8 @@ def throughput_rows(keyed=None):
     """Each `PUBLISHED` row with its prediction (`steptime.ACHIEVED`), and
     the efficiencies fitted on the rows marked "fit". `keyed`: the rows'
     graphs (`_graphs`), built here if None."""
-    from tflms import graph_index as gi  # pylint: disable=import-outside-toplevel
-    from tflms import steptime  # pylint: disable=import-outside-toplevel
+    from tflms import graph_index as gi
+    from tflms import steptime
     keyed = keyed or _graphs()
     fitting = [(r, g) for r, g in zip(PUBLISHED, keyed) if r.role == "fit"]
     fitted = fit([r for r, _ in fitting],
@@ -619,10 +619,10 @@ def throughput_rows(keyed=None):
 def lms_rows(batch, gpu_mem_gib, gpu="V100-SXM2-16GB",
              links=("pcie4", "nvlink2"), image=224):
     """The step without and with an auto-tuned plan over each link."""
-    from benchmarks import models  # pylint: disable=import-outside-toplevel
-    from tflms.tf import reader  # pylint: disable=import-outside-toplevel
-    from tflms import pipeline, steptime  # pylint: disable=import-outside-toplevel
-    from tflms.settings import Settings  # pylint: disable=import-outside-toplevel
+    from benchmarks import models
+    from tflms.tf import reader
+    from tflms import pipeline, steptime
+    from tflms.settings import Settings
     start = time.perf_counter()
     built = models.resnet50(image=image, batch=batch, classes=1000)
     index = reader.build_index(built.graph)
@@ -630,7 +630,7 @@ def lms_rows(batch, gpu_mem_gib, gpu="V100-SXM2-16GB",
         planned = pipeline.plan(index, Settings(
             batch_size=batch, autotune_gpu_mem=gpu_mem_gib,
             autotune_host_mem=common.SERVER_HOST_MEM_GIB))
-    except Exception as err:  # pylint: disable=broad-except
+    except Exception as err:
         # A planning stage's failure (no plan fits the device, or the host
         # memory it needs exceeds the host's): a row that says so.
         print("# no plan for ResNet50 %dx%d batch %d: %s" % (
@@ -697,7 +697,7 @@ def _number(value):
 def efficiency_text(fitted):
     """The fitted fractions beside `steptime.ACHIEVED` (which the table
     uses); says so when they differ."""
-    from tflms import steptime  # pylint: disable=import-outside-toplevel
+    from tflms import steptime
     names = [f.name for f in dataclasses.fields(fitted)]
     same = all(abs(getattr(fitted, n) - getattr(steptime.ACHIEVED, n))
                <= 0.0005 for n in names)

@@ -112,7 +112,7 @@ def _root_of(path):
 @contextlib.contextmanager
 def _v2_behavior_kept():
     """Shim: TFLMSv2's import-time ``disable_v2_behavior()`` does nothing."""
-    import tensorflow.compat.v1 as v1  # pylint: disable=import-outside-toplevel
+    import tensorflow.compat.v1 as v1
     original = v1.disable_v2_behavior
     v1.disable_v2_behavior = lambda: None
     try:
@@ -124,8 +124,8 @@ def _v2_behavior_kept():
 @contextlib.contextmanager
 def _v1_shapes():
     """Shim: v1 `TensorShape` (``shape[i].value``) while TFLMSv2 runs."""
-    from tensorflow.python.framework import tensor_shape  # pylint: disable=import-outside-toplevel
-    was_v2 = tensor_shape._TENSORSHAPE_V2_OVERRIDE  # pylint: disable=protected-access
+    from tensorflow.python.framework import tensor_shape
+    was_v2 = tensor_shape._TENSORSHAPE_V2_OVERRIDE
     tensor_shape.disable_v2_tensorshape()
     try:
         yield
@@ -133,7 +133,7 @@ def _v1_shapes():
         if was_v2:
             tensor_shape.enable_v2_tensorshape()
         else:
-            tensor_shape._TENSORSHAPE_V2_OVERRIDE = was_v2  # pylint: disable=protected-access
+            tensor_shape._TENSORSHAPE_V2_OVERRIDE = was_v2
 
 
 class _Collector(logging.Handler):
@@ -149,7 +149,7 @@ class _Collector(logging.Handler):
 def _collected_log():
     """Shim: TensorFlow's logger at INFO, its records collected, not
     printed. Yields the list of lines."""
-    from tensorflow.python.platform import tf_logging  # pylint: disable=import-outside-toplevel
+    from tensorflow.python.platform import tf_logging
     logger = tf_logging.get_logger()
     level, handlers, propagate = logger.level, logger.handlers[:], \
         logger.propagate
@@ -169,17 +169,17 @@ def _recording_simulator(base):
     """A subclass of TFLMSv2's ``Simulator`` recording every ``play`` on
     the LMS object it simulates for (``_bench_plays``)."""
 
-    class Recording(base):  # pylint: disable=too-few-public-methods
+    class Recording(base):
         def play(self, threshold, ahead, groupby, sync_mode):
             passed, warning = super().play(threshold, ahead, groupby,
                                            sync_mode)
-            plays = getattr(self._lms, "_bench_plays", None)  # pylint: disable=no-member
+            plays = getattr(self._lms, "_bench_plays", None)
             if plays is not None:
                 plays.append({
                     "params": [threshold, ahead, groupby, sync_mode],
                     "passed": bool(passed),
-                    "peak": int(max(self._mem_traces, default=0)),  # pylint: disable=no-member
-                    "planned_for": int(self._max_mem),  # pylint: disable=no-member
+                    "peak": int(max(self._mem_traces, default=0)),
+                    "planned_for": int(self._max_mem),
                 })
             return passed, warning
 
@@ -255,7 +255,7 @@ def apply(built, budget_gib, path=None):
     lms = module.LMS()
     lms.batch_size = built.batch_size
     lms.autotune_gpu_mem = budget_gib
-    lms._bench_plays = []  # pylint: disable=protected-access
+    lms._bench_plays = []
     row = {"status": None, "params": None, "swap_outs": 0, "swap_ins": 0,
            "swapout_bytes": 0, "swapin_bytes": 0}
     start = time.perf_counter()
@@ -263,7 +263,7 @@ def apply(built, budget_gib, path=None):
         try:
             lms.run(built.graph)
             # Its tuner marks "no LMS needed" by a threshold of every level.
-            needed = lms._swapout_threshold != lms._topo_sort.size  # pylint: disable=protected-access
+            needed = lms._swapout_threshold != lms._topo_sort.size
             row["status"] = "swapped" if needed else "not needed"
         except ValueError as err:
             if "Auto-tuning" not in str(err):
@@ -273,9 +273,9 @@ def apply(built, budget_gib, path=None):
         trainable = _bytes_of(
             built.graph.get_collection("trainable_variables"),
             built.batch_size, util)
-        if lms._swap_ops:  # pylint: disable=protected-access
-            outs = {s[1] for s in lms._swap_ops}  # pylint: disable=protected-access
-            ins = {s[2] for s in lms._swap_ops}  # pylint: disable=protected-access
+        if lms._swap_ops:
+            outs = {s[1] for s in lms._swap_ops}
+            ins = {s[2] for s in lms._swap_ops}
             row.update(
                 swap_outs=len(outs), swap_ins=len(ins),
                 swapout_bytes=_bytes_of([t for o in outs for t in o.outputs],
@@ -283,10 +283,10 @@ def apply(built, budget_gib, path=None):
                 swapin_bytes=_bytes_of([t for o in ins for t in o.inputs],
                                        built.batch_size, util))
     row["edit_s"] = time.perf_counter() - start
-    plays = lms._bench_plays  # pylint: disable=protected-access
+    plays = lms._bench_plays
     if row["status"] == "swapped":
-        row["params"] = [lms._swapout_threshold, lms._swapin_ahead,  # pylint: disable=protected-access
-                         lms._swapin_groupby, lms._sync_mode]  # pylint: disable=protected-access
+        row["params"] = [lms._swapout_threshold, lms._swapin_ahead,
+                         lms._swapin_groupby, lms._sync_mode]
     passed = [p for p in plays if p["passed"]]
     chosen = passed if row["status"] == "not needed" else [
         p for p in passed if p["params"] == row["params"]]
@@ -305,14 +305,27 @@ def apply(built, budget_gib, path=None):
     return row
 
 
+def measured(built, budget_gib, path=None):
+    """`apply`, then the oracle's runtime replay of the rewritten graph
+    unless TFLMSv2 found no plan ("no plan"): the capacity search's probe
+    of the original."""
+    from benchmarks import measure
+    row = apply(built, budget_gib, path)
+    if row["status"] != "no plan":
+        row.update(measure.oracle_peaks(built.graph, built.train_op))
+    return row
+
+
 def probe(method, model, kwargs, budget_gib, path=None):
     """One capacity probe outside the benchmark runner: build `model` with
     `kwargs`, apply `method` ("tflmsv2", "tflms" or "none") and judge it with
-    the oracle's runtime replay, by `benchmarks.capacity.measure_probe`."""
-    from benchmarks import capacity, models  # pylint: disable=import-outside-toplevel
+    the oracle's runtime replay, as `benchmarks.capacity.measure_probe`
+    does."""
+    from benchmarks import measure, models
     start = time.perf_counter()
     built = models.build(model, **kwargs)
-    row = capacity.measure_probe(method, built, budget_gib, path)
+    row = (measured(built, budget_gib, path) if method == "tflmsv2"
+           else measure.probe_peaks(method, built, budget_gib))
     row["probe_s"] = time.perf_counter() - start
     return row
 
@@ -340,7 +353,7 @@ def main(argv=None):
     path = path_from(args.tflmsv2)
     if path is not None:
         os.environ[ENV_VAR] = path
-    from benchmarks import common, models  # pylint: disable=import-outside-toplevel
+    from benchmarks import common, models
     common.setup_tensorflow(args.control_flow)
     budget = int(args.budget_gib * common.GIB)
     key = models.size_key(args.dimension)

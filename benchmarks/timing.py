@@ -5,7 +5,7 @@ but is not LMS time) and measures the three steps of `tflms.LMS.run`, called
 as it calls them (with Python's cyclic garbage collector paused, as
 `LMS.run` pauses it):
 
-* analysis: `graph_index.build_index`;
+* analysis: `tflms.tf.reader.build_index`;
 * tune: `pipeline.plan` with every swap parameter on auto and the case's
   budget (roles, serialization and deferral edges, auto-tuning, the plan);
 * rewrite: `rewriter.apply_plan` of that plan;
@@ -39,7 +39,7 @@ def budget_gib(case, index, roles, batch):
     activation memory (resident bytes stay), from one simulator replay."""
     if case.get("budget_gib") is not None:
         return float(case["budget_gib"]), None
-    from tflms import simulator  # pylint: disable=import-outside-toplevel
+    from tflms import simulator
     model = simulator.SimulationModel(index, roles, batch)
     start = time.perf_counter()
     result = model.replay(None, detail=False)
@@ -73,12 +73,12 @@ def run(case):
     """Worker: time LMS on one model, `case["reps"]` times."""
     common.setup_tensorflow(case.get("control_flow", "v2"))
     # Imported once the graph mode is chosen.
-    from benchmarks import models  # pylint: disable=import-outside-toplevel
-    from tflms import LMS  # pylint: disable=import-outside-toplevel
+    from benchmarks import models
+    from tflms import LMS
     from tflms import _gc, autotune, pipeline
-    from tflms.tf import rewriter  # pylint: disable=import-outside-toplevel
-    from tflms.tf import reader  # pylint: disable=import-outside-toplevel
-    from tflms.settings import Settings  # pylint: disable=import-outside-toplevel
+    from tflms.tf import rewriter
+    from tflms.tf import reader
+    from tflms.settings import Settings
 
     out = {"case": case, "runs": [], "done": False}
     start_case = time.perf_counter()

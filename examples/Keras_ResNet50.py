@@ -149,7 +149,7 @@ def make_optimizer(tf, name, learning_rate):
 
 def main(argv=None):
     args = parse_args(argv)
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf
 
     tf.compat.v1.disable_eager_execution()
     # Seeds Python, NumPy and TensorFlow (graph-level seed) at once.

@@ -118,8 +118,8 @@ def make_lms(args, batch_size=None):
     except ValueError as e:
         # The checks' messages name the setting, the value and the fix.
         raise SystemExit("error: bad LMS flag: %s" % e) from None
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    from tflms import LMS  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf
+    from tflms import LMS
 
     tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.INFO)
     lms = LMS(**{f.name: getattr(chosen, f.name)
@@ -135,7 +135,7 @@ def keras2():
     with ``TF_USE_LEGACY_KERAS=1``). LMS needs Keras 2: Keras 3 has no
     graph mode. Without tf-keras on 2.16+ the example exits with status 2
     and says what to install."""
-    from tflms.tf import compat  # pylint: disable=import-outside-toplevel
+    from tflms.tf import compat
     keras = compat.keras2()
     if keras is None:
         print("error: " + compat.keras3_message(
@@ -148,7 +148,7 @@ def keras2():
 def exit_unless_estimator(script):
     """Exit with status 2, saying why, when tf.estimator is missing (it was
     removed in TensorFlow 2.16)."""
-    from tflms.tf import compat  # pylint: disable=import-outside-toplevel
+    from tflms.tf import compat
     try:
         compat.require_estimator(script)
     except compat.UnsupportedStackError as e:
@@ -193,7 +193,7 @@ def keras_callbacks(tf, args):
 
 def describe_devices():
     """One line naming the device TensorFlow will place the model on."""
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:
         return "Devices: %d GPU(s) found; the model runs on %s" % (

@@ -70,8 +70,8 @@ def _from_npz(path):
 
 def _from_sklearn_digits(test_fraction=0.2, seed=0):
     # Imported here: real-MNIST users need neither.
-    from scipy import ndimage  # pylint: disable=import-outside-toplevel
-    from sklearn.datasets import load_digits  # pylint: disable=import-outside-toplevel
+    from scipy import ndimage
+    from sklearn.datasets import load_digits
 
     digits = load_digits()
     small = digits.images.astype(np.float32) / 16.0  # values are 0..16

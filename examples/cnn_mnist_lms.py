@@ -157,7 +157,7 @@ def main(argv=None):
     args = parse_args(argv)
     # tf.estimator was removed in TensorFlow 2.16: exit 2 saying so.
     _lms_flags.exit_unless_estimator("examples/cnn_mnist_lms.py")
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf
 
     tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.INFO if args.lms
                                        else tf.compat.v1.logging.WARN)

@@ -19,10 +19,10 @@ per-device graphs TensorFlow writes with ``TF_DUMP_GRAPH_PREFIX``. Elsewhere
 it is Keras 2 in graph mode (``tf.keras`` on 2.15, tf-keras on 2.16+).
 
 The budget (``--autotune-gpu-mem``, in GiB) stands in for a small GPU, so
-the demo shows the whole story on any machine, GPU or not. The model is not pinned
-to a device: with a GPU, TensorFlow trains it there and LMS's swap ops copy
-tensors between GPU and host memory; without one, everything runs on the CPU
-and the swaps are host-to-host copies (correct, just not useful).
+the demo shows the whole story on any machine, GPU or not. The model is not
+pinned to a device: with a GPU, TensorFlow trains it there and LMS's swap ops
+copy tensors between GPU and host memory; without one, everything runs on the
+CPU and the swaps are host-to-host copies (correct, just not useful).
 
 Run from the repository root::
 
@@ -93,12 +93,12 @@ def keras3():
     """Keras 3 when TensorFlow's default Keras is Keras 3 (TensorFlow 2.16+
     without TF_USE_LEGACY_KERAS=1), else None (the graph-mode Keras 2
     path)."""
-    from tflms.tf import compat  # pylint: disable=import-outside-toplevel
+    from tflms.tf import compat
     if compat.TF_VERSION < (2, 16, 0) or os.environ.get(
             "TF_USE_LEGACY_KERAS", "").lower() in ("1", "true", "yes"):
         return None
     try:
-        import keras  # pylint: disable=import-outside-toplevel
+        import keras
     except ImportError:
         return None
     return keras if int(keras.__version__.split(".")[0]) >= 3 else None

@@ -78,9 +78,9 @@ def parse_args(argv=None):
 
 def import_horovod():
     try:
-        import horovod.tensorflow.keras as hvd  # pylint: disable=import-outside-toplevel
+        import horovod.tensorflow.keras as hvd
     except ImportError:
-        from tflms.tf.distributed import HOROVOD_INSTALL_HINT  # pylint: disable=import-outside-toplevel
+        from tflms.tf.distributed import HOROVOD_INSTALL_HINT
         raise SystemExit("error: " + HOROVOD_INSTALL_HINT) from None
     return hvd
 
@@ -96,11 +96,11 @@ def pin_gpu(tf, hvd):
 
 def main(argv=None):
     args = parse_args(argv)
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf
 
     tf.compat.v1.disable_eager_execution()
     hvd = import_horovod()
-    from tflms import BroadcastGlobalVariablesCallback  # pylint: disable=import-outside-toplevel
+    from tflms import BroadcastGlobalVariablesCallback
 
     hvd.init()
     rank, size = hvd.rank(), hvd.size()

@@ -73,7 +73,7 @@ def build_model(tf, image_size):
 
 def main(argv=None):
     args = parse_args(argv)
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf
 
     # Graph mode first: LMS cannot edit eagerly executed code.
     tf.compat.v1.disable_eager_execution()

@@ -117,7 +117,7 @@ def evaluate(sess, model, x, y, batch_size):
 
 def main(argv=None):
     args = parse_args(argv)
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf
 
     tf.compat.v1.disable_eager_execution()
     print(_lms_flags.describe_devices(), flush=True)

@@ -70,9 +70,9 @@ def parse_args(argv=None):
 def train(args, strategy, lms=None):
     """Trains the model for `args.steps` steps; the losses, the final
     weights and, with `lms`, the swap ops it added."""
-    import numpy as np  # pylint: disable=import-outside-toplevel
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    import keras  # pylint: disable=import-outside-toplevel
+    import numpy as np
+    import tensorflow as tf
+    import keras
 
     size = args.image_size
     with strategy.scope():
@@ -128,9 +128,9 @@ def run_worker(args):
     """One worker: trains without and with LMS under one strategy and
     writes what it saw to ``<worker-out>/worker<i>.json``."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    from tflms import LMS  # pylint: disable=import-outside-toplevel
-    from tflms.tf import swaps_ran  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf
+    from tflms import LMS
+    from tflms.tf import swaps_ran
 
     index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
     strategy = tf.distribute.MultiWorkerMirroredStrategy(
@@ -257,7 +257,7 @@ def main(argv=None):
                 print("VERDICT: FAIL - worker %d exited with status %s"
                       % (i, code))
                 return 1
-        for i, (_, output) in enumerate(finished):
+        for _, output in finished:
             for line in output.splitlines():
                 if "[LMS]" in line:
                     print(line[line.index("["):])

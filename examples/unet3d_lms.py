@@ -163,7 +163,7 @@ def dice_coefficient(tf):
 
 def main(argv=None):
     args = parse_args(argv)
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf
 
     tf.compat.v1.disable_eager_execution()
     _lms_flags.keras2().utils.set_random_seed(args.seed)

@@ -66,7 +66,7 @@ def save_tf2_keras_model(optimizer, path):
                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
     assert out.returncode == 0, out.stderr[-3000:]
     kernel = out.stdout.split("KERNEL0:")[1].strip().splitlines()[0]
-    return str(path), np.array(eval(kernel))  # pylint: disable=eval-used
+    return str(path), np.array(eval(kernel))
 
 
 def dense_net(depth=6, width=64, classes=10, batch=None, optimizer="sgd",
@@ -255,7 +255,6 @@ def tune(index, roles, requested, gpu_mem_gib=None, env=None, log=None,
     `interconnect`...); `serialization_edges` are control edges only the
     simulator sees; `gpu` and `interconnect` may be names or hardware
     objects of the test's own."""
-    # pylint: disable=import-outside-toplevel
     from tflms import autotune
     from tflms.context import Budgets, Judging, PlanningContext
     from tflms.settings import Settings
@@ -315,7 +314,7 @@ def rewritten_mlp(**params):
     """A five-layer MLP training graph rewritten by ``LMS(**params)``:
     ``(graph, RunResult)``. The same settings give the same rewrite, which
     the multi-process checks compare."""
-    from tflms import LMS  # pylint: disable=import-outside-toplevel
+    from tflms import LMS
     graph = tf.Graph()
     with graph.as_default():
         x = tf.compat.v1.placeholder(tf.float32, [4, 8], name="x")

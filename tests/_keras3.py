@@ -66,7 +66,7 @@ def error_of(call):
     for a script's RESULT line, which carries no exception objects."""
     try:
         call()
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:
         return [type(e).__name__, str(e)]
     return None
 
@@ -76,7 +76,7 @@ def fit_seeded(keras, build, batch, lms=None):
     two epochs of momentum SGD on three batches of `batch` random 64x64
     RGB images of 4 classes (its logits), with `lms` as a callback if
     given: the same training each call, with LMS or without."""
-    import numpy as np  # pylint: disable=import-outside-toplevel
+    import numpy as np
     keras.utils.set_random_seed(3)
     model = build(keras)
     model.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9),

@@ -16,7 +16,7 @@ sys.path[:0] = [_HERE, os.path.dirname(_HERE)]
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from tflms.tf import reader
+from tflms.tf import reader  # noqa: E402
 from tflms import LMS  # noqa: E402
 
 import test_equivalence as eq  # noqa: E402

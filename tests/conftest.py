@@ -32,7 +32,7 @@ if tf.executing_eagerly():
     tf.compat.v1.disable_eager_execution()
 
 
-def pytest_report_header(config):  # pylint: disable=unused-argument
+def pytest_report_header(config):
     return "oneDNN: TF_ENABLE_ONEDNN_OPTS=%s" % os.environ[
         "TF_ENABLE_ONEDNN_OPTS"]
 
@@ -46,7 +46,7 @@ def pytest_configure(config):
 @pytest.fixture
 def v1_control_flow():
     """Build graphs with v1 control flow (Switch/Merge/Enter/Exit)."""
-    from tensorflow.python.ops import control_flow_util  # pylint: disable=import-outside-toplevel
+    from tensorflow.python.ops import control_flow_util
     saved = control_flow_util.ENABLE_CONTROL_FLOW_V2
     tf.compat.v1.disable_control_flow_v2()
     try:
@@ -58,7 +58,7 @@ def v1_control_flow():
 @pytest.fixture
 def lms_log(caplog):
     """Captured [LMS] log lines, as a list of strings."""
-    import logging  # pylint: disable=import-outside-toplevel
+    import logging
     tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.INFO)
     logger = logging.getLogger("tensorflow")
     logger.propagate = True
@@ -77,5 +77,5 @@ def _host_memory_of_a_gpu_server(monkeypatch):
     (`tflms.budget.host_budget`) must not make a test's plan depend on it.
     Tests of the budget itself pass `autotune_host_mem` or read
     `budget.physical_memory` directly."""
-    from tflms import budget  # pylint: disable=import-outside-toplevel
+    from tflms import budget
     monkeypatch.setattr(budget, "physical_memory", lambda: 64 << 30)

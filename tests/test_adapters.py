@@ -110,9 +110,9 @@ def test_a_keras2_model_goes_to_the_keras2_adapter():
         # set_model picks the same adapter for the same model again, so a
         # fit's later calls reach the adapter that planned.
         lms.set_model(model)
-        first = lms._fit  # pylint: disable=protected-access
+        first = lms._fit
         lms.set_model(model)
-        assert lms._fit is first  # pylint: disable=protected-access
+        assert lms._fit is first
         x = np.ones((4, 8), np.float32)
         model.fit(x, np.zeros((4, 2), np.float32), batch_size=4, epochs=1,
                   verbose=0, callbacks=[lms])

@@ -15,7 +15,7 @@ from tflms._argparse_types import (auto_int, choice_int, nonnegative_float,
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))), "examples"))
 
-import _lms_flags  # noqa: E402  pylint: disable=wrong-import-position
+import _lms_flags  # noqa: E402
 
 
 def test_positive_int():

@@ -192,7 +192,8 @@ def test_selection_moves_fewer_bytes_than_the_threshold_alone():
     assert outcome.threshold_only.swapout_bytes == MIB + MIB // 2
     assert names(index, outcome.only_tensors) == ["f2"]
     assert outcome.with_lms.swapout_bytes == MIB
-    assert outcome.with_lms.swapout_bytes <= outcome.threshold_only.swapout_bytes
+    assert outcome.with_lms.swapout_bytes <= \
+        outcome.threshold_only.swapout_bytes
     assert outcome.with_lms.peak_device_bytes <= outcome.budget_bytes
     # LMS re-plans with only_tensors: the same swaps come out.
     plan = planner.make_plan(index, roles, outcome.params,
@@ -357,7 +358,7 @@ def test_greedy_cover_covers_what_can_be_covered_without_waste(seed):
                 freed[lo:hi] += sizes[i]
         return freed
 
-    picked = selection._greedy_cover(cover, sizes, moved, need)  # pylint: disable=protected-access
+    picked = selection._greedy_cover(cover, sizes, moved, need)
     assert len(set(picked)) == len(picked)
     target = np.minimum(np.maximum(need, 0), freed_by(range(rows)))
     assert np.all(freed_by(picked) >= target)
@@ -417,7 +418,7 @@ def test_greedy_cover_picks_what_the_plain_version_picks(seed):
             ranges.append((cursor, end))
             cursor = end + rng.randint(1, 40)
         cover.append(ranges)
-    assert (selection._greedy_cover(cover, sizes, moved, need)  # pylint: disable=protected-access
+    assert (selection._greedy_cover(cover, sizes, moved, need)
             == _plain_greedy_cover(cover, sizes, moved, need))
 
 
@@ -425,7 +426,7 @@ def test_block_max_matches_an_array():
     rng = np.random.RandomState(0)
     for n in (1, 15, 16, 17, 300, 1000):
         values = rng.randint(-100, 100, size=n).astype(np.int64)
-        blocks = selection._BlockMax(values)  # pylint: disable=protected-access
+        blocks = selection._BlockMax(values)
         for _ in range(300):
             lo = rng.randint(0, n + 1)
             hi = rng.randint(lo, n + 1)
@@ -648,7 +649,7 @@ def _choose(index, roles, budget, order):
     model = simulator.SimulationModel(index, roles)
     offered = [(plans[name].params, plans[name], None, None)
                for name in order]
-    (_, chosen, _), step = choice._fastest(  # pylint: disable=protected-access
+    (_, chosen, _), step = choice._fastest(
         offered, timer, lambda p: model.replay(p, detail=False), budget,
         Logger())
     return next(k for k, p in plans.items() if p is chosen), step

@@ -10,8 +10,8 @@ The judge is ``oracle.peak_memory(...).runtime_gpu_peak_bytes``: the
 oracle's own schedule and step stats, with its swapped-in-copy correction,
 replayed with the TensorFlow runtime's buffer rules (forwarding ops and
 variable reads allocate nothing, variables are counted, inputs are released
-when their reader ends). ``oracle.peak_memory(...).gpu_peak_bytes`` is printed too,
-but not asserted: ``InferFromTrace`` counts every Identity, IdentityN,
+when their reader ends). ``oracle.peak_memory(...).gpu_peak_bytes`` is printed
+too, but not asserted: ``InferFromTrace`` counts every Identity, IdentityN,
 Reshape and ReadVariableOp output as a new buffer and keeps each input
 1 ns past its reader, which puts it 8% to 26% above what the runtime
 allocates for the U-Net and the Transformer, and 30% to 50% above for
@@ -32,8 +32,9 @@ Measured (MiB; budget, runtime peak, raw InferFromTrace peak):
     keras_resnet50 (128, batch 4) 182.35 182.34  274.39
 
 Training the rewritten MLP, U-Net and Transformer gives the same losses and
-weights as the untouched graph (within float rounding where a swap op changes what TensorFlow fuses, and
-always for the Transformer, as in tests/test_equivalence.py).
+weights as the untouched graph (within float rounding where a swap op changes
+what TensorFlow fuses, and always for the Transformer, as in
+tests/test_equivalence.py).
 """
 
 import pytest
@@ -42,13 +43,13 @@ import tensorflow as tf
 if tf.executing_eagerly():
     tf.compat.v1.disable_eager_execution()
 
-try:  # pylint: disable=g-import-not-at-top
+try:
     from tests._graphs import assert_same_training, trace_options
 except ImportError:  # tests/ itself is on sys.path
     from _graphs import assert_same_training, trace_options
-from zoo import models  # pylint: disable=g-import-not-at-top
+from zoo import models
 from tflms.tf import reader as tf_reader
-from tflms import LMS  # pylint: disable=g-import-not-at-top
+from tflms import LMS
 from tflms.lms import Outcome
 from tflms import analysis
 from tflms import autotune

@@ -286,7 +286,7 @@ def forward_only_graph():
 def test_graph_without_training_ops_logs_a_warning(caplog):
     """Harmless (nothing is read far away, so nothing is swapped), but
     is_training=True on a forward-only graph is most likely a mistake."""
-    import logging  # pylint: disable=import-outside-toplevel
+    import logging
     tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.INFO)
     logging.getLogger("tensorflow").propagate = True
     caplog.set_level(logging.WARNING, logger="tensorflow")

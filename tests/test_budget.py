@@ -124,8 +124,8 @@ def test_physical_memory_is_pages_times_page_size_or_unknown(monkeypatch):
 
 
 def test_the_tensorflow_wing_registers_its_device_lister():
-    import tflms.tf  # pylint: disable=import-outside-toplevel
-    assert budget._device_lister is tflms.tf.local_devices  # pylint: disable=protected-access
+    import tflms.tf
+    assert budget._device_lister is tflms.tf.local_devices
     kinds = {d.device_type for d in tflms.tf.local_devices()}
     assert "CPU" in kinds
 

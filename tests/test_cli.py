@@ -119,8 +119,8 @@ def gpu_mem_for(nbytes):
 
 
 def peak_without(capsys, path, *extra):
-    code, report = plan_json(capsys, path, "--autotune-gpu-mem", "1000", "--no-plots",
-                             *extra)
+    code, report = plan_json(capsys, path, "--autotune-gpu-mem", "1000",
+                             "--no-plots", *extra)
     assert code == 0, report
     assert report["lms_needed"] is False, report
     assert report["fits"] is True
@@ -153,7 +153,8 @@ def test_keras_h5_fits_with_lms_and_matches_training_rewrite(
     gpu_mem = gpu_mem_for(0.6 * peak)
     plot_dir = tmp_path / "plots"
     code, report = plan_json(capsys, saved["h5"], "--batch-size", BATCH,
-                             "--autotune-gpu-mem", gpu_mem, "--plot-dir", plot_dir)
+                             "--autotune-gpu-mem", gpu_mem,
+                             "--plot-dir", plot_dir)
     assert code == 0, report
     assert report["kind"] == "Keras model (.h5)"
     assert report["training"] is True
@@ -201,8 +202,8 @@ def test_keras_savedmodel_without_training_config(saved, capsys):
     peak = peak_without(capsys, saved["keras_savedmodel"], "--batch-size",
                         BATCH)
     code, out, _ = run_cli(capsys, saved["keras_savedmodel"], "--batch-size",
-                           BATCH, "--autotune-gpu-mem", gpu_mem_for(0.6 * peak),
-                           "--no-plots")
+                           BATCH, "--autotune-gpu-mem",
+                           gpu_mem_for(0.6 * peak), "--no-plots")
     assert code == 0, out
     assert "Keras SavedModel" in out
     assert "saved without a training configuration" in out
@@ -246,8 +247,8 @@ def test_metagraph_auto_and_fixed_parameters(saved, capsys):
 
     fixed = ("--swapout-threshold", 2, "--swapin-ahead", 1,
              "--swapin-groupby", 0, "--sync-mode", 3)
-    code, report = plan_json(capsys, saved["meta"], "--autotune-gpu-mem", "1000",
-                             "--no-plots", *fixed)
+    code, report = plan_json(capsys, saved["meta"], "--autotune-gpu-mem",
+                             "1000", "--no-plots", *fixed)
     assert code == 0, report
     assert report["tuned"] is False and report["lms_needed"]
     assert report["params"] == {"swapout_threshold": 2, "swapin_ahead": 1,
@@ -301,8 +302,8 @@ def test_oracle_measures_both_steps_beside_the_simulator(saved, capsys):
     gives for those two graphs measured on their own."""
     peak = peak_without(capsys, saved["meta"])
     gpu_mem = gpu_mem_for(0.75 * peak)
-    code, report = plan_json(capsys, saved["meta"], "--autotune-gpu-mem", gpu_mem,
-                             "--no-plots", "--oracle")
+    code, report = plan_json(capsys, saved["meta"], "--autotune-gpu-mem",
+                             gpu_mem, "--no-plots", "--oracle")
     assert code == 0, report
     measured = report["oracle"]
 
@@ -328,8 +329,8 @@ def test_oracle_measures_both_steps_beside_the_simulator(saved, capsys):
     assert instant <= report["with_lms"]["peak_bytes"]
     assert after.runtime_gpu_peak_bytes < before.runtime_gpu_peak_bytes
 
-    code, out, _ = run_cli(capsys, saved["meta"], "--autotune-gpu-mem", gpu_mem,
-                           "--no-plots", "--oracle")
+    code, out, _ = run_cli(capsys, saved["meta"], "--autotune-gpu-mem",
+                           gpu_mem, "--no-plots", "--oracle")
     assert code == 0
     assert "Oracle (Grappler's virtual GPU" in out
     assert "(Grappler's count %s; simulator with copies instant, as the " \
@@ -369,8 +370,8 @@ def test_old_memory_flag_still_works_and_warns(saved, capsys):
 
 
 def test_oracle_needs_a_train_op(saved, capsys):
-    code, _, err = run_cli(capsys, saved["inference"], "--autotune-gpu-mem", "1",
-                           "--no-plots", "--oracle")
+    code, _, err = run_cli(capsys, saved["inference"], "--autotune-gpu-mem",
+                           "1", "--no-plots", "--oracle")
     assert code == 2
     assert "--oracle needs the op that runs one training step" in err
 
@@ -392,7 +393,8 @@ def test_keras_inference_plans_the_forward_graph(saved, capsys):
                                "--autotune-gpu-mem", "1", "--no-plots")
     assert code == 0 and training["training"] is True
     code, report = plan_json(capsys, saved["h5"], "--batch-size", BATCH,
-                             "--autotune-gpu-mem", "1", "--no-plots", "--inference")
+                             "--autotune-gpu-mem", "1", "--no-plots",
+                             "--inference")
     assert code == 0, report
     assert report["training"] is False
     assert "forward graph only" in report["notes"][0]
@@ -418,7 +420,8 @@ def test_no_gpu_and_no_budget_names_the_flag(saved, capsys):
 
 
 def test_bad_paths_are_clear_errors(tmp_path, capsys):
-    code, _, err = run_cli(capsys, tmp_path / "missing.meta", "--autotune-gpu-mem", 1)
+    code, _, err = run_cli(capsys, tmp_path / "missing.meta",
+                           "--autotune-gpu-mem", 1)
     assert code == 2 and "does not exist" in err
     other = tmp_path / "notes.txt"
     other.write_text("hello")
@@ -480,7 +483,8 @@ def test_tf2_function_savedmodel_is_refused(tmp_path):
     subprocess.run([sys.executable, "-c", script], check=True, timeout=300,
                    capture_output=True,
                    env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    proc = _run_module("plan", str(path), "--autotune-gpu-mem", "1", "--no-plots")
+    proc = _run_module("plan", str(path), "--autotune-gpu-mem", "1",
+                       "--no-plots")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "TensorFlow 2 functions" in proc.stderr
     assert "export_meta_graph" in proc.stderr
@@ -525,8 +529,8 @@ def test_model_saved_with_tf2_optimizer_is_planned(optimizer, fmt, tmp_path,
     else:
         assert set(applies) == {"ResourceApplyAdam"}, applies
     # The whole command plans it too.
-    code, report = plan_json(capsys, path, "--autotune-gpu-mem", "1000", "--no-plots",
-                             "--batch-size", 4)
+    code, report = plan_json(capsys, path, "--autotune-gpu-mem", "1000",
+                             "--no-plots", "--batch-size", 4)
     assert code == 0 and report["fits"] is True, report
 
 
@@ -542,16 +546,17 @@ def test_tf2_optimizer_without_legacy_twin_names_the_flag(tmp_path, capsys):
             "equivalent in ") in err, err
     assert "pass a graph-mode optimizer with --optimizer" in err
     # ... and the flag works.
-    code, report = plan_json(capsys, path, "--autotune-gpu-mem", "1000", "--no-plots",
-                             "--batch-size", 4, "--optimizer", "adam")
+    code, report = plan_json(capsys, path, "--autotune-gpu-mem", "1000",
+                             "--no-plots", "--batch-size", 4, "--optimizer",
+                             "adam")
     assert code == 0, report
 
 
 def test_plan_prints_the_predicted_step_time(saved, capsys):
     """The step-time block is `steptime.StepTimeModel` on the plan LMS
     made, for the chosen GPU and link (defaults: V100, PCIe 4.0)."""
-    from tflms import pipeline, steptime  # pylint: disable=import-outside-toplevel
-    from tflms.settings import Settings  # pylint: disable=import-outside-toplevel
+    from tflms import pipeline, steptime
+    from tflms.settings import Settings
     fixed = ("--swapout-threshold", 2, "--swapin-ahead", 1,
              "--swapin-groupby", 0, "--sync-mode", 3)
     hardware = ("--gpu", "A100-SXM4-40GB", "--interconnect", "pcie3")
@@ -700,14 +705,14 @@ def test_verify_refuses_the_options_of_plan(capsys):
                 "of `tflms verify`" % flag[0]) in err
         assert "Remove %s, or run `tflms plan GRAPH %s`" % (
             flag[0], flag[0]) in err
-    verify_help = cli.build_parser()._subparsers._group_actions[0].choices[  # pylint: disable=protected-access
+    verify_help = cli.build_parser()._subparsers._group_actions[0].choices[
         "verify"].format_help()
     assert "--oracle" not in verify_help and "--plot-dir" not in verify_help
 
 
 def test_without_matplotlib_plan_says_plots_were_not_written(
         saved, capsys, tmp_path, monkeypatch):
-    from tflms import plots  # pylint: disable=import-outside-toplevel
+    from tflms import plots
     monkeypatch.setattr(plots, "_figure_class", lambda: None)
     code, out, _ = run_cli(capsys, saved["meta"], "--autotune-gpu-mem",
                            "1000", "--plot-dir", tmp_path)
@@ -757,8 +762,8 @@ def test_text_file_named_h5_is_not_a_model(tmp_path, capsys):
 def _fake_keras3_files(root):
     """A .keras archive and an .h5 file that say Keras 3.5.0 wrote them
     (what Keras 2 cannot read)."""
-    import h5py  # pylint: disable=import-outside-toplevel
-    import zipfile  # pylint: disable=import-outside-toplevel
+    import h5py
+    import zipfile
     archive = root / "k3.keras"
     with zipfile.ZipFile(archive, "w") as z:
         z.writestr("metadata.json", json.dumps(

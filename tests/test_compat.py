@@ -22,12 +22,10 @@ from tflms.tf import compat
     ("2.16.0rc0", (2, 16, 0)), ("2.17", (2, 17, 0)),
     ("2.18.0.dev20240101", (2, 18, 0))])
 def test_versions_are_read_as_three_numbers(text, version):
-    # pylint: disable-next=protected-access
     assert compat._parse_version(text) == version
 
 
 def test_this_stacks_keras2_builds_graph_mode_models():
-    # pylint: disable-next=protected-access
     assert compat.TF_VERSION == compat._parse_version(tf.__version__)
     keras = compat.keras2()
     graph = tf.Graph()

@@ -44,7 +44,8 @@ def test_models_are_made_once_per_index():
     assert context.model(other).index is other
     timer = context.timer(index)
     assert context.timer(index) is timer
-    assert timer.gpu is context.gpu and timer.interconnect is context.interconnect
+    assert timer.gpu is context.gpu
+    assert timer.interconnect is context.interconnect
 
 
 def test_hardware_comes_from_the_settings_unless_given():

@@ -51,7 +51,7 @@ def keras_bn_graph(**compile_kwargs):
     model = tf.keras.Model(inp, out)
     model.compile("sgd", tf.keras.losses.SparseCategoricalCrossentropy(
         from_logits=True), **compile_kwargs)
-    model._make_train_function()  # pylint: disable=protected-access
+    model._make_train_function()
     return model, tf.compat.v1.get_default_graph()
 
 
@@ -137,8 +137,8 @@ def test_keras_learning_phase_v1_switch_swaps_and_deferred_zeros(
     untaken (inference) branch are made from forward shapes alone: the plan
     swaps the Switch outputs and delays those fills until just before the
     backward pass needs them. A traced fit step shows both happened, and
-    training matches the run without LMS (`test_keras_learning_phase_v1_numbers`
-    and the losses here)."""
+    training matches the run without LMS
+    (`test_keras_learning_phase_v1_numbers` and the losses here)."""
 
     def fit(lms):
         md = tf.compat.v1.RunMetadata()
@@ -195,10 +195,10 @@ def _real_peak_resnet50_v1(defer):
     flow: the simulator's peak and the real CPU allocator peak of a traced
     step, with the plan's deferral edges applied or not (no swaps, which on a
     CPU-only machine would not move memory anyway)."""
-    import test_fidelity  # pylint: disable=import-outside-toplevel
-    from benchmarks import models as bench_models  # pylint: disable=import-outside-toplevel
+    import test_fidelity
+    from benchmarks import models as bench_models
     from tflms import planner, simulator
-    from tflms.tf import rewriter as rw  # pylint: disable=import-outside-toplevel
+    from tflms.tf import rewriter as rw
     built = bench_models.resnet50(128, batch=2, learning_phase="placeholder")
     graph = built.graph
     index = reader.build_index(graph)
@@ -228,8 +228,8 @@ def _real_peak_resnet50_v1(defer):
         sess.run(built.train_op, feed, options=trace_options(),
                  run_metadata=md)
         variables = sess.run(graph.get_collection("variables"))
-    real = sum(v.nbytes for v in variables) + test_fidelity.highest_running_sum(
-        test_fidelity.step_allocations(md))
+    real = sum(v.nbytes for v in variables) + \
+        test_fidelity.highest_running_sum(test_fidelity.step_allocations(md))
     return predicted, real, loss
 
 
@@ -436,7 +436,7 @@ def assert_v1_swaps_outside_loops(graph, result):
     """Around the loop, never inside: swapped tensors come from outside any
     v1 loop, inside one only an Enter reads a swap-in, and no op inside a
     loop or a conditional starts one."""
-    kind = reader._control_flow_kind  # pylint: disable=protected-access
+    kind = reader._control_flow_kind
     for name in result.swapin_ops:
         swapin = graph.get_operation_by_name(name)
         source = swapin.inputs[0].op.inputs[0].op
@@ -501,7 +501,7 @@ def keras_frozen_bn_model():
 
 def test_frozen_batch_norm_in_training_is_active():
     model, _ = keras_frozen_bn_model()
-    model._make_train_function()  # pylint: disable=protected-access
+    model._make_train_function()
     index = reader.build_index(tf.compat.v1.get_default_graph())
     frozen = [i for i, flag in enumerate(index.bn_is_training)
               if flag is False]

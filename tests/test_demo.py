@@ -21,8 +21,8 @@ EXAMPLES_DIR = os.path.join(os.path.dirname(os.path.dirname(
 DEMO = os.path.join(EXAMPLES_DIR, "demo.py")
 sys.path.insert(0, EXAMPLES_DIR)
 
-import demo  # noqa: E402  pylint: disable=wrong-import-position
-from _stack import NEW_STACK  # noqa: E402  pylint: disable=wrong-import-position
+import demo  # noqa: E402
+from _stack import NEW_STACK  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -121,8 +121,8 @@ def test_demo_help():
                           capture_output=True, text=True, timeout=300,
                           check=False)
     assert proc.returncode == 0, proc.stderr
-    for flag in ("--image-size", "--batch-size", "--steps", "--autotune-gpu-mem",
-                 "--plot-dir"):
+    for flag in ("--image-size", "--batch-size", "--steps",
+                 "--autotune-gpu-mem", "--plot-dir"):
         assert flag in proc.stdout
 
 

@@ -45,7 +45,7 @@ def _horovod():
     if NEW_STACK:
         pytest.skip(HOROVOD_REASON)
     try:
-        import horovod.tensorflow as hvd  # pylint: disable=import-outside-toplevel
+        import horovod.tensorflow as hvd
     except ImportError:
         pytest.fail(distributed.HOROVOD_INSTALL_HINT)
     return hvd
@@ -181,7 +181,7 @@ def test_horovod_keras_callback_needs_the_shim():
     assert "SHIM OK" in out
 
 
-# ---- tf.distribute ------------------------------------------------------------
+# ---- tf.distribute ----------------------------------------------------------
 TOWERS = ("/replica:0/task:0/device:CPU:1", "/replica:0/task:0/device:CPU:2")
 
 
@@ -359,7 +359,7 @@ def test_multi_worker_workers_that_rewrite_differently_stop(tmp_path):
         assert "Timeout" not in out  # the watchdog did not have to fire
 
 
-# ---- collectives in the analysis ----------------------------------------------
+# ---- collectives in the analysis --------------------------------------------
 def _horovod_mlp_graph(hvd):
     graph = tf.Graph()
     with graph.as_default():
@@ -457,7 +457,7 @@ def test_collective_in_the_forward_pass_is_left_alone():
         assert sync not in graph.get_operation_by_name(name).control_inputs
 
 
-# ---- same rewrite on every rank ---------------------------------------------------
+# ---- same rewrite on every rank ---------------------------------------------
 def test_check_same_rewrite_compares_every_rank():
     g1, r1 = rewritten_mlp(**FIXED)
     g2, r2 = rewritten_mlp(**FIXED)
@@ -544,12 +544,12 @@ def test_horovod_example_help():
                     "this is TensorFlow %s" % tf.__version__)
 def test_missing_horovod_on_the_new_stack_names_the_tensorflow_it_needs():
     try:
-        import horovod.tensorflow  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+        import horovod.tensorflow  # noqa: F401
         pytest.skip("Horovod is importable here")
     except ImportError:
         pass
     with pytest.raises(ImportError) as info:
-        distributed._horovod()  # pylint: disable=protected-access
+        distributed._horovod()
     message = str(info.value)
     assert ("Horovod is not installed, and Horovod 0.28.1 does not build "
             "against TensorFlow %s" % tf.__version__) in message

@@ -134,7 +134,8 @@ def test_newcomer_runs_the_readme_programs_as_written(tmp_path):
     proc = subprocess.run(
         [sys.executable, os.path.join(ROOT, "tools", "newcomer.py"), venv,
          "--readme", str(readme)], capture_output=True, text=True,
-        timeout=120, check=False, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+        timeout=120, check=False,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "PASS README.md:2" in proc.stdout
     assert "FAIL README.md:10 (status 7; LMS_DOC_X=7)" in proc.stdout

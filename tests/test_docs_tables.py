@@ -20,7 +20,7 @@ from tflms import settings
 
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 
-import docs_tables  # noqa: E402  pylint: disable=wrong-import-position
+import docs_tables  # noqa: E402
 
 _REGENERATE = "regenerate them with: python tools/docs_tables.py"
 

@@ -15,9 +15,9 @@ same kernels with and without LMS (`kernel_counts` equal). A control edge
 or a second reader that LMS adds can stop Grappler's remapper from fusing
 ops (with oneDNN: batch norm with its ReLU, a MatMul with its bias), and
 the fused and unfused kernels round differently; then the numbers may
-differ by float rounding, within `_graphs.FUSION_RTOL`. The Transformer is allowed
-that tolerance always: an identity between the attention softmax and its
-gradient changes which multiplications Grappler's arithmetic optimizer
+differ by float rounding, within `_graphs.FUSION_RTOL`. The Transformer is
+allowed that tolerance always: an identity between the attention softmax and
+its gradient changes which multiplications Grappler's arithmetic optimizer
 folds together, with oneDNN on or off.
 """
 

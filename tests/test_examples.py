@@ -28,8 +28,8 @@ EXAMPLES_DIR = os.path.join(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))), "examples")
 sys.path.insert(0, EXAMPLES_DIR)
 
-import _lms_flags  # noqa: E402  pylint: disable=wrong-import-position
-import _mnist_data  # noqa: E402  pylint: disable=wrong-import-position
+import _lms_flags  # noqa: E402
+import _mnist_data  # noqa: E402
 
 TIMEOUT = 300  # seconds per subprocess; the slowest (ResNet50) takes ~45
 
@@ -214,8 +214,8 @@ def test_make_lms_maps_every_flag(tmp_path):
     lms = _lms_flags.make_lms(args, batch_size=16)
     expected = settings.Settings(
         swapout_threshold=7, swapin_ahead=3, swapin_groupby=2, sync_mode=1,
-        recompute=True, serialization=[1, "3:5"], serialization_by_size=0.5, debug=True,
-        debug_level=2, cpu_device="/device:CPU:0",
+        recompute=True, serialization=[1, "3:5"], serialization_by_size=0.5,
+        debug=True, debug_level=2, cpu_device="/device:CPU:0",
         gpu_device="/device:GPU:1", batch_size=16, autotune_gpu_mem=1.5,
         autotune_host_mem=48,
         autotune_plot=True, plot_dir=str(tmp_path),
@@ -356,7 +356,7 @@ def _worker_result(worker, **changes):
      "VERDICT: FAIL - the workers ended with different losses or weights"),
 ])
 def test_multiworker_verdict(second, expected):
-    import multiworker_lms  # pylint: disable=import-outside-toplevel
+    import multiworker_lms
     line, ok = multiworker_lms.verdict([_worker_result(0),
                                         _worker_result(1, **second)])
     assert line.startswith(expected), line

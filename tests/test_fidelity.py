@@ -76,12 +76,13 @@ Measured on this machine (TF 2.15.1 CPU), in MiB, error = sim / ref - 1:
     keras_resnet50 283.32  275.66 (+2.8%)  244.16 (+16.0%) 283.32 (0.0%)
     unet3d          10.56   11.36 (-7.0%)    9.55 (+10.5%)  10.56 (0.0%)
 
-With and without LMS. `test_simulator_matches_the_runtime_replay_with_and_without_lms`
-takes the case of issue 15 (a 16-layer MLP, plain SGD, TF1 reference
-variables), smaller: width 256, batch 512, with reference and with resource
-variables. Auto-tuned to 60% of its simulated peak, the simulator's peak
-with the plan must be within 5% of the runtime replay of the rewritten
-graph, and that replay within the budget. Measured (MiB):
+With and without LMS.
+`test_simulator_matches_the_runtime_replay_with_and_without_lms` takes the case
+of issue 15 (a 16-layer MLP, plain SGD, TF1 reference variables), smaller:
+width 256, batch 512, with reference and with resource variables. Auto-tuned to
+60% of its simulated peak, the simulator's peak with the plan must be within 5%
+of the runtime replay of the rewritten graph, and that replay within the
+budget. Measured (MiB):
 
     variables  without LMS: sim / runtime   with LMS: sim / runtime / raw
     ref        13.54 / 13.54                8.04 / 8.04 / 12.77
@@ -102,9 +103,9 @@ import tensorflow as tf
 if tf.executing_eagerly():
     tf.compat.v1.disable_eager_execution()
 
-from zoo import models  # pylint: disable=g-import-not-at-top
+from zoo import models
 from tflms.tf import reader as tf_reader
-from tflms import LMS  # pylint: disable=g-import-not-at-top
+from tflms import LMS
 from tflms import analysis
 from tflms import autotune
 from tflms.tf import oracle

@@ -24,7 +24,6 @@ def _text(name):
 def _facts():
     """Traces, rebuilds and calls small functions with `function_api`; what
     it found, as plain values."""
-    # pylint: disable=import-outside-toplevel
     import numpy as np
     import tensorflow as tf
     from tflms.tf import function_api

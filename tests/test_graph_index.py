@@ -190,8 +190,8 @@ BAD_LITERALS = [
      r"\[1024\]\}; got \[1024\]$"),
     (dict(ops=[("x", "Relu", {"devcie": "/cpu:0"})]),
      r"^ops\[0\] \('x'\): unknown fact 'devcie'; the facts are "
-     r"bn_is_training, calls_collective, device, flops, forwards_input, in_v1_cond, "
-     r"in_v1_loop, outputs, stateful, trainable, variable_bytes$"),
+     r"bn_is_training, calls_collective, device, flops, forwards_input, "
+     r"in_v1_cond, in_v1_loop, outputs, stateful, trainable, variable_bytes$"),
     (dict(ops=[("x", "MatMul", {"flops": -1})]),
      r"^ops\[0\] \('x'\): flops must be an int >= 0 or a \(fixed, "
      r"per_example\) pair of ints >= 0 such as \(0, 2048\); got -1$"),
@@ -397,7 +397,7 @@ def test_literal_flops():
 
 
 def _tf_flops(graph, op):
-    from tensorflow.python.framework import ops as tf_ops  # pylint: disable=import-outside-toplevel
+    from tensorflow.python.framework import ops as tf_ops
     return tf_ops.get_stats_for_node_def(graph, op.node_def, "flops").value
 
 

@@ -82,7 +82,7 @@ def test_every_gpu_has_its_rates_chip_and_sources(name):
 
 
 def test_gpu_measure_families_come_from_hardware():
-    families = dict(gpu_measure._GPU_NAMES)  # pylint: disable=protected-access
+    families = dict(gpu_measure._GPU_NAMES)
     assert families == {"V100": "V100-SXM2-16GB", "A100": "A100-SXM4-40GB",
                         "H100": "H100-SXM5-80GB"}
     assert {key.split("-")[0] for key in hardware.GPUS} == set(families)

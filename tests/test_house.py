@@ -171,7 +171,7 @@ def duplicate_type_sets(modules):
         if len(places) > 1:
             offenders.append("%s defined %d times: %s" % (
                 name, len(places), ", ".join(places)))
-    for types, places in by_set.items():
+    for places in by_set.values():
         names = {place.split(" ")[0] for place in places}
         if len(places) > 1 and len(names) > 1:
             offenders.append("one set of types, %d definitions: %s" % (

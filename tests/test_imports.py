@@ -51,11 +51,11 @@ def _path(module):
     return os.path.join(ROOT, *parts) + ".py"
 
 
-def _module_of(name, modules):
-    """The tflms module a dotted import name is in (the longest prefix
-    that is one), or None."""
+def _module_of(name, modules, package=PACKAGE):
+    """The module of `package` a dotted import name is in (the longest
+    prefix that is one), or None."""
     parts = name.split(".")
-    if parts[0] != PACKAGE:
+    if parts[0] != package:
         return None
     for end in range(len(parts), 1, -1):
         module = ".".join(parts[1:end])
@@ -64,8 +64,9 @@ def _module_of(name, modules):
     return None
 
 
-def _imported(tree, modules):
-    """The tflms modules `tree` imports, wherever the import is."""
+def _imported(tree, modules, package=PACKAGE):
+    """The modules of `package` (tflms) `tree` imports, wherever the import
+    is."""
     found = set()
     for node in ast.walk(tree):
         names = []
@@ -79,7 +80,7 @@ def _imported(tree, modules):
             # `from tflms.planner import make_plan` the package planner.
             names = ["%s.%s" % (node.module, a.name) for a in node.names]
         for name in names:
-            module = _module_of(name, modules)
+            module = _module_of(name, modules, package)
             if module is not None:
                 found.add(module)
     return found
@@ -131,6 +132,24 @@ def test_tflms_imports_have_no_cycle():
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
+def test_benchmarks_imports_have_no_cycle():
+    """The benchmarks (a flat folder) import one another without a cycle
+    either: what two of them need sits in a module both import."""
+    folder = os.path.join(os.path.dirname(ROOT), "benchmarks")
+    modules = {name[:-3] for name in os.listdir(folder)
+               if name.endswith(".py") and name != "__init__.py"}
+    graph = {}
+    for module in sorted(modules):
+        with open(os.path.join(folder, module + ".py"),
+                  encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        graph[module] = sorted(
+            _imported(tree, modules, "benchmarks") - {module})
+    assert {"common", "measure"} <= set(graph["capacity"])
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
 @pytest.mark.parametrize("graph, cycle", [
     ({"a": ["b"], "b": ["c"], "c": ["a"]}, ["a", "b", "c", "a"]),
     ({"a": ["b", "c"], "b": [], "c": ["c"]}, ["c", "c"]),
@@ -166,7 +185,8 @@ def test_a_subpackage_module_is_its_own_node():
 # The settings and the log sit below the planning and the graph editing:
 # what they import must not pull those in.
 LOW_LEVEL = {
-    "settings": {"_argparse_types", "hardware", "validation", "devices"},
+    "settings": {"_argparse_types", "hardware", "validation", "devices",
+                 "errors"},
     "_logging": {"ranks"},
 }
 
@@ -229,7 +249,7 @@ def test_the_command_line_imports_are_plain_imports():
                 assert "Lazy(" not in f.read(), module
 
 
-# ---- a test file per module --------------------------------------------------------
+# ---- a test file per module -------------------------------------------------
 # Modules no test file is named after: the package's own entry points
 # (tests/test_cli.py runs them) and the TensorFlow wing's __init__, which
 # only registers the device lister (tests/test_budget.py).

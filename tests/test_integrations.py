@@ -296,8 +296,8 @@ def test_keras3_model_trains_or_gets_a_clear_error(tf_keras, mode):
 def test_callback_trains_model_saved_with_tf2_optimizer(fmt, tmp_path):
     """keras_models.load_model recompiles with the legacy optimizer; LMS
     then trains it as a callback, with the same losses as without LMS."""
-    from tflms.tf import keras_models  # pylint: disable=import-outside-toplevel
-    from tflms.tf import compat  # pylint: disable=import-outside-toplevel
+    from tflms.tf import keras_models
+    from tflms.tf import compat
     path, saved_kernel = _graphs.save_tf2_keras_model(
         "sgd", tmp_path / ("model." + fmt))
     rng = np.random.RandomState(0)
@@ -331,8 +331,8 @@ def test_callback_trains_model_saved_with_tf2_optimizer(fmt, tmp_path):
 
 
 def test_tf2_optimizer_without_legacy_twin_is_a_clear_error(tmp_path):
-    from tflms import UnsupportedStackError  # pylint: disable=import-outside-toplevel
-    from tflms.tf import keras_models  # pylint: disable=import-outside-toplevel
+    from tflms import UnsupportedStackError
+    from tflms.tf import keras_models
     path, _ = _graphs.save_tf2_keras_model("adamw", tmp_path / "model.h5")
     with pytest.raises(UnsupportedStackError) as info:
         keras_models.load_model(path)

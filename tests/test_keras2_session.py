@@ -40,7 +40,7 @@ def test_variables_move_to_a_new_session_with_their_values():
         assert renew_keras_session(graph, Logger(), model) is True
         new = backend.get_session()
         assert new is not old
-        assert old._closed  # pylint: disable=protected-access
+        assert old._closed
         np.testing.assert_array_equal(
             new.run(kernel), np.arange(12, dtype=np.float32).reshape(4, 3))
 

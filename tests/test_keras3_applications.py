@@ -74,7 +74,7 @@ DUMP_FILTER = "multi_step_on_iterator"
 
 def _fit(keras, app, lms=None):
     """Losses and weights after `STEPS` steps of `app` from `SEED`."""
-    import numpy as np  # pylint: disable=import-outside-toplevel
+    import numpy as np
     keras.backend.clear_session()  # the same layer (and op) names each time
     keras.utils.set_random_seed(SEED)
     size = SIZES[app]
@@ -92,12 +92,12 @@ def _fit(keras, app, lms=None):
 
 def _main(app, dump_dir, mode):
     sys.path.insert(0, _ROOT)
-    import numpy as np  # pylint: disable=import-outside-toplevel
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    import keras  # pylint: disable=import-outside-toplevel
-    from tflms import LMS, fusions  # pylint: disable=import-outside-toplevel
-    from tflms.tf import rewriter  # pylint: disable=import-outside-toplevel
-    from tflms.tf import swaps_ran  # pylint: disable=import-outside-toplevel
+    import numpy as np
+    import tensorflow as tf
+    import keras
+    from tflms import LMS, fusions
+    from tflms.tf import rewriter
+    from tflms.tf import swaps_ran
     tf.config.threading.set_inter_op_parallelism_threads(1)
     if mode == "lms-names":
         # The names swap-ins had before: lms/swapin_<tensor>.
@@ -151,7 +151,7 @@ def _main(app, dump_dir, mode):
 # ---- the tests -----------------------------------------------------------
 
 def _new_stack():
-    from tflms.tf import compat  # pylint: disable=import-outside-toplevel
+    from tflms.tf import compat
     return compat.TF_VERSION >= (2, 16, 0)
 
 

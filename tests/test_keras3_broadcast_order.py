@@ -49,8 +49,8 @@ def _fit(keras, lms=None):
 
 def _main():
     sys.path.insert(0, _ROOT)
-    import keras  # pylint: disable=import-outside-toplevel
-    from tflms import LMS  # pylint: disable=import-outside-toplevel
+    import keras
+    from tflms import LMS
     base_losses, base_weights = _fit(keras)
     lms = LMS()
     lms.autotune_gpu_mem = BUDGET_GIB

@@ -94,7 +94,7 @@ _MODELS = {"cnn": _cnn, "resnet": _resnet, "rnn": _rnn, "mha": _mha}
 
 
 def _data(shape, batch, batches=3):
-    import numpy as np  # pylint: disable=import-outside-toplevel
+    import numpy as np
     rng = np.random.RandomState(0)
     n = batch * batches
     return (rng.rand(n, *shape).astype("float32"),
@@ -133,9 +133,9 @@ def _case_fit(keras, tf, dump_dir, model_name="cnn", steps_per_execution=1,
               jit_compile=False):
     """fit with the LMS callback against fit without it, from the same
     seed; the witness; the model after the fit."""
-    import numpy as np  # pylint: disable=import-outside-toplevel
-    from tflms import LMS  # pylint: disable=import-outside-toplevel
-    from tflms.tf import swaps_ran  # pylint: disable=import-outside-toplevel
+    import numpy as np
+    from tflms import LMS
+    from tflms.tf import swaps_ran
     compile_args = dict(steps_per_execution=steps_per_execution,
                         jit_compile=jit_compile)
     # The reference runs the kernels LMS's fit runs: without XLA.
@@ -185,12 +185,12 @@ def _case_fit(keras, tf, dump_dir, model_name="cnn", steps_per_execution=1,
         reused_graphs=len(reused_graphs))
 
 
-def _case_autotune(keras, tf, dump_dir):  # pylint: disable=unused-argument
+def _case_autotune(keras, tf, dump_dir):
     """LMS() auto-tuned in a fit: the batch dimension Keras traces with is
     known when the data is a whole number of batches (no batch_size to
     set); with a last, smaller batch it is not, and the error says to set
     lms.batch_size, which then works."""
-    from tflms import LMS, autotune  # pylint: disable=import-outside-toplevel
+    from tflms import LMS, autotune
     _, base_losses, _, _ = _fit(keras, "cnn")
     roomy = LMS()
     roomy.autotune_gpu_mem = 16.0
@@ -208,7 +208,7 @@ def _case_autotune(keras, tf, dump_dir):  # pylint: disable=unused-argument
         try:
             model.fit(x[:-1], y[:-1], batch_size=batch, epochs=1,
                       shuffle=False, verbose=0, callbacks=[lms])
-        except Exception as e:  # pylint: disable=broad-except
+        except Exception as e:
             return [type(e).__name__, str(e),
                     "train_step" not in vars(model)]
         return lms.last_run.outcome.value
@@ -317,7 +317,7 @@ def _case_refit(keras, tf, dump_dir):  # pylint: disable=unused-argument
 def _case_errors(keras, tf, dump_dir):  # pylint: disable=unused-argument
     """Where the callback cannot work: the error, raised before the model
     is changed or trained."""
-    from tflms import LMS  # pylint: disable=import-outside-toplevel
+    from tflms import LMS
     out = {}
 
     def unchanged(model, weights):
@@ -371,8 +371,8 @@ _CASES = {"fit": _case_fit, "autotune": _case_autotune,
 
 def _main(case, dump_dir):
     sys.path.insert(0, _ROOT)
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    import keras  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf
+    import keras
     tf.get_logger().setLevel("INFO")  # LMS's [LMS][0] info lines too
     name, *args = case.split(":")
     kwargs = {}
@@ -386,7 +386,7 @@ def _main(case, dump_dir):
 # ---- the tests -----------------------------------------------------------
 
 def _new_stack():
-    from tflms.tf import compat  # pylint: disable=import-outside-toplevel
+    from tflms.tf import compat
     return compat.TF_VERSION >= (2, 16, 0)
 
 
@@ -550,7 +550,7 @@ def test_unsupported_fits_raise_and_change_nothing(tmp_path):
 def test_other_backends_get_a_clear_error(monkeypatch):
     """Keras 3 on JAX or PyTorch: LMS rewrites TensorFlow graphs."""
     from tflms import LMS, UnsupportedStackError
-    from tflms.tf.adapters import keras3  # pylint: disable=import-outside-toplevel
+    from tflms.tf.adapters import keras3
     monkeypatch.setattr(keras3, "backend_name", lambda: "jax")
     with pytest.raises(UnsupportedStackError) as info:
         keras3.check_backend()

@@ -50,7 +50,7 @@ def _model(keras, policy):
 
 
 def _data():
-    import numpy as np  # pylint: disable=import-outside-toplevel
+    import numpy as np
     rng = np.random.RandomState(0)
     n = BATCH * STEPS
     return (rng.rand(n, *SHAPE).astype("float32"),
@@ -99,7 +99,7 @@ _MODES = {"fit": _train_fit, "loop": _train_loop}
 
 def _first_conv_bytes(result):
     """(bytes the index counts, elements) of the first Conv2D's output."""
-    from tflms.graph_index import tensor_bytes  # pylint: disable=import-outside-toplevel
+    from tflms.graph_index import tensor_bytes
     index = result.planned.index
     conv = min((k for k in range(index.num_ops)
                 if index.types[k] == "Conv2D"),
@@ -112,11 +112,11 @@ def _first_conv_bytes(result):
 
 def _main(mode, policy):
     sys.path.insert(0, _ROOT)
-    import numpy as np  # pylint: disable=import-outside-toplevel
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    import keras  # pylint: disable=import-outside-toplevel
-    from tflms import LMS  # pylint: disable=import-outside-toplevel
-    from tflms.tf.swaps_ran import watch_swaps  # pylint: disable=import-outside-toplevel
+    import numpy as np
+    import tensorflow as tf
+    import keras
+    from tflms import LMS
+    from tflms.tf.swaps_ran import watch_swaps
     train = _MODES[mode]
     def state(model, optimizer):
         # The model's weights; the optimizer's variables (the step count,
@@ -161,7 +161,7 @@ def _main(mode, policy):
 # ---- the tests -----------------------------------------------------------
 
 def _new_stack():
-    from tflms.tf import compat  # pylint: disable=import-outside-toplevel
+    from tflms.tf import compat
     return compat.TF_VERSION >= (2, 16, 0)
 
 

@@ -48,7 +48,7 @@ DUMP_FILTER = "multi_step_on_iterator"
 def _fit(keras, lms=None):
     """Losses and weights after two steps of a CNN with a swish and an
     overlapping max pool."""
-    import numpy as np  # pylint: disable=import-outside-toplevel
+    import numpy as np
     keras.backend.clear_session()
     keras.utils.set_random_seed(SEED)
     layers = keras.layers
@@ -76,7 +76,7 @@ def _fit(keras, lms=None):
 
 def _without(rule):
     """`fusions.grappler_groups` without one of its oneDNN rules."""
-    from tflms import fusions  # pylint: disable=import-outside-toplevel
+    from tflms import fusions
     groups = fusions.grappler_groups
     pattern = {"swish": fusions.swishes,
                "pool": fusions.pools_with_workspace}[rule]
@@ -99,11 +99,11 @@ def _without(rule):
 
 def _main(mode, dump_dir):
     sys.path.insert(0, _ROOT)
-    import numpy as np  # pylint: disable=import-outside-toplevel
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    import keras  # pylint: disable=import-outside-toplevel
-    from tflms import LMS  # pylint: disable=import-outside-toplevel
-    from tflms.tf import swaps_ran  # pylint: disable=import-outside-toplevel
+    import numpy as np
+    import tensorflow as tf
+    import keras
+    from tflms import LMS
+    from tflms.tf import swaps_ran
     tf.config.threading.set_inter_op_parallelism_threads(1)
     if mode != "as-is":
         _without(mode)

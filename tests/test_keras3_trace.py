@@ -138,7 +138,7 @@ def test_a_keras3_file_is_planned_as_its_fit_step(files):
     assert big["training"] is True and big["lms_needed"] is False
     peak = big["without_lms"]["peak_bytes"]
     # A budget of 80% of the step's own peak: LMS is needed and must fit.
-    from tflms import autotune  # pylint: disable=import-outside-toplevel
+    from tflms import autotune
     gib = 0.8 * peak / autotune.mem_ratio() / _GIB
     configs = [{"gib": gib},
                {"gib": gib, "loss": "categorical_crossentropy",
@@ -177,7 +177,7 @@ def test_the_oracle_measures_the_function_graph(files):
     code, big = _plan_json(files["compiled"], "--batch-size", BATCH,
                            "--autotune-gpu-mem", 1000)
     peak = big["without_lms"]["peak_bytes"]
-    from tflms import autotune  # pylint: disable=import-outside-toplevel
+    from tflms import autotune
     gib = 0.8 * peak / autotune.mem_ratio() / _GIB
     code, report = _plan_json(files["compiled"], "--batch-size", BATCH,
                               "--autotune-gpu-mem", "%.12f" % gib, "--oracle")

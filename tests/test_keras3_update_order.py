@@ -44,10 +44,10 @@ def _fit(keras, lms=None):
 
 
 def _main():
-    import json  # pylint: disable=import-outside-toplevel
-    import keras  # pylint: disable=import-outside-toplevel
-    from tflms import LMS  # pylint: disable=import-outside-toplevel
-    from tflms.tf.swaps_ran import watch_swaps  # pylint: disable=import-outside-toplevel
+    import json
+    import keras
+    from tflms import LMS
+    from tflms.tf.swaps_ran import watch_swaps
     base_losses, base_weights = _fit(keras)
     lms = LMS()
     lms.autotune_gpu_mem = BUDGET_GIB

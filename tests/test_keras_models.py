@@ -13,7 +13,8 @@ from tflms.tf import keras_models
 def test_saved_keras_version_of_a_keras_archive(tmp_path):
     path = tmp_path / "model.keras"
     with zipfile.ZipFile(path, "w") as archive:
-        archive.writestr("metadata.json", json.dumps({"keras_version": "3.5.0"}))
+        archive.writestr("metadata.json",
+                         json.dumps({"keras_version": "3.5.0"}))
     assert keras_models.saved_keras_version(path) == "3.5.0"
     broken = tmp_path / "broken.keras"
     with zipfile.ZipFile(broken, "w") as archive:

@@ -127,7 +127,7 @@ def _keras_predictions(lms, x):
     for prediction: the model built and compiled in graph mode, then
     ``lms.is_training = False; lms.run(keras=True)`` on the default graph
     before predicting. Without `lms` the same model predicts without LMS."""
-    from tflms.tf import compat  # pylint: disable=import-outside-toplevel
+    from tflms.tf import compat
     keras = compat.keras2()
     graph = tf.Graph()
     with graph.as_default():

@@ -40,7 +40,7 @@ SEED = 1
 # ---- the script (runs in the subprocess) -------------------------------
 
 def _keras(name):
-    import importlib  # pylint: disable=import-outside-toplevel
+    import importlib
     return importlib.import_module(name)
 
 
@@ -107,7 +107,7 @@ def _build(keras, tf, model_name="cnn"):
 
 
 def _data(tf, shape=(4, 16, 16, 3)):
-    import numpy as np  # pylint: disable=import-outside-toplevel
+    import numpy as np
     rng = np.random.RandomState(0)
     return [(tf.constant(rng.rand(*shape).astype("float32")),
              tf.constant(rng.randint(0, 4, shape[0]).astype("int32")))
@@ -119,7 +119,7 @@ def _train(keras, tf, lms=None, model_name="cnn"):
     ``lms.function(tf.function(step))``; also the `LMSFunction` and the
     fan-in of the traced function's fetches before LMS edited it."""
     from tflms.tf import function_api
-    from tflms.tf import reader  # pylint: disable=import-outside-toplevel
+    from tflms.tf import reader
     model, train_step, shape = _build(keras, tf, model_name)
     fn = tf.function(train_step)
     data = _data(tf, shape)
@@ -135,8 +135,8 @@ def _train(keras, tf, lms=None, model_name="cnn"):
 def _final_graphs(dump_dir, function_name):
     """Per device, the last graph TensorFlow dumped for the partitions of
     `function_name`: what its executors run."""
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    from google.protobuf import text_format  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf
+    from google.protobuf import text_format
     last = {}
     for path in glob.glob(os.path.join(
             dump_dir, glob.escape(function_name) + "_partition_*.pbtxt")):
@@ -177,10 +177,10 @@ def _witness(dump_dir, function_name, result):
 def _case_train(keras, tf, dump_dir, model_name="cnn"):
     """Fixed parameters with a small threshold (so swaps exist): losses
     and weights against the unmodified step, and the witness."""
-    import numpy as np  # pylint: disable=import-outside-toplevel
+    import numpy as np
     from tflms import LMS
     from tflms.tf import reader
-    from tflms.tf import function_api  # pylint: disable=import-outside-toplevel
+    from tflms.tf import function_api
     base_losses, base_weights, _, _ = _train(keras, tf,
                                              model_name=model_name)
     lms = LMS(swapout_threshold=3, swapin_ahead=1, swapin_groupby=0)
@@ -204,11 +204,11 @@ def _case_train(keras, tf, dump_dir, model_name="cnn"):
         witness=_witness(dump_dir, _text(rewritten.name), result))
 
 
-def _case_autotune(keras, tf, dump_dir):  # pylint: disable=unused-argument
+def _case_autotune(keras, tf, dump_dir):
     """Auto-tuning: a budget far above the step's simulated peak leaves the
     step as it is (NOT_NEEDED, the traced function runs); 70% of that peak
     makes LMS swap, and training is unchanged."""
-    from tflms import LMS, autotune  # pylint: disable=import-outside-toplevel
+    from tflms import LMS, autotune
     base_losses, _, _, _ = _train(keras, tf)
     roomy = LMS()
     roomy.autotune_gpu_mem = 16.0
@@ -245,10 +245,10 @@ def _text(name):
     return name.decode() if isinstance(name, bytes) else name
 
 
-def _case_errors(keras, tf, dump_dir):  # pylint: disable=unused-argument
+def _case_errors(keras, tf, dump_dir):
     """Where LMS cannot work: the error, and nothing traced or changed."""
-    from tflms import LMS  # pylint: disable=import-outside-toplevel
-    from tflms.tf import lms_function  # pylint: disable=import-outside-toplevel
+    from tflms import LMS
+    from tflms.tf import lms_function
     lms = LMS(swapout_threshold=3, swapin_ahead=1, swapin_groupby=0)
     x, y = _data(tf)[0]
     out = {}
@@ -284,11 +284,11 @@ def _case_errors(keras, tf, dump_dir):  # pylint: disable=unused-argument
     return out
 
 
-def _case_signatures(keras, tf, dump_dir):  # pylint: disable=unused-argument
+def _case_signatures(keras, tf, dump_dir):
     """One rewrite per input signature, cached; recompute; a second
     LMSFunction of the same tf.function finds its graph rewritten and
     runs it rewritten."""
-    from tflms import LMS  # pylint: disable=import-outside-toplevel
+    from tflms import LMS
     model, train_step, _ = _build(keras, tf)
     fn = tf.function(train_step)
     lms = LMS(swapout_threshold=3, swapin_ahead=1, swapin_groupby=0,
@@ -315,12 +315,12 @@ def _case_signatures(keras, tf, dump_dir):  # pylint: disable=unused-argument
         graph_ops=len(fn.get_concrete_function(x, y).graph.get_operations()))
 
 
-def _case_calls(keras, tf, dump_dir):  # pylint: disable=unused-argument
+def _case_calls(keras, tf, dump_dir):
     """Called exactly like the original: NumPy inputs, Python arguments by
     position and keyword, default values, nested outputs, an input
     signature with an unknown batch dimension."""
-    import numpy as np  # pylint: disable=import-outside-toplevel
-    from tflms import LMS  # pylint: disable=import-outside-toplevel
+    import numpy as np
+    from tflms import LMS
 
     def make():
         w = tf.Variable(np.linspace(-1, 1, 256, dtype=np.float32).reshape(
@@ -377,8 +377,8 @@ def _case_fit(keras, tf, dump_dir, steps_per_execution="1"):
     """Keras fit: the model's train_step replaced by its LMSFunction; the
     train function Keras makes (with steps_per_execution > 1 the step is
     in a while loop) calls it, and TensorFlow inlines it there."""
-    import numpy as np  # pylint: disable=import-outside-toplevel
-    from tflms import LMS  # pylint: disable=import-outside-toplevel
+    import numpy as np
+    from tflms import LMS
 
     def fit(lms):
         keras.utils.set_random_seed(SEED)
@@ -400,7 +400,7 @@ def _case_fit(keras, tf, dump_dir, steps_per_execution="1"):
     lms = LMS(swapout_threshold=3, swapin_ahead=1, swapin_groupby=0)
     losses, weights = fit(lms)
     result = lms.last_run
-    from tflms.tf import swaps_ran  # pylint: disable=import-outside-toplevel
+    from tflms.tf import swaps_ran
     swap_ops = list(result.swapout_ops) + list(result.swapin_ops)
     ran = swaps_ran.swap_ops_in_partition_graphs(
         swaps_ran.partition_graph_files(dump_dir), swap_ops)
@@ -416,13 +416,14 @@ def _case_fit(keras, tf, dump_dir, steps_per_execution="1"):
                  if n in ran and "CPU" not in ran[n].upper()])
 
 
-_CASES = {"train": _case_train, "calls": _case_calls, "fit": _case_fit, "autotune": _case_autotune,
-          "errors": _case_errors, "signatures": _case_signatures}
+_CASES = {"train": _case_train, "calls": _case_calls, "fit": _case_fit,
+          "autotune": _case_autotune, "errors": _case_errors,
+          "signatures": _case_signatures}
 
 
 def _main(case, keras_name, dump_dir):
     sys.path.insert(0, _ROOT)
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf
     keras = _keras(keras_name)
     case, _, model_name = case.partition(":")
     args = (model_name,) if model_name else ()
@@ -433,8 +434,8 @@ def _main(case, keras_name, dump_dir):
 
 def _kerases():
     """The Keras packages to build models with on this stack."""
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    from tflms.tf import compat  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf
+    from tflms.tf import compat
     names = ["keras"]
     if compat.TF_VERSION >= (2, 16, 0):
         try:
@@ -463,7 +464,7 @@ def _run(case, keras_name, tmp_path, dump_filter="_tflms_"):
 
 
 def _new_stack():
-    from tflms.tf import compat  # pylint: disable=import-outside-toplevel
+    from tflms.tf import compat
     return compat.TF_VERSION >= (2, 16, 0)
 
 
@@ -603,8 +604,8 @@ def test_one_rewrite_per_signature(tmp_path):
 def test_tape_gradients_count_as_training_ops():
     """A GradientTape traced by tf.function names its ops gradient_tape/...;
     LMS must not warn that such a step has no training operations."""
-    from tflms import analysis  # pylint: disable=import-outside-toplevel
-    from tflms import graph_index as gi  # pylint: disable=import-outside-toplevel
+    from tflms import analysis
+    from tflms import graph_index as gi
     tape = gi.from_edges(
         [("x", "Placeholder", {"outputs": [16]}),
          ("relu", "Relu", {"outputs": [16]}),

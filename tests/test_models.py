@@ -7,7 +7,7 @@ import tensorflow as tf
 if tf.executing_eagerly():
     tf.compat.v1.disable_eager_execution()
 
-from zoo import models  # pylint: disable=g-import-not-at-top
+from zoo import models
 
 # Tiny sizes: the point is graph structure, not compute.
 TINY = {
@@ -45,8 +45,8 @@ def _train(model, steps=2):
 
 def test_builders_cover_the_zoo():
     assert set(models.BUILDERS) == {
-        "mlp", "cnn_bn", "cnn_bias", "keras_resnet", "keras_resnet50", "lstm", "unet3d",
-        "transformer_encoder"}
+        "mlp", "cnn_bn", "cnn_bias", "keras_resnet", "keras_resnet50", "lstm",
+        "unet3d", "transformer_encoder"}
 
 
 @pytest.mark.parametrize("name", sorted(TINY))
@@ -100,7 +100,7 @@ def test_cnn_bn_updates_moving_statistics():
 
 
 def test_keras_builders_do_not_leak_seed_state():
-    import random  # pylint: disable=g-import-not-at-top
+    import random
     random.seed(1234)
     expected = random.Random(1234).random()
     _build("keras_resnet")

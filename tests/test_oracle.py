@@ -23,8 +23,8 @@ import tensorflow as tf
 if tf.executing_eagerly():
     tf.compat.v1.disable_eager_execution()
 
-from zoo import models  # pylint: disable=g-import-not-at-top
-from tflms.tf import oracle  # pylint: disable=g-import-not-at-top
+from zoo import models
+from tflms.tf import oracle
 
 SHAPE = [1024, 1024]
 S = 4 * 1024 * 1024  # one float32 tensor of SHAPE
@@ -154,7 +154,8 @@ def test_fits_against_capacity():
     graph, fetch = _chain(3)
     assert oracle.peak_memory(graph, fetch).fits is None
     assert oracle.peak_memory(graph, fetch, gpu_memory_bytes=3 * S).fits
-    assert not oracle.peak_memory(graph, fetch, gpu_memory_bytes=3 * S - 1).fits
+    assert not oracle.peak_memory(graph, fetch,
+                                  gpu_memory_bytes=3 * S - 1).fits
 
 
 @pytest.mark.parametrize("n", [1, 2, 5])

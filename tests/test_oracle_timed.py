@@ -19,8 +19,9 @@ from tflms import LMS, hardware
 from tflms.tf import oracle
 
 from zoo import models
-# The swap graph and its tensor size S (one float32 tensor of SHAPE).
-from test_oracle import S, SHAPE, _swap_graph  # pylint: disable=import-private-name
+# The swap graph and its tensor size S (one float32 tensor of
+# test_oracle.SHAPE).
+from test_oracle import S, _swap_graph
 
 
 def _swap_chain():
@@ -194,7 +195,7 @@ def test_other_types_are_rejected(bad):
 
 
 def test_benchmark_oracle_peaks_takes_a_link():
-    from benchmarks import measure  # pylint: disable=import-outside-toplevel
+    from benchmarks import measure
     graph, out = _swap_chain()
     default = measure.oracle_peaks(graph, out.op)
     assert "interconnect" not in default

@@ -63,7 +63,7 @@ def test_order_peaks_runs_the_freeing_op_first():
     assert found.peak_before == 9 * U + 8
     assert found.result.peak_device_bytes == 5 * U + 8
     # The replay with the edge in the plan is the one order_peaks judged.
-    import dataclasses  # pylint: disable=import-outside-toplevel
+    import dataclasses
     with_edge = dataclasses.replace(
         plan, serialization_edges=plan.serialization_edges + found.edges)
     replayed = model.replay(with_edge)
@@ -128,7 +128,7 @@ def test_an_edge_from_a_descendant_is_refused():
 
 
 def dataclasses_replace_fused(roles, a, b):
-    import dataclasses  # pylint: disable=import-outside-toplevel
+    import dataclasses
     fused = dict(roles.fused_with)
     fused[a] = frozenset({b})
     fused[b] = frozenset({a})
@@ -207,8 +207,8 @@ def test_tuner_orders_peaks_when_nothing_fits_and_training_is_equal(
 def test_tflms_plan_lists_the_ordering_edges(tmp_path, monkeypatch, capsys):
     """`tflms plan` on the same model and budget: the JSON names the edges
     the tuner kept, and the text lists them."""
-    import json  # pylint: disable=import-outside-toplevel
-    from tflms import cli  # pylint: disable=import-outside-toplevel
+    import json
+    from tflms import cli
     monkeypatch.setenv(autotune.MEM_RATIO_ENV, "1")
     model = _resnet()
     plain, ordered = _aggressive_peaks(model.graph)
@@ -233,14 +233,14 @@ def test_tflms_plan_lists_the_ordering_edges(tmp_path, monkeypatch, capsys):
     assert "  %s before %s" % (first, then) in out
 
 
-def test_a_plan_needing_synchronous_swap_ins_is_replaced_when_ordering_is_faster():
+def test_synchronous_swap_ins_give_way_when_ordering_is_faster():
     """Keras ResNet50 at 6592x6592 in 16 GiB (14.4 GiB planned): without
     ordering the tuner's plan waits for every swap-in (`sync_mode` 3);
     ordering the most aggressive plan's peak (the projection block's two
     batch-norm gradients) lets the search find asynchronous swap-ins at the
     same budget, and the tuner keeps that plan because its predicted step
     is shorter. Static shapes only: nothing runs."""
-    from benchmarks import models as bench_models  # pylint: disable=import-outside-toplevel
+    from benchmarks import models as bench_models
     built = bench_models.build("resnet50", image=6592, batch=1)
     index = tf_reader.build_index(built.graph)
     settings = Settings(autotune_gpu_mem=16, batch_size=1)
@@ -267,7 +267,7 @@ def test_synchronous_swap_ins_also_wait_for_ordering_edges():
     g2; with an ordering edge ``(f3, g1)`` it waits for f3 too. An
     asynchronous swap-in keeps its trigger, and an edge into another op
     changes nothing."""
-    from test_simulator_literal import u_graph  # pylint: disable=import-outside-toplevel
+    from test_simulator_literal import u_graph
     index = u_graph()
     roles = analysis.classify_ops(index)
     ids = {name: k for k, name in enumerate(index.names)}
@@ -294,7 +294,7 @@ def test_resnet50_at_8000_fits_16_gib_with_copies_timed():
     with it the tuner's plan fits with copies timed, its synchronous
     swap-ins wait for the ordering edges, and the search that copy times
     force (synchronous swap-outs) keeps the edges."""
-    from benchmarks import models as bench_models  # pylint: disable=import-outside-toplevel
+    from benchmarks import models as bench_models
     built = bench_models.build("resnet50", image=8000, batch=1)
     index = tf_reader.build_index(built.graph)
     env = {autotune.MEM_RATIO_ENV: "0.9"}

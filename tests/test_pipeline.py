@@ -140,7 +140,7 @@ def test_run_pauses_the_garbage_collector_and_restores_it(enabled,
                                                           monkeypatch):
     """LMS.run plans with Python's cyclic collector off (see tflms._gc) and
     leaves it as it found it, also when planning raises."""
-    import gc  # pylint: disable=import-outside-toplevel
+    import gc
     seen = []
     real_plan = pipeline.plan
 

@@ -52,7 +52,7 @@ def _failed_search(folder):
 
 
 def test_plot_files_are_written_and_readable(tmp_path):
-    from matplotlib import image  # pylint: disable=import-outside-toplevel
+    from matplotlib import image
     planned, folder, files = planned_with_plots(tmp_path)
     assert planned.autotuned and planned.needed
     expected = ["distance_histogram.tsv", "memory_without_lms.png",
@@ -137,7 +137,7 @@ def test_histogram_counts_candidate_edges_by_distance(tmp_path):
 
 
 def test_figures_are_labelled_and_leave_pyplot_alone():
-    import matplotlib  # pylint: disable=import-outside-toplevel
+    import matplotlib
     backend = matplotlib.get_backend()
     fig = plots.memory_figure([0, MIB << 10, 2 << 30], 1 << 30, "Memory")
     ax = fig.axes[0]
@@ -172,7 +172,7 @@ def test_without_matplotlib_a_warning_says_how_to_install(tmp_path,
         tf.math.cos(tf.math.sin(x), name="y")
     index = reader.build_index(g)
     roles = analysis.classify_ops(index)
-    from tflms import simulator  # pylint: disable=import-outside-toplevel
+    from tflms import simulator
     result = simulator.SimulationModel(index, roles).replay(None)
     written = plots.write_plots(str(tmp_path), autotune.PlotData(
         index=index, roles=roles, batch_size=None, without_lms=result,
@@ -246,7 +246,7 @@ def test_every_written_figure_has_labelled_axes(tmp_path):
 
 
 def test_plots_are_written_when_nothing_fits(tmp_path):
-    from matplotlib import image  # pylint: disable=import-outside-toplevel
+    from matplotlib import image
     folder = os.path.join(str(tmp_path), "failed")
     error, settings = _failed_search(folder)
     # Planning wrote nothing: the plots are the caller's.

@@ -4,10 +4,10 @@ for, started earlier where memory allows and the step gets shorter.
 On a Keras ResNet (`test_equivalence`'s ``keras_resnet`` at 64x64) tuned for
 half its peak on an H100 over PCIe 3.0, the tuner's swap-ins start two
 levels ahead of their readers, which wait for them; the stage starts two
-of the seven earlier (a predicted step of 818 us instead of 848 us). What the stage changed is checked against the plan of the same
-stages without it, and the rewritten step is trained beside the step
-without LMS (same losses and weights, every swap op run, each moved
-swap-in waiting on its new trigger).
+of the seven earlier (a predicted step of 818 us instead of 848 us). What the
+stage changed is checked against the plan of the same stages without it, and
+the rewritten step is trained beside the step without LMS (same losses and
+weights, every swap op run, each moved swap-in waiting on its new trigger).
 """
 
 import dataclasses
@@ -131,7 +131,8 @@ def test_a_budget_with_no_room_keeps_the_tuners_triggers(monkeypatch):
     tight = dataclasses.replace(context, budgets=dataclasses.replace(
         context.budgets, device_bytes=tuned.with_lms.peak_device_bytes))
     planned = prefetch.stage(tight, tuned)
-    assert planned.with_lms.peak_device_bytes <= tuned.with_lms.peak_device_bytes
+    assert planned.with_lms.peak_device_bytes <= \
+        tuned.with_lms.peak_device_bytes
     for key in planned.record(prefetch.Prefetched).swap_ins:
         assert key in {(s.producer, s.output, j) for s in tuned.plan.swaps
                        for j in range(len(s.swap_ins))}

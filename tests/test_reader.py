@@ -129,14 +129,14 @@ def test_fetch_ops_of_takes_what_session_run_takes():
 def test_keras_train_fetches_are_the_train_functions():
     """A Keras 2 model in graph mode: none before it made its train
     function (predict, evaluate), then its outputs and updates."""
-    from tflms.tf import compat  # pylint: disable=import-outside-toplevel
+    from tflms.tf import compat
     keras = compat.keras2()
     graph = tf.Graph()
     with graph.as_default():
         model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
         model.compile(optimizer="sgd", loss="mse")
         assert reader.keras_train_fetches(graph, model) is None
-        model._make_train_function()  # pylint: disable=protected-access
+        model._make_train_function()
     found = reader.keras_train_fetches(graph, model)
     assert found.rule.startswith("the Keras train function's fetches (")
     # One step of it runs the optimizer's update of the kernel and bias.

@@ -14,7 +14,8 @@ import _literal as L
 PARAMS = planner.SwapParams(1, 1, 0, 0)
 
 
-def resnet_like(z_type="Relu", bn_is_training=True, mids=(3000,) * 4 + (10,) * 2):
+def resnet_like(z_type="Relu", bn_is_training=True,
+                mids=(3000,) * 4 + (10,) * 2):
     """relu(batchnorm(conv(x))) = z, read by ReluGrad (gz) after a chain of
     forward ops m1..m6, the conv output read by the batch-norm gradient
     (gbn) after that: the case recompute is for.
@@ -245,7 +246,7 @@ def test_a_second_pass_keeps_the_swaps_earlier_recomputes_read():
     simulator.SimulationModel(index, roles).replay(second)
 
 
-def test_a_conv_output_swapped_for_the_batch_norm_gradient_comes_back_earlier():
+def test_a_conv_output_swapped_for_the_bn_gradient_comes_back_earlier():
     # Threshold 3 swaps the conv output too, brought back for gbn after gz:
     # the hybrid plan starts that swap-in before the clones instead (it
     # feeds the clone of bn and gbn) and recomputes z.

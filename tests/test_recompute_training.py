@@ -12,7 +12,8 @@ exactly, even where the swaps alone are compared with a tolerance
 is in the traced step's stats, or was fused by Grappler into the clone it
 reads, which ran (oneDNN makes batch norm + ReLU one kernel, for the
 originals and the clones alike), or merged with a twin clone that ran
-(two recomputes cloning the same op with the same trigger). The script is `_recompute_training.py`.
+(two recomputes cloning the same op with the same trigger). The script is
+`_recompute_training.py`.
 """
 
 import json

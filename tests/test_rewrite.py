@@ -231,7 +231,7 @@ def test_inference_graph_with_auto_parameters_swaps_nothing_it_does_not_need():
     with g.as_default():
         x = tf.compat.v1.placeholder(tf.float32, [4, 32])
         h = x
-        for i in range(5):
+        for _ in range(5):
             h = tf.compat.v1.layers.dense(h, 32, activation=tf.nn.relu)
     # No tensor of an inference chain is read far from where it was made:
     # with fixed parameters nothing qualifies...

@@ -69,7 +69,7 @@ def test_an_input_rerouted_after_indexing_is_refused():
     index, plan = indexed_plan(graph)
     g1 = graph.get_operation_by_name("g1")
     # Same number of ops, but g1 reads f2 where the plan expects f1.
-    g1._update_input(1, graph.get_tensor_by_name("f2:0"))  # pylint: disable=protected-access
+    g1._update_input(1, graph.get_tensor_by_name("f2:0"))
     before = signature(graph)
     with pytest.raises(ValueError, match=r"^input 1 of g1 is not f1:0 any "
                        r"more; index the graph again$"):

@@ -142,7 +142,7 @@ def test_settings_reject_bad_values(name, value, message):
 def test_settings_are_frozen_and_reject_unknown_names():
     chosen = settings.Settings(swapout_threshold=3)
     with pytest.raises(AttributeError):
-        chosen.swapout_threshold = 4  # pylint: disable=assigning-non-slot
+        chosen.swapout_threshold = 4
     with pytest.raises(ValueError, match=r"unknown LMS setting\(s\) "
                        r"swapout_treshold; the settings are "
                        r"swapout_threshold, "):

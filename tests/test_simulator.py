@@ -353,8 +353,8 @@ def test_incremental_levels_equal_a_fresh_sort(name, kwargs, monkeypatch):
     lookahead, grouping, every sync mode, with and without serialization
     edges) those equal Kahn levels computed from scratch, and the fast path
     is taken at least once."""
-    from zoo import models  # pylint: disable=import-outside-toplevel
-    from tflms import dag_levels  # pylint: disable=import-outside-toplevel
+    from zoo import models
+    from tflms import dag_levels
     graph = tf.Graph()
     with graph.as_default():
         model = models.BUILDERS[name](seed=1, **kwargs)

@@ -165,8 +165,9 @@ def test_a_failure_no_stage_overcame_is_raised(monkeypatch):
 # ---- order ----------------------------------------------------------------
 def test_order_makes_the_step_fit_and_keeps_the_edges_without_swaps():
     # The crowded graph peaks at 9U + 8 bytes; no swap helps, but f before
-    # i brings it to 5U + 8 (test_peak_ordering). The step then fits without swapping only with that
-    # edge, so the plan is that edge alone (LMS must not turn itself off).
+    # i brings it to 5U + 8 (test_peak_ordering). The step then fits without
+    # swapping only with that edge, so the plan is that edge alone (LMS must
+    # not turn itself off).
     index = crowded_graph()
     context = L.context(index, budget_units=7 * OU / L.U)
     planned = _through(context, "serialize", "defer", "swaps", "order")

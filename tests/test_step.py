@@ -114,10 +114,11 @@ def _budget_gib(graph, fraction):
     roles = pipeline.classify(index, settings)
     without = pipeline.simulate_without(index, roles, settings)
     resident = 2 * analysis.learning_parameter_bytes(index)  # + Momentum
-    return (resident + fraction * (without.peak_device_bytes - resident)) / _GIB
+    return (resident + fraction * (without.peak_device_bytes - resident)) \
+        / _GIB
 
 
-# ---- finding the step --------------------------------------------------------
+# ---- finding the step -------------------------------------------------------
 def test_index_holds_the_fan_in_of_the_train_op_only():
     graph, train_op, loss = keras_app_graph(size=64)
     index = reader.build_index(graph)
@@ -157,7 +158,7 @@ def test_literal_index_of_fetches():
         gi.from_edges([("x", "Placeholder")], fetches=["z"])
 
 
-# ---- every planning stage stays inside the step --------------------------------
+# ---- every planning stage stays inside the step -----------------------------
 def test_ordering_stays_inside_the_step():
     graph, train_op, _ = keras_app_graph()
     lms = LMS()
@@ -236,19 +237,19 @@ def test_baseline_is_the_same_whatever_the_budget():
     assert peaks == {plain.peak_device_bytes}
 
 
-# ---- the rewriter's check ------------------------------------------------------
+# ---- the rewriter's check ---------------------------------------------------
 def test_rewriter_refuses_an_index_that_is_not_the_step():
     graph, train_op, _ = keras_app_graph(size=64)
     index = reader.build_index(graph)
     roles = analysis.classify_ops(index)
-    from tflms import planner  # pylint: disable=import-outside-toplevel
+    from tflms import planner
     plan = planner.make_plan(index, roles, planner.SwapParams(30, 5, 3, 0),
                              batch_size=1)
     assert plan.swaps
     # The step changes after indexing without a new op: the train op now
     # also waits for Keras's own forward pass on its Input.
     dead = graph.get_operation_by_name("input_1")
-    train_op._add_control_inputs([dead])  # pylint: disable=protected-access
+    train_op._add_control_inputs([dead])
     ops_before = len(graph.get_operations())
     with pytest.raises(ValueError, match=(
             r"^the training step \(the fan-in of .*\) is not the set of ops "
@@ -264,7 +265,7 @@ def test_rewriter_refuses_a_plan_of_another_index():
     graph, _, _ = tiny_step()
     index = reader.build_index(graph)
     big = reader.build_index(keras_app_graph(size=32)[0])
-    from tflms import planner  # pylint: disable=import-outside-toplevel
+    from tflms import planner
     plan = planner.make_plan(big, analysis.classify_ops(big),
                              planner.SwapParams(30, 5, 3, 0), batch_size=1)
     with pytest.raises(ValueError, match=r"^the plan refers to op id \d+, "
@@ -273,7 +274,7 @@ def test_rewriter_refuses_a_plan_of_another_index():
         rewriter.apply_plan(graph, index, plan, "/cpu:0")
 
 
-# ---- training: the same numbers, every swap op runs ----------------------------
+# ---- training: the same numbers, every swap op runs -------------------------
 @pytest.mark.numerics
 def test_keras_model_on_tensors_trains_the_same_and_every_swap_runs():
     def load():
@@ -312,7 +313,7 @@ def _assert_same_numbers(report):
         assert report.max_abs_difference == 0.0
 
 
-# ---- ops the graph optimizer reduces to an identity ----------------------------
+# ---- ops the graph optimizer reduces to an identity -------------------------
 def test_aliases_are_not_swap_sources_and_count_once():
     ops = [("x", "Placeholder", {"outputs": [1000]}),
            ("a", "Relu", {"outputs": [1000]}),
@@ -326,7 +327,7 @@ def test_aliases_are_not_swap_sources_and_count_once():
     assert index.forwards_input == (None, None, None, 0, 0, None)
     roles = analysis.classify_ops(index)
     assert {index.names[i] for i in roles.sources} == {"a", "far"}
-    from tflms import simulator  # pylint: disable=import-outside-toplevel
+    from tflms import simulator
     peak = simulator.SimulationModel(index, roles).replay(None)
     # x, a (with its two aliases) and far: never more than two at once.
     assert peak.peak_device_bytes == 2000
@@ -383,9 +384,9 @@ def test_swish_gradient_every_swap_op_runs():
     _verify_every_swap_runs(swish_cnn_graph)
 
 
-# ---- the log -------------------------------------------------------------------
+# ---- the log ----------------------------------------------------------------
 def test_a_rewrite_logs_one_warning_line_and_the_step(caplog):
-    import logging  # pylint: disable=import-outside-toplevel
+    import logging
     logger = logging.getLogger("tensorflow")
     logger.propagate = True
     caplog.set_level(logging.WARNING, logger="tensorflow")
@@ -428,7 +429,7 @@ def test_every_swap_op_names_itself():
         assert op.get_attr(rewriter.UNIQUE_ATTR) == name.encode()
 
 
-# ---- an Estimator whose model_fn builds a Keras model ------------------------
+# ---- an Estimator whose model_fn builds a Keras model -----------------------
 class _StepRecorder(tf.compat.v1.train.SessionRunHook):
     """Placed before LMS in `hooks`: records the step's fan-in as the
     Estimator built it (begin() runs in hook order), and the run metadata of

@@ -163,8 +163,8 @@ def test_sync_mode_2_from_the_planner_waits_for_the_whole_copy():
 
 
 def test_a_planned_step_from_the_pipeline():
-    from tflms import pipeline  # pylint: disable=import-outside-toplevel
-    from tflms.settings import Settings  # pylint: disable=import-outside-toplevel
+    from tflms import pipeline
+    from tflms.settings import Settings
     settings = Settings(swapout_threshold=2, swapin_ahead=1,
                         swapin_groupby=0, sync_mode=2)
     planned = pipeline.plan(chain(), settings)
@@ -314,7 +314,7 @@ def test_an_update_reads_and_writes_the_variables_behind_its_handles():
     slots, and reads and writes each of them: 6 times the gradient's bytes
     beyond its tensors; an assignment that adds reads and writes its
     variable (twice its value), a plain one writes it (once)."""
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf
     v1 = tf.compat.v1
     graph = tf.Graph()
     with graph.as_default():
@@ -350,7 +350,7 @@ def test_a_convolution_of_a_tensorflow_graph_at_its_roofline():
     """On a real graph: the convolution's time is its FLOPs at the peak or
     its bytes at the bandwidth, whichever is larger, plus the overhead;
     the reshape forwards its buffer and costs nothing."""
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf
     graph = tf.Graph()
     with graph.as_default():
         x = tf.compat.v1.placeholder(tf.float32, [None, 16, 16, 8], name="x")
@@ -716,7 +716,7 @@ def _one_convolution(dtype):
     """A TensorFlow graph of one 3x3 convolution ("conv") of a batch of 4
     16x16x8 inputs into 32 channels in `dtype`: its index, roles, batch
     and the bytes of its input, filter and output."""
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf
     graph = tf.Graph()
     with graph.as_default():
         x = tf.compat.v1.placeholder(dtype, [None, 16, 16, 8], name="x")

@@ -1,5 +1,5 @@
-"""`tflms.tf.swaps_ran.watch_swaps`: which swap ops of a rewrite TensorFlow ran,
-from the partition graphs it makes inside the block.
+"""`tflms.tf.swaps_ran.watch_swaps`: which swap ops of a rewrite TensorFlow
+ran, from the partition graphs it makes inside the block.
 
 The check runs in a subprocess (TensorFlow 2 code in eager mode; the test
 process has eager execution off): a `lms.function` step whose first call

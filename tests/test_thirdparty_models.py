@@ -17,8 +17,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from benchmarks import models  # noqa: E402  pylint: disable=wrong-import-position
-from benchmarks import suites  # noqa: E402  pylint: disable=wrong-import-position
+from benchmarks import models  # noqa: E402
+from benchmarks import suites  # noqa: E402
 
 
 def test_recipe_unet_names_the_pip_command_when_the_package_is_missing(
@@ -60,9 +60,9 @@ def test_thirdparty_cases_name_builders_and_their_arguments():
 def test_recipe_unet_trains_in_a_session_graph_and_the_simulator_agrees():
     pytest.importorskip("segmentation_models_3D")
     from tflms.tf import oracle
-    from tflms import pipeline  # pylint: disable=import-outside-toplevel
-    from tflms.tf import reader  # pylint: disable=import-outside-toplevel
-    from tflms.settings import Settings  # pylint: disable=import-outside-toplevel
+    from tflms import pipeline
+    from tflms.tf import reader
+    from tflms.settings import Settings
     built = models.unet3d_recipe(volume=32, backbone="resnet18")
     index = reader.build_index(built.graph)
     assert built.train_op.name in index.step_rule or \
@@ -89,7 +89,7 @@ def test_keras3_graph_cases_build_keras_app_mostly_with_batch_norm_unfused():
 
 
 def test_keras_app_unfused_batch_norm_has_no_fused_op_and_trains():
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf
     built = models.keras_app(image=32, classes=10, fused_batch_norm=False)
     types = [op.type for op in built.graph.get_operations()]
     assert not [t for t in types if t.startswith("FusedBatchNorm")]

@@ -23,7 +23,7 @@ def _check_all_queries(index, roles, aheads):
     finder = planner.TriggerFinder(index, roles)
     edges = planner.candidate_edges(index, roles)
     found = 0
-    for p, _, consumer, _, distance in edges:
+    for p, _, consumer, _, _ in edges:
         for ahead in aheads:
             full = planner.find_trigger(index, roles, p, consumer, ahead)
             fast = finder.find(p, consumer, ahead)
@@ -62,7 +62,7 @@ def test_finder_with_serialization_levels(v1_control_flow):
     """Serialization edges raise levels without a real input one level
     below (the chain breaks there); v1 conds put ops that may not trigger on
     the critical path. The finder still agrees with the full search."""
-    import test_control_flow  # pylint: disable=import-outside-toplevel
+    import test_control_flow
     _, graph = test_control_flow.keras_bn_graph()
     index = reader.build_index(graph)
     roles = analysis.classify_ops(index)
@@ -81,23 +81,23 @@ def _check_spine_searches(index, roles, aheads):
     answered = 0
     for p, _, consumer, _, _ in planner.candidate_edges(index, roles):
         for ahead in aheads:
-            lower, upper = planner._trigger_window(levels, p, consumer, ahead)  # pylint: disable=protected-access
+            lower, upper = planner._trigger_window(levels, p, consumer, ahead)
             if upper <= lower:
                 continue
-            fast = finder._latest_trigger(consumer, lower, upper)  # pylint: disable=protected-access
-            if fast is planner._UNKNOWN:  # pylint: disable=protected-access
+            fast = finder._latest_trigger(consumer, lower, upper)
+            if fast is planner._UNKNOWN:
                 continue
             answered += 1
-            assert fast == planner.find_trigger(index, roles, p, consumer,  # pylint: disable=protected-access
+            assert fast == planner.find_trigger(index, roles, p, consumer,
                                                  ahead), (p, consumer, ahead)
             if fast is None:
                 continue
             for op in (fast, p):
-                reaches = finder._reaches_by_spine(op, consumer)  # pylint: disable=protected-access
-                assert reaches is not planner._UNKNOWN  # pylint: disable=protected-access
-                assert reaches == planner._data_reaches(index, op, consumer)  # pylint: disable=protected-access
+                reaches = finder._reaches_by_spine(op, consumer)
+                assert reaches is not planner._UNKNOWN
+                assert reaches == planner._data_reaches(index, op, consumer)
             # A later op at the trigger's level reaches nothing below it.
-            assert not finder._reaches_by_spine(consumer, fast)  # pylint: disable=protected-access
+            assert not finder._reaches_by_spine(consumer, fast)
     return answered
 
 
@@ -140,8 +140,8 @@ def test_fusion_partners_pair_filter_gradients_with_bias_gradients():
             if index.types[a] == "BiasAddGrad":
                 # Siblings: the same gradient, read through tf.gradients'
                 # tuple identities by the filter gradient.
-                grad = fusions._through_identities(index, *index.inputs[a][0])  # pylint: disable=protected-access
-                assert fusions._through_identities(  # pylint: disable=protected-access
+                grad = fusions._through_identities(index, *index.inputs[a][0])
+                assert fusions._through_identities(
                     index, *index.inputs[b][2]) == grad
 
 

@@ -46,9 +46,10 @@ def _variable(x, grad):
     ]
     # Automatic control dependencies: a variable's read before its write,
     # the write before the next read; the step's end waits for them all.
-    control = [(n("read_m"), n("assign_m")), (n("assign_m"), n("read_m_again")),
-               (n("read_m"), "step"), (n("read_lr"), "step"),
-               (n("read_m_again"), "step"), (n("add_to_v"), "step")]
+    control = [(n("read_m"), n("assign_m")),
+               (n("assign_m"), n("read_m_again")), (n("read_m"), "step"),
+               (n("read_lr"), "step"), (n("read_m_again"), "step"),
+               (n("add_to_v"), "step")]
     return ops, edges, control
 
 

@@ -64,12 +64,12 @@ class _WrongLMS:
     """Stands in for an LMS whose rewrite changes the computation: it
     doubles the learning rate of one variable's update."""
 
-    def run(self, graph, fetches=None):  # pylint: disable=unused-argument
+    def run(self, graph, fetches=None):
         with graph.as_default():
             update = next(op for op in graph.get_operations()
                           if op.type == "ResourceApplyGradientDescent")
             doubled = update.inputs[1] * 2.0
-        update._update_input(1, doubled)  # pylint: disable=protected-access
+        update._update_input(1, doubled)
         return RunResult(Outcome.REWRITTEN)
 
 

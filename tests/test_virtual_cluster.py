@@ -16,7 +16,7 @@ if tf.executing_eagerly():
     tf.compat.v1.disable_eager_execution()
 
 from tflms import hardware
-from tflms.tf import oracle  # pylint: disable=g-import-not-at-top
+from tflms.tf import oracle
 
 # gpu_properties() at f4e609a, every field it set (l3_cache_size it left
 # at 0).

@@ -3,7 +3,8 @@
 ``from tflms import LMS`` is the public entry point (its `run()` returns a
 `RunResult` whose `Outcome` says what it did); `EagerModeError` and
 `UnsupportedStackError` (Keras 3, tf.estimator or Horovod where the installed
-TensorFlow lacks them) are its errors. `watch_swaps(lms)` tells which swap
+TensorFlow lacks them) are its errors, and `LMSError` the base of every
+error tflms raises of its own. `watch_swaps(lms)` tells which swap
 operations TensorFlow ran (TensorFlow 2 code), and
 `BroadcastGlobalVariablesCallback` replaces Horovod's for Keras 2 with LMS;
 `tflms.tf.keras_models.load_model` loads Keras models compiled in eager
@@ -14,7 +15,7 @@ chooses (``tf.compat.v1.disable_eager_execution()`` for Keras, or building a
 """
 
 __all__ = ["LMS", "RunResult", "Outcome", "EagerModeError",
-           "UnsupportedStackError", "watch_swaps",
+           "UnsupportedStackError", "LMSError", "watch_swaps",
            "BroadcastGlobalVariablesCallback"]
 __version__ = "0.1.0"
 
@@ -22,6 +23,7 @@ __version__ = "0.1.0"
 _PUBLIC = {
     "LMS": "tflms.lms", "RunResult": "tflms.lms", "Outcome": "tflms.lms",
     "EagerModeError": "tflms.lms", "UnsupportedStackError": "tflms.lms",
+    "LMSError": "tflms.errors",
     "watch_swaps": "tflms.tf.swaps_ran",
     "BroadcastGlobalVariablesCallback": "tflms.tf.distributed",
 }
@@ -32,6 +34,6 @@ def __getattr__(name):
     # loaded on first use so that `tflms.settings` (the flags of the example
     # scripts) and `tflms --help` answer without loading TensorFlow.
     if name in _PUBLIC:
-        import importlib  # pylint: disable=import-outside-toplevel
+        import importlib
         return getattr(importlib.import_module(_PUBLIC[name]), name)
     raise AttributeError("module 'tflms' has no attribute %r" % (name,))

@@ -3,9 +3,9 @@
 All functions take a `GraphIndex` (plain data) and return plain data; none
 of them reads or edits the `tf.Graph`, and this module does not import
 TensorFlow: what the answers need from TensorFlow (collections, function
-libraries, control-flow contexts) `graph_index.build_index` has read into
-the index already. So every function here also works on a literal graph
-from `graph_index.from_edges`.
+libraries, control-flow contexts) `tflms.tf.reader.build_index` has read
+into the index already. So every function here also works on a literal
+graph from `graph_index.from_edges`.
 
 Why one module: it is a flat list of small functions, the longest
 `classify_ops` at 80 lines, and `classify_ops` calls most of the others
@@ -78,7 +78,8 @@ _STATIC_WHEN_SHAPED_TYPES = frozenset({
 # Ops that must never be the trigger of a swap-in: they either do not run
 # every step in the right phase, or run at a time unrelated to the graph's
 # dataflow.
-_NEVER_TRIGGER_TYPES = (NEVER_SWAPPED_TYPES - {"Identity"}) | gi.CONTROL_FLOW_V1_TYPES
+_NEVER_TRIGGER_TYPES = ((NEVER_SWAPPED_TYPES - {"Identity"})
+                        | gi.CONTROL_FLOW_V1_TYPES)
 
 # Ops without inputs that cannot make an op active on their own: an op fed
 # only by these and by inactive ops is inactive too.
@@ -138,7 +139,8 @@ def device_matches(device, gpu_device, worker=None):
         a, b = getattr(have, field), getattr(want, field)
         if a is not None and b is not None and a != b:
             return False
-    return ((have.device_type or "").upper() == (want.device_type or "").upper()
+    return ((have.device_type or "").upper()
+            == (want.device_type or "").upper()
             and (have.device_index or 0) == (want.device_index or 0))
 
 
@@ -172,8 +174,8 @@ def compute_devices(index):
 
     A step of a tf.distribute strategy holds every replica's ops, each
     replica on its own device; one plan per device gives each replica its
-    own device's budget (`tflms.tf.lms_function` plans so when this names two or
-    more devices).
+    own device's budget (`tflms.tf.lms_function` plans so when this names two
+    or more devices).
     """
     found = {}
     for device in index.devices:
@@ -255,8 +257,9 @@ def constant_ops(index):
     """Ops whose value is known before the step runs.
 
     Constants, shape queries and zeros/ones-like of statically shaped
-    tensors, and stateless ops fed only by those. Grappler folds them into constants, so a swap of one
-    of their outputs would be optimized away (and never needs doing).
+    tensors, and stateless ops fed only by those. Grappler folds them into
+    constants, so a swap of one of their outputs would be optimized away (and
+    never needs doing).
     """
     const = set()
     for level in index.ops_by_level:
@@ -300,7 +303,8 @@ def maybe_dead_ops(index):
     seeds = set()
     for op, t in enumerate(index.types):
         if t in ("Switch", "RefSwitch"):
-            pred = index.inputs[op][1][0] if len(index.inputs[op]) > 1 else None
+            pred = (index.inputs[op][1][0] if len(index.inputs[op]) > 1
+                    else None)
             if pred is None or index.types[pred] != "LoopCond":
                 seeds.add(op)
     for level in index.ops_by_level:
@@ -435,8 +439,8 @@ def classify_ops(index, gpu_device=None, is_training=True, filters=None,
 
     # Ops Grappler merges with a neighbour only while they have one reader
     # and no control edge (`fusions.grappler_groups`): in a tf.function's
-    # step LMS leaves them so. (Session graphs keep their plans for now: changing
-    # them changes every recorded plan and capacity.)
+    # step LMS leaves them so. (Session graphs keep their plans for now:
+    # changing them changes every recorded plan and capacity.)
     if index.keep_grappler_groups:
         groups = fusions.grappler_groups(index)
         sources -= groups.inner
@@ -528,7 +532,8 @@ def initializer_seeds(index):
     return frozenset(
         i for i, name in enumerate(index.names)
         if "/Initializer/" in name
-        or (index.types[i] in _INITIALIZER_ASSIGN_TYPES and name.endswith("/Assign")))
+        or (index.types[i] in _INITIALIZER_ASSIGN_TYPES
+            and name.endswith("/Assign")))
 
 
 def initializer_only_ops(index):

@@ -17,6 +17,7 @@ budget.
 import os
 
 from tflms.devices import parse_device
+from tflms.errors import LMSError
 from tflms import ranks
 
 __all__ = ["MEM_RATIO_ENV", "DEFAULT_MEM_RATIO", "NoGpuError", "mem_ratio",
@@ -28,12 +29,13 @@ DEFAULT_MEM_RATIO = 0.9
 _GIB = float(1 << 30)
 
 
-class NoGpuError(ValueError):
+class NoGpuError(LMSError, ValueError):
     """The device budget is unknown: no GPU and no autotune_gpu_mem."""
 
 
 def mem_ratio(env=None):
-    """The share of device memory plans may use (``TF_LMS_SIMULATOR_MEM_RATIO``).
+    """The share of device memory plans may use
+    (``TF_LMS_SIMULATOR_MEM_RATIO``).
 
     Raises:
       ValueError: if the variable is not a number in (0, 1].
@@ -63,7 +65,7 @@ _device_lister = None
 def register_device_lister(lister):
     """Make `lister` (a callable returning the local devices' attributes)
     the source of the GPU's memory when ``autotune_gpu_mem`` is not set."""
-    global _device_lister  # pylint: disable=global-statement
+    global _device_lister
     _device_lister = lister
 
 

@@ -12,10 +12,12 @@ O(V + E); ``toposort.toposort`` (which rebuilds its dependency dict at every
 level) is only used in the tests as an independent cross-check.
 """
 
+from tflms.errors import LMSError
+
 __all__ = ["GraphCycleError", "kahn_levels", "raise_levels", "group_by_level"]
 
 
-class GraphCycleError(ValueError):
+class GraphCycleError(LMSError, ValueError):
     """The graph given to `kahn_levels` has a cycle."""
 
 

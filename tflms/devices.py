@@ -10,6 +10,8 @@ two agree). Standard library only.
 import collections
 import functools
 
+from tflms.errors import LMSError
+
 __all__ = ["DeviceKey", "DeviceStringError", "parse_device",
            "parse_user_device", "is_cpu_device", "SHORT_FORM_TYPES"]
 
@@ -24,7 +26,7 @@ class DeviceKey(collections.namedtuple(
 _DEVICE_FIELDS = ("job", "replica", "task")
 
 
-class DeviceStringError(ValueError):
+class DeviceStringError(LMSError, ValueError):
     """A string that cannot be a device string.
 
     Attributes:
@@ -119,7 +121,8 @@ def parse_user_device(device):
 
 
 def is_cpu_device(device):
-    """True if a device string names a CPU (``/cpu:0``, ``/device:CPU:0``...)."""
+    """True if a device string names a CPU (``/cpu:0``,
+    ``/device:CPU:0``...)."""
     if not device:
         return False
     return parse_device(device).device_type == "CPU"

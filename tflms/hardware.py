@@ -61,9 +61,9 @@ class Gpu:
         without bfloat16 tensor cores (V100: its bfloat16 products run on
         the CUDA cores, at `fp32_flops` at best).
 
-    The seven from `sms` on describe the chip to Grappler's analytical cost model
-    (`tflms.tf.oracle.gpu_properties`); the step-time model uses the rates
-    above. A `Gpu` made without them is fine for timing steps but cannot
+    The seven from `sms` on describe the chip to Grappler's analytical cost
+    model (`tflms.tf.oracle.gpu_properties`); the step-time model uses the
+    rates above. A `Gpu` made without them is fine for timing steps but cannot
     be the oracle's GPU.
     """
 
@@ -150,14 +150,14 @@ _V100_SOURCE = ("NVIDIA Tesla V100 GPU Accelerator datasheet (SXM2: FP32 "
                 "https://images.nvidia.com/content/technologies/volta/pdf/"
                 "tesla-volta-v100-datasheet-letter-fnl-web.pdf")
 _A100_SOURCE = ("NVIDIA A100 Tensor Core GPU datasheet (SXM: FP32 19.5 "
-                "TFLOPS, TF32 156 TFLOPS, FP16 and BF16 312 TFLOPS dense; 40 GB "
-                "HBM2 1,555 GB/s, 80 GB HBM2e 2,039 GB/s), "
+                "TFLOPS, TF32 156 TFLOPS, FP16 and BF16 312 TFLOPS dense; "
+                "40 GB HBM2 1,555 GB/s, 80 GB HBM2e 2,039 GB/s), "
                 "https://www.nvidia.com/content/dam/en-zz/Solutions/"
                 "Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-"
                 "1758950-r4-web.pdf")
 _H100_SOURCE = ("NVIDIA H100 Tensor Core GPU datasheet (SXM: FP32 67 "
-                "TFLOPS; TF32 989, FP16 and BF16 1,979 TFLOPS with sparsity, half "
-                "that dense; HBM3 3.35 TB/s, 80 GB), "
+                "TFLOPS; TF32 989, FP16 and BF16 1,979 TFLOPS with sparsity, "
+                "half that dense; HBM3 3.35 TB/s, 80 GB), "
                 "https://resources.nvidia.com/en-us-tensor-core/"
                 "nvidia-tensor-core-gpu-datasheet")
 # Read in hpctech's copy of the datasheet's table,

@@ -255,13 +255,13 @@ class LMS(compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
         self.run(graph)
         self._step_guard = session.StepGuard.for_graph(graph)
 
-    def before_run(self, run_context):  # pylint: disable=unused-argument
+    def before_run(self, run_context):
         """Read the global step with every training step (`StepGuard`)."""
         if self._step_guard is None:
             return None
         return tf.compat.v1.train.SessionRunArgs(self._step_guard.global_step)
 
-    def after_run(self, run_context, run_values):  # pylint: disable=unused-argument
+    def after_run(self, run_context, run_values):
         if self._step_guard is not None:
             self._step_guard.check(run_values.results)
 
@@ -284,7 +284,7 @@ class LMS(compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
         self._fit = self._fit_adapter(model)
         self._fit.set_model()
 
-    def on_train_begin(self, logs=None):  # pylint: disable=unused-argument
+    def on_train_begin(self, logs=None):
         """Keras 3: from now until `on_train_end`, the model's train
         function runs LMS's rewrite of its training step."""
         if self._fit is not None:
@@ -293,7 +293,7 @@ class LMS(compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
             self._fit = self._fit_adapter(self._fit.model)
             self._fit.train_begin()
 
-    def on_train_end(self, logs=None):  # pylint: disable=unused-argument
+    def on_train_end(self, logs=None):
         """Keras 3: the model gets its own training step back (and its
         ``jit_compile``); a later fit without LMS trains without it."""
         if self._fit is not None:

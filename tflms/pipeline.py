@@ -178,7 +178,7 @@ def plan(index, settings, roles=None, log=None, simulate=False, env=None,
     """Plan LMS for a graph: pure, deterministic, no graph edits.
 
     Args:
-      index: `graph_index.build_index` of the graph as given.
+      index: `reader.build_index` of the graph as given.
       settings: a `Settings`.
       roles: `classify(index, settings)` if already computed.
       log: a `Logger` for the planning log lines (default: quiet).

@@ -49,7 +49,8 @@ __all__ = [
 _GIB = float(1 << 30)
 _INSTALL_HINT = "pip install matplotlib (or pip install tflms[plot])"
 # Why `write_plots` wrote only the TSV, for `tflms plan`'s report.
-MISSING_MATPLOTLIB = "matplotlib is not installed; to get them: " + _INSTALL_HINT
+MISSING_MATPLOTLIB = ("matplotlib is not installed; to get them: "
+                      + _INSTALL_HINT)
 # The pictures `write_plots` may write, in the order it writes them.
 PICTURES = ("memory_without_lms.png", "memory_with_lms.png",
             "memory_smallest_plan.png", "distance_histogram.png")
@@ -80,8 +81,8 @@ def distance_histogram(index, roles, batch_size=None, edges=None):
 def _figure_class():
     """`(Figure, FigureCanvasAgg)` or None when matplotlib is missing."""
     try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg  # pylint: disable=import-outside-toplevel
-        from matplotlib.figure import Figure  # pylint: disable=import-outside-toplevel
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
     except ImportError:
         return None
     return Figure, FigureCanvasAgg
@@ -136,7 +137,8 @@ def _new_figure(columns=1):
     return fig, axes[0]
 
 
-def histogram_figure(histogram, title="Swap-candidate edges by level distance"):
+def histogram_figure(histogram,
+                     title="Swap-candidate edges by level distance"):
     """Bar chart of `distance_histogram` output: edges per distance and,
     when any size is known, their bytes, both on log scales.
 

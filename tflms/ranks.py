@@ -60,7 +60,8 @@ def _int(env, names):
             except ValueError:
                 raise ValueError(
                     "%s=%r must be an integer (it is set by the job launcher;"
-                    " unset it when not running under one)" % (name, text))
+                    " unset it when not running under one)"
+                    % (name, text)) from None
     return None
 
 

@@ -6,10 +6,12 @@ library only."""
 import dataclasses
 import enum
 
+from tflms.errors import LMSError
+
 __all__ = ["EagerModeError", "Outcome", "RunResult"]
 
 
-class EagerModeError(RuntimeError):
+class EagerModeError(LMSError, RuntimeError):
     """LMS rewrites graphs; it cannot act on eagerly executed code."""
 
 

@@ -46,6 +46,12 @@ def _is_int(value):
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
+def _is_positive_real(value):
+    """A finite number > 0 (a bool is no number here)."""
+    return (isinstance(value, numbers.Real) and not isinstance(value, bool)
+            and math.isfinite(value) and value > 0)
+
+
 def check_threshold(value):
     if not _is_int(value) or (value < 1 and value != AUTO):
         raise ValueError(
@@ -174,8 +180,7 @@ def check_batch_size(value):
 def check_gpu_mem(value):
     if value is None:
         return None
-    if (not isinstance(value, numbers.Real) or isinstance(value, bool)
-            or not math.isfinite(value) or value <= 0):
+    if not _is_positive_real(value):
         raise ValueError(
             "autotune_gpu_mem must be a positive number of GiB or None (use "
             "the GPU's own memory); got %r" % (value,))
@@ -185,8 +190,7 @@ def check_gpu_mem(value):
 def check_host_mem(value):
     if value is None:
         return None
-    if (not isinstance(value, numbers.Real) or isinstance(value, bool)
-            or not math.isfinite(value) or value <= 0):
+    if not _is_positive_real(value):
         raise ValueError(
             "autotune_host_mem must be a positive number of GiB or None (this "
             "machine's physical memory divided by the processes on it); got "

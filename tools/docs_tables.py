@@ -27,8 +27,8 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
-from tflms import hardware  # noqa: E402  pylint: disable=wrong-import-position
-from tflms import settings  # noqa: E402  pylint: disable=wrong-import-position
+from tflms import hardware  # noqa: E402
+from tflms import settings  # noqa: E402
 
 PARAMETERS_PAGE = "docs/parameters.md"
 HARDWARE_PAGES = ("docs/performance.md", "docs/plan.md")

@@ -40,12 +40,11 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf
     tf.compat.v1.disable_eager_execution()
     tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.ERROR)
     sys.path.insert(0, os.path.join(_ROOT, "tests"))
     sys.path.insert(0, _ROOT)
-    # pylint: disable=import-outside-toplevel
     from hypothesis import HealthCheck, given, seed, settings
     from hypothesis import strategies as st
     import test_fuzz
@@ -74,7 +73,7 @@ def main(argv=None):
     failed = False
     try:
         prop()
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:
         failed = True
         print("PROPERTY FAILED: %s: %s" % (type(e).__name__, e))
     elapsed = time.perf_counter() - start

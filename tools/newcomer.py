@@ -26,7 +26,7 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))), "tests"))
 
-import _doc_blocks  # noqa: E402  pylint: disable=wrong-import-position
+import _doc_blocks  # noqa: E402
 
 TIMEOUT = 300
 BARE = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR")

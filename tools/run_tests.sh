@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# The test suite on both TensorFlow stacks and in both oneDNN modes (the
-# README's test command runs this after tools/install_test_deps.sh).
+# The linter, then the test suite on both TensorFlow stacks and in both
+# oneDNN modes (the README's test command runs this after
+# tools/install_test_deps.sh).
+#
+# First `ruff check .` (the rules of ruff.toml, over the whole tree): a lint
+# failure stops the run at once, before any test.
 #
 # TensorFlow turns oneDNN on by default only on CPUs with AVX512_VNNI,
 # AVX512_BF16 or AMX, and oneDNN changes both the kernels and the graph
@@ -23,6 +27,12 @@ VENV="${1:-.venv-tf215}"
 shift || true
 PY="$VENV/bin/python"
 status=0
+echo "== lint: ruff check . (ruff.toml)"
+if ! "$PY" -m ruff check .; then
+    echo "LINT FAILED: fix the lines ruff lists above (\`ruff check --fix .\`" \
+         "fixes some of them), then run again; no test was run." >&2
+    exit 1
+fi
 echo "== TensorFlow $("$PY" -c 'import tensorflow as tf; print(tf.__version__)' 2>/dev/null), oneDNN off: whole suite"
 TF_ENABLE_ONEDNN_OPTS=0 "$PY" -m pytest "$@" || status=1
 echo "== the README's programs as a newcomer runs them"

@@ -1,1 +1,2 @@
-"""Model zoo shared by tests/ and benchmarks/ (not part of the tflms package)."""
+"""Model zoo shared by tests/ and benchmarks/ (not part of the tflms
+package)."""

@@ -320,8 +320,9 @@ def cnn_bias(image: int = 16, channels: int = 4, depth: int = 2,
             outs = []
             for j in range(branches):
                 outs.append(_v1.layers.conv2d(
-                    h, filters, 2 * j + 1, padding="same", activation=tf.nn.relu,
-                    kernel_initializer=seeds.glorot(), name=f"conv{i}_{j}"))
+                    h, filters, 2 * j + 1, padding="same",
+                    activation=tf.nn.relu, kernel_initializer=seeds.glorot(),
+                    name=f"conv{i}_{j}"))
             h = outs[0] if branches == 1 else tf.concat(outs, -1)
             if branches > 1:
                 h = _v1.layers.batch_normalization(h, training=True,
@@ -332,7 +333,8 @@ def cnn_bias(image: int = 16, channels: int = 4, depth: int = 2,
         h = _v1.layers.flatten(h)
         h = _v1.layers.dense(h, 16, activation=tf.nn.relu,
                              kernel_initializer=seeds.glorot(), name="dense")
-        logits = _v1.layers.dense(h, classes, kernel_initializer=seeds.glorot(),
+        logits = _v1.layers.dense(h, classes,
+                                  kernel_initializer=seeds.glorot(),
                                   name="logits")
         loss = _classification_loss(logits, y)
         global_step = _v1.train.get_or_create_global_step()
@@ -486,7 +488,8 @@ def transformer_encoder(layers: int = 4, seq: int = 64, d_model: int = 64,
                         heads: int = 4, batch: int = 2, seed: int = 0,
                         ffn_mult: int = 4, classes: int = 10,
                         learning_rate: float = 1e-3) -> Model:
-    """A post-norm Transformer encoder built from raw TF ops, trained with Adam.
+    """A post-norm Transformer encoder built from raw TF ops, trained with
+    Adam.
 
     Each layer is multi-head self-attention (explicit Q/K/V projections,
     scaled dot product, softmax) and a ReLU feed-forward block, each with a
@@ -529,7 +532,8 @@ def transformer_encoder(layers: int = 4, seq: int = 64, d_model: int = 64,
                 # that Adam would blow up into visible weight changes.
                 k = split_heads(_dense(h, d_model, seeds, "k", bias=False))
                 v = split_heads(_dense(h, d_model, seeds, "v"))
-                scores = tf.matmul(q, k, transpose_b=True) / float(np.sqrt(depth))
+                scores = (tf.matmul(q, k, transpose_b=True)
+                          / float(np.sqrt(depth)))
                 attn = tf.nn.softmax(scores, axis=-1)
                 ctx = tf.transpose(tf.matmul(attn, v), [0, 2, 1, 3])
                 ctx = tf.reshape(ctx, [batch, seq, d_model])
@@ -558,15 +562,16 @@ def _keras_build_scope(seed, baked=True):
     (`baked`) bakes training-mode batch norm into the graph instead of a
     ``cond`` on the ``keras_learning_phase`` placeholder.
     """
-    from tflms.tf import compat  # pylint: disable=g-import-not-at-top
+    from tflms.tf import compat
     try:
         keras_backend = compat.keras2_backend()
-        holder = keras_backend._SEED_GENERATOR  # pylint: disable=protected-access
+        holder = keras_backend._SEED_GENERATOR
     except (ImportError, AttributeError, compat.UnsupportedStackError):
         holder = None
     py_state = random.getstate()
     had = holder is not None and hasattr(holder, "generator")
-    previous = getattr(holder, "generator", None) if holder is not None else None
+    previous = (getattr(holder, "generator", None) if holder is not None
+                else None)
     if holder is not None:
         holder.generator = random.Random(seed)
     random.seed(seed)
@@ -605,7 +610,7 @@ def _keras_training(model, inp, labels, name, seed, classes, learning_rate,
     model.compile(optimizer=make_optimizer(learning_rate),
                   loss="sparse_categorical_crossentropy",
                   metrics=list(metrics) or None, target_tensors=[labels])
-    model._make_train_function()  # pylint: disable=protected-access
+    model._make_train_function()
     function = model.train_function
     train_op = function.updates_op
     loss = model.total_loss
@@ -681,8 +686,8 @@ def keras_resnet(image: int = 32, batch: int = 2, seed: int = 0,
             name="predictions")(h)
         model = tf.keras.Model(inp, out, name="keras_resnet")
         labels = _v1.placeholder(tf.int32, [batch], name="labels")
-        return _keras_training(model, inp, labels, "keras_resnet", seed, classes,
-                               learning_rate)
+        return _keras_training(model, inp, labels, "keras_resnet", seed,
+                               classes, learning_rate)
 
 
 def keras_resnet50(image: int = 64, batch: int = 1, seed: int = 0,
@@ -717,8 +722,8 @@ def keras_resnet50(image: int = 64, batch: int = 1, seed: int = 0,
         model = tf.keras.applications.ResNet50(weights=None, input_tensor=inp,
                                                classes=classes)
         labels = _v1.placeholder(tf.int32, [batch], name="labels")
-        return _keras_training(model, inp, labels, "keras_resnet50", seed, classes,
-                               learning_rate, optimizer, metrics)
+        return _keras_training(model, inp, labels, "keras_resnet50", seed,
+                               classes, learning_rate, optimizer, metrics)
 
 
 BUILDERS = {

@@ -142,7 +142,7 @@ def run_session(hvd, params, args):
 
 # ---- Keras --------------------------------------------------------------
 def run_keras(hvd, params, args):
-    import horovod.tensorflow.keras as hvd_keras  # pylint: disable=import-outside-toplevel
+    import horovod.tensorflow.keras as hvd_keras
     rank = hvd.rank()
     tf.keras.backend.clear_session()
     md = tf.compat.v1.RunMetadata()
@@ -244,7 +244,7 @@ def main():
     faulthandler.dump_traceback_later(args.watchdog, exit=True)
 
     tf.compat.v1.disable_eager_execution()
-    import horovod.tensorflow as hvd  # pylint: disable=import-outside-toplevel
+    import horovod.tensorflow as hvd
     hvd.init()
     rank = hvd.rank()
     os.makedirs(args.out, exist_ok=True)

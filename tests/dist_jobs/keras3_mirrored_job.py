@@ -104,7 +104,7 @@ def _part_of_the_activations(build, strategy, shape, classes, kept):
 
 
 def _fit(build, strategy, shape, classes, lms, spe, steps=STEPS):
-    import keras  # pylint: disable=import-outside-toplevel
+    import keras
     keras.utils.set_random_seed(SEED)
     with strategy.scope():
         model = build(keras)[0]
@@ -122,7 +122,7 @@ def _fit(build, strategy, shape, classes, lms, spe, steps=STEPS):
 
 
 def train(out, model_name, mode):
-    import keras  # pylint: disable=import-outside-toplevel
+    import keras
     build = MODELS[model_name]
     _, shape, classes = build(keras)
     spe = 2 if mode.endswith("_spe") else 1

@@ -14,11 +14,12 @@ Usage: mwms_function_job.py OUT_DIR MODE[,MODE...], MODE 'none' (no LMS),
 'lms' (fixed parameters), 'tuned' (auto-tuned for a budget the step does
 not fit in), 'lms_ahead3_on_worker1' (worker 1 with another
 swapin_ahead: the workers must stop with an error) or 'keras3_fit' (Keras
-3's own fit without LMS, TensorFlow 2.16+: the error it raises). The modes run one after
-the other with one strategy. Needs ``TF_DUMP_GRAPH_PREFIX`` (this worker's
-own folder: the partition graphs it ran). Writes OUT_DIR/MODE.worker<i>.npz
-(final weights) and .json (losses, swap ops added, the swap ops found in
-the partition graphs with their devices, the worker's devices).
+3's own fit without LMS, TensorFlow 2.16+: the error it raises). The modes run
+one after the other with one strategy. Needs ``TF_DUMP_GRAPH_PREFIX`` (this
+worker's own folder: the partition graphs it ran). Writes
+OUT_DIR/MODE.worker<i>.npz (final weights) and .json (losses, swap ops added,
+the swap ops found in the partition graphs with their devices, the worker's
+devices).
 """
 
 import faulthandler
@@ -146,7 +147,7 @@ def train(strategy, out, mode, worker):
 def keras3_fit(strategy, out, worker):
     """What Keras 3's own fit does under this strategy, without LMS: the
     error it raises, or None (docs/distributed.md says it cannot train)."""
-    import keras  # pylint: disable=import-outside-toplevel
+    import keras
     rng = np.random.RandomState(10 + worker)
     x = rng.randn(GLOBAL_BATCH * STEPS, 8, 8, 3).astype(np.float32)
     y = rng.randint(0, 10, GLOBAL_BATCH * STEPS).astype(np.int32)
@@ -160,7 +161,7 @@ def keras3_fit(strategy, out, worker):
     error = None
     try:
         model.fit(x, y, batch_size=GLOBAL_BATCH, epochs=1, verbose=0)
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:
         error = "%s: %s" % (type(e).__name__, str(e).splitlines()[0])
     save_result(out, "keras3_fit.worker%d" % worker, "keras3_fit", {},
                 {"keras": keras.__version__, "fit_error": error})

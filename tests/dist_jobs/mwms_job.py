@@ -63,7 +63,8 @@ def main():
     worker = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
     setup_cpu_devices(2, host_index=1)
 
-    strategy = tf.compat.v1.distribute.experimental.MultiWorkerMirroredStrategy()
+    strategy = (tf.compat.v1.distribute.experimental
+                .MultiWorkerMirroredStrategy())
     lms = LMS(**FIXED) if mode == "lms" else None
     record = RecordHook()
     hooks = ([lms] if lms is not None else []) + [record]

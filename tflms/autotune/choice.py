@@ -57,9 +57,10 @@ def choose(sims, model, requested, max_level, select, log, by_time=None):
             params, final_plan = best
             selection = best
             only = frozenset((s.producer, s.output) for s in final_plan.swaps)
-            log.info("[Simulator] Swapping %d chosen tensors (swapout_threshold "
-                     "%d) is enough: %.3f GiB moved to the host instead of "
-                     "%.3f GiB with the threshold alone" % (
+            log.info("[Simulator] Swapping %d chosen tensors "
+                     "(swapout_threshold %d) is enough: %.3f GiB moved to "
+                     "the host instead of %.3f GiB with the threshold "
+                     "alone" % (
                          len(final_plan.swaps), params.swapout_threshold,
                          final_plan.swapout_bytes() / _GIB,
                          plan.swapout_bytes() / _GIB))

@@ -12,6 +12,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Optional
 
 from tflms import floor as floor_mod
+from tflms.errors import LMSError
 from tflms.budget import MEM_RATIO_ENV
 from tflms.settings import AUTO
 
@@ -47,7 +48,7 @@ class PlotData:
     with_lms_fits: bool = True
 
 
-class AutotuneError(ValueError):
+class AutotuneError(LMSError, ValueError):
     """No parameter set makes the simulated step fit the budget.
 
     Attributes:

@@ -84,7 +84,8 @@ class Simulations:
         result = self.replay(plan)
         ok = result.fits(self.budget)
         self._cache[params] = (ok, plan, result)
-        if self.smallest is None or result.peak_device_bytes < self.smallest[0]:
+        if (self.smallest is None
+                or result.peak_device_bytes < self.smallest[0]):
             self.smallest = (result.peak_device_bytes, params)
         if ok:
             self.log.info("[Simulator] Found a parameter set: %s"

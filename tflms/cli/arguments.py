@@ -304,7 +304,7 @@ def lms_from_args(args, loaded=None):
     """An `LMS` with the command line's settings (`settings.from_arguments`);
     for a loaded graph without a backward phase, or with --inference, it
     plans for inference."""
-    from tflms import lms as _lms  # pylint: disable=import-outside-toplevel
+    from tflms import lms as _lms
     overrides = {}
     if loaded is not None:
         overrides["is_training"] = loaded.training and not args.inference

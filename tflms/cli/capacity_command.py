@@ -23,9 +23,9 @@ def find(args, progress):
     Raises:
       PlanError, ValueError: a graph that cannot be searched.
     """
-    from tflms import capacity  # pylint: disable=import-outside-toplevel
-    from tflms.tf import keras3_trace  # pylint: disable=import-outside-toplevel
-    from tflms.tf import live_capacity  # pylint: disable=import-outside-toplevel
+    from tflms import capacity
+    from tflms.tf import keras3_trace
+    from tflms.tf import live_capacity
     settings = S.from_arguments(args, is_training=True)
     if args.dimension == "sequence":
         return _find_sequence(args, settings, progress)
@@ -236,8 +236,8 @@ def render(found, args):
 
 def write_outputs(found, args):
     """The --json file and the --plot picture; returns notes to print."""
-    from tflms import capacity  # pylint: disable=import-outside-toplevel
-    from tflms import plots as plotting  # pylint: disable=import-outside-toplevel
+    from tflms import capacity
+    from tflms import plots as plotting
     notes = []
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:

@@ -43,9 +43,9 @@ class _Progress:
 def _run_command(args, work):
     """Set up a command's own process, run ``work()`` and turn the errors a
     user can fix into one line on stderr and exit status 2."""
-    from tflms import autotune  # pylint: disable=import-outside-toplevel
-    from tflms import simulator  # pylint: disable=import-outside-toplevel
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from tflms import autotune
+    from tflms import simulator
+    import tensorflow as tf
     # Keras 2 builds its training graph only in graph mode; this is the
     # command's own process, not a library import. A Keras 3 model is
     # traced in eager mode.
@@ -84,7 +84,7 @@ def _plan_command(args):
 
 
 def _capacity_command(args):
-    from tflms.cli import capacity_command as capacity_cli  # pylint: disable=import-outside-toplevel
+    from tflms.cli import capacity_command as capacity_cli
 
     def work():
         word = args.dimension
@@ -167,7 +167,7 @@ def _verify_keras3(args, argv, fresh):
     are set here; otherwise (`main` called by a program that may have run
     functions) the command runs again in a new Python process with them
     set."""
-    from tflms.tf import verify_keras3  # pylint: disable=import-outside-toplevel
+    from tflms.tf import verify_keras3
     for flag, given in (("--train-op", args.train_op),
                         ("--loss-tensor", args.loss_tensor),
                         ("--inference", args.inference)):
@@ -210,7 +210,7 @@ def _verify_keras3(args, argv, fresh):
 
 
 def _verify_command(args, argv=(), fresh=False):
-    from tflms.tf import verify as verifying  # pylint: disable=import-outside-toplevel
+    from tflms.tf import verify as verifying
 
     def work():
         if is_keras3_plan(args.graph, args):

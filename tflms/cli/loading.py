@@ -7,11 +7,13 @@ planned as `tflms.tf.lms_function` plans it: `tflms.tf.keras3_trace`)."""
 import dataclasses
 import os
 
+from tflms.errors import LMSError
+
 
 _KERAS_EXTENSIONS = (".h5", ".hdf5", ".keras")
 
 
-class PlanError(Exception):
+class PlanError(LMSError):
     """A graph that cannot be loaded or planned; the message says why and
     what to do."""
 
@@ -95,14 +97,14 @@ def _shape_targets(model):
 
 def _load_keras(path, graph, args):
     """Notes and the step's fetches of a Keras model loaded into `graph`."""
-    from tflms.tf import compat  # pylint: disable=import-outside-toplevel
-    from tflms.tf import keras_models  # pylint: disable=import-outside-toplevel
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    from tflms.tf import reader  # pylint: disable=import-outside-toplevel
+    from tflms.tf import compat
+    from tflms.tf import keras_models
+    import tensorflow as tf
+    from tflms.tf import reader
     notes = []
     with graph.as_default():
         try:
-            model, load_notes = keras_models._load(  # pylint: disable=protected-access
+            model, load_notes = keras_models._load(
                 path, compile=not args.inference,
                 convert=args.optimizer is None, fix=_CLI_FIX)
         except compat.UnsupportedStackError as e:
@@ -164,7 +166,7 @@ def _load_keras(path, graph, args):
                 "the optimizer %s cannot build a graph-mode training step; "
                 "%s" % (type(model.optimizer).__name__, _CLI_FIX))
         # The training graph fit() would run: forward, backward, updates.
-        model._make_train_function()  # pylint: disable=protected-access
+        model._make_train_function()
         _shape_targets(model)
         # Named as a MetaGraph's train op is, for --oracle and `verify`.
         updates = getattr(model.train_function, "updates_op", None)
@@ -195,9 +197,9 @@ def _pick_meta_graph(saved_model, path, tag):
 
 
 def _load_savedmodel(path, graph, args):
-    from tensorflow.core.protobuf import saved_model_pb2  # pylint: disable=import-outside-toplevel
-    from google.protobuf import text_format  # pylint: disable=import-outside-toplevel
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from tensorflow.core.protobuf import saved_model_pb2
+    from google.protobuf import text_format
+    import tensorflow as tf
     saved_model = saved_model_pb2.SavedModel()
     pb = os.path.join(path, "saved_model.pb")
     if os.path.exists(pb):
@@ -226,8 +228,8 @@ def load_graph(path, args):
     Raises:
       PlanError: with what went wrong and what to do.
     """
-    from tflms.tf import keras3_trace  # pylint: disable=import-outside-toplevel
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from tflms.tf import keras3_trace
+    import tensorflow as tf
     if not os.path.exists(path):
         raise PlanError("%s does not exist" % path)
     if is_keras3_plan(path, args):
@@ -260,7 +262,7 @@ def load_graph(path, args):
         with graph.as_default():
             try:
                 tf.compat.v1.train.import_meta_graph(path)
-            except Exception as e:  # pylint: disable=broad-except
+            except Exception as e:
                 raise PlanError("cannot import the MetaGraph %s: %s"
                                 % (path, e)) from None
         notes = []
@@ -272,7 +274,7 @@ def load_graph(path, args):
 
     training = _has_backward(graph)
     if not training:
-        from tflms.graph_index import PARTITIONED_CALL_TYPES  # pylint: disable=import-outside-toplevel
+        from tflms.graph_index import PARTITIONED_CALL_TYPES
         calls = [op for op in graph.get_operations()
                  if op.type in PARTITIONED_CALL_TYPES]
         if calls:
@@ -292,8 +294,8 @@ def is_keras3_plan(path, args):
     Keras 3 is installed, in a process whose eager execution is on (the
     command's own is): traced as a `tf.function` (`tflms.tf.keras3_trace`),
     or trained with and without ``lms.function`` (`tflms.tf.verify_keras3`)."""
-    from tflms.tf import keras3_trace  # pylint: disable=import-outside-toplevel
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from tflms.tf import keras3_trace
+    import tensorflow as tf
     return (getattr(args, "command", "plan") in ("plan", "verify",
                                                  "capacity")
             and path.lower().endswith(_KERAS_EXTENSIONS)

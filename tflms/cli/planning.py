@@ -75,7 +75,7 @@ def _peak(result, budget):
 
 
 def _trainable(graph):
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf
     with graph.as_default():
         variables = tf.compat.v1.trainable_variables()
     count = nbytes = 0
@@ -106,7 +106,7 @@ def plan_graph(loaded, args, graph_name, progress=_silent):
     Raises:
       autotune.NoGpuError, simulator.BatchSizeError, ValueError: bad input.
     """
-    from tflms.tf import oracle  # pylint: disable=import-outside-toplevel
+    from tflms.tf import oracle
     graph = loaded.graph
     lms = lms_from_args(args, loaded)
     settings = lms.settings
@@ -175,8 +175,8 @@ def plan_graph(loaded, args, graph_name, progress=_silent):
 def _run(lms, loaded, graph_name):
     """``(RunResult or None, the tuner's error text or None, its floor or
     None)`` of planning and rewriting the loaded graph."""
-    from tflms import autotune  # pylint: disable=import-outside-toplevel
-    from tflms.tf.adapters import tf_function  # pylint: disable=import-outside-toplevel
+    from tflms import autotune
+    from tflms.tf.adapters import tf_function
     graph = loaded.graph
     try:
         # A Keras 3 step is planned for the GPU of the settings, where
@@ -209,11 +209,11 @@ class _Measured:
 
 
 def _measured(run, loaded, settings, lowest):
-    from tflms import autotune  # pylint: disable=import-outside-toplevel
-    from tflms import floor as floor_mod  # pylint: disable=import-outside-toplevel
-    from tflms import pipeline  # pylint: disable=import-outside-toplevel
-    from tflms.tf import reader  # pylint: disable=import-outside-toplevel
-    from tflms.tf.adapters import tf_function  # pylint: disable=import-outside-toplevel
+    from tflms import autotune
+    from tflms import floor as floor_mod
+    from tflms import pipeline
+    from tflms.tf import reader
+    from tflms.tf.adapters import tf_function
     if run is not None:
         planned = pipeline.simulate_plan(run.planned)
         budget = planned.budget_bytes
@@ -240,8 +240,8 @@ def _measured(run, loaded, settings, lowest):
 
 def _plots(args, settings, m, plan, progress):
     """``(paths written, why the pictures are missing or None)``."""
-    from tflms import autotune  # pylint: disable=import-outside-toplevel
-    from tflms import plots as plotting  # pylint: disable=import-outside-toplevel
+    from tflms import autotune
+    from tflms import plots as plotting
     if args.no_plots:
         return [], None
     progress("writing plots to %s ..." % settings.plot_dir)
@@ -264,7 +264,7 @@ def _params(plan):
 
 
 def _predict(m, settings):
-    from tflms import steptime  # pylint: disable=import-outside-toplevel
+    from tflms import steptime
     if m.planned is not None:
         return steptime.predict_planned(m.planned, gpu=settings.gpu,
                                         interconnect=settings.interconnect)
@@ -274,7 +274,7 @@ def _predict(m, settings):
 
 
 def _oracle_report(m, settings, fetches, before, after):
-    from tflms import pipeline  # pylint: disable=import-outside-toplevel
+    from tflms import pipeline
     peaks = _oracle_peaks(fetches, before, after, settings.batch_size,
                           m.budget, settings.gpu)
     if m.planned is not None and after is not None:
@@ -288,7 +288,7 @@ def _oracle_report(m, settings, fetches, before, after):
 
 def _step_time(step, plan):
     """The step-time model's prediction for the report (milliseconds)."""
-    from tflms import steptime  # pylint: disable=import-outside-toplevel
+    from tflms import steptime
     return {
         "gpu": step.gpu,
         "interconnect": steptime.interconnect_named(step.interconnect).label,
@@ -329,7 +329,7 @@ def _static_batch(graph_def, fetches, batch_size):
 
 def _oracle_fetches(graph):
     """Names of the graph's train ops, which one oracle step runs."""
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf
     names = [op.name for op in graph.get_collection(
         tf.compat.v1.GraphKeys.TRAIN_OP) if isinstance(op, tf.Operation)]
     if not names:
@@ -346,7 +346,7 @@ def _oracle_peaks(fetches, before, rewritten, batch_size, budget, gpu):
     runtime replay and as Grappler's own count, on the virtual GPU of
     `gpu` (a `hardware.GPUS` name: the --gpu setting)."""
     # Imported here: the oracle loads Grappler's private modules.
-    from tflms.tf import oracle  # pylint: disable=import-outside-toplevel
+    from tflms.tf import oracle
     out = {}
     for label, graph_def in (("without_lms", before),
                              ("with_lms", rewritten)):

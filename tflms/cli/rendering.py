@@ -15,7 +15,7 @@ def gib(nbytes):
 
 
 def _mem_ratio_text():
-    from tflms import autotune  # pylint: disable=import-outside-toplevel
+    from tflms import autotune
     return "%g" % autotune.mem_ratio()
 
 
@@ -54,7 +54,7 @@ def _header(r, args):
 
 def _memory(r):
     """The peaks: simulated without and with LMS, the floor, the oracle."""
-    from tflms import floor as floor_mod  # pylint: disable=import-outside-toplevel
+    from tflms import floor as floor_mod
     lines = ["Expected device memory peak of one step (simulator):"]
     rows = [("without LMS", r.without_lms)]
     if r.error is None:

@@ -26,7 +26,7 @@ OpFacts = collections.namedtuple("OpFacts", (
 
 class Columns:
     """The per-op facts both constructors (`from_edges`,
-    `tf_reader.build_index`) gather, one list per field, for `assemble`."""
+    `reader.build_index`) gather, one list per field, for `assemble`."""
 
     FIELDS = ("names", "types", "devices", "inputs", "control_inputs",
               "output_shapes", "output_itemsizes", "variable_bytes",
@@ -83,7 +83,7 @@ def _restricted(ops, cols, keep):
 def assemble(ops, cols, id_of, roots=(), step_rule="the whole graph"):
     """The derived fields (consumers, fan-outs, control outputs, levels) and
     the `GraphIndex` of the fan-in of `roots` (op ids; none: every op): one
-    code path for `tf_reader.build_index` and `from_edges`, whose per-op
+    code path for `reader.build_index` and `from_edges`, whose per-op
     facts `cols` (`Columns`) holds, with the ops (None for a literal graph)
     and the name -> id map."""
     graph_num_ops = len(cols.names)

@@ -122,8 +122,8 @@ class GraphIndex:
         is, when TensorFlow's graph optimizer reduces the op to an identity
         of that input (`GRAPPLER_IDENTITY_TYPES`, and arithmetic with a
         constant neutral operand of a shape that changes nothing, such as
-        ``x * 1.0`` in the swish gradient); else None. Its output is the input's
-        buffer at run time, and never a tensor of its own to swap.
+        ``x * 1.0`` in the swish gradient); else None. Its output is the
+        input's buffer at run time, and never a tensor of its own to swap.
       in_v1_cond / in_v1_loop: per op, True if the op was built inside a v1
         ``tf.cond`` branch / ``tf.while_loop`` body (Switch/Merge and
         Enter/Exit control flow).

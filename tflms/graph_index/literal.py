@@ -33,7 +33,7 @@ def from_edges(ops, edges=(), control_edges=(),
                default_device=DEFAULT_DEVICE, fetches=()):
     """Index a literal graph: names, types and edges, no `tf.Graph`.
 
-    The index is the kind `tf_reader.build_index` makes (same fields,
+    The index is the kind `reader.build_index` makes (same fields,
     levels by the same code), with ``ops=None``: the analysis, the planner
     and the simulator work on it; the rewriter refuses it. Example, a 1 KiB
     tensor read by two ops::
@@ -72,7 +72,7 @@ def from_edges(ops, edges=(), control_edges=(),
       default_device: device of ops whose facts give none.
       fetches: names of the training step's fetch ops: the index holds
         their fan-in only, renumbered in the order of `ops`, as
-        `tf_reader.build_index` holds a graph's step. Empty: every op.
+        `reader.build_index` holds a graph's step. Empty: every op.
 
     Returns:
       A `GraphIndex` with ``ops=None``.

@@ -166,8 +166,9 @@ def serialization_edges(index, roles, slices, extra_levels=(),
         # stay next to each other in the chain: an op chained between two
         # of them would sit on a cycle through the merged node.
         fused = roles.fused_with
-        in_order = sorted(index.ops_by_level[lvl],
-                          key=lambda o: (min(fused.get(o, frozenset()) | {o}), o))
+        in_order = sorted(
+            index.ops_by_level[lvl],
+            key=lambda o: (min(fused.get(o, frozenset()) | {o}), o))
         for op in in_order:
             if (op in roles.device_ops and op not in roles.inactive
                     and op not in excluded

@@ -66,7 +66,8 @@ def _may_clone(index, roles, op, clone_types=RECOMPUTABLE_TYPES):
             and not index.is_stateful[op]
             and not index.in_v1_cond[op] and not index.in_v1_loop[op]
             and not index.calls_collective[op]
-            and (t not in _BATCH_NORM_TYPES or index.bn_is_training[op] is True))
+            and (t not in _BATCH_NORM_TYPES
+                 or index.bn_is_training[op] is True))
 
 
 def _rerouted_edges(plan_swaps, plan_recomputes):

@@ -85,7 +85,8 @@ def wait_for_ordering(plan, ordering_edges):
 
 
 def _group_consumers(index, consumers, groupby):
-    """Split consumers (sorted by level) into runs whose gaps are <= groupby."""
+    """Split consumers (sorted by level) into runs whose gaps are <=
+    groupby."""
     levels = index.levels
     groups = []
     last_level = None

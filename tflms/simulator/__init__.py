@@ -37,8 +37,8 @@ Memory model (what is counted, and why):
   ``StopGradient``, ``Reshape``, ``Squeeze`` and ``ExpandDims`` forward
   their input buffer on the same memory space, and so do the ops that
   TensorFlow's graph optimizer reduces to an identity of an input
-  (`GraphIndex.forwards_input`: ``x * 1.0``, ``x + 0``), so their output is the same
-  buffer as their input (its life is extended by their readers, its bytes
+  (`GraphIndex.forwards_input`: ``x * 1.0``, ``x + 0``), so their output is the
+  same buffer as their input (its life is extended by their readers, its bytes
   are not added again). ``ReadVariableOp`` outputs and the outputs of
   variable holders alias the variable and add nothing, and so do reference
   outputs (of a v1 ref variable, and of ``Assign``/``Apply*`` on one), to

@@ -115,8 +115,9 @@ class Additions:
                 self.read(host_buf, si)
                 copy_buf = self.buffer(size, DEVICE, si)
                 if copy_levels is not None:
-                    self.allocated.append((copy_buf, copy_levels.allocated_from[
-                        s_index][len(ins) - 1]))
+                    self.allocated.append((
+                        copy_buf,
+                        copy_levels.allocated_from[s_index][len(ins) - 1]))
                 self.swapin_of[(p, swap.output, len(ins) - 1)] = (si, copy_buf)
                 if detail:
                     self.names.append("lms/swapin_%s (device copy)" % tname)

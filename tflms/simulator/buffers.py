@@ -11,6 +11,7 @@ resident bytes (variables and constants).
 import numpy as np
 
 from tflms import devices
+from tflms.errors import LMSError
 from tflms import graph_index as gi
 from tflms.analysis import initializer_only_ops
 from tflms.inplace import inplace_candidates
@@ -52,7 +53,7 @@ def alias_slot(op_type, output, inputs, inactive, forwards=None):
     return None
 
 
-class BatchSizeError(ValueError):
+class BatchSizeError(LMSError, ValueError):
     """A tensor size needs the mini-batch size, and none was given."""
 
 
@@ -218,7 +219,7 @@ class _BufferLayout:
         self.buf_tensors[b].append(t)
         levels = self.index.levels
         entry = self.last_read[b]
-        for c, slot in self.index.consumers[op_id][output]:
+        for c, _ in self.index.consumers[op_id][output]:
             if c in self.inactive:
                 continue
             level = levels[c]

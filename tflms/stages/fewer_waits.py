@@ -11,8 +11,8 @@ recomputes replaced swaps, again after it (`after_recompute`): they free
 device memory that can hold what a copy no longer waited for holds
 (docs/benchmarks.md measures both passes). Each swap-out, most bytes
 first, is one replay with copies timed;
-`peak_ordering.replays_for` bounds how many are tried. Only plans the tuner chose
-by predicted step time are changed: without a step time a wait costs
+`peak_ordering.replays_for` bounds how many are tried. Only plans the tuner
+chose by predicted step time are changed: without a step time a wait costs
 nothing.
 """
 

@@ -107,11 +107,11 @@ class StepTime:
         return self.with_lms_s - self.without_lms_s - self.recompute_s
 
 
-# Why one class: half of it is `predict`, one walk of the compute stream and the two copy
-# streams together, whose clocks, queues and per-swap timings are shared
-# state of that walk; split into functions they would pass a dozen arrays
-# and clocks between them. The rest is each op's rate (precision, fusion,
-# bytes touched), read by `predict` and by the recompute stage.
+# Why one class: half of it is `predict`, one walk of the compute stream and
+# the two copy streams together, whose clocks, queues and per-swap timings are
+# shared state of that walk; split into functions they would pass a dozen
+# arrays and clocks between them. The rest is each op's rate (precision,
+# fusion, bytes touched), read by `predict` and by the recompute stage.
 class StepTimeModel(OpCosts):
     """Op times of a graph on one GPU and link (`OpCosts`); `predict`
     replays a plan.

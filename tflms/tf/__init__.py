@@ -39,7 +39,7 @@ def local_devices():
     """`DeviceAttributes` of every local device (name, device_type,
     memory_limit), for the device budget. Imported when asked: listing
     devices initialises the GPU runtime."""
-    from tensorflow.python.client import device_lib  # pylint: disable=import-outside-toplevel
+    from tensorflow.python.client import device_lib
     return device_lib.list_local_devices()
 
 

@@ -16,10 +16,11 @@ installing tf-keras and either setting ``TF_USE_LEGACY_KERAS=1`` (then
 """
 
 import importlib
-import os
 import sys
 
 import tensorflow as tf
+
+from tflms.errors import LMSError
 
 __all__ = ["UnsupportedStackError", "TF_VERSION", "tf_version_text",
            "has_estimator", "require_estimator", "keras2", "keras2_backend",
@@ -28,7 +29,7 @@ __all__ = ["UnsupportedStackError", "TF_VERSION", "tf_version_text",
            "CallbackBase"]
 
 
-class UnsupportedStackError(RuntimeError):
+class UnsupportedStackError(LMSError, RuntimeError):
     """The installed TensorFlow / Keras cannot do what was asked (e.g.
     tf.estimator on TensorFlow 2.16+, or a Keras 3 model)."""
 
@@ -86,17 +87,13 @@ def require_estimator(what="tf.estimator"):
             "this is %s. Run it on TensorFlow 2.15 (`pip install "
             "'tflms[tf215]'`), or port the model_fn to a Session: build the "
             "graph, call LMS().run(graph), then train with "
-            "tf.compat.v1.Session or tf.compat.v1.train.MonitoredTrainingSession"
-            "(hooks=[lms])." % (what, tf_version_text()))
+            "tf.compat.v1.Session or "
+            "tf.compat.v1.train.MonitoredTrainingSession(hooks=[lms])."
+            % (what, tf_version_text()))
     raise UnsupportedStackError(
         "%s needs tf.estimator, which is not installed with %s: "
         "`pip install tensorflow-estimator==%d.%d.*`."
         % (what, tf_version_text(), TF_VERSION[0], TF_VERSION[1]))
-
-
-def _legacy_env():
-    return os.environ.get("TF_USE_LEGACY_KERAS", "").lower() in (
-        "1", "true", "yes")
 
 
 def keras2():
@@ -140,8 +137,8 @@ def _model_root(model):
 
 def is_keras3_model(model):
     """True if `model` is a Keras 3 model (no graph mode: the callback
-    serves it through tflms.tf.adapters.keras3), a subclass defined elsewhere (a
-    custom ``train_step``) too."""
+    serves it through tflms.tf.adapters.keras3), a subclass defined elsewhere
+    (a custom ``train_step``) too."""
     if not any(cls.__module__.split(".")[0] == "keras"
                for cls in type(model).__mro__):
         return False
@@ -216,7 +213,7 @@ class _NoKeras2Callback:
         self.model = model
 
 
-def _no_op(self, *args, **kwargs):  # pylint: disable=unused-argument
+def _no_op(self, *args, **kwargs):
     """A callback hook that does nothing (as Keras' own do)."""
 
 
@@ -243,5 +240,5 @@ CallbackBase = _callback_base()
 def onednn_enabled():
     """True if this process runs oneDNN kernels and graph passes
     (TF_ENABLE_ONEDNN_OPTS, or the CPU's default)."""
-    from tensorflow.python.util import _pywrap_util_port  # pylint: disable=import-outside-toplevel
+    from tensorflow.python.util import _pywrap_util_port
     return bool(_pywrap_util_port.IsMklEnabled())

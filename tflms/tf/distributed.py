@@ -30,6 +30,7 @@ import json
 
 import tensorflow as tf
 
+from tflms.errors import LMSError
 from tflms.tf import compat
 from tflms.tf import rewriter
 from tflms.ranks import RankInfo, rank_info
@@ -70,7 +71,7 @@ _OUTCOME_TEXT = {
 _OUTCOME_WIDTH = max(len(k) for k in _OUTCOME_TEXT)
 
 
-class RankMismatchError(RuntimeError):
+class RankMismatchError(LMSError, RuntimeError):
     """The ranks of a distributed job rewrote their graphs differently."""
 
 
@@ -124,7 +125,7 @@ def _fingerprint(graph, names):
 
 def _horovod():
     try:
-        import horovod.tensorflow as hvd  # pylint: disable=import-outside-toplevel
+        import horovod.tensorflow as hvd
     except ImportError as e:
         if compat.TF_VERSION >= (2, 16, 0):
             raise ImportError(
@@ -233,7 +234,7 @@ def _horovod_peers(info):
             hvd.init()
     else:
         try:
-            import horovod.tensorflow as hvd  # pylint: disable=import-outside-toplevel
+            import horovod.tensorflow as hvd
         except ImportError:
             return None
         if not hvd.is_initialized():

@@ -1,9 +1,10 @@
 """TensorFlow's internal function APIs, behind one small module.
 
-`tflms.tf.lms_function` rewrites the graph of a `tf.function`'s concrete function
-and runs the result as a new function. Everything it needs from TensorFlow
-beyond the public API is here, so the next TensorFlow release breaks one
-place (`tests/test_lms_function.py` runs it on every supported version):
+`tflms.tf.lms_function` rewrites the graph of a `tf.function`'s concrete
+function and runs the result as a new function. Everything it needs from
+TensorFlow beyond the public API is here, so the next TensorFlow release
+breaks one place (`tests/test_lms_function.py` runs it on every supported
+version):
 
 * `is_jit_compiled`: the ``jit_compile`` option of a `tf.function`
   (``Function._jit_compile``) and the ``_XlaMustCompile`` attribute of a
@@ -45,8 +46,9 @@ from tensorflow.python.eager.polymorphic_function import function_type_utils
 
 from tflms.tf import compat
 
-__all__ = ["is_jit_compiled", "in_xla_context", "fetch_ops", "captured_variables", "rebuild",
-           "call", "partition_graphs_made", "XLA_COMPILE_ATTR"]
+__all__ = ["is_jit_compiled", "in_xla_context", "fetch_ops",
+           "captured_variables", "rebuild", "call", "partition_graphs_made",
+           "XLA_COMPILE_ATTR"]
 
 TF_VERSION = compat.TF_VERSION
 
@@ -124,8 +126,8 @@ def rebuild(concrete, graph):
         name, graph, attrs, concrete.function_type)
     rebuilt = concrete_function.ConcreteFunction(atomic)
     # The flat signature, as tracing_compilation sets it on what it traces.
-    rebuilt._arg_keywords = concrete._arg_keywords  # pylint: disable=protected-access
-    rebuilt._num_positional_args = concrete._num_positional_args  # pylint: disable=protected-access
+    rebuilt._arg_keywords = concrete._arg_keywords
+    rebuilt._num_positional_args = concrete._num_positional_args
     return rebuilt
 
 
@@ -133,7 +135,6 @@ def call(function, concrete, args, kwargs):
     """Call `concrete`, traced from the `tf.function` `function`, with
     `args` and `kwargs` as `function` is called (a concrete function's own
     ``__call__`` takes tensors only and knows no default values)."""
-    # pylint: disable=protected-access
     bound = function_type_utils.canonicalize_function_inputs(
         args, kwargs, function._function_type, function._default_values,
         function._is_pure)

@@ -47,16 +47,16 @@ def renew_keras_session(graph, log, model=None):
             "not see LMS's edits: call LMS before that session first runs, "
             "or create the session after model.fit() has started.")
         return False
-    old = getattr(backend._SESSION, "session", None)  # pylint: disable=protected-access
+    old = getattr(backend._SESSION, "session", None)
     if old is None or old.graph is not graph:
         return False
     with graph.as_default():
-        variables = list(backend._get_variables(graph))  # pylint: disable=protected-access
+        variables = list(backend._get_variables(graph))
         flags = old.run([tf.compat.v1.is_variable_initialized(v)
                          for v in variables]) if variables else []
         initialized = [v for v, f in zip(variables, flags) if f]
         values = old.run(initialized) if initialized else []
-    new = tf.compat.v1.Session(graph=graph, config=old._config)  # pylint: disable=protected-access
+    new = tf.compat.v1.Session(graph=graph, config=old._config)
     backend.set_session(new)
     with graph.as_default():
         backend.batch_set_value(list(zip(initialized, values)))

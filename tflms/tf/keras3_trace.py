@@ -8,11 +8,11 @@ and traces ``model.train_step`` with `tf.function` on a `tf.TensorSpec` of
 one batch (``--batch-size``, or the batch the model's input fixes): the
 step ``fit()`` runs, forward pass, loss, backward pass, optimizer update,
 batch-norm statistics and metrics, in one concrete function. Its graph
-(`FuncGraph`) is what `tflms.tf.lms_function` rewrites for ``lms.function``, and
-``tflms plan`` plans it the same way (`tflms.tf.adapters.tf_function.rewrite_graph`: the
-function's outputs and control outputs are the step, the variables it
-captures are resident); ``--inference`` traces ``model(x,
-training=False)`` instead.
+(`FuncGraph`) is what `tflms.tf.lms_function` rewrites for ``lms.function``,
+and ``tflms plan`` plans it the same way
+(`tflms.tf.adapters.tf_function.rewrite_graph`: the function's outputs and
+control outputs are the step, the variables it captures are resident);
+``--inference`` traces ``model(x, training=False)`` instead.
 
 Targets are given the model's output shape, and for a sparse loss (its
 name says ``sparse``) integer class indices without the class dimension,
@@ -37,6 +37,7 @@ from typing import Optional
 
 import tensorflow as tf
 
+from tflms.errors import LMSError
 from tflms.tf.adapters import tf_function
 from tflms.tf import keras_models
 
@@ -45,7 +46,7 @@ __all__ = ["Keras3PlanError", "LoadedModel", "TracedStep", "keras3",
            "sequence_inputs", "sequence_limit"]
 
 
-class Keras3PlanError(ValueError):
+class Keras3PlanError(LMSError, ValueError):
     """A Keras 3 model that cannot be traced for planning; the message
     says why and what to do."""
 
@@ -79,7 +80,7 @@ def keras3():
     """The ``keras`` package if it is Keras 3 (TensorFlow 2.16+), else
     None."""
     try:
-        import keras  # pylint: disable=import-outside-toplevel
+        import keras
     except ImportError:
         return None
     version = getattr(keras, "__version__", "0")
@@ -292,7 +293,7 @@ def load_model(path, batch_size=None, loss=None, optimizer=None,
             "default); eager execution is off in this process")
     try:
         model = keras.saving.load_model(path, compile=not inference)
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:
         raise Keras3PlanError(
             "cannot load the Keras 3 model %s: %s: %s. Models with custom "
             "layers or losses need their code registered "

@@ -62,11 +62,11 @@ def _optimizer_config(optimizer):
     with tf.compat.v1.Session(graph=rate.graph) as session:
         session.run(rate.initializer)
         value = float(session.run(rate))
-    optimizer._learning_rate = value  # pylint: disable=protected-access
+    optimizer._learning_rate = value
     try:
         return dict(optimizer.get_config())
     finally:
-        optimizer._learning_rate = rate  # pylint: disable=protected-access
+        optimizer._learning_rate = rate
 
 
 def _rate_text(rate):
@@ -86,8 +86,9 @@ def _from_config(name, config, keras, fix):
     for key, off in _TF2_ONLY_SETTINGS.items():
         if key in config and config.pop(key) not in off:
             raise compat.UnsupportedStackError(
-                "the model was saved with %s(%s=...), a setting the graph-mode "
-                "optimizer %s.optimizers.legacy.%s does not have; %s"
+                "the model was saved with %s(%s=...), a setting the "
+                "graph-mode optimizer %s.optimizers.legacy.%s does not "
+                "have; %s"
                 % (name, key, package, name, fix))
     for key in _TF2_IGNORED_SETTINGS:
         config.pop(key, None)
@@ -169,7 +170,7 @@ def saved_keras_version(path):
             return None
         return version if isinstance(version, str) else None
     try:
-        import h5py  # pylint: disable=import-outside-toplevel
+        import h5py
         if not h5py.is_hdf5(path):
             return None
         with h5py.File(path, "r") as f:
@@ -198,7 +199,7 @@ def not_a_model_file(path):
     lower = path.lower()
     if lower.endswith((".h5", ".hdf5")):
         try:
-            import h5py  # pylint: disable=import-outside-toplevel
+            import h5py
         except ImportError:
             return None
         if not h5py.is_hdf5(path):
@@ -271,7 +272,7 @@ def _apply_loaded_weights(model, graph, known):
         session.run(op)
 
 
-def _load(path, compile=True, convert=True, fix=None):  # pylint: disable=redefined-builtin
+def _load(path, compile=True, convert=True, fix=None):
     """`load_model` returning (model, notes); `convert=False` leaves a TF2
     optimizer as it is (``tflms plan --optimizer``)."""
     keras = _require_keras2()
@@ -321,7 +322,7 @@ def _load(path, compile=True, convert=True, fix=None):  # pylint: disable=redefi
     return model, notes
 
 
-def load_model(path, compile=True):  # pylint: disable=redefined-builtin
+def load_model(path, compile=True):
     """Load a Keras 2 model for graph-mode training.
 
     Like ``keras.models.load_model`` (with Keras 2: ``tf.keras`` on

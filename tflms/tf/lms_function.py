@@ -17,8 +17,8 @@ function APIs). Later calls with that signature run the rewritten function::
     for x, y in data:
         loss = train_step(x, y)             # called exactly like before
 
-Keras 3 ``fit(callbacks=[lms])`` uses it the same way (tflms.tf.adapters.keras3 does
-``model.train_step = lms.function(model.train_step)`` for the fit, with
+Keras 3 ``fit(callbacks=[lms])`` uses it the same way (tflms.tf.adapters.keras3
+does ``model.train_step = lms.function(model.train_step)`` for the fit, with
 XLA off); Keras' train function calls the step while it is traced, and
 TensorFlow inlines the rewritten step there.
 
@@ -38,13 +38,14 @@ import time
 import tensorflow as tf
 
 from tflms import _gc
+from tflms.errors import LMSError
 from tflms.tf import function_api
 from tflms.results import EagerModeError, Outcome
 
 __all__ = ["function", "LMSFunction", "UnsupportedFunctionError"]
 
 
-class UnsupportedFunctionError(ValueError):
+class UnsupportedFunctionError(LMSError, ValueError):
     """LMS cannot rewrite this function (the message says what to do);
     nothing was traced or changed."""
 
@@ -187,7 +188,7 @@ class LMSFunction:
                 self._name, type(tf.distribute.get_strategy()).__name__))
         try:
             concrete = self._function.get_concrete_function(*args, **kwargs)
-        except Exception as e:  # pylint: disable=broad-except
+        except Exception as e:
             if not self._wrapped:
                 raise
             raise EagerModeError(_TRACE_MESSAGE % (
@@ -212,7 +213,7 @@ class LMSFunction:
         with _gc.paused():
             # The adapter of this graph's entry point (a step on one
             # worker of a multi-worker strategy, or any function graph).
-            result = lms._rewrite_graph(graph, start)  # pylint: disable=protected-access
+            result = lms._rewrite_graph(graph, start)
             # A graph rewritten before (another LMSFunction of the same
             # tf.function) runs as rewritten too.
             rewritten = (concrete if result.outcome is Outcome.NOT_NEEDED

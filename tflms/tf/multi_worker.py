@@ -107,8 +107,8 @@ def _allgather_text(strategy, text):
 def check_workers_agree(strategy, worker, graph, result, allgather=None):
     """Raise unless every worker of the strategy made the same rewrite.
 
-    Called by `tflms.tf.lms_function` on each worker right after LMS planned (or
-    left alone) the traced step, before it first runs: one all-gather of a
+    Called by `tflms.tf.lms_function` on each worker right after LMS planned
+    (or left alone) the traced step, before it first runs: one all-gather of a
     short record per worker. Every worker traces the step at the same call,
     so each reaches this collective once per traced signature.
 

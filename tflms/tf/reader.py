@@ -307,7 +307,7 @@ def _called_functions(node_def):
 def _function_has_collective(graph, name, memo):
     if name not in memo:
         memo[name] = False  # guards against recursive functions
-        function = graph._get_function(name)  # pylint: disable=protected-access
+        function = graph._get_function(name)
         nodes = function.definition.node_def if function is not None else ()
         memo[name] = any(
             node.op in gi.COLLECTIVE_TYPES or any(

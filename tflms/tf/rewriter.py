@@ -46,9 +46,9 @@ readers to the last clone; the original ops are not touched::
     before:  (x) --> (bn) --y--> (relu) --z--> (near) ...... (late)
     after:   (x) --> (bn) --y--> (relu) --z--> (near)
               |
-              +--> [bn-lms/recompute_z/bn] --> [relu-lms/recompute_z/relu] --> (late)
-                         ^ ctrl                    ^ ctrl
-                     (trigger)                 (trigger)
+              +--> [bn-lms/recompute_z/bn] --> [relu-lms/recompute_z/relu]
+                         ^ ctrl                    ^ ctrl         |
+                     (trigger)                 (trigger)          +--> (late)
 """
 
 import contextlib
@@ -104,7 +104,8 @@ class RewriteResult:
 
 def swap_op_name(kind, tensor_name):
     """``lms/swapout_conv1_Relu_0`` style names, one per tensor."""
-    return "lms/%s_%s" % (kind, tensor_name.replace("/", "_").replace(":", "_"))
+    return "lms/%s_%s" % (kind,
+                          tensor_name.replace("/", "_").replace(":", "_"))
 
 
 def _sorting_prefix(tensor_name):
@@ -177,15 +178,15 @@ def _outside_user_context(graph, device, attrs=None):
     """Build ops on `device` outside any user context: no control
     dependencies, no name scope, no control-flow context inherited from
     where run() was called; with the attributes that mark LMS's ops."""
-    saved_ctx = graph._get_control_flow_context()  # pylint: disable=protected-access
-    graph._set_control_flow_context(None)  # pylint: disable=protected-access
+    saved_ctx = graph._get_control_flow_context()
+    graph._set_control_flow_context(None)
     try:
         with graph.as_default(), tf.control_dependencies(None), \
                 graph.name_scope(None), tf.device(device), \
-                graph._attr_scope(_PROTECT_ATTRS if attrs is None else attrs):  # pylint: disable=protected-access
+                graph._attr_scope(_PROTECT_ATTRS if attrs is None else attrs):
             yield
     finally:
-        graph._set_control_flow_context(saved_ctx)  # pylint: disable=protected-access
+        graph._set_control_flow_context(saved_ctx)
 
 
 def _new_identity(graph, tensor, name):
@@ -198,7 +199,7 @@ def _new_identity(graph, tensor, name):
     # unique per op, so no two swap ops are ever equal for common-
     # subexpression elimination (module docstring).
     final = graph.unique_name(name, mark_as_used=False)
-    return graph._create_op_internal(  # pylint: disable=protected-access
+    return graph._create_op_internal(
         "Identity", [tensor], [dtype], name=name,
         attrs={"T": attr_value_pb2.AttrValue(type=dtype.as_datatype_enum),
                UNIQUE_ATTR: attr_value_pb2.AttrValue(
@@ -212,7 +213,7 @@ def _new_clone(graph, op, inputs, name):
     they tie the original to its neighbours, not the clone."""
     attrs = {k: v for k, v in op.node_def.attr.items()
              if not k.startswith("_")}
-    return graph._create_op_internal(  # pylint: disable=protected-access
+    return graph._create_op_internal(
         op.type, list(inputs), [t.dtype for t in op.outputs], name=name,
         attrs=attrs)
 
@@ -309,7 +310,7 @@ class _Edits:
                 pending.append(c)
 
     def reroute(self, consumer, slot, tensor):
-        consumer._update_input(slot, tensor)  # pylint: disable=protected-access
+        consumer._update_input(slot, tensor)
         self.rerouted += 1
 
     def apply_controls(self):
@@ -317,7 +318,7 @@ class _Edits:
         added = 0
         for op, controls in self.pending.items():
             if controls:
-                op._add_control_inputs(controls)  # pylint: disable=protected-access
+                op._add_control_inputs(controls)
                 added += len(controls)
         return added
 

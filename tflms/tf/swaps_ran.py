@@ -126,7 +126,7 @@ def swap_ops_in_partition_graphs(paths, names=()):
     and device (``<name>.<n>.pbtxt``, the highest ``n``); names as
     `swap_ops_in_graph_defs` gives them."""
     # Imported here: only this check reads text protos.
-    from google.protobuf import text_format  # pylint: disable=import-outside-toplevel
+    from google.protobuf import text_format
     last = {}
     for path in paths:
         base = os.path.basename(path)[:-len(".pbtxt")]

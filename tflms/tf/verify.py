@@ -29,6 +29,7 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
+from tflms.errors import LMSError
 from tflms.tf import compat
 from tflms.tf import reader
 
@@ -40,7 +41,7 @@ _TRACE = tf.compat.v1.RunOptions(
     output_partition_graphs=True)
 
 
-class VerifyError(ValueError):
+class VerifyError(LMSError, ValueError):
     """The graph cannot be trained by `verify` (no train op, no feed...)."""
 
 

@@ -5,7 +5,7 @@ Keras 3 has no Session graph: ``fit()`` runs the model's ``train_step`` as
 a `tf.function`. `verify` loads the file twice (`keras3_trace.load_model`:
 the same saved weights, compiled with the saved or given loss and
 optimizer, the optimizer built), makes one batch of random inputs and
-targets (seeded; the shapes `keras3_plan` traces with, values as
+targets (seeded; the shapes `keras3_trace` traces with, values as
 `tflms.tf.verify.random_value` makes them for a Session graph), and trains
 each copy the same number of steps in eager mode: one with
 ``tf.function(model.train_step)``, the other with

@@ -19,7 +19,7 @@ class FitAdapter:
         self.model = model
 
     @classmethod
-    def accepts(cls, model):  # pylint: disable=unused-argument
+    def accepts(cls, model):
         """True if this adapter serves the fit of `model`."""
         raise NotImplementedError
 

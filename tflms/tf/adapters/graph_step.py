@@ -63,7 +63,7 @@ class GraphAdapter:
         self.fetches = fetches
 
     @classmethod
-    def accepts(cls, graph):  # pylint: disable=unused-argument
+    def accepts(cls, graph):
         """True if this adapter serves `graph`."""
         raise NotImplementedError
 
@@ -105,7 +105,7 @@ def plan_and_rewrite(adapter, found, start, index=None):
     devices already). `index`: the step's index when the adapter built it
     already."""
     lms = adapter.lms
-    log = lms._log  # pylint: disable=protected-access
+    log = lms._log
     settings = lms.settings
     if found.gpu_device is not None:
         settings = settings.replace(gpu_device=found.gpu_device)

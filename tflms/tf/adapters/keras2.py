@@ -55,13 +55,13 @@ class Keras2Fit(FitAdapter):
                 and getattr(model, "train_function", None) is None
                 and getattr(model, "optimizer", None) is not None
                 and hasattr(model, "_make_train_function")):
-            lms._log.info("Making the Keras train function before editing",  # pylint: disable=protected-access
+            lms._log.info("Making the Keras train function before editing",
                           1)
-            model._make_train_function()  # pylint: disable=protected-access
+            model._make_train_function()
         graph = tf.compat.v1.get_default_graph()
         before = lms.last_run
         result = lms.run(graph,
                          fetches=reader.keras_train_fetches(graph, model))
         if result.rewritten and result is not before:
             keras2_session.renew_keras_session(
-                graph, lms._log, model)  # pylint: disable=protected-access
+                graph, lms._log, model)

@@ -1,6 +1,7 @@
 """The Keras 3 fit entry point, one device (TensorFlow backend):
-`Keras3Fit`. Under a tf.distribute strategy, `keras3_strategy.Keras3StrategyFit`
-serves the fit with the changes and checks defined here.
+`Keras3Fit`. Under a tf.distribute strategy,
+`keras3_strategy.Keras3StrategyFit` serves the fit with the changes and checks
+defined here.
 
 Keras 3 has no graph mode: `model.fit` runs a train function Keras makes
 with `tf.function`, and that function calls ``model.train_step`` while it
@@ -221,7 +222,7 @@ class Keras3Fit(FitAdapter):
         `previous`: the changes of an earlier fit, whose step is reused
         when it belongs to the same model."""
         model, lms = self.model, self.lms
-        log = lms._log  # pylint: disable=protected-access
+        log = lms._log
         current = model.train_step
         if isinstance(current, lms_function.LMSFunction):
             # A fit that ended without on_train_end (an exception) left

@@ -67,7 +67,7 @@ class Keras3StrategyFit(keras3.Keras3Fit):
         if not isinstance(strategy, _STRATEGIES):
             raise lms_function.UnsupportedFunctionError(
                 _STRATEGY_MESSAGE % name)
-        log = lms._log  # pylint: disable=protected-access
+        log = lms._log
         own_step = model.__dict__.get("train_step")
         keras_function = keras3.keras_train_function(model)
         jit_compile = keras3.xla_off(model, log)

@@ -73,7 +73,7 @@ class FunctionStep(GraphAdapter):
         index = _with_captured_variables(index, found.graph,
                                          variable_devices=True)
         for device in devices:
-            self.lms._log.info(  # pylint: disable=protected-access
+            self.lms._log.info(
                 "Planning the replica on %s (%d of %d devices)"
                 % (device, len(by_device) + 1, len(devices)))
             replica = dataclasses.replace(found, gpu_device=device)
@@ -135,7 +135,7 @@ def _runs_on_onednn_cpu():
     """True if a step traced here runs on oneDNN's CPU kernels: oneDNN on
     (TF_ENABLE_ONEDNN_OPTS, or the CPU's default) and no GPU to place the
     step on."""
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf
     return (compat.onednn_enabled()
             and not tf.config.list_physical_devices("GPU"))
 

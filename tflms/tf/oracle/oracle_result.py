@@ -153,7 +153,8 @@ class OracleResult:
 
     @property
     def fits(self) -> Optional[bool]:
-        """Whether the corrected peak fits ``gpu_memory_bytes`` (None if unset)."""
+        """Whether the corrected peak fits ``gpu_memory_bytes`` (None if
+        unset)."""
         if self.gpu_memory_bytes is None:
             return None
         return self.gpu_peak_bytes <= self.gpu_memory_bytes

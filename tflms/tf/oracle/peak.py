@@ -26,7 +26,8 @@ def _fetch_names(fetches) -> list:
     names = []
     for fetch in fetches:
         if isinstance(fetch, (tf.Tensor, tf.Operation)):
-            name = fetch.op.name if isinstance(fetch, tf.Tensor) else fetch.name
+            name = (fetch.op.name if isinstance(fetch, tf.Tensor)
+                    else fetch.name)
         elif isinstance(fetch, str):
             name = fetch.lstrip("^").split(":")[0]
         else:

@@ -1,6 +1,7 @@
 """The replay of ``GraphMemory::InferFromTrace`` on the virtual scheduler's
 step stats, with and without the swapped-in-copy correction (the
-``tflms.tf.oracle`` docstring: ``raw_gpu_peak_bytes`` and ``gpu_peak_bytes``)."""
+``tflms.tf.oracle`` docstring: ``raw_gpu_peak_bytes`` and
+``gpu_peak_bytes``)."""
 
 from tflms.tf.oracle.virtual_cluster import _recv_name
 from tflms.tf.oracle.oracle_result import LiveTensor, Transfer
@@ -61,7 +62,8 @@ def _replay(step_stats, graph_def, gpu_device, correct):
             start, end = times[ns.node_name]
             for port, out in enumerate(ns.output):
                 live = interval((ns.node_name, port), dev_stats.device)
-                live.nbytes = out.tensor_description.allocation_description.allocated_bytes
+                allocation = out.tensor_description.allocation_description
+                live.nbytes = allocation.allocated_bytes
                 live.alloc = start
                 live.dealloc = max(live.dealloc, end + 1)
 

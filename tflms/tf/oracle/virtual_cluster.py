@@ -89,7 +89,9 @@ def gpu_properties(gpu=hardware.DEFAULT_GPU,
     return props
 
 
-def cpu_properties(memory_bytes: int = 256 << 30) -> device_properties_pb2.DeviceProperties:
+def cpu_properties(
+        memory_bytes: int = 256 << 30,
+) -> device_properties_pb2.DeviceProperties:
     """Properties of a server CPU for the analytical cost model.
 
     Args:
