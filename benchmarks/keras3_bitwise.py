@@ -44,7 +44,7 @@ def accumulated_addns(dump_dir):
     """Names of the AddNs Grappler's memory optimizer rewrote into
     accumulations in the partition graphs dumped into `dump_dir`, without
     the prefixes inlining gave them."""
-    from tflms.tf import swaps_ran  # pylint: disable=import-outside-toplevel
+    from tflms.tf import swaps_ran
     names = set()
     for path in swaps_ran.partition_graph_files(dump_dir):
         with open(path, encoding="utf-8") as f:
@@ -57,7 +57,7 @@ def accumulated_addns(dump_dir):
 
 
 def _fit(keras, args, lms=None):
-    import numpy as np  # pylint: disable=import-outside-toplevel
+    import numpy as np
     keras.backend.clear_session()  # the same layer (and op) names each time
     keras.utils.set_random_seed(1)
     shape = (args.size, args.size, 3)
@@ -77,7 +77,6 @@ def _fit(keras, args, lms=None):
 def no_memory_scheduling():
     """Turns Grappler's memory optimizer off for the functions this thread
     calls from now on (their call options' ConfigProto)."""
-    # pylint: disable=import-outside-toplevel
     from tensorflow.core.protobuf import rewriter_config_pb2
     from tensorflow.python.eager import context
     ctx = context.context()
@@ -121,7 +120,6 @@ def _compare(args, folder):
     os.environ["TF_DUMP_GRAPH_NAME_FILTER"] = _FILTER
     _dumped(folder, "roomy")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    # pylint: disable=import-outside-toplevel
     import numpy as np
     import tensorflow as tf
     import keras

@@ -384,7 +384,7 @@ def test_tensorflow_shape_vectors_and_masks_are_not_batch_sized():
     assert gi.tensor_bytes(index, labels_id, 0, 8) == 32
 
 
-# ---- FLOPs -------------------------------------------------------------------
+# ---- FLOPs ------------------------------------------------------------------
 def test_literal_flops():
     index = gi.from_edges([("a", "MatMul", {"flops": 12}),
                            ("b", "Conv2D", {"flops": (5, 7)}),

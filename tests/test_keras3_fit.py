@@ -160,7 +160,7 @@ def _case_fit(keras, tf, dump_dir, model_name="cnn", steps_per_execution=1,
     # And again with the callback: Keras kept its train function, so the
     # callback runs its own again (the one whose partition graphs above
     # held every swap op), traced and planned once.
-    changes = lms._fit.changes  # pylint: disable=protected-access
+    changes = lms._fit.changes
     function = changes.train_function
     again(lms)
     reused_graphs = (swaps_ran.partition_graph_files(dump_dir) - graphs
@@ -180,7 +180,7 @@ def _case_fit(keras, tf, dump_dir, model_name="cnn", steps_per_execution=1,
                  if n in ran and "CPU" not in ran[n].upper()],
         after=after, later_swaps=len(later), later_graphs=bool(later_graphs),
         reused_plan=lms.last_run is result,
-        reused_function=(lms._fit.changes  # pylint: disable=protected-access
+        reused_function=(lms._fit.changes
                          .train_function is function),
         reused_graphs=len(reused_graphs))
 
@@ -231,7 +231,7 @@ def _case_autotune(keras, tf, dump_dir):
 def _ran(result, dump_dir, graphs):
     """The swap ops of `result` missing from the partition graphs dumped
     since `graphs` (a set of files), and those not on a CPU."""
-    from tflms.tf import swaps_ran  # pylint: disable=import-outside-toplevel
+    from tflms.tf import swaps_ran
     swap_ops = list(result.swapout_ops) + list(result.swapin_ops)
     ran = swaps_ran.swap_ops_in_partition_graphs(
         swaps_ran.partition_graph_files(dump_dir) - graphs, swap_ops)
@@ -240,15 +240,15 @@ def _ran(result, dump_dir, graphs):
 
 
 def _weights_equal(a, b):
-    import numpy as np  # pylint: disable=import-outside-toplevel
+    import numpy as np
     return all(np.array_equal(x, y) for x, y in zip(a, b))
 
 
-def _case_mha_autotune(keras, tf, dump_dir):  # pylint: disable=unused-argument
+def _case_mha_autotune(keras, tf, dump_dir):
     """LMS() auto-tuned on the attention model with whole batches and no
     batch size: its shape vectors of unknown length are not batch-sized."""
-    from tflms import LMS, autotune  # pylint: disable=import-outside-toplevel
-    from tflms.tf import swaps_ran  # pylint: disable=import-outside-toplevel
+    from tflms import LMS, autotune
+    from tflms.tf import swaps_ran
     _, base_losses, base_weights, _ = _fit(keras, "mha")
     roomy = LMS()
     roomy.autotune_gpu_mem = 16.0
@@ -271,13 +271,13 @@ def _case_mha_autotune(keras, tf, dump_dir):  # pylint: disable=unused-argument
         missing=missing, off_cpu=off_cpu)
 
 
-def _case_refit(keras, tf, dump_dir):  # pylint: disable=unused-argument
+def _case_refit(keras, tf, dump_dir):
     """Two fits of the attention model with the same callback, at batch 3
     then 5, against the same fits without it: Keras traces its train
     function again at the second with the batch dimension unknown
     (reduce_retracing), and LMS's step must be traced so too."""
-    from tflms import LMS  # pylint: disable=import-outside-toplevel
-    from tflms.tf import swaps_ran  # pylint: disable=import-outside-toplevel
+    from tflms import LMS
+    from tflms.tf import swaps_ran
 
     def fits(lms=None):
         model, shape, _ = _model(keras, "mha")
@@ -300,7 +300,7 @@ def _case_refit(keras, tf, dump_dir):  # pylint: disable=unused-argument
     base_losses, base_weights, _, _, _ = fits()
     lms = LMS(**FIXED)
     losses, weights, runs, missing, off_cpu = fits(lms)
-    step = lms._fit.changes.step  # pylint: disable=protected-access
+    step = lms._fit.changes.step
     return dict(
         outcomes=[r.outcome.value for r in runs],
         swapouts=[len(r.swapout_ops) for r in runs],
@@ -314,7 +314,7 @@ def _case_refit(keras, tf, dump_dir):  # pylint: disable=unused-argument
         missing=missing, off_cpu=off_cpu)
 
 
-def _case_errors(keras, tf, dump_dir):  # pylint: disable=unused-argument
+def _case_errors(keras, tf, dump_dir):
     """Where the callback cannot work: the error, raised before the model
     is changed or trained."""
     from tflms import LMS

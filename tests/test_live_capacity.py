@@ -467,5 +467,6 @@ def test_keras_transformer_longest_sequence_by_the_command(tmp_path):
                 tmp_path / "fixed.keras")) in err
     assert "or search the batch (--dimension batch)" in err
     code, _, err = result["batch"]
-    assert code == 2 and ("or search its sequence length with tflms "
-                          "capacity --dimension sequence --batch-size N") in err
+    assert code == 2 and (
+        "or search its sequence length with tflms capacity --dimension "
+        "sequence --batch-size N") in err

@@ -320,7 +320,7 @@ def _fitted_largest(sizes, series, budget, limit):
     polynomial of degree ``len(sizes) - 1``) is within `budget`, or None
     when one is over it already at ``sizes[-1]``. A prediction to try,
     in floating point: the search checks it by planning there."""
-    import numpy as np  # pylint: disable=import-outside-toplevel
+    import numpy as np
     values = np.asarray(series, dtype=np.float64)
 
     def fits(x):

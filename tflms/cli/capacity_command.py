@@ -55,8 +55,8 @@ def find(args, progress):
 def _find_sequence(args, settings, progress):
     """The `capacity.Capacity` of a search over the sequence length of the
     Keras 3 model ``args.graph`` at ``args.batch_size``."""
-    from tflms.tf import keras3_trace  # pylint: disable=import-outside-toplevel
-    from tflms.tf import live_capacity  # pylint: disable=import-outside-toplevel
+    from tflms.tf import keras3_trace
+    from tflms.tf import live_capacity
     if not is_keras3_plan(args.graph, args):
         raise PlanError(
             "--dimension sequence traces a Keras 3 model at each sequence "

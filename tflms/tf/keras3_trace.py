@@ -356,7 +356,7 @@ def sequence_limit(model):
     says. A position looked up in a plain ``keras.layers.Embedding`` is
     not recognised."""
     best = (None, None)
-    layers = model._flatten_layers(include_self=True, recursive=True)  # pylint: disable=protected-access
+    layers = model._flatten_layers(include_self=True, recursive=True)
     for layer in layers:
         for attr, what in (("max_sequence_length", "was built with "
                             "max_sequence_length=%d"),

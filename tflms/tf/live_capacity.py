@@ -117,7 +117,7 @@ def _trace_at_length(loaded, sequence, path):
         return keras3_trace.trace(loaded, path=path, sequence=sequence)
     except keras3_trace.Keras3PlanError:
         raise
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:
         raise keras3_trace.Keras3PlanError(
             "tracing the training step of %s at sequence length %d (batch "
             "%d) failed: %s: %s. If the model cannot take sequences that "
