@@ -235,3 +235,19 @@ def test_a_transpose_of_other_dimensions_is_not_folded():
     index = transpose_graph((2, 16, 8), (16, 2, 8))
     assert not list(fusions.folded_transposes(index))
     assert not fusions.grappler_groups(index).direct_readers
+
+
+def test_a_power_joins_the_products_that_read_it():
+    """GELU's ``0.044715 * x ** 3``: Grappler turns Pow(x, 3) into
+    products that join the Mul reading it, a chain it reorders; the Pow is
+    merged like a Mul (not swapped; neither triggers nor waits)."""
+    index = gi.from_edges(
+        [("x", "Placeholder"), ("three", "Const"), ("pow", "Pow"),
+         ("c", "Const"), ("scaled", "Mul"), ("square", "Square"),
+         ("grad", "Mul"), ("late", "Relu")],
+        edges=[("x", "pow"), ("three", "pow"), ("c", "scaled"),
+               ("pow", "scaled"), ("x", "square"), ("square", "grad"),
+               ("scaled", "late"), ("late", "grad")])
+    inner, members, _ = fusions.grappler_groups(index)
+    assert {"pow", "square"} <= names_of(index, inner)
+    assert {"pow", "scaled", "square", "grad"} <= names_of(index, members)

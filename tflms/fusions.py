@@ -110,6 +110,11 @@ _ADD = ("Add", "AddV2", "AddN")
 _MERGED_INTO = {
     **{t: _ADD for t in _ADD},
     "Mul": ("Mul",),
+    # ConvertPow makes x * x (Square) and x * x * x of Pow(x, 2 or 3),
+    # which then join the Mul chains MinimizeBroadcasts reorders (GELU's
+    # 0.044715 * x ** 3 and its gradient's x ** 2).
+    "Pow": ("Mul",),
+    "Square": ("Mul",),
     **{t: ("BiasAdd",) for t in ("Conv2D", "Conv3D", "DepthwiseConv2dNative",
                                  "MatMul")},
     "BiasAdd": ("Relu", "Relu6", "Elu", "LeakyRelu", "Tanh", "Sigmoid"),
