@@ -9,8 +9,9 @@
 # not exist, installs tflms with the `tf` and `test` extras
 # (tools/install_test_deps.sh VENV tf), then runs the tests of TensorFlow 2
 # code and Keras 3 on it: `lms.function` steps, Keras 3 `fit` with the
-# callback (on one device and under MirroredStrategy), the swap check, the
-# pure core and the imports. As tools/ci_tf_latest.sh, with
+# callback (on one device and under MirroredStrategy; KerasHub's
+# transformers, whose exact comparisons and cause tests need oneDNN off),
+# the swap check, the pure core and the imports. As tools/ci_tf_latest.sh, with
 # TF_USE_LEGACY_KERAS=1 (tf.keras is Keras 2; the Keras 3 tests import
 # keras themselves), but with oneDNN off: the run on Python 3.11 has it
 # on, so Keras 3's trainings are compared in both modes, bit for bit with
@@ -45,7 +46,7 @@ bash tools/install_test_deps.sh "$VENV" tf
 "$VENV/bin/python" -c 'import sys, tensorflow as tf, keras; print("Python", sys.version.split()[0], "TensorFlow", tf.__version__, "Keras", keras.__version__)'
 TF_ENABLE_ONEDNN_OPTS=0 TF_USE_LEGACY_KERAS=1 "$VENV/bin/python" -m pytest \
     tests/test_lms_function.py tests/test_function_api.py \
-    tests/test_keras3_fit.py \
+    tests/test_keras3_fit.py tests/test_keras3_transformers.py \
     tests/test_keras3_distributed.py tests/test_swaps_ran.py \
     tests/test_pure_core.py tests/test_imports.py \
     -k "not mobilenetv2" "$@"
