@@ -35,7 +35,9 @@ _NOISE_CHAIN_OPS = 4
 
 def deferral_edges(index, roles, extra_edges=()):
     """Control edges ``(trigger, op)`` that delay `DEFERRABLE_TYPES` ops
-    until shortly before their first reader.
+    until shortly before their first reader, and `DEFERRABLE_NOISE_TYPES`
+    ops, with the ops of their chain that need nothing made after them,
+    until shortly before the chain's first other reader (`_noise_deferral`).
 
     An op qualifies when it is an active device op outside loops whose
     output has rank >= 2 and whose earliest successor (data, control, or
