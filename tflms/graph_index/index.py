@@ -62,10 +62,12 @@ GRAPPLER_IDENTITY_TYPES = frozenset({"Identity", "StopGradient",
 # (context->set_output(k, context->input(k)), or Tensor::CopyFrom with a new
 # shape) instead of allocating one, when both live in the same memory
 # space. IdentityN forwards input k to output k, the others input 0 to
-# output 0. The simulator and the oracle's runtime replay both alias them.
+# output 0. ``Bitcast`` is a view too (``Tensor::BitcastFrom`` shares the
+# input's buffer): Keras 3's NaN-aware ``argmax`` bitcasts the logits. The
+# simulator and the oracle's runtime replay both alias them.
 BUFFER_FORWARDING_TYPES = frozenset({
     "Identity", "IdentityN", "StopGradient", "PreventGradient", "Reshape",
-    "Squeeze", "ExpandDims",
+    "Squeeze", "ExpandDims", "Bitcast",
 })
 # The one op whose reference output is a buffer of its own, allocated in the
 # step; every other ref output (the kernels call set_output_ref or

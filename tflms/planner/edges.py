@@ -14,10 +14,30 @@ from tflms.planner.triggers import find_trigger
 # edge, not a transfer.
 DEFERRABLE_TYPES = frozenset({"Fill"})
 
+# Counter-based random ops: their output is a function of the shape, key
+# and counter they read, not of when they run (unlike the stateful
+# ``RandomUniform``, whose kernel advances a generator). Keras 3's dropout
+# draws its noise with them from a seed known at the step's start, so the
+# noise of every layer (``[batch, heads, seq, seq]`` in attention) and the
+# keep-mask compared from it are made at once in the first levels. Each is
+# deferred with the chain of ops that needs nothing later (the mask's
+# ``GreaterEqual``) until just before the chain's first other reader.
+DEFERRABLE_NOISE_TYPES = frozenset({
+    "StatelessRandomUniformV2", "StatelessRandomNormalV2",
+    "StatelessTruncatedNormalV2", "StatelessRandomUniform",
+    "StatelessRandomNormal", "StatelessTruncatedNormal",
+    "StatelessRandomUniformFullIntV2", "StatelessRandomUniformIntV2",
+})
+
+# Ops of a deferred noise chain at most (the noise, its comparison).
+_NOISE_CHAIN_OPS = 4
+
 
 def deferral_edges(index, roles, extra_edges=()):
     """Control edges ``(trigger, op)`` that delay `DEFERRABLE_TYPES` ops
-    until shortly before their first reader.
+    until shortly before their first reader, and `DEFERRABLE_NOISE_TYPES`
+    ops, with the ops of their chain that need nothing made after them,
+    until shortly before the chain's first other reader (`_noise_deferral`).
 
     An op qualifies when it is an active device op outside loops whose
     output has rank >= 2 and whose earliest successor (data, control, or
@@ -44,6 +64,11 @@ def deferral_edges(index, roles, extra_edges=()):
         extra.setdefault(a, []).append(b)
     edges = []
     for op, t in enumerate(index.types):
+        if t in DEFERRABLE_NOISE_TYPES:
+            edge = _noise_deferral(index, roles, op, extra)
+            if edge is not None:
+                edges.append(edge)
+            continue
         if (t not in DEFERRABLE_TYPES or op not in roles.device_ops
                 or op in roles.inactive or index.in_v1_loop[op]):
             continue
@@ -60,6 +85,52 @@ def deferral_edges(index, roles, extra_edges=()):
         if trigger is not None:
             edges.append((trigger, op))
     return tuple(edges)
+
+
+def _deferrable(index, roles, op):
+    return (op in roles.device_ops and op not in roles.inactive
+            and op in roles.waiters and not index.in_v1_loop[op]
+            and not index.is_stateful[op])
+
+
+def _noise_deferral(index, roles, op, extra):
+    """``(trigger, op)`` that delays the noise `op` and the ops that need
+    nothing made after it (its chain) until just before the chain's first
+    other reader, or None. The chain's ops are descendants of `op`, so
+    they follow it; the trigger is an ancestor of that reader outside the
+    chain, so no cycle closes."""
+    if not _deferrable(index, roles, op):
+        return None
+    shape = index.output_shapes[op][0] if index.output_shapes[op] else None
+    if shape is None or len(shape) < 2:
+        return None
+    levels = index.levels
+    start = levels[op]
+    chain, frontier = {op}, [op]
+    while frontier:
+        v = frontier.pop()
+        for c in index.fanouts[v]:
+            if c in chain or len(chain) >= _NOISE_CHAIN_OPS:
+                continue
+            if _deferrable(index, roles, c) and not extra.get(c) and all(
+                    p in chain or levels[p] < start
+                    for p in index.predecessors(c)):
+                chain.add(c)
+                frontier.append(c)
+    readers = set()
+    for v in chain:
+        readers.update(index.successors(v))
+        readers.update(extra.get(v, ()))
+    readers -= chain
+    if not readers:
+        return None
+    first = min(readers, key=lambda c: (levels[c], c))
+    if levels[first] - start < 3:
+        return None
+    trigger = find_trigger(index, roles, op, first, 1)
+    if trigger is None or trigger in chain:
+        return None
+    return (trigger, op)
 
 
 def levels_over_size(index, roles, gib, batch_size=None):

@@ -1,5 +1,5 @@
-"""Deferral: fills made long before their first reader wait until just
-before it.
+"""Deferral: fills and counter-based random noise made long before their
+first reader wait until just before it.
 
 A tensor filled with a constant at the start of the step (the gradient
 zeros of the branch a v1 ``cond`` does not take, for instance) holds device
@@ -35,9 +35,10 @@ def stage(context, planned):
     deferral = planner.deferral_edges(planned.index, context.roles)
     if deferral:
         context.log.info(
-            "Delaying %d tensor fills (%.2f GiB), such as the gradient zeros "
-            "of the untaken branch of v1 conds, until just before their "
-            "first reader" % (len(deferral), sum(
+            "Delaying %d tensor fills and random-noise ops (%.2f GiB), such "
+            "as the gradient zeros of the untaken branch of v1 conds or "
+            "Keras 3's dropout noise, until just before their first "
+            "reader" % (len(deferral), sum(
                 gi.tensor_bytes(planned.index, op, 0, context.batch_size)
                 or 0 for _, op in deferral) / _GIB), 1)
     if not deferral:

@@ -11,7 +11,9 @@ Two cases, both only with `Settings.order_peaks` and auto-tuning:
   round could not fit. The first round tries two orderings of known
   shapes before those: the broadcast terms of each sum one after the other
   (`broadcast_order`), then those with the optimizer's per-variable updates
-  one after the other (`update_order`). Between edges that leave the peak
+  one after the other (`update_order`), then those with the chains that
+  reduce a large tensor run before its other reader makes a large output
+  (`reduction_order`). Between edges that leave the peak
   where it is, the one that lowers the memory above the step's floor
   (`tflms.floor`) most is taken, whatever the budget: a larger budget stops
   at a prefix of the edges a smaller one finds, and never loses a plan the
@@ -31,6 +33,7 @@ from tflms import floor
 from tflms import graph_index as gi
 from tflms import peak_ordering
 from tflms import planner
+from tflms import reduction_order
 from tflms import update_order
 from tflms._logging import Logger
 from tflms.settings import AUTO
@@ -147,6 +150,19 @@ def _known_orderings_first(context, index, candidates):
             "apply the optimizer's updates one variable after another" % (
                 context.budget_bytes / _GIB, "those and " if broadcast
                 else "first ", len(updates)), 1)
+    # Last of the known ones (a step where those fit keeps its plan).
+    base = known[-1] if known else ()
+    reductions = reduction_order.reduction_edges(
+        gi.with_planned_edges(index, base) if base else index,
+        context.roles, context.batch_size)
+    if reductions:
+        known.append(base + reductions)
+        context.log.info(
+            "[Simulator] Nothing fits in %.2f GiB; trying %s%d edges that "
+            "run the chains reducing a large tensor (a metric of the "
+            "logits) before its other reader makes a large output" % (
+                context.budget_bytes / _GIB, "those and " if base
+                else "first ", len(reductions)), 1)
     return known + [c for c in candidates if c not in known]
 
 

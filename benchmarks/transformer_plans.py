@@ -1,0 +1,265 @@
+"""GPT-2's ``fit`` step against its floor: how close the smallest plan
+comes to the device memory no plan goes below (issue 47; TensorFlow 2.16+
+with Keras 3 and KerasHub).
+
+    env -u TF_USE_LEGACY_KERAS python benchmarks/transformer_plans.py \
+        1024 2048 [--batch 8] [--gpu-mem 16] [--layers 12 --hidden 768 \
+        --heads 12 --intermediate 3072] [--top 12] [--no-oracle]
+
+The step is KerasHub's GPT-2 built from its published config with random
+weights (`gpt2_step`: ``GPT2Backbone`` of the given size,
+``GPT2CausalLM(backbone, preprocessor=None)``, AdamW, sparse
+cross-entropy from logits), ``model.train_step`` traced by ``tf.function``
+for one batch of ``--batch`` sequences, planned as ``lms.function`` plans
+it for a GPU (`tf_function.rewrite_graph`, ``onednn_cpu=False``).
+
+For each sequence length it prints the step's floor (`tflms.floor`), then
+plans twice: for ``--gpu-mem`` GiB (does the step train on that GPU?), and
+for the smallest budget the search can meet: a first search at the floor
+(which fails unless the floor itself is met) names its smallest plan, and a
+second one, at that plan's peak, makes it (the planning budget is
+``TF_LMS_SIMULATOR_MEM_RATIO`` of a budget, 0.9 by default, so budgets are
+given as peak / ratio). Each plan's peak is counted by the simulator (copies
+instant) and, unless ``--no-oracle``, by the oracle's runtime replay of the
+rewritten graph. The table: sequence, floor, the smallest plan (simulator,
+oracle), its ratio to the floor, the ``--gpu-mem`` plan (or why none),
+predicted step times and planning seconds; ``--top`` lists the buffers the
+simulator holds at the smallest plan's peak.
+
+Nothing runs the model (shapes are static); the oracle's replay of GPT-2
+small at sequence 2048 takes about a minute and a few GiB of host memory.
+"""
+
+import argparse
+import os
+import sys
+import time
+
+sys.path[:0] = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+
+from benchmarks import common  # noqa: E402
+
+_MIB = float(1 << 20)
+# GPT-2 small (the published config).
+GPT2_SMALL = dict(layers=12, heads=12, hidden=768, intermediate=3072)
+VOCAB = 50257
+
+
+def gpt2_step(seq, batch=8, layers=12, heads=12, hidden=768,
+              intermediate=3072, vocab=VOCAB, seed=0):
+    """``(concrete function, model)`` of KerasHub GPT-2's ``train_step``
+    traced for `batch` sequences of `seq` tokens (eager mode, Keras 3)."""
+    import keras  # pylint: disable=import-outside-toplevel
+    import keras_hub  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    keras.utils.set_random_seed(seed)
+    backbone = keras_hub.models.GPT2Backbone(
+        vocabulary_size=vocab, num_layers=layers, num_heads=heads,
+        hidden_dim=hidden, intermediate_dim=intermediate, dropout=0.1,
+        max_sequence_length=seq)
+    model = keras_hub.models.GPT2CausalLM(backbone, preprocessor=None)
+    model.compile(optimizer=keras.optimizers.AdamW(1e-4),
+                  loss=keras.losses.SparseCategoricalCrossentropy(
+                      from_logits=True),
+                  jit_compile=False)
+    model.optimizer.build(model.trainable_variables)
+    step = tf.function(model.train_step, jit_compile=False)
+    concrete = step.get_concrete_function((
+        {"token_ids": tf.TensorSpec([batch, seq], tf.int32),
+         "padding_mask": tf.TensorSpec([batch, seq], tf.int32)},
+        tf.TensorSpec([batch, seq], tf.int32)))
+    return concrete, model
+
+
+def _lms(gpu_mem, batch, interconnect):
+    from tflms import LMS  # pylint: disable=import-outside-toplevel
+    lms = LMS()
+    lms.autotune_gpu_mem = gpu_mem
+    lms.autotune_host_mem = common.SERVER_HOST_MEM_GIB
+    lms.batch_size = batch
+    if interconnect:
+        lms.interconnect = interconnect
+    return lms
+
+
+def _plan(graph, gpu_mem, args):
+    """``(RunResult or None, AutotuneError or None, seconds)`` of planning
+    `graph` for `gpu_mem` GiB (the graph is rewritten when it fits)."""
+    # pylint: disable=import-outside-toplevel
+    from tflms import autotune
+    from tflms.tf.adapters import tf_function
+    lms = _lms(gpu_mem, args.batch, args.interconnect)
+    start = time.perf_counter()
+    try:
+        result = tf_function.rewrite_graph(lms, graph, onednn_cpu=False)
+    except autotune.AutotuneError as err:
+        return None, err, time.perf_counter() - start
+    return result, None, time.perf_counter() - start
+
+
+def _oracle_peak(graph):
+    """The oracle's runtime GPU peak of `graph`'s step and its result."""
+    # pylint: disable=import-outside-toplevel
+    import tensorflow as tf
+    from benchmarks import measure
+    from tflms.tf import oracle
+    from tflms.tf.adapters import tf_function
+    fetches = tf_function.step_fetches(graph)
+    with graph.as_default():
+        train_op = tf.group(*fetches.ops, name="tflms_bench_step_%d"
+                            % len(graph.get_operations()))
+    fetch = train_op.name
+    graph_def, _ = measure.forward_identities(oracle.place_on_gpu(graph),
+                                              keep={fetch})
+    judged = oracle.peak_memory(graph_def, fetch, place=False)
+    return judged.runtime_gpu_peak_bytes, judged
+
+
+def _sim(result):
+    # pylint: disable=import-outside-toplevel
+    from tflms import pipeline
+    planned = pipeline.simulate_plan(result.planned)
+    return planned, planned.with_lms
+
+
+def _step_ms(planned, args):
+    from tflms import steptime  # pylint: disable=import-outside-toplevel
+    lms = _lms(args.gpu_mem, args.batch, args.interconnect)
+    step = planned.step_time or steptime.predict_planned(
+        planned, gpu=lms.gpu, interconnect=lms.interconnect)
+    return step.with_lms_s * 1e3, step.without_lms_s * 1e3
+
+
+def measure_seq(seq, args):
+    """One row of the table (a dict), printing details as it goes."""
+    # pylint: disable=import-outside-toplevel
+    from tflms import floor as floor_mod
+    from tflms import pipeline
+    ratio = float(os.environ.get("TF_LMS_SIMULATOR_MEM_RATIO", "0.9"))
+    row = {"seq": seq}
+    size = dict(layers=args.layers, heads=args.heads, hidden=args.hidden,
+                intermediate=args.intermediate)
+    # The --gpu-mem plan.
+    concrete, model = gpt2_step(seq, args.batch, **size)
+    result, err, secs = _plan(concrete.graph, args.gpu_mem, args)
+    row["plan_s"] = secs
+    row["ops"] = len(concrete.graph.get_operations())
+    if err is not None:
+        row["floor"] = err.floor.floor_bytes if err.floor else None
+        row["gpu_mem_plan"] = "no plan: smallest %s" % common.fmt_bytes(
+            err.smallest_peak_bytes)
+        smallest_guess = err.smallest_peak_bytes
+    elif result.planned is None:
+        row["gpu_mem_plan"] = "fits without LMS"
+        smallest_guess = None
+    else:
+        planned, sim = _sim(result)
+        lowest = pipeline.step_floor(planned)
+        row["floor"] = lowest.floor_bytes
+        row["floor_op"] = lowest.describe()
+        row["gpu_mem_plan"] = "fits: %s, %d swapped" % (
+            common.fmt_bytes(sim.peak_device_bytes),
+            len(result.swapout_ops))
+        row["gpu_mem_step_ms"], row["no_lms_step_ms"] = _step_ms(planned,
+                                                                 args)
+        smallest_guess = None
+    print("%d: %d ops; %g GiB: %s (%.1f s)" % (
+        seq, row["ops"], args.gpu_mem, row["gpu_mem_plan"], secs),
+        flush=True)
+    del concrete, model, result
+    # The smallest plan: a search at the floor names it, a second makes it.
+    budgets = []
+    if row.get("floor"):
+        budgets.append(row["floor"] / ratio / common.GIB)
+    for attempt in range(3):
+        if not budgets:
+            break
+        budget = budgets.pop(0)
+        concrete, model = gpt2_step(seq, args.batch, **size)
+        result, err, secs = _plan(concrete.graph, budget, args)
+        row["smallest_plan_s"] = row.get("smallest_plan_s", 0.0) + secs
+        if err is not None:
+            print("  %.2f GiB: no plan, smallest %s (%.1f s)" % (
+                budget, common.fmt_bytes(err.smallest_peak_bytes), secs),
+                flush=True)
+            if err.smallest_peak_bytes and attempt < 2:
+                # A little above it: the search's own smallest plan.
+                budgets.append(err.smallest_peak_bytes * 1.01 / ratio
+                               / common.GIB)
+            row["smallest_sim"] = err.smallest_peak_bytes
+            continue
+        planned, sim = _sim(result)
+        row["smallest_sim"] = sim.peak_device_bytes
+        row["smallest_swaps"] = len(result.swapout_ops)
+        row["smallest_step_ms"], _ = _step_ms(planned, args)
+        print("  %.2f GiB: plan %s, %d swapped, %d ordering edges "
+              "(%.1f s)" % (budget, common.fmt_bytes(sim.peak_device_bytes),
+                            len(result.swapout_ops),
+                            len(planned.ordering_edges), secs), flush=True)
+        for name, nbytes in sorted(sim.live_at_peak, key=lambda x: -x[1])[
+                :args.top]:
+            print("    simulator %10.1f MiB  %s" % (nbytes / _MIB, name))
+        if not args.no_oracle:
+            peak, judged = _oracle_peak(concrete.graph)
+            row["smallest_oracle"] = peak
+            print("  oracle runtime peak %s" % common.fmt_bytes(peak),
+                  flush=True)
+            for t in [t for t in judged.runtime_live_at_peak
+                      if not t.variable][:args.top]:
+                print("    oracle    %10.1f MiB  %s%s" % (
+                    t.nbytes / _MIB, t.name,
+                    " (copied in)" if t.transferred else ""))
+        break
+    best = row.get("smallest_oracle") or row.get("smallest_sim")
+    if best and row.get("floor"):
+        row["ratio"] = best / float(row["floor"])
+    return row
+
+
+def table(rows, args):
+    """The markdown table of `rows`."""
+    lines = [
+        "| sequence | floor | smallest plan: simulator | oracle | ratio | "
+        "%g GiB plan | predicted step (smallest plan) | without LMS | "
+        "planning s (%g GiB) |" % (args.gpu_mem, args.gpu_mem),
+        "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append("| %d | %s | %s | %s | %s | %s | %s | %s | %.1f |" % (
+            r["seq"], common.fmt_bytes(r.get("floor")),
+            common.fmt_bytes(r.get("smallest_sim")),
+            common.fmt_bytes(r.get("smallest_oracle")),
+            "%.2fx" % r["ratio"] if r.get("ratio") else "-",
+            r["gpu_mem_plan"],
+            "%.0f ms" % r["smallest_step_ms"]
+            if r.get("smallest_step_ms") else "-",
+            "%.0f ms" % r["no_lms_step_ms"]
+            if r.get("no_lms_step_ms") else "-",
+            r["plan_s"]))
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("seq", type=int, nargs="+", help="sequence lengths")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--gpu-mem", type=float, default=16.0,
+                        help="GPU memory, GiB (autotune_gpu_mem)")
+    parser.add_argument("--interconnect", default=None,
+                        help="LMS interconnect (default: LMS's, PCIe 4.0)")
+    for name, value in GPT2_SMALL.items():
+        parser.add_argument("--" + name, type=int, default=value,
+                            help="GPT-2 size (default: GPT-2 small's %d)"
+                            % value)
+    parser.add_argument("--top", type=int, default=12,
+                        help="buffers live at the smallest plan's peak")
+    parser.add_argument("--no-oracle", action="store_true",
+                        help="plan only; skip the oracle's replay")
+    args = parser.parse_args(argv)
+    common.setup_tensorflow("eager")
+    rows = [measure_seq(seq, args) for seq in args.seq]
+    print(table(rows, args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""The dropout noise of KerasHub's GPT-2 (a small config, dropout 0.1)
+deferred (`planner.deferral_edges`, counter-based random ops): without the
+deferral every layer's noise is made in the first levels, beside each
+other; with it each is made just before its layer.
+
+Keras 3 traces in eager mode, which the test process has off: the step is
+traced in a subprocess (this file run as a script, `_keras3.result_of`).
+"""
+
+import os
+
+import pytest
+
+import _keras3
+
+BATCH, SEQ = 4, 256
+SIZE = dict(layers=2, heads=2, hidden=64, intermediate=128, vocab=100)
+
+
+def _main():
+    import json  # pylint: disable=import-outside-toplevel
+    import sys  # pylint: disable=import-outside-toplevel
+    sys.path.insert(0, _keras3.ROOT)
+    from benchmarks.transformer_plans import gpt2_step  # pylint: disable=import-outside-toplevel
+    from tflms import context, planner, simulator  # pylint: disable=import-outside-toplevel
+    from tflms.settings import Settings  # pylint: disable=import-outside-toplevel
+    from tflms.tf.adapters import tf_function  # pylint: disable=import-outside-toplevel
+    concrete, _ = gpt2_step(SEQ, BATCH, **SIZE)
+    _, index = tf_function.step_of(concrete.graph, onednn_cpu=False)
+    roles = context.classify(index, Settings(batch_size=BATCH))
+    deferral = planner.deferral_edges(index, roles)
+    model = simulator.SimulationModel(index, roles, BATCH)
+    peaks = []
+    for edges in ((), deferral):
+        # The most aggressive swaps: what no parameter set goes below.
+        plan = planner.make_plan(index, roles, planner.SwapParams(1, 1, 0, 0),
+                                 batch_size=BATCH, deferral=edges)
+        peaks.append(model.replay(plan).peak_device_bytes)
+    print("RESULT " + json.dumps(dict(
+        deferred=sorted(index.names[op] for _, op in deferral),
+        noise=[index.names[op] for op in range(index.num_ops)
+               if index.types[op] == "StatelessRandomUniformV2"],
+        peaks=peaks)))
+
+
+@_keras3.needs_keras3
+def test_gpt2_dropout_noise_is_made_just_before_its_layer():
+    pytest.importorskip("keras_hub")
+    r, log = _keras3.result_of(os.path.abspath(__file__))
+    # Every layer's noise (the attention probabilities', the attention
+    # output's and the MLP output's) is delayed; the embeddings' is read
+    # in the levels right after it is made, and stays.
+    layers = sorted(n for n in r["noise"] if "transformer_layer" in n)
+    assert len(layers) == 6, (r["noise"], log[-3000:])
+    assert r["deferred"] == layers
+    # Two layers' attention noise, [4, 2, 256, 256] floats, no longer
+    # beside each other at the step's start.
+    noise_bytes = BATCH * 2 * SEQ * SEQ * 4
+    before, after = r["peaks"]
+    assert before - after >= noise_bytes, r
+
+
+if __name__ == "__main__":
+    _main()
