@@ -49,9 +49,9 @@ def gpt2_step(seq, batch=8, layers=12, heads=12, hidden=768,
               intermediate=3072, vocab=VOCAB, seed=0):
     """``(concrete function, model)`` of KerasHub GPT-2's ``train_step``
     traced for `batch` sequences of `seq` tokens (eager mode, Keras 3)."""
-    import keras  # pylint: disable=import-outside-toplevel
-    import keras_hub  # pylint: disable=import-outside-toplevel
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    import keras
+    import keras_hub
+    import tensorflow as tf
     keras.utils.set_random_seed(seed)
     backbone = keras_hub.models.GPT2Backbone(
         vocabulary_size=vocab, num_layers=layers, num_heads=heads,
@@ -72,7 +72,7 @@ def gpt2_step(seq, batch=8, layers=12, heads=12, hidden=768,
 
 
 def _lms(gpu_mem, batch, interconnect):
-    from tflms import LMS  # pylint: disable=import-outside-toplevel
+    from tflms import LMS
     lms = LMS()
     lms.autotune_gpu_mem = gpu_mem
     lms.autotune_host_mem = common.SERVER_HOST_MEM_GIB
@@ -85,7 +85,6 @@ def _lms(gpu_mem, batch, interconnect):
 def _plan(graph, gpu_mem, args):
     """``(RunResult or None, AutotuneError or None, seconds)`` of planning
     `graph` for `gpu_mem` GiB (the graph is rewritten when it fits)."""
-    # pylint: disable=import-outside-toplevel
     from tflms import autotune
     from tflms.tf.adapters import tf_function
     lms = _lms(gpu_mem, args.batch, args.interconnect)
@@ -99,7 +98,6 @@ def _plan(graph, gpu_mem, args):
 
 def _oracle_peak(graph):
     """The oracle's runtime GPU peak of `graph`'s step and its result."""
-    # pylint: disable=import-outside-toplevel
     import tensorflow as tf
     from benchmarks import measure
     from tflms.tf import oracle
@@ -116,14 +114,13 @@ def _oracle_peak(graph):
 
 
 def _sim(result):
-    # pylint: disable=import-outside-toplevel
     from tflms import pipeline
     planned = pipeline.simulate_plan(result.planned)
     return planned, planned.with_lms
 
 
 def _step_ms(planned, args):
-    from tflms import steptime  # pylint: disable=import-outside-toplevel
+    from tflms import steptime
     lms = _lms(args.gpu_mem, args.batch, args.interconnect)
     step = planned.step_time or steptime.predict_planned(
         planned, gpu=lms.gpu, interconnect=lms.interconnect)
@@ -132,8 +129,6 @@ def _step_ms(planned, args):
 
 def measure_seq(seq, args):
     """One row of the table (a dict), printing details as it goes."""
-    # pylint: disable=import-outside-toplevel
-    from tflms import floor as floor_mod
     from tflms import pipeline
     ratio = float(os.environ.get("TF_LMS_SIMULATOR_MEM_RATIO", "0.9"))
     row = {"seq": seq}
@@ -151,7 +146,6 @@ def measure_seq(seq, args):
         smallest_guess = err.smallest_peak_bytes
     elif result.planned is None:
         row["gpu_mem_plan"] = "fits without LMS"
-        smallest_guess = None
     else:
         planned, sim = _sim(result)
         lowest = pipeline.step_floor(planned)
@@ -162,7 +156,6 @@ def measure_seq(seq, args):
             len(result.swapout_ops))
         row["gpu_mem_step_ms"], row["no_lms_step_ms"] = _step_ms(planned,
                                                                  args)
-        smallest_guess = None
     print("%d: %d ops; %g GiB: %s (%.1f s)" % (
         seq, row["ops"], args.gpu_mem, row["gpu_mem_plan"], secs),
         flush=True)

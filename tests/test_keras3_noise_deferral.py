@@ -18,13 +18,13 @@ SIZE = dict(layers=2, heads=2, hidden=64, intermediate=128, vocab=100)
 
 
 def _main():
-    import json  # pylint: disable=import-outside-toplevel
-    import sys  # pylint: disable=import-outside-toplevel
+    import json
+    import sys
     sys.path.insert(0, _keras3.ROOT)
-    from benchmarks.transformer_plans import gpt2_step  # pylint: disable=import-outside-toplevel
-    from tflms import context, planner, simulator  # pylint: disable=import-outside-toplevel
-    from tflms.settings import Settings  # pylint: disable=import-outside-toplevel
-    from tflms.tf.adapters import tf_function  # pylint: disable=import-outside-toplevel
+    from benchmarks.transformer_plans import gpt2_step
+    from tflms import context, planner, simulator
+    from tflms.settings import Settings
+    from tflms.tf.adapters import tf_function
     concrete, _ = gpt2_step(SEQ, BATCH, **SIZE)
     _, index = tf_function.step_of(concrete.graph, onednn_cpu=False)
     roles = context.classify(index, Settings(batch_size=BATCH))

@@ -99,13 +99,13 @@ def test_a_direct_reduction_is_not_ordered():
 # KerasHub's GPT-2, small: the accuracy metric on its logits beside the
 # loss. Run as a script in a Keras 3 subprocess.
 def _main():
-    import json  # pylint: disable=import-outside-toplevel
-    import sys  # pylint: disable=import-outside-toplevel
+    import json
+    import sys
     sys.path.insert(0, _keras3.ROOT)
-    from benchmarks.transformer_plans import gpt2_step  # pylint: disable=import-outside-toplevel
-    from tflms import context  # pylint: disable=import-outside-toplevel
-    from tflms.settings import Settings  # pylint: disable=import-outside-toplevel
-    from tflms.tf.adapters import tf_function  # pylint: disable=import-outside-toplevel
+    from benchmarks.transformer_plans import gpt2_step
+    from tflms import context
+    from tflms.settings import Settings
+    from tflms.tf.adapters import tf_function
     batch = 4
     concrete, _ = gpt2_step(128, batch, layers=2, heads=2, hidden=64,
                             intermediate=128, vocab=2000)
