@@ -143,7 +143,6 @@ def measure_seq(seq, args):
         row["floor"] = err.floor.floor_bytes if err.floor else None
         row["gpu_mem_plan"] = "no plan: smallest %s" % common.fmt_bytes(
             err.smallest_peak_bytes)
-        smallest_guess = err.smallest_peak_bytes
     elif result.planned is None:
         row["gpu_mem_plan"] = "fits without LMS"
     else:
