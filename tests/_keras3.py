@@ -135,3 +135,30 @@ def save_models(folder, layers):
         "        %s," % layer for layer in layers), compiled, bare)
     assert out.returncode == 0, out.stderr[-3000:]
     return {"compiled": str(compiled), "bare": str(bare)}
+
+
+def swaps_not_run(result, dump_dir, before=frozenset()):
+    """``(missing, off_cpu)``: the swap ops of `result` (an `LMS.last_run`)
+    absent from the partition graphs TensorFlow dumped into `dump_dir`
+    (those files in `before` aside), and those that ran on no CPU. Both
+    empty means every swap op LMS added ran, on the host."""
+    from tflms.tf import swaps_ran
+    swap_ops = list(result.swapout_ops) + list(result.swapin_ops)
+    ran = swaps_ran.swap_ops_in_partition_graphs(
+        swaps_ran.partition_graph_files(dump_dir) - set(before), swap_ops)
+    return ([n for n in swap_ops if n not in ran],
+            [n for n in swap_ops if n in ran and "CPU" not in ran[n].upper()])
+
+
+def weights_compared(base_weights, weights):
+    """How two lists of weight arrays differ, for a RESULT line: the count
+    not bit-identical and the largest absolute difference."""
+    import numpy as np
+    return dict(
+        num_weights=len(weights),
+        different=sum(not np.array_equal(a, b)
+                      for a, b in zip(base_weights, weights)),
+        largest_difference=max(
+            (float(np.max(np.abs(a.astype("float64")
+                                 - b.astype("float64"))))
+             for a, b in zip(base_weights, weights)), default=0.0))

@@ -54,7 +54,8 @@ import time
 
 import pytest
 
-from _keras3 import onednn, result_of
+from _keras3 import (onednn, result_of, swaps_not_run,
+                     weights_compared)
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _ROOT = os.path.dirname(_HERE)
@@ -92,12 +93,10 @@ def _fit(keras, app, lms=None):
 
 def _main(app, dump_dir, mode):
     sys.path.insert(0, _ROOT)
-    import numpy as np
     import tensorflow as tf
     import keras
     from tflms import LMS, fusions
     from tflms.tf import rewriter
-    from tflms.tf import swaps_ran
     tf.config.threading.set_inter_op_parallelism_threads(1)
     if mode == "lms-names":
         # The names swap-ins had before: lms/swapin_<tensor>.
@@ -127,9 +126,7 @@ def _main(app, dump_dir, mode):
     losses, weights = _fit(keras, app, lms)
     times.append(time.perf_counter())
     result = lms.last_run
-    swap_ops = list(result.swapout_ops) + list(result.swapin_ops)
-    ran = swaps_ran.swap_ops_in_partition_graphs(
-        swaps_ran.partition_graph_files(dump_dir), swap_ops)
+    missing, off_cpu = swaps_not_run(result, dump_dir)
     times.append(time.perf_counter())
     plan = result.planned.plan
     print("RESULT " + json.dumps(dict(
@@ -137,14 +134,8 @@ def _main(app, dump_dir, mode):
         swapins=len(result.swapin_ops),
         swapout_bytes=plan.swapout_bytes(),
         base_losses=base_losses, losses=losses,
-        num_weights=len(weights),
-        different=sum(not np.array_equal(a, b)
-                      for a, b in zip(base_weights, weights)),
-        weights_close=all(np.allclose(a, b, rtol=1e-4, atol=1e-6)
-                          for a, b in zip(base_weights, weights)),
-        missing=[n for n in swap_ops if n not in ran],
-        off_cpu=[n for n in swap_ops
-                 if n in ran and "CPU" not in ran[n].upper()],
+        missing=missing, off_cpu=off_cpu,
+        **weights_compared(base_weights, weights),
         seconds=[round(b - a, 1) for a, b in zip(times, times[1:])])))
 
 

@@ -25,7 +25,7 @@ import sys
 
 import pytest
 
-from _keras3 import error_of, onednn, result_of
+from _keras3 import error_of, onednn, result_of, swaps_not_run
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _ROOT = os.path.dirname(_HERE)
@@ -228,17 +228,6 @@ def _case_autotune(keras, tf, dump_dir):
         unknown_batch=ragged(unknown), batch_size_set=ragged(told))
 
 
-def _ran(result, dump_dir, graphs):
-    """The swap ops of `result` missing from the partition graphs dumped
-    since `graphs` (a set of files), and those not on a CPU."""
-    from tflms.tf import swaps_ran
-    swap_ops = list(result.swapout_ops) + list(result.swapin_ops)
-    ran = swaps_ran.swap_ops_in_partition_graphs(
-        swaps_ran.partition_graph_files(dump_dir) - graphs, swap_ops)
-    return ([n for n in swap_ops if n not in ran],
-            [n for n in swap_ops if n in ran and "CPU" not in ran[n].upper()])
-
-
 def _weights_equal(a, b):
     import numpy as np
     return all(np.array_equal(x, y) for x, y in zip(a, b))
@@ -259,7 +248,7 @@ def _case_mha_autotune(keras, tf, dump_dir):
     graphs = swaps_ran.partition_graph_files(dump_dir)
     _, losses, weights, _ = _fit(keras, "mha", tight)
     result = tight.last_run
-    missing, off_cpu = _ran(result, dump_dir, graphs)
+    missing, off_cpu = swaps_not_run(result, dump_dir, graphs)
     return dict(
         roomy_outcome=roomy.last_run.outcome.value,
         outcome=result.outcome.value, autotuned=bool(result.planned.autotuned),
@@ -291,7 +280,7 @@ def _case_refit(keras, tf, dump_dir):
             losses += history.history["loss"]
             if lms is not None:
                 runs.append(lms.last_run)
-                gone, off = _ran(lms.last_run, dump_dir, graphs)
+                gone, off = swaps_not_run(lms.last_run, dump_dir, graphs)
                 missing += gone
                 off_cpu += off
         return losses, [v.numpy() for v in model.weights], runs, missing, \

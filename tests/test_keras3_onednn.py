@@ -32,7 +32,8 @@ import sys
 
 import pytest
 
-from _keras3 import needs_keras3, onednn, result_of
+from _keras3 import (needs_keras3, onednn, result_of, swaps_not_run,
+                     weights_compared)
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _ROOT = os.path.dirname(_HERE)
@@ -99,11 +100,9 @@ def _without(rule):
 
 def _main(mode, dump_dir):
     sys.path.insert(0, _ROOT)
-    import numpy as np
     import tensorflow as tf
     import keras
     from tflms import LMS
-    from tflms.tf import swaps_ran
     tf.config.threading.set_inter_op_parallelism_threads(1)
     if mode != "as-is":
         _without(mode)
@@ -113,15 +112,11 @@ def _main(mode, dump_dir):
     lms = LMS(**FIXED)
     losses, weights = _fit(keras, lms)
     result = lms.last_run
-    swap_ops = list(result.swapout_ops) + list(result.swapin_ops)
-    ran = swaps_ran.swap_ops_in_partition_graphs(
-        swaps_ran.partition_graph_files(dump_dir), swap_ops)
+    missing, _ = swaps_not_run(result, dump_dir)
     print("RESULT " + json.dumps(dict(
         outcome=result.outcome.value, swapouts=len(result.swapout_ops),
-        base_losses=base_losses, losses=losses,
-        different=sum(not np.array_equal(a, b)
-                      for a, b in zip(base_weights, weights)),
-        missing=[n for n in swap_ops if n not in ran])))
+        base_losses=base_losses, losses=losses, missing=missing,
+        **weights_compared(base_weights, weights))))
 
 
 # ---- the tests -----------------------------------------------------------

@@ -36,7 +36,8 @@ import sys
 
 import pytest
 
-from _keras3 import onednn, result_of
+from _keras3 import (onednn, result_of, swaps_not_run,
+                     weights_compared)
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _ROOT = os.path.dirname(_HERE)
@@ -118,7 +119,6 @@ def _main(family, dump_dir, mode, policy):
     import keras
     import keras_hub
     from tflms import LMS, fusions
-    from tflms.tf import swaps_ran
     tf.config.threading.set_inter_op_parallelism_threads(1)
     keras.mixed_precision.set_global_policy(policy)
     if mode == "shape-readers":
@@ -142,21 +142,12 @@ def _main(family, dump_dir, mode, policy):
     lms = LMS(**FIXED)
     losses, weights = _fit(keras, keras_hub, np, family, lms)
     result = lms.last_run
-    swap_ops = list(result.swapout_ops) + list(result.swapin_ops)
-    ran = swaps_ran.swap_ops_in_partition_graphs(
-        swaps_ran.partition_graph_files(dump_dir), swap_ops)
+    missing, off_cpu = swaps_not_run(result, dump_dir)
     print("RESULT " + json.dumps(dict(
         outcome=result.outcome.value, swapouts=len(result.swapout_ops),
         base_losses=base_losses, losses=losses,
-        num_weights=len(weights),
-        different=sum(not np.array_equal(a, b)
-                      for a, b in zip(base_weights, weights)),
-        largest_difference=max(
-            float(np.max(np.abs(a.astype("float64") - b.astype("float64"))))
-            for a, b in zip(base_weights, weights)),
-        missing=[n for n in swap_ops if n not in ran],
-        off_cpu=[n for n in swap_ops
-                 if n in ran and "CPU" not in ran[n].upper()])))
+        missing=missing, off_cpu=off_cpu,
+        **weights_compared(base_weights, weights))))
 
 
 # ---- the tests -----------------------------------------------------------
