@@ -478,3 +478,23 @@ def test_acyclic_edges_drops_each_edge_that_closes_a_cycle():
     assert gi.acyclic_edges(index, [(c, d), (c, a), (d, b), (a, d)]) == (
         (c, d), (a, d))
     assert gi.acyclic_edges(index, []) == ()
+
+
+def test_readers_through_passing_ops():
+    """`readers_through` hands a value on through the passing types (an
+    IdentityN slot by slot), leaves out the ignored readers, and lists a
+    reader once."""
+    index = gi.from_edges(
+        [("x", "Placeholder"), ("y", "Placeholder"), ("i", "Identity"),
+         ("n", "IdentityN"), ("s", "Shape"), ("m", "MatMul"),
+         ("r", "Relu"), ("q", "Neg")],
+        edges=[("x", "i"), ("x", "s"), ("i", "m"), ("x", "m"),
+               ("y", "n"), ("x", "n"), ("n:0", "r"), ("n:1", "q")])
+    passing = frozenset({"Identity", "IdentityN"})
+    assert sorted(index.names[r] for r in index.readers_through(
+        (0, 0), passing, ignored=frozenset({"Shape"}))) == ["m", "q"]
+    assert sorted(index.names[r] for r in index.readers_through(
+        (0, 0), passing)) == ["m", "q", "s"]
+    # Without IdentityN passing, it is a reader itself.
+    assert sorted(index.names[r] for r in index.readers_through(
+        (0, 0), frozenset({"Identity"}))) == ["m", "n", "s"]

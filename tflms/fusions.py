@@ -266,27 +266,13 @@ def swishes(index):
 
 # Readers of a tensor's shape alone (`grappler_groups`).
 _SHAPE_READERS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
+# What Grappler removes between a tensor and its readers: its identities,
+# and an IdentityN's slot k handing on its input k.
+_GRAPPLER_PASSING = gi.GRAPPLER_IDENTITY_TYPES | {"IdentityN"}
 
 
 def _readers_of(index, tensor):
     """Ops reading `tensor`'s value directly or through identities (not
     those that read its shape only)."""
-    readers = []
-    stack = [tensor]
-    seen = set()
-    while stack:
-        producer, output = stack.pop()
-        for c, slot in index.consumers[producer][output]:
-            if c in seen:
-                continue
-            seen.add(c)
-            t = index.types[c]
-            if t in _SHAPE_READERS:
-                continue  # folded away before Grappler counts readers
-            if t in gi.GRAPPLER_IDENTITY_TYPES:
-                stack.append((c, 0))
-            elif t == "IdentityN":
-                stack.append((c, slot))
-            else:
-                readers.append(c)
-    return readers
+    return index.readers_through(tensor, _GRAPPLER_PASSING,
+                                 ignored=_SHAPE_READERS)

@@ -52,6 +52,9 @@ _MIN_CHAIN_OPS = 2
 # The shared tensor is at least this many bytes: smaller ones do not move
 # a peak worth a search.
 _MIN_BYTES = 1 << 20
+# Ops whose output is their input's buffer, read through to the readers
+# (an IdentityN, which hands on many buffers, counts as a reader).
+_FORWARDING = gi.BUFFER_FORWARDING_TYPES - {"IdentityN"}
 
 
 def _out_bytes(index, op, batch_size):
@@ -71,20 +74,8 @@ def _root(index, op, out):
 def _readers(index, op, out):
     """The ops that read output `out` of `op`, through ops that forward
     their input's buffer (`gi.BUFFER_FORWARDING_TYPES`: a reshape of the
-    logits is the same buffer)."""
-    readers, stack, seen = [], [(op, out)], set()
-    while stack:
-        p, k = stack.pop()
-        for c, _ in index.consumers[p][k]:
-            if c in seen:
-                continue
-            seen.add(c)
-            if index.types[c] in gi.BUFFER_FORWARDING_TYPES and \
-                    index.types[c] != "IdentityN":
-                stack.append((c, 0))
-            else:
-                readers.append(c)
-    return readers
+    logits is the same buffer); an IdentityN counts as a reader."""
+    return index.readers_through((op, out), _FORWARDING)
 
 
 def _chain(index, roles, start, size, batch_size):

@@ -227,6 +227,29 @@ class GraphIndex:
         """Distinct data producers and control inputs of an op."""
         return _merge_sorted(self.fanins[op_id], self.control_inputs[op_id])
 
+    def readers_through(self, tensor, passing, ignored=frozenset()):
+        """The ops that read `tensor` (a ``(producer, output)`` pair)
+        directly or through ops of the types in `passing`, which hand the
+        value on: output 0 of most, output k for input k of an
+        ``IdentityN`` (when `passing` names it). Readers of a type in
+        `ignored` are left out; each reader is listed once."""
+        readers, stack, seen = [], [tensor], set()
+        while stack:
+            producer, output = stack.pop()
+            for reader, slot in self.consumers[producer][output]:
+                if reader in seen:
+                    continue
+                seen.add(reader)
+                kind = self.types[reader]
+                if kind in ignored:
+                    continue
+                if kind in passing:
+                    stack.append((reader, slot if kind == "IdentityN"
+                                  else 0))
+                else:
+                    readers.append(reader)
+        return readers
+
 
 def _merge_sorted(a, b):
     if not b:
