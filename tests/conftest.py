@@ -43,6 +43,34 @@ def pytest_configure(config):
         "tools/run_tests.sh runs these with oneDNN off and on")
 
 
+# tools/run_tests.sh runs every `numerics` test with oneDNN on once: on the
+# newest TensorFlow where it runs there, else on 2.15. The newest stack's
+# pass writes the ids of the numerics tests it skipped to the file named by
+# TFLMS_WRITE_SKIPPED_NUMERICS; the 2.15 pass with oneDNN on then runs only
+# the tests listed in the file named by TFLMS_ONLY_TESTS.
+_SKIPPED_NUMERICS = os.environ.get("TFLMS_WRITE_SKIPPED_NUMERICS")
+_ONLY_TESTS = os.environ.get("TFLMS_ONLY_TESTS")
+
+
+def pytest_collection_modifyitems(config, items):
+    if not _ONLY_TESTS:
+        return
+    with open(_ONLY_TESTS, encoding="utf-8") as f:
+        wanted = {line.strip() for line in f if line.strip()}
+    kept = [item for item in items if item.nodeid in wanted]
+    config.hook.pytest_deselected(
+        items=[item for item in items if item.nodeid not in wanted])
+    items[:] = kept
+
+
+def pytest_runtest_logreport(report):
+    # xdist calls this hook in the controller for every worker's report.
+    if (_SKIPPED_NUMERICS and report.skipped
+            and "numerics" in report.keywords):
+        with open(_SKIPPED_NUMERICS, "a", encoding="utf-8") as f:
+            f.write(report.nodeid + "\n")
+
+
 @pytest.fixture
 def v1_control_flow():
     """Build graphs with v1 control flow (Switch/Merge/Enter/Exit)."""

@@ -18,6 +18,8 @@
 # it off. The heavier Keras 3 tests (applications, mixed precision, plan
 # and verify of Keras 3 files, capacity) run on Python 3.11 only, to keep
 # .ci/run within its time.
+# INSTALL_ONLY=1: install, then stop (tools/run_tests.sh installs both
+# newest-TensorFlow venvs this way while the first pass runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${1:-.venv-py313}"
@@ -43,6 +45,7 @@ if [ ! -x "$VENV/bin/python" ]; then
     "$PY313" -m venv "$VENV"
 fi
 bash tools/install_test_deps.sh "$VENV" tf
+if [ "${INSTALL_ONLY:-0}" = 1 ]; then exit 0; fi
 "$VENV/bin/python" -c 'import sys, tensorflow as tf, keras; print("Python", sys.version.split()[0], "TensorFlow", tf.__version__, "Keras", keras.__version__)'
 TF_ENABLE_ONEDNN_OPTS=0 TF_USE_LEGACY_KERAS=1 "$VENV/bin/python" -m pytest \
     tests/test_lms_function.py tests/test_function_api.py \

@@ -12,11 +12,14 @@
 # run without it (tests/test_docs.py), as a reader runs them. Tests that need
 # tf.estimator or Horovod skip there with the reason (tests/_stack.py).
 # Then tools/newcomer.py runs the README's programs in a bare environment.
+# INSTALL_ONLY=1: install, then stop (tools/run_tests.sh installs both
+# newest-TensorFlow venvs this way while the first pass runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${1:-.venv-tf-latest}"
 shift || true
 bash tools/install_test_deps.sh "$VENV" tf
+if [ "${INSTALL_ONLY:-0}" = 1 ]; then exit 0; fi
 "$VENV/bin/python" -c 'import tensorflow as tf, tf_keras; print("TensorFlow", tf.__version__, "tf_keras", tf_keras.__version__)'
 status=0
 TF_USE_LEGACY_KERAS=1 "$VENV/bin/python" -m pytest "$@" || status=1
