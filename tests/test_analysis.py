@@ -70,6 +70,8 @@ def test_classify_ops_roles():
         "train"}
     assert roles.has_loops is False
     assert roles.fused_with == {}
+    assert not roles.orderable(index, index.id_of["cpu"])
+    assert roles.orderable(index, index.id_of["mm"])
     assert analysis.collective_ops(index) == ids(index, "allreduce", "call")
 
 
@@ -99,6 +101,9 @@ def test_ops_in_a_v1_loop_get_no_role_but_enter_reads():
     assert names_of(index, roles.sinks) == {"enter"}
     assert roles.sources == roles.triggers == frozenset()
     assert names_of(index, roles.waiters) == {"x"}
+    # Control edges of LMS's own: device ops outside the loop only.
+    assert [roles.orderable(index, op) for op in range(3)] == [
+        True, False, False]
 
 
 def batch_norm_cond_graph():
@@ -309,26 +314,6 @@ def test_compute_devices_names_each_replica_device_once():
     one = gi.from_edges(ops[:1] + ops[2:4], edges=[("x", "a0"),
                                                     ("a0", "b0")])
     assert analysis.compute_devices(one) == ("/device:GPU:0",)
-
-
-def test_initializer_ops():
-    """v/Initializer/random and v/Assign are seeds; stddev feeds only a
-    seed, so it is initializer-only too; v is read by training as well."""
-    index = gi.from_edges(
-        [("v", "VariableV2"), ("stddev", "Const"),
-         ("v/Initializer/random", "RandomNormal"), ("v/Assign", "Assign"),
-         ("x", "Placeholder"), ("v/read", "Identity"), ("mm", "MatMul"),
-         ("init", "NoOp")],
-        edges=[("stddev", "v/Initializer/random"), ("v", "v/Assign"),
-               ("v/Initializer/random", "v/Assign"), ("v", "v/read"),
-               ("x", "mm"), ("v/read", "mm")],
-        control_edges=[("v/Assign", "init")])
-    assert names_of(index, analysis.initializer_seeds(index)) == {
-        "v/Initializer/random", "v/Assign"}
-    assert names_of(index, analysis.initializer_only_ops(index)) == {
-        "stddev", "v/Initializer/random", "v/Assign"}
-    assert names_of(index, analysis.initializer_inputs(index)) == {
-        "stddev", "v/Initializer/random", "v/Assign", "v"}
 
 
 @pytest.mark.parametrize("ops, expected", [

@@ -4,7 +4,7 @@ graphs shaped as Keras 3's unfused batch-norm gradients."""
 import dataclasses
 
 from tflms import analysis
-from tflms import broadcast_order
+from tflms.stages.order import broadcast as broadcast_order
 from tflms import fusions
 from tflms import graph_index as gi
 

@@ -253,6 +253,41 @@ def test_the_command_line_imports_are_plain_imports():
 # Modules no test file is named after: the package's own entry points
 # (tests/test_cli.py runs them) and the TensorFlow wing's __init__, which
 # only registers the device lister (tests/test_budget.py).
+# The planning stages' modules (`tflms.stages.STAGES`); what they share
+# (records, contract, timed, tuning) is not a stage.
+STAGE_MODULES = ("serialize", "defer", "swaps", "order", "fewer_waits",
+                 "recompute", "prefetch", "host")
+
+
+def stage_of(module):
+    """The stage a tflms module belongs to (``"order"`` for
+    ``stages.order.peaks``), or None."""
+    parts = module.split(".")
+    if len(parts) >= 2 and parts[0] == "stages" and \
+            parts[1] in STAGE_MODULES:
+        return parts[1]
+    return None
+
+
+def cross_stage_imports(graph):
+    """``(module, imported)`` pairs where one stage imports another."""
+    return sorted((m, i) for m, imported in graph.items() for i in imported
+                  if stage_of(m) and stage_of(i)
+                  and stage_of(m) != stage_of(i))
+
+
+def test_no_stage_imports_another():
+    assert cross_stage_imports(import_graph()) == []
+
+
+def test_a_cross_stage_import_is_found():
+    graph = {"stages.order": ["stages.order.peaks", "stages.records"],
+             "stages.prefetch": ["stages.fewer_waits", "stages.timed"],
+             "stages.order.peaks": ["stages.timed"]}
+    assert cross_stage_imports(graph) == [
+        ("stages.prefetch", "stages.fewer_waits")]
+
+
 UNNAMED = {"__init__", "__main__", "tf"}
 
 

@@ -10,7 +10,8 @@ from tflms import LMS
 from tflms import analysis
 from tflms import autotune
 from tflms import graph_index as gi
-from tflms import peak_ordering
+from tflms.stages import timed
+from tflms.stages.order import peaks as peak_ordering
 from tflms import pipeline
 from tflms import planner
 from tflms import simulator
@@ -319,7 +320,7 @@ def test_resnet50_at_8000_fits_16_gib_with_copies_timed():
 
 
 def test_replay_bound_shrinks_with_the_graph():
-    assert peak_ordering.replays_for(6000) == peak_ordering.MAX_REPLAYS
-    assert peak_ordering.replays_for(50000) == 40
-    assert peak_ordering.replays_for(200000) == 13
-    assert peak_ordering.replays_for(0) == peak_ordering.MAX_REPLAYS
+    assert timed.replays_for(6000) == timed.MAX_REPLAYS
+    assert timed.replays_for(50000) == 40
+    assert timed.replays_for(200000) == 13
+    assert timed.replays_for(0) == timed.MAX_REPLAYS

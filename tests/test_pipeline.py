@@ -15,7 +15,7 @@ from tflms import simulator
 from tflms import steptime
 from tflms.settings import Settings
 from tflms.stages import recompute as recompute_stage
-from tflms.stages import serialize
+from tflms.stages import records
 
 from zoo import models
 
@@ -55,7 +55,7 @@ def test_plan_is_pure_and_deterministic():
     assert first.index.planned_edges == first.plan.serialization_edges
     assert first.original_num_levels == index.num_levels
     assert first.index.num_levels > index.num_levels
-    assert first.record(serialize.Serialized).levels == (2, 5, 6)
+    assert first.record(records.Serialized).levels == (2, 5, 6)
     assert not first.autotuned and first.tune is None
     assert first.without_lms is None  # not asked to simulate
 

@@ -20,6 +20,7 @@ from tflms import pipeline
 from tflms import stages
 from tflms.settings import Settings
 from tflms.stages import prefetch
+from tflms.stages import records
 
 import test_equivalence as eq
 from _graphs import assert_same_training
@@ -51,7 +52,7 @@ def _whole_budget(monkeypatch):
 
 def _without_prefetch(monkeypatch):
     monkeypatch.setattr(stages, "STAGES", tuple(
-        s for s in stages.STAGES if s is not prefetch.stage))
+        s for s in stages.STAGES if s.run is not prefetch.stage))
 
 
 def _swap_in(plan, key):
@@ -68,11 +69,11 @@ def test_waited_swap_ins_start_earlier_within_the_budget(monkeypatch):
     with monkeypatch.context() as patch:
         _without_prefetch(patch)
         tuned = pipeline.plan(index, settings)
-    assert len(planned.record(prefetch.Prefetched).swap_ins) == 2
-    assert tuned.record(prefetch.Prefetched).swap_ins == ()
+    assert len(planned.record(records.Prefetched).swap_ins) == 2
+    assert tuned.record(records.Prefetched).swap_ins == ()
     levels = planned.index.levels
     step = tuned.step_time
-    for key in planned.record(prefetch.Prefetched).swap_ins:
+    for key in planned.record(records.Prefetched).swap_ins:
         swap, before = _swap_in(tuned.plan, key)
         _, after = _swap_in(planned.plan, key)
         # The tuner's swap-in ended no earlier than its reader started:
@@ -85,7 +86,7 @@ def test_waited_swap_ins_start_earlier_within_the_budget(monkeypatch):
         assert levels[after.triggers[0]] < min(levels[t]
                                                 for t in before.triggers)
     # Everything else is the tuner's plan.
-    prefetched = planned.record(prefetch.Prefetched).swap_ins
+    prefetched = planned.record(records.Prefetched).swap_ins
     moved = {key[:2] for key in prefetched}
     assert [s for s in planned.plan.swaps if (s.producer, s.output)
             not in moved] == [s for s in tuned.plan.swaps
@@ -133,7 +134,7 @@ def test_a_budget_with_no_room_keeps_the_tuners_triggers(monkeypatch):
     planned = prefetch.stage(tight, tuned)
     assert planned.with_lms.peak_device_bytes <= \
         tuned.with_lms.peak_device_bytes
-    for key in planned.record(prefetch.Prefetched).swap_ins:
+    for key in planned.record(records.Prefetched).swap_ins:
         assert key in {(s.producer, s.output, j) for s in tuned.plan.swaps
                        for j in range(len(s.swap_ins))}
 
@@ -160,7 +161,7 @@ def test_a_prefetched_plan_trains_the_same_and_runs_every_swap(
         recompute=recompute))
     result = lms.run(model.graph)
     planned = result.planned
-    prefetched = planned.record(prefetch.Prefetched).swap_ins
+    prefetched = planned.record(records.Prefetched).swap_ins
     assert len(prefetched) == moved, case
     read = {src[1:] for rec in planned.plan.recomputes
             for src in rec.sources("swapin")}
@@ -181,7 +182,7 @@ def test_a_prefetched_plan_trains_the_same_and_runs_every_swap(
     swapin_of = {(s.producer, s.output, j): next(names)
                  for s in plan.swaps for j in range(len(s.swap_ins))}
     graph = model.graph
-    for key in planned.record(prefetch.Prefetched).swap_ins:
+    for key in planned.record(records.Prefetched).swap_ins:
         _, sin = _swap_in(plan, key)
         op = graph.get_operation_by_name(swapin_of[key])
         assert [c.name for c in op.control_inputs] == [

@@ -11,7 +11,7 @@ import pytest
 import _keras3
 from tflms import analysis
 from tflms import graph_index as gi
-from tflms import reduction_order
+from tflms.stages.order import reductions as reduction_order
 from tflms import simulator
 
 BIG = 8 << 20      # the logits and the loss's gradient

@@ -11,7 +11,7 @@ from tflms import pipeline
 from tflms import run_log
 from tflms._logging import Logger
 from tflms.settings import Settings
-from tflms.stages.swaps import Tuned
+from tflms.stages.records import Tuned
 
 FIXED = dict(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0)
 

@@ -15,6 +15,7 @@ from tflms import stages
 from tflms.settings import Settings
 from tflms.stages import (defer, fewer_waits, host, order, recompute,
                           serialize, swaps)
+from tflms.stages import contract, records, timed, tuning
 
 import _literal as L
 from test_peak_ordering import U as OU, crowded_graph
@@ -28,7 +29,7 @@ def _through(context, *names):
     """`_start` run through the stages named (in `STAGES` order)."""
     planned = _start(context)
     for stage in stages.STAGES:
-        if stage.__module__.rsplit(".", 1)[-1] in names:
+        if stage.run.__module__.rsplit(".", 1)[-1] in names:
             planned = stage(context, planned)
     return planned
 
@@ -43,7 +44,7 @@ def test_the_pipeline_hands_each_stage_what_the_one_before_returned(
     def recording(stage):
         def run(context, planned):
             calls.append((stage, context, planned))
-            return planned.with_record(serialize.Serialized((len(calls),)))
+            return planned.with_record(records.Serialized((len(calls),)))
         return run
 
     real = stages.STAGES
@@ -56,8 +57,8 @@ def test_the_pipeline_hands_each_stage_what_the_one_before_returned(
     assert len({id(c[1]) for c in calls}) == 1
     assert calls[0][2].index is index
     for k, (_, _, given) in enumerate(calls[1:], 1):
-        assert given.record(serialize.Serialized).levels == (k,)
-    assert planned.record(serialize.Serialized).levels == (len(real),)
+        assert given.record(records.Serialized).levels == (k,)
+    assert planned.record(records.Serialized).levels == (len(real),)
 
 
 # ---- serialize ------------------------------------------------------------
@@ -69,7 +70,7 @@ def test_serialize_plans_edges_in_the_index_and_names_the_levels(lms_log):
                         swapin_groupby=0, serialization=[4])
     planned = serialize.stage(context, _start(context))
     ids = L.ids(index)
-    assert planned.record(serialize.Serialized).levels == (4,)
+    assert planned.record(records.Serialized).levels == (4,)
     assert set(planned.index.planned_edges) in (
         {(ids["f"], ids["i"])}, {(ids["i"], ids["f"])})
     assert planned.index.num_levels == index.num_levels + 1
@@ -96,7 +97,7 @@ def test_defer_delays_a_fill_made_long_before_its_reader():
                         swapin_groupby=0)
     planned = defer.stage(context, _start(context))
     ids = L.ids(index)
-    assert planned.record(defer.Deferred).edges == ((ids["f3"], ids["z"]),)
+    assert planned.record(records.Deferred).edges == ((ids["f3"], ids["z"]),)
     # Nothing to delay on the chain: the stage records no edges.
     chain = L.chain()
     context = L.context(chain, swapout_threshold=100, swapin_ahead=1,
@@ -157,7 +158,7 @@ def test_a_failure_no_stage_overcame_is_raised(monkeypatch):
     assert pipeline.plan(index, settings, env=L.EXACT).needed
     # Without the ordering stage, the search's failure reaches the caller.
     monkeypatch.setattr(stages, "STAGES", tuple(
-        s for s in stages.STAGES if s is not order.stage))
+        s for s in stages.STAGES if s.run is not order.stage))
     with pytest.raises(autotune.AutotuneError, match="found no parameter set"):
         pipeline.plan(index, settings, env=L.EXACT)
 
@@ -230,7 +231,7 @@ def test_fewer_waits_runs_again_only_where_recomputes_replaced_swaps():
     once = fewer_waits.stage(context, replaced)
     assert (again.plan, again.unwaited) == (once.plan, once.unwaited)
     assert replaced.step_time.exposed_transfer_s >= (
-        fewer_waits.MIN_EXPOSED_SHARE * replaced.step_time.with_lms_s)
+        timed.MIN_EXPOSED_SHARE * replaced.step_time.with_lms_s)
     # A step that (as predicted) waits for no copy has no wait to drop.
     step = replaced.step_time
     unwaiting = dataclasses.replace(replaced, step_time=dataclasses.replace(
@@ -324,9 +325,9 @@ def test_host_recomputes_swapped_tensors_until_the_host_budget_fits(lms_log):
     # The record names the tensor recomputed for the host; a device-bound
     # plan has none.
     (rec,) = planned.plan.recomputes
-    assert planned.record(host.HostBound) == host.HostBound(
+    assert planned.record(records.HostBound) == records.HostBound(
         recomputed=((rec.producer, rec.output),), peak_host_bytes=L.U)
-    assert tuned.record(host.HostBound) == host.HostBound()
+    assert tuned.record(records.HostBound) == records.HostBound()
 
 
 def test_host_fails_with_what_to_change_when_no_recompute_is_enough():
@@ -371,7 +372,7 @@ def test_order_reports_the_failed_search_closest_to_the_budget(monkeypatch):
     index = crowded_graph()
     context = L.context(index, budget_units=5 * OU / L.U)
     seen = []
-    real = swaps.tune
+    real = tuning.tune
 
     def recording(*args, **kwargs):
         try:
@@ -380,7 +381,7 @@ def test_order_reports_the_failed_search_closest_to_the_budget(monkeypatch):
             seen.append(err.smallest_peak_bytes)
             raise
 
-    monkeypatch.setattr(swaps, "tune", recording)
+    monkeypatch.setattr(tuning, "tune", recording)
     planned = swaps.stage(context, _start(context))
     with pytest.raises(autotune.AutotuneError) as err:
         order.stage(context, planned)
@@ -397,3 +398,52 @@ def test_of_two_failed_searches_the_closer_one_is_kept():
     assert order._closest(far, near) is near
     assert order._closest(other, far) is far
     assert order._closest(far, other) is far
+
+
+# ---- contracts --------------------------------------------------------------
+def test_the_stages_run_in_an_order_their_contracts_allow():
+    contract.check_order(stages.STAGES)
+    names = [s.name for s in stages.STAGES]
+    # Each record type is written by exactly the stage that owns it.
+    writers = {}
+    for stage in stages.STAGES:
+        for part in stage.writes:
+            if not isinstance(part, str):
+                writers.setdefault(part, set()).add(stage.name)
+    assert writers[records.Deferred] == {"defer"}
+    assert writers[records.Ordered] == {"order"}
+    assert names.index("defer") < names.index("swaps")
+
+
+def test_a_stage_moved_before_what_it_reads_is_refused():
+    by_name = {s.name: s for s in stages.STAGES}
+    moved = [by_name["swaps"], by_name["defer"]]
+    with pytest.raises(contract.StageContractError,
+                       match="'swaps' reads Deferred, which no stage before "
+                       "it writes"):
+        contract.check_order(moved)
+
+
+def test_a_stage_that_writes_what_it_did_not_declare_is_refused():
+    context = L.context(L.chain(), swapout_threshold=1, swapin_ahead=1,
+                        swapin_groupby=0)
+    start = _start(context)
+
+    def records_levels(context, planned):
+        return planned.with_record(records.Serialized((1,)))
+
+    def drops_the_index(context, planned):
+        return dataclasses.replace(planned, index=L.chain())
+
+    declared = contract.Stage("s", records_levels,
+                              writes=frozenset({records.Serialized}))
+    assert declared(context, start).record(records.Serialized).levels == (1,)
+    with pytest.raises(contract.StageContractError,
+                       match="'s' changed Serialized, which its contract "
+                       "does not declare"):
+        contract.Stage("s", records_levels)(context, start)
+    with pytest.raises(contract.StageContractError, match="changed index"):
+        contract.Stage("i", drops_the_index,
+                       writes=frozenset({"plan"}))(context, start)
+    with pytest.raises(contract.StageContractError, match="no field"):
+        contract.Stage("bad", records_levels, reads=frozenset({"plans"}))

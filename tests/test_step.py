@@ -24,8 +24,8 @@ from tflms.tf import rewriter
 from tflms import graph_index as gi
 from tflms.tf import compat
 from tflms.settings import Settings
-from tflms.stages import prefetch, serialize
 from tflms.tf.verify import verify
+from tflms.stages import records
 
 from _graphs import tiny_step
 
@@ -174,7 +174,7 @@ def test_serialization_and_fixed_swaps_stay_inside_the_step():
               serialization=["20:40"])
     lms.batch_size = 1
     result = _rewrite_and_check(graph, train_op, lms)
-    assert result.planned.record(serialize.Serialized).levels
+    assert result.planned.record(records.Serialized).levels
     assert result.plan.swaps
 
 
@@ -208,7 +208,7 @@ def test_prefetch_stays_inside_the_step_and_its_swaps_run():
     lms.batch_size = 1
     lms.autotune_gpu_mem = _budget_gib(graph, 0.5)
     result = _rewrite_and_check(graph, train_op, lms)
-    assert len(result.planned.record(prefetch.Prefetched).swap_ins) == 1
+    assert len(result.planned.record(records.Prefetched).swap_ins) == 1
     metadata = tf.compat.v1.RunMetadata()
     with graph.as_default():
         init = tf.compat.v1.global_variables_initializer()

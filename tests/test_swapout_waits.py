@@ -14,7 +14,7 @@ from tflms import pipeline
 from tflms import simulator
 from tflms import steptime
 from tflms.settings import Settings
-from tflms.stages import prefetch
+from tflms.stages import records
 
 from _graphs import assert_same_training, zoo_model
 from test_equivalence import train
@@ -72,7 +72,7 @@ def test_unet_352_waits_only_for_its_largest_copy(monkeypatch):
     # 1444.8 ms with the tuner's swap-in triggers; the prefetch stage
     # starts down0_b's swap-in earlier.
     assert round(step.with_lms_s * 1e3, 1) == 1435.8
-    prefetched = by_time.record(prefetch.Prefetched).swap_ins
+    prefetched = by_time.record(records.Prefetched).swap_ins
     assert [by_time.index.names[k[0]] for k in prefetched] == [
         "unet3d/down0_b/Relu"]
     _, every_wait = _replay(by_bytes, by_bytes.plan)

@@ -9,7 +9,7 @@ from tflms import analysis
 from tflms import fusions
 from tflms import graph_index as gi
 from tflms import simulator
-from tflms import update_order
+from tflms.stages.order import updates as update_order
 
 P = 1000      # one variable's bytes (and its gradient's, its products')
 SMALL = 4     # the learning rate

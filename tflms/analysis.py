@@ -12,7 +12,9 @@ Why one module: it is a flat list of small functions, the longest
 (inactive, constant, possibly-dead, collective ops, device matching) to
 make the `OpRoles` every stage plans with; splitting it by topic would
 only move those calls across modules. The ops TensorFlow merges at run
-time, a question of their own, are `tflms.fusions`'.
+time, a question of their own, are `tflms.fusions`'; the ops that only
+initialize variables, which `classify_ops` does not ask about, are
+`tflms.initializers`'.
 """
 
 import dataclasses
@@ -30,9 +32,6 @@ __all__ = [
     "compute_devices",
     "inactive_ops",
     "constant_ops",
-    "initializer_seeds",
-    "initializer_only_ops",
-    "initializer_inputs",
     "SHAPE_ONLY_TYPES",
     "collective_ops",
     "maybe_dead_ops",
@@ -115,6 +114,13 @@ class OpRoles:
     waiters: frozenset
     has_loops: bool
     fused_with: dict = dataclasses.field(default_factory=dict)
+
+    def orderable(self, index, op):
+        """True if LMS may order `op` by a control edge of its own: it runs
+        on the managed device in the chosen learning mode, outside a v1
+        loop (whose body runs once per iteration)."""
+        return (op in self.device_ops and op not in self.inactive
+                and not index.in_v1_loop[op])
 
 
 def device_matches(device, gpu_device, worker=None):
@@ -520,56 +526,6 @@ def op_bytes(index, op_id, batch_size=None):
     for out in range(len(index.output_shapes[op_id])):
         total += gi.tensor_bytes(index, op_id, out, batch_size) or 0
     return total
-
-
-# The assignments that initialize a variable (`<variable>/Assign`).
-_INITIALIZER_ASSIGN_TYPES = frozenset({"Assign", "AssignVariableOp"})
-
-
-def initializer_seeds(index):
-    """Ops that initialize variables: ops under an ``/Initializer/`` scope
-    and the ``<variable>/Assign`` ops."""
-    return frozenset(
-        i for i, name in enumerate(index.names)
-        if "/Initializer/" in name
-        or (index.types[i] in _INITIALIZER_ASSIGN_TYPES
-            and name.endswith("/Assign")))
-
-
-def initializer_only_ops(index):
-    """Ops that only serve variable initialization.
-
-    They run once, in the initializer's own `Session.run`, not in training
-    steps. An op joins the initializer seeds when every op it feeds (data
-    or control) has joined.
-    """
-    found = set(initializer_seeds(index))
-    for level_ops in reversed(index.ops_by_level):
-        for i in level_ops:
-            if i in found:
-                continue
-            succ = index.successors(i)
-            if succ and all(c in found for c in succ):
-                found.add(i)
-    return frozenset(found)
-
-
-def initializer_inputs(index):
-    """The initializer seeds and everything they read, directly or not.
-
-    Unlike `initializer_only_ops` this includes ops that training reads
-    too: none of them may wait on a training op, or initialization would
-    need the training inputs.
-    """
-    seen = set(initializer_seeds(index))
-    stack = list(seen)
-    while stack:
-        v = stack.pop()
-        for p in index.predecessors(v):
-            if p not in seen:
-                seen.add(p)
-                stack.append(p)
-    return frozenset(seen)
 
 
 def largest_device_op(index, device_ops, batch_size=None, excluded=()):

@@ -23,11 +23,9 @@ from tflms import simulator
 from tflms import stages
 from tflms.autotune.report import AutotuneError, PlotData
 from tflms.context import Budgets, Judging, PlanningContext, classify
-from tflms.stages.fewer_waits import Unwaited
-from tflms.stages.order import Ordered
-from tflms.stages.record import StageRecord
 from tflms.stages.recompute import recompute_cost
-from tflms.stages.swaps import Tuned
+from tflms.stages.records import (Deferred, Ordered, StageRecord, Tuned,
+                                  Unwaited)
 
 if TYPE_CHECKING:
     from tflms.autotune import TuneOutcome
@@ -134,12 +132,22 @@ class Planned:
 
     @property
     def ordering_edges(self):
-        """The control edges the order stage added (`order.Ordered`)."""
+        """The control edges the order stage added (`records.Ordered`)."""
         return self.record(Ordered).edges
 
     @property
+    def deferral_edges(self):
+        """The deferral edges of the planning index: the order stage's for
+        the index it ordered (`records.Ordered.deferral`), else the defer
+        stage's (`records.Deferred`)."""
+        ordered = self.record(Ordered)
+        if ordered.edges:
+            return ordered.deferral
+        return self.record(Deferred).edges
+
+    @property
     def unwaited(self):
-        """The swap-outs whose waits were dropped (`fewer_waits.Unwaited`)."""
+        """The swap-outs whose waits were dropped (`records.Unwaited`)."""
         return self.record(Unwaited).tensors
 
     @property

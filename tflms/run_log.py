@@ -4,7 +4,8 @@ summary shown at TensorFlow's default log level."""
 
 from tflms import analysis
 from tflms import floor
-from tflms.stages.prefetch import Prefetched
+from tflms import initializers
+from tflms.stages.records import Prefetched
 
 __all__ = ["log_step", "log_graph_facts", "log_parameters",
            "log_plan_details", "summary_line", "size_text"]
@@ -41,7 +42,7 @@ def log_graph_facts(log, index, roles, settings):
     passing = {i for i in roles.device_ops if floor.forwards_only(index, i)}
     op, nbytes = analysis.largest_device_op(
         index, roles.device_ops, settings.batch_size,
-        excluded=analysis.initializer_only_ops(index) | passing)
+        excluded=initializers.initializer_only_ops(index) | passing)
     if op is not None:
         log.info("The largest operation is %s consuming %.2f GiB"
                  % (index.names[op], nbytes / _GIB))

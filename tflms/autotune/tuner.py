@@ -78,8 +78,8 @@ def tune(context, index, deferral_edges=(), ordering_edges=()):
         ordering edges planned so far).
       deferral_edges: `planner.deferral_edges` that every plan carries out
         (the replay without LMS does not).
-      ordering_edges: the `peak_ordering.order_peaks` edges among the index's
-        planned edges: synchronous swap-ins into their second ops also
+      ordering_edges: the `stages.order.peaks.order_peaks` edges among the
+        index's planned edges: synchronous swap-ins into their second ops also
         wait for their first (`planner.wait_for_ordering`).
 
     Returns:

@@ -69,8 +69,7 @@ def deferral_edges(index, roles, extra_edges=()):
             if edge is not None:
                 edges.append(edge)
             continue
-        if (t not in DEFERRABLE_TYPES or op not in roles.device_ops
-                or op in roles.inactive or index.in_v1_loop[op]):
+        if t not in DEFERRABLE_TYPES or not roles.orderable(index, op):
             continue
         shape = index.output_shapes[op][0] if index.output_shapes[op] else None
         if shape is None or len(shape) < 2:

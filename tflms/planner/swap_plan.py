@@ -52,7 +52,7 @@ def wait_for_ordering(plan, ordering_edges):
     Args:
       plan: a `Plan`.
       ordering_edges: ``(first_id, then_id)`` control edges
-        (`peak_ordering.order_peaks`).
+        (`stages.order.peaks.order_peaks`).
 
     Returns:
       The plan, changed only in those swap-ins' triggers.

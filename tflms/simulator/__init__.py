@@ -117,7 +117,7 @@ The modules:
                         of buffers into lifetimes and timelines
 """
 
-from tflms.analysis import initializer_only_ops
+from tflms.initializers import initializer_only_ops
 from tflms.simulator.buffers import DEVICE, HOST, OTHER, BatchSizeError
 from tflms.simulator.simulation_model import SimulationModel
 from tflms.simulator.simulation_result import CopyLevels, SimulationResult

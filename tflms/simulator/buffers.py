@@ -13,7 +13,7 @@ import numpy as np
 from tflms import devices
 from tflms.errors import LMSError
 from tflms import graph_index as gi
-from tflms.analysis import initializer_only_ops
+from tflms.initializers import initializer_only_ops
 from tflms.inplace import inplace_candidates
 
 # Memory spaces.

@@ -3,16 +3,19 @@
 Each stage is ``stage(context, planned) -> planned``: it reads the
 `context.PlanningContext` (settings, roles, budgets, log, models) and the
 `pipeline.Planned` so far, and returns a new `Planned` (the same object
-when the stage does not apply). Adding or removing a stage is one line in
-`STAGES`.
+when the stage does not apply). `STAGES` lists them as `contract.Stage`s,
+each with the parts of `Planned` it reads and writes, which the pipeline
+checks (`contract`); adding or removing a stage is one entry there. No
+stage imports another: what they share is in `records` (what stages
+record), `tuning` (the tuner's search, for the swaps and order stages) and
+`timed` (timed replays, the replay budget).
 
 What a stage decided is the plan (`Planned.plan`, put in place with
 `Planned.with_plan` once the tuner made one) and, when it has more to say,
-its own record: a frozen dataclass subclassing `record.StageRecord`,
-defined in the stage's module and added with `Planned.with_record`
-(`serialize.Serialized`, `defer.Deferred`, `swaps.Tuned`,
-`order.Ordered`, `fewer_waits.Unwaited`, `prefetch.Prefetched`,
-`host.HostBound`). Readers
+its own record: a frozen dataclass subclassing `records.StageRecord`,
+defined in `records` and added with `Planned.with_record`
+(`Serialized`, `Deferred`, `Tuned`, `Ordered`, `Unwaited`, `Prefetched`,
+`HostBound`). Readers
 ask ``planned.record(ThatType)``. A record that names swaps says what
 still holds when a later stage replaces the plan (`StageRecord.for_plan`);
 `Planned` itself gets no new field. Inputs every stage shares (settings,
@@ -54,17 +57,43 @@ from tflms.stages import prefetch
 from tflms.stages import recompute
 from tflms.stages import serialize
 from tflms.stages import swaps
+from tflms.stages.contract import Stage, check_order
+from tflms.stages.records import (Deferred, HostBound, Ordered, Prefetched,
+                                  Serialized, Tuned, Unwaited)
 
 __all__ = ["STAGES"]
 
+# What a stage that changes the plan after the tuner may replace: the plan,
+# its timed replay and its predicted step.
+_REPLANS = frozenset({"plan", "with_lms", "step_time"})
+# What the tuner's search sets (`tuning.with_outcome`).
+_SEARCH = _REPLANS | {"without_lms", "failure", Tuned}
+
 STAGES = (
-    serialize.stage,
-    defer.stage,
-    swaps.stage,
-    order.stage,
-    fewer_waits.stage,
-    recompute.stage,
-    fewer_waits.after_recompute,
-    prefetch.stage,
-    host.stage,
+    Stage("serialize", serialize.stage, reads=frozenset({"index"}),
+          writes=frozenset({"index", Serialized})),
+    Stage("defer", defer.stage, reads=frozenset({"index"}),
+          writes=frozenset({Deferred})),
+    Stage("swaps", swaps.stage, reads=frozenset({"index", Deferred}),
+          writes=_SEARCH),
+    Stage("order", order.stage,
+          reads=frozenset({"index", "failure", "step_time", Deferred,
+                           Tuned}),
+          writes=_SEARCH | {"index", Ordered}),
+    Stage("fewer_waits", fewer_waits.stage,
+          reads=frozenset({"plan", "step_time", Tuned}),
+          writes=_REPLANS | {Unwaited}),
+    Stage("recompute", recompute.stage,
+          reads=frozenset({"plan", "step_time", "with_lms", Tuned}),
+          writes=_REPLANS),
+    Stage("fewer_waits after recompute", fewer_waits.after_recompute,
+          reads=frozenset({"plan", "step_time", Tuned}),
+          writes=_REPLANS | {Unwaited}),
+    Stage("prefetch", prefetch.stage,
+          reads=frozenset({"plan", "step_time", Tuned}),
+          writes=_REPLANS | {Prefetched}),
+    Stage("host", host.stage,
+          reads=frozenset({"plan", "failure", Tuned}),
+          writes=_REPLANS | {"failure", HostBound}),
 )
+check_order(STAGES)

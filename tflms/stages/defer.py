@@ -8,25 +8,14 @@ gives each such fill a control input just before its reader; every plan
 carries them out.
 """
 
-import dataclasses
-from typing import Tuple
 
 from tflms import graph_index as gi
 from tflms import planner
-from tflms.stages.record import StageRecord
+from tflms.stages.records import Deferred
 
-__all__ = ["stage", "Deferred"]
+__all__ = ["stage"]
 
 _GIB = float(1 << 30)
-
-
-@dataclasses.dataclass(frozen=True)
-class Deferred(StageRecord):
-    """The deferral edges of the planning index (`planner.deferral_edges`):
-    ``(trigger, fill)`` pairs every plan carries out. The order stage
-    records them again for the index it orders."""
-
-    edges: Tuple[Tuple[int, int], ...] = ()
 
 
 def stage(context, planned):

@@ -11,54 +11,31 @@ recomputes replaced swaps, again after it (`after_recompute`): they free
 device memory that can hold what a copy no longer waited for holds
 (docs/benchmarks.md measures both passes). Each swap-out, most bytes
 first, is one replay with copies timed;
-`peak_ordering.replays_for` bounds how many are tried. Only plans the tuner
+`timed.replays_for` bounds how many are tried. Only plans the tuner
 chose by predicted step time are changed: without a step time a wait costs
 nothing.
 """
 
 import dataclasses
-from typing import Tuple
 
-from tflms import peak_ordering
 from tflms.stages import timed
-from tflms.stages.record import StageRecord
+from tflms.stages.records import Unwaited
 
-__all__ = ["stage", "after_recompute", "Unwaited"]
+__all__ = ["stage", "after_recompute"]
 
 _GIB = float(1 << 30)
-
-
-@dataclasses.dataclass(frozen=True)
-class Unwaited(StageRecord):
-    """``(producer, output)`` of the swapped tensors whose swap-outs the
-    tuner's `sync_mode` would make their readers wait for, and whose waits
-    were dropped because the plan fits without them and its predicted step
-    is shorter; both passes of the stage together."""
-
-    tensors: Tuple[Tuple[int, int], ...] = ()
-
-    def for_plan(self, plan):
-        # A tensor recomputed instead is no longer swapped: no wait to drop.
-        swapped = {(s.producer, s.output) for s in plan.swaps}
-        return Unwaited(tuple(t for t in self.tensors if t in swapped))
-
-
-# The second pass runs only where the step waits for copies at least this
-# share of its time: dropping waits saves at most that wait, and each
-# swap-out tried is a replay.
-MIN_EXPOSED_SHARE = 0.01
 
 
 def after_recompute(context, planned):
     """`stage` again when the recompute stage replaced swaps: the memory
     their clones do not hold may let more swap-outs go without a wait.
     Not where the predicted step waits for copies less than
-    `MIN_EXPOSED_SHARE` of its time."""
+    `timed.MIN_EXPOSED_SHARE` of its time."""
     if planned.plan is None or not planned.plan.recomputes:
         return planned
     step = planned.step_time
     if step is None or step.exposed_transfer_s < (
-            MIN_EXPOSED_SHARE * step.with_lms_s):
+            timed.MIN_EXPOSED_SHARE * step.with_lms_s):
         return planned
     return stage(context, planned)
 
@@ -81,7 +58,7 @@ def stage(context, planned):
     best = planned.step_time.with_lms_s
     current = plan
     freed = []
-    for swap in waited[:peak_ordering.replays_for(planned.index.num_ops)]:
+    for swap in waited[:timed.replays_for(planned.index.num_ops)]:
         candidate = dataclasses.replace(current, swaps=tuple(
             dataclasses.replace(s, waiters=()) if s is swap else s
             for s in current.swaps))

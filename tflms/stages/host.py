@@ -18,28 +18,16 @@ The log says which memory bound the plan.
 """
 
 import dataclasses
-from typing import Tuple
 
 from tflms import planner
 from tflms import simulator
 from tflms.autotune import AutotuneError
 from tflms.stages import timed
-from tflms.stages.record import StageRecord
+from tflms.stages.records import HostBound
 
-__all__ = ["stage", "HostMemoryError", "HostBound"]
+__all__ = ["stage", "HostMemoryError"]
 
 _GIB = float(1 << 30)
-
-
-@dataclasses.dataclass(frozen=True)
-class HostBound(StageRecord):
-    """Host memory bounded a tuned plan: ``(producer, output)`` of the
-    swapped tensors the stage recomputed instead so that the swapped ones
-    fit the host budget, and the plan's host peak with them. (No record:
-    the device bounded the plan, or the parameters were fixed.)"""
-
-    recomputed: Tuple[Tuple[int, int], ...] = ()
-    peak_host_bytes: int = 0
 
 
 class HostMemoryError(AutotuneError):

@@ -14,41 +14,22 @@ where it does not fit, triggers half as far back are tried. The trigger is
 a data ancestor of the earliest reader of the swap-in and of those clones
 (`TriggerFinder.find`), so the control edge into the swap-in closes no
 cycle. Only plans the tuner chose by predicted step time, and whose step
-waits for copies at least `fewer_waits.MIN_EXPOSED_SHARE` of its time, are
-changed; at most `peak_ordering.replays_for` timed replays are spent.
+waits for copies at least `timed.MIN_EXPOSED_SHARE` of its time, are
+changed; at most `timed.replays_for` timed replays are spent.
 """
 
 import dataclasses
-from typing import Tuple
 
-from tflms import peak_ordering
 from tflms.planner.triggers import TriggerFinder
 from tflms.planner.types import SwapInPlan
 from tflms.stages import timed
-from tflms.stages.fewer_waits import MIN_EXPOSED_SHARE
-from tflms.stages.record import StageRecord
+from tflms.stages.records import Prefetched
 
-__all__ = ["stage", "Prefetched"]
+__all__ = ["stage"]
 
 # Triggers tried per swap-in: the one early enough for the copy, then
 # halfway back towards the tuner's where that goes over the budget.
 _TRIES_PER_SWAP_IN = 3
-
-
-@dataclasses.dataclass(frozen=True)
-class Prefetched(StageRecord):
-    """``(producer, output, j)`` of the swap-ins (the j-th of that
-    tensor's) the stage started earlier than the tuner did, because a
-    reader (or a recompute's clones) waited for them and the plan fits and
-    runs faster with the earlier start."""
-
-    swap_ins: Tuple[Tuple[int, int, int], ...] = ()
-
-    def for_plan(self, plan):
-        # A tensor recomputed instead is no longer swapped in.
-        swapped = {(s.producer, s.output) for s in plan.swaps}
-        return Prefetched(tuple(k for k in self.swap_ins
-                                if k[:2] in swapped))
 
 
 def stage(context, planned):
@@ -59,7 +40,7 @@ def stage(context, planned):
     if not (planned.autotuned and context.judging.by_step_time
             and plan is not None and plan.swaps and step is not None):
         return planned
-    if step.exposed_transfer_s < MIN_EXPOSED_SHARE * step.with_lms_s:
+    if step.exposed_transfer_s < timed.MIN_EXPOSED_SHARE * step.with_lms_s:
         return planned
     index = planned.index
     model = context.model(index)
@@ -68,7 +49,7 @@ def stage(context, planned):
     budget = context.budget_bytes
     current, best = plan, step
     tried, moved = set(), []
-    replays = peak_ordering.replays_for(index.num_ops)
+    replays = timed.replays_for(index.num_ops)
     accepted = True
     while accepted and replays > 0:
         # The swap-ins to try, from the latest timing: made again only

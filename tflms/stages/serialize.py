@@ -8,22 +8,13 @@ count them, so every later stage plans on the serialized step.
 """
 
 import dataclasses
-from typing import Tuple
 
-from tflms import analysis
 from tflms import graph_index as gi
+from tflms import initializers
 from tflms import planner
-from tflms.stages.record import StageRecord
+from tflms.stages.records import Serialized
 
-__all__ = ["stage", "serialization_edges", "Serialized"]
-
-
-@dataclasses.dataclass(frozen=True)
-class Serialized(StageRecord):
-    """The levels serialization chained (levels of the step as given),
-    sorted; their edges are the planning index's `planned_edges`."""
-
-    levels: Tuple[int, ...] = ()
+__all__ = ["stage", "serialization_edges"]
 
 
 def serialization_edges(context, index):
@@ -36,7 +27,7 @@ def serialization_edges(context, index):
             settings.batch_size)
     if not settings.serialization_levels and not extra:
         return (), []
-    excluded = analysis.initializer_inputs(index)
+    excluded = initializers.initializer_inputs(index)
     return planner.serialization_edges(
         index, context.roles, settings.serialization_levels, extra, excluded)
 

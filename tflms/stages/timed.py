@@ -1,10 +1,35 @@
 """What the stages after the tuner share: a plan replayed with its copies
-timed, whether it fits, and the log's account of a changed plan (a stage
-puts it in place with `Planned.with_plan`)."""
+timed, whether it fits, the log's account of a changed plan (a stage puts
+it in place with `Planned.with_plan`), how many replays a search may spend
+and when waiting for copies is worth a search."""
 
 from tflms import steptime
 
-__all__ = ["replay_at_link", "fitting_replay", "outcome"]
+__all__ = ["replay_at_link", "fitting_replay", "outcome", "replays_for",
+           "MAX_REPLAYS", "MIN_EXPOSED_SHARE"]
+
+# Replays one search may spend. One round of `order.peaks` tries at most a
+# dozen edges and a peak takes a few rounds. A replay costs time in
+# proportion to the graph's ops, so the bound shrinks with the graph
+# (`replays_for`): the ops replayed per search stay bounded, and ordering,
+# which only runs when nothing fits or a plan needs synchronous swap-ins,
+# stays within seconds.
+MAX_REPLAYS = 96
+_REPLAYED_OPS = 2000000  # ops replayed per search on a large graph
+_MIN_REPLAYS = 13        # one full round and the replay before it
+
+
+def replays_for(num_ops):
+    """Replays a search (`order.peaks.order_peaks`, the fewer_waits and
+    prefetch stages) may spend on a graph of `num_ops` ops."""
+    return max(_MIN_REPLAYS, min(MAX_REPLAYS, _REPLAYED_OPS // max(1,
+                                                                   num_ops)))
+
+
+# The fewer_waits stage's second pass and the prefetch stage run only where
+# the step waits for copies at least this share of its time: they save at
+# most that wait, and each change they try is a replay.
+MIN_EXPOSED_SHARE = 0.01
 
 
 def replay_at_link(model, timer, plan, detail=True, instant=None):

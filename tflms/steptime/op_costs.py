@@ -10,7 +10,7 @@ from typing import Optional
 import numpy as np
 
 from tflms import graph_index as gi
-from tflms.analysis import initializer_only_ops
+from tflms.initializers import initializer_only_ops
 from tflms.hardware import DEFAULT_GPU, GPUS, gpu_named
 from tflms.step import APPLY_PREFIXES, ASSIGN_TYPES
 from tflms.steptime.rates import (ACHIEVED, CONVOLUTION_TYPES,

@@ -8,7 +8,7 @@ shapes and element sizes, variable sizes, statefulness from op defs,
 control-flow contexts, collectives inside called functions, the trainable
 variables, the flops of contractions. The rest of tflms below the
 rewriter (`graph_index`, `analysis`, `planner`, `simulator`, `steptime`,
-`peak_ordering`) is pure Python and imports no TensorFlow
+`stages`) is pure Python and imports no TensorFlow
 (`tests/test_pure_core.py`), so it also works on literal graphs
 (`graph_index.from_edges`) and on any other reader's index. A
 `tf.function`'s `FuncGraph` is a `tf.Graph`, so this reader reads those

@@ -5,15 +5,15 @@ Two cases, both only with `Settings.order_peaks` and auto-tuning:
 
 * the search found nothing that fits (`Planned.failure`): the most
   aggressive plans the settings allow are replayed and the ops of their
-  crowded levels ordered (`peak_ordering.order_peaks`) until the peak comes
+  crowded levels ordered (`peaks.order_peaks`) until the peak comes
   under the budget or the replays run out; the search runs again on the
   index with each set of edges, in rounds that order further what the last
   round could not fit. The first round tries two orderings of known
   shapes before those: the broadcast terms of each sum one after the other
-  (`broadcast_order`), then those with the optimizer's per-variable updates
-  one after the other (`update_order`), then those with the chains that
+  (`broadcast`), then those with the optimizer's per-variable updates
+  one after the other (`updates`), then those with the chains that
   reduce a large tensor run before its other reader makes a large output
-  (`reduction_order`). Between edges that leave the peak
+  (`reductions`). Between edges that leave the peak
   where it is, the one that lowers the memory above the step's floor
   (`tflms.floor`) most is taken, whatever the budget: a larger budget stops
   at a prefix of the edges a smaller one finds, and never loses a plan the
@@ -24,40 +24,27 @@ Two cases, both only with `Settings.order_peaks` and auto-tuning:
   the ordered index is kept when its predicted step is shorter.
 """
 
-import dataclasses
-from typing import Tuple
-
 from tflms import autotune
-from tflms import broadcast_order
 from tflms import floor
 from tflms import graph_index as gi
-from tflms import peak_ordering
 from tflms import planner
-from tflms import reduction_order
-from tflms import update_order
 from tflms._logging import Logger
 from tflms.settings import AUTO
-from tflms.stages import swaps
-from tflms.stages.defer import Deferred
-from tflms.stages.record import StageRecord
+from tflms.stages import timed
+from tflms.stages import tuning
+from tflms.stages.order import broadcast
+from tflms.stages.order import peaks
+from tflms.stages.order import reductions
+from tflms.stages.order import updates
+from tflms.stages.records import Ordered
 
-__all__ = ["stage", "peak_orderings", "ROUNDS", "Ordered"]
+__all__ = ["stage", "peak_orderings", "ROUNDS"]
 
 _GIB = float(1 << 30)
 
 # Rounds of ordering and searching again when nothing fits: each round
 # orders the peak of the plan the last search could not fit.
 ROUNDS = 3
-
-
-@dataclasses.dataclass(frozen=True)
-class Ordered(StageRecord):
-    """The control edges ``(first, second)`` the stage added between ops at
-    the memory peaks (`peak_ordering.order_peaks`), all rounds together; they
-    are also among the planning index's `planned_edges`, and so among the
-    plan's serialization edges, which the rewriter adds."""
-
-    edges: Tuple[Tuple[int, int], ...] = ()
 
 
 def stage(context, planned):
@@ -84,14 +71,13 @@ def _with_ordering(context, index, edges):
 def _ordered(context, planned, outcome, index, deferral, edges):
     """`planned` with the tuner's `outcome` on the ordered `index`, its
     `deferral` edges and the ordering `edges`."""
-    recorded = planned.with_record(Deferred(deferral)).with_record(
-        Ordered(tuple(edges)))
-    return swaps.with_outcome(context, recorded, outcome, index)
+    recorded = planned.with_record(Ordered(tuple(edges), tuple(deferral)))
+    return tuning.with_outcome(context, recorded, outcome, index)
 
 
 def _fit_by_ordering(context, planned):
     error = planned.failure
-    index, deferral = planned.index, planned.record(Deferred).edges
+    index, deferral = planned.index, planned.deferral_edges
     found = ()
     for round_ in range(ROUNDS):
         candidates = peak_orderings(context, index, deferral, found=found)
@@ -107,7 +93,7 @@ def _fit_by_ordering(context, planned):
             context.log.info("[Simulator] Searching again with %d ordering "
                              "edges" % len(found + edges))
             try:
-                outcome = swaps.tune(context, ordered, ordered_deferral,
+                outcome = tuning.tune(context, ordered, ordered_deferral,
                                      found + edges)
             except autotune.AutotuneError as err:
                 error = _closest(error, err)
@@ -123,46 +109,46 @@ def _fit_by_ordering(context, planned):
 def _known_orderings_first(context, index, candidates):
     """`candidates` with two known orderings tried first, when the graph
     has them: the edges that make the broadcast terms of each sum one after
-    the other (`broadcast_order.sum_edges`: Keras 3's unfused batch-norm
+    the other (`broadcast.sum_edges`: Keras 3's unfused batch-norm
     gradients), then those together with the edges that apply the
     optimizer's updates one variable after another
-    (`update_order.chain_edges`: Keras 3's optimizers update every variable
+    (`updates.chain_edges`: Keras 3's optimizers update every variable
     at the end of the step)."""
     known = []
-    broadcast = broadcast_order.sum_edges(index, context.roles,
-                                          context.batch_size)
-    if broadcast:
-        known.append(broadcast)
+    sum_terms = broadcast.sum_edges(index, context.roles,
+                                    context.batch_size)
+    if sum_terms:
+        known.append(sum_terms)
         context.log.info(
             "[Simulator] Nothing fits in %.2f GiB; trying first %d edges "
             "that make the broadcast terms of sums (unfused batch-norm "
             "gradients) one after the other" % (
-                context.budget_bytes / _GIB, len(broadcast)), 1)
+                context.budget_bytes / _GIB, len(sum_terms)), 1)
     # Found on the index with the broadcast edges, so that together they
     # close no cycle.
-    updates = update_order.chain_edges(
-        gi.with_planned_edges(index, broadcast) if broadcast else index,
+    update_chains = updates.chain_edges(
+        gi.with_planned_edges(index, sum_terms) if sum_terms else index,
         context.roles)
-    if updates:
-        known.append(broadcast + updates)
+    if update_chains:
+        known.append(sum_terms + update_chains)
         context.log.info(
             "[Simulator] Nothing fits in %.2f GiB; trying %s%d edges that "
             "apply the optimizer's updates one variable after another" % (
-                context.budget_bytes / _GIB, "those and " if broadcast
-                else "first ", len(updates)), 1)
+                context.budget_bytes / _GIB, "those and " if sum_terms
+                else "first ", len(update_chains)), 1)
     # Last of the known ones (a step where those fit keeps its plan).
     base = known[-1] if known else ()
-    reductions = reduction_order.reduction_edges(
+    reductions_first = reductions.reduction_edges(
         gi.with_planned_edges(index, base) if base else index,
         context.roles, context.batch_size)
-    if reductions:
-        known.append(base + reductions)
+    if reductions_first:
+        known.append(base + reductions_first)
         context.log.info(
             "[Simulator] Nothing fits in %.2f GiB; trying %s%d edges that "
             "run the chains reducing a large tensor (a metric of the "
             "logits) before its other reader makes a large output" % (
                 context.budget_bytes / _GIB, "those and " if base
-                else "first ", len(reductions)), 1)
+                else "first ", len(reductions_first)), 1)
     return known + [c for c in candidates if c not in known]
 
 
@@ -182,13 +168,13 @@ def _faster_ordered(context, planned):
             or outcome.params.sync_mode < 2 or outcome.step_time is None):
         return planned
     candidates = peak_orderings(context, planned.index,
-                                planned.record(Deferred).edges, target=0)
+                                planned.deferral_edges, target=0)
     if not candidates:
         return planned
     edges = candidates[0]
     ordered, ordered_deferral = _with_ordering(context, planned.index, edges)
     try:
-        other = swaps.tune(context, ordered, ordered_deferral, edges,
+        other = tuning.tune(context, ordered, ordered_deferral, edges,
                            log=Logger())
     except autotune.AutotuneError:
         return planned
@@ -247,9 +233,9 @@ def peak_orderings(context, index, deferral, target=None, found=()):
             planner.make_plan(index, context.roles, params,
                               batch_size=context.batch_size,
                               deferral=deferral), found)
-        result = peak_ordering.order_peaks(
+        result = peaks.order_peaks(
             model, plan, budget, target=target,
-            max_replays=peak_ordering.replays_for(index.num_ops),
+            max_replays=timed.replays_for(index.num_ops),
             overflow_from=overflow_from)
         if result.edges:
             results.append((result.result.peak_device_bytes, -sync, result,

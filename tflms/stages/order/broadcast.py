@@ -94,11 +94,6 @@ def _chain(index, op, size, depth, batch_size):
     return None
 
 
-def _usable(index, roles, op):
-    return (op in roles.device_ops and op not in roles.inactive
-            and not index.in_v1_loop[op])
-
-
 def broadcast_sums(index, roles, batch_size=None):
     """The `BroadcastSum` of every ``AddN`` with two or more broadcast
     terms, in the order of the sums' levels (then ids).
@@ -108,7 +103,7 @@ def broadcast_sums(index, roles, batch_size=None):
     for the latest op of it that may."""
     sums = []
     for op, t in enumerate(index.types):
-        if t != "AddN" or not _usable(index, roles, op):
+        if t != "AddN" or not roles.orderable(index, op):
             continue
         size = _size(index, op, 0, batch_size)
         if not size:
@@ -118,7 +113,7 @@ def broadcast_sums(index, roles, batch_size=None):
             if _size(index, producer, out, batch_size) != size:
                 continue
             chain = _chain(index, producer, size, _CHAIN_DEPTH, batch_size)
-            if chain is not None and _usable(index, roles, chain[-1]):
+            if chain is not None and roles.orderable(index, chain[-1]):
                 chains.append((producer in roles.triggers, len(chain),
                                chain))
         if len(chains) < 2:

@@ -43,24 +43,9 @@ from tflms import analysis
 from tflms import graph_index as gi
 from tflms import planner
 from tflms import dag_levels
+from tflms.stages import timed
 
-__all__ = ["order_peaks", "OrderingResult", "MAX_REPLAYS", "replays_for"]
-
-# Replays one search may spend. One round tries at most `_PAIRS_PER_ROUND`
-# edges and a peak takes a few rounds. A replay costs time in proportion to
-# the graph's ops, so the bound shrinks with the graph (`replays_for`): the
-# ops replayed per search stay bounded, and ordering, which only runs when
-# nothing fits or a plan needs synchronous swap-ins, stays within seconds.
-MAX_REPLAYS = 96
-_REPLAYED_OPS = 2000000  # ops replayed per search on a large graph
-_MIN_REPLAYS = 13        # one full round and the replay before it
-
-
-def replays_for(num_ops):
-    """Replays `order_peaks` may spend on a graph of `num_ops` ops."""
-    return max(_MIN_REPLAYS, min(MAX_REPLAYS, _REPLAYED_OPS // max(1,
-                                                                   num_ops)))
-
+__all__ = ["order_peaks", "OrderingResult"]
 
 _PAIRS_PER_ROUND = 12
 
@@ -232,8 +217,8 @@ def _early_pairs(model, ordered, roles, result):
     return pairs
 
 
-def order_peaks(model, plan, budget, max_replays=MAX_REPLAYS, target=None,
-                overflow_from=None):
+def order_peaks(model, plan, budget, max_replays=timed.MAX_REPLAYS,
+                target=None, overflow_from=None):
     """Greedy control edges that lower `plan`'s peak toward `target`.
 
     Args:

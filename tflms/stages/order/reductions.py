@@ -89,8 +89,7 @@ def _chain(index, roles, start, size, batch_size):
         op = stack.pop()
         if op in chain or op in reductions:
             continue
-        if op not in roles.device_ops or op in roles.inactive \
-                or index.in_v1_loop[op]:
+        if not roles.orderable(index, op):
             return None
         nbytes = _out_bytes(index, op, batch_size)
         if nbytes <= small:

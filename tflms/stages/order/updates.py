@@ -90,11 +90,6 @@ def _is_write(t):
     return t in step.ASSIGN_TYPES or t.startswith(step.APPLY_PREFIXES)
 
 
-def _usable(index, roles, op):
-    return (op in roles.device_ops and op not in roles.inactive
-            and not index.in_v1_loop[op])
-
-
 def _grow(index, roles, write, taken):
     """The ops of `write`'s fan-in that only it (and what it absorbs) needs:
     added while every successor of an op is already in the chain or only
@@ -109,7 +104,7 @@ def _grow(index, roles, write, taken):
         t = index.types[op]
         if (op in members or op in taken
                 or not (t in CHAIN_TYPES or _is_write(t))
-                or not _usable(index, roles, op)):
+                or not roles.orderable(index, op)):
             continue
         if all(s in members or index.types[s] == "NoOp"
                for s in index.successors(op)):
@@ -151,7 +146,7 @@ def update_chains(index, roles):
     taken = {}
     groups = []
     writes = [op for op, t in enumerate(index.types)
-              if _is_write(t) and _usable(index, roles, op)]
+              if _is_write(t) and roles.orderable(index, op)]
     for write in sorted(writes, key=lambda op: (-index.levels[op], -op)):
         if write in taken:
             continue
