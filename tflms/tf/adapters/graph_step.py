@@ -15,7 +15,9 @@ from typing import Optional
 
 from tflms import analysis
 from tflms import autotune
+from tflms import offload as offload_rules
 from tflms import pipeline
+from tflms import planner
 from tflms import plots
 from tflms import run_log
 from tflms import step as step_rules
@@ -57,6 +59,15 @@ class GraphAdapter:
     by the reader and edited by the rewriter.
     """
 
+    # True where ``offload_optimizer`` is carried out (`tflms.offload`);
+    # elsewhere asking for it raises `offload.OffloadUnsupportedError`.
+    offload_supported = False
+    # What the error says to do instead, where it is not.
+    offload_instead = (
+        "train the step as a Session graph with a tf.compat.v1.train "
+        "optimizer (lms.run(graph) or the Estimator hook), or set "
+        "offload_optimizer=False")
+
     def __init__(self, lms, graph, fetches=None):
         self.lms = lms
         self.graph = graph
@@ -67,6 +78,10 @@ class GraphAdapter:
         """True if this adapter serves `graph`."""
         raise NotImplementedError
 
+    def describe_entry(self):
+        """The entry point, for messages: ``"a tf.function step"``."""
+        return "this kind of step (%s)" % type(self).__name__
+
     def find_step(self):
         """The `TrainingStep` of the graph."""
         raise NotImplementedError
@@ -75,12 +90,17 @@ class GraphAdapter:
         """The `GraphIndex` of `found`'s step (its fetches' fan-in)."""
         return reader.build_index(found.graph, found.fetches)
 
-    def apply(self, found, index, plan):
-        """Edit `found.graph` by `plan` (made on `index`): the
-        `rewriter.RewriteResult`."""
-        host = (self.lms.settings.cpu_device if found.worker is None
+    def host(self, found):
+        """The device of the swap ops (and of offloaded updates)."""
+        return (self.lms.settings.cpu_device if found.worker is None
                 else found.worker.host)
-        return rewriter.apply_plan(found.graph, index, plan, host)
+
+    def apply(self, found, index, plan, offload=None):
+        """Edit `found.graph` by `plan` (made on `index`) and `offload`
+        (a `tflms.offload.Offload` or None): the
+        `rewriter.RewriteResult`."""
+        return rewriter.apply_plan(found.graph, index, plan,
+                                   self.host(found), offload)
 
     def rewrite(self, start=None):
         """Find, index, plan and rewrite the step: a `RunResult`."""
@@ -94,7 +114,8 @@ def _device_filter(settings, found):
               else found.gpu_device)
 
     def matches(op_device):
-        return analysis.device_matches(op_device, device, found.worker)
+        return analysis.device_matches(op_device, device, found.worker,
+                                       settings.cpu_device)
     return matches
 
 
@@ -119,6 +140,10 @@ def plan_and_rewrite(adapter, found, start, index=None):
     log.info("Editing model for LMS")
     if index is None:
         index = adapter.index(found)
+    offload = _offload(adapter, settings, found, index)
+    if offload is not None:
+        log.info(offload.describe())
+        index = offload_rules.planning_index(index, offload)
     run_log.log_step(log, index)
     roles = pipeline.classify(index, settings, found.worker)
     run_log.log_graph_facts(log, index, roles, settings)
@@ -129,17 +154,40 @@ def plan_and_rewrite(adapter, found, start, index=None):
         # write (the planning core writes no file).
         raise plots.with_plots(err, settings, log) from None
     plots.write_planned(planned, log)
-    if not planned.needed:
+    offloads = offload is not None and bool(offload.updates)
+    if not planned.needed and not offloads:
         return RunResult(Outcome.NOT_NEEDED, planned,
-                         seconds=time.perf_counter() - start)
-    plan = planned.plan
-    _log_plan(log, planned, plan)
-    rewrite = adapter.apply(found, planned.index, plan)
+                         seconds=time.perf_counter() - start,
+                         offload=offload)
+    if planned.needed:
+        plan = planned.plan
+        _log_plan(log, planned, plan)
+    else:
+        # Nothing to swap, but the updates move: an empty plan.
+        plan = planner.Plan(params=None, swaps=(), serialization_edges=(),
+                            num_levels=planned.index.num_levels)
+    rewrite = adapter.apply(found, planned.index, plan, offload)
     _log_rewrite(log, plan, rewrite)
     seconds = time.perf_counter() - start
     log.info("Editing model for LMS, took: %.1f ms" % (seconds * 1000))
-    log.warning(run_log.summary_line(planned, rewrite, seconds))
-    return RunResult(Outcome.REWRITTEN, planned, rewrite, seconds)
+    if planned.needed:
+        log.warning(run_log.summary_line(planned, rewrite, seconds))
+    return RunResult(Outcome.REWRITTEN, planned, rewrite, seconds,
+                     offload=offload)
+
+
+def _offload(adapter, settings, found, index):
+    """The `offload.Offload` of the step when ``offload_optimizer`` asks
+    for one, else None."""
+    if not settings.offload_optimizer:
+        return None
+    if not adapter.offload_supported:
+        raise offload_rules.OffloadUnsupportedError(
+            "offload_optimizer=True is not supported yet for %s (only "
+            "Session graphs with tf.compat.v1.train optimizers are, "
+            "docs/offload.md); %s" % (adapter.describe_entry(),
+                                      adapter.offload_instead))
+    return offload_rules.find_updates(index, adapter.host(found))
 
 
 def _log_plan(log, planned, plan):

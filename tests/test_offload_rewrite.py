@@ -1,0 +1,250 @@
+"""``offload_optimizer`` on Session graphs (`tflms.tf.offload_rewrite`):
+real training with tf.compat.v1.train optimizers, with and without
+offload, compared bit for bit.
+
+The "device" is a logical CPU: each Session splits the machine's CPU in
+two (``device_count={"CPU": 2}``), the model is built on ``/cpu:1`` and
+``cpu_device`` is ``/cpu:0``, the host. By the public rule every device
+but the host that the step computes on is managed (`analysis.
+device_matches`), so nothing of LMS is patched.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tflms import LMS, Outcome, offload
+from tflms.devices import same_device
+from tflms.tf.adapters import tf_function
+
+pytestmark = pytest.mark.numerics
+
+DEVICE = "/cpu:1"
+HOST = "/cpu:0"
+STEPS = 3
+OPTIMIZERS = {
+    "momentum": lambda: tf.compat.v1.train.MomentumOptimizer(0.05, 0.9),
+    "adam": lambda: tf.compat.v1.train.AdamOptimizer(0.01),
+    "rmsprop": lambda: tf.compat.v1.train.RMSPropOptimizer(0.01,
+                                                           momentum=0.5),
+    "adagrad": lambda: tf.compat.v1.train.AdagradOptimizer(0.1),
+}
+
+
+def _config():
+    return tf.compat.v1.ConfigProto(
+        device_count={"CPU": 2}, inter_op_parallelism_threads=1,
+        intra_op_parallelism_threads=1)
+
+
+def _mlp(optimizer, use_resource=True):
+    """A 2-layer MLP on ``/cpu:1`` with seeded weights and data:
+    ``(graph, loss, train_op)``."""
+    graph = tf.Graph()
+    rng = np.random.RandomState(0)
+    with graph.as_default(), tf.device(DEVICE):
+        x = tf.constant(rng.rand(16, 12).astype(np.float32))
+        y = tf.constant(rng.rand(16, 3).astype(np.float32))
+        h = x
+        for i, width in enumerate((24, 3)):
+            with tf.compat.v1.variable_scope("dense%d" % i):
+                w = tf.compat.v1.get_variable(
+                    "kernel", [h.shape[1], width], use_resource=use_resource,
+                    initializer=tf.compat.v1.glorot_uniform_initializer(
+                        seed=i + 1))
+                b = tf.compat.v1.get_variable(
+                    "bias", [width], use_resource=use_resource,
+                    initializer=tf.compat.v1.constant_initializer(0.1))
+            h = tf.matmul(h, w) + b
+            if i == 0:
+                h = tf.nn.relu(h)
+        loss = tf.reduce_mean(tf.square(h - y))
+        step = tf.compat.v1.train.get_or_create_global_step()
+        train = OPTIMIZERS[optimizer]().minimize(loss, global_step=step)
+    return graph, loss, train
+
+
+def _lms(**kwargs):
+    lms = LMS(cpu_device=HOST, **kwargs)
+    lms.autotune_gpu_mem = 1  # far above the step: no swap needed
+    return lms
+
+
+def _train(graph, loss, train, steps=STEPS, restore=None, save=None):
+    """Train; the losses, every global variable by name, and the last
+    step's RunMetadata."""
+    with graph.as_default():
+        init = tf.compat.v1.global_variables_initializer()
+        variables = tf.compat.v1.global_variables()
+        saver = tf.compat.v1.train.Saver()
+    options = tf.compat.v1.RunOptions(
+        trace_level=tf.compat.v1.RunOptions.FULL_TRACE,
+        output_partition_graphs=True)
+    with tf.compat.v1.Session(graph=graph, config=_config()) as sess:
+        sess.run(init)
+        if restore:
+            saver.restore(sess, restore)
+        losses = []
+        metadata = tf.compat.v1.RunMetadata()
+        for _ in range(steps):
+            losses.append(sess.run([loss, train], options=options,
+                                   run_metadata=metadata)[0])
+        if save:
+            saver.save(sess, save)
+        values = dict(zip([v.op.name for v in variables],
+                          sess.run(variables)))
+    return losses, values, metadata
+
+
+def _ran_on(metadata):
+    """Op name -> the device that ran it."""
+    return {node.node_name: dev.device
+            for dev in metadata.step_stats.dev_stats
+            for node in dev.node_stats}
+
+
+def _assert_same(a, b):
+    assert a[0] == b[0]  # losses, exactly
+    assert sorted(a[1]) == sorted(b[1])
+    for name in a[1]:
+        np.testing.assert_array_equal(a[1][name], b[1][name], err_msg=name)
+
+
+@pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
+def test_offloaded_training_is_bit_identical(optimizer):
+    base = _train(*_mlp(optimizer))
+    graph, loss, train = _mlp(optimizer)
+    result = _lms(offload_optimizer=True).run(graph)
+    assert result.outcome is Outcome.REWRITTEN
+    found = result.offload
+    assert len(found.updates) == 4 and not found.left
+    off = _train(graph, loss, train)
+    _assert_same(base, off)
+    assert off[0][-1] < off[0][0]  # it trains
+
+    ops = result.planned.index.ops
+    ran = _ran_on(off[2])
+    for u in found.updates:
+        apply_op = ops[u.apply]
+        # Placed on the host, colocation with the variable cleared; run
+        # there, and the write-back ran on the device.
+        assert same_device(apply_op.device, HOST)
+        assert "_class" not in apply_op.node_def.attr
+        assert ran[apply_op.name].endswith("CPU:0"), apply_op.name
+        for s in u.slots:
+            assert same_device(ops[s].device, HOST)
+            assert "_class" not in ops[s].node_def.attr
+        assert same_device(ops[u.variable].device, DEVICE)
+        scope = "lms/offload/%s/" % ops[u.variable].name
+        assert ran[scope + "write_back"].endswith("CPU:1")
+        assert ran[scope + "gradient"].endswith("CPU:0")
+        assert ran[scope + "fill"].endswith("CPU:0")
+    # Every op the offload added ran.
+    assert set(result.rewrite.offload_ops) <= set(ran)
+
+
+def _resident(result):
+    sim = result.planned.without_lms
+    return sim.resident_device_bytes, sim.resident_host_bytes
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "momentum"])
+def test_slots_are_planned_in_host_memory(optimizer):
+    graph, _, _ = _mlp(optimizer)
+    base = _lms().run(graph)
+    assert base.outcome is Outcome.NOT_NEEDED and base.offload is None
+    graph, _, _ = _mlp(optimizer)
+    result = _lms(offload_optimizer=True).run(graph)
+    found = result.offload
+    weights = (12 * 24 + 24 + 24 * 3 + 3) * 4
+    slots_per_variable = {"adam": 2, "momentum": 1}[optimizer]
+    assert found.weight_bytes == weights
+    assert found.slot_bytes == slots_per_variable * weights
+    assert found.gradient_bytes == weights
+    assert found.moved_bytes() == 3 * weights
+    device, host = _resident(base)
+    off_device, off_host = _resident(result)
+    # The slots leave the device; the host holds them and the copies of
+    # the weights the updates work on.
+    assert off_device == device - found.slot_bytes
+    assert off_host == host + found.slot_bytes + found.weight_bytes
+    assert (result.planned.without_lms.peak_device_bytes
+            <= base.planned.without_lms.peak_device_bytes
+            - found.slot_bytes)
+    # The device ops are those of /cpu:1 (the host rule) and the unplaced
+    # reads TensorFlow puts with their variables there; none on the host.
+    placed = result.planned.index.devices
+    roles = result.planned.context.roles
+    assert any(same_device(placed[i], DEVICE) for i in roles.device_ops)
+    assert all(placed[i] == "" or same_device(placed[i], DEVICE)
+               for i in roles.device_ops)
+
+
+def test_checkpoints_restore_across_offload(tmp_path):
+    with_path = str(tmp_path / "with")
+    without_path = str(tmp_path / "without")
+    # Written with offload (Saver made after the rewrite), restored
+    # without it: the same values, and training goes on the same.
+    graph, loss, train = _mlp("adam")
+    _lms(offload_optimizer=True).run(graph)
+    written = _train(graph, loss, train, steps=2, save=with_path)
+    plain = _train(*_mlp("adam"), steps=1, restore=with_path)
+    graph, loss, train = _mlp("adam")
+    _lms(offload_optimizer=True).run(graph)
+    offloaded = _train(graph, loss, train, steps=1, restore=with_path)
+    _assert_same(plain, offloaded)
+    assert plain[1]["global_step"] == written[1]["global_step"] + 1
+
+    # Written without offload, restored by a Saver made before the
+    # rewrite (its restore ops take the slots' handles, and move with
+    # them).
+    _train(*_mlp("adam"), steps=2, save=without_path)
+    graph, loss, train = _mlp("adam")
+    with graph.as_default():
+        tf.compat.v1.train.Saver()
+    _lms(offload_optimizer=True).run(graph)
+    restored = _train(graph, loss, train, steps=1, restore=without_path)
+    _assert_same(_train(*_mlp("adam"), steps=1, restore=without_path),
+                 restored)
+
+
+def test_a_second_run_finds_the_graph_rewritten():
+    graph, _, _ = _mlp("adam")
+    lms = _lms(offload_optimizer=True)
+    assert lms.run(graph).outcome is Outcome.REWRITTEN
+    count = len(graph.get_operations())
+    again = _lms(offload_optimizer=True).run(graph)
+    assert again.outcome is Outcome.ALREADY_REWRITTEN
+    assert len(graph.get_operations()) == count
+
+
+def test_reference_variables_are_refused_before_any_edit():
+    graph, _, _ = _mlp("adam", use_resource=False)
+    count = len(graph.get_operations())
+    with pytest.raises(offload.OffloadUnsupportedError,
+                       match=r"offload_optimizer=True cannot move the "
+                             r"update '.*ApplyAdam' \(ApplyAdam\): it "
+                             r"updates a reference variable"):
+        _lms(offload_optimizer=True).run(graph)
+    assert len(graph.get_operations()) == count
+
+
+def test_function_steps_refuse_offload():
+    # lms.function and Keras 3 fit plan a tf.function's graph through
+    # FunctionStep: offload is not carried out there yet, so it raises
+    # rather than being ignored.
+    variable = tf.Variable(tf.ones([4, 4]))
+    optimizer = tf.compat.v1.train.AdamOptimizer(0.1)
+
+    def step():
+        loss = tf.reduce_sum(tf.matmul(variable, variable))
+        with tf.control_dependencies(
+                [optimizer.minimize(loss, var_list=[variable])]):
+            return tf.identity(loss)
+
+    graph = tf.function(step).get_concrete_function().graph
+    with pytest.raises(offload.OffloadUnsupportedError,
+                       match=r"not supported yet for a tf.function step "
+                             r"\(lms.function, and Keras 3 fit, which calls "
+                             r"it\).*offload_optimizer=False"):
+        tf_function.rewrite_graph(_lms(offload_optimizer=True), graph)
