@@ -159,6 +159,8 @@ def find_updates(index, host):
         slots, grad = APPLY_INPUTS[op_type]
         inputs = index.inputs[op]
         handles = [inputs[0][0]] + [inputs[s][0] for s in slots]
+        if _on_host(index.devices[handles[0]], host):
+            continue  # a variable of the host's, updated there already
         if any(index.types[h] not in _HANDLE_TYPES for h in handles):
             left.append(index.names[op])
             continue
