@@ -248,3 +248,57 @@ def test_function_steps_refuse_offload():
                              r"\(lms.function, and Keras 3 fit, which calls "
                              r"it\).*offload_optimizer=False"):
         tf_function.rewrite_graph(_lms(offload_optimizer=True), graph)
+
+
+def _wide(optimizer="adam", width=512, depth=3):
+    """An MLP whose weights and Adam moments outweigh its activations:
+    ``(graph, loss, train_op)`` on ``/cpu:1``."""
+    graph = tf.Graph()
+    rng = np.random.RandomState(1)
+    with graph.as_default(), tf.device(DEVICE):
+        h = tf.constant(rng.rand(8, width).astype(np.float32))
+        for i in range(depth):
+            w = tf.compat.v1.get_variable(
+                "w%d" % i, [width, width],
+                initializer=tf.compat.v1.glorot_uniform_initializer(
+                    seed=i + 1))
+            h = tf.nn.relu(tf.matmul(h, w))
+        loss = tf.reduce_mean(tf.square(h))
+        train = OPTIMIZERS[optimizer]().minimize(loss)
+    return graph, loss, train
+
+
+def _floor(result):
+    from tflms import pipeline
+    return pipeline.step_floor(result.planned)
+
+
+def test_offload_fits_where_no_plan_does_without_it():
+    from tflms import autotune
+    # The floors, measured on the step with a budget far above it.
+    graph, _, _ = _wide()
+    without = _floor(_lms().run(graph))
+    graph, _, _ = _wide()
+    offloaded = _lms(offload_optimizer=True).run(graph)
+    floor = _floor(offloaded)
+    slots = offloaded.offload.slot_bytes
+    assert without.resident_bytes - floor.resident_bytes == slots
+    assert floor.floor_bytes < without.floor_bytes
+    # A budget between the two floors: nothing fits without offload;
+    # with it the step fits, and trains as it does without LMS.
+    budget = (floor.floor_bytes + without.floor_bytes) / 2
+    gib = budget / 0.9 / (1 << 30)  # TF_LMS_SIMULATOR_MEM_RATIO
+    graph, _, _ = _wide()
+    lms = _lms()
+    lms.autotune_gpu_mem = gib
+    with pytest.raises(autotune.AutotuneError):
+        lms.run(graph)
+    graph, loss, train = _wide()
+    lms = _lms(offload_optimizer=True)
+    lms.autotune_gpu_mem = gib
+    result = lms.run(graph)
+    assert result.outcome is Outcome.REWRITTEN
+    peak = result.planned.with_lms or result.planned.without_lms
+    assert peak.peak_device_bytes <= budget
+    _assert_same(_train(*_wide(), steps=2), _train(graph, loss, train,
+                                                   steps=2))

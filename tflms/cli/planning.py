@@ -229,6 +229,11 @@ def _measured(run, loaded, settings, lowest):
     index = (reader.build_index(graph, loaded.fetches)
              if loaded.traced is None
              else tf_function.step_of(graph, onednn_cpu=False)[1])
+    if settings.offload_optimizer and loaded.traced is None:
+        # As LMS.run planned it (a Keras 3 step refused it already).
+        from tflms import offload
+        index = offload.planning_index(
+            index, offload.find_updates(index, settings.cpu_device))
     roles = pipeline.classify(index, settings)
     without = pipeline.simulate_without(index, roles, settings)
     if lowest is None:

@@ -211,6 +211,9 @@ def _log_rewrite(log, plan, rewrite):
            + len(rewrite.recompute_ops),
            len(rewrite.swapout_ops), plan.swapout_bytes() / _GIB,
            len(rewrite.swapin_ops), plan.swapin_bytes() / _GIB))
+    if rewrite.offload_ops:
+        log.info("Added %d operations that run the optimizer's updates on "
+                 "the host (offload_optimizer)" % len(rewrite.offload_ops))
     if plan.recomputes:
         log.info("Recomputing %d tensors (%.2f GiB) instead of swapping "
                  "them, with %d cloned operations"
