@@ -1,4 +1,6 @@
-"""Apply a `Plan` to a `tf.Graph`: the only module that edits a graph.
+"""Apply a `Plan` to a `tf.Graph`: the only module that edits a graph
+(with `offload_rewrite`, its part for ``offload_optimizer``, which only
+`apply_plan` calls).
 
 Functions here directly manipulate the internals of the `tf.Graph`
 (`Operation._update_input`, `Operation._add_control_inputs`). They check
