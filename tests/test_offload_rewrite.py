@@ -293,12 +293,22 @@ def test_offload_fits_where_no_plan_does_without_it():
     lms.autotune_gpu_mem = gib
     with pytest.raises(autotune.AutotuneError):
         lms.run(graph)
-    graph, loss, train = _wide()
-    lms = _lms(offload_optimizer=True)
-    lms.autotune_gpu_mem = gib
-    result = lms.run(graph)
-    assert result.outcome is Outcome.REWRITTEN
-    peak = result.planned.with_lms or result.planned.without_lms
-    assert peak.peak_device_bytes <= budget
-    _assert_same(_train(*_wide(), steps=2), _train(graph, loss, train,
-                                                   steps=2))
+    base = _train(*_wide(), steps=2)
+    for setting in (True, "auto"):
+        graph, loss, train = _wide()
+        lms = _lms(offload_optimizer=setting)
+        lms.autotune_gpu_mem = gib
+        result = lms.run(graph)
+        assert result.outcome is Outcome.REWRITTEN
+        assert len(result.offload.updates) == 3
+        peak = result.planned.with_lms or result.planned.without_lms
+        assert peak.peak_device_bytes <= budget
+        _assert_same(base, _train(graph, loss, train, steps=2))
+
+
+def test_auto_offloads_only_when_nothing_fits_without():
+    graph, _, _ = _wide()
+    count = len(graph.get_operations())
+    result = _lms(offload_optimizer="auto").run(graph)
+    assert result.outcome is Outcome.NOT_NEEDED and result.offload is None
+    assert len(graph.get_operations()) == count

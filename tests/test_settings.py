@@ -43,9 +43,9 @@ BAD_CONSTRUCTOR_ARGUMENTS = [
     ({"gpu_device": 0}, r"gpu_device must be a device string"),
     ({"offload_optimizer": "yes"},
      r"offload_optimizer must be True \(optimizer slots and updates on the "
-     r"host, cpu_device\) or False .* got 'yes'"),
-    ({"offload_optimizer": "auto"},
-     r"offload_optimizer='auto' is not available yet .* use True"),
+     r"host, cpu_device\), 'auto' \(there only when no plan fits "
+     r"without\) or False .* got 'yes'"),
+    ({"offload_optimizer": None}, r"offload_optimizer must be .* got None"),
 ]
 
 
@@ -63,6 +63,7 @@ def test_good_constructor_arguments():
               cpu_device="/device:CPU:0", gpu_device="/device:GPU:1",
               offload_optimizer=True)
     assert lms.offload_optimizer is True
+    assert LMS(offload_optimizer="auto").offload_optimizer == "auto"
     assert (lms.swapout_threshold, lms.swapin_ahead, lms.swapin_groupby,
             lms.sync_mode) == (3, 2, 0, 3)
     # The default, None, recomputes when auto-tuning only.

@@ -107,7 +107,8 @@ class LMS(compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
       offload_optimizer: True: the optimizer's slots live on
         `cpu_device` and each variable's update runs there, the new
         weights written back to the device (Session graphs with
-        ``tf.compat.v1.train`` optimizers; docs/offload.md).
+        ``tf.compat.v1.train`` optimizers; docs/offload.md). 'auto':
+        only when no plan fits without it. False: on the device.
     """
 
     def __init__(self,

@@ -327,15 +327,16 @@ class Settings:
         flag="plan only for ops on this device, e.g. /device:GPU:0 "
              "(default: every non-CPU op)",
         text=str, metavar="DEVICE")
-    offload_optimizer: bool = _setting(
+    offload_optimizer: object = _setting(
         False, _one(V.check_offload_optimizer),
-        "Keep the optimizer's slots (Adam's moments, momentum...) in host "
-        "memory and run each variable's update there, as ZeRO-Offload "
-        "does: the gradient goes to `cpu_device` once it is made, the "
-        "new weights come back to the device variable. Frees the slots' "
-        "device memory for a copy of the gradients and weights over the "
-        "link per step. Session graphs with `tf.compat.v1.train` "
-        "optimizers only (docs/offload.md).",
+        "`True`: keep the optimizer's slots (Adam's moments, momentum...) "
+        "in host memory and run each variable's update there, as "
+        "ZeRO-Offload does: the gradient goes to `cpu_device` once it is "
+        "made, the new weights come back to the device variable. Frees "
+        "the slots' device memory for copies of the gradients and "
+        "weights over the link per step. `'auto'`: only when no plan "
+        "fits the device without it. Session graphs with "
+        "`tf.compat.v1.train` optimizers only (docs/offload.md).",
         flag="optimizer slots and updates on the host (docs/offload.md)")
     batch_size: object = _setting(
         None, _one(V.check_batch_size),

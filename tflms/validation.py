@@ -242,14 +242,12 @@ def check_plot_dir(name, value):
 
 def check_offload_optimizer(value):
     if isinstance(value, str) and value == "auto":
-        raise ValueError(
-            "offload_optimizer='auto' is not available yet (offloading "
-            "only when no plan fits is planned); use True to run the "
-            "optimizer's updates on the host, or False (the default)")
+        return value
     if isinstance(value, bool) or _is_numpy_bool(value) or (
             _is_int(value) and value in (0, 1)):
         return bool(value)
     raise ValueError(
         "offload_optimizer must be True (optimizer slots and updates on "
-        "the host, cpu_device) or False (on the device, the default); got "
-        "%r" % (value,))
+        "the host, cpu_device), 'auto' (there only when no plan fits "
+        "without) or False (on the device, the default); got %r"
+        % (value,))

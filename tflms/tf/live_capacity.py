@@ -75,7 +75,9 @@ def graph_plan_at(graph, settings, fetches=None, log=None, what="the graph"):
             "(tf.compat.v1.placeholder(tf.float32, [None, ...]), a Keras "
             "model's Input)" % what)
     if settings.offload_optimizer:
-        # Planned as LMS.run plans it: the slots and updates on the host.
+        # Planned as LMS.run plans it: the slots and updates on the host
+        # ('auto' too: the largest batch with it is the largest with them
+        # there).
         index = offload.planning_index(
             index, offload.find_updates(index, settings.cpu_device))
     roles = pipeline.classify(index, settings)
@@ -97,7 +99,7 @@ def keras3_plan_at(loaded, settings, path="the model", log=None,
         (`keras3_trace.Keras3PlanError`).
     """
     _check(settings)
-    if settings.offload_optimizer:
+    if settings.offload_optimizer is True:
         raise offload.OffloadUnsupportedError(
             "offload_optimizer=True is not supported yet for a Keras 3 "
             "model (only Session graphs with tf.compat.v1.train optimizers "

@@ -141,18 +141,19 @@ def plan_and_rewrite(adapter, found, start, index=None):
     if index is None:
         index = adapter.index(found)
     offload = _offload(adapter, settings, found, index)
-    if offload is not None:
-        log.info(offload.describe())
-        index = offload_rules.planning_index(index, offload)
-    run_log.log_step(log, index)
-    roles = pipeline.classify(index, settings, found.worker)
-    run_log.log_graph_facts(log, index, roles, settings)
     try:
-        planned = pipeline.plan(index, settings, roles=roles, log=log)
+        planned = _plan(index, settings, found, offload, log)
     except autotune.AutotuneError as err:
-        # The plots of the search that found nothing are the caller's to
-        # write (the planning core writes no file).
-        raise plots.with_plots(err, settings, log) from None
+        offload = _offload_when_nothing_fits(adapter, settings, found,
+                                             index, err, log)
+        if offload is None:
+            # The plots of the search that found nothing are the caller's
+            # to write (the planning core writes no file).
+            raise plots.with_plots(err, settings, log) from None
+        try:
+            planned = _plan(index, settings, found, offload, log)
+        except autotune.AutotuneError as again:
+            raise plots.with_plots(again, settings, log) from None
     plots.write_planned(planned, log)
     offloads = offload is not None and bool(offload.updates)
     if not planned.needed and not offloads:
@@ -176,18 +177,58 @@ def plan_and_rewrite(adapter, found, start, index=None):
                      offload=offload)
 
 
+def _plan(index, settings, found, offload, log):
+    """`pipeline.plan` of the step, with `offload`'s updates on the host
+    when it is not None."""
+    if offload is not None:
+        log.info(offload.describe())
+        index = offload_rules.planning_index(index, offload)
+    run_log.log_step(log, index)
+    roles = pipeline.classify(index, settings, found.worker)
+    run_log.log_graph_facts(log, index, roles, settings)
+    return pipeline.plan(index, settings, roles=roles, log=log)
+
+
 def _offload(adapter, settings, found, index):
-    """The `offload.Offload` of the step when ``offload_optimizer`` asks
-    for one, else None."""
-    if not settings.offload_optimizer:
+    """The `offload.Offload` of the step when ``offload_optimizer`` is
+    True, else None."""
+    if settings.offload_optimizer is not True:
         return None
+    _check_offload(adapter)
+    return offload_rules.find_updates(index, adapter.host(found))
+
+
+def _offload_when_nothing_fits(adapter, settings, found, index, err, log):
+    """With ``offload_optimizer='auto'``, the `offload.Offload` to plan
+    again with when no plan fits the device (`err`), if it moves any
+    slot; else None."""
+    if settings.offload_optimizer != "auto":
+        return None
+    if not adapter.offload_supported:
+        log.info("offload_optimizer='auto': no plan fits, and %s cannot "
+                 "offload the optimizer yet" % adapter.describe_entry())
+        return None
+    try:
+        offload = offload_rules.find_updates(index, adapter.host(found))
+    except offload_rules.OffloadUnsupportedError as e:
+        log.info("offload_optimizer='auto': no plan fits, and %s" % e)
+        return None
+    if not offload.updates:
+        return None
+    log.info("offload_optimizer='auto': no plan fits with the optimizer's "
+             "slots on the device (%s); planning again with them on the "
+             "host" % str(err).split("\n")[0])
+    return offload
+
+
+def _check_offload(adapter):
+    """Raise where ``offload_optimizer`` is not carried out."""
     if not adapter.offload_supported:
         raise offload_rules.OffloadUnsupportedError(
             "offload_optimizer=True is not supported yet for %s (only "
             "Session graphs with tf.compat.v1.train optimizers are, "
             "docs/offload.md); %s" % (adapter.describe_entry(),
                                       adapter.offload_instead))
-    return offload_rules.find_updates(index, adapter.host(found))
 
 
 def _log_plan(log, planned, plan):
