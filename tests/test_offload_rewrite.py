@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from tflms import LMS, Outcome, offload
 from tflms.devices import same_device
+from tflms.tf import compat
 from tflms.tf.adapters import tf_function
 
 pytestmark = pytest.mark.numerics
@@ -312,3 +313,44 @@ def test_auto_offloads_only_when_nothing_fits_without():
     result = _lms(offload_optimizer="auto").run(graph)
     assert result.outcome is Outcome.NOT_NEEDED and result.offload is None
     assert len(graph.get_operations()) == count
+
+
+def _keras2_fit(callbacks):
+    """A Keras 2 model on ``/cpu:1`` fitted for two epochs in graph mode:
+    ``(losses, weights, the update ops' devices)``."""
+    keras = compat.keras2()
+    tf.compat.v1.reset_default_graph()
+    tf.compat.v1.keras.backend.set_session(
+        tf.compat.v1.Session(config=_config()))
+    with tf.device(DEVICE):
+        model = keras.Sequential([
+            keras.layers.Dense(
+                16, activation="relu", input_shape=(8,),
+                kernel_initializer=keras.initializers.GlorotUniform(seed=1)),
+            keras.layers.Dense(
+                2, kernel_initializer=keras.initializers.GlorotUniform(
+                    seed=2))])
+        model.compile(optimizer=keras.optimizers.legacy.Adam(0.01),
+                      loss="mse")
+    rng = np.random.RandomState(0)
+    x = rng.rand(32, 8).astype(np.float32)
+    y = rng.rand(32, 2).astype(np.float32)
+    history = model.fit(x, y, batch_size=8, epochs=2, shuffle=False,
+                        verbose=0, callbacks=callbacks)
+    graph = tf.compat.v1.get_default_graph()
+    applies = [op.device for op in graph.get_operations()
+               if op.type == "ResourceApplyAdam"]
+    return history.history["loss"], model.get_weights(), applies
+
+
+def test_keras2_fit_offloads_through_the_session_path():
+    base_losses, base_weights, base_devices = _keras2_fit([])
+    lms = _lms(offload_optimizer=True)
+    losses, weights, applied = _keras2_fit([lms])
+    assert lms.last_run.outcome is Outcome.REWRITTEN
+    assert len(lms.last_run.offload.updates) == 4
+    assert all(same_device(d, DEVICE) for d in base_devices)
+    assert applied and all(same_device(d, HOST) for d in applied)
+    assert losses == base_losses
+    for a, b in zip(base_weights, weights):
+        np.testing.assert_array_equal(a, b)

@@ -335,8 +335,8 @@ class Settings:
         "made, the new weights come back to the device variable. Frees "
         "the slots' device memory for copies of the gradients and "
         "weights over the link per step. `'auto'`: only when no plan "
-        "fits the device without it. Session graphs with "
-        "`tf.compat.v1.train` optimizers only (docs/offload.md).",
+        "fits the device without it. Session graphs (and Keras 2's) "
+        "only (docs/offload.md).",
         flag="optimizer slots and updates on the host (docs/offload.md)")
     batch_size: object = _setting(
         None, _one(V.check_batch_size),
