@@ -14,6 +14,7 @@ import pytest
 import tensorflow as tf
 
 from tflms import LMS, Outcome, offload
+from tflms.budget import mem_ratio
 from tflms.devices import same_device
 from tflms.tf import compat
 from tflms.tf.adapters import tf_function
@@ -288,7 +289,7 @@ def test_offload_fits_where_no_plan_does_without_it():
     # A budget between the two floors: nothing fits without offload;
     # with it the step fits, and trains as it does without LMS.
     budget = (floor.floor_bytes + without.floor_bytes) / 2
-    gib = budget / 0.9 / (1 << 30)  # TF_LMS_SIMULATOR_MEM_RATIO
+    gib = budget / mem_ratio() / (1 << 30)
     graph, _, _ = _wide()
     lms = _lms()
     lms.autotune_gpu_mem = gib
