@@ -6,6 +6,7 @@ from tensorflow.python.framework import op_def_registry
 
 from tflms import analysis
 from tflms import graph_index as gi
+from tflms import hardware
 from tflms import offload
 from tflms import simulator
 from tflms.floor import step_floor
@@ -70,6 +71,10 @@ def test_find_updates_and_the_planning_index():
     assert "the updates of 1 variables and their 2 slots (2.0 MiB) run " \
            "on /cpu:0; per step 3.0 MiB cross the link" in found.describe()
 
+    link = hardware.interconnect_named("pcie4")
+    assert found.link_seconds(link) == 2 * mib / link.d2h_bytes_per_s
+    assert found.link_seconds(hardware.INSTANT) == 0
+
     planned = offload.planning_index(index, found)
     roles = analysis.classify_ops(planned, host=HOST)
     base_roles = analysis.classify_ops(index, host=HOST)
@@ -111,3 +116,13 @@ def test_reference_variable_updates_are_refused():
                              r"\(ApplyMomentum\): it updates a reference "
                              r"variable.*or set offload_optimizer=False"):
         offload.find_updates(index, HOST)
+
+
+def test_only_the_managed_devices_updates_move():
+    index = _adam_step()
+    gpu1 = offload.find_updates(index, HOST,
+                                lambda d: d == "/device:GPU:1")
+    assert not gpu1.updates
+    gpu0 = offload.find_updates(
+        index, HOST, lambda d: analysis.device_matches(d, DEVICE))
+    assert len(gpu0.updates) == 1

@@ -107,6 +107,16 @@ class Offload:
             return None
         return self.gradient_bytes + 2 * self.weight_bytes
 
+    def link_seconds(self, link):
+        """Seconds the offload's copies take per step at least on `link`
+        (a `hardware.Interconnect`): gradients and weights out, weights
+        back, the two directions at once; None if a size is unknown."""
+        if self.gradient_bytes is None:
+            return None
+        out = (self.gradient_bytes + self.weight_bytes) / link.d2h_bytes_per_s
+        back = self.weight_bytes / link.h2d_bytes_per_s
+        return max(out, back)
+
     def describe(self):
         """One log line: what moved and what it costs per step."""
         mib = float(1 << 20)
@@ -135,14 +145,21 @@ def _ref_type(op_type):
     return "Resource" + op_type in APPLY_INPUTS
 
 
-def find_updates(index, host):
+def find_updates(index, host, managed=None):
     """The `Offload` of the step in `index`, with `host` as the host.
+
+    `managed`: ``managed(device string) -> bool``, the devices whose
+    variables' updates move (``gpu_device``'s, `analysis.device_matches`);
+    default: every device but the host.
 
     Raises:
       OffloadUnsupportedError: when the step updates a reference variable
         (``tf.compat.v1.disable_resource_variables``) with an optimizer's
         fused kernel: its slots cannot leave the variable's device.
     """
+    if managed is None:
+        def managed(device):
+            return not _on_host(device, host)
     updates, left = [], []
     for op in range(index.num_ops):
         op_type = index.types[op]
@@ -159,8 +176,9 @@ def find_updates(index, host):
         slots, grad = APPLY_INPUTS[op_type]
         inputs = index.inputs[op]
         handles = [inputs[0][0]] + [inputs[s][0] for s in slots]
-        if _on_host(index.devices[handles[0]], host):
-            continue  # a variable of the host's, updated there already
+        if not (managed(index.devices[handles[0]])
+                and managed(index.devices[op])):
+            continue  # not a variable of a managed device's
         if any(index.types[h] not in _HANDLE_TYPES for h in handles):
             left.append(index.names[op])
             continue

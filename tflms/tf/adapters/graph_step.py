@@ -15,6 +15,7 @@ from typing import Optional
 
 from tflms import analysis
 from tflms import autotune
+from tflms import hardware
 from tflms import offload as offload_rules
 from tflms import pipeline
 from tflms import planner
@@ -182,6 +183,12 @@ def _plan(index, settings, found, offload, log):
     when it is not None."""
     if offload is not None:
         log.info(offload.describe())
+        link = hardware.interconnect_named(settings.interconnect)
+        seconds = offload.link_seconds(link)
+        if seconds is not None:
+            log.info("The offload's copies take at least %.1f ms per step "
+                     "on %s (not in the predicted step times yet)"
+                     % (seconds * 1000, link.label))
         index = offload_rules.planning_index(index, offload)
     run_log.log_step(log, index)
     roles = pipeline.classify(index, settings, found.worker)
@@ -195,7 +202,8 @@ def _offload(adapter, settings, found, index):
     if settings.offload_optimizer is not True:
         return None
     _check_offload(adapter)
-    return offload_rules.find_updates(index, adapter.host(found))
+    return offload_rules.find_updates(index, adapter.host(found),
+                                      _device_filter(settings, found))
 
 
 def _offload_when_nothing_fits(adapter, settings, found, index, err, log):
@@ -209,7 +217,8 @@ def _offload_when_nothing_fits(adapter, settings, found, index, err, log):
                  "offload the optimizer yet" % adapter.describe_entry())
         return None
     try:
-        offload = offload_rules.find_updates(index, adapter.host(found))
+        offload = offload_rules.find_updates(
+            index, adapter.host(found), _device_filter(settings, found))
     except offload_rules.OffloadUnsupportedError as e:
         log.info("offload_optimizer='auto': no plan fits, and %s" % e)
         return None
