@@ -355,3 +355,31 @@ def test_keras2_fit_offloads_through_the_session_path():
     assert losses == base_losses
     for a, b in zip(base_weights, weights):
         np.testing.assert_array_equal(a, b)
+
+
+def test_tflms_plan_reports_the_offload(tmp_path, capsys):
+    import json
+
+    from tflms import cli
+    graph, _, train = _wide()
+    path = str(tmp_path / "wide.meta")
+    with graph.as_default():
+        tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.TRAIN_OP,
+                                       train)
+        tf.compat.v1.train.export_meta_graph(filename=path)
+    common = [path, "--cpu-device", HOST, "--autotune-gpu-mem", "1",
+              "--no-plots"]
+    assert cli.main(["plan"] + common + ["--offload-optimizer",
+                                         "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    moved = report["offload"]
+    weights = 3 * 512 * 512 * 4
+    assert sorted(moved["variables"]) == ["w0", "w1", "w2"]
+    assert (moved["slot_bytes"], moved["weight_bytes"],
+            moved["moved_bytes"]) == (2 * weights, weights, 3 * weights)
+    assert cli.main(["plan"] + common + ["--offload-optimizer"]) == 0
+    assert ("Optimizer offload: 3 variables' updates and their slots "
+            "(6.0 MiB) on /cpu:0; 9.0 MiB copied per step (every peak "
+            "below counts them there)" in capsys.readouterr().out)
+    assert cli.main(["plan"] + common + ["--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["offload"] is None
