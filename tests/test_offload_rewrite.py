@@ -383,3 +383,33 @@ def test_tflms_plan_reports_the_offload(tmp_path, capsys):
             "below counts them there)" in capsys.readouterr().out)
     assert cli.main(["plan"] + common + ["--json"]) == 0
     assert json.loads(capsys.readouterr().out)["offload"] is None
+
+
+def _embedding_model():
+    """An embedding read by tf.gather (a sparse update) and a dense layer,
+    trained with Adagrad on ``/cpu:1``."""
+    graph = tf.Graph()
+    with graph.as_default(), tf.device(DEVICE):
+        ids = tf.constant([[1, 3], [0, 3], [2, 2]])
+        table = tf.compat.v1.get_variable(
+            "table", [5, 6],
+            initializer=tf.compat.v1.glorot_uniform_initializer(seed=1))
+        w = tf.compat.v1.get_variable(
+            "w", [6, 2],
+            initializer=tf.compat.v1.glorot_uniform_initializer(seed=2))
+        h = tf.reduce_sum(tf.gather(table, ids), axis=1)
+        loss = tf.reduce_mean(tf.square(tf.matmul(h, w) - 1.0))
+        train = OPTIMIZERS["adagrad"]().minimize(loss)
+    return graph, loss, train
+
+
+def test_sparse_updates_stay_on_the_device_and_are_named():
+    base = _train(*_embedding_model())
+    graph, loss, train = _embedding_model()
+    result = _lms(offload_optimizer=True).run(graph)
+    ops = result.planned.index.ops
+    assert [ops[u.variable].name for u in result.offload.updates] == ["w"]
+    (left,) = result.offload.left
+    assert left.endswith("ResourceSparseApplyAdagrad")
+    assert "1 updates stay on the device" in result.offload.describe()
+    _assert_same(base, _train(graph, loss, train))

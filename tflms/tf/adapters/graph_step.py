@@ -166,6 +166,8 @@ def plan_and_rewrite(adapter, found, start, index=None):
         _log_plan(log, planned, plan)
     else:
         # Nothing to swap, but the updates move: an empty plan.
+        log.info("No swaps needed with the optimizer's updates on the "
+                 "host: LMS adds only the ops that put them there")
         plan = planner.Plan(params=None, swaps=(), serialization_edges=(),
                             num_levels=planned.index.num_levels)
     rewrite = adapter.apply(found, planned.index, plan, offload)
