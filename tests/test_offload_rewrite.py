@@ -321,7 +321,7 @@ def _keras2_fit(callbacks):
     ``(losses, weights, the update ops' devices)``."""
     keras = compat.keras2()
     tf.compat.v1.reset_default_graph()
-    tf.compat.v1.keras.backend.set_session(
+    compat.keras2_backend().set_session(
         tf.compat.v1.Session(config=_config()))
     with tf.device(DEVICE):
         model = keras.Sequential([
