@@ -413,3 +413,34 @@ def test_sparse_updates_stay_on_the_device_and_are_named():
     assert left.endswith("ResourceSparseApplyAdagrad")
     assert "1 updates stay on the device" in result.offload.describe()
     _assert_same(base, _train(graph, loss, train))
+
+
+def test_capacity_with_offload_finds_a_larger_batch():
+    from tflms import capacity
+    from tflms.settings import Settings
+    from tflms.tf import live_capacity
+    width = 256
+    graph = tf.Graph()
+    with graph.as_default(), tf.device(DEVICE):
+        h = tf.compat.v1.placeholder(tf.float32, [None, width])
+        for i in range(3):
+            w = tf.compat.v1.get_variable(
+                "w%d" % i, [width, width],
+                initializer=tf.compat.v1.glorot_uniform_initializer(
+                    seed=i + 1))
+            h = tf.nn.relu(tf.matmul(h, w))
+        tf.compat.v1.train.AdamOptimizer(0.01).minimize(
+            tf.reduce_mean(tf.square(h)))
+    weights = 3 * width * width * 4
+    # A budget of the weights, their two moments and as much again: the
+    # moments on the host leave room for a larger batch.
+    gib = 4 * weights / mem_ratio() / (1 << 30)
+    found = {}
+    for offloaded in (False, True):
+        settings = Settings(autotune_gpu_mem=gib, cpu_device=HOST,
+                            offload_optimizer=offloaded)
+        plan_at = live_capacity.graph_plan_at(graph, settings)
+        found[offloaded] = capacity.search(
+            plan_at, 4 * weights, limit=1 << 16).largest_with_lms
+    assert found[False] is not None
+    assert found[True] > found[False]
