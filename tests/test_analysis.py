@@ -356,3 +356,19 @@ def test_op_bytes_and_largest_device_op():
         2, 2300)
     assert analysis.largest_device_op(index, roles.device_ops,
                                       excluded=[1]) == (2, 300)
+
+
+@pytest.mark.parametrize("device, expected", [
+    ("/cpu:0", False),                       # the host
+    ("/device:CPU:0", False),
+    ("/job:localhost/replica:0/task:0/device:CPU:0", False),
+    ("/cpu:1", True),                        # another (logical) CPU
+    ("/job:localhost/replica:0/task:0/device:CPU:1", True),
+    ("/device:GPU:0", True),
+    ("", True),
+])
+def test_every_device_but_the_host_is_managed(device, expected):
+    assert analysis.device_matches(device, None, host="/cpu:0") is expected
+    # A gpu_device names the one device managed, never a CPU.
+    assert not analysis.device_matches(device, "/device:GPU:1",
+                                       host="/cpu:0")

@@ -39,3 +39,17 @@ def test_user_devices_tensorflow_refuses(device, reason):
                        % (device, reason)) as raised:
         devices.parse_user_device(device)
     assert raised.value.device == device
+
+
+@pytest.mark.parametrize("a, b, expected", [
+    ("/cpu:0", "/device:CPU:0", True),
+    ("/cpu:0", "/job:localhost/replica:0/task:0/device:CPU:0", True),
+    ("/job:worker/task:1/cpu:0", "/job:worker/task:0/cpu:0", False),
+    ("/cpu:0", "/cpu:1", False),
+    ("/device:GPU:0", "/gpu", True),
+    ("/cpu:0", "/gpu:0", False),
+    ("", "/cpu:0", False),
+])
+def test_same_device(a, b, expected):
+    assert devices.same_device(a, b) is expected
+    assert devices.same_device(b, a) is expected

@@ -21,6 +21,7 @@ BASES = {
     "tflms.budget.NoGpuError": ValueError,
     "tflms.cli.loading.PlanError": Exception,
     "tflms.dag_levels.GraphCycleError": ValueError,
+    "tflms.offload.OffloadUnsupportedError": ValueError,
     "tflms.devices.DeviceStringError": ValueError,
     "tflms.results.EagerModeError": RuntimeError,
     "tflms.simulator.buffers.BatchSizeError": ValueError,

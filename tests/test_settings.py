@@ -41,6 +41,11 @@ BAD_CONSTRUCTOR_ARGUMENTS = [
     ({"cpu_device": ""}, r"cpu_device must be a device string"),
     ({"gpu_device": "/cpu:0"}, r"gpu_device must name an accelerator"),
     ({"gpu_device": 0}, r"gpu_device must be a device string"),
+    ({"offload_optimizer": "yes"},
+     r"offload_optimizer must be True \(optimizer slots and updates on the "
+     r"host, cpu_device\), 'auto' \(there only when no plan fits "
+     r"without\) or False .* got 'yes'"),
+    ({"offload_optimizer": None}, r"offload_optimizer must be .* got None"),
 ]
 
 
@@ -55,7 +60,10 @@ def test_good_constructor_arguments():
               sync_mode=3, recompute=True,
               serialization=[1, "3:5", " 7 ", "10:"],
               serialization_by_size=0.5, debug=True, debug_level=2,
-              cpu_device="/device:CPU:0", gpu_device="/device:GPU:1")
+              cpu_device="/device:CPU:0", gpu_device="/device:GPU:1",
+              offload_optimizer=True)
+    assert lms.offload_optimizer is True
+    assert LMS(offload_optimizer="auto").offload_optimizer == "auto"
     assert (lms.swapout_threshold, lms.swapin_ahead, lms.swapin_groupby,
             lms.sync_mode) == (3, 2, 0, 3)
     # The default, None, recomputes when auto-tuning only.

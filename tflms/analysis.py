@@ -123,18 +123,23 @@ class OpRoles:
                 and not index.in_v1_loop[op])
 
 
-def device_matches(device, gpu_device, worker=None):
+def device_matches(device, gpu_device, worker=None, host=None):
     """True if `device` is a device op's placement for `gpu_device`.
 
     With `gpu_device` None every non-CPU placement matches, including the
     empty (unplaced) device string, which TensorFlow places on the GPU when
     one exists. `worker` (a `worker_devices.WorkerDevices`, for a step of
     a multi-worker strategy) adds the CPUs a worker without an accelerator
-    computes on, by full name.
+    computes on, by full name. `host` (``cpu_device``) adds every other
+    CPU: the host is where the swap ops go, and any other device the step
+    computes on is managed, a logical ``/cpu:1`` included.
     """
     if devices.is_cpu_device(device):
-        return (gpu_device is None and worker is not None
-                and worker.computes_on(device))
+        if gpu_device is not None:
+            return False
+        if worker is not None:
+            return worker.computes_on(device)
+        return host is not None and not devices.same_device(device, host)
     if gpu_device is None:
         return True
     if not device:
@@ -373,7 +378,7 @@ def collective_ops(index):
 
 
 def classify_ops(index, gpu_device=None, is_training=True, filters=None,
-                 worker=None):
+                 worker=None, host=None):
     """Decide which ops LMS may use as sources, sinks, triggers and waiters.
 
     Collectives (`collective_ops`) get no role: LMS leaves their inputs,
@@ -388,6 +393,8 @@ def classify_ops(index, gpu_device=None, is_training=True, filters=None,
         `ops_matching`).
       worker: the `worker_devices.WorkerDevices` of a multi-worker step,
         or None (`device_matches`).
+      host: ``cpu_device``; CPUs other than it are managed
+        (`device_matches`). None: no CPU is.
 
     Returns:
       An `OpRoles`.
@@ -399,7 +406,7 @@ def classify_ops(index, gpu_device=None, is_training=True, filters=None,
     n = index.num_ops
     device_ops = frozenset(i for i in range(n)
                            if device_matches(index.devices[i], gpu_device,
-                                             worker))
+                                             worker, host))
     has_loops = any(index.in_v1_loop) or any(
         t in ("While", "StatelessWhile") for t in index.types)
 

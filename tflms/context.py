@@ -54,7 +54,8 @@ def classify(index, settings, worker=None):
             filters[key] = analysis.ops_matching(
                 index, scopes, types, "%s/%s" % (scopes_name, types_name))
     roles = analysis.classify_ops(index, settings.gpu_device,
-                                  settings.is_training, filters, worker)
+                                  settings.is_training, filters, worker,
+                                  host=settings.cpu_device)
     if settings.gpu_device is not None and not roles.device_ops:
         raise ValueError(
             "gpu_device=%r matches no operation in the graph; ops are "

@@ -13,7 +13,8 @@ import functools
 from tflms.errors import LMSError
 
 __all__ = ["DeviceKey", "DeviceStringError", "parse_device",
-           "parse_user_device", "is_cpu_device", "SHORT_FORM_TYPES"]
+           "parse_user_device", "is_cpu_device", "same_device",
+           "SHORT_FORM_TYPES"]
 
 
 class DeviceKey(collections.namedtuple(
@@ -126,3 +127,18 @@ def is_cpu_device(device):
     if not device:
         return False
     return parse_device(device).device_type == "CPU"
+
+
+def same_device(device, other):
+    """True if two device strings name one device: the same type and
+    index (a missing index is 0), and the same job, replica and task where
+    both name them (``'/cpu:0'`` is the CPU of whatever task runs it)."""
+    if not device or not other:
+        return False
+    a, b = parse_device(device), parse_device(other)
+    for field in ("job", "replica", "task"):
+        x, y = getattr(a, field), getattr(b, field)
+        if x is not None and y is not None and x != y:
+            return False
+    return (a.device_type == b.device_type
+            and (a.device_index or 0) == (b.device_index or 0))

@@ -104,6 +104,11 @@ class LMS(compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
       cpu_device: where swap ops run.
       gpu_device: only ops placed on this device are swapped; None means
         every op not on a CPU. Multi-tower models run one LMS per device.
+      offload_optimizer: True: the optimizer's slots live on
+        `cpu_device` and each variable's update runs there, the new
+        weights written back to the device (Session graphs with
+        ``tf.compat.v1.train`` optimizers; docs/offload.md). 'auto':
+        only when no plan fits without it. False: on the device.
     """
 
     def __init__(self,
@@ -117,7 +122,8 @@ class LMS(compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
                  debug=False,
                  debug_level=1,
                  cpu_device="/cpu:0",
-                 gpu_device=None):
+                 gpu_device=None,
+                 offload_optimizer=False):
         compat.CallbackBase.__init__(self)
         self._settings = S.Settings(
             swapout_threshold=swapout_threshold,
@@ -126,7 +132,7 @@ class LMS(compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
             serialization=serialization,
             serialization_by_size=serialization_by_size, debug=debug,
             debug_level=debug_level, cpu_device=cpu_device,
-            gpu_device=gpu_device)
+            gpu_device=gpu_device, offload_optimizer=offload_optimizer)
         self._model = None
         # The `RunResult` of the latest `run()`: the hook and the callback
         # call run() themselves, so this is where their users find it.

@@ -40,6 +40,8 @@ class RunResult:
       seconds: wall time of the call.
       replicas: for a step whose replicas were planned one device at a
         time, ``((device, RunResult), ...)``; empty otherwise.
+      offload: with ``offload_optimizer``, the `tflms.offload.Offload`
+        (the updates moved to the host, their bytes); None otherwise.
     """
 
     outcome: Outcome
@@ -51,6 +53,7 @@ class RunResult:
     # device at a time (a tf.distribute strategy's step): this result then
     # sums them (`of_replicas`).
     replicas: tuple = ()
+    offload: object = None
 
     @classmethod
     def of_replicas(cls, by_device, seconds):

@@ -13,11 +13,8 @@ This module and its checks (`tflms.validation`) import only the standard
 library, so the example scripts can build their ``--help`` without loading
 TensorFlow.
 
-Why one module: its parts are the one declaration of the settings and
-what is made from the same field metadata, in the order a reader follows
-a setting (its check's wiring, the `Settings` fields, the flags). The
-checks themselves are in `tflms.validation`, the docs tables in
-tools/docs_tables.py.
+One module: the one declaration of the settings and what is made from
+its fields (checks in `tflms.validation`, tables in tools/docs_tables.py).
 """
 
 import argparse
@@ -330,6 +327,17 @@ class Settings:
         flag="plan only for ops on this device, e.g. /device:GPU:0 "
              "(default: every non-CPU op)",
         text=str, metavar="DEVICE")
+    offload_optimizer: object = _setting(
+        False, _one(V.check_offload_optimizer),
+        "`True`: keep the optimizer's slots (Adam's moments, momentum...) "
+        "in host memory and run each variable's update there, as "
+        "ZeRO-Offload does: the gradient goes to `cpu_device` once it is "
+        "made, the new weights come back to the device variable. Frees "
+        "the slots' device memory for copies of the gradients and "
+        "weights over the link per step. `'auto'`: only when no plan "
+        "fits the device without it. Session graphs (and Keras 2's) "
+        "only (docs/offload.md).",
+        flag="optimizer slots and updates on the host (docs/offload.md)")
     batch_size: object = _setting(
         None, _one(V.check_batch_size),
         "Mini-batch size, used for the first unknown dimension of every "

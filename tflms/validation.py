@@ -38,6 +38,7 @@ __all__ = [
     "check_interconnect",
     "check_name_set",
     "check_plot_dir",
+    "check_offload_optimizer",
 ]
 
 
@@ -237,3 +238,16 @@ def check_plot_dir(name, value):
         raise ValueError("%s must be a folder path; got %r" % (name, value))
     return value
 
+
+
+def check_offload_optimizer(value):
+    if isinstance(value, str) and value == "auto":
+        return value
+    if isinstance(value, bool) or _is_numpy_bool(value) or (
+            _is_int(value) and value in (0, 1)):
+        return bool(value)
+    raise ValueError(
+        "offload_optimizer must be True (optimizer slots and updates on "
+        "the host, cpu_device), 'auto' (there only when no plan fits "
+        "without) or False (on the device, the default); got %r"
+        % (value,))

@@ -79,8 +79,8 @@ def build_parser():
 _SETTING_FLAGS = ("batch_size", "autotune_gpu_mem", "autotune_host_mem",
                   "swapout_threshold",
                   "swapin_ahead", "swapin_groupby", "sync_mode", "recompute",
-                  "serialization", "serialization_by_size", "gpu_device",
-                  "interconnect", "gpu")
+                  "serialization", "serialization_by_size", "cpu_device",
+                  "gpu_device", "offload_optimizer", "interconnect", "gpu")
 _OLD_FLAGS = {"autotune_gpu_mem": ["--gpu-mem"]}
 
 
@@ -160,7 +160,8 @@ def _plan_output_arguments(other):
 
 # LMS settings `tflms capacity` takes (the batch is what it searches).
 _CAPACITY_SETTING_FLAGS = ("autotune_gpu_mem", "autotune_host_mem", "gpu",
-                           "interconnect", "recompute")
+                           "interconnect", "recompute", "cpu_device",
+                           "offload_optimizer")
 
 
 def _capacity_arguments(commands):

@@ -58,6 +58,7 @@ class PlanReport:
     ordering_edges: list = dataclasses.field(default_factory=list)
     plots_missing: object = None
     floor: object = None
+    offload: object = None
 
     def as_dict(self):
         return dataclasses.asdict(self)
@@ -165,11 +166,26 @@ def plan_graph(loaded, args, graph_name, progress=_silent):
         recompute_bytes=int(plan.recompute_bytes()) if plan else 0,
         recompute_ops=len(run.rewrite.recompute_ops)
         if run and run.rewrite else 0,
+        offload=_offload_report(run),
         ordering_edges=[[run.planned.index.names[a],
                          run.planned.index.names[b]]
                         for a, b in run.planned.ordering_edges]
         if run else [],
         floor=m.lowest.as_dict())
+
+
+def _offload_report(run):
+    """What ``--offload-optimizer`` moved to the host (None: nothing)."""
+    moved = None if run is None else run.offload
+    if moved is None:
+        return None
+    names = run.planned.index.names
+    return {"host": moved.host,
+            "variables": [names[u.variable] for u in moved.updates],
+            "slot_bytes": int(moved.slot_bytes),
+            "weight_bytes": int(moved.weight_bytes),
+            "moved_bytes": moved.moved_bytes(),
+            "left": list(moved.left)}
 
 
 def _run(lms, loaded, graph_name):
@@ -229,6 +245,11 @@ def _measured(run, loaded, settings, lowest):
     index = (reader.build_index(graph, loaded.fetches)
              if loaded.traced is None
              else tf_function.step_of(graph, onednn_cpu=False)[1])
+    if settings.offload_optimizer and loaded.traced is None:
+        # As LMS.run planned it (a Keras 3 step refused it already).
+        from tflms import offload
+        index = offload.planning_index(
+            index, offload.find_updates(index, settings.cpu_device))
     roles = pipeline.classify(index, settings)
     without = pipeline.simulate_without(index, roles, settings)
     if lowest is None:

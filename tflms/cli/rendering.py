@@ -49,6 +49,18 @@ def _header(r, args):
               else "the GPU's memory")
     lines.append("Device budget: %s = %s x %s (TF_LMS_SIMULATOR_MEM_RATIO)"
                  % (gib(r.budget_bytes), source, _mem_ratio_text()))
+    if r.offload is not None:
+        moved = r.offload
+        lines.append(
+            "Optimizer offload: %d variables' updates and their slots (%s) "
+            "on %s; %s copied per step%s (every peak below counts them "
+            "there)" % (
+                len(moved["variables"]), gib(moved["slot_bytes"]),
+                moved["host"], "an unknown size"
+                if moved["moved_bytes"] is None
+                else gib(moved["moved_bytes"]),
+                "; %d updates stay on the device" % len(moved["left"])
+                if moved["left"] else ""))
     return lines
 
 

@@ -26,6 +26,7 @@ import dataclasses
 
 from tflms import budget as budget_mod
 from tflms import capacity
+from tflms import offload
 from tflms.tf.adapters import tf_function
 from tflms.tf import keras3_trace
 from tflms import pipeline
@@ -73,6 +74,12 @@ def graph_plan_at(graph, settings, fetches=None, log=None, what="the graph"):
             "capacity search needs inputs with an unknown batch dimension "
             "(tf.compat.v1.placeholder(tf.float32, [None, ...]), a Keras "
             "model's Input)" % what)
+    if settings.offload_optimizer:
+        # Planned as LMS.run plans it: the slots and updates on the host
+        # ('auto' too: the largest batch with it is the largest with them
+        # there).
+        index = offload.planning_index(
+            index, offload.find_updates(index, settings.cpu_device))
     roles = pipeline.classify(index, settings)
 
     def plan_at(batch):
@@ -92,6 +99,11 @@ def keras3_plan_at(loaded, settings, path="the model", log=None,
         (`keras3_trace.Keras3PlanError`).
     """
     _check(settings)
+    if settings.offload_optimizer is True:
+        raise offload.OffloadUnsupportedError(
+            "offload_optimizer=True is not supported yet for a Keras 3 "
+            "model (only Session graphs with tf.compat.v1.train optimizers "
+            "are, docs/offload.md); leave --offload-optimizer out for it")
     if dimension == "sequence":
         keras3_trace.sequence_inputs(loaded, path)
 

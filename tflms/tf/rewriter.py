@@ -1,4 +1,6 @@
-"""Apply a `Plan` to a `tf.Graph`: the only module that edits a graph.
+"""Apply a `Plan` to a `tf.Graph`: the only module that edits a graph
+(with `offload_rewrite`, its part for ``offload_optimizer``, which only
+`apply_plan` calls).
 
 Functions here directly manipulate the internals of the `tf.Graph`
 (`Operation._update_input`, `Operation._add_control_inputs`). They check
@@ -57,6 +59,7 @@ import dataclasses
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
 
+from tflms.tf import offload_rewrite
 from tflms.tf import reader
 
 __all__ = ["SWAP_MARKER_ATTR", "SERIALIZATION_MARKER", "RewriteResult",
@@ -93,6 +96,8 @@ class RewriteResult:
       rerouted_inputs: number of consumer inputs now reading a swap-in or
         a clone.
       recompute_ops: names of the clones of recomputes, in plan order.
+      offload_ops: names of the ops ``offload_optimizer`` added
+        (`offload_rewrite`), in update order.
     """
 
     swapout_ops: tuple
@@ -100,6 +105,7 @@ class RewriteResult:
     control_edges: int
     rerouted_inputs: int
     recompute_ops: tuple = ()
+    offload_ops: tuple = ()
 
 
 def swap_op_name(kind, tensor_name):
@@ -147,6 +153,13 @@ def is_rewritten(graph, gpu_device_filter=None):
         if "lms/" not in op.name:
             continue
         if not op.name.startswith("lms/") and not _has_marker(op):
+            continue
+        if (op.name.startswith(offload_rewrite.OFFLOAD_SCOPE)
+                and _has_marker(op)):
+            # Optimizer updates moved to the host: the write-back is on
+            # the variable's device.
+            if gpu_device_filter is None or gpu_device_filter(op.device):
+                return True
             continue
         if op.type == "NoOp" and _has_marker(op):
             # Serialization without swaps (see SERIALIZATION_MARKER).
@@ -223,7 +236,7 @@ def _new_marker(graph, device):
         return tf.no_op(name=SERIALIZATION_MARKER)
 
 
-def apply_plan(graph, index, plan, cpu_device):
+def apply_plan(graph, index, plan, cpu_device, offload=None):
     """Edit `graph` so that it performs `plan`.
 
     This function directly manipulates the internals of the `tf.Graph`.
@@ -233,6 +246,8 @@ def apply_plan(graph, index, plan, cpu_device):
       index: the `GraphIndex` of `graph` (ids of `plan` refer to it).
       plan: a `planner.Plan`.
       cpu_device: device string for the swap ops.
+      offload: a `tflms.offload.Offload` whose updates and slots move to
+        the host (`offload_rewrite`), or None.
 
     Returns:
       A `RewriteResult`.
@@ -244,6 +259,8 @@ def apply_plan(graph, index, plan, cpu_device):
     """
     # Validate and snapshot before the first edit.
     _check_before_editing(graph, index, plan)
+    if offload is not None:
+        offload_rewrite.check_offload(graph, index, offload)
     ops = index.ops
     edits = _Edits()
     for a, b in plan.control_edges:
@@ -251,15 +268,20 @@ def apply_plan(graph, index, plan, cpu_device):
     with _outside_user_context(graph, cpu_device):
         swapouts, swapins, swapin_of = _add_swaps(graph, ops, plan, edits)
     clones = _add_recomputes(graph, ops, plan, swapin_of, edits)
+    offloaded = () if offload is None else tuple(
+        offload_rewrite.apply_offload(
+            graph, index, offload,
+            lambda device: _outside_user_context(graph, device), edits))
     control_edges = edits.apply_controls()
-    if plan.control_edges and not swapouts and not clones:
+    if plan.control_edges and not (swapouts or clones or offloaded):
         # Nothing else would tell a second run that this graph is done.
         _new_marker(graph, ops[plan.control_edges[0][0]].device)
     return RewriteResult(swapout_ops=tuple(swapouts),
                          swapin_ops=tuple(swapins),
                          control_edges=control_edges,
                          rerouted_inputs=edits.rerouted,
-                         recompute_ops=tuple(clones))
+                         recompute_ops=tuple(clones),
+                         offload_ops=offloaded)
 
 
 def _check_before_editing(graph, index, plan):

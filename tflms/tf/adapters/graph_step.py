@@ -15,7 +15,10 @@ from typing import Optional
 
 from tflms import analysis
 from tflms import autotune
+from tflms import hardware
+from tflms import offload as offload_rules
 from tflms import pipeline
+from tflms import planner
 from tflms import plots
 from tflms import run_log
 from tflms import step as step_rules
@@ -57,6 +60,15 @@ class GraphAdapter:
     by the reader and edited by the rewriter.
     """
 
+    # True where ``offload_optimizer`` is carried out (`tflms.offload`);
+    # elsewhere asking for it raises `offload.OffloadUnsupportedError`.
+    offload_supported = False
+    # What the error says to do instead, where it is not.
+    offload_instead = (
+        "train the step as a Session graph with a tf.compat.v1.train "
+        "optimizer (lms.run(graph) or the Estimator hook), or set "
+        "offload_optimizer=False")
+
     def __init__(self, lms, graph, fetches=None):
         self.lms = lms
         self.graph = graph
@@ -67,6 +79,10 @@ class GraphAdapter:
         """True if this adapter serves `graph`."""
         raise NotImplementedError
 
+    def describe_entry(self):
+        """The entry point, for messages: ``"a tf.function step"``."""
+        return "this kind of step (%s)" % type(self).__name__
+
     def find_step(self):
         """The `TrainingStep` of the graph."""
         raise NotImplementedError
@@ -75,12 +91,17 @@ class GraphAdapter:
         """The `GraphIndex` of `found`'s step (its fetches' fan-in)."""
         return reader.build_index(found.graph, found.fetches)
 
-    def apply(self, found, index, plan):
-        """Edit `found.graph` by `plan` (made on `index`): the
-        `rewriter.RewriteResult`."""
-        host = (self.lms.settings.cpu_device if found.worker is None
+    def host(self, found):
+        """The device of the swap ops (and of offloaded updates)."""
+        return (self.lms.settings.cpu_device if found.worker is None
                 else found.worker.host)
-        return rewriter.apply_plan(found.graph, index, plan, host)
+
+    def apply(self, found, index, plan, offload=None):
+        """Edit `found.graph` by `plan` (made on `index`) and `offload`
+        (a `tflms.offload.Offload` or None): the
+        `rewriter.RewriteResult`."""
+        return rewriter.apply_plan(found.graph, index, plan,
+                                   self.host(found), offload)
 
     def rewrite(self, start=None):
         """Find, index, plan and rewrite the step: a `RunResult`."""
@@ -94,7 +115,8 @@ def _device_filter(settings, found):
               else found.gpu_device)
 
     def matches(op_device):
-        return analysis.device_matches(op_device, device, found.worker)
+        return analysis.device_matches(op_device, device, found.worker,
+                                       settings.cpu_device)
     return matches
 
 
@@ -119,27 +141,105 @@ def plan_and_rewrite(adapter, found, start, index=None):
     log.info("Editing model for LMS")
     if index is None:
         index = adapter.index(found)
-    run_log.log_step(log, index)
-    roles = pipeline.classify(index, settings, found.worker)
-    run_log.log_graph_facts(log, index, roles, settings)
+    offload = _offload(adapter, settings, found, index)
     try:
-        planned = pipeline.plan(index, settings, roles=roles, log=log)
+        planned = _plan(index, settings, found, offload, log)
     except autotune.AutotuneError as err:
-        # The plots of the search that found nothing are the caller's to
-        # write (the planning core writes no file).
-        raise plots.with_plots(err, settings, log) from None
+        offload = _offload_when_nothing_fits(adapter, settings, found,
+                                             index, err, log)
+        if offload is None:
+            # The plots of the search that found nothing are the caller's
+            # to write (the planning core writes no file).
+            raise plots.with_plots(err, settings, log) from None
+        try:
+            planned = _plan(index, settings, found, offload, log)
+        except autotune.AutotuneError as again:
+            raise plots.with_plots(again, settings, log) from None
     plots.write_planned(planned, log)
-    if not planned.needed:
+    offloads = offload is not None and bool(offload.updates)
+    if not planned.needed and not offloads:
         return RunResult(Outcome.NOT_NEEDED, planned,
-                         seconds=time.perf_counter() - start)
-    plan = planned.plan
-    _log_plan(log, planned, plan)
-    rewrite = adapter.apply(found, planned.index, plan)
+                         seconds=time.perf_counter() - start,
+                         offload=offload)
+    if planned.needed:
+        plan = planned.plan
+        _log_plan(log, planned, plan)
+    else:
+        # Nothing to swap, but the updates move: an empty plan.
+        log.info("No swaps needed with the optimizer's updates on the "
+                 "host: LMS adds only the ops that put them there")
+        plan = planner.Plan(params=None, swaps=(), serialization_edges=(),
+                            num_levels=planned.index.num_levels)
+    rewrite = adapter.apply(found, planned.index, plan, offload)
     _log_rewrite(log, plan, rewrite)
     seconds = time.perf_counter() - start
     log.info("Editing model for LMS, took: %.1f ms" % (seconds * 1000))
-    log.warning(run_log.summary_line(planned, rewrite, seconds))
-    return RunResult(Outcome.REWRITTEN, planned, rewrite, seconds)
+    if planned.needed:
+        log.warning(run_log.summary_line(planned, rewrite, seconds))
+    return RunResult(Outcome.REWRITTEN, planned, rewrite, seconds,
+                     offload=offload)
+
+
+def _plan(index, settings, found, offload, log):
+    """`pipeline.plan` of the step, with `offload`'s updates on the host
+    when it is not None."""
+    if offload is not None:
+        log.info(offload.describe())
+        link = hardware.interconnect_named(settings.interconnect)
+        seconds = offload.link_seconds(link)
+        if seconds is not None:
+            log.info("The offload's copies take at least %.1f ms per step "
+                     "on %s (not in the predicted step times yet)"
+                     % (seconds * 1000, link.label))
+        index = offload_rules.planning_index(index, offload)
+    run_log.log_step(log, index)
+    roles = pipeline.classify(index, settings, found.worker)
+    run_log.log_graph_facts(log, index, roles, settings)
+    return pipeline.plan(index, settings, roles=roles, log=log)
+
+
+def _offload(adapter, settings, found, index):
+    """The `offload.Offload` of the step when ``offload_optimizer`` is
+    True, else None."""
+    if settings.offload_optimizer is not True:
+        return None
+    _check_offload(adapter)
+    return offload_rules.find_updates(index, adapter.host(found),
+                                      _device_filter(settings, found))
+
+
+def _offload_when_nothing_fits(adapter, settings, found, index, err, log):
+    """With ``offload_optimizer='auto'``, the `offload.Offload` to plan
+    again with when no plan fits the device (`err`), if it moves any
+    slot; else None."""
+    if settings.offload_optimizer != "auto":
+        return None
+    if not adapter.offload_supported:
+        log.info("offload_optimizer='auto': no plan fits, and %s cannot "
+                 "offload the optimizer yet" % adapter.describe_entry())
+        return None
+    try:
+        offload = offload_rules.find_updates(
+            index, adapter.host(found), _device_filter(settings, found))
+    except offload_rules.OffloadUnsupportedError as e:
+        log.info("offload_optimizer='auto': no plan fits, and %s" % e)
+        return None
+    if not offload.updates:
+        return None
+    log.info("offload_optimizer='auto': no plan fits with the optimizer's "
+             "slots on the device (%s); planning again with them on the "
+             "host" % str(err).split("\n")[0])
+    return offload
+
+
+def _check_offload(adapter):
+    """Raise where ``offload_optimizer`` is not carried out."""
+    if not adapter.offload_supported:
+        raise offload_rules.OffloadUnsupportedError(
+            "offload_optimizer=True is not supported yet for %s (only "
+            "Session graphs with tf.compat.v1.train optimizers are, "
+            "docs/offload.md); %s" % (adapter.describe_entry(),
+                                      adapter.offload_instead))
 
 
 def _log_plan(log, planned, plan):
@@ -163,6 +263,9 @@ def _log_rewrite(log, plan, rewrite):
            + len(rewrite.recompute_ops),
            len(rewrite.swapout_ops), plan.swapout_bytes() / _GIB,
            len(rewrite.swapin_ops), plan.swapin_bytes() / _GIB))
+    if rewrite.offload_ops:
+        log.info("Added %d operations that run the optimizer's updates on "
+                 "the host (offload_optimizer)" % len(rewrite.offload_ops))
     if plan.recomputes:
         log.info("Recomputing %d tensors (%.2f GiB) instead of swapping "
                  "them, with %d cloned operations"

@@ -61,6 +61,8 @@ class SessionGraph(GraphAdapter):
     """A graph-mode `tf.Graph`, run by a Session (``lms.run(graph)``, the
     Estimator hook, the Keras 2 callback's graph)."""
 
+    offload_supported = True
+
     @classmethod
     def accepts(cls, graph):
         return (isinstance(graph, tf.Graph)

@@ -31,9 +31,18 @@ class FunctionStep(GraphAdapter):
     `onednn_cpu`: whether the step runs on oneDNN's CPU kernels, as
     `step_of` takes it; None: as it would here."""
 
+    offload_instead = (
+        "for now, keep the step's optimizer state on the device "
+        "(offload_optimizer=False), or build the step as a Session graph "
+        "with a tf.compat.v1.train optimizer and use lms.run(graph)")
+
     def __init__(self, lms, graph, fetches=None, onednn_cpu=None):
         super().__init__(lms, graph, fetches)
         self.onednn_cpu = onednn_cpu
+
+    def describe_entry(self):
+        return ("a tf.function step (lms.function, and Keras 3 fit, "
+                "which calls it)")
 
     @classmethod
     def accepts(cls, graph):

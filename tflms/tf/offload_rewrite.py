@@ -1,0 +1,166 @@
+"""The graph edits of ``offload_optimizer``, made for `tflms.tf.rewriter`.
+
+Only `rewriter.apply_plan` calls `apply_offload`, in its single pass of
+edits, after `check_offload` passed with the plan's other checks: this
+module is the rewriter's, split off so that neither module passes 600
+lines, and no other module edits a graph.
+
+What TensorFlow allows decides the edits (`tflms.offload` says which
+updates move). An optimizer of ``tf.compat.v1.train`` makes its slots
+after the graph is built, each colocated with its variable (the
+``_class: loc:@<variable>`` attribute), and TensorFlow places every op
+that takes a resource handle with the handle's variable. So, per update:
+
+* each slot's handle op, every op that takes the handle (its
+  initializer, its reads, the Saver's ops, whenever they were made) and
+  the ops of its initializer's name scope are placed on the host, their
+  colocation with the variable cleared. Only their device changes: the
+  slots keep their names and values, so a checkpoint written with offload
+  restores without it and the other way round;
+* the fused kernel (``ResourceApplyAdam``) needs the variable and its
+  slots on one device, and the variable stays on the device. The kernel
+  runs on the host on a host copy of the weights
+  (``lms/offload/<var>/host``, a variable of no collection, so no Saver
+  or initializer sees it): the copy is filled from the variable before
+  the update, and the new value written back to the device variable
+  after it (``.../write_back``). Every op that waited for the update
+  (the train op, Adam's step counters) waits for the write-back. The
+  host runs the same kernel the device would, element for element; on a
+  GPU the host's kernel may round differently from the GPU's;
+* the gradient reaches the update through an ``Identity`` on the host
+  (``.../gradient``), the swap-out of the gradient, made as soon as the
+  gradient is.
+
+The ops added carry the rewriter's markers (``_tflms``, and
+``_grappler_do_not_remove``), so a second run finds the graph rewritten.
+"""
+
+import bisect
+
+import tensorflow as tf
+
+from tflms import offload as offload_rules
+
+__all__ = ["OFFLOAD_SCOPE", "check_offload", "apply_offload"]
+
+# Name scope of the ops the offload adds.
+OFFLOAD_SCOPE = "lms/offload/"
+
+
+def check_offload(graph, index, offload):
+    """Raise (nothing edited yet) unless `offload` can be applied to
+    `graph` as indexed."""
+    ops = index.ops
+    for u in offload.updates:
+        apply_op = ops[u.apply]
+        if apply_op.inputs[0].op is not ops[u.variable]:
+            raise ValueError(
+                "input 0 of %s is not the variable %s any more; index the "
+                "graph again" % (apply_op.name, ops[u.variable].name))
+        slots, grad = offload_rules.APPLY_INPUTS[apply_op.type]
+        for slot, s in zip(slots, u.slots):
+            if apply_op.inputs[slot].op is not ops[s]:
+                raise ValueError(
+                    "%s does not read the slot %s any more; index the graph "
+                    "again" % (apply_op.name, ops[s].name))
+        producer, output = u.gradient
+        if apply_op.inputs[grad] is not ops[producer].outputs[output]:
+            raise ValueError(
+                "%s does not read the gradient %s:%d any more; index the "
+                "graph again" % (apply_op.name, ops[producer].name, output))
+
+
+class _ByName:
+    """The graph's ops sorted by name, to find a name scope's ops."""
+
+    def __init__(self, graph):
+        self.ops = sorted(graph.get_operations(), key=lambda op: op.name)
+        self.names = [op.name for op in self.ops]
+
+    def under(self, prefix):
+        start = bisect.bisect_left(self.names, prefix)
+        end = start
+        while end < len(self.names) and self.names[end].startswith(prefix):
+            end += 1
+        return self.ops[start:end]
+
+
+def _slot_ops(by_name, handle):
+    """The ops that must be on the slot's device: its handle, every op
+    taking the handle, and the ops of its name scope (its initializer)."""
+    moved = {handle}
+    for t in handle.outputs:
+        moved.update(t.consumers())
+    moved.update(by_name.under(handle.name + "/"))
+    return sorted(moved, key=lambda op: op.name)
+
+
+def _place_on(op, device):
+    op._set_device(device)
+    if "_class" in op.node_def.attr:
+        op._clear_attr("_class")
+
+
+def apply_offload(graph, index, offload, new_ops_context, edits):
+    """Move `offload`'s updates and slots to its host (module docstring).
+
+    Args:
+      graph: the `tf.Graph` `index` was built from.
+      index: its `GraphIndex` (`offload`'s ids refer to it).
+      offload: a `tflms.offload.Offload`.
+      new_ops_context: ``new_ops_context(device)``, the rewriter's context
+        in which its ops are made (outside the user's scopes, marked).
+      edits: the rewriter's pending control edges (``add_controls``).
+
+    Returns:
+      The names of the ops added, in update order.
+    """
+    ops = index.ops
+    host = offload.host
+    waiting = {}  # update op -> ops with a control input on it
+    updates = {ops[u.apply] for u in offload.updates}
+    for op in graph.get_operations():
+        for c in op.control_inputs:
+            if c in updates:
+                waiting.setdefault(c, []).append(op)
+    by_name = _ByName(graph)
+    added = []
+    for u in offload.updates:
+        apply_op, variable = ops[u.apply], ops[u.variable]
+        for s in u.slots:
+            for op in _slot_ops(by_name, ops[s]):
+                _place_on(op, host)
+        scope = OFFLOAD_SCOPE + variable.name
+        dtype = variable.get_attr("dtype")
+        with new_ops_context(host):
+            copy = tf.raw_ops.VarHandleOp(
+                dtype=dtype, shape=variable.get_attr("shape"),
+                shared_name=scope.replace("/", "_"), name=scope + "/host")
+        with new_ops_context(variable.device):
+            weights = tf.raw_ops.ReadVariableOp(
+                resource=variable.outputs[0], dtype=dtype,
+                name=scope + "/read")
+        grad_slot = offload_rules.APPLY_INPUTS[apply_op.type][1]
+        with new_ops_context(host):
+            fill = tf.raw_ops.AssignVariableOp(
+                resource=copy, value=weights, name=scope + "/fill")
+            gradient = tf.raw_ops.Identity(
+                input=apply_op.inputs[grad_slot], name=scope + "/gradient")
+        apply_op._update_input(0, copy)
+        apply_op._update_input(grad_slot, gradient)
+        _place_on(apply_op, host)
+        edits.add_controls(apply_op, [fill])
+        with new_ops_context(host):
+            new = tf.raw_ops.ReadVariableOp(resource=copy, dtype=dtype,
+                                            name=scope + "/updated")
+        with new_ops_context(variable.device):
+            back = tf.raw_ops.AssignVariableOp(
+                resource=variable.outputs[0], value=new,
+                name=scope + "/write_back")
+        edits.add_controls(new.op, [apply_op])
+        for op in waiting.get(apply_op, ()):
+            edits.add_controls(op, [back])
+        added.extend(op.name for op in (copy.op, weights.op, fill,
+                                        gradient.op, new.op, back))
+    return added
+
