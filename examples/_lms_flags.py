@@ -5,7 +5,7 @@ Each example calls `add_lms_flags(parser)` while building its parser and
 flags are made from the fields of `tflms.settings.Settings`, the one
 description of every LMS setting, and are spelled as the ``tflms`` command
 spells them (``--swapout-threshold``); `make_lms` builds the `LMS` from
-`tflms.settings.from_arguments`. ``python <example> --help`` lists them:
+`tflms.setting_flags.from_arguments`. ``python <example> --help`` lists them:
 
   --lms                      turn Large Model Support on (off by default)
   --swapout-threshold N      -1 (default) lets the auto-tuner choose
@@ -38,6 +38,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 # Standard library only: --help must answer without loading TensorFlow.
 from tflms import _argparse_types  # noqa: E402
+from tflms import setting_flags  # noqa: E402
 from tflms import settings  # noqa: E402
 
 __all__ = [
@@ -96,7 +97,8 @@ def add_lms_flags(parser):
         "described in docs/parameters.md.")
     group.add_argument("--lms", action="store_true",
                        help="enable Large Model Support")
-    settings.add_arguments(group, names=LMS_FLAG_SETTINGS, aliases=_OLD_FLAGS)
+    setting_flags.add_arguments(group, names=LMS_FLAG_SETTINGS,
+                                aliases=_OLD_FLAGS)
     return group
 
 
@@ -113,7 +115,7 @@ def make_lms(args, batch_size=None):
         return None
     overrides = {} if batch_size is None else {"batch_size": batch_size}
     try:
-        chosen = settings.from_arguments(args, names=LMS_FLAG_SETTINGS,
+        chosen = setting_flags.from_arguments(args, names=LMS_FLAG_SETTINGS,
                                          **overrides)
     except ValueError as e:
         # The checks' messages name the setting, the value and the fix.

@@ -22,6 +22,7 @@ import pytest
 import tensorflow as tf
 
 from _stack import NEW_STACK
+from tflms import setting_flags
 from tflms import settings
 
 EXAMPLES_DIR = os.path.join(os.path.dirname(os.path.dirname(
@@ -130,7 +131,7 @@ def test_example_trains(script, lms, tmp_path):
 def _flags_with_settings():
     """``{flag: setting}`` for every setting with a command-line flag; the
     examples give batch_size through their own --batch_size."""
-    flags = {settings.flag_of(f.name): f.name for f in settings.fields()
+    flags = {setting_flags.flag_of(f.name): f.name for f in settings.fields()
              if f.metadata["flag"] is not None}
     flags["--batch_size"] = flags.pop("--batch-size")
     return flags

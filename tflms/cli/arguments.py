@@ -4,7 +4,7 @@ flags (from `tflms.settings`), and the `LMS` the parsed arguments ask for
 
 import argparse
 
-from tflms import settings as S
+from tflms import setting_flags
 from tflms._argparse_types import nonnegative_float, positive_int
 
 
@@ -92,7 +92,7 @@ def _model_arguments(sub, settings, verb, note=""):
     lms = sub.add_argument_group(
         "LMS settings", "As the LMS settings of the same names "
         "(docs/parameters.md)%s." % note)
-    S.add_arguments(lms, settings, aliases=_OLD_FLAGS)
+    setting_flags.add_arguments(lms, settings, aliases=_OLD_FLAGS)
     keras = sub.add_argument_group("Keras models")
     keras.add_argument("--loss", default=None,
                        help="loss to compile with (default: the saved one, "
@@ -142,7 +142,7 @@ _PLAN_ONLY_FLAGS = ("--plot-dir", "--no-plots", "--oracle", "--progress",
 def _plan_output_arguments(other):
     """`plan`'s flags for plots, the oracle and progress lines, added to
     its argument group `other`."""
-    S.add_arguments(other, ("plot_dir",))
+    setting_flags.add_arguments(other, ("plot_dir",))
     other.add_argument("--no-plots", action="store_true",
                        help="do not write plots")
     other.add_argument("--oracle", action="store_true",
@@ -302,11 +302,12 @@ class _PlanOnly(argparse.Action):
 
 
 def lms_from_args(args, loaded=None):
-    """An `LMS` with the command line's settings (`settings.from_arguments`);
-    for a loaded graph without a backward phase, or with --inference, it
-    plans for inference."""
+    """An `LMS` with the command line's settings
+    (`setting_flags.from_arguments`); for a loaded graph without a backward
+    phase, or with --inference, it plans for inference."""
     from tflms import lms as _lms
     overrides = {}
     if loaded is not None:
         overrides["is_training"] = loaded.training and not args.inference
-    return _lms.LMS.from_settings(S.from_arguments(args, **overrides))
+    return _lms.LMS.from_settings(
+        setting_flags.from_arguments(args, **overrides))

@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 
+from tflms import setting_flags
 from tflms import settings as S
 from tflms.cli.loading import PlanError, is_keras3_plan, load_graph
 from tflms.cli.planning import plan_graph
@@ -26,7 +27,7 @@ def find(args, progress):
     from tflms import capacity
     from tflms.tf import keras3_trace
     from tflms.tf import live_capacity
-    settings = S.from_arguments(args, is_training=True)
+    settings = setting_flags.from_arguments(args, is_training=True)
     if args.dimension == "sequence":
         return _find_sequence(args, settings, progress)
     if is_keras3_plan(args.graph, args):

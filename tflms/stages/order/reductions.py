@@ -46,7 +46,7 @@ _ALLOCATOR_SHARE = 0.5
 # Ops of one chain at most (GPT-2's accuracy: 5 before its ArgMax), and
 # at least: one large op and its reduction (a gradient's ``x * g`` summed
 # for a scale's gradient) hold one temporary, and are left to the
-# replays of `peak_ordering`; several hold several.
+# replays of `peaks.order_peaks`; several hold several.
 _CHAIN_OPS = 12
 _MIN_CHAIN_OPS = 2
 # The shared tensor is at least this many bytes: smaller ones do not move
