@@ -40,6 +40,9 @@ class RunResult:
       seconds: wall time of the call.
       replicas: for a step whose replicas were planned one device at a
         time, ``((device, RunResult), ...)``; empty otherwise.
+      grappler: with the ``grappler_check`` setting on, the
+        `tflms.tf.grappler_check.GrapplerReport` of the rewrite; None
+        otherwise.
     """
 
     outcome: Outcome
@@ -51,6 +54,7 @@ class RunResult:
     # device at a time (a tf.distribute strategy's step): this result then
     # sums them (`of_replicas`).
     replicas: tuple = ()
+    grappler: object = None
 
     @classmethod
     def of_replicas(cls, by_device, seconds):
