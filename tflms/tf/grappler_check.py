@@ -40,6 +40,7 @@ Grappler runs.
 
 import collections
 import dataclasses
+import hashlib
 import time
 
 from tensorflow.core.framework import graph_pb2
@@ -212,37 +213,77 @@ def _clone_original(name):
     return prefix.split(">")[0]
 
 
+# Nodes that hand a tensor on unchanged (their readers are compared as
+# reading what they read) and nodes that compute nothing or a constant:
+# Grappler keeps, removes or shares them as control edges allow, which
+# changes no number.
+_PASS_THROUGH = frozenset({"Identity", "IdentityN", "Snapshot"})
+_NOT_COMPARED = _PASS_THROUGH | {"Const", "NoOp"}
+# Ops of two operands whose order changes no bit of the result (an AddN of
+# two too); the order of three or more summands does.
+_COMMUTATIVE = frozenset({"Add", "AddV2", "Mul", "Maximum", "Minimum",
+                          "SquaredDifference", "Equal", "NotEqual",
+                          "LogicalAnd", "LogicalOr"})
+
+
+def _const_key(node):
+    """A constant's reference by its value (Grappler shares equal
+    constants, and which one stays depends on the graph)."""
+    value = node.attr["value"].SerializeToString(deterministic=True)
+    return "Const(%s)" % hashlib.sha1(value).hexdigest()[:12]
+
+
 def _normalized(graph_def, lms_names):
-    """``{name: (op, data inputs)}`` of the nodes of `graph_def` other than
-    LMS's (`lms_names`), each input that read an LMS op reading what it
-    stands for."""
+    """``{name: (op, data inputs)}`` of the nodes of `graph_def` that
+    compute (not LMS's, `lms_names`, nor `_NOT_COMPARED`), each input that
+    read an LMS op or a pass-through node reading what it stands for, a
+    constant by its value, the operands of a commutative op sorted."""
     nodes = {n.name: n for n in graph_def.node}
 
     def resolve(ref):
         name, output = _split(ref)
-        seen = 0
-        while name in lms_names and seen < 64:
+        for _ in range(256):
             node = nodes.get(name)
-            if _CLONE_MARKER in name:
+            if node is None:
+                break
+            if name in lms_names and _CLONE_MARKER in name:
                 name = _clone_original(name)
                 break
-            if node is None or not node.input:
+            data = [i for i in node.input if not i.startswith("^")]
+            if name in lms_names or (node.op in _PASS_THROUGH
+                                     and node.op != "IdentityN"):
+                if not data:
+                    break
+                name, output = _split(data[0])
+            elif node.op == "IdentityN" and output < len(data):
+                name, output = _split(data[output])
+            else:
                 break
-            name, output = _split(node.input[0])
-            seen += 1
+        node = nodes.get(name)
+        if node is not None and node.op == "Const":
+            return _const_key(node)
         return "%s:%d" % (name, output)
 
     out = {}
     for node in graph_def.node:
-        if node.name in lms_names:
+        if node.name in lms_names or node.op in _NOT_COMPARED:
             continue
         op = node.op
         fused = node.attr.get("fused_ops")
         if fused is not None and fused.list.s:
             op += "[%s]" % ",".join(s.decode() for s in fused.list.s)
-        out[node.name] = (op, tuple(resolve(i) for i in node.input
-                                    if not i.startswith("^")))
+        inputs = tuple(resolve(i) for i in node.input
+                       if not i.startswith("^"))
+        out[node.name] = (op, _ordered(op, inputs))
     return out
+
+
+def _ordered(op, inputs):
+    """`inputs` sorted where their order changes nothing (`_COMMUTATIVE`,
+    an AddN of two)."""
+    if op in _COMMUTATIVE or (op == "AddN" and len(inputs) == 2):
+        return tuple(sorted(inputs))
+    return inputs
 
 
 def _text(entry):
@@ -268,7 +309,8 @@ def _renamed(without, with_lms):
                 rename[name] = twin
         if not rename:
             break
-        with_lms = {rename.get(name, name): (op, _renamed_inputs(ins, rename))
+        with_lms = {rename.get(name, name):
+                    (op, _ordered(op, _renamed_inputs(ins, rename)))
                     for name, (op, ins) in with_lms.items()}
     return with_lms
 
@@ -278,7 +320,8 @@ def _renamed_inputs(inputs, rename):
     out = []
     for ref in inputs:
         name, output = _split(ref)
-        out.append("%s:%d" % (rename.get(name, name), output))
+        out.append("%s:%d" % (rename[name], output) if name in rename
+                   else ref)
     return tuple(out)
 
 
