@@ -286,6 +286,21 @@ def _ordered(op, inputs):
     return inputs
 
 
+def _counts(compared, graph_def, lms_names=()):
+    """Op types of the `compared` nodes, and the ``IdentityN`` nodes of
+    `graph_def` not LMS's: one kept (the dependency optimizer removes
+    Keras 3's gradient IdentityN only while no control edge or device
+    crossing holds it) changes which products the arithmetic optimizer
+    sees together."""
+    counts = collections.Counter(e[0] for e in compared.values())
+    counts["IdentityN"] += sum(1 for n in graph_def.node
+                               if n.op == "IdentityN"
+                               and n.name not in lms_names)
+    if not counts["IdentityN"]:
+        del counts["IdentityN"]
+    return counts
+
+
 def _text(entry):
     if entry is None:
         return ""
@@ -398,9 +413,10 @@ def check(original, rewritten, fetch_names, config=None):
                 for n in before.node for ref in n.input}
         fetch_names = [n.name for n in before.node if n.name not in read]
     lms_names = {n.name for n in after.node if is_lms_name(n.name)}
-    without = _normalized(optimize(before, fetch_names, config), set())
-    with_lms = _renamed(without, _normalized(
-        optimize(after, fetch_names, config), lms_names))
+    optimized = (optimize(before, fetch_names, config),
+                 optimize(after, fetch_names, config))
+    without = _normalized(optimized[0], set())
+    with_lms = _renamed(without, _normalized(optimized[1], lms_names))
     neighbours = _Neighbours(after, lms_names, before)
     differences = []
     for kind, name in _differences(without, with_lms):
@@ -413,8 +429,8 @@ def check(original, rewritten, fetch_names, config=None):
         differences.append(Difference(
             kind=kind, node=name, without=_text(a), with_lms=_text(b),
             ops=tuple(sorted(ops)), swaps=swaps, edges=edges))
-    counts = (collections.Counter(e[0] for e in without.values()),
-              collections.Counter(e[0] for e in with_lms.values()))
+    counts = (_counts(without, optimized[0]),
+              _counts(with_lms, optimized[1], lms_names))
     kernels = {k: (counts[0][k], counts[1][k])
                for k in set(counts[0]) | set(counts[1])
                if counts[0][k] != counts[1][k]}
