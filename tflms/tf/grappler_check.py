@@ -424,7 +424,8 @@ def check(original, rewritten, fetch_names, config=None):
         ops = {name}
         for entry in (a, b):
             if entry is not None:
-                ops.update(_split(ref)[0] for ref in entry[1])
+                ops.update(_split(ref)[0] for ref in entry[1]
+                           if not ref.startswith("Const("))
         swaps, edges = neighbours.of(ops)
         differences.append(Difference(
             kind=kind, node=name, without=_text(a), with_lms=_text(b),
