@@ -14,16 +14,24 @@ compares the two optimized graphs with LMS's own ops taken out:
 * every LMS op (swap-out, swap-in, recompute clone) is dropped and each
   input that read one reads what it stands for: a swap-in the tensor
   swapped out, a clone the output of the op it copies;
+* what changes no number is not compared: pass-through nodes
+  (``Identity``, ``IdentityN``, ``Snapshot``: their readers read what they
+  read; the ``IdentityN`` nodes kept are counted, since one kept changes
+  which products the arithmetic optimizer sees together), ``NoOp`` nodes,
+  constants (read by value: which of two equal constants Grappler keeps
+  depends on the graph), the order of a two-operand commutative op's
+  operands, and a node common-subexpression elimination kept under its
+  twin's name;
 * then, node by node (Grappler keeps the names of the nodes it keeps and
   names the nodes it makes after the ones they replace): a node in one
   graph only (``removed`` / ``added``: merged, fused or folded in one
   graph and not the other), the same node as another op (``op``: a fused
   kernel in one, its parts in the other; ``_Fused*`` ops are told apart by
   what they fused), the same operands in another order (``order``: an
-  ``AddN`` or a chain of ``Mul`` grouped otherwise rounds otherwise), or
-  other operands (``inputs``). Control inputs are not compared: LMS adds
-  its own by design, and a control edge that stops a fusion shows as the
-  fusion missing.
+  ``AddN`` of three or more sums in another order), or other operands
+  (``inputs``: a chain of ``Mul`` or ``Add`` grouped otherwise). Control
+  inputs are not compared: LMS adds its own by design, and a control edge
+  that stops a fusion shows as the fusion missing.
 
 Each `Difference` names the ops of the step involved and the LMS ops and
 control edges next to them in the rewritten graph (`Difference.swaps`,
