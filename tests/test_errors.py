@@ -25,6 +25,7 @@ BASES = {
     "tflms.devices.DeviceStringError": ValueError,
     "tflms.results.EagerModeError": RuntimeError,
     "tflms.simulator.buffers.BatchSizeError": ValueError,
+    "tflms.stages.contract.StageContractError": AssertionError,
     "tflms.stages.host.HostMemoryError": ValueError,
     "tflms.tf.compat.UnsupportedStackError": RuntimeError,
     "tflms.tf.distributed.RankMismatchError": RuntimeError,

@@ -82,6 +82,8 @@ BAD_PROPERTIES = [
     ("autotune_host_mem", 0, r"autotune_host_mem must be a positive number"),
     ("autotune_host_mem", "64", r"autotune_host_mem .* got '64'"),
     ("autotune_plot", 2, r"autotune_plot must be True or False; got 2"),
+    ("grappler_check", "yes",
+     r"grappler_check must be True or False; got 'yes'"),
     ("excl_output_by_scopes", "conv1",
      r"excl_output_by_scopes must be a set of strings, e.g. \{'conv1'\}; "
      r"got 'conv1'"),

@@ -42,6 +42,9 @@ class RunResult:
         time, ``((device, RunResult), ...)``; empty otherwise.
       offload: with ``offload_optimizer``, the `tflms.offload.Offload`
         (the updates moved to the host, their bytes); None otherwise.
+      grappler: with the ``grappler_check`` setting on, the
+        `tflms.tf.grappler_check.GrapplerReport` of the rewrite; None
+        otherwise.
     """
 
     outcome: Outcome
@@ -54,6 +57,7 @@ class RunResult:
     # sums them (`of_replicas`).
     replicas: tuple = ()
     offload: object = None
+    grappler: object = None
 
     @classmethod
     def of_replicas(cls, by_device, seconds):

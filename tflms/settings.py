@@ -421,6 +421,16 @@ class Settings:
         flag="GPU whose peak rates time the ops: %s (default %s)" % (
             ", ".join(hardware.GPUS), hardware.DEFAULT_GPU),
         text=str, metavar="GPU")
+    grappler_check: bool = _setting(
+        False, _named(V.check_bool),
+        "After the rewrite, compare Grappler's optimization of the step "
+        "with and without LMS's edits (fused kernels, nodes removed or "
+        "merged, operand order; `tflms.tf.grappler_check`): each difference "
+        "is logged with the swaps next to it, the report is "
+        "`lms.last_run.grappler`. Costs two more optimizations of the step "
+        "(docs/tf2.md); `tflms verify` always runs it.",
+        kind=PROPERTY, flag="compare Grappler's optimization of the step "
+        "with and without LMS's edits and log the differences")
     autotune_plot: bool = _setting(
         False, _named(V.check_bool),
         "Write the expected-memory plots and the distance histogram into "

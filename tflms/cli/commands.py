@@ -143,6 +143,8 @@ def render_verify(report):
                  "without it, other than LMS's own: %s" % (
                      ", ".join(report.ops_entering_step[:10])
                      if report.ops_entering_step else "none"))
+    if report.grappler is not None:
+        lines += report.grappler.lines()
     lines.append("VERDICT: %s" % (
         "PASS - training with LMS matched training without it"
         if report.ok else "FAIL - training with LMS differed"))

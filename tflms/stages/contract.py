@@ -24,6 +24,8 @@ or a record, and what several share lives in `timed` and `tuning`.
 import dataclasses
 from typing import Callable, FrozenSet
 
+from tflms.errors import LMSError
+
 __all__ = ["Stage", "StageContractError", "check_order", "PLANNED_FIELDS",
            "INPUTS"]
 
@@ -35,9 +37,9 @@ PLANNED_FIELDS = ("index", "plan", "without_lms", "with_lms", "step_time",
 INPUTS = frozenset({"index"})
 
 
-class StageContractError(AssertionError):
+class StageContractError(LMSError, AssertionError):
     """A stage broke its declared contract: a bug in tflms, not in the
-    user's graph or settings."""
+    user's graph or settings (an `AssertionError`: please report it)."""
 
 
 def _name(part):

@@ -19,6 +19,13 @@ What counts as a difference:
 * an op that the training step did not run before the rewrite and runs
   after it (LMS may add its own ops to the step, nothing else).
 
+Besides the training, the step is optimized by Grappler with LMS's edits
+and without (`tflms.tf.grappler_check`) and what Grappler did differently
+is reported (`VerifyReport.grappler`): a structural check, which names
+the swaps next to each difference. It does not decide the verdict: a
+different fusion or grouping shows in the numbers when it changes them
+(and some do not: a product by 0.5 in another order).
+
 The training step is found as `LMS.run` finds it (`tflms.step`): the ops
 named with ``--train-op``, else the ``train_op`` collection, else the
 optimizer updates. Only the placeholders the step reads get inputs.
@@ -31,10 +38,11 @@ import tensorflow as tf
 
 from tflms.errors import LMSError
 from tflms.tf import compat
+from tflms.tf import grappler_check
 from tflms.tf import reader
 
-__all__ = ["VerifyReport", "VerifyError", "compare", "kernel_counts",
-           "random_value", "unexecuted_nodes", "verify"]
+__all__ = ["VerifyReport", "VerifyError", "compare", "grappler_of",
+           "kernel_counts", "random_value", "unexecuted_nodes", "verify"]
 
 _TRACE = tf.compat.v1.RunOptions(
     trace_level=tf.compat.v1.RunOptions.FULL_TRACE,
@@ -74,6 +82,9 @@ class VerifyReport:
         ``{type: (without, with)}``.
       notes: lines about how the model was loaded and trained (a Keras 3
         model: `tflms.tf.verify_keras3`).
+      grappler: the `tflms.tf.grappler_check.GrapplerReport` of the step
+        optimized by Grappler with LMS's edits and without (None when LMS
+        did not rewrite it); informative, not part of `ok`.
     """
 
     steps: int
@@ -92,6 +103,7 @@ class VerifyReport:
     swap_ops_removed: list = dataclasses.field(default_factory=list)
     ops_entering_step: list = dataclasses.field(default_factory=list)
     notes: list = dataclasses.field(default_factory=list)
+    grappler: object = None
 
     @property
     def ok(self):
@@ -291,6 +303,8 @@ def verify(load, lms, steps=3, batch_size=None, train_op_names=(),
     plain_feed = _feed(plain, plain_fetches, batch_size, seed)
     before = set(reader.fan_in(lms_fetches[0]))
     result = lms.run(rewritten, fetches=lms_fetches[0])
+    grappler = grappler_of(result, plain, rewritten,
+                           [op.name for op in lms_fetches[0]])
     values, base_losses, base_final, base_step, base_md = _train(
         plain, plain_fetches, plain_feed, steps)
     _, losses, final, step, md = _train(
@@ -332,4 +346,16 @@ def verify(load, lms, steps=3, batch_size=None, train_op_names=(),
         ops_not_run=[n for n in not_run if n in graph_ops],
         kernels_differ=kernels_differ,
         swap_ops_removed=[n for n in added if n not in nodes],
-        ops_entering_step=entering)
+        ops_entering_step=entering, grappler=grappler)
+
+
+def grappler_of(result, original, rewritten, fetch_names):
+    """The `grappler_check.GrapplerReport` of `result` (an `LMS.run` of
+    `rewritten`; `original` the same step unrewritten): the one the
+    rewrite made with the ``grappler_check`` setting on, else made now;
+    None when nothing was rewritten."""
+    if not result.rewritten:
+        return None
+    if result.grappler is not None:
+        return result.grappler
+    return grappler_check.check(original, rewritten, fetch_names)

@@ -32,10 +32,12 @@ What counts as a difference (`tflms.tf.verify.VerifyReport.ok`):
 
 TensorFlow returns no step statistics for an eager function call, so,
 unlike a Session graph's verification, which ops ran is not compared
-(``ops_not_run`` stays empty) and neither are the kernels it fused
-(``kernels_differ``): Grappler's arithmetic optimizer may group the
-additions next to a swap-in differently, which changes the last bits of
-a few gradients (docs/tf2.md); ``rtol`` accepts that.
+(``ops_not_run`` stays empty) and neither are the kernels it ran
+(``kernels_differ``). What Grappler makes of the step is compared instead,
+on the traced steps (`tflms.tf.grappler_check`, reported as
+``VerifyReport.grappler``, informative): Grappler's arithmetic optimizer
+may group the additions next to a swap-in differently, which changes the
+last bits of a few gradients (docs/tf2.md); ``rtol`` accepts that.
 """
 
 import dataclasses
@@ -138,9 +140,8 @@ def verify(path, lms, dump_dir, steps=3, options=ModelOptions(), rtol=0.0,
                                        options.loss, options.optimizer)
     data = _inputs(plain, seed)
 
-    base_losses, base_step = _train(
-        plain.model,
-        tf.function(plain.model.train_step, jit_compile=False), data, steps)
+    plain_step = tf.function(plain.model.train_step, jit_compile=False)
+    base_losses, base_step = _train(plain.model, plain_step, data, steps)
 
     # Traced first, so that the step's ops before the rewrite are known;
     # lms.function rewrites this very concrete function at its first call.
@@ -168,6 +169,11 @@ def verify(path, lms, dump_dir, steps=3, options=ModelOptions(), rtol=0.0,
     # The rewrite edits `graph` in place; its fetches stay the same ops.
     entering = sorted(set(reader.fan_in(fetch_ops)) - before
                       - set(added))
+    # The plain step as traced for its training (the same concrete
+    # function), against the rewritten one.
+    grappler = verify_mod.grappler_of(
+        result, plain_step.get_concrete_function(data).graph, graph,
+        [op.name for op in fetch_ops]) if result is not None else None
     notes = list(plain.notes) + [
         "Trained model.train_step (the step fit() runs) %d steps on one "
         "random batch of %d with tf.function and with lms.function; swap "
@@ -187,4 +193,4 @@ def verify(path, lms, dump_dir, steps=3, options=ModelOptions(), rtol=0.0,
         swap_ops=len(added), swap_ops_ran=sum(1 for n in added if n in ran),
         swap_ops_not_run=[n for n in added if n not in ran],
         ops_not_run=[], kernels_differ={}, ops_entering_step=entering,
-        notes=notes)
+        notes=notes, grappler=grappler)

@@ -24,6 +24,7 @@ from tflms import run_log
 from tflms import step as step_rules
 from tflms import worker_devices
 from tflms.results import Outcome, RunResult
+from tflms.tf import grappler_check
 from tflms.tf import reader
 from tflms.tf import rewriter
 
@@ -170,14 +171,20 @@ def plan_and_rewrite(adapter, found, start, index=None):
                  "host: LMS adds only the ops that put them there")
         plan = planner.Plan(params=None, swaps=(), serialization_edges=(),
                             num_levels=planned.index.num_levels)
+    # The step as it was, for Grappler's before-and-after comparison (the
+    # rewrite edits the graph in place).
+    before = (grappler_check.graph_def_of(found.graph)
+              if settings.grappler_check else None)
     rewrite = adapter.apply(found, planned.index, plan, offload)
     _log_rewrite(log, plan, rewrite)
     seconds = time.perf_counter() - start
     log.info("Editing model for LMS, took: %.1f ms" % (seconds * 1000))
     if planned.needed:
         log.warning(run_log.summary_line(planned, rewrite, seconds))
+    grappler = (None if before is None
+                else _check_grappler(log, before, found))
     return RunResult(Outcome.REWRITTEN, planned, rewrite, seconds,
-                     offload=offload)
+                     offload=offload, grappler=grappler)
 
 
 def _plan(index, settings, found, offload, log):
@@ -240,6 +247,27 @@ def _check_offload(adapter):
             "Session graphs with tf.compat.v1.train optimizers are, "
             "docs/offload.md); %s" % (adapter.describe_entry(),
                                       adapter.offload_instead))
+
+
+def _check_grappler(log, before, found):
+    """The `grappler_check.GrapplerReport` of the rewrite of `found`
+    (`before`: its GraphDef before), logged; None, with a warning, when
+    Grappler fails on the step (the rewrite stands: the check only
+    reports)."""
+    try:
+        report = grappler_check.check(
+            before, found.graph, [op.name for op in found.fetches.ops],
+            config=grappler_check.config_for(found.graph))
+    except Exception as e:  # Grappler's errors have no common type
+        log.warning("grappler_check: Grappler could not optimize the step "
+                    "(%s: %s); the rewrite stands unchecked"
+                    % (type(e).__name__, e))
+        return None
+    lines = report.lines()
+    (log.info if report.same else log.warning)(lines[0])
+    for line in lines[1:]:
+        log.info(line)
+    return report
 
 
 def _log_plan(log, planned, plan):
