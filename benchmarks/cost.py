@@ -35,7 +35,7 @@ _PLANS = (("tf_swap", "TF swapping"), ("tflms_fixed", "tflms fixed"),
 def run(case):
     """Worker: CPU step time without and with tflms."""
     common.setup_tensorflow(case.get("control_flow", "v2"))
-    from benchmarks import measure, models
+    from benchmarks import cpu_measure, measure, models
     from tflms import pipeline
     from tflms.settings import Settings
     out = {"case": case, "done": False}
@@ -56,7 +56,7 @@ def run(case):
         edit["fallback"] = True
     out["edit"] = edit
     common.emit(out)
-    out["without"], out["with"] = measure.cpu_step_pair(
+    out["without"], out["with"] = cpu_measure.cpu_step_pair(
         plain, rewritten, steps=case["steps"])
     out["done"] = True
     return out

@@ -18,7 +18,7 @@ is given three ways:
 
 Without LMS the real allocator of this machine's CPU is shown too, from the
 FULL_TRACE allocation records of one training step
-(`benchmarks.measure.cpu_allocator_peaks`), with Grappler off so the graph
+(`benchmarks.cpu_measure.cpu_allocator_peaks`), with Grappler off so the graph
 that runs is the graph the others see. "outputs" counts allocations that
 outlive their op (tensors); "all" includes kernel scratch (im2col buffers
 and the like), which neither model counts. Both include variables and
@@ -89,7 +89,7 @@ def run(case):
     """Worker: simulator, oracle and real CPU peaks for one model, without
     LMS and with each plan of ``case["budgets"]``."""
     common.setup_tensorflow(case.get("control_flow", "v2"))
-    from benchmarks import measure, models
+    from benchmarks import cpu_measure, models
     from tflms.tf import oracle
     from tflms import pipeline
     from tflms.tf import reader as tf_reader
@@ -108,9 +108,10 @@ def run(case):
     out["raw_none"] = int(measured.raw_gpu_peak_bytes)
     common.emit(out)
     if case.get("real", True):
-        out["real_off"] = measure.cpu_allocator_peaks(built, grappler=False)
+        out["real_off"] = cpu_measure.cpu_allocator_peaks(built,
+                                                          grappler=False)
         common.emit(out)
-        out["real_on"] = measure.cpu_allocator_peaks(built, grappler=True)
+        out["real_on"] = cpu_measure.cpu_allocator_peaks(built, grappler=True)
         common.emit(out)
     for budget in case["budgets"]:
         out["plans"].append(_plan_and_measure(case, budget, models, oracle))

@@ -1,27 +1,7 @@
-"""benchmarks/measure.py: the shared measurements (the CPU allocator's
-peak, the graph the oracle replays, the oracle's runtime peak)."""
+"""benchmarks/measure.py: the shared measurements (the graph the oracle
+replays, the oracle's runtime peak)."""
 
 from benchmarks import measure
-
-
-def test_allocator_peak_separates_scratch_from_outputs():
-    step_stats = measure.tf.compat.v1.RunMetadata().step_stats
-    dev = step_stats.dev_stats.add()
-    # Op a (runs 0-10 us): 100-byte output freed at 50 us, 1000 bytes of
-    # scratch freed at 5 us. Op b (runs 20-30 us): 300-byte output.
-    a = dev.node_stats.add(node_name="a", all_start_micros=0,
-                           all_end_rel_micros=10)
-    mem = a.memory.add(allocator_name="cpu")
-    for micros, nbytes in ((1, 100), (2, 1000), (5, -1000), (50, -100)):
-        mem.allocation_records.add(alloc_micros=micros, alloc_bytes=nbytes)
-    b = dev.node_stats.add(node_name="b", all_start_micros=20,
-                           all_end_rel_micros=10)
-    mem = b.memory.add(allocator_name="cpu")
-    for micros, nbytes in ((21, 300), (60, -300)):
-        mem.allocation_records.add(alloc_micros=micros, alloc_bytes=nbytes)
-    every, lasting = measure._allocator_curves(step_stats)
-    assert measure._peak(every) == 1100
-    assert measure._peak(lasting) == 400
 
 
 def _node(graph_def, name, op, inputs=(), device="/device:GPU:0"):
