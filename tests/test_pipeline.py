@@ -1,6 +1,8 @@
 """pipeline.plan: the one planning function LMS.run, the CLI and the
 benchmarks share; and LMS.run's RunResult."""
 
+import time
+
 import pytest
 import tensorflow as tf
 
@@ -12,6 +14,7 @@ from tflms import graph_index as gi
 from tflms import pipeline
 from tflms import planner
 from tflms import simulator
+from tflms import stages
 from tflms import steptime
 from tflms.settings import Settings
 from tflms.stages import recompute as recompute_stage
@@ -318,3 +321,31 @@ def test_a_recompute_is_not_timed_when_the_compute_alone_is_slower():
     assert recompute_stage.slower_than(candidate, 9.0, timer, compute_s)
     assert not recompute_stage.slower_than(candidate, 11.0, timer, compute_s)
     assert not recompute_stage.slower_than(candidate, 12.0, timer, compute_s)
+
+
+def test_plan_records_the_cpu_seconds_of_each_stage():
+    graph, _ = cnn()
+    index = reader.build_index(graph)
+    began = time.process_time()
+    planned = pipeline.plan(index, Settings(**FIXED))
+    spent = time.process_time() - began
+    names = [name for name, _ in planned.stage_seconds]
+    assert names == ["context", "serialize", "defer", "swaps", "order",
+                     "fewer_waits", "recompute",
+                     "fewer_waits.after_recompute", "prefetch", "host"]
+    assert names[1:] == [pipeline.stage_name(s) for s in stages.STAGES]
+    seconds = [s for _, s in planned.stage_seconds]
+    assert all(s >= 0.0 for s in seconds)
+    assert 0.0 < sum(seconds) <= spent
+
+
+def test_a_failed_search_carries_the_stage_seconds_until_it_gave_up():
+    graph, _ = cnn()
+    index = reader.build_index(graph)
+    # A budget far below the step's resident bytes: nothing fits.
+    settings = Settings(autotune_gpu_mem=1e-6, batch_size=8)
+    with pytest.raises(autotune.AutotuneError) as info:
+        pipeline.plan(index, settings, env={})
+    names = [name for name, _ in info.value.stage_seconds]
+    assert names[0] == "context" and "swaps" in names
+    assert all(s >= 0.0 for _, s in info.value.stage_seconds)

@@ -16,6 +16,7 @@ are the caller's to draw (`tflms.plots`, from `LMS.run`).
 """
 
 import dataclasses
+import time
 from typing import TYPE_CHECKING, Optional, Tuple, Type, TypeVar
 
 from tflms import floor
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Planned", "PlanningContext", "classify", "plan", "simulate_plan",
            "instant_replay", "simulate_without", "recompute_cost",
-           "step_floor"]
+           "step_floor", "stage_name"]
 
 R = TypeVar("R", bound=StageRecord)
 
@@ -73,6 +74,12 @@ class Planned:
       failure: the `autotune.AutotuneError` of a stage that could not do
         its part while a later one may still overcome it (None
         otherwise); `plan` raises it when no stage did.
+      stage_seconds: ``(name, CPU seconds)`` of making the context
+        (``"context"``: roles when not given, budgets, models) and of each
+        stage of `stages.STAGES` (`stage_name`), in the order they ran;
+        the process's CPU time (`time.process_time`), so that a busy
+        machine does not inflate it. An `AutotuneError` that `plan`
+        raises carries the same, up to the stage that raised it.
     """
 
     context: PlanningContext
@@ -83,6 +90,7 @@ class Planned:
     step_time: Optional["StepTime"] = None
     records: Tuple[StageRecord, ...] = ()
     failure: Optional[AutotuneError] = None
+    stage_seconds: Tuple[Tuple[str, float], ...] = ()
 
     def record(self, kind: Type[R]) -> R:
         """The record of type `kind` a stage made, or ``kind()`` (the stage
@@ -206,20 +214,44 @@ def plan(index, settings, roles=None, log=None, simulate=False, env=None,
       autotune.NoGpuError, autotune.AutotuneError, simulator.BatchSizeError:
         from auto-tuning, when it is asked for.
     """
+    began = time.process_time()
     if roles is None:
         roles = classify(index, settings)
     context = PlanningContext.create(
         index, settings, roles=roles, log=log,
         budgets=Budgets.read(settings, env, list_devices),
         judging=Judging(by_step_time=by_step_time))
+    seconds = [("context", time.process_time() - began)]
     planned = Planned(context=context, index=index)
-    for stage in stages.STAGES:
-        planned = stage(context, planned)
-    if planned.failure is not None:
-        raise planned.failure
+    try:
+        for stage in stages.STAGES:
+            began = time.process_time()
+            try:
+                planned = stage(context, planned)
+            finally:
+                seconds.append((stage_name(stage),
+                                time.process_time() - began))
+        if planned.failure is not None:
+            raise planned.failure
+    except AutotuneError as err:
+        # What planning cost until it gave up, for the benchmarks and
+        # anyone asking why a failed search took long.
+        err.stage_seconds = tuple(seconds)
+        raise
+    planned = dataclasses.replace(planned, stage_seconds=tuple(seconds))
     if simulate and not planned.autotuned:
         planned = simulate_plan(planned)
     return planned
+
+
+def stage_name(stage):
+    """The name of the stage function `stage` in `Planned.stage_seconds`:
+    its module's (``"swaps"``), or module and function for a stage that is
+    not its module's `stage` (``"fewer_waits.after_recompute"``)."""
+    module = stage.__module__.rsplit(".", 1)[-1]
+    if stage.__name__ == "stage":
+        return module
+    return "%s.%s" % (module, stage.__name__)
 
 
 def simulate_plan(planned):

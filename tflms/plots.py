@@ -314,7 +314,9 @@ def with_plots(err, settings, log=None):
         note = ("%s Memory plots of the step without LMS and with the "
                 "smallest plan: %s" % (err, ", ".join(
                     os.path.abspath(f) for f in pictures)))
-    return type(err)(note, err.smallest_peak_bytes, err.floor, data)
+    noted = type(err)(note, err.smallest_peak_bytes, err.floor, data)
+    noted.stage_seconds = err.stage_seconds
+    return noted
 
 
 def pictures_in(plot_dir):

@@ -59,6 +59,9 @@ class AutotuneError(LMSError, ValueError):
         below, and the op that sets it), or None.
       plot_data: the `PlotData` of the failed search (`with_plot_data`),
         or None.
+      stage_seconds: ``(name, CPU seconds)`` of each planning stage until
+        this was raised, when `pipeline.plan` raised it
+        (`Planned.stage_seconds`); empty otherwise.
     """
 
     def __init__(self, message, smallest_peak_bytes=None, floor=None,
@@ -67,6 +70,7 @@ class AutotuneError(LMSError, ValueError):
         self.smallest_peak_bytes = smallest_peak_bytes
         self.floor = floor
         self.plot_data = plot_data
+        self.stage_seconds = ()
 
 
 def cannot_fit(sims, requested):
