@@ -24,6 +24,7 @@ from tflms import simulator
 from tflms import stages
 from tflms.autotune.report import AutotuneError, PlotData
 from tflms.context import Budgets, Judging, PlanningContext, classify
+from tflms.stages.contract import Stage
 from tflms.stages.recompute import recompute_cost
 from tflms.stages.records import (Deferred, Ordered, StageRecord, Tuned,
                                   Unwaited)
@@ -245,9 +246,12 @@ def plan(index, settings, roles=None, log=None, simulate=False, env=None,
 
 
 def stage_name(stage):
-    """The name of the stage function `stage` in `Planned.stage_seconds`:
-    its module's (``"swaps"``), or module and function for a stage that is
-    not its module's `stage` (``"fewer_waits.after_recompute"``)."""
+    """The name of `stage` in `Planned.stage_seconds`: a `contract.Stage`'s
+    own (``"swaps"``, ``"fewer_waits.after_recompute"``); for a bare
+    stage function, its module's, or module and function for one that is
+    not its module's `stage`."""
+    if isinstance(stage, Stage):
+        return stage.name
     module = stage.__module__.rsplit(".", 1)[-1]
     if stage.__name__ == "stage":
         return module

@@ -86,7 +86,7 @@ STAGES = (
     Stage("recompute", recompute.stage,
           reads=frozenset({"plan", "step_time", "with_lms", Tuned}),
           writes=_REPLANS),
-    Stage("fewer_waits after recompute", fewer_waits.after_recompute,
+    Stage("fewer_waits.after_recompute", fewer_waits.after_recompute,
           reads=frozenset({"plan", "step_time", Tuned}),
           writes=_REPLANS | {Unwaited}),
     Stage("prefetch", prefetch.stage,
