@@ -68,7 +68,8 @@ BATCH = 2
 FIXED = dict(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0)
 # The smallest input each application accepts (Keras checks it).
 SIZES = {"ResNet50": 32, "InceptionV3": 75, "NASNetMobile": 32,
-         "DenseNet121": 32, "EfficientNetB0": 32, "ConvNeXtTiny": 32}
+         "DenseNet121": 32, "EfficientNetB0": 32, "ConvNeXtTiny": 32,
+         "ResNet50V2": 32, "Xception": 71}
 DUMP_FILTER = "multi_step_on_iterator"
 
 # ---- the script (runs in the subprocess) -------------------------------
