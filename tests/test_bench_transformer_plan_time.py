@@ -6,10 +6,9 @@ import re
 from _keras3 import needs_keras_hub, python
 
 from benchmarks import transformer_plan_time as bench
-from tflms import pipeline
 from tflms import stages
 
-STAGE_NAMES = ["context"] + [pipeline.stage_name(s) for s in stages.STAGES]
+STAGE_NAMES = ["context"] + [s.name for s in stages.STAGES]
 
 
 def test_table_names_the_costliest_stage_and_flags_rows_over_the_goal():

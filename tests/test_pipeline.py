@@ -333,7 +333,7 @@ def test_plan_records_the_cpu_seconds_of_each_stage():
     assert names == ["context", "serialize", "defer", "swaps", "order",
                      "fewer_waits", "recompute",
                      "fewer_waits.after_recompute", "prefetch", "host"]
-    assert names[1:] == [pipeline.stage_name(s) for s in stages.STAGES]
+    assert names[1:] == [s.name for s in stages.STAGES]
     seconds = [s for _, s in planned.stage_seconds]
     assert all(s >= 0.0 for s in seconds)
     assert 0.0 < sum(seconds) <= spent

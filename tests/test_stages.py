@@ -45,7 +45,8 @@ def test_the_pipeline_hands_each_stage_what_the_one_before_returned(
         def run(context, planned):
             calls.append((stage, context, planned))
             return planned.with_record(records.Serialized((len(calls),)))
-        return run
+        return contract.Stage(stage.name, run,
+                              writes=frozenset({records.Serialized}))
 
     real = stages.STAGES
     monkeypatch.setattr(stages, "STAGES",

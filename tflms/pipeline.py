@@ -24,7 +24,6 @@ from tflms import simulator
 from tflms import stages
 from tflms.autotune.report import AutotuneError, PlotData
 from tflms.context import Budgets, Judging, PlanningContext, classify
-from tflms.stages.contract import Stage
 from tflms.stages.recompute import recompute_cost
 from tflms.stages.records import (Deferred, Ordered, StageRecord, Tuned,
                                   Unwaited)
@@ -37,7 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Planned", "PlanningContext", "classify", "plan", "simulate_plan",
            "instant_replay", "simulate_without", "recompute_cost",
-           "step_floor", "stage_name"]
+           "step_floor"]
 
 R = TypeVar("R", bound=StageRecord)
 
@@ -77,8 +76,8 @@ class Planned:
         otherwise); `plan` raises it when no stage did.
       stage_seconds: ``(name, CPU seconds)`` of making the context
         (``"context"``: roles when not given, budgets, models) and of each
-        stage of `stages.STAGES` (`stage_name`), in the order they ran;
-        the process's CPU time (`time.process_time`), so that a busy
+        stage of `stages.STAGES` (its `contract.Stage.name`), in the order
+        they ran; the process's CPU time (`time.process_time`), so that a busy
         machine does not inflate it. An `AutotuneError` that `plan`
         raises carries the same, up to the stage that raised it.
     """
@@ -230,7 +229,7 @@ def plan(index, settings, roles=None, log=None, simulate=False, env=None,
             try:
                 planned = stage(context, planned)
             finally:
-                seconds.append((stage_name(stage),
+                seconds.append((stage.name,
                                 time.process_time() - began))
         if planned.failure is not None:
             raise planned.failure
@@ -243,19 +242,6 @@ def plan(index, settings, roles=None, log=None, simulate=False, env=None,
     if simulate and not planned.autotuned:
         planned = simulate_plan(planned)
     return planned
-
-
-def stage_name(stage):
-    """The name of `stage` in `Planned.stage_seconds`: a `contract.Stage`'s
-    own (``"swaps"``, ``"fewer_waits.after_recompute"``); for a bare
-    stage function, its module's, or module and function for one that is
-    not its module's `stage`."""
-    if isinstance(stage, Stage):
-        return stage.name
-    module = stage.__module__.rsplit(".", 1)[-1]
-    if stage.__name__ == "stage":
-        return module
-    return "%s.%s" % (module, stage.__name__)
 
 
 def simulate_plan(planned):
