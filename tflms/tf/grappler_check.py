@@ -57,15 +57,16 @@ from tensorflow.core.protobuf import meta_graph_pb2
 from tensorflow.python.eager import context as eager_context
 from tensorflow.python.grappler import tf_optimizer
 
+from tflms.tf import rewriter
 from tflms.tf.oracle import functions
 
 __all__ = ["Difference", "GrapplerReport", "LMS_NAME_MARKERS", "check",
            "config_for", "graph_def_of", "is_lms_name", "optimize"]
 
-# Every op LMS adds has one of these in its name (tflms.tf.rewriter's
-# swap_op_name, swapin_op_name and clone_op_name).
-LMS_NAME_MARKERS = ("lms/swapout_", "lms/swapin_", "lms/recompute_")
-_CLONE_MARKER = "-lms/recompute_"
+# Every swap op and recompute clone LMS adds has one of these in its name
+# (the rewriter's names for them).
+LMS_NAME_MARKERS = rewriter.OP_NAME_MARKERS
+_CLONE_MARKER = "-" + rewriter.swap_op_name("recompute", "")
 _CPU = "/job:localhost/replica:0/task:0/device:CPU:0"
 
 

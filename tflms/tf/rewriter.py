@@ -114,6 +114,13 @@ def swap_op_name(kind, tensor_name):
                           tensor_name.replace("/", "_").replace(":", "_"))
 
 
+# What every swap op and recompute clone has in its name, whatever scope
+# and sorting prefix it got: ``lms/swapout_``, ``lms/swapin_``,
+# ``lms/recompute_`` (`swap_op_name` of an empty tensor name).
+OP_NAME_MARKERS = tuple(swap_op_name(kind, "")
+                        for kind in ("swapout", "swapin", "recompute"))
+
+
 def _sorting_prefix(tensor_name):
     """A name prefix that sorts, against other ops' names, where
     `tensor_name` (``op`` or ``op:k``, as an input of a NodeDef) sorts."""
