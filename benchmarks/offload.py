@@ -1,6 +1,8 @@
 """``offload_optimizer`` on the zoo's Transformer encoder (Adam, a Session
 graph): the device floor and resident bytes with the slots on the device
-and on the host, and a budget between the two floors planned both ways.
+and on the host, and a budget between the two floors planned both ways;
+the predicted step times (`tflms.steptime` on the default GPU and link:
+with offload, the gradients and weights copied, the updates on the host).
 
     .venv-tf215/bin/python benchmarks/offload.py [--layers 4 --d-model 512
         --seq 128 --batch 4]
@@ -21,7 +23,7 @@ if __name__ == "__main__":
 
 import tensorflow as tf  # noqa: E402
 
-from tflms import LMS, autotune, budget, pipeline  # noqa: E402
+from tflms import LMS, autotune, budget, pipeline, steptime  # noqa: E402
 from zoo import models  # noqa: E402
 
 _MIB = float(1 << 20)
@@ -55,6 +57,10 @@ def measure(layers, d_model, seq, batch):
     result = _quiet_lms(True, gib).run(build().graph)
     sim = result.planned.with_lms or result.planned.without_lms
     moved = offloaded.offload
+    plain = steptime.predict_planned(without.planned)
+    roomy_step = steptime.predict_planned(offloaded.planned)
+    tight_step = steptime.predict_planned(pipeline.simulate_plan(
+        result.planned))
     return {
         "model": "transformer %dx%d, seq %d, batch %d" % (
             layers, d_model, seq, batch),
@@ -69,6 +75,12 @@ def measure(layers, d_model, seq, batch):
         "peak_offload_mib": sim.peak_device_bytes / _MIB,
         "host_offload_mib": sim.peak_host_bytes / _MIB,
         "moved_mib": moved.moved_bytes() / _MIB,
+        "gpu": plain.gpu,
+        "link": steptime.interconnect_named(plain.interconnect).label,
+        "step_ms": plain.with_lms_s * 1e3,
+        "step_offload_ms": roomy_step.with_lms_s * 1e3,
+        "step_budget_ms": tight_step.with_lms_s * 1e3,
+        "host_update_ms": roomy_step.host_update_s * 1e3,
     }
 
 
@@ -91,6 +103,13 @@ def table(row):
             row["peak_offload_mib"], row["host_offload_mib"]),
         "| copied over the link per step (MiB) | 0 | %.1f |"
         % row["moved_mib"],
+        "| updates' time on the host (ms) | 0 | %.2f |"
+        % row["host_update_ms"],
+        "| predicted step, no budget (ms, %s, %s) | %.2f | %.2f |" % (
+            row["gpu"], row["link"], row["step_ms"],
+            row["step_offload_ms"]),
+        "| predicted step at the budget (ms) | - | %.2f |"
+        % row["step_budget_ms"],
     ]
     return "\n".join(lines)
 

@@ -492,7 +492,7 @@ def search(plan_at, budget_bytes, max_overhead_pct=None, start=1,
 
 
 def plan_row(index, roles, settings, batch, log=None, env=None,
-             sequence=None):
+             sequence=None, offload=None):
     """The `BatchRow` of `index` planned with `settings` at `batch`: the
     pipeline `LMS.run` runs (`pipeline.plan`), the step-time model
     `tflms plan` reports (`steptime.predict_planned`).
@@ -508,16 +508,19 @@ def plan_row(index, roles, settings, batch, log=None, env=None,
       env: the environment the budget reads (default `os.environ`).
       sequence: the sequence length `index` was traced with, for a search
         over the sequence (recorded in the row).
+      offload: the `tflms.offload.Offload` `index` is the
+        `offload.planning_index` of (``offload_optimizer``), timed in the
+        step; None without.
     """
     settings = settings.replace(batch_size=batch)
     try:
         planned = pipeline.plan(index, settings, roles=roles, log=log,
-                                env=env)
+                                env=env, offload=offload)
     except autotune.AutotuneError as err:
         without = pipeline.simulate_without(index, roles, settings)
         step = steptime.StepTimeModel(
             index, roles, batch, gpu=settings.gpu,
-            interconnect=settings.interconnect).predict()
+            interconnect=settings.interconnect, offload=offload).predict()
         lowest = err.floor or floor_mod.floor_of(index, roles, batch)
         budget = autotune.device_budget(settings.autotune_gpu_mem,
                                         settings.gpu_device, env)

@@ -145,6 +145,10 @@ class PlanningContext:
       judging: the `Judging` of candidate plans.
       gpu, interconnect: the `hardware.Gpu` and `hardware.Interconnect`
         plans are timed on (`judging`'s, else the settings').
+      offload: with ``offload_optimizer``, the `tflms.offload.Offload`
+        whose updates the index has on the host (`offload.planning_index`):
+        the step-time models time their copies and host compute; None
+        without.
     """
 
     settings: Settings
@@ -155,13 +159,14 @@ class PlanningContext:
     judging: Judging = Judging()
     gpu: Optional[hardware.Gpu] = None
     interconnect: Optional[hardware.Interconnect] = None
+    offload: object = None
     # id(index) -> (index, model): the index is kept so its id stays its own.
     _models: dict = dataclasses.field(default_factory=dict, repr=False)
     _timers: dict = dataclasses.field(default_factory=dict, repr=False)
 
     @classmethod
     def create(cls, index, settings, roles=None, log=None, budgets=None,
-               judging=None):
+               judging=None, offload=None):
         """The context of planning `index` with `settings`.
 
         Args:
@@ -173,6 +178,8 @@ class PlanningContext:
             this machine).
           judging: a `Judging` (default: by predicted step time, on the
             settings' hardware).
+          offload: the `tflms.offload.Offload` `index` was made with
+            (`offload.planning_index`), or None.
 
         Raises:
           ValueError: bad filters or device (`classify`), or a bad
@@ -191,7 +198,8 @@ class PlanningContext:
                        judging, extra_edges=tuple(judging.extra_edges)),
                    gpu=hardware.gpu_named(judging.gpu or settings.gpu),
                    interconnect=hardware.interconnect_named(
-                       judging.interconnect or settings.interconnect))
+                       judging.interconnect or settings.interconnect),
+                   offload=offload)
 
     @property
     def batch_size(self):
@@ -225,5 +233,5 @@ class PlanningContext:
         if kept is None:
             kept = self._timers[id(index)] = (index, steptime.StepTimeModel(
                 index, self.roles, self.batch_size, gpu=self.gpu,
-                interconnect=self.interconnect))
+                interconnect=self.interconnect, offload=self.offload))
         return kept[1]

@@ -190,7 +190,7 @@ class Planned:
 
 
 def plan(index, settings, roles=None, log=None, simulate=False, env=None,
-         list_devices=None, by_step_time=True):
+         list_devices=None, by_step_time=True, offload=None):
     """Plan LMS for a graph: pure, deterministic, no graph edits.
 
     Args:
@@ -204,6 +204,9 @@ def plan(index, settings, roles=None, log=None, simulate=False, env=None,
       by_step_time: let the tuner choose among the fitting plans by
         predicted step time (`Settings.gpu`, `Settings.interconnect`);
         False: by bytes moved (benchmarks compare the two).
+      offload: with ``offload_optimizer``, the `tflms.offload.Offload`
+        `index` is the `offload.planning_index` of: its copies and host
+        compute are in every predicted step time.
 
     Returns:
       A `Planned`.
@@ -220,7 +223,7 @@ def plan(index, settings, roles=None, log=None, simulate=False, env=None,
     context = PlanningContext.create(
         index, settings, roles=roles, log=log,
         budgets=Budgets.read(settings, env, list_devices),
-        judging=Judging(by_step_time=by_step_time))
+        judging=Judging(by_step_time=by_step_time), offload=offload)
     seconds = [("context", time.process_time() - began)]
     planned = Planned(context=context, index=index)
     try:

@@ -310,15 +310,17 @@ def _oracle_report(m, settings, fetches, before, after):
 def _step_time(step, plan):
     """The step-time model's prediction for the report (milliseconds)."""
     from tflms import steptime
+    # Offloaded updates change the step without a plan too.
+    changed = plan is not None or bool(step.host_updates)
     return {
         "gpu": step.gpu,
         "interconnect": steptime.interconnect_named(step.interconnect).label,
         "without_lms_ms": step.without_lms_s * 1e3,
-        "with_lms_ms": None if plan is None else step.with_lms_s * 1e3,
+        "with_lms_ms": step.with_lms_s * 1e3 if changed else None,
         # Waiting for copies is never negative; the difference of the two
         # clocks can be, by rounding.
-        "exposed_transfer_ms": (None if plan is None
-                                else max(0.0, step.exposed_transfer_s * 1e3)),
+        "exposed_transfer_ms": (max(0.0, step.exposed_transfer_s * 1e3)
+                                if changed else None),
     }
 
 

@@ -56,9 +56,19 @@ The model
   compute stream just before the first of its late readers, as long as the
   ops they copy take, once the swap-ins they read have arrived
   (`StepTime.recompute_s`).
-* **The step** ends when the compute stream and both copy streams are idle.
-  Without LMS it is the sum of the op times; the exposed transfer time is
-  the difference.
+* **Optimizer updates on the host.** With ``offload_optimizer``
+  (`StepTimeModel`'s ``offload``), each offloaded update copies the
+  weights to the host at the start of the step and its gradient once it
+  is made (the device-to-host stream, with the swap-outs), runs on the
+  host once both have arrived (one host stream, the kernel's bytes
+  touched at `hardware.HOST_UPDATE_RATE` plus an overhead per
+  update), and copies the new
+  weights back (the host-to-device stream, with the swap-ins); what
+  waited for the update waits for that copy (`host_updates`).
+* **The step** ends when the compute stream, both copy streams and the
+  host's updates are idle. Without LMS it is the sum of the op times
+  (offloaded updates counted on the device, where they run without LMS);
+  the exposed transfer time is the difference.
 
 Memory and time: the per-level start times (`StepTime.level_start_s`) and,
 per swap, the level at which its swap-out copy has finished
@@ -86,7 +96,8 @@ The package: `rates` (what an op achieves of its GPU's peak: `Efficiency`,
 `PEAK`, `ACHIEVED`, the op types timed apart), `op_costs` (`OpCosts`:
 each op's kernel seconds; `KernelOptions`: how the kernels run),
 `step_time_model` (`StepTimeModel`, which replays a step over the op
-costs, and its `StepTime`), `planned` (a `pipeline.Planned` timed, and a
+costs, and its `StepTime`), `host_updates` (offloaded optimizer updates
+in a step: `HostUpdateTiming`), `planned` (a `pipeline.Planned` timed, and a
 plan's replay with its copies timed).
 """
 
@@ -100,6 +111,7 @@ from tflms.steptime.rates import (ACHIEVED, CONVOLUTION_TYPES,
                                   NO_KERNEL_TYPES, PEAK, REDUCTION_TYPES,
                                   Efficiency)
 from tflms.steptime.op_costs import KernelOptions, OpCosts
+from tflms.steptime.host_updates import HostUpdateTiming
 from tflms.steptime.step_time_model import (StepTime, StepTimeModel,
                                             SwapInTiming, SwapTiming)
 from tflms.steptime.planned import (copy_levels, predict_planned,
@@ -134,4 +146,5 @@ __all__ = [
     "StepTime",
     "SwapTiming",
     "SwapInTiming",
+    "HostUpdateTiming",
 ]

@@ -254,9 +254,17 @@ class OpCosts:
         return self.gpu.memory_bandwidth * self.efficiency.memory
 
     def _op_seconds(self, op_id):
+        if op_id not in self.roles.device_ops:
+            return 0.0
+        return self.kernel_seconds(op_id)
+
+    def kernel_seconds(self, op_id):
+        """Seconds of the op's kernel on the GPU, wherever the op is
+        placed (an update ``offload_optimizer`` moved to the host: what
+        it takes on the device without LMS); 0 for ops that run no
+        kernel."""
         index = self.index
-        if (op_id not in self.roles.device_ops
-                or index.types[op_id] in NO_KERNEL_TYPES):
+        if index.types[op_id] in NO_KERNEL_TYPES:
             return 0.0
         flops = gi.op_flops(index, op_id, self.batch_size) or 0
         work = max(flops / self.achieved_flops(op_id),

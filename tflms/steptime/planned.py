@@ -13,7 +13,8 @@ __all__ = ["predict_planned", "copy_levels", "replay_in_time"]
 def predict_planned(planned, gpu=DEFAULT_GPU,
                     interconnect=DEFAULT_INTERCONNECT, kernels=None):
     """The `StepTime` of a `pipeline.Planned`: its plan (if any) timed at
-    the levels of its with-LMS simulation.
+    the levels of its with-LMS simulation, with the offloaded updates of
+    its context (``offload_optimizer``) on the host.
 
     Args:
       planned: a `pipeline.Planned` with its simulations
@@ -25,7 +26,8 @@ def predict_planned(planned, gpu=DEFAULT_GPU,
     """
     model = StepTimeModel(planned.index, planned.context.roles,
                           planned.context.batch_size, gpu=gpu,
-                          interconnect=interconnect, kernels=kernels)
+                          interconnect=interconnect, kernels=kernels,
+                          offload=planned.context.offload)
     if planned.plan is None:
         return model.predict()
     if planned.with_lms is None:

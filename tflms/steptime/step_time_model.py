@@ -11,7 +11,8 @@ import math
 import numpy as np
 
 from tflms.hardware import (DEFAULT_GPU, DEFAULT_INTERCONNECT,
-                            interconnect_named)
+                            HOST_UPDATE_RATE, interconnect_named)
+from tflms.steptime.host_updates import HostUpdates
 from tflms.steptime.op_costs import OpCosts
 
 __all__ = ["StepTime", "StepTimeModel", "SwapTiming", "SwapInTiming"]
@@ -83,6 +84,12 @@ class StepTime:
       op_start_s, op_end_s: float numpy arrays per op of the index (0 for
         ops that do not run).
       swaps: a `SwapTiming` per swap of the plan.
+      offload_out_bytes, offload_in_bytes: with ``offload_optimizer``,
+        bytes the offloaded updates copy to the host (gradients and
+        weights) and back (the new weights) per step; 0 without.
+      host_update_s: the host's busy time running them.
+      host_updates: a `host_updates.HostUpdateTiming` per offloaded
+        update.
     """
 
     gpu: str
@@ -99,6 +106,10 @@ class StepTime:
     op_start_s: np.ndarray
     op_end_s: np.ndarray
     swaps: tuple
+    offload_out_bytes: int = 0
+    offload_in_bytes: int = 0
+    host_update_s: float = 0.0
+    host_updates: tuple = ()
 
     @property
     def exposed_transfer_s(self):
@@ -126,15 +137,25 @@ class StepTimeModel(OpCosts):
       kernels: how the kernels run (`KernelOptions`: launch overhead,
         efficiency, TF32, the 2-byte precision, XLA fusion, layout);
         default: ``KernelOptions()``.
+      offload: with ``offload_optimizer``, the `tflms.offload.Offload`
+        whose updates `index` (its `offload.planning_index`) has on the
+        host: their copies and host time are part of every step predicted
+        (`host_updates`), and `StepTime.without_lms_s` counts them as the
+        device's kernels, where they run without LMS.
+      host: the `hardware.HostUpdateRate` the host runs them at (default
+        `hardware.HOST_UPDATE_RATE`).
 
     Raises:
       ValueError: an unknown GPU or link.
     """
 
     def __init__(self, index, roles, batch_size=None, gpu=DEFAULT_GPU,
-                 interconnect=DEFAULT_INTERCONNECT, kernels=None):
+                 interconnect=DEFAULT_INTERCONNECT, kernels=None,
+                 offload=None, host=HOST_UPDATE_RATE):
         super().__init__(index, roles, batch_size, gpu, kernels)
         self.interconnect = interconnect_named(interconnect)
+        self.updates = () if offload is None else tuple(offload.updates)
+        self.host = host
         self._without = None
         self._ran = None  # ids of the ops that run, made on first use
         # Python floats and bools for the per-op loop of `predict` (numpy
@@ -175,15 +196,18 @@ class StepTimeModel(OpCosts):
         out_rate = self.interconnect.d2h_bytes_per_s
         stream = _HostToDevice(self.index, swaps, sizes, waits.missing,
                                self.interconnect.h2d_bytes_per_s)
+        host = self._host_updates()
 
         n = self.index.num_ops
         op_start = np.zeros(n, dtype=np.float64)
         op_end = np.zeros(n, dtype=np.float64)
         out_start = [0.0] * len(swaps)
         out_end = [0.0] * len(swaps)
-        d2h_free = 0.0
+        d2h_free = 0.0 if host is None else host.start(out_rate, stream)
         clock = 0.0
         recompute_s = 0.0
+        host_waits = {} if host is None else host.waiting
+        gradients_of = {} if host is None else host.by_producer
         # Most ops wait for nothing and set off nothing: the dictionaries
         # are only asked about the ops in them.
         seconds_of = self._seconds
@@ -199,6 +223,8 @@ class StepTimeModel(OpCosts):
             if i in waits_out:
                 for s in waits_out[i]:
                     start = max(start, out_end[s])
+            if i in host_waits:
+                start = stream.wait_for(host_waits[i], start)
             end = start + seconds_of[i]
             op_start[i], op_end[i] = start, end
             clock = end
@@ -212,6 +238,9 @@ class StepTimeModel(OpCosts):
             if i in trigger_of:
                 for key in trigger_of[i]:
                     stream.finished(key, end)
+            if i in gradients_of:
+                d2h_free = host.gradient_made(i, end, d2h_free, out_rate,
+                                              stream)
         stream.drain()
 
         level_start = self._level_starts(order, levels, num_levels,
@@ -221,7 +250,8 @@ class StepTimeModel(OpCosts):
         return StepTime(
             gpu=self.gpu.name, interconnect=self.interconnect.name,
             without_lms_s=self._without_lms_s(),
-            with_lms_s=max(clock, d2h_free, stream.free),
+            with_lms_s=max(clock, d2h_free, stream.free,
+                           0.0 if host is None else host.free),
             compute_s=math.fsum(self.op_seconds), recompute_s=recompute_s,
             swapout_bytes=int(sum(sizes)), swapin_bytes=int(swapin_bytes),
             swapout_busy_s=sum(sizes) / out_rate,
@@ -229,7 +259,23 @@ class StepTimeModel(OpCosts):
             level_start_s=level_start, op_start_s=op_start,
             op_end_s=op_end,
             swaps=_swap_timings(swaps, sizes, stream, out_start, out_end,
-                                level_start))
+                                level_start),
+            **({} if host is None else dict(
+                offload_out_bytes=int(host.out_bytes),
+                offload_in_bytes=int(host.in_bytes),
+                host_update_s=host.host_s,
+                host_updates=host.timings(stream))))
+
+    def _host_updates(self):
+        """The `HostUpdates` of one predicted step, or None without
+        offloaded updates."""
+        if not self.updates:
+            return None
+        host = self.host
+        return HostUpdates(
+            self.index, self.updates, self._bytes,
+            lambda op: host.overhead_s + self.bytes_touched(op)
+            / host.bytes_per_s, self._runs)
 
     def _checked_levels(self, levels, num_levels):
         """`levels` as an int64 array (default: the index's) and
@@ -283,6 +329,11 @@ class StepTimeModel(OpCosts):
         # gives exactly this sum, and the exposed time is exactly 0.
         if self._without is None:
             seconds = self._seconds
+            if self.updates:
+                # Without LMS the offloaded updates run on the device.
+                seconds = list(seconds)
+                for u in self.updates:
+                    seconds[u.apply] = self.kernel_seconds(u.apply)
             clock = 0.0
             for i in self._order(np.asarray(self.index.levels,
                                             dtype=np.int64)):
@@ -403,6 +454,7 @@ class _HostToDevice:
         self._ready = {}     # swap-in key -> latest finish it waited for
         self._queue = []     # ready swap-ins not yet copied: (ready, seq, key)
         self._seq = 0
+        self._extra_sizes = {}  # key -> bytes of copies that are no swap-in
 
     def finished(self, key, when):
         """One of the things swap-in `key` waits for finished at `when`."""
@@ -420,6 +472,13 @@ class _HostToDevice:
             self.needed.setdefault(key, clock)
             start = max(start, self._copy_in(key))
         return start
+
+    def ready(self, key, when, nbytes):
+        """Queue a copy of `nbytes` ready at `when` that waits for nothing
+        else (an offloaded update's new weights)."""
+        self._extra_sizes[key] = nbytes
+        self._missing[key] = 1
+        self.finished(key, when)
 
     def drain(self):
         """Copies nobody in the step waits for still run before it ends."""
@@ -439,7 +498,10 @@ class _HostToDevice:
                     % (self._index.names[swap.producer], swap.output))
             when, _, first = heapq.heappop(self._queue)
             start = max(when, self.free)
-            self.free = start + self._sizes[first[0]] / self.rate
+            nbytes = self._extra_sizes.get(first)
+            if nbytes is None:
+                nbytes = self._sizes[first[0]]
+            self.free = start + nbytes / self.rate
             self.in_times[first] = (when, start, self.free)
         return self.in_times[key][2]
 

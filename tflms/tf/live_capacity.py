@@ -74,16 +74,18 @@ def graph_plan_at(graph, settings, fetches=None, log=None, what="the graph"):
             "capacity search needs inputs with an unknown batch dimension "
             "(tf.compat.v1.placeholder(tf.float32, [None, ...]), a Keras "
             "model's Input)" % what)
+    moved = None
     if settings.offload_optimizer:
         # Planned as LMS.run plans it: the slots and updates on the host
         # ('auto' too: the largest batch with it is the largest with them
         # there).
-        index = offload.planning_index(
-            index, offload.find_updates(index, settings.cpu_device))
+        moved = offload.find_updates(index, settings.cpu_device)
+        index = offload.planning_index(index, moved)
     roles = pipeline.classify(index, settings)
 
     def plan_at(batch):
-        return capacity.plan_row(index, roles, settings, batch, log)
+        return capacity.plan_row(index, roles, settings, batch, log,
+                                 offload=moved)
     return plan_at
 
 

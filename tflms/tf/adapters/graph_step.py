@@ -196,13 +196,15 @@ def _plan(index, settings, found, offload, log):
         seconds = offload.link_seconds(link)
         if seconds is not None:
             log.info("The offload's copies take at least %.1f ms per step "
-                     "on %s (not in the predicted step times yet)"
+                     "on %s (the predicted step times count them, and the "
+                     "updates' time on the host)"
                      % (seconds * 1000, link.label))
         index = offload_rules.planning_index(index, offload)
     run_log.log_step(log, index)
     roles = pipeline.classify(index, settings, found.worker)
     run_log.log_graph_facts(log, index, roles, settings)
-    return pipeline.plan(index, settings, roles=roles, log=log)
+    return pipeline.plan(index, settings, roles=roles, log=log,
+                         offload=offload)
 
 
 def _offload(adapter, settings, found, index):

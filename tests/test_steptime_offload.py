@@ -1,0 +1,171 @@
+"""The step-time model with ``offload_optimizer``: the offloaded updates'
+copies and host compute in the predicted step, worked out by hand on a
+literal step (round hardware, as in tests/test_steptime.py)."""
+
+import pytest
+
+from tflms import analysis
+from tflms import graph_index as gi
+from tflms import hardware
+from tflms import offload
+from tflms import planner
+from tflms import steptime
+
+DEVICE = "/device:GPU:0"
+HOST = "/cpu:0"
+# Memory at 1000 bytes/s: an op reading one 1000-byte tensor and writing
+# another takes 2 s.
+GPU = steptime.Gpu("test-gpu", fp32_flops=1000.0, tensor_flops=1000.0,
+                   half_flops=4000.0, memory_bandwidth=1000.0,
+                   memory_bytes=1 << 20, source="a round test device")
+EXACT = steptime.KernelOptions(launch_overhead_s=0.0,
+                               efficiency=steptime.PEAK, fusion=False)
+# Adam's update touches 7024 bytes (below): 2 s on this host.
+RATE = hardware.HostUpdateRate(bytes_per_s=3512.0, overhead_s=0.0,
+                            source="a round test host")
+
+
+def link(bytes_per_s):
+    return steptime.Interconnect("test-link", "test link", bytes_per_s,
+                                 "a round test link")
+
+
+def adam_step():
+    """x + w -> y -> g (w's gradient) -> tail; Adam's update of w (1000
+    bytes, moments m and v of 1000 bytes each) reads g; the train op waits
+    for the update and the tail.
+
+    Device times: y 3 s (two tensors in, one out), g and tail 2 s, the
+    update 7.024 s: it reads the six 4-byte scalars and g (1024 bytes) and
+    reads and writes w, m and v (6000 bytes). Levels: read 1, y 2, g 3,
+    tail and apply 4, train 5."""
+    handle = {"outputs": [((), 0)], "device": DEVICE}
+    return gi.from_edges(
+        [("w", "VarHandleOp", dict(handle, variable_bytes=1000,
+                                   trainable=True)),
+         ("m", "VarHandleOp", dict(handle, variable_bytes=1000)),
+         ("v", "VarHandleOp", dict(handle, variable_bytes=1000)),
+         ("x", "Placeholder", {"outputs": [1000]}),
+         ("read", "ReadVariableOp", {"outputs": [1000]}),
+         ("y", "AddV2", {"outputs": [1000]}),
+         ("g", "Relu", {"outputs": [1000]}),
+         ("tail", "Relu", {"outputs": [1000]}),
+         ("lr", "Const", {"outputs": [4]}),
+         ("apply", "ResourceApplyAdam", {"outputs": []}),
+         ("train", "NoOp", {"outputs": []})],
+        edges=[("w", "read"), ("x", "y"), ("read", "y"), ("y", "g"),
+               ("g", "tail"), ("w", "apply"), ("m", "apply"),
+               ("v", "apply")] + [("lr", "apply")] * 6 + [("g", "apply")],
+        control_edges=[("apply", "train"), ("tail", "train")],
+        fetches=["train"], default_device=DEVICE)
+
+
+def models(index, bytes_per_s):
+    """The step-time models without and with the update on the host."""
+    found = offload.find_updates(index, HOST)
+    moved = offload.planning_index(index, found)
+    without = steptime.StepTimeModel(
+        index, analysis.classify_ops(index, host=HOST), gpu=GPU,
+        interconnect=link(bytes_per_s), kernels=EXACT)
+    with_offload = steptime.StepTimeModel(
+        moved, analysis.classify_ops(moved, host=HOST), gpu=GPU,
+        interconnect=link(bytes_per_s), kernels=EXACT, offload=found,
+        host=RATE)
+    return without, with_offload
+
+
+def test_the_offload_lengthens_the_step_by_its_copies_and_host_time():
+    index = adam_step()
+    without, with_offload = models(index, 250.0)
+    apply = index.id_of["apply"]
+    assert without.bytes_touched(apply) == 7024
+    plain = without.predict()
+    assert plain.with_lms_s == plain.without_lms_s == 3.0 + 2.0 + 2.0 + 7.024
+
+    step = with_offload.predict()
+    # Without LMS the update runs on the device: the same step.
+    assert step.without_lms_s == plain.without_lms_s
+    assert step.compute_s == 3.0 + 2.0 + 2.0  # the update left the device
+    # At 250 bytes/s: the weights go out at the start (0-4 s); g is made
+    # at 5 s and copied out 5-9 s; the host updates 9-11 s; the new
+    # weights come back 11-15 s, and the train op waits for them.
+    (update,) = step.host_updates
+    assert (update.weights_out_start_s, update.weights_out_end_s) == (0, 4)
+    assert (update.gradient_out_start_s,
+            update.gradient_out_end_s) == (5, 9)
+    assert (update.host_start_s, update.host_end_s) == (9, 11)
+    assert (update.back_start_s, update.back_end_s) == (11, 15)
+    assert step.op_start_s[index.id_of["train"]] == 15
+    assert step.with_lms_s == 15
+    assert step.with_lms_s - plain.with_lms_s == 15 - (3.0 + 2.0 + 2.0 + 7.024)
+    assert (step.offload_out_bytes, step.offload_in_bytes) == (2000, 1000)
+    assert step.host_update_s == 2
+    assert (step.swapout_bytes, step.swapin_bytes) == (0, 0)
+
+
+def test_a_fast_link_hides_the_copies_behind_the_backward_phase():
+    """At 1000 bytes/s the update finishes on the host (6-8 s, write-back
+    8-9 s) before it would have on the device (7-14.024 s)."""
+    index = adam_step()
+    without, with_offload = models(index, 1000.0)
+    step = with_offload.predict()
+    (update,) = step.host_updates
+    assert (update.gradient_out_end_s, update.host_end_s,
+            update.back_end_s) == (6, 8, 9)
+    assert step.with_lms_s == 9
+    assert without.predict().with_lms_s == pytest.approx(14.024)
+
+
+def test_swap_outs_queue_behind_the_offloads_copies():
+    """The weights' copy takes the device-to-host stream first (0-4 s):
+    y's swap-out, made at 3 s, waits for it (4-8 s); its swap-in comes
+    back 8-12 s, g runs 12-14 s and its copy goes out 14-18 s."""
+    index = adam_step()
+    _, with_offload = models(index, 250.0)
+    i = index.id_of
+    plan = planner.Plan(
+        params=planner.SwapParams(1, 1, 0, 0),
+        swaps=(planner.SwapPlan(
+            producer=i["y"], output=0, nbytes=1000,
+            swap_ins=(planner.SwapInPlan(consumers=((i["g"], 0),),
+                                         triggers=(i["read"],),
+                                         synchronous=False),),
+            waiters=()),),
+        serialization_edges=(), num_levels=index.num_levels)
+    step = with_offload.predict(plan)
+    (swap,) = step.swaps
+    assert (swap.out_start_s, swap.out_end_s) == (4, 8)
+    (update,) = step.host_updates
+    assert (update.gradient_out_start_s, update.gradient_out_end_s) == (
+        14, 18)
+
+
+def test_without_offload_nothing_changes():
+    index = adam_step()
+    model = steptime.StepTimeModel(
+        index, analysis.classify_ops(index, host=HOST), gpu=GPU,
+        interconnect=link(250.0), kernels=EXACT)
+    step = model.predict()
+    assert step.host_updates == ()
+    assert step.offload_out_bytes == step.offload_in_bytes == 0
+
+
+def test_an_update_costs_its_overhead_on_the_host_too():
+    index = adam_step()
+    found = offload.find_updates(index, HOST)
+    moved = offload.planning_index(index, found)
+    host = hardware.HostUpdateRate(bytes_per_s=3512.0, overhead_s=0.5,
+                                source="a round test host")
+    step = steptime.StepTimeModel(
+        moved, analysis.classify_ops(moved, host=HOST), gpu=GPU,
+        interconnect=link(250.0), kernels=EXACT, offload=found,
+        host=host).predict()
+    (update,) = step.host_updates
+    assert (update.host_start_s, update.host_end_s) == (9, 11.5)
+    assert step.with_lms_s == 15.5
+
+
+def test_the_default_host_is_the_documented_measurement():
+    host = hardware.HOST_UPDATE_RATE
+    assert (host.bytes_per_s, host.overhead_s) == (11e9, 6.3e-6)
+    assert "11.0 GB/s" in host.source and "6.3 us" in host.source
