@@ -9,7 +9,9 @@ from tflms import graph_index as gi
 from tflms import hardware
 from tflms import offload
 from tflms import simulator
+from tflms.context import Budgets, PlanningContext
 from tflms.floor import step_floor
+from tflms.settings import Settings
 
 DEVICE = "/device:GPU:0"
 HOST = "/cpu:0"
@@ -126,3 +128,34 @@ def test_only_the_managed_devices_updates_move():
     gpu0 = offload.find_updates(
         index, HOST, lambda d: analysis.device_matches(d, DEVICE))
     assert len(gpu0.updates) == 1
+
+
+def test_the_new_weights_land_in_a_device_buffer_at_the_updates_level():
+    """The write-back's device buffer: the variable's bytes, at the level
+    of the update (4: after the gradient, level 3), on the device."""
+    mib = 1 << 20
+    index = _adam_step()
+    found = offload.find_updates(index, HOST)
+    planned = offload.planning_index(index, found)
+    roles = analysis.classify_ops(planned, host=HOST)
+    apply = planned.id_of["apply"]
+    landings = offload.write_back_buffers(found, planned)
+    assert landings == ((apply, mib, "w (new weights from the host)"),)
+    assert offload.write_back_buffers(None, planned) == ()
+    plain = simulator.SimulationModel(planned, roles, None).replay()
+    landed = simulator.SimulationModel(planned, roles, None,
+                                       landings=landings).replay()
+    assert planned.levels[apply] == 4
+    added = (landed.device_timeline - plain.device_timeline).tolist()
+    assert added == [0, 0, 0, 0, mib]
+    # At level 4: the weights (resident), the gradient the update reads
+    # and the new weights (and the 4-byte learning rate); the peak stays
+    # at level 3 (x, y, the gradient and the weights).
+    assert landed.device_timeline[4] == 3 * mib + 4
+    assert (landed.peak_level, landed.peak_device_bytes) == (3, 4 * mib + 4)
+    # The planning context's models count it with the offload they plan.
+    context = PlanningContext.create(
+        planned, Settings(), roles=roles, budgets=Budgets(),
+        offload=found)
+    assert context.model(planned).replay().device_timeline.tolist() == \
+        landed.device_timeline.tolist()

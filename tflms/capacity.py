@@ -517,7 +517,7 @@ def plan_row(index, roles, settings, batch, log=None, env=None,
         planned = pipeline.plan(index, settings, roles=roles, log=log,
                                 env=env, offload=offload)
     except autotune.AutotuneError as err:
-        without = pipeline.simulate_without(index, roles, settings)
+        without = pipeline.simulate_without(index, roles, settings, offload)
         step = steptime.StepTimeModel(
             index, roles, batch, gpu=settings.gpu,
             interconnect=settings.interconnect, offload=offload).predict()

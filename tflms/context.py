@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Optional, Tuple, Union
 from tflms import analysis
 from tflms import hardware
 from tflms import budget as budget_mod
+from tflms import offload as offload_rules
 from tflms import planner
 from tflms import simulator
 from tflms import steptime
@@ -147,8 +148,9 @@ class PlanningContext:
         plans are timed on (`judging`'s, else the settings').
       offload: with ``offload_optimizer``, the `tflms.offload.Offload`
         whose updates the index has on the host (`offload.planning_index`):
-        the step-time models time their copies and host compute; None
-        without.
+        the step-time models time their copies and host compute, and the
+        simulation models count the device buffer each write-back adds;
+        None without.
     """
 
     settings: Settings
@@ -223,7 +225,9 @@ class PlanningContext:
         if kept is None:
             kept = self._models[id(index)] = (index, simulator.SimulationModel(
                 index, self.roles, self.batch_size,
-                extra_edges=self.judging.extra_edges))
+                extra_edges=self.judging.extra_edges,
+                landings=offload_rules.write_back_buffers(self.offload,
+                                                          index)))
         return kept[1]
 
     def timer(self, index):

@@ -28,7 +28,7 @@ from tflms import graph_index as gi
 from tflms.errors import LMSError
 
 __all__ = ["APPLY_INPUTS", "Update", "Offload", "OffloadUnsupportedError",
-           "find_updates", "planning_index"]
+           "find_updates", "planning_index", "write_back_buffers"]
 
 # Fused update kernels: op type -> (input slots of the optimizer's slots,
 # input slot of the gradient), in the order of their op definitions (input
@@ -220,3 +220,20 @@ def planning_index(index, offload):
             placed[s] = offload.host
     return dataclasses.replace(index, devices=tuple(placed),
                                variable_bytes=tuple(held))
+
+
+def write_back_buffers(offload, index):
+    """The device buffer each update of `offload` adds: its new weights,
+    copied from the host, land in a buffer of the variable's size before
+    the write-back puts them in the variable (whose own buffer is there
+    all along). ``(update op, bytes, name)`` per update, for
+    `simulator.SimulationModel`'s ``landings``: counted at the update's
+    level, where the planning index has the update and the write-back
+    that follows it (`planning_index` has no op of its own for it).
+    None of them without `offload`."""
+    if offload is None:
+        return ()
+    return tuple(
+        (u.apply, index.variable_bytes[u.variable],
+         "%s (new weights from the host)" % index.names[u.variable])
+        for u in offload.updates)

@@ -20,6 +20,7 @@ import time
 from typing import TYPE_CHECKING, Optional, Tuple, Type, TypeVar
 
 from tflms import floor
+from tflms import offload as offload_rules
 from tflms import simulator
 from tflms import stages
 from tflms.autotune.report import AutotuneError, PlotData
@@ -280,13 +281,17 @@ def step_floor(planned):
     return floor.step_floor(_model_of(planned, planned.context.given_index))
 
 
-def simulate_without(index, roles, settings):
-    """The `simulator.SimulationResult` of one step without LMS."""
-    return _model(index, roles, settings).replay(None, detail=True)
+def simulate_without(index, roles, settings, offload=None):
+    """The `simulator.SimulationResult` of one step without LMS (with
+    `offload`'s updates on the host when `index` is its
+    `offload.planning_index`)."""
+    return _model(index, roles, settings, offload).replay(None, detail=True)
 
 
-def _model(index, roles, settings):
-    return simulator.SimulationModel(index, roles, settings.batch_size)
+def _model(index, roles, settings, offload=None):
+    return simulator.SimulationModel(
+        index, roles, settings.batch_size,
+        landings=offload_rules.write_back_buffers(offload, index))
 
 
 def _model_of(planned, index):

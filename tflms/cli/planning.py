@@ -245,13 +245,14 @@ def _measured(run, loaded, settings, lowest):
     index = (reader.build_index(graph, loaded.fetches)
              if loaded.traced is None
              else tf_function.step_of(graph, onednn_cpu=False)[1])
+    moved = None
     if settings.offload_optimizer and loaded.traced is None:
         # As LMS.run planned it (a Keras 3 step refused it already).
         from tflms import offload
-        index = offload.planning_index(
-            index, offload.find_updates(index, settings.cpu_device))
+        moved = offload.find_updates(index, settings.cpu_device)
+        index = offload.planning_index(index, moved)
     roles = pipeline.classify(index, settings)
-    without = pipeline.simulate_without(index, roles, settings)
+    without = pipeline.simulate_without(index, roles, settings, moved)
     if lowest is None:
         lowest = floor_mod.floor_of(index, roles, settings.batch_size)
     budget = autotune.device_budget(settings.autotune_gpu_mem,

@@ -81,6 +81,14 @@ Memory model (what is counted, and why):
   reader. The late readers read the last clone, so the original buffer is
   freed after its early readers, and the inputs the clones read live until
   the clones ran (a swap-in read by a clone keeps its device copy).
+* **Optimizer updates on the host.** With ``offload_optimizer`` the
+  planning index has the updates and their slots on the host
+  (`offload.planning_index`), so the slots and host copies count in host
+  memory. The new weights each update sends back land in a device buffer
+  of the variable's size before the write-back puts them in the variable:
+  the model's ``landings`` (`offload.write_back_buffers`) count it on the
+  device at the update's level, the level of the update and its
+  write-back in that index.
 * **Not modelled.** Kernel scratch space (e.g. cuDNN workspaces), allocator
   fragmentation and the runtime's own reservations; callers leave headroom
   for these with a memory ratio below 1. An element-wise op whose input's

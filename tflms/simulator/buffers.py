@@ -88,7 +88,7 @@ class _BufferLayout:
     (`_inplace_slot`) are complete when it asks.
     """
 
-    def __init__(self, index, roles, batch_size):
+    def __init__(self, index, roles, batch_size, landings=()):
         self.index = index
         self.batch_size = batch_size
         n = index.num_ops
@@ -132,6 +132,10 @@ class _BufferLayout:
                 for k in range(len(index.output_shapes[i])):
                     self._place_output(i, k)
                 self._read_inputs(i)
+        for i, nbytes, name in landings:
+            if i not in self.inactive and nbytes:
+                # Read by nothing the graph shows: alive at i's level only.
+                self._new_buffer(nbytes, DEVICE, i, name, -1)
 
     def _place_output(self, i, k):
         """Output `k` of op `i`: resident, an alias of an input's buffer,
@@ -313,11 +317,11 @@ class GraphBuffers:
       resident_device_bytes, resident_host_bytes, unknown_tensors.
     """
 
-    def __init__(self, index, roles, batch_size=None):
+    def __init__(self, index, roles, batch_size=None, landings=()):
         self.index = index
         self.batch_size = batch_size
         self.num_ops = index.num_ops
-        layout = _BufferLayout(index, roles, batch_size)
+        layout = _BufferLayout(index, roles, batch_size, landings)
         self.space = layout.space
         self.initializer_ops = layout.initializer_ops
         self.out_base = layout.out_base

@@ -26,6 +26,11 @@ class SimulationModel:
       roles: the `OpRoles` of the same index.
       batch_size: the first unknown dimension of every shape, or None.
       extra_edges: more ``(from_id, to_id)`` control edges to replay.
+      landings: ``(op id, bytes, name)`` of device buffers an op makes
+        that no tensor of the index shows, alive at the op's level only:
+        with ``offload_optimizer``, the new weights an update on the host
+        sends back, which land on the device before the write-back puts
+        them in the variable (`offload.write_back_buffers`).
 
     Raises:
       BatchSizeError: if a size needs the batch size and none was given.
@@ -34,11 +39,12 @@ class SimulationModel:
         `graph_index.with_planned_edges`).
     """
 
-    def __init__(self, index, roles, batch_size=None, extra_edges=()):
+    def __init__(self, index, roles, batch_size=None, extra_edges=(),
+                 landings=()):
         self.index = index
         self.roles = roles
         self.batch_size = batch_size
-        buffers = GraphBuffers(index, roles, batch_size)
+        buffers = GraphBuffers(index, roles, batch_size, landings)
         self._buffers = buffers
         # The graph's buffers as the model's own attributes: ordering and
         # the tests read them.
