@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from tflms import LMS, fusions
 from tflms.tf import grappler_check
+from tflms.tf import rewriter
 from tflms.tf.adapters import tf_function
 
 # Swaps nearly every tensor read a level or more after it is made.
@@ -133,6 +134,10 @@ def test_lms_names_are_told_apart():
     assert grappler_check.is_lms_name(
         "conv1/Relu-lms/swapin_conv1_Relu_0")
     assert grappler_check.is_lms_name("bn-lms/recompute_relu_0/bn")
+    # offload_optimizer's ops, named by the rewriter too.
+    assert grappler_check.is_lms_name(
+        rewriter.offload_op_name("dense/kernel", "write_back"))
+    assert grappler_check.is_lms_name("lms/offload/dense/kernel/host")
     assert not grappler_check.is_lms_name("helms/swap")
     assert not grappler_check.is_lms_name("gradients/AddN")
 

@@ -17,6 +17,8 @@ from tflms import LMS, Outcome, offload
 from tflms.budget import mem_ratio
 from tflms.devices import same_device
 from tflms.tf import compat
+from tflms.tf import grappler_check
+from tflms.tf import rewriter
 from tflms.tf.adapters import tf_function
 
 pytestmark = pytest.mark.numerics
@@ -218,6 +220,27 @@ def test_a_second_run_finds_the_graph_rewritten():
     again = _lms(offload_optimizer=True).run(graph)
     assert again.outcome is Outcome.ALREADY_REWRITTEN
     assert len(graph.get_operations()) == count
+
+
+def test_grappler_optimizes_the_offloaded_step_as_without():
+    """With grappler_check on, the ops offload adds (named by the rewriter,
+    `rewriter.offload_op_name`) are LMS's own, and the host copy an update
+    runs on stands for its variable: Grappler's optimized step is the same
+    as without LMS."""
+    graph, _, _ = _mlp("adam")
+    lms = _lms(offload_optimizer=True)
+    lms.grappler_check = True
+    result = lms.run(graph)
+    assert result.outcome is Outcome.REWRITTEN
+    assert len(result.offload.updates) == 4
+    assert result.grappler is not None
+    assert result.grappler.same, "\n".join(result.grappler.lines())
+    assert all(grappler_check.is_lms_name(name)
+               for name in result.rewrite.offload_ops)
+    assert {rewriter.offloaded_variable(name)
+            for name in result.rewrite.offload_ops
+            if name.endswith("/host")} == {
+        "dense0/kernel", "dense0/bias", "dense1/kernel", "dense1/bias"}
 
 
 def test_reference_variables_are_refused_before_any_edit():

@@ -103,3 +103,16 @@ def test_a_literal_index_is_refused():
                        r"tflms.tf.reader.build_index\(graph\)$"):
         rewriter.apply_plan(graph, literal, plan, CPU)
     assert signature(graph) == before
+
+
+def test_offload_op_names_and_the_variable_of_a_host_copy():
+    name = rewriter.offload_op_name("dense/kernel", "host")
+    assert name == "lms/offload/dense/kernel/host"
+    assert rewriter.offloaded_variable(name) == "dense/kernel"
+    # Imported under a scope, the variable is under it too.
+    assert rewriter.offloaded_variable(
+        "import/lms/offload/dense/kernel/host") == "import/dense/kernel"
+    assert rewriter.offloaded_variable(
+        rewriter.offload_op_name("dense/kernel", "write_back")) is None
+    assert rewriter.offloaded_variable("dense/kernel") is None
+    assert rewriter.OFFLOAD_SCOPE in rewriter.OP_NAME_MARKERS

@@ -63,8 +63,8 @@ from tflms.tf.oracle import functions
 __all__ = ["Difference", "GrapplerReport", "LMS_NAME_MARKERS", "check",
            "config_for", "graph_def_of", "is_lms_name", "optimize"]
 
-# Every swap op and recompute clone LMS adds has one of these in its name
-# (the rewriter's names for them).
+# Every swap op, recompute clone and offload op LMS adds has one of these
+# in its name (the rewriter's names for them).
 LMS_NAME_MARKERS = rewriter.OP_NAME_MARKERS
 _CLONE_MARKER = "-" + rewriter.swap_op_name("recompute", "")
 _CPU = "/job:localhost/replica:0/task:0/device:CPU:0"
@@ -257,6 +257,11 @@ def _normalized(graph_def, lms_names):
                 break
             if name in lms_names and _CLONE_MARKER in name:
                 name = _clone_original(name)
+                break
+            if name in lms_names and rewriter.offloaded_variable(name):
+                # The host copy an offloaded update runs on stands for
+                # its variable.
+                name, output = rewriter.offloaded_variable(name), 0
                 break
             data = [i for i in node.input if not i.startswith("^")]
             if name in lms_names or (node.op in _PASS_THROUGH

@@ -20,7 +20,8 @@ that takes a resource handle with the handle's variable. So, per update:
 * the fused kernel (``ResourceApplyAdam``) needs the variable and its
   slots on one device, and the variable stays on the device. The kernel
   runs on the host on a host copy of the weights
-  (``lms/offload/<var>/host``, a variable of no collection, so no Saver
+  (``lms/offload/<var>/host``: the rewriter's `offload_op_name`, as every
+  name below, a variable of no collection, so no Saver
   or initializer sees it): the copy is filled from the variable before
   the update, and the new value written back to the device variable
   after it (``.../write_back``). Every op that waited for the update
@@ -41,10 +42,7 @@ import tensorflow as tf
 
 from tflms import offload as offload_rules
 
-__all__ = ["OFFLOAD_SCOPE", "check_offload", "apply_offload"]
-
-# Name scope of the ops the offload adds.
-OFFLOAD_SCOPE = "lms/offload/"
+__all__ = ["check_offload", "apply_offload"]
 
 
 def check_offload(graph, index, offload):
@@ -101,7 +99,7 @@ def _place_on(op, device):
         op._clear_attr("_class")
 
 
-def apply_offload(graph, index, offload, new_ops_context, edits):
+def apply_offload(graph, index, offload, new_ops_context, edits, op_name):
     """Move `offload`'s updates and slots to its host (module docstring).
 
     Args:
@@ -111,6 +109,9 @@ def apply_offload(graph, index, offload, new_ops_context, edits):
       new_ops_context: ``new_ops_context(device)``, the rewriter's context
         in which its ops are made (outside the user's scopes, marked).
       edits: the rewriter's pending control edges (``add_controls``).
+      op_name: ``op_name(variable name, part)``, the rewriter's names of
+        the ops added (`rewriter.offload_op_name`: one place names every
+        op LMS adds, and `grappler_check` knows them from there).
 
     Returns:
       The names of the ops added, in update order.
@@ -130,33 +131,36 @@ def apply_offload(graph, index, offload, new_ops_context, edits):
         for s in u.slots:
             for op in _slot_ops(by_name, ops[s]):
                 _place_on(op, host)
-        scope = OFFLOAD_SCOPE + variable.name
         dtype = variable.get_attr("dtype")
+        host_name = op_name(variable.name, "host")
         with new_ops_context(host):
             copy = tf.raw_ops.VarHandleOp(
                 dtype=dtype, shape=variable.get_attr("shape"),
-                shared_name=scope.replace("/", "_"), name=scope + "/host")
+                shared_name=host_name.replace("/", "_"), name=host_name)
         with new_ops_context(variable.device):
             weights = tf.raw_ops.ReadVariableOp(
                 resource=variable.outputs[0], dtype=dtype,
-                name=scope + "/read")
+                name=op_name(variable.name, "read"))
         grad_slot = offload_rules.APPLY_INPUTS[apply_op.type][1]
         with new_ops_context(host):
             fill = tf.raw_ops.AssignVariableOp(
-                resource=copy, value=weights, name=scope + "/fill")
+                resource=copy, value=weights,
+                name=op_name(variable.name, "fill"))
             gradient = tf.raw_ops.Identity(
-                input=apply_op.inputs[grad_slot], name=scope + "/gradient")
+                input=apply_op.inputs[grad_slot],
+                name=op_name(variable.name, "gradient"))
         apply_op._update_input(0, copy)
         apply_op._update_input(grad_slot, gradient)
         _place_on(apply_op, host)
         edits.add_controls(apply_op, [fill])
         with new_ops_context(host):
-            new = tf.raw_ops.ReadVariableOp(resource=copy, dtype=dtype,
-                                            name=scope + "/updated")
+            new = tf.raw_ops.ReadVariableOp(
+                resource=copy, dtype=dtype,
+                name=op_name(variable.name, "updated"))
         with new_ops_context(variable.device):
             back = tf.raw_ops.AssignVariableOp(
                 resource=variable.outputs[0], value=new,
-                name=scope + "/write_back")
+                name=op_name(variable.name, "write_back"))
         edits.add_controls(new.op, [apply_op])
         for op in waiting.get(apply_op, ()):
             edits.add_controls(op, [back])

@@ -62,9 +62,10 @@ from tensorflow.core.framework import attr_value_pb2
 from tflms.tf import offload_rewrite
 from tflms.tf import reader
 
-__all__ = ["SWAP_MARKER_ATTR", "SERIALIZATION_MARKER", "RewriteResult",
-           "apply_plan", "is_rewritten", "swap_op_name", "swapin_op_name",
-           "clone_op_name"]
+__all__ = ["SWAP_MARKER_ATTR", "SERIALIZATION_MARKER", "OFFLOAD_SCOPE",
+           "OP_NAME_MARKERS", "RewriteResult", "apply_plan", "is_rewritten",
+           "swap_op_name", "swapin_op_name", "clone_op_name",
+           "offload_op_name", "offloaded_variable"]
 
 # Attribute set on every op LMS adds; its presence means "already rewritten".
 SWAP_MARKER_ATTR = "_tflms"
@@ -114,11 +115,38 @@ def swap_op_name(kind, tensor_name):
                           tensor_name.replace("/", "_").replace(":", "_"))
 
 
-# What every swap op and recompute clone has in its name, whatever scope
-# and sorting prefix it got: ``lms/swapout_``, ``lms/swapin_``,
-# ``lms/recompute_`` (`swap_op_name` of an empty tensor name).
+# Name scope of the ops ``offload_optimizer`` adds (`offload_op_name`).
+OFFLOAD_SCOPE = "lms/offload/"
+# The part of `offload_op_name` that names a variable's host copy.
+_HOST_COPY = "host"
+
+
+def offload_op_name(variable_name, part):
+    """``lms/offload/dense/kernel/write_back`` style names: the ops
+    `offload_rewrite` adds for the update of the variable named
+    `variable_name` (`part`: ``host``, its host copy; ``read``, ``fill``,
+    ``gradient``, ``updated``, ``write_back``)."""
+    return "%s%s/%s" % (OFFLOAD_SCOPE, variable_name, part)
+
+
+def offloaded_variable(name):
+    """The name of the variable whose host copy the op named `name` is
+    (``offload_op_name(variable, "host")``; under an import scope, the
+    variable's name under that scope), or None for any other name."""
+    scope, marker, rest = name.partition(OFFLOAD_SCOPE)
+    suffix = "/" + _HOST_COPY
+    if not marker or not rest.endswith(suffix):
+        return None
+    return scope + rest[:-len(suffix)]
+
+
+# What every op LMS adds in a step has in its name, whatever scope and
+# sorting prefix it got: ``lms/swapout_``, ``lms/swapin_``,
+# ``lms/recompute_`` (`swap_op_name` of an empty tensor name), and
+# ``lms/offload/`` (`offload_op_name`).
 OP_NAME_MARKERS = tuple(swap_op_name(kind, "")
-                        for kind in ("swapout", "swapin", "recompute"))
+                        for kind in ("swapout", "swapin", "recompute")) + (
+                            OFFLOAD_SCOPE,)
 
 
 def _sorting_prefix(tensor_name):
@@ -161,8 +189,7 @@ def is_rewritten(graph, gpu_device_filter=None):
             continue
         if not op.name.startswith("lms/") and not _has_marker(op):
             continue
-        if (op.name.startswith(offload_rewrite.OFFLOAD_SCOPE)
-                and _has_marker(op)):
+        if op.name.startswith(OFFLOAD_SCOPE) and _has_marker(op):
             # Optimizer updates moved to the host: the write-back is on
             # the variable's device.
             if gpu_device_filter is None or gpu_device_filter(op.device):
@@ -278,7 +305,8 @@ def apply_plan(graph, index, plan, cpu_device, offload=None):
     offloaded = () if offload is None else tuple(
         offload_rewrite.apply_offload(
             graph, index, offload,
-            lambda device: _outside_user_context(graph, device), edits))
+            lambda device: _outside_user_context(graph, device), edits,
+            offload_op_name))
     control_edges = edits.apply_controls()
     if plan.control_edges and not (swapouts or clones or offloaded):
         # Nothing else would tell a second run that this graph is done.
