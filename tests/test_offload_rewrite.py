@@ -21,6 +21,9 @@ from tflms.tf import grappler_check
 from tflms.tf import rewriter
 from tflms.tf.adapters import tf_function
 
+from _stack import needs_estimator
+from dist_jobs._common import TraceHook
+
 pytestmark = pytest.mark.numerics
 
 DEVICE = "/cpu:1"
@@ -145,6 +148,64 @@ def test_offloaded_training_is_bit_identical(optimizer):
         assert ran[scope + "fill"].endswith("CPU:0")
     # Every op the offload added ran.
     assert set(result.rewrite.offload_ops) <= set(ran)
+
+
+def _estimator_model_fn(features, labels, mode):
+    """A 2-layer MLP on ``/cpu:1`` trained with Adam (the Estimator makes
+    the global step and the session)."""
+    with tf.device(DEVICE):
+        h = features["x"]
+        for i, width in enumerate((24, 3)):
+            h = tf.compat.v1.layers.dense(
+                h, width, activation=tf.nn.relu if i == 0 else None,
+                name="dense%d" % i,
+                kernel_initializer=tf.compat.v1.glorot_uniform_initializer(
+                    seed=i + 1))
+        loss = tf.reduce_mean(tf.square(h - labels))
+        train = tf.compat.v1.train.AdamOptimizer(0.01).minimize(
+            loss, global_step=tf.compat.v1.train.get_global_step())
+    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train)
+
+
+def _estimator_input_fn():
+    rng = np.random.RandomState(0)
+    x = rng.rand(32, 12).astype(np.float32)
+    y = rng.rand(32, 3).astype(np.float32)
+    return tf.compat.v1.data.Dataset.from_tensor_slices(({"x": x}, y)).batch(
+        8, drop_remainder=True).repeat()
+
+
+def _train_estimator(model_dir, hooks):
+    est = tf.compat.v1.estimator.Estimator(
+        _estimator_model_fn, model_dir=str(model_dir),
+        config=tf.compat.v1.estimator.RunConfig(
+            tf_random_seed=1, session_config=_config()))
+    est.train(_estimator_input_fn, steps=STEPS, hooks=hooks)
+    return {n: est.get_variable_value(n) for n in est.get_variable_names()}
+
+
+@needs_estimator
+def test_the_estimator_hook_offloads_bit_for_bit(tmp_path):
+    """``hooks=[lms]`` with offload_optimizer=True: the updates run on the
+    host and the weights, slots and step counters the Estimator saves are
+    bit for bit those of training without LMS (the host copies are in no
+    checkpoint)."""
+    base = _train_estimator(tmp_path / "plain", [])
+    lms = _lms(offload_optimizer=True)
+    trace = TraceHook()
+    got = _train_estimator(tmp_path / "lms", [lms, trace])
+    result = lms.last_run
+    assert result.outcome is Outcome.REWRITTEN
+    assert len(result.offload.updates) == 4
+    assert result.offload.slot_bytes == 2 * result.offload.weight_bytes
+    # Every op the offload added ran, the write-backs among them.
+    assert set(result.rewrite.offload_ops) <= trace.executed
+    assert sum(name.endswith("/write_back")
+               for name in result.rewrite.offload_ops) == 4
+    assert base.keys() == got.keys()
+    assert any(name.endswith("/Adam_1") for name in base)
+    for name in base:
+        np.testing.assert_array_equal(base[name], got[name], err_msg=name)
 
 
 def _resident(result):
