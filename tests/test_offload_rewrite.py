@@ -467,12 +467,19 @@ def test_tflms_plan_reports_the_offload(tmp_path, capsys):
     assert sorted(moved["variables"]) == ["w0", "w1", "w2"]
     assert (moved["slot_bytes"], moved["weight_bytes"],
             moved["moved_bytes"]) == (2 * weights, weights, 3 * weights)
+    # The predicted step with offload counts its copies and host updates,
+    # even where no swap is planned.
+    step = report["step_time"]
+    assert step["with_lms_ms"] > step["without_lms_ms"] > 0
     assert cli.main(["plan"] + common + ["--offload-optimizer"]) == 0
     assert ("Optimizer offload: 3 variables' updates and their slots "
             "(6.0 MiB) on /cpu:0; 9.0 MiB copied per step (every peak "
             "below counts them there)" in capsys.readouterr().out)
     assert cli.main(["plan"] + common + ["--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["offload"] is None
+    plain = json.loads(capsys.readouterr().out)
+    assert plain["offload"] is None
+    assert plain["step_time"]["with_lms_ms"] is None
+    assert plain["step_time"]["without_lms_ms"] == step["without_lms_ms"]
 
 
 def _embedding_model():
