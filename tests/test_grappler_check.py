@@ -260,52 +260,64 @@ def test_memory_optimizer_accumulates_with_the_inputs_shapes(monkeypatch):
     assert _accumulated(scaled_graph) == ()
 
 
-def _accumulated_at_run_time(make_step, shape, input_shape, layers):
-    """The ``AddN`` nodes the runtime accumulated training `make_step`'s
-    step once in eager mode (read from the graphs its executors ran), and
-    those `grappler_check` finds in it."""
-    from tensorflow.python.eager import context
+def _accumulated_at_run_time(make_step, shape, input_shape, layers,
+                             lms=None):
+    """Trains `make_step`'s step once in eager mode (through
+    ``lms.function`` with `lms`): ``{"ran": the AddN nodes the runtime
+    accumulated (read from the graphs its executors ran), "checked":
+    those grappler_check finds in the step (with LMS's edits, with
+    `lms`)}``, and with `lms` whether every swap op ran."""
+    from tflms.tf import function_api, swaps_ran
     tf.random.set_seed(0)
     variables = [tf.Variable(tf.random.normal(shape, 0, .03))
                  for _ in range(layers)]
-    step = tf.function(make_step(variables))
     x = tf.random.normal(input_shape)
-    ctx = context.context()
-    ctx.enable_graph_collection()
-    try:
+    if lms is not None:
+        lms.grappler_check = True
+        step = lms.function(make_step(variables))
+    else:
+        step = tf.function(make_step(variables))
+    with function_api.partition_graphs_made() as graph_defs:
         step(x)
-        metadata = ctx.export_run_metadata()
-    finally:
-        ctx.disable_graph_collection()
     ran = sorted(
         node.name.rpartition("StatefulPartitionedCall/")[2]
-        for function in metadata.function_graphs
-        for graph_def in function.partition_graphs
-        for node in graph_def.node if node.op == "DestroyTemporaryVariable")
-    return ran, list(_accumulated(step.get_concrete_function(x).graph))
+        for graph_def in graph_defs for node in graph_def.node
+        if node.op == "DestroyTemporaryVariable")
+    if lms is None:
+        return dict(ran=ran, checked=list(
+            _accumulated(step.get_concrete_function(x).graph)))
+    return dict(ran=ran, checked=list(lms.last_run.grappler.accumulated[1]),
+                swaps=len(lms.last_run.swapout_ops),
+                all_ran=swaps_ran.checked(lms.last_run, graph_defs).all_ran)
 
 
 def _main():
     import json
-    result = {}
-    for name, args in (
-            ("wide", (_wide_step, [WIDE["width"]] * 2,
-                      [WIDE["rows"], WIDE["width"]], WIDE["layers"])),
-            ("scaled", (_scaled_step, [], [SCALED["size"]],
-                        SCALED["layers"]))):
-        result[name] = _accumulated_at_run_time(*args)
+    from tflms import LMS
+    wide = (_wide_step, [WIDE["width"]] * 2, [WIDE["rows"], WIDE["width"]],
+            WIDE["layers"])
+    result = dict(
+        wide=_accumulated_at_run_time(*wide),
+        wide_lms=_accumulated_at_run_time(*wide, lms=LMS(**FIXED)),
+        scaled=_accumulated_at_run_time(
+            _scaled_step, [], [SCALED["size"]], SCALED["layers"]))
     print("RESULT " + json.dumps(result))
 
 
 @pytest.mark.numerics
 def test_check_accumulates_what_the_runtime_accumulates():
     result, log = _keras3.result_of(os.path.abspath(__file__))
-    ran, checked = result["wide"]
-    assert len(ran) == WIDE["layers"], log[-3000:]
-    assert checked == ran
-    ran, checked = result["scaled"]
-    assert ran == ["AddN_1"], log[-3000:]
-    assert checked == ran
+    wide = result["wide"]
+    assert len(wide["ran"]) == WIDE["layers"], log[-3000:]
+    assert wide["checked"] == wide["ran"]
+    # With LMS's swaps the runtime accumulates none of the 16 sums, as
+    # the check says (test_lms_swaps_change_the_accumulated_addns).
+    lms = result["wide_lms"]
+    assert lms["swaps"] > WIDE["layers"] and lms["all_ran"], log[-3000:]
+    assert lms["ran"] == lms["checked"] == []
+    scaled = result["scaled"]
+    assert scaled["ran"] == ["AddN_1"], log[-3000:]
+    assert scaled["checked"] == scaled["ran"]
 
 
 def test_lms_swaps_change_the_accumulated_addns():
