@@ -5,7 +5,8 @@ accumulations in each run (TensorFlow 2.16+ with Keras 3, on the CPU).
 
     env -u TF_USE_LEGACY_KERAS TF_ENABLE_ONEDNN_OPTS=0 \\
         python benchmarks/keras3_bitwise.py Xception 224 [--ratio 0.6] \\
-        [--steps 3] [--budget GIB] [--no-memory-scheduling]
+        [--steps 3] [--budget GIB] [--no-memory-scheduling] \\
+        [--grappler-check]
 
 The application is built with ``weights=None``, 10 classes and seed 1,
 compiled with ``SGD(0.01, momentum=0.9)`` and sparse cross-entropy, and fit
@@ -19,6 +20,10 @@ the swap ops are looked up there, and so are the AddNs Grappler's memory
 optimizer rewrote (each becomes a ``DestroyTemporaryVariable`` of a
 ``TemporaryVariable`` the AddN's inputs are added to one by one, in the
 order they are ready: docs/tf2.md, "Grappler's memory optimizer").
+
+``--grappler-check`` turns LMS's ``grappler_check`` setting on and lists
+the AddNs `tflms.tf.grappler_check` finds accumulated in the step with and
+without LMS, next to those the runs accumulated.
 
 ``--no-memory-scheduling`` runs both fits with that optimizer off
 (``RewriterConfig.memory_optimization = NO_MEM_OPT`` in the eager context's
@@ -105,6 +110,9 @@ def main(argv=None):
                         help="budget as a share of the predicted peak")
     parser.add_argument("--budget", type=float, default=None,
                         help="autotune_gpu_mem, GiB (skips the roomy fit)")
+    parser.add_argument("--grappler-check", action="store_true",
+                        help="also list the AddNs tflms.tf.grappler_check "
+                        "finds accumulated with and without LMS")
     parser.add_argument("--no-memory-scheduling", action="store_true",
                         help="both fits with Grappler's memory optimizer "
                         "off")
@@ -146,6 +154,7 @@ def _compare(args, folder):
     lms = LMS()
     lms.autotune_gpu_mem = budget
     lms.batch_size = 2
+    lms.grappler_check = args.grappler_check
     losses, weights = _fit(keras, args, lms)
     result = lms.last_run
     swap_ops = list(result.swapout_ops) + list(result.swapin_ops)
@@ -168,6 +177,11 @@ def _compare(args, folder):
         print("| %s | %s | %s |" % (
             run, ", ".join("%.7g" % l for l in run_losses),
             ", ".join(accumulated_addns(run_dir)) or "none"))
+    if result.grappler is not None:
+        for run, names in zip(("without LMS", "with LMS"),
+                              result.grappler.accumulated):
+            print("| %s, by grappler_check | | %s |" % (
+                run, ", ".join(names) or "none"))
     print("weights different: %d of %d%s" % (
         len(different), len(weights), "".join(
             "\n  %s: %.3g" % d for d in sorted(

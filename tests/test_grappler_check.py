@@ -10,10 +10,23 @@ them off) it names the products and the swaps next to them. The Session
 graph case: LMS keeps no Grappler groups in Session graphs yet
 (`analysis.classify`), so a chain of additions it swaps into is grouped
 otherwise, and the check says so.
+
+The wide step is big enough (Grappler's estimate of its memory passes 80%
+of the 256 MiB TensorFlow's CPU device declares) for Grappler's memory
+optimizer to turn its ``AddN`` nodes into accumulations: the check sees
+them as the runtime does only with the step's inputs given their shapes
+(`grappler_check._inputs_with_shapes`), and LMS's swaps change which
+``AddN`` nodes are turned (docs/tf2.md, "Grappler's memory optimizer").
+This file run as a script trains the wide step once in eager mode and
+prints the ``AddN`` nodes the runtime accumulated.
 """
+
+import os
 
 import pytest
 import tensorflow as tf
+
+import _keras3
 
 from tflms import LMS, fusions
 from tflms.tf import grappler_check
@@ -165,3 +178,174 @@ def test_difference_lines_name_the_swaps(kind):
     assert "AddN 1 -> 0" in lines[1] and lines[2].strip() == line
 
 
+
+
+# The wide step: 16 layers of 8192 x 128 activations (4 MiB each).
+WIDE = dict(rows=8192, width=128, layers=16)
+# The scaled step: 8 layers of 4M-element vectors (16 MiB each).
+SCALED = dict(size=4 * 1024 * 1024, layers=8)
+
+
+def _wide_step(variables):
+    """Per layer ``tanh(m) + sin(m) + 0.5 * cos(m)`` of ``m = h @ w``: the
+    arithmetic optimizer makes each sum one ``AddN`` of three."""
+    def step(x):
+        with tf.GradientTape() as tape:
+            h = x
+            for w in variables:
+                m = tf.matmul(h, w)
+                h = tf.tanh(m) + tf.sin(m) + tf.cos(m) * 0.5
+            loss = tf.reduce_sum(h * h)
+        grads = tape.gradient(loss, variables)
+        for w, g in zip(variables, grads):
+            w.assign_sub(0.01 * g)
+        return loss
+    return step
+
+
+def _scaled_step(scales):
+    """Per layer ``sin(a) + cos(a) + a * a`` of ``a = tanh(h * s)``, each
+    ``s`` a scalar variable: the gradient of ``a`` is an ``AddN`` of three,
+    shaped by the step's input through ``Shape`` and ``Reshape``."""
+    def step(x):
+        with tf.GradientTape() as tape:
+            h = x
+            for s in scales:
+                a = tf.tanh(h * s)
+                h = tf.sin(a) + tf.cos(a) + a * a
+            loss = tf.reduce_sum(h * h)
+        grads = tape.gradient(loss, scales)
+        for s, g in zip(scales, grads):
+            s.assign_sub(0.01 * g)
+        return loss
+    return step
+
+
+def _function_graph(make_step, shape, input_shape):
+    """The concrete function of `make_step`'s step over variables of
+    `shape` (one per layer of the step's config), in a graph of its own."""
+    layers = WIDE["layers"] if make_step is _wide_step else SCALED["layers"]
+    with tf.Graph().as_default():
+        tf.compat.v1.set_random_seed(0)
+        variables = [tf.compat.v1.get_variable(
+            "w%d" % i, shape, use_resource=True,
+            initializer=tf.compat.v1.initializers.random_normal(0, .03))
+            for i in range(layers)]
+        step = tf.function(make_step(variables))
+        return step.get_concrete_function(
+            tf.TensorSpec(input_shape, tf.float32)).graph
+
+
+def _wide_function_graph():
+    return _function_graph(_wide_step, [WIDE["width"]] * 2,
+                           [WIDE["rows"], WIDE["width"]])
+
+
+def _accumulated(graph):
+    graph_def = grappler_check.graph_def_of(graph)
+    fetches = [t.op.name for t in graph.outputs] + [
+        op.name for op in graph.control_outputs]
+    return grappler_check.accumulated_addns(grappler_check.optimize(
+        graph_def, fetches, grappler_check.config_for(graph)))
+
+
+def test_memory_optimizer_accumulates_with_the_inputs_shapes(monkeypatch):
+    wide = _accumulated(_wide_function_graph())
+    # Every layer's sum: its operands are live at the estimated peak.
+    assert len(wide) == WIDE["layers"], wide
+    assert all("AddOpsRewrite" in name for name in wide)
+    scaled_graph = _function_graph(_scaled_step, [], [SCALED["size"]])
+    scaled = _accumulated(scaled_graph)
+    assert scaled == ("AddN_1",), scaled  # the last layer's gradient
+    # The input as a feed: Grappler does not trust its shape as a value,
+    # so the gradient's Reshape to Shape(x) has no shape, nor has the
+    # AddN, and the memory optimizer skips it ("Shape not fully known").
+    monkeypatch.setattr(grappler_check, "_inputs_with_shapes",
+                        lambda graph_def: None)
+    assert _accumulated(scaled_graph) == ()
+
+
+def _accumulated_at_run_time(make_step, shape, input_shape, layers,
+                             lms=None):
+    """Trains `make_step`'s step once in eager mode (through
+    ``lms.function`` with `lms`): ``{"ran": the AddN nodes the runtime
+    accumulated (read from the graphs its executors ran), "checked":
+    those grappler_check finds in the step (with LMS's edits, with
+    `lms`)}``, and with `lms` whether every swap op ran."""
+    from tflms.tf import function_api, swaps_ran
+    tf.random.set_seed(0)
+    variables = [tf.Variable(tf.random.normal(shape, 0, .03))
+                 for _ in range(layers)]
+    x = tf.random.normal(input_shape)
+    if lms is not None:
+        lms.grappler_check = True
+        step = lms.function(make_step(variables))
+    else:
+        step = tf.function(make_step(variables))
+    with function_api.partition_graphs_made() as graph_defs:
+        step(x)
+    ran = sorted(
+        node.name.rpartition("StatefulPartitionedCall/")[2]
+        for graph_def in graph_defs for node in graph_def.node
+        if node.op == "DestroyTemporaryVariable")
+    if lms is None:
+        return dict(ran=ran, checked=list(
+            _accumulated(step.get_concrete_function(x).graph)))
+    return dict(ran=ran, checked=list(lms.last_run.grappler.accumulated[1]),
+                swaps=len(lms.last_run.swapout_ops),
+                all_ran=swaps_ran.checked(lms.last_run, graph_defs).all_ran)
+
+
+def _main():
+    import json
+    from tflms import LMS
+    wide = (_wide_step, [WIDE["width"]] * 2, [WIDE["rows"], WIDE["width"]],
+            WIDE["layers"])
+    result = dict(
+        wide=_accumulated_at_run_time(*wide),
+        wide_lms=_accumulated_at_run_time(*wide, lms=LMS(**FIXED)),
+        scaled=_accumulated_at_run_time(
+            _scaled_step, [], [SCALED["size"]], SCALED["layers"]))
+    print("RESULT " + json.dumps(result))
+
+
+@pytest.mark.numerics
+def test_check_accumulates_what_the_runtime_accumulates():
+    result, log = _keras3.result_of(os.path.abspath(__file__))
+    wide = result["wide"]
+    assert len(wide["ran"]) == WIDE["layers"], log[-3000:]
+    assert wide["checked"] == wide["ran"]
+    # With LMS's swaps the runtime accumulates none of the 16 sums, as
+    # the check says (test_lms_swaps_change_the_accumulated_addns).
+    lms = result["wide_lms"]
+    assert lms["swaps"] > WIDE["layers"] and lms["all_ran"], log[-3000:]
+    assert lms["ran"] == lms["checked"] == []
+    scaled = result["scaled"]
+    assert scaled["ran"] == ["AddN_1"], log[-3000:]
+    assert scaled["checked"] == scaled["ran"]
+
+
+def test_lms_swaps_change_the_accumulated_addns():
+    """The effect docs/tf2.md describes and no rule of LMS's undoes: the
+    swaps move Grappler's estimate of the step's peak, and the memory
+    optimizer rewrites other ``AddN`` nodes (here: none of the 16)."""
+    with tf.Graph().as_default():
+        graph = _wide_function_graph()
+    lms = LMS(**FIXED)
+    lms.grappler_check = True
+    result = tf_function.rewrite_graph(lms, graph)
+    assert result.rewritten and len(result.swapout_ops) > WIDE["layers"]
+    report = result.grappler
+    without, with_lms = report.accumulated
+    assert len(without) == WIDE["layers"] and with_lms == ()
+    assert not report.same
+    summary = [line for line in report.lines()
+               if "accumulated by the memory optimizer" in line]
+    assert summary and without[0] in summary[0], report.lines()
+    # Each turned sum shows as a node of another op.
+    ops = {d.node for d in report.differences if d.kind == "op"}
+    assert set(without) <= ops
+
+
+if __name__ == "__main__":
+    _main()

@@ -39,11 +39,19 @@ control edges next to them in the rewritten graph (`Difference.swaps`,
 to do what it did without LMS. Grappler passes that run outside the meta
 optimizer (oneDNN's layout pass, `fusions.fusion_partners`) are not seen.
 
+The report also lists the ``AddN`` nodes Grappler's memory optimizer
+turned into accumulations in each optimized step
+(`GrapplerReport.accumulated`): which ones follows from Grappler's
+estimate of the whole step's memory, which LMS's swaps move, and no rule
+of planning's keeps it (docs/tf2.md, "Grappler's memory optimizer").
+
 The graphs are not modified: both are converted to `GraphDef` first (a
 function graph with its captured variables as variable ops,
-`tflms.tf.oracle.functions.graph_def`), and each node without a device is
-placed on this process's CPU, as the runtime places it here before
-Grappler runs.
+`tflms.tf.oracle.functions.graph_def`, and its inputs with their shapes:
+`OptimizeGraph` would take them for feeds, whose shapes the memory
+optimizer does not trust, and the runtime does not), and each node
+without a device is placed on this process's CPU, as the runtime places
+it here before Grappler runs.
 """
 
 import collections
@@ -52,6 +60,7 @@ import hashlib
 import time
 
 from tensorflow.core.framework import graph_pb2
+from tensorflow.core.framework import types_pb2
 from tensorflow.core.protobuf import config_pb2
 from tensorflow.core.protobuf import meta_graph_pb2
 from tensorflow.python.eager import context as eager_context
@@ -60,7 +69,8 @@ from tensorflow.python.grappler import tf_optimizer
 from tflms.tf import rewriter
 from tflms.tf.oracle import functions
 
-__all__ = ["Difference", "GrapplerReport", "LMS_NAME_MARKERS", "check",
+__all__ = ["Difference", "GrapplerReport", "LMS_NAME_MARKERS",
+           "accumulated_addns", "check",
            "config_for", "graph_def_of", "is_lms_name", "optimize"]
 
 # Every swap op, recompute clone and offload op LMS adds has one of these
@@ -129,12 +139,17 @@ class GrapplerReport:
       nodes: nodes of the optimized steps ``(without, with)``, LMS's ops
         of the second taken out.
       seconds: the time the check took (both optimizations included).
+      accumulated: ``(without, with)``: the names of the ``AddN`` nodes
+        Grappler's memory optimizer turned into accumulations into a
+        temporary variable in each optimized step (docs/tf2.md,
+        "Grappler's memory optimizer"), sorted.
     """
 
     differences: tuple
     kernels_differ: dict
     nodes: tuple
     seconds: float
+    accumulated: tuple = ((), ())
 
     @property
     def same(self):
@@ -156,6 +171,11 @@ class GrapplerReport:
                "%d nodes differ (%d and %d nodes; checked in %.2f s)"
                % (len(self.differences), self.nodes[0], self.nodes[1],
                   self.seconds)]
+        if self.accumulated[0] != self.accumulated[1]:
+            out.append("  AddNs accumulated by the memory optimizer: "
+                       "without LMS %s, with LMS %s" % tuple(
+                           ", ".join(names) or "none"
+                           for names in self.accumulated))
         if self.kernels_differ:
             out.append("  op counts (without, with): " + ", ".join(
                 "%s %d -> %d" % (k, a, b)
@@ -171,17 +191,45 @@ class GrapplerReport:
 def graph_def_of(graph):
     """A `GraphDef` of `graph` (a `tf.Graph`, a `FuncGraph` or a
     `GraphDef`, copied) as Grappler sees it here: a function graph's
-    captured variables as variable ops, every node without a device on
-    this process's CPU."""
+    captured variables as variable ops and its inputs with their shapes
+    (`_inputs_with_shapes`), every node without a device on this
+    process's CPU."""
     if isinstance(graph, graph_pb2.GraphDef):
         result = graph_pb2.GraphDef()
         result.CopyFrom(graph)
     else:
         result = functions.graph_def(graph)
+        if functions.is_function_graph(graph):
+            _inputs_with_shapes(result)
     for node in result.node:
         if not node.device:
             node.device = _CPU
     return result
+
+
+# A function's inputs are `_Arg` nodes when the runtime optimizes it, and
+# Grappler knows their shapes. `OptimizeGraph` takes every `Placeholder` of
+# a graph for a feed instead, and the passes that ask for shapes "without
+# trusting the feeds" (the memory optimizer's `AddN` rewrite:
+# `GraphProperties::InferStatically(false)`) see none: so each input
+# placeholder becomes a `PlaceholderWithDefault` (no feed) with the input's
+# shape, over a placeholder without one that stands for the value.
+_FEED_SUFFIX = "/grappler_check_feed"
+_OPAQUE = (types_pb2.DT_RESOURCE, types_pb2.DT_VARIANT)
+
+
+def _inputs_with_shapes(graph_def):
+    for node in list(graph_def.node):
+        if node.op != "Placeholder" or (
+                node.attr["dtype"].type in _OPAQUE):
+            continue
+        feed = graph_def.node.add()
+        feed.CopyFrom(node)
+        feed.name = node.name + _FEED_SUFFIX
+        feed.attr["shape"].shape.Clear()
+        feed.attr["shape"].shape.unknown_rank = True
+        node.op = "PlaceholderWithDefault"
+        node.input.append(feed.name)
 
 
 def config_for(graph):
@@ -452,4 +500,13 @@ def check(original, rewritten, fetch_names, config=None):
     return GrapplerReport(
         differences=tuple(differences), kernels_differ=kernels,
         nodes=(len(without), len(with_lms)),
-        seconds=time.perf_counter() - start)
+        seconds=time.perf_counter() - start,
+        accumulated=tuple(accumulated_addns(g) for g in optimized))
+
+
+def accumulated_addns(graph_def):
+    """The names of the ``AddN`` nodes Grappler's memory optimizer turned
+    into accumulations in `graph_def` (an optimized step), sorted: each
+    became a ``DestroyTemporaryVariable`` of the same name."""
+    return tuple(sorted(n.name for n in graph_def.node
+                        if n.op == "DestroyTemporaryVariable"))
