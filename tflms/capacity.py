@@ -492,7 +492,7 @@ def search(plan_at, budget_bytes, max_overhead_pct=None, start=1,
 
 
 def plan_row(index, roles, settings, batch, log=None, env=None,
-             sequence=None):
+             sequence=None, target=None):
     """The `BatchRow` of `index` planned with `settings` at `batch`: the
     pipeline `LMS.run` runs (`pipeline.plan`), the step-time model
     `tflms plan` reports (`steptime.predict_planned`).
@@ -508,11 +508,13 @@ def plan_row(index, roles, settings, batch, log=None, env=None,
       env: the environment the budget reads (default `os.environ`).
       sequence: the sequence length `index` was traced with, for a search
         over the sequence (recorded in the row).
+      target: the `target.Target` `roles` were made on (default:
+        `Target.of(settings)`).
     """
     settings = settings.replace(batch_size=batch)
     try:
         planned = pipeline.plan(index, settings, roles=roles, log=log,
-                                env=env)
+                                env=env, target=target)
     except autotune.AutotuneError as err:
         without = pipeline.simulate_without(index, roles, settings)
         step = steptime.StepTimeModel(
