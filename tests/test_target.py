@@ -83,3 +83,10 @@ def test_target_of_settings():
     assert target == Target(device="/device:GPU:1", host="/cpu:2",
                             grappler_groups=True, onednn_cpu=False)
     assert target.replace(device=None).manages("/device:GPU:0")
+    # The settings refuse the host as the device planned, not another CPU.
+    assert Target.of(Settings(gpu_device="/cpu:1")).manages("/cpu:1")
+    with pytest.raises(ValueError, match=(
+            r"gpu_device must name an accelerator such as '/device:GPU:0', "
+            r"or a CPU other than the host cpu_device='/cpu:1' \(or be None "
+            r"for every device but the host\); got '/device:CPU:1'")):
+        Settings(gpu_device="/device:CPU:1", cpu_device="/cpu:1")
