@@ -126,7 +126,8 @@ def _prediction(built):
     from tflms import pipeline
     from tflms.settings import Settings
     index = measure.step_index(built)
-    roles = pipeline.classify(index, Settings())
+    target = measure.step_target(built, Settings())
+    roles = pipeline.classify(index, Settings(), target)
     base = pipeline.simulate_without(index, roles,
                                      Settings(batch_size=built.batch_size))
     resident = base.resident_device_bytes
@@ -135,7 +136,7 @@ def _prediction(built):
         planned = pipeline.plan(index, Settings(
             swapout_threshold=1, swapin_ahead=1, swapin_groupby=0,
             sync_mode=sync, batch_size=built.batch_size), roles=roles,
-            simulate=True)
+            simulate=True, target=target)
         smallest = min(smallest, planned.with_lms.peak_device_bytes)
     return resident, base.peak_device_bytes, smallest
 

@@ -58,8 +58,9 @@ def main(argv=None):
         lms.interconnect = args.interconnect
     try:
         # Planned for a GPU, where oneDNN's CPU passes merge nothing.
-        result = tf_function.rewrite_graph(lms, built.graph,
-                                           onednn_cpu=False)
+        result = tf_function.rewrite_graph(
+            lms, built.graph,
+            target=tf_function.function_target(lms.settings, here=False))
     except autotune.AutotuneError as err:
         print("%d: no plan: %s" % (args.size, err))
         return 1

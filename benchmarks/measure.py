@@ -69,6 +69,7 @@ from tflms.tf import oracle
 from tflms import pipeline
 from tflms import steptime
 from tflms.settings import Settings
+from tflms.target import Target
 
 __all__ = [
     "STEP_LINKS",
@@ -483,9 +484,17 @@ def step_index(built):
     rules in a Session graph, or a function graph's outputs and control
     outputs with its captured variables resident (`tflms.tf.lms_function`)."""
     if built.function is not None:
-        # Planned for a GPU: oneDNN's CPU passes merge nothing there.
-        return tf_function.step_of(built.graph, onednn_cpu=False)[1]
+        return tf_function.step_of(built.graph)[1]
     return tf_reader.build_index(built.graph)
+
+
+def step_target(built, settings):
+    """The `target.Target` `built`'s step is planned on with `settings`,
+    as LMS plans it: a function graph's keeps Grappler's groups whole,
+    planned for a GPU (oneDNN's CPU passes merge nothing there)."""
+    if built.function is not None:
+        return tf_function.function_target(settings, here=False)
+    return Target.of(settings)
 
 
 def predicted_step_without_lms(built, gpu=None):
@@ -498,7 +507,8 @@ def predicted_step_without_lms(built, gpu=None):
     """
     gpu = gpu or Settings().gpu
     index = step_index(built)
-    roles = pipeline.classify(index, Settings())
+    roles = pipeline.classify(index, Settings(),
+                              step_target(built, Settings()))
     step = steptime.StepTimeModel(index, roles, built.batch_size,
                                   gpu=gpu).predict()
     return {"gpu": gpu, "without_lms_s": step.without_lms_s}

@@ -105,18 +105,20 @@ def probe(model, family, column, seq, args):
     began = time.process_time()
     concrete = tf.function(model.train_step, jit_compile=False) \
         .get_concrete_function(models.signature(family, seq, args.batch))
-    _, index = tf_function.step_of(concrete.graph, onednn_cpu=False)
+    _, index = tf_function.step_of(concrete.graph)
     lms = LMS()
     lms.autotune_gpu_mem = args.gpu_mem
     lms.autotune_host_mem = common.SERVER_HOST_MEM_GIB
     lms.batch_size = args.batch
     settings = lms.settings
     budget = live_capacity.budget_of(settings)
-    roles = pipeline.classify(index, settings)
+    # Planned for a GPU: oneDNN's CPU passes merge nothing there.
+    target = tf_function.function_target(settings, here=False)
+    roles = pipeline.classify(index, settings, target)
     out = {"seq": seq, "graph": concrete.graph}
     if column == "lms":
         row = capacity.plan_row(index, roles, settings, args.batch,
-                                sequence=seq)
+                                sequence=seq, target=target)
         out.update(fits=row.fits_with, peak=row.peak_with_bytes,
                    smallest=row.smallest_peak_bytes,
                    step_with_ms=row.step_with_ms,
@@ -141,7 +143,9 @@ def _oracle(found, column):
     from tflms.tf.adapters import tf_function
     graph = found["graph"]
     if column == "lms":
-        tf_function.rewrite_graph(found["lms"], graph, onednn_cpu=False)
+        lms = found["lms"]
+        tf_function.rewrite_graph(lms, graph, target=(
+            tf_function.function_target(lms.settings, here=False)))
     peak, _ = transformer_plans._oracle_peak(graph)
     return peak
 

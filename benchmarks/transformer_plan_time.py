@@ -12,7 +12,8 @@ Each model is built from a config with random weights (no downloads;
 its ``model.train_step`` traced by ``tf.function`` for one batch of
 ``--batch`` sequences of each length; the step is then indexed and planned
 for ``--gpu-mem`` GiB as ``lms.function`` plans it for a GPU
-(`tf_function.step_of` with ``onednn_cpu=False``, then `pipeline.plan`).
+(`tf_function.step_of`, then `pipeline.plan` on
+``function_target(settings, here=False)``).
 Each (model, length) runs in a process of its own, so no case pays for
 another's memory or imports.
 
@@ -143,12 +144,14 @@ def measure(family, seq, batch, gpu_mem, size="small"):
     lms.autotune_host_mem = common.SERVER_HOST_MEM_GIB
     lms.batch_size = batch
     began = time.process_time()
-    _, index = tf_function.step_of(concrete.graph, onednn_cpu=False)
+    _, index = tf_function.step_of(concrete.graph)
     row["index_s"] = time.process_time() - began
     row["step_ops"] = len(index.names)
     began = time.process_time()
     try:
-        planned = pipeline.plan(index, lms.settings)
+        planned = pipeline.plan(
+            index, lms.settings, target=tf_function.function_target(
+                lms.settings, here=False))
     except autotune.AutotuneError as err:
         stages = err.stage_seconds
         row["outcome"] = "no plan: smallest %s" % common.fmt_bytes(

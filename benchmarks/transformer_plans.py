@@ -11,7 +11,8 @@ weights (`gpt2_step`: ``GPT2Backbone`` of the given size,
 ``GPT2CausalLM(backbone, preprocessor=None)``, AdamW, sparse
 cross-entropy from logits), ``model.train_step`` traced by ``tf.function``
 for one batch of ``--batch`` sequences, planned as ``lms.function`` plans
-it for a GPU (`tf_function.rewrite_graph`, ``onednn_cpu=False``).
+it for a GPU (`tf_function.rewrite_graph` on
+``function_target(settings, here=False)``).
 
 For each sequence length it prints the step's floor (`tflms.floor`), then
 plans twice: for ``--gpu-mem`` GiB (does the step train on that GPU?), and
@@ -90,7 +91,9 @@ def _plan(graph, gpu_mem, args):
     lms = _lms(gpu_mem, args.batch, args.interconnect)
     start = time.perf_counter()
     try:
-        result = tf_function.rewrite_graph(lms, graph, onednn_cpu=False)
+        result = tf_function.rewrite_graph(
+            lms, graph,
+            target=tf_function.function_target(lms.settings, here=False))
     except autotune.AutotuneError as err:
         return None, err, time.perf_counter() - start
     return result, None, time.perf_counter() - start

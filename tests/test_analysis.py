@@ -7,6 +7,7 @@ import pytest
 from tflms import analysis
 from tflms import graph_index as gi
 from tflms import dag_levels
+from tflms.target import Target
 
 F32_4x8 = ((4, 8), 4)
 
@@ -77,10 +78,10 @@ def test_classify_ops_roles():
 
 def test_classify_ops_device_and_filters():
     index = training_graph()
-    other = analysis.classify_ops(index, gpu_device="/device:GPU:1")
+    other = analysis.classify_ops(index, Target(device="/device:GPU:1"))
     assert other.device_ops == frozenset()
     assert other.sources == other.sinks == other.triggers == frozenset()
-    cpu = analysis.classify_ops(index, gpu_device="/device:CPU:0")
+    cpu = analysis.classify_ops(index, Target(device="/device:CPU:0"))
     assert cpu.device_ops == frozenset()
     filtered = analysis.classify_ops(index, filters={
         "excl_sources": ids(index, "relu"),
@@ -268,20 +269,6 @@ def test_planned_edges_relevel_the_index():
         gi.with_planned_edges(moved, [(2, 1)])
 
 
-@pytest.mark.parametrize("device, gpu_device, expected", [
-    ("/device:GPU:0", None, True),
-    ("", None, True),
-    ("/cpu:0", None, False),
-    ("/device:GPU:1", "/device:GPU:0", False),
-    ("/gpu:0", "/device:GPU:0", True),
-    ("/job:w/device:GPU:0", "/device:GPU:0", True),
-    ("/job:w/device:GPU:0", "/job:v/device:GPU:0", False),
-    ("", "/device:GPU:0", False),
-])
-def test_device_matches(device, gpu_device, expected):
-    assert analysis.device_matches(device, gpu_device) is expected
-
-
 @pytest.mark.parametrize("a, b, expected", [
     ("", "/cpu:0", True),
     ("/device:GPU:0", "/device:GPU:1", False),
@@ -356,19 +343,3 @@ def test_op_bytes_and_largest_device_op():
         2, 2300)
     assert analysis.largest_device_op(index, roles.device_ops,
                                       excluded=[1]) == (2, 300)
-
-
-@pytest.mark.parametrize("device, expected", [
-    ("/cpu:0", False),                       # the host
-    ("/device:CPU:0", False),
-    ("/job:localhost/replica:0/task:0/device:CPU:0", False),
-    ("/cpu:1", True),                        # another (logical) CPU
-    ("/job:localhost/replica:0/task:0/device:CPU:1", True),
-    ("/device:GPU:0", True),
-    ("", True),
-])
-def test_every_device_but_the_host_is_managed(device, expected):
-    assert analysis.device_matches(device, None, host="/cpu:0") is expected
-    # A gpu_device names the one device managed, never a CPU.
-    assert not analysis.device_matches(device, "/device:GPU:1",
-                                       host="/cpu:0")

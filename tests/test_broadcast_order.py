@@ -1,12 +1,11 @@
 """Ordering the broadcast terms of sums (`tflms.broadcast_order`) on literal
 graphs shaped as Keras 3's unfused batch-norm gradients."""
 
-import dataclasses
-
 from tflms import analysis
 from tflms.stages.order import broadcast as broadcast_order
 from tflms import fusions
 from tflms import graph_index as gi
+from tflms.target import Target
 
 BIG = 1000    # an activation
 SMALL = 10    # a per-channel vector
@@ -62,8 +61,8 @@ def _two_branches(groups=True):
     ops.append(("step", "NoOp"))
     control += [("out_p", "step"), ("out_q", "step")]
     index = gi.from_edges(ops, edges, control, fetches=["step"])
-    index = dataclasses.replace(index, keep_grappler_groups=groups)
-    return index, analysis.classify_ops(index)
+    return index, analysis.classify_ops(index,
+                                        Target(grappler_groups=groups))
 
 
 def _names(index, ops):

@@ -3,11 +3,15 @@ fusion partners seen through identities, and the groups of ops Grappler
 merges, which a tf.function's step leaves alone (no swap out of them, no
 control edge into them)."""
 
-import dataclasses
-
 from tflms import analysis
 from tflms import fusions
 from tflms import graph_index as gi
+from tflms.target import Target
+
+# A tf.function step's target (Grappler's groups left whole), and one on
+# oneDNN's CPU kernels.
+GROUPS = Target(grappler_groups=True)
+ONEDNN = Target(grappler_groups=True, onednn_cpu=True)
 
 
 def names_of(index, ids):
@@ -62,8 +66,7 @@ def test_grappler_groups_are_neither_swapped_nor_ordered():
     roles = analysis.classify_ops(index)
     assert {"conv", "bn_add"} <= names_of(index, roles.sources)
     # ... a tf.function's step leaves the groups alone.
-    index = dataclasses.replace(index, keep_grappler_groups=True)
-    roles = analysis.classify_ops(index)
+    roles = analysis.classify_ops(index, GROUPS)
     assert not names_of(index, roles.sources) & {"conv", "bn_add"}
     assert {"bias", "scale", "res_add", "twice"} <= names_of(index,
                                                              roles.sources)
@@ -88,8 +91,7 @@ def test_identity_n_of_many_inputs_gets_no_control_edge():
     assert "grads" in names_of(index, members)
     assert "one" not in names_of(index, members)
     assert "grads" in names_of(index, analysis.classify_ops(index).triggers)
-    roles = analysis.classify_ops(
-        dataclasses.replace(index, keep_grappler_groups=True))
+    roles = analysis.classify_ops(index, GROUPS)
     assert "grads" not in names_of(index, roles.triggers | roles.waiters)
     assert "one" in names_of(index, roles.triggers)
 
@@ -124,15 +126,14 @@ def test_a_swish_stays_one_op_for_onednn():
     not swapped, neither op triggers or waits, and the Mul reads x as the
     model wrote it, not from a swap-in (EfficientNet's activations rounded
     differently before). The gate's Sigmoid is no swish."""
-    index = dataclasses.replace(swish_graph(), onednn_cpu=True)
-    inner, members, direct = fusions.grappler_groups(index)
+    index = swish_graph()
+    inner, members, direct = fusions.grappler_groups(index, onednn_cpu=True)
     assert names_of(index, inner) == {"sigmoid"}
     assert names_of(index, members) == {"sigmoid", "swish"}
     assert names_of(index, direct) == {"swish"}
-    session_roles = analysis.classify_ops(index)
+    session_roles = analysis.classify_ops(index, Target(onednn_cpu=True))
     assert {"swish"} <= names_of(index, session_roles.sinks)
-    roles = analysis.classify_ops(
-        dataclasses.replace(index, keep_grappler_groups=True))
+    roles = analysis.classify_ops(index, ONEDNN)
     assert "swish" not in names_of(index, roles.sinks)
     assert "sigmoid" not in names_of(index, roles.sources)
     assert not names_of(index, roles.triggers | roles.waiters) & {
@@ -157,16 +158,14 @@ def test_a_max_pool_keeps_its_output_for_its_gradient_on_onednn():
          ("grad", "MaxPoolGrad", {"outputs": [4096]})],
         edges=[("x", "pool"), ("pool", "a"), ("a", "b"), ("b", "c"),
                ("x", "grad"), ("pool", "grad"), ("c", "grad")])
-    onednn = dataclasses.replace(index, keep_grappler_groups=True,
-                                 onednn_cpu=True)
-    assert names_of(onednn, fusions.grappler_groups(onednn).inner) == {
-        "pool"}
-    roles = analysis.classify_ops(onednn)
-    assert "pool" not in names_of(onednn, roles.sources)
-    assert {"x", "grad"} <= names_of(onednn, roles.sources | roles.sinks)
-    assert "x" in names_of(onednn, roles.sources)
-    plain = dataclasses.replace(index, keep_grappler_groups=True)
-    assert "pool" in names_of(plain, analysis.classify_ops(plain).sources)
+    assert names_of(index, fusions.grappler_groups(
+        index, onednn_cpu=True).inner) == {"pool"}
+    roles = analysis.classify_ops(index, ONEDNN)
+    assert "pool" not in names_of(index, roles.sources)
+    assert {"x", "grad"} <= names_of(index, roles.sources | roles.sinks)
+    assert "x" in names_of(index, roles.sources)
+    assert "pool" in names_of(index,
+                              analysis.classify_ops(index, GROUPS).sources)
 
 
 def test_readers_of_a_shape_alone_do_not_split_a_group():
@@ -220,8 +219,7 @@ def test_a_transpose_folded_into_its_products_is_read_directly():
     assert pairs == {("w_t", "logits"), ("w_t", "grad")}
     direct = fusions.grappler_groups(index).direct_readers
     assert names_of(index, direct) == {"logits", "grad"}
-    roles = analysis.classify_ops(
-        dataclasses.replace(index, keep_grappler_groups=True))
+    roles = analysis.classify_ops(index, GROUPS)
     assert not names_of(index, roles.sinks) & {"logits", "grad"}
     assert "other" in names_of(index, roles.sinks)
     assert {"grad", "other"} <= names_of(

@@ -286,8 +286,7 @@ def test_both_constructors_fill_every_per_op_field():
     graph, literal = _tf_graph_and_literal_twin()
     index = reader.build_index(graph)
     whole = ("ops", "ops_by_level", "id_of", "planned_edges", "fetches",
-             "step_rule", "graph_num_ops", "keep_grappler_groups",
-             "onednn_cpu")
+             "step_rule", "graph_num_ops")
     for built in (literal, index):
         short = [f.name for f in dataclasses.fields(built)
                  if f.name not in whole

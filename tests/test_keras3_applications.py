@@ -105,14 +105,14 @@ def _main(app, dump_dir, mode):
             "swapin", t)
     elif mode == "no-groups":
         # Swaps and control edges inside what Grappler merges, as before.
-        fusions.grappler_groups = lambda index: fusions.GrapplerGroups(
-            frozenset(), frozenset(), frozenset())
+        fusions.grappler_groups = lambda index, onednn_cpu=False: (
+            fusions.GrapplerGroups(frozenset(), frozenset(), frozenset()))
     elif mode == "identity-n-edges":
         # Control edges on the IdentityN of the gradients, as before.
         groups = fusions.grappler_groups
 
-        def without_identity_n(index):
-            found = groups(index)
+        def without_identity_n(index, onednn_cpu=False):
+            found = groups(index, onednn_cpu)
             return found._replace(members=frozenset(
                 m for m in found.members if index.types[m] != "IdentityN"))
         fusions.grappler_groups = without_identity_n

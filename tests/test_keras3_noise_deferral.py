@@ -26,8 +26,10 @@ def _main():
     from tflms.settings import Settings
     from tflms.tf.adapters import tf_function
     concrete, _ = gpt2_step(SEQ, BATCH, **SIZE)
-    _, index = tf_function.step_of(concrete.graph, onednn_cpu=False)
-    roles = context.classify(index, Settings(batch_size=BATCH))
+    _, index = tf_function.step_of(concrete.graph)
+    settings = Settings(batch_size=BATCH)
+    roles = context.classify(index, settings, tf_function.function_target(
+        settings, here=False))
     deferral = planner.deferral_edges(index, roles)
     model = simulator.SimulationModel(index, roles, BATCH)
     peaks = []

@@ -1,5 +1,5 @@
 """What oneDNN merges at run time, which a Keras 3 step planned by LMS
-leaves whole (`fusions.grappler_groups` on `GraphIndex.onednn_cpu`).
+leaves whole (`fusions.grappler_groups` on `Target.onednn_cpu`).
 
 With oneDNN on, TensorFlow runs two rewrites the plain CPU build does not:
 the remapper makes one ``_MklSwish`` of ``x * sigmoid(x)`` (Keras'
@@ -15,7 +15,7 @@ bit for bit with oneDNN on.
 
 Here a small CNN with both patterns is fit from one seed without LMS, with
 fixed parameters that swap nearly everything, and with the same parameters
-but each rule turned off alone (`GraphIndex.onednn_cpu` forced False for
+but each rule turned off alone (`Target.onednn_cpu` forced False for
 that rule): with the rules, bit for bit and every swap op ran; each rule
 off, the weights differ (the proof that these were the causes). The rules
 matter only with oneDNN on: with it off this file skips (tools/run_tests.sh
@@ -82,9 +82,9 @@ def _without(rule):
     pattern = {"swish": fusions.swishes,
                "pool": fusions.pools_with_workspace}[rule]
 
-    def grappler_groups(index):
-        found = groups(index)
-        if not index.onednn_cpu:
+    def grappler_groups(index, onednn_cpu=False):
+        found = groups(index, onednn_cpu)
+        if not onednn_cpu:
             return found
         if rule == "swish":
             pairs = list(pattern(index))

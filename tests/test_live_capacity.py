@@ -256,13 +256,14 @@ def direct(model, batch, length, gpu_mem):
                     for op in traced.graph.get_operations()
                     if op.type == "Placeholder"
                     and op.outputs[0].dtype == tf.int32)
-    _, index = tf_function.step_of(traced.graph, onednn_cpu=False)
+    _, index = tf_function.step_of(traced.graph)
     settings = Settings(autotune_gpu_mem=gpu_mem, batch_size=batch)
-    roles = pipeline.classify(index, settings)
+    target = tf_function.function_target(settings, here=False)
+    roles = pipeline.classify(index, settings, target)
     without = pipeline.simulate_without(index, roles, settings)
     try:
-        planned = pipeline.simulate_plan(pipeline.plan(index, settings,
-                                                       roles=roles))
+        planned = pipeline.simulate_plan(pipeline.plan(
+            index, settings, roles=roles, target=target))
         shown = (planned.with_lms if planned.plan is not None
                  else planned.without_lms)
         peak_with = int(shown.peak_device_bytes)

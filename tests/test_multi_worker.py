@@ -12,6 +12,7 @@ from tflms.tf import distributed
 from tflms import graph_index as gi
 from tflms.tf import multi_worker
 from tflms import worker_devices
+from tflms.target import Target
 
 from tests import _graphs
 
@@ -20,19 +21,6 @@ CPU_WORKER = worker_devices.for_worker([TASK1 + "/device:CPU:0"], "/cpu:0")
 GPU_WORKER = worker_devices.for_worker(
     [TASK1 + "/device:GPU:0", TASK1 + "/device:GPU:1"], "/cpu:0")
 FIXED = dict(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0)
-
-
-@pytest.mark.parametrize("device, worker, expected", [
-    (TASK1 + "/device:CPU:0", None, False),
-    (TASK1 + "/device:CPU:0", CPU_WORKER, True),
-    ("/job:worker/replica:0/task:0/device:CPU:0", CPU_WORKER, False),
-    ("/device:CPU:0", CPU_WORKER, False),
-    (TASK1 + "/device:CPU:0", GPU_WORKER, False),
-    (TASK1 + "/device:GPU:0", GPU_WORKER, True),
-    ("", CPU_WORKER, True),
-])
-def test_device_matches_a_workers_cpu(device, worker, expected):
-    assert analysis.device_matches(device, None, worker) is expected
 
 
 def test_classify_ops_manages_a_cpu_only_workers_replica():
@@ -47,7 +35,7 @@ def test_classify_ops_manages_a_cpu_only_workers_replica():
                ("d", "pinned")])
     ids = {n: i for i, n in enumerate(index.names)}
     assert analysis.classify_ops(index).device_ops == frozenset()
-    roles = analysis.classify_ops(index, worker=CPU_WORKER)
+    roles = analysis.classify_ops(index, Target(worker=CPU_WORKER))
     assert roles.device_ops == frozenset(ids[n] for n in "xabcd")
     assert ids["a"] in roles.sources
 

@@ -12,6 +12,7 @@ from tflms import simulator
 from tflms.context import Budgets, PlanningContext
 from tflms.floor import step_floor
 from tflms.settings import Settings
+from tflms.target import Target
 
 DEVICE = "/device:GPU:0"
 HOST = "/cpu:0"
@@ -78,8 +79,8 @@ def test_find_updates_and_the_planning_index():
     assert found.link_seconds(hardware.INSTANT) == 0
 
     planned = offload.planning_index(index, found)
-    roles = analysis.classify_ops(planned, host=HOST)
-    base_roles = analysis.classify_ops(index, host=HOST)
+    roles = analysis.classify_ops(planned, Target(host=HOST))
+    base_roles = analysis.classify_ops(index, Target(host=HOST))
     assert {names[i] for i in base_roles.device_ops - roles.device_ops} == {
         "m", "v", "apply"}
     before = simulator.SimulationModel(index, base_roles, None)
@@ -126,7 +127,7 @@ def test_only_the_managed_devices_updates_move():
                                 lambda d: d == "/device:GPU:1")
     assert not gpu1.updates
     gpu0 = offload.find_updates(
-        index, HOST, lambda d: analysis.device_matches(d, DEVICE))
+        index, HOST, Target(device=DEVICE, host=HOST).manages)
     assert len(gpu0.updates) == 1
 
 
@@ -137,7 +138,7 @@ def test_the_new_weights_land_in_a_device_buffer_at_the_updates_level():
     index = _adam_step()
     found = offload.find_updates(index, HOST)
     planned = offload.planning_index(index, found)
-    roles = analysis.classify_ops(planned, host=HOST)
+    roles = analysis.classify_ops(planned, Target(host=HOST))
     apply = planned.id_of["apply"]
     landings = offload.write_back_buffers(found, planned)
     assert landings == ((apply, mib, "w (new weights from the host)"),)

@@ -5,8 +5,8 @@ offload, compared bit for bit.
 The "device" is a logical CPU: each Session splits the machine's CPU in
 two (``device_count={"CPU": 2}``), the model is built on ``/cpu:1`` and
 ``cpu_device`` is ``/cpu:0``, the host. By the public rule every device
-but the host that the step computes on is managed (`analysis.
-device_matches`), so nothing of LMS is patched.
+but the host that the step computes on is managed (`target.Target.
+manages`), so nothing of LMS is patched.
 """
 
 import numpy as np

@@ -109,8 +109,10 @@ def _main():
     batch = 4
     concrete, _ = gpt2_step(128, batch, layers=2, heads=2, hidden=64,
                             intermediate=128, vocab=2000)
-    _, index = tf_function.step_of(concrete.graph, onednn_cpu=False)
-    roles = context.classify(index, Settings(batch_size=batch))
+    _, index = tf_function.step_of(concrete.graph)
+    settings = Settings(batch_size=batch)
+    roles = context.classify(index, settings, tf_function.function_target(
+        settings, here=False))
     edges = reduction_order.reduction_edges(index, roles, batch)
     before = simulator.SimulationModel(index, roles, batch).replay(None)
     ordered = gi.with_planned_edges(index, edges)

@@ -1,7 +1,6 @@
 """Ordering an optimizer's per-variable updates (`tflms.update_order`) on
 literal graphs shaped as Keras 3's momentum SGD at the end of a step."""
 
-import dataclasses
 
 import pytest
 
@@ -10,6 +9,7 @@ from tflms import fusions
 from tflms import graph_index as gi
 from tflms import simulator
 from tflms.stages.order import updates as update_order
+from tflms.target import Target
 
 P = 1000      # one variable's bytes (and its gradient's, its products')
 SMALL = 4     # the learning rate
@@ -98,8 +98,8 @@ def _step(variables=("a", "b", "c"), groups=True, barrier=True):
         control += c
     ops.append(("step", "NoOp"))
     index = gi.from_edges(ops, edges, control, fetches=["step"])
-    index = dataclasses.replace(index, keep_grappler_groups=groups)
-    return index, analysis.classify_ops(index)
+    return index, analysis.classify_ops(index,
+                                        Target(grappler_groups=groups))
 
 
 def _names(index, ops):

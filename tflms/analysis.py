@@ -19,15 +19,14 @@ initialize variables, which `classify_ops` does not ask about, are
 
 import dataclasses
 
-from tflms import devices
 from tflms import fusions
 from tflms import graph_index as gi
+from tflms.target import Target
 
 __all__ = [
     "NEVER_SWAPPED_TYPES",
     "OpRoles",
     "classify_ops",
-    "device_matches",
     "same_device",
     "compute_devices",
     "inactive_ops",
@@ -93,7 +92,7 @@ class OpRoles:
     """What LMS may do with each op, as frozensets of op ids.
 
     Attributes:
-      device_ops: ops on the device LMS manages (not on a CPU).
+      device_ops: ops on the devices LMS manages (`Target.manages`).
       inactive: ops that do not run in the chosen learning mode.
       sources: ops whose outputs may be swapped out.
       sinks: ops that may read a swapped-in tensor.
@@ -123,38 +122,6 @@ class OpRoles:
                 and not index.in_v1_loop[op])
 
 
-def device_matches(device, gpu_device, worker=None, host=None):
-    """True if `device` is a device op's placement for `gpu_device`.
-
-    With `gpu_device` None every non-CPU placement matches, including the
-    empty (unplaced) device string, which TensorFlow places on the GPU when
-    one exists. `worker` (a `worker_devices.WorkerDevices`, for a step of
-    a multi-worker strategy) adds the CPUs a worker without an accelerator
-    computes on, by full name. `host` (``cpu_device``) adds every other
-    CPU: the host is where the swap ops go, and any other device the step
-    computes on is managed, a logical ``/cpu:1`` included.
-    """
-    if devices.is_cpu_device(device):
-        if gpu_device is not None:
-            return False
-        if worker is not None:
-            return worker.computes_on(device)
-        return host is not None and not devices.same_device(device, host)
-    if gpu_device is None:
-        return True
-    if not device:
-        return False
-    have = gi.parse_device(device)
-    want = gi.parse_device(gpu_device)
-    for field in ("job", "replica", "task"):
-        a, b = getattr(have, field), getattr(want, field)
-        if a is not None and b is not None and a != b:
-            return False
-    return ((have.device_type or "").upper()
-            == (want.device_type or "").upper()
-            and (have.device_index or 0) == (want.device_index or 0))
-
-
 def _device_key(device):
     spec = gi.parse_device(device)
     return (spec.job, spec.replica, spec.task,
@@ -178,19 +145,21 @@ def same_device(a, b):
     return ka[3:] == kb[3:]
 
 
-def compute_devices(index):
-    """The distinct compute devices the step's ops are placed on: one
-    device string per device (the first op's spelling, in op order),
-    leaving out CPUs (the host) and unplaced ops.
+def compute_devices(index, target=None):
+    """The distinct devices the step's ops are placed on that `target`
+    (a `target.Target`; default: ``Target()``) manages: one device string
+    per device (the first op's spelling, in op order), leaving out the
+    host and unplaced ops.
 
     A step of a tf.distribute strategy holds every replica's ops, each
     replica on its own device; one plan per device gives each replica its
     own device's budget (`tflms.tf.lms_function` plans so when this names two
     or more devices).
     """
+    target = (target or Target()).replace(device=None)
     found = {}
     for device in index.devices:
-        if not device or not device_matches(device, None):
+        if not device or not target.manages(device):
             continue
         found.setdefault(_device_key(device), device)
     return tuple(found.values())
@@ -377,8 +346,7 @@ def collective_ops(index):
                      if t in gi.COLLECTIVE_TYPES or index.calls_collective[i])
 
 
-def classify_ops(index, gpu_device=None, is_training=True, filters=None,
-                 worker=None, host=None):
+def classify_ops(index, target=None, is_training=True, filters=None):
     """Decide which ops LMS may use as sources, sinks, triggers and waiters.
 
     Collectives (`collective_ops`) get no role: LMS leaves their inputs,
@@ -386,27 +354,25 @@ def classify_ops(index, gpu_device=None, is_training=True, filters=None,
 
     Args:
       index: a `GraphIndex`.
-      gpu_device: device LMS manages, or None for every non-CPU device.
+      target: the `target.Target` of the step (default: ``Target()``):
+        the devices managed (`Target.manages`) and the fusion rules that
+        apply (`Target.grappler_groups`, `Target.onednn_cpu`).
       is_training: learning mode whose ops run.
       filters: dict with optional frozensets of op ids under the keys
         'incl_sources', 'excl_sources', 'incl_sinks', 'excl_sinks' (from
         `ops_matching`).
-      worker: the `worker_devices.WorkerDevices` of a multi-worker step,
-        or None (`device_matches`).
-      host: ``cpu_device``; CPUs other than it are managed
-        (`device_matches`). None: no CPU is.
 
     Returns:
       An `OpRoles`.
     """
+    target = target or Target()
     filters = filters or {}
     maybe_dead = maybe_dead_ops(index)
     inactive = inactive_ops(index, is_training, maybe_dead)
     constant = constant_ops(index)
     n = index.num_ops
     device_ops = frozenset(i for i in range(n)
-                           if device_matches(index.devices[i], gpu_device,
-                                             worker, host))
+                           if target.manages(index.devices[i]))
     has_loops = any(index.in_v1_loop) or any(
         t in ("While", "StatelessWhile") for t in index.types)
 
@@ -451,11 +417,10 @@ def classify_ops(index, gpu_device=None, is_training=True, filters=None,
             triggers.add(i)
 
     # Ops Grappler merges with a neighbour only while they have one reader
-    # and no control edge (`fusions.grappler_groups`): in a tf.function's
-    # step LMS leaves them so. (Session graphs keep their plans for now:
-    # changing them changes every recorded plan and capacity.)
-    if index.keep_grappler_groups:
-        groups = fusions.grappler_groups(index)
+    # and no control edge (`fusions.grappler_groups`): where the target
+    # says so (a tf.function's step), LMS leaves them so.
+    if target.grappler_groups:
+        groups = fusions.grappler_groups(index, target.onednn_cpu)
         sources -= groups.inner
         sinks -= groups.direct_readers
         triggers -= groups.members

@@ -492,7 +492,7 @@ def search(plan_at, budget_bytes, max_overhead_pct=None, start=1,
 
 
 def plan_row(index, roles, settings, batch, log=None, env=None,
-             sequence=None, offload=None):
+             sequence=None, offload=None, target=None):
     """The `BatchRow` of `index` planned with `settings` at `batch`: the
     pipeline `LMS.run` runs (`pipeline.plan`), the step-time model
     `tflms plan` reports (`steptime.predict_planned`).
@@ -511,11 +511,13 @@ def plan_row(index, roles, settings, batch, log=None, env=None,
       offload: the `tflms.offload.Offload` `index` is the
         `offload.planning_index` of (``offload_optimizer``), timed in the
         step; None without.
+      target: the `target.Target` `roles` were made on (default:
+        `Target.of(settings)`).
     """
     settings = settings.replace(batch_size=batch)
     try:
         planned = pipeline.plan(index, settings, roles=roles, log=log,
-                                env=env, offload=offload)
+                                env=env, offload=offload, target=target)
     except autotune.AutotuneError as err:
         without = pipeline.simulate_without(index, roles, settings, offload)
         step = steptime.StepTimeModel(

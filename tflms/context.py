@@ -1,7 +1,8 @@
 """What every planning stage reads, built once per plan.
 
-`PlanningContext.create(index, settings)` classifies the step's ops, reads
-the budgets (`Budgets`) and holds the log and how plans are judged
+`PlanningContext.create(index, settings, target=...)` classifies the
+step's ops on its `target.Target` (devices, host, fusion rules), reads the
+budgets (`Budgets`) and holds the log and how plans are judged
 (`Judging`); the stages of `tflms.stages` read it and never build these
 again. The simulation and step-time models of a planning index are made on
 first use and kept: the tuner, the ordering search, fewer waits and
@@ -25,6 +26,7 @@ from tflms import simulator
 from tflms import steptime
 from tflms._logging import Logger
 from tflms.settings import Settings
+from tflms.target import Target
 
 if TYPE_CHECKING:
     from tflms.graph_index.index import GraphIndex
@@ -40,13 +42,16 @@ _FILTER_PAIRS = (
 )
 
 
-def classify(index, settings, worker=None):
-    """The `OpRoles` of `index` under `settings` (device and filters);
-    `worker`: the `worker_devices.WorkerDevices` of a multi-worker step.
+def classify(index, settings, target=None):
+    """The `OpRoles` of `index` under `settings` (its filters) on `target`
+    (a `target.Target`: the devices managed, the fusion rules; default:
+    `Target.of(settings)`).
 
     Raises:
       ValueError: a filter or `gpu_device` that matches no operation.
     """
+    if target is None:
+        target = Target.of(settings)
     filters = {}
     for key, scopes_name, types_name in _FILTER_PAIRS:
         scopes = getattr(settings, scopes_name)
@@ -54,14 +59,13 @@ def classify(index, settings, worker=None):
         if scopes or types:
             filters[key] = analysis.ops_matching(
                 index, scopes, types, "%s/%s" % (scopes_name, types_name))
-    roles = analysis.classify_ops(index, settings.gpu_device,
-                                  settings.is_training, filters, worker,
-                                  host=settings.cpu_device)
-    if settings.gpu_device is not None and not roles.device_ops:
+    roles = analysis.classify_ops(index, target, settings.is_training,
+                                  filters)
+    if target.device is not None and not roles.device_ops:
         raise ValueError(
             "gpu_device=%r matches no operation in the graph; ops are "
             "placed on %s. Use one of those, or None for every non-CPU "
-            "device." % (settings.gpu_device, _device_summary(index)))
+            "device." % (target.device, _device_summary(index)))
     return roles
 
 
@@ -88,22 +92,23 @@ class Budgets:
     local_processes: int = 1
 
     @classmethod
-    def read(cls, settings, env=None, list_devices=None):
-        """The budgets of planning with `settings` on this machine; `env`
-        (default `os.environ`) and `list_devices` stand in for the
-        machine in tests.
+    def read(cls, settings, env=None, list_devices=None, device=None):
+        """The budgets of planning with `settings` on this machine for
+        `device` (default: the settings' ``gpu_device``; a
+        `target.Target`'s device); `env` (default `os.environ`) and
+        `list_devices` stand in for the machine in tests.
 
         Raises:
           ValueError: a bad ``TF_LMS_SIMULATOR_MEM_RATIO``.
           budget.NoGpuError: auto-tuning without a GPU or
             ``autotune_gpu_mem``.
         """
-        device = None
+        device_bytes = None
         if settings.autotune_requested:
-            device = budget_mod.device_budget(
-                settings.autotune_gpu_mem, settings.gpu_device, env,
-                list_devices)
-        return cls(device_bytes=device,
+            device_bytes = budget_mod.device_budget(
+                settings.autotune_gpu_mem, device or settings.gpu_device,
+                env, list_devices)
+        return cls(device_bytes=device_bytes,
                    host_bytes=budget_mod.host_budget(
                        env, settings.autotune_host_mem),
                    local_processes=budget_mod.local_processes(env))
@@ -139,6 +144,8 @@ class PlanningContext:
 
     Attributes:
       settings: the `Settings` planned with.
+      target: the `target.Target` planned for (devices, host, fusion
+        rules).
       given_index: the index of the step as given (no edges of LMS's own).
       roles: the `analysis.OpRoles` of the step.
       log: the `Logger` of the planning lines.
@@ -157,6 +164,7 @@ class PlanningContext:
     given_index: "GraphIndex"
     roles: analysis.OpRoles
     log: Logger
+    target: Target = Target()
     budgets: Budgets = Budgets()
     judging: Judging = Judging()
     gpu: Optional[hardware.Gpu] = None
@@ -168,7 +176,7 @@ class PlanningContext:
 
     @classmethod
     def create(cls, index, settings, roles=None, log=None, budgets=None,
-               judging=None, offload=None):
+               judging=None, offload=None, target=None):
         """The context of planning `index` with `settings`.
 
         Args:
@@ -182,6 +190,7 @@ class PlanningContext:
             settings' hardware).
           offload: the `tflms.offload.Offload` `index` was made with
             (`offload.planning_index`), or None.
+          target: the `target.Target` (default: `Target.of(settings)`).
 
         Raises:
           ValueError: bad filters or device (`classify`), or a bad
@@ -189,13 +198,15 @@ class PlanningContext:
           budget.NoGpuError: auto-tuning without a GPU or
             ``autotune_gpu_mem``.
         """
+        if target is None:
+            target = Target.of(settings)
         if roles is None:
-            roles = classify(index, settings)
+            roles = classify(index, settings, target)
         if budgets is None:
-            budgets = Budgets.read(settings)
+            budgets = Budgets.read(settings, device=target.device)
         judging = judging or Judging()
         return cls(settings=settings, given_index=index, roles=roles,
-                   log=log or Logger(), budgets=budgets,
+                   log=log or Logger(), target=target, budgets=budgets,
                    judging=dataclasses.replace(
                        judging, extra_edges=tuple(judging.extra_edges)),
                    gpu=hardware.gpu_named(judging.gpu or settings.gpu),

@@ -121,7 +121,7 @@ _MERGED_INTO = {
 }
 
 
-def grappler_groups(index):
+def grappler_groups(index, onednn_cpu=False):
     """Ops Grappler merges with their reader, which LMS must leave alone.
 
     The arithmetic optimizer turns ``(a + b) + c`` into ``AddN(a, b, c)``
@@ -154,9 +154,10 @@ def grappler_groups(index):
     swap-in (`folded_transposes`: GPT-2's logits against its tied token
     embedding).
 
-    On oneDNN's CPU kernels (`GraphIndex.onednn_cpu`) two more: the
-    remapper makes one ``_MklSwish`` of ``x * sigmoid(x)`` (the Mul must
-    read ``x`` itself, not a swap-in), and the layout pass gives a
+    On oneDNN's CPU kernels (`onednn_cpu`: `target.Target.onednn_cpu`)
+    two more: the remapper makes one ``_MklSwish`` of ``x * sigmoid(x)``
+    (the Mul must read ``x`` itself, not a swap-in), and the layout pass
+    gives a
     MaxPoolGrad its pool's workspace while it reads the pool's output
     (which is then not swapped).
 
@@ -180,7 +181,7 @@ def grappler_groups(index):
     members.update(op for op, t in enumerate(types)
                    if t == "IdentityN" and len(index.inputs[op]) > 1)
     direct_readers.update(product for _, product in folded_transposes(index))
-    if index.onednn_cpu:
+    if onednn_cpu:
         for sigmoid, mul in swishes(index):
             inner.add(sigmoid)
             members.update((sigmoid, mul))

@@ -101,9 +101,11 @@ class LMS(compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
         outputs exceed this many GiB; 0 turns it off.
       debug: log per-op details (levels 1 and 2).
       debug_level: 1 or 2.
-      cpu_device: where swap ops run.
+      cpu_device: where swap ops run: the host. Every other device the
+        step computes on is managed, a logical ``/cpu:1`` included.
       gpu_device: only ops placed on this device are swapped; None means
-        every op not on a CPU. Multi-tower models run one LMS per device.
+        every op not on the host (`cpu_device`). Multi-tower models run
+        one LMS per device.
       offload_optimizer: True: the optimizer's slots live on
         `cpu_device` and each variable's update runs there, the new
         weights written back to the device (Session graphs with

@@ -149,7 +149,7 @@ def find_updates(index, host, managed=None):
     """The `Offload` of the step in `index`, with `host` as the host.
 
     `managed`: ``managed(device string) -> bool``, the devices whose
-    variables' updates move (``gpu_device``'s, `analysis.device_matches`);
+    variables' updates move (`target.Target.manages`);
     default: every device but the host.
 
     Raises:

@@ -1,8 +1,10 @@
 """The planning pipeline: from a graph index and settings to a complete plan.
 
-`plan(index, settings)` is the one place where planning is strung together;
-`LMS.run`, ``tflms plan``, ``tflms verify`` and every benchmark call it, so
-what is measured is what users run. It builds one
+`plan(index, settings, target=...)` is the one place where planning is
+strung together; `LMS.run`, ``tflms plan``, ``tflms verify`` and every
+benchmark call it, so what is measured is what users run. The
+`target.Target` is where the step runs, as its adapter decided it. It
+builds one
 `context.PlanningContext` (roles, budgets, log, models) and runs the stages
 of `tflms.stages.STAGES` (serialize, defer, swaps, order, fewer_waits,
 recompute, fewer_waits again, prefetch, host; their docstring says what
@@ -28,6 +30,7 @@ from tflms.context import Budgets, Judging, PlanningContext, classify
 from tflms.stages.recompute import recompute_cost
 from tflms.stages.records import (Deferred, Ordered, StageRecord, Tuned,
                                   Unwaited)
+from tflms.target import Target
 
 if TYPE_CHECKING:
     from tflms.autotune import TuneOutcome
@@ -191,13 +194,13 @@ class Planned:
 
 
 def plan(index, settings, roles=None, log=None, simulate=False, env=None,
-         list_devices=None, by_step_time=True, offload=None):
+         list_devices=None, by_step_time=True, offload=None, target=None):
     """Plan LMS for a graph: pure, deterministic, no graph edits.
 
     Args:
       index: `reader.build_index` of the graph as given.
       settings: a `Settings`.
-      roles: `classify(index, settings)` if already computed.
+      roles: `classify(index, settings, target)` if already computed.
       log: a `Logger` for the planning log lines (default: quiet).
       simulate: also replay the step without and with the plan when the
         tuner did not (the tuner always does).
@@ -208,6 +211,9 @@ def plan(index, settings, roles=None, log=None, simulate=False, env=None,
       offload: with ``offload_optimizer``, the `tflms.offload.Offload`
         `index` is the `offload.planning_index` of: its copies and host
         compute are in every predicted step time.
+      target: the `target.Target` the step runs on, as its adapter
+        decided it (default: `Target.of(settings)`: the settings' devices,
+        no fusion rules).
 
     Returns:
       A `Planned`.
@@ -219,12 +225,15 @@ def plan(index, settings, roles=None, log=None, simulate=False, env=None,
         from auto-tuning, when it is asked for.
     """
     began = time.process_time()
+    if target is None:
+        target = Target.of(settings)
     if roles is None:
-        roles = classify(index, settings)
+        roles = classify(index, settings, target)
     context = PlanningContext.create(
         index, settings, roles=roles, log=log,
-        budgets=Budgets.read(settings, env, list_devices),
-        judging=Judging(by_step_time=by_step_time), offload=offload)
+        budgets=Budgets.read(settings, env, list_devices, target.device),
+        judging=Judging(by_step_time=by_step_time), offload=offload,
+        target=target)
     seconds = [("context", time.process_time() - began)]
     planned = Planned(context=context, index=index)
     try:

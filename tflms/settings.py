@@ -309,19 +309,20 @@ class Settings:
         text=T.choice_int((1, 2)), metavar="{1,2}")
     cpu_device: str = _setting(
         "/cpu:0", _one(V.check_cpu_device),
-        "Where the swap operations run (their outputs live in host memory). "
-        "Must name a CPU device.",
+        "Where the swap operations run (their outputs live in host memory): "
+        "the host. Must name a CPU device; every other device the step "
+        "computes on is managed, a logical `'/cpu:1'` beside it included.",
         flag="device of the swap operations (default /cpu:0)",
         text=str, metavar="DEVICE")
     gpu_device: object = _setting(
         None, _one(V.check_gpu_device),
         "Only operations placed on this device are managed (their tensors "
         "swapped, their swap-ins started there), e.g. `'/device:GPU:1'`. "
-        "`None`: every operation not placed on a CPU, including unplaced "
-        "ones (which TensorFlow puts on the GPU). Multi-tower models run one "
-        "LMS per device.",
+        "`None`: every operation not placed on the host (`cpu_device`), "
+        "including unplaced ones (which TensorFlow puts on the GPU). "
+        "Multi-tower models run one LMS per device.",
         flag="plan only for ops on this device, e.g. /device:GPU:0 "
-             "(default: every non-CPU op)",
+             "(default: every op not on the host, cpu_device)",
         text=str, metavar="DEVICE")
     offload_optimizer: object = _setting(
         False, _one(V.check_offload_optimizer),
@@ -455,6 +456,7 @@ class Settings:
             value = getattr(self, field.name)
             checked = field.metadata["check"](value, field.name)
             object.__setattr__(self, field.name, checked)
+        V.check_gpu_not_host(self.gpu_device, self.cpu_device)
 
     def replace(self, **changes):
         """A copy with `changes`, checked like the constructor's values."""

@@ -30,6 +30,7 @@ __all__ = [
     "check_debug_level",
     "check_serialization_by_size",
     "check_cpu_device",
+    "check_gpu_not_host",
     "check_gpu_device",
     "check_batch_size",
     "check_gpu_mem",
@@ -159,14 +160,19 @@ def check_gpu_device(value):
             "gpu_device must name a device type and index such as "
             "'/device:GPU:0' (or be None for every non-CPU device); got %r"
             % (value,))
-    # Asked of `devices.is_cpu_device`, the one answer to "is this the
-    # host?" (the distributed tests' jobs redefine it to make logical CPUs
-    # stand in for GPUs).
-    if devices.is_cpu_device(value):
-        raise ValueError(
-            "gpu_device must name an accelerator such as '/device:GPU:0' "
-            "(or be None for every non-CPU device); got %r" % (value,))
     return value
+
+
+def check_gpu_not_host(gpu_device, cpu_device):
+    """`gpu_device` may name any device but the host, ``cpu_device``
+    (`target.Target.manages`: a logical CPU beside the host is managed as
+    a GPU is)."""
+    if gpu_device is not None and devices.same_device(gpu_device,
+                                                      cpu_device):
+        raise ValueError(
+            "gpu_device must name an accelerator such as '/device:GPU:0', "
+            "or a CPU other than the host cpu_device=%r (or be None for "
+            "every device but the host); got %r" % (cpu_device, gpu_device))
 
 
 def check_batch_size(value):

@@ -1,9 +1,10 @@
 """Where one worker of a multi-worker job computes, and where its swap ops
 go. Standard library only.
 
-In one process LMS manages every op not placed on a CPU (unplaced ops
-included: TensorFlow puts them on the GPU, or on the only CPU of a machine
-without one), and its swap ops go to ``cpu_device`` (``'/cpu:0'``). Under
+In one process LMS manages every op not placed on the host, ``cpu_device``
+(``'/cpu:0'``), where its swap ops go (`target.Target.manages`; unplaced
+ops included: TensorFlow puts them on the GPU, or on the only CPU of a
+machine without one). Under
 `tf.distribute.MultiWorkerMirroredStrategy` the strategy places each
 replica's ops on the worker's replica device by its full name,
 ``/job:worker/replica:0/task:N/device:GPU:0``, or on a machine without an

@@ -17,37 +17,29 @@ import tensorflow as tf
 from tflms.tf import reader
 from tflms import LMS
 from tflms import analysis
-from tflms import devices
 
-# The mirrored jobs' two towers (logical CPUs standing in for GPUs; CPU:0 is
-# the host) and the fixed LMS settings every job uses.
+# The mirrored jobs' two towers (logical CPUs standing in for GPUs), their
+# host, and the fixed LMS settings every job uses. The host is the
+# ``cpu_device`` setting, and LMS manages every other device the step
+# computes on (`tflms.target.Target.manages`), so the towers are planned as
+# two GPUs would be.
 TOWERS = ("/cpu:1", "/cpu:2")
-FIXED = dict(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0)
+HOST = "/cpu:0"
+FIXED = dict(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0,
+             cpu_device=HOST)
 
 
-def setup_cpu_devices(count, host_index, graph_mode=True):
-    """Split the CPU into `count` logical devices, turn graph mode on
-    (unless not `graph_mode`: a TF2 job), and make LMS treat
-    CPU:`host_index` alone as the host.
-
-    LMS only manages accelerators; the job's other logical CPUs stand in
-    for GPUs, so `devices.is_cpu_device` answers False for them. Must
-    run before TensorFlow initialises its runtime.
+def setup_cpu_devices(count, graph_mode=True):
+    """Split the CPU into `count` logical devices and turn graph mode on
+    (unless not `graph_mode`: a TF2 job). The job names its host with the
+    ``cpu_device`` setting. Must run before TensorFlow initialises its
+    runtime.
     """
     cpus = tf.config.list_physical_devices("CPU")
     tf.config.set_logical_device_configuration(
         cpus[0], [tf.config.LogicalDeviceConfiguration()] * count)
     if graph_mode:
         tf.compat.v1.disable_eager_execution()
-    real = devices.is_cpu_device
-
-    def is_cpu_device(device):
-        if not real(device):
-            return False
-        return (tf.DeviceSpec.from_string(device).device_index
-                or 0) == host_index
-
-    devices.is_cpu_device = is_cpu_device
 
 
 def mlp_loss(x, labels):
@@ -92,7 +84,7 @@ def run_mirrored_modes(train):
     CPUs (CPU:0 the host), and dumps tracebacks if it hangs."""
     out, modes = sys.argv[1], sys.argv[2].split(",")
     faulthandler.dump_traceback_later(200, exit=True)
-    setup_cpu_devices(3, host_index=0)
+    setup_cpu_devices(3)
     for mode in modes:
         train(out, mode)
 

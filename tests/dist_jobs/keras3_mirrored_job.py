@@ -3,7 +3,7 @@
 Started in a subprocess by tests/test_keras3_distributed.py (TensorFlow
 2.16+, Keras 3, eager mode): three logical CPU devices, CPU:1 and CPU:2
 holding the replicas and standing in for two GPUs, CPU:0 the host the swap
-ops go to (`_common.setup_cpu_devices`). Each mode trains a model built
+ops go to (``cpu_device``, `_common.HOST`). Each mode trains a model built
 and compiled in ``strategy.scope()`` from the same seed on the same data.
 
 Usage: keras3_mirrored_job.py OUT_DIR MODEL MODE[,MODE...]
@@ -42,7 +42,7 @@ import tensorflow as tf  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import FIXED, save_result, setup_cpu_devices  # noqa: E402
+from _common import FIXED, HOST, save_result, setup_cpu_devices  # noqa: E402
 from tflms import LMS  # noqa: E402
 from tflms.tf import swaps_ran  # noqa: E402
 
@@ -79,7 +79,7 @@ KEPT = {"cnn": 0.6, "mobilenetv2": 0.5}
 def _lms(mode, budget_bytes):
     if mode.startswith("fixed"):
         return LMS(**FIXED)
-    lms = LMS()
+    lms = LMS(cpu_device=HOST)
     lms.autotune_gpu_mem = budget_bytes / float(1 << 30)
     return lms
 
@@ -89,7 +89,7 @@ def _part_of_the_activations(build, strategy, shape, classes, kept):
     (variables, slots, constants) and the share `kept` of the rest of its
     predicted peak without LMS, found by planning with a budget that fits
     anything (LMS then finds itself not needed)."""
-    lms = LMS()
+    lms = LMS(cpu_device=HOST)
     lms.autotune_gpu_mem = 1000.0
     model = _fit(build, strategy, shape, classes, lms, 1, steps=1)[0]
     del model
@@ -175,7 +175,7 @@ def train(out, model_name, mode):
 if __name__ == "__main__":
     out_dir, model_arg, modes = sys.argv[1], sys.argv[2], sys.argv[3]
     faulthandler.dump_traceback_later(500, exit=True)
-    setup_cpu_devices(3, host_index=0, graph_mode=False)
+    setup_cpu_devices(3, graph_mode=False)
     tf.get_logger().setLevel("INFO")  # LMS's info lines, for the test
     for job_mode in modes.split(","):
         train(out_dir, model_arg, job_mode)

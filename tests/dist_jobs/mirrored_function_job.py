@@ -4,7 +4,8 @@ LMS on the loop's `tf.function` (`LMS.function`).
 Started in a subprocess by tests/test_distributed.py, as mirrored_job.py
 is: three logical CPU devices, CPU:1 and CPU:2 holding the two replicas and
 standing in for two GPUs, CPU:0 the host the swap ops go to
-(`tflms.devices.is_cpu_device` answers True for CPU:0 alone). Eager mode:
+(``cpu_device="/cpu:0"``, `_common.FIXED`: every other device is managed,
+so the step is planned replica by replica as on two GPUs). Eager mode:
 the step is the user's `tf.function` that calls `strategy.run` and reduces
 the loss, and LMS rewrites that function's graph, where both replicas'
 ops are.
@@ -105,6 +106,6 @@ def train(out, mode):
 
 if __name__ == "__main__":
     out_dir, modes = sys.argv[1], sys.argv[2].split(",")
-    setup_cpu_devices(3, host_index=0, graph_mode=False)
+    setup_cpu_devices(3, graph_mode=False)
     for job_mode in modes:
         train(out_dir, job_mode)

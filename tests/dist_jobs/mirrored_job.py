@@ -3,10 +3,10 @@
 Started in a subprocess by tests/test_distributed.py (logical devices must
 be configured before TensorFlow initialises its runtime). The process has
 three logical CPU devices: CPU:1 and CPU:2 hold the two towers and stand in
-for two GPUs, CPU:0 is the host the swap ops go to. LMS only manages
-accelerators, so for this job `tflms.devices.is_cpu_device` answers True
-for CPU:0 alone; everything else is the real library on a real
-mirrored graph.
+for two GPUs, CPU:0 is the host the swap ops go to (``cpu_device``,
+`_common.FIXED`). LMS manages every device but the host, so the towers
+are planned as two GPUs would be: nothing of the library is patched, on a
+real mirrored graph.
 
 Usage: mirrored_job.py OUT_DIR MODE[,MODE...], MODE one of 'none' (no
 LMS), 'one' (one LMS for every tower) and 'per_device' (one LMS per tower,

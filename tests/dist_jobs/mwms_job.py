@@ -10,8 +10,8 @@ by ``tf.estimator.train_and_evaluate``; ``Estimator.train`` itself refuses
 
 Each worker has two logical CPU devices. The tower runs on CPU:0 (the
 worker's only replica device) and stands in for a GPU; CPU:1 is the host
-the swap ops go to, so for this job `tflms.devices.is_cpu_device`
-answers True for CPU:1 alone.
+the swap ops go to (``cpu_device="/cpu:1"``): LMS manages the replica's
+CPU as it would a worker's GPU.
 
 Usage: mwms_job.py OUT_DIR MODE ('none' or 'lms'); TF_CONFIG must be set.
 Writes OUT_DIR/MODE.worker<i>.npz and .json (swap ops added and executed).
@@ -61,7 +61,7 @@ def main():
     out, mode = sys.argv[1], sys.argv[2]
     faulthandler.dump_traceback_later(200, exit=True)
     worker = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
-    setup_cpu_devices(2, host_index=1)
+    setup_cpu_devices(2)
 
     strategy = (tf.compat.v1.distribute.experimental
                 .MultiWorkerMirroredStrategy())

@@ -196,10 +196,12 @@ def _run(lms, loaded, graph_name):
     graph = loaded.graph
     try:
         # A Keras 3 step is planned for the GPU of the settings, where
-        # oneDNN's CPU passes do not run (`GraphIndex.onednn_cpu`).
+        # oneDNN's CPU passes do not run (`Target.onednn_cpu`).
         run = (lms.run(graph, fetches=loaded.fetches)
                if loaded.traced is None
-               else tf_function.rewrite_graph(lms, graph, onednn_cpu=False))
+               else tf_function.rewrite_graph(
+                   lms, graph, target=tf_function.function_target(
+                       lms.settings, here=False)))
     except autotune.AutotuneError as e:
         return None, str(e), e.floor
     if run.planned is None:
@@ -242,16 +244,18 @@ def _measured(run, loaded, settings, lowest):
     # Nothing fits: the report still shows the step without LMS (the graph
     # is unchanged).
     graph = loaded.graph
-    index = (reader.build_index(graph, loaded.fetches)
-             if loaded.traced is None
-             else tf_function.step_of(graph, onednn_cpu=False)[1])
+    if loaded.traced is None:
+        index, target = reader.build_index(graph, loaded.fetches), None
+    else:
+        index = tf_function.step_of(graph)[1]
+        target = tf_function.function_target(settings, here=False)
     moved = None
     if settings.offload_optimizer and loaded.traced is None:
         # As LMS.run planned it (a Keras 3 step refused it already).
         from tflms import offload
         moved = offload.find_updates(index, settings.cpu_device)
         index = offload.planning_index(index, moved)
-    roles = pipeline.classify(index, settings)
+    roles = pipeline.classify(index, settings, target)
     without = pipeline.simulate_without(index, roles, settings, moved)
     if lowest is None:
         lowest = floor_mod.floor_of(index, roles, settings.batch_size)

@@ -158,13 +158,10 @@ class GraphIndex:
       step_rule: how the fetches were found, for the log.
       graph_num_ops: ops in the whole graph when it was indexed (the
         rewriter's check that the graph has not changed since).
-      keep_grappler_groups: LMS swaps nothing out of, and adds no control
-        edge to, the groups of ops Grappler merges
-        (`fusions.grappler_groups`); set for a tf.function's step
-        (`tflms.tf.adapters.tf_function.step_of`).
-      onednn_cpu: the step runs on oneDNN's CPU kernels (oneDNN on and no
-        GPU), whose remapper and layout passes merge more ops
-        (`fusions.grappler_groups`); set with `keep_grappler_groups`.
+
+    The index describes the graph only; where and how the step runs (its
+    devices, host, kernels and the merges LMS leaves whole) is its
+    `target.Target`.
     """
 
     ops: tuple
@@ -196,8 +193,6 @@ class GraphIndex:
     fetches: tuple = ()
     step_rule: str = "the whole graph"
     graph_num_ops: int = 0
-    keep_grappler_groups: bool = False
-    onednn_cpu: bool = False
 
     @property
     def num_ops(self):

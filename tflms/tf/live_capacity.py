@@ -117,10 +117,11 @@ def keras3_plan_at(loaded, settings, path="the model", log=None,
             batch, sequence = size, None
             traced = keras3_trace.trace(loaded, batch_size=batch, path=path)
         # Planned for a GPU's budget: oneDNN's CPU passes do not run there.
-        _, index = tf_function.step_of(traced.graph, onednn_cpu=False)
-        roles = pipeline.classify(index, settings)
+        _, index = tf_function.step_of(traced.graph)
+        target = tf_function.function_target(settings, here=False)
+        roles = pipeline.classify(index, settings, target)
         return capacity.plan_row(index, roles, settings, batch, log,
-                                 sequence=sequence)
+                                 sequence=sequence, target=target)
     return plan_at
 
 

@@ -128,7 +128,7 @@ def _known_orderings_first(context, index, candidates):
     # close no cycle.
     update_chains = updates.chain_edges(
         gi.with_planned_edges(index, sum_terms) if sum_terms else index,
-        context.roles)
+        context.roles, context.target.onednn_cpu)
     if update_chains:
         known.append(sum_terms + update_chains)
         context.log.info(

@@ -185,19 +185,21 @@ def _latest_trigger(index, roles, candidates, merged):
     return max(ops, key=lambda op: (index.levels[op], op), default=None)
 
 
-def chain_edges(index, roles):
+def chain_edges(index, roles, onednn_cpu=False):
     """Control edges ``(first, then)`` that run the `update_chains` one
     after the other: each head of a chain (that may wait) after the latest
     op of the chain before it that may trigger, and after the latest op
     that made one of its own gradients (so that no product of the chain,
     ``m * momentum`` reading only a slot, is made long before its gradient
-    and held until it).
+    and held until it). `onednn_cpu`: the step runs on oneDNN's CPU
+    kernels (`target.Target.onednn_cpu`: more ops merge,
+    `fusions.grappler_groups`).
 
     Returns:
       A tuple of edges, possibly empty.
     """
     chains = update_chains(index, roles)
-    merged = fusions.grappler_groups(index).members
+    merged = fusions.grappler_groups(index, onednn_cpu).members
     edges = []
 
     def wait(first, chain):

@@ -13,7 +13,6 @@ import dataclasses
 import time
 from typing import Optional
 
-from tflms import analysis
 from tflms import autotune
 from tflms import hardware
 from tflms import offload as offload_rules
@@ -24,6 +23,7 @@ from tflms import run_log
 from tflms import step as step_rules
 from tflms import worker_devices
 from tflms.results import Outcome, RunResult
+from tflms.target import Target
 from tflms.tf import grappler_check
 from tflms.tf import reader
 from tflms.tf import rewriter
@@ -92,33 +92,27 @@ class GraphAdapter:
         """The `GraphIndex` of `found`'s step (its fetches' fan-in)."""
         return reader.build_index(found.graph, found.fetches)
 
-    def host(self, found):
-        """The device of the swap ops (and of offloaded updates)."""
-        return (self.lms.settings.cpu_device if found.worker is None
-                else found.worker.host)
+    def target(self, found):
+        """The `target.Target` of `found`'s step: the settings' devices,
+        `found`'s device and worker when it has them. No fusion rules:
+        Session graphs keep their plans for now."""
+        return Target.of(self.lms.settings, worker=found.worker).replace(
+            device=found.gpu_device or self.lms.settings.gpu_device)
 
-    def apply(self, found, index, plan, offload=None):
+    def apply(self, found, index, plan, offload=None, target=None):
         """Edit `found.graph` by `plan` (made on `index`) and `offload`
-        (a `tflms.offload.Offload` or None): the
+        (a `tflms.offload.Offload` or None), with the swap ops on
+        `target`'s host (default: `self.target(found)`'s): the
         `rewriter.RewriteResult`."""
+        target = target or self.target(found)
         return rewriter.apply_plan(found.graph, index, plan,
-                                   self.host(found), offload)
+                                   target.swap_device, offload)
 
     def rewrite(self, start=None):
         """Find, index, plan and rewrite the step: a `RunResult`."""
         start = time.perf_counter() if start is None else start
         found = self.find_step()
         return plan_and_rewrite(self, found, start)
-
-
-def _device_filter(settings, found):
-    device = (settings.gpu_device if found.gpu_device is None
-              else found.gpu_device)
-
-    def matches(op_device):
-        return analysis.device_matches(op_device, device, found.worker,
-                                       settings.cpu_device)
-    return matches
 
 
 def plan_and_rewrite(adapter, found, start, index=None):
@@ -130,11 +124,10 @@ def plan_and_rewrite(adapter, found, start, index=None):
     lms = adapter.lms
     log = lms._log
     settings = lms.settings
-    if found.gpu_device is not None:
-        settings = settings.replace(gpu_device=found.gpu_device)
+    target = adapter.target(found)
     if found.worker is not None:
         log.info(found.worker.describe())
-    if rewriter.is_rewritten(found.graph, _device_filter(settings, found)):
+    if rewriter.is_rewritten(found.graph, target.manages):
         log.info("This model already has LMS swap operations; LMS "
                  "will not process it again.")
         return RunResult(Outcome.ALREADY_REWRITTEN,
@@ -142,18 +135,18 @@ def plan_and_rewrite(adapter, found, start, index=None):
     log.info("Editing model for LMS")
     if index is None:
         index = adapter.index(found)
-    offload = _offload(adapter, settings, found, index)
+    offload = _offload(adapter, settings, target, index)
     try:
-        planned = _plan(index, settings, found, offload, log)
+        planned = _plan(index, settings, target, offload, log)
     except autotune.AutotuneError as err:
-        offload = _offload_when_nothing_fits(adapter, settings, found,
+        offload = _offload_when_nothing_fits(adapter, settings, target,
                                              index, err, log)
         if offload is None:
             # The plots of the search that found nothing are the caller's
             # to write (the planning core writes no file).
             raise plots.with_plots(err, settings, log) from None
         try:
-            planned = _plan(index, settings, found, offload, log)
+            planned = _plan(index, settings, target, offload, log)
         except autotune.AutotuneError as again:
             raise plots.with_plots(again, settings, log) from None
     plots.write_planned(planned, log)
@@ -175,7 +168,7 @@ def plan_and_rewrite(adapter, found, start, index=None):
     # rewrite edits the graph in place).
     before = (grappler_check.graph_def_of(found.graph)
               if settings.grappler_check else None)
-    rewrite = adapter.apply(found, planned.index, plan, offload)
+    rewrite = adapter.apply(found, planned.index, plan, offload, target)
     _log_rewrite(log, plan, rewrite)
     seconds = time.perf_counter() - start
     log.info("Editing model for LMS, took: %.1f ms" % (seconds * 1000))
@@ -187,9 +180,9 @@ def plan_and_rewrite(adapter, found, start, index=None):
                      offload=offload, grappler=grappler)
 
 
-def _plan(index, settings, found, offload, log):
-    """`pipeline.plan` of the step, with `offload`'s updates on the host
-    when it is not None."""
+def _plan(index, settings, target, offload, log):
+    """`pipeline.plan` of the step on `target`, with `offload`'s updates
+    on the host when it is not None."""
     if offload is not None:
         log.info(offload.describe())
         link = hardware.interconnect_named(settings.interconnect)
@@ -201,23 +194,23 @@ def _plan(index, settings, found, offload, log):
                      % (seconds * 1000, link.label))
         index = offload_rules.planning_index(index, offload)
     run_log.log_step(log, index)
-    roles = pipeline.classify(index, settings, found.worker)
+    roles = pipeline.classify(index, settings, target)
     run_log.log_graph_facts(log, index, roles, settings)
     return pipeline.plan(index, settings, roles=roles, log=log,
-                         offload=offload)
+                         offload=offload, target=target)
 
 
-def _offload(adapter, settings, found, index):
+def _offload(adapter, settings, target, index):
     """The `offload.Offload` of the step when ``offload_optimizer`` is
     True, else None."""
     if settings.offload_optimizer is not True:
         return None
     _check_offload(adapter)
-    return offload_rules.find_updates(index, adapter.host(found),
-                                      _device_filter(settings, found))
+    return offload_rules.find_updates(index, target.swap_device,
+                                      target.manages)
 
 
-def _offload_when_nothing_fits(adapter, settings, found, index, err, log):
+def _offload_when_nothing_fits(adapter, settings, target, index, err, log):
     """With ``offload_optimizer='auto'``, the `offload.Offload` to plan
     again with when no plan fits the device (`err`), if it moves any
     slot; else None."""
@@ -229,7 +222,7 @@ def _offload_when_nothing_fits(adapter, settings, found, index, err, log):
         return None
     try:
         offload = offload_rules.find_updates(
-            index, adapter.host(found), _device_filter(settings, found))
+            index, target.swap_device, target.manages)
     except offload_rules.OffloadUnsupportedError as e:
         log.info("offload_optimizer='auto': no plan fits, and %s" % e)
         return None

@@ -19,7 +19,8 @@ __all__ = ["MultiWorkerStep"]
 
 class MultiWorkerStep(FunctionStep):
     """The function graph of a step on one worker of a multi-worker
-    strategy (see the module docstring)."""
+    strategy (see the module docstring); `target` as `FunctionStep` takes
+    it, planned with this worker's devices."""
 
     @classmethod
     def accepts(cls, graph):
@@ -28,8 +29,8 @@ class MultiWorkerStep(FunctionStep):
         strategy = multi_worker.strategy_of(graph)
         return strategy is not None and multi_worker.is_multi_worker(strategy)
 
-    def __init__(self, lms, graph, fetches=None):
-        super().__init__(lms, graph, fetches)
+    def __init__(self, lms, graph, fetches=None, target=None):
+        super().__init__(lms, graph, fetches, target)
         self._strategy, self._worker = multi_worker.worker_of(
             graph, lms.settings.cpu_device)
 

@@ -16,29 +16,32 @@ import time
 from tflms import analysis
 from tflms import step as step_rules
 from tflms.results import RunResult
+from tflms.target import Target
 from tflms.tf import compat
 from tflms.tf import function_api as _tf_function
 from tflms.tf import reader
 from tflms.tf.adapters.graph_step import (GraphAdapter, TrainingStep,
                                           plan_and_rewrite)
 
-__all__ = ["FunctionStep", "step_fetches", "step_of", "rewrite_graph"]
+__all__ = ["FunctionStep", "step_fetches", "step_of", "rewrite_graph",
+           "function_target"]
 
 
 class FunctionStep(GraphAdapter):
     """The training step of a function graph (see the module docstring).
 
-    `onednn_cpu`: whether the step runs on oneDNN's CPU kernels, as
-    `step_of` takes it; None: as it would here."""
+    `target`: the `target.Target` to plan for (its device and worker are
+    each step's own); None: the one the step runs on here
+    (`function_target`)."""
 
     offload_instead = (
         "for now, keep the step's optimizer state on the device "
         "(offload_optimizer=False), or build the step as a Session graph "
         "with a tf.compat.v1.train optimizer and use lms.run(graph)")
 
-    def __init__(self, lms, graph, fetches=None, onednn_cpu=None):
+    def __init__(self, lms, graph, fetches=None, target=None):
         super().__init__(lms, graph, fetches)
-        self.onednn_cpu = onednn_cpu
+        self._target = target
 
     def describe_entry(self):
         return ("a tf.function step (lms.function, and Keras 3 fit, "
@@ -59,7 +62,16 @@ class FunctionStep(GraphAdapter):
 
     def index(self, found):
         return step_of(found.graph, variable_devices=found.gpu_device
-                       is not None, onednn_cpu=self.onednn_cpu)[1]
+                       is not None)[1]
+
+    def target(self, found):
+        """The target given, else `function_target`'s (decided once),
+        with `found`'s device and worker."""
+        if self._target is None:
+            self._target = function_target(self.lms.settings)
+        base = self._target
+        return base.replace(device=found.gpu_device or base.device,
+                            worker=found.worker)
 
     def rewrite(self, start=None):
         """Plan and rewrite the step; a step on two or more compute devices
@@ -67,8 +79,9 @@ class FunctionStep(GraphAdapter):
         start = time.perf_counter() if start is None else start
         found = self.find_step()
         index = self.index(found)
-        devices = (analysis.compute_devices(index)
-                   if self.lms.settings.gpu_device is None else ())
+        target = self.target(found)
+        devices = (analysis.compute_devices(index, target)
+                   if target.device is None else ())
         if len(devices) < 2:
             return plan_and_rewrite(self, found, start, index)
         return self._rewrite_per_device(found, devices, index, start)
@@ -96,13 +109,25 @@ class FunctionStep(GraphAdapter):
         return RunResult.of_replicas(by_device, time.perf_counter() - start)
 
 
-def rewrite_graph(lms, graph, start=None, onednn_cpu=None):
+def rewrite_graph(lms, graph, start=None, target=None):
     """Plan and rewrite the function graph `graph` in place with the
     settings of `lms`, as `LMSFunction` does, without building a function
     of it (`tflms plan` on a Keras 3 model only reads the plan): the
-    `RunResult`. `onednn_cpu` as `step_of` takes it (False: planned for a
-    GPU from a machine without one)."""
-    return FunctionStep(lms, graph, onednn_cpu=onednn_cpu).rewrite(start)
+    `RunResult`. `target` as `FunctionStep` takes it (a plan for a GPU
+    from a machine without one: ``function_target(settings,
+    here=False)``)."""
+    return FunctionStep(lms, graph, target=target).rewrite(start)
+
+
+def function_target(settings, here=True):
+    """The `target.Target` of a tf.function's step planned with
+    `settings`: LMS leaves alone what Grappler merges
+    (`Target.grappler_groups`), so the step trains bit for bit as without
+    LMS; with `here`, on oneDNN's CPU kernels when the step would run on
+    them on this machine (oneDNN on and no GPU); else (a plan for a GPU
+    made on another machine) not."""
+    return Target.of(settings, grappler_groups=True,
+                     onednn_cpu=here and _runs_on_onednn_cpu())
 
 
 def step_fetches(graph):
@@ -114,7 +139,7 @@ def step_fetches(graph):
         % len(ops))
 
 
-def step_of(graph, variable_devices=False, onednn_cpu=None):
+def step_of(graph, variable_devices=False):
     """``(fetches, index)`` of the training step of the function graph
     `graph`: `step_fetches`, and the `GraphIndex` of their fan-in with the
     variables it captures resident (as `LMSFunction` plans each concrete
@@ -126,18 +151,10 @@ def step_of(graph, variable_devices=False, onednn_cpu=None):
     one device of several counts on it the variables it holds (each
     replica of a tf.distribute strategy has its own copies).
 
-    `onednn_cpu`: whether the step will run on oneDNN's CPU kernels
-    (`GraphIndex.onednn_cpu`); None: as it would here (oneDNN on and no
-    GPU). A plan for a GPU's budget made on another machine passes False."""
+    Planned on `function_target`'s target, as `FunctionStep` plans it."""
     fetches = step_fetches(graph)
-    index = _with_captured_variables(reader.build_index(graph, fetches), graph,
-                                     variable_devices)
-    # Trained as the step without LMS, bit for bit: LMS leaves alone what
-    # Grappler and oneDNN merge (`fusions.grappler_groups`).
-    if onednn_cpu is None:
-        onednn_cpu = _runs_on_onednn_cpu()
-    return fetches, dataclasses.replace(index, keep_grappler_groups=True,
-                                        onednn_cpu=onednn_cpu)
+    return fetches, _with_captured_variables(
+        reader.build_index(graph, fetches), graph, variable_devices)
 
 
 def _runs_on_onednn_cpu():
