@@ -10,6 +10,7 @@ from tflms import hardware
 from tflms import offload
 from tflms import planner
 from tflms import steptime
+from tflms.target import Target
 
 DEVICE = "/device:GPU:0"
 HOST = "/cpu:0"
@@ -65,10 +66,10 @@ def models(index, bytes_per_s):
     found = offload.find_updates(index, HOST)
     moved = offload.planning_index(index, found)
     without = steptime.StepTimeModel(
-        index, analysis.classify_ops(index, host=HOST), gpu=GPU,
+        index, analysis.classify_ops(index, Target(host=HOST)), gpu=GPU,
         interconnect=link(bytes_per_s), kernels=EXACT)
     with_offload = steptime.StepTimeModel(
-        moved, analysis.classify_ops(moved, host=HOST), gpu=GPU,
+        moved, analysis.classify_ops(moved, Target(host=HOST)), gpu=GPU,
         interconnect=link(bytes_per_s), kernels=EXACT, offload=found,
         host=RATE)
     return without, with_offload
@@ -143,7 +144,7 @@ def test_swap_outs_queue_behind_the_offloads_copies():
 def test_without_offload_nothing_changes():
     index = adam_step()
     model = steptime.StepTimeModel(
-        index, analysis.classify_ops(index, host=HOST), gpu=GPU,
+        index, analysis.classify_ops(index, Target(host=HOST)), gpu=GPU,
         interconnect=link(250.0), kernels=EXACT)
     step = model.predict()
     assert step.host_updates == ()
@@ -157,7 +158,7 @@ def test_an_update_costs_its_overhead_on_the_host_too():
     host = hardware.HostUpdateRate(bytes_per_s=3512.0, overhead_s=0.5,
                                 source="a round test host")
     step = steptime.StepTimeModel(
-        moved, analysis.classify_ops(moved, host=HOST), gpu=GPU,
+        moved, analysis.classify_ops(moved, Target(host=HOST)), gpu=GPU,
         interconnect=link(250.0), kernels=EXACT, offload=found,
         host=host).predict()
     (update,) = step.host_updates
