@@ -36,18 +36,19 @@ def test_table_names_the_costliest_stage_and_flags_rows_over_the_goal():
 
 
 @needs_keras_hub
-def test_each_family_is_traced_and_planned_with_its_stages_timed():
-    """Every family of the benchmark at the tiny size, planned for a
-    budget below its step (so the stages have work): one row each, the
-    stages in the order `pipeline.plan` runs them."""
+def test_two_families_are_traced_and_planned_with_their_stages_timed():
+    """Two families of the benchmark at the tiny size (a causal and a
+    masked language model; Llama and Gemma are traced and trained in
+    test_keras3_transformers.py), planned for a budget below its step (so
+    the stages have work): one row each, the stages in the order
+    `pipeline.plan` runs them."""
     out = python("benchmarks/transformer_plan_time.py", "--size", "tiny",
-                 "--family", "gpt2", "llama", "gemma", "bert", "--seq",
+                 "--family", "gpt2", "bert", "--seq",
                  "32", "--batch", "2", "--gpu-mem", "0.02", timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     rows = [line for line in out.stdout.splitlines()
             if re.match(r"\| (gpt2|llama|gemma|bert) \|", line)]
-    assert [r.split("|")[1].strip() for r in rows] == [
-        "gpt2", "llama", "gemma", "bert"]
+    assert [r.split("|")[1].strip() for r in rows] == ["gpt2", "bert"]
     for line in out.stdout.splitlines():
         if re.match(r"(gpt2|llama|gemma|bert) 32: ", line):
             named = [s.split()[0] for s in line.split("stages: ")[1]
