@@ -157,6 +157,6 @@ def test_the_new_weights_land_in_a_device_buffer_at_the_updates_level():
     # The planning context's models count it with the offload they plan.
     context = PlanningContext.create(
         planned, Settings(), roles=roles, budgets=Budgets(),
-        offload=found)
+        target=Target(host=HOST, offload=found))
     assert context.model(planned).replay().device_timeline.tolist() == \
         landed.device_timeline.tolist()

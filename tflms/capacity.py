@@ -492,7 +492,7 @@ def search(plan_at, budget_bytes, max_overhead_pct=None, start=1,
 
 
 def plan_row(index, roles, settings, batch, log=None, env=None,
-             sequence=None, offload=None, target=None):
+             sequence=None, target=None):
     """The `BatchRow` of `index` planned with `settings` at `batch`: the
     pipeline `LMS.run` runs (`pipeline.plan`), the step-time model
     `tflms plan` reports (`steptime.predict_planned`).
@@ -508,17 +508,17 @@ def plan_row(index, roles, settings, batch, log=None, env=None,
       env: the environment the budget reads (default `os.environ`).
       sequence: the sequence length `index` was traced with, for a search
         over the sequence (recorded in the row).
-      offload: the `tflms.offload.Offload` `index` is the
-        `offload.planning_index` of (``offload_optimizer``), timed in the
-        step; None without.
       target: the `target.Target` `roles` were made on (default:
-        `Target.of(settings)`).
+        `Target.of(settings)`); its `offload` (``offload_optimizer``) is
+        what `index` is the `offload.planning_index` of, timed in the
+        step.
     """
     settings = settings.replace(batch_size=batch)
     try:
         planned = pipeline.plan(index, settings, roles=roles, log=log,
-                                env=env, offload=offload, target=target)
+                                env=env, target=target)
     except autotune.AutotuneError as err:
+        offload = target.offload if target is not None else None
         without = pipeline.simulate_without(index, roles, settings, offload)
         step = steptime.StepTimeModel(
             index, roles, batch, gpu=settings.gpu,

@@ -153,11 +153,6 @@ class PlanningContext:
       judging: the `Judging` of candidate plans.
       gpu, interconnect: the `hardware.Gpu` and `hardware.Interconnect`
         plans are timed on (`judging`'s, else the settings').
-      offload: with ``offload_optimizer``, the `tflms.offload.Offload`
-        whose updates the index has on the host (`offload.planning_index`):
-        the step-time models time their copies and host compute, and the
-        simulation models count the device buffer each write-back adds;
-        None without.
     """
 
     settings: Settings
@@ -169,14 +164,13 @@ class PlanningContext:
     judging: Judging = Judging()
     gpu: Optional[hardware.Gpu] = None
     interconnect: Optional[hardware.Interconnect] = None
-    offload: object = None
     # id(index) -> (index, model): the index is kept so its id stays its own.
     _models: dict = dataclasses.field(default_factory=dict, repr=False)
     _timers: dict = dataclasses.field(default_factory=dict, repr=False)
 
     @classmethod
     def create(cls, index, settings, roles=None, log=None, budgets=None,
-               judging=None, offload=None, target=None):
+               judging=None, target=None):
         """The context of planning `index` with `settings`.
 
         Args:
@@ -188,8 +182,6 @@ class PlanningContext:
             this machine).
           judging: a `Judging` (default: by predicted step time, on the
             settings' hardware).
-          offload: the `tflms.offload.Offload` `index` was made with
-            (`offload.planning_index`), or None.
           target: the `target.Target` (default: `Target.of(settings)`).
 
         Raises:
@@ -211,8 +203,15 @@ class PlanningContext:
                        judging, extra_edges=tuple(judging.extra_edges)),
                    gpu=hardware.gpu_named(judging.gpu or settings.gpu),
                    interconnect=hardware.interconnect_named(
-                       judging.interconnect or settings.interconnect),
-                   offload=offload)
+                       judging.interconnect or settings.interconnect))
+
+    @property
+    def offload(self):
+        """With ``offload_optimizer``, the target's `tflms.offload.Offload`
+        (its updates on the host, `offload.planning_index`): the step-time
+        models time its copies and host compute, and the simulation models
+        count the device buffer each write-back adds; None without."""
+        return self.target.offload
 
     @property
     def batch_size(self):

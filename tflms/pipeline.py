@@ -194,7 +194,7 @@ class Planned:
 
 
 def plan(index, settings, roles=None, log=None, simulate=False, env=None,
-         list_devices=None, by_step_time=True, offload=None, target=None):
+         by_step_time=True, target=None):
     """Plan LMS for a graph: pure, deterministic, no graph edits.
 
     Args:
@@ -204,16 +204,16 @@ def plan(index, settings, roles=None, log=None, simulate=False, env=None,
       log: a `Logger` for the planning log lines (default: quiet).
       simulate: also replay the step without and with the plan when the
         tuner did not (the tuner always does).
-      env, list_devices: for the device budget (tests).
+      env: the environment the device budget reads (default
+        `os.environ`; tests give their own).
       by_step_time: let the tuner choose among the fitting plans by
         predicted step time (`Settings.gpu`, `Settings.interconnect`);
         False: by bytes moved (benchmarks compare the two).
-      offload: with ``offload_optimizer``, the `tflms.offload.Offload`
-        `index` is the `offload.planning_index` of: its copies and host
-        compute are in every predicted step time.
       target: the `target.Target` the step runs on, as its adapter
         decided it (default: `Target.of(settings)`: the settings' devices,
-        no fusion rules).
+        no fusion rules, no offload); with ``offload_optimizer``, its
+        `offload` is what `index` is the `offload.planning_index` of, and
+        every predicted step time counts its copies and host compute.
 
     Returns:
       A `Planned`.
@@ -231,9 +231,8 @@ def plan(index, settings, roles=None, log=None, simulate=False, env=None,
         roles = classify(index, settings, target)
     context = PlanningContext.create(
         index, settings, roles=roles, log=log,
-        budgets=Budgets.read(settings, env, list_devices, target.device),
-        judging=Judging(by_step_time=by_step_time), offload=offload,
-        target=target)
+        budgets=Budgets.read(settings, env, device=target.device),
+        judging=Judging(by_step_time=by_step_time), target=target)
     seconds = [("context", time.process_time() - began)]
     planned = Planned(context=context, index=index)
     try:

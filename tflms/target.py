@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Optional
 from tflms import devices
 
 if TYPE_CHECKING:
+    from tflms.offload import Offload
     from tflms.worker_devices import WorkerDevices
 
 __all__ = ["Target"]
@@ -48,6 +49,11 @@ class Target:
         without LMS: a tf.function's step. (Session graphs keep their
         plans for now: changing them changes every recorded plan and
         capacity.)
+      offload: the optimizer's updates that run on the host
+        (``offload_optimizer``): the `tflms.offload.Offload` the planning
+        index was made with (`offload.planning_index`), whose copies and
+        host compute every predicted step counts; None: every update runs
+        where its variable is.
     """
 
     device: Optional[str] = None
@@ -55,6 +61,7 @@ class Target:
     worker: Optional["WorkerDevices"] = None
     onednn_cpu: bool = False
     grappler_groups: bool = False
+    offload: Optional["Offload"] = None
 
     @classmethod
     def of(cls, settings, **changes):

@@ -31,6 +31,7 @@ from tflms.tf.adapters import tf_function
 from tflms.tf import keras3_trace
 from tflms import pipeline
 from tflms.tf import reader
+from tflms.target import Target
 
 __all__ = ["of_graph", "of_keras3_model", "graph_plan_at",
            "keras3_plan_at", "batch_is_free", "budget_of",
@@ -85,7 +86,7 @@ def graph_plan_at(graph, settings, fetches=None, log=None, what="the graph"):
 
     def plan_at(batch):
         return capacity.plan_row(index, roles, settings, batch, log,
-                                 offload=moved)
+                                 target=Target.of(settings, offload=moved))
     return plan_at
 
 

@@ -197,7 +197,7 @@ def _plan(index, settings, target, offload, log):
     roles = pipeline.classify(index, settings, target)
     run_log.log_graph_facts(log, index, roles, settings)
     return pipeline.plan(index, settings, roles=roles, log=log,
-                         offload=offload, target=target)
+                         target=target.replace(offload=offload))
 
 
 def _offload(adapter, settings, target, index):
