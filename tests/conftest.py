@@ -41,6 +41,17 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "numerics: compares training with and without LMS; "
         "tools/run_tests.sh runs these with oneDNN off and on")
+    config.addinivalue_line(
+        "markers", "one_stack: what it checks does not depend on which "
+        "TensorFlow runs it (planning on graphs whose construction "
+        "test_same_plans pins on both stacks, a benchmark's tables); "
+        "tools/run_tests.sh runs it on TensorFlow 2.15 only")
+    config.addinivalue_line(
+        "markers", "onednn_off_pass: a Keras 3 numerics case CI runs in "
+        "its pass with oneDNN off (Python 3.13), not with it on")
+    config.addinivalue_line(
+        "markers", "onednn_on_pass: a Keras 3 numerics case CI runs in "
+        "the newest stack's pass with oneDNN on, not with it off")
 
 
 # tools/run_tests.sh runs every `numerics` test with oneDNN on once: on the
@@ -53,6 +64,14 @@ _ONLY_TESTS = os.environ.get("TFLMS_ONLY_TESTS")
 
 
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        # A numerics test must run once in each oneDNN mode, so on both
+        # stacks' passes (tools/run_tests.sh): never on one stack only.
+        if "numerics" in item.keywords and "one_stack" in item.keywords:
+            raise pytest.UsageError(
+                "%s is marked both numerics and one_stack: a numerics test "
+                "runs with oneDNN off on TensorFlow 2.15 and on with the "
+                "newest; remove one_stack" % item.nodeid)
     if not _ONLY_TESTS:
         return
     with open(_ONLY_TESTS, encoding="utf-8") as f:

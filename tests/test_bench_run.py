@@ -11,9 +11,15 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from _benchmarks import ROOT
 from benchmarks import measure
 from benchmarks import timing
+
+# The benchmarks' code is the same on both stacks and the tables it prints
+# were measured on TensorFlow 2.15: run once (tools/run_tests.sh).
+pytestmark = pytest.mark.one_stack
 
 
 def _run_smoke(out):

@@ -8,6 +8,10 @@ import pytest
 
 from benchmarks import step_time
 
+# Tables and fits over recorded numbers (and BERT graphs built with
+# tf.compat.v1 ops): the same on both stacks, so run once (tools/run_tests.sh).
+pytestmark = pytest.mark.one_stack
+
 
 def test_step_time_tables_show_the_ratios():
     row = step_time.Published("bert-pretraining", 128, "A100-SXM4-40GB",

@@ -9,6 +9,10 @@ from _benchmarks import tiny_capacity_case
 from benchmarks import capacity
 from benchmarks import tflmsv2
 
+# The harness's refusals and a capacity search on a tf.compat.v1 graph:
+# the same on both stacks, so run once (tools/run_tests.sh).
+pytestmark = pytest.mark.one_stack
+
 
 def test_capacity_says_tflmsv2_was_not_measured_without_its_path(tmp_path):
     """Without ``--tflmsv2`` or ``$TFLMSV2_PATH`` the capacity worker does

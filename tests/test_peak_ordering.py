@@ -234,6 +234,7 @@ def test_tflms_plan_lists_the_ordering_edges(tmp_path, monkeypatch, capsys):
     assert "  %s before %s" % (first, then) in out
 
 
+@pytest.mark.one_stack  # planning only: run once (tools/run_tests.sh)
 def test_synchronous_swap_ins_give_way_when_ordering_is_faster():
     """Keras ResNet50 at 6592x6592 in 16 GiB (14.4 GiB planned): without
     ordering the tuner's plan waits for every swap-in (`sync_mode` 3);
@@ -288,6 +289,7 @@ def test_synchronous_swap_ins_also_wait_for_ordering_edges():
         model.replay(sync).device_timeline.tolist()
 
 
+@pytest.mark.one_stack  # planning only: run once (tools/run_tests.sh)
 def test_resnet50_at_8000_fits_16_gib_with_copies_timed():
     """Keras ResNet50 at 8000x8000, batch 1, in 16 GiB (14.4 GiB planned),
     copies timed at PCIe 4.0: nothing fits without ordering (the first

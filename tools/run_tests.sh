@@ -13,13 +13,20 @@
 #      whole suite, TF_ENABLE_ONEDNN_OPTS=0, then the README's programs as
 #      a newcomer runs them (tools/newcomer.py: bare environment);
 #   2. the newest TensorFlow with tf-keras (.venv-tf-latest, installed by
-#      tools/ci_tf_latest.sh): the whole suite, TF_ENABLE_ONEDNN_OPTS=1;
+#      tools/ci_tf_latest.sh): the whole suite, TF_ENABLE_ONEDNN_OPTS=1,
+#      but for the tests marked `one_stack` (what they check does not
+#      depend on the stack: pass 1 ran them) and the Keras 3 cases marked
+#      `onednn_off_pass` (pass 4 runs them);
 #   3. TensorFlow 2.15.1 again with TF_ENABLE_ONEDNN_OPTS=1: the tests that
 #      train with and without LMS (marker `numerics`) that pass 2 skipped
 #      (tf.estimator, Horovod: 2.15 only), so that every numerics test runs
 #      with oneDNN off (pass 1) and on (pass 2 or 3);
 #   4. the newest TensorFlow on Python 3.13 (.venv-py313, installed by
-#      tools/ci_py313.sh): the TensorFlow 2 and Keras 3 fit tests, oneDNN off.
+#      tools/ci_py313.sh): the Keras 3 fit tests, oneDNN off, among them
+#      the Keras applications marked `onednn_off_pass` (pass 2 trains the
+#      others with oneDNN on).
+# The README's programs are run by tools/newcomer.py after passes 1 and 2
+# (TFLMS_README_BY_NEWCOMER=1: tests/test_docs.py leaves them to it).
 # The venvs of passes 2 and 4 are installed in the background during pass 1.
 #
 # Usage: tools/run_tests.sh [VENV]   (default: .venv-tf215); extra pytest
@@ -47,6 +54,7 @@ INSTALLS=$!
 echo "== installing .venv-tf-latest and .venv-py313 in the background" \
      "(log: $INSTALL_LOG)"
 echo "== TensorFlow $("$PY" -c 'import tensorflow as tf; print(tf.__version__)' 2>/dev/null), oneDNN off: whole suite"
+export TFLMS_README_BY_NEWCOMER=1
 TF_ENABLE_ONEDNN_OPTS=0 "$PY" -m pytest "$@" || status=1
 echo "== the README's programs as a newcomer runs them"
 "$PY" tools/newcomer.py "$VENV" || status=1
@@ -58,7 +66,8 @@ fi
 SKIPPED="$(mktemp -t tflms-skipped-numerics.XXXXXX)"
 echo "== newest TensorFlow with tf-keras, oneDNN on: whole suite"
 TF_ENABLE_ONEDNN_OPTS=1 TFLMS_WRITE_SKIPPED_NUMERICS="$SKIPPED" \
-    bash tools/ci_tf_latest.sh .venv-tf-latest "$@" || status=1
+    bash tools/ci_tf_latest.sh .venv-tf-latest \
+    -m "not one_stack and not onednn_off_pass" "$@" || status=1
 if [ -s "$SKIPPED" ]; then
     echo "== TensorFlow 2.15, oneDNN on: the $(sort -u "$SKIPPED" | wc -l)" \
          "numerics tests the newest TensorFlow skipped"
@@ -69,6 +78,6 @@ else
     echo "== TensorFlow 2.15, oneDNN on: tests marked numerics"
     TF_ENABLE_ONEDNN_OPTS=1 "$PY" -m pytest -m numerics "$@" || status=1
 fi
-echo "== Python 3.13, newest TensorFlow, oneDNN off: TensorFlow 2 and Keras 3 fit tests"
+echo "== Python 3.13, newest TensorFlow, oneDNN off: Keras 3 fit tests"
 bash tools/ci_py313.sh .venv-py313 "$@" || status=1
 exit $status
