@@ -101,7 +101,8 @@ def mlp():
     ({"gpu_device": "/gpu:x"}, r"gpu_device='/gpu:x' is not a device string"),
     ({"gpu_device": "/job:worker/task:1"},
      r"gpu_device must name a device type and index such as "
-     r"'/device:GPU:0' \(or be None for every non-CPU device\); got "
+     r"'/device:GPU:0' \(or be None for every device but the host "
+     r"cpu_device\); got "
      r"'/job:worker/task:1'"),
     ({"gpu_device": "/device:CPU:0"},
      r"gpu_device must name an accelerator such as '/device:GPU:0'"),

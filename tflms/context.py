@@ -64,8 +64,9 @@ def classify(index, settings, target=None):
     if target.device is not None and not roles.device_ops:
         raise ValueError(
             "gpu_device=%r matches no operation in the graph; ops are "
-            "placed on %s. Use one of those, or None for every non-CPU "
-            "device." % (target.device, _device_summary(index)))
+            "placed on %s. Use one of those, or None for every device but "
+            "the host cpu_device." % (target.device,
+                                      _device_summary(index)))
     return roles
 
 

@@ -158,7 +158,8 @@ def check_gpu_device(value):
     if spec.device_type is None:
         raise ValueError(
             "gpu_device must name a device type and index such as "
-            "'/device:GPU:0' (or be None for every non-CPU device); got %r"
+            "'/device:GPU:0' (or be None for every device but the host "
+            "cpu_device); got %r"
             % (value,))
     return value
 
