@@ -64,12 +64,13 @@ from benchmarks import common
 from tflms.tf import reader as tf_reader
 from tflms import LMS
 from tflms import autotune
+from tflms.tf import adapters
+from tflms.tf.adapters import graph_step
 from tflms.tf.adapters import tf_function
 from tflms.tf import oracle
 from tflms import pipeline
 from tflms import steptime
 from tflms.settings import Settings
-from tflms.target import Target
 
 __all__ = [
     "STEP_LINKS",
@@ -399,8 +400,11 @@ def apply_tflms(built, params=None, budget_gib=None, settings=None):
     lms.batch_size = built.batch_size
     start = time.perf_counter()
     try:
-        result = (lms.run(built.graph) if built.function is None
-                  else tf_function.rewrite_graph(lms, built.graph))
+        # Planned for a GPU whatever this machine runs (`step_target`):
+        # LMS.run's path through the graph's adapter.
+        result = adapters.graph_adapter(
+            lms, built.graph, target=step_target(built, lms.settings)
+        ).rewrite()
     except autotune.AutotuneError as err:
         return {"status": "no fit", "edit_s": time.perf_counter() - start,
                 "error": str(err).split(". ")[0]}
@@ -490,11 +494,11 @@ def step_index(built):
 
 def step_target(built, settings):
     """The `target.Target` `built`'s step is planned on with `settings`,
-    as LMS plans it: a function graph's keeps Grappler's groups whole,
-    planned for a GPU (oneDNN's CPU passes merge nothing there)."""
-    if built.function is not None:
-        return tf_function.function_target(settings, here=False)
-    return Target.of(settings)
+    as LMS plans every step (`graph_step.step_target`, a Session graph's
+    as a function graph's): Grappler's groups kept whole, planned for a
+    GPU (oneDNN's CPU passes merge nothing there)."""
+    del built  # every step's target is the same
+    return graph_step.step_target(settings, here=False)
 
 
 def predicted_step_without_lms(built, gpu=None):

@@ -14,6 +14,9 @@ to the next, so each stack has its own digests).
 A deliberate change of plans rewrites the file:
 ``TFLMS_WRITE_PLAN_DIGESTS=1 python -m pytest tests/test_same_plans.py``
 on each stack, and the commit says why the plans changed.
+
+Each graph is planned on the target LMS plans a Session graph on
+(`graph_step.step_target`, for a GPU): Grappler's groups left whole.
 """
 
 import hashlib
@@ -25,6 +28,7 @@ import tensorflow as tf
 
 from benchmarks import models
 from tflms.tf import reader
+from tflms.tf.adapters import graph_step
 from tflms import autotune, pipeline
 from tflms.settings import Settings
 
@@ -85,6 +89,10 @@ def _budget_gib(index, roles, batch, share):
     return target / autotune.DEFAULT_MEM_RATIO / _GIB
 
 
+def _target(settings):
+    return graph_step.step_target(settings, here=False)
+
+
 def _digest(planned):
     plan = planned.plan
     text = repr((plan, planned.ordering_edges, planned.unwaited,
@@ -95,7 +103,9 @@ def _digest(planned):
 def _plans(name, kwargs, budgets):
     built = models.build(name, **kwargs)
     index = reader.build_index(built.graph, [built.train_op])
-    roles = pipeline.classify(index, Settings())
+    # On the target LMS plans every step on, for a GPU (the same on
+    # every machine, whatever TF_ENABLE_ONEDNN_OPTS says).
+    roles = pipeline.classify(index, Settings(), _target(Settings()))
     out = []
     for share, extra in budgets:
         settings = dict(batch_size=built.batch_size, **extra)
@@ -103,7 +113,9 @@ def _plans(name, kwargs, budgets):
             settings["autotune_gpu_mem"] = _budget_gib(
                 index, roles, built.batch_size, share)
         try:
-            planned = pipeline.plan(index, Settings(**settings), env={})
+            settings = Settings(**settings)
+            planned = pipeline.plan(index, settings, env={},
+                                    target=_target(settings))
             out.append(_digest(planned))
         except autotune.AutotuneError:
             out.append("no plan")

@@ -46,9 +46,9 @@ class Target:
       grappler_groups: LMS swaps nothing out of, and adds no control edge
         to, the ops Grappler merges with a neighbour
         (`fusions.grappler_groups`), so the step trains bit for bit as
-        without LMS: a tf.function's step. (Session graphs keep their
-        plans for now: changing them changes every recorded plan and
-        capacity.)
+        without LMS: every adapter's step, a Session graph's as a
+        tf.function's (`tflms.tf.adapters.graph_step.step_target`); off
+        only in a target made by hand (a literal graph's).
       offload: the optimizer's updates that run on the host
         (``offload_optimizer``): the `tflms.offload.Offload` the planning
         index was made with (`offload.planning_index`), whose copies and

@@ -192,16 +192,17 @@ def _run(lms, loaded, graph_name):
     """``(RunResult or None, the tuner's error text or None, its floor or
     None)`` of planning and rewriting the loaded graph."""
     from tflms import autotune
-    from tflms.tf.adapters import tf_function
+    from tflms.tf.adapters import graph_step, session, tf_function
     graph = loaded.graph
+    # Planned for the GPU of the settings, where oneDNN's CPU passes do
+    # not run (`Target.onednn_cpu`), whatever this machine runs.
+    target = graph_step.step_target(lms.settings, here=False)
     try:
-        # A Keras 3 step is planned for the GPU of the settings, where
-        # oneDNN's CPU passes do not run (`Target.onednn_cpu`).
-        run = (lms.run(graph, fetches=loaded.fetches)
+        run = (session.SessionGraph(
+                   lms, session.graph_to_edit(graph), loaded.fetches,
+                   target=target).rewrite()
                if loaded.traced is None
-               else tf_function.rewrite_graph(
-                   lms, graph, target=tf_function.function_target(
-                       lms.settings, here=False)))
+               else tf_function.rewrite_graph(lms, graph, target=target))
     except autotune.AutotuneError as e:
         return None, str(e), e.floor
     if run.planned is None:
@@ -231,7 +232,7 @@ def _measured(run, loaded, settings, lowest):
     from tflms import floor as floor_mod
     from tflms import pipeline
     from tflms.tf import reader
-    from tflms.tf.adapters import tf_function
+    from tflms.tf.adapters import graph_step, tf_function
     if run is not None:
         planned = pipeline.simulate_plan(run.planned)
         budget = planned.budget_bytes
@@ -244,11 +245,11 @@ def _measured(run, loaded, settings, lowest):
     # Nothing fits: the report still shows the step without LMS (the graph
     # is unchanged).
     graph = loaded.graph
+    target = graph_step.step_target(settings, here=False)
     if loaded.traced is None:
-        index, target = reader.build_index(graph, loaded.fetches), None
+        index = reader.build_index(graph, loaded.fetches)
     else:
         index = tf_function.step_of(graph)[1]
-        target = tf_function.function_target(settings, here=False)
     moved = None
     if settings.offload_optimizer and loaded.traced is None:
         # As LMS.run planned it (a Keras 3 step refused it already).

@@ -25,7 +25,7 @@ from tflms.errors import LMSError
 __all__ = ["UnsupportedStackError", "TF_VERSION", "tf_version_text",
            "has_estimator", "require_estimator", "keras2", "keras2_backend",
            "is_keras3_model", "keras_backend_for", "keras3_message",
-           "keras3_model_message", "onednn_enabled",
+           "keras3_model_message", "onednn_enabled", "runs_on_onednn_cpu",
            "CallbackBase"]
 
 
@@ -242,3 +242,10 @@ def onednn_enabled():
     (TF_ENABLE_ONEDNN_OPTS, or the CPU's default)."""
     from tensorflow.python.util import _pywrap_util_port
     return bool(_pywrap_util_port.IsMklEnabled())
+
+
+def runs_on_onednn_cpu():
+    """True if a step built here runs on oneDNN's CPU kernels: oneDNN on
+    (`onednn_enabled`) and no GPU to place the step on (a Session graph
+    and a tf.function alike: `graph_step.step_target`)."""
+    return onednn_enabled() and not tf.config.list_physical_devices("GPU")

@@ -27,11 +27,11 @@ import dataclasses
 from tflms import budget as budget_mod
 from tflms import capacity
 from tflms import offload
+from tflms.tf.adapters import graph_step
 from tflms.tf.adapters import tf_function
 from tflms.tf import keras3_trace
 from tflms import pipeline
 from tflms.tf import reader
-from tflms.target import Target
 
 __all__ = ["of_graph", "of_keras3_model", "graph_plan_at",
            "keras3_plan_at", "batch_is_free", "budget_of",
@@ -82,11 +82,14 @@ def graph_plan_at(graph, settings, fetches=None, log=None, what="the graph"):
         # there).
         moved = offload.find_updates(index, settings.cpu_device)
         index = offload.planning_index(index, moved)
-    roles = pipeline.classify(index, settings)
+    # Planned for a GPU's budget, as every step is planned
+    # (`graph_step.step_target`): oneDNN's CPU passes do not run there.
+    target = graph_step.step_target(settings, here=False)
+    roles = pipeline.classify(index, settings, target)
 
     def plan_at(batch):
         return capacity.plan_row(index, roles, settings, batch, log,
-                                 target=Target.of(settings, offload=moved))
+                                 target=target.replace(offload=moved))
     return plan_at
 
 

@@ -48,11 +48,13 @@ FIT_ADAPTERS = (
 )
 
 
-def graph_adapter(lms, graph, fetches=None):
-    """The graph adapter that serves `graph`, made for `lms`."""
+def graph_adapter(lms, graph, fetches=None, target=None):
+    """The graph adapter that serves `graph`, made for `lms` (`target`:
+    the `target.Target` to plan for; None: the step's on this machine,
+    `graph_step.step_target`)."""
     for adapter in GRAPH_ADAPTERS:
         if adapter.accepts(graph):
-            return adapter(lms, graph, fetches)
+            return adapter(lms, graph, fetches, target)
     raise ValueError("graph must be a tf.Graph; got %r" % (graph,))
 
 

@@ -6,7 +6,10 @@ the training step (`find_step`), indexes it (`index`), applies the plan
 (`apply`) and says how to check what ran (`swaps_ran`). `GraphAdapter`
 holds the defaults (the reader's index, the rewriter's `apply_plan` with the
 swap ops on ``cpu_device``); `rewrite` runs them in that order around the
-planning pipeline, which knows nothing of TensorFlow.
+planning pipeline, which knows nothing of TensorFlow. Every step, a
+Session graph's and a tf.function's alike, is planned on `step_target`:
+LMS leaves Grappler's and oneDNN's merges whole, so each trains bit for
+bit as without LMS.
 """
 
 import dataclasses
@@ -24,11 +27,13 @@ from tflms import step as step_rules
 from tflms import worker_devices
 from tflms.results import Outcome, RunResult
 from tflms.target import Target
+from tflms.tf import compat
 from tflms.tf import grappler_check
 from tflms.tf import reader
 from tflms.tf import rewriter
 
-__all__ = ["TrainingStep", "GraphAdapter", "plan_and_rewrite"]
+__all__ = ["TrainingStep", "GraphAdapter", "plan_and_rewrite",
+           "step_target"]
 
 _GIB = float(1 << 30)
 
@@ -70,10 +75,13 @@ class GraphAdapter:
         "optimizer (lms.run(graph) or the Estimator hook), or set "
         "offload_optimizer=False")
 
-    def __init__(self, lms, graph, fetches=None):
+    def __init__(self, lms, graph, fetches=None, target=None):
         self.lms = lms
         self.graph = graph
         self.fetches = fetches
+        # The `target.Target` to plan for (each step's device and worker
+        # are its own); None: `step_target`'s, decided at the first ask.
+        self._target = target
 
     @classmethod
     def accepts(cls, graph):
@@ -93,11 +101,14 @@ class GraphAdapter:
         return reader.build_index(found.graph, found.fetches)
 
     def target(self, found):
-        """The `target.Target` of `found`'s step: the settings' devices,
-        `found`'s device and worker when it has them. No fusion rules:
-        Session graphs keep their plans for now."""
-        return Target.of(self.lms.settings, worker=found.worker).replace(
-            device=found.gpu_device or self.lms.settings.gpu_device)
+        """The `target.Target` of `found`'s step: the one given, else
+        `step_target`'s (decided once, for this machine), with `found`'s
+        device and worker when it has them."""
+        if self._target is None:
+            self._target = step_target(self.lms.settings)
+        base = self._target
+        return base.replace(device=found.gpu_device or base.device,
+                            worker=found.worker)
 
     def apply(self, found, index, plan, offload=None, target=None):
         """Edit `found.graph` by `plan` (made on `index`) and `offload`
@@ -113,6 +124,18 @@ class GraphAdapter:
         start = time.perf_counter() if start is None else start
         found = self.find_step()
         return plan_and_rewrite(self, found, start)
+
+
+def step_target(settings, here=True):
+    """The `target.Target` of a training step planned with `settings`,
+    whatever its entry point (a Session graph, a tf.function): the
+    settings' devices; LMS leaves alone what Grappler merges
+    (`Target.grappler_groups`), so the step trains bit for bit as without
+    LMS; with `here`, on oneDNN's CPU kernels when the step runs on them
+    on this machine (`compat.runs_on_onednn_cpu`: oneDNN on and no GPU);
+    else (a plan for a GPU, made on a machine without one) not."""
+    return Target.of(settings, grappler_groups=True,
+                     onednn_cpu=here and compat.runs_on_onednn_cpu())
 
 
 def plan_and_rewrite(adapter, found, start, index=None):

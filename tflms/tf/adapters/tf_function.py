@@ -16,12 +16,10 @@ import time
 from tflms import analysis
 from tflms import step as step_rules
 from tflms.results import RunResult
-from tflms.target import Target
-from tflms.tf import compat
 from tflms.tf import function_api as _tf_function
 from tflms.tf import reader
 from tflms.tf.adapters.graph_step import (GraphAdapter, TrainingStep,
-                                          plan_and_rewrite)
+                                          plan_and_rewrite, step_target)
 
 __all__ = ["FunctionStep", "step_fetches", "step_of", "rewrite_graph",
            "function_target"]
@@ -32,16 +30,12 @@ class FunctionStep(GraphAdapter):
 
     `target`: the `target.Target` to plan for (its device and worker are
     each step's own); None: the one the step runs on here
-    (`function_target`)."""
+    (`graph_step.step_target`, as every graph's)."""
 
     offload_instead = (
         "for now, keep the step's optimizer state on the device "
         "(offload_optimizer=False), or build the step as a Session graph "
         "with a tf.compat.v1.train optimizer and use lms.run(graph)")
-
-    def __init__(self, lms, graph, fetches=None, target=None):
-        super().__init__(lms, graph, fetches)
-        self._target = target
 
     def describe_entry(self):
         return ("a tf.function step (lms.function, and Keras 3 fit, "
@@ -63,15 +57,6 @@ class FunctionStep(GraphAdapter):
     def index(self, found):
         return step_of(found.graph, variable_devices=found.gpu_device
                        is not None)[1]
-
-    def target(self, found):
-        """The target given, else `function_target`'s (decided once),
-        with `found`'s device and worker."""
-        if self._target is None:
-            self._target = function_target(self.lms.settings)
-        base = self._target
-        return base.replace(device=found.gpu_device or base.device,
-                            worker=found.worker)
 
     def rewrite(self, start=None):
         """Plan and rewrite the step; a step on two or more compute devices
@@ -121,13 +106,9 @@ def rewrite_graph(lms, graph, start=None, target=None):
 
 def function_target(settings, here=True):
     """The `target.Target` of a tf.function's step planned with
-    `settings`: LMS leaves alone what Grappler merges
-    (`Target.grappler_groups`), so the step trains bit for bit as without
-    LMS; with `here`, on oneDNN's CPU kernels when the step would run on
-    them on this machine (oneDNN on and no GPU); else (a plan for a GPU
-    made on another machine) not."""
-    return Target.of(settings, grappler_groups=True,
-                     onednn_cpu=here and _runs_on_onednn_cpu())
+    `settings`: every step's (`graph_step.step_target`), by the name its
+    callers (the command line, the benchmarks) know."""
+    return step_target(settings, here)
 
 
 def step_fetches(graph):
@@ -155,15 +136,6 @@ def step_of(graph, variable_devices=False):
     fetches = step_fetches(graph)
     return fetches, _with_captured_variables(
         reader.build_index(graph, fetches), graph, variable_devices)
-
-
-def _runs_on_onednn_cpu():
-    """True if a step traced here runs on oneDNN's CPU kernels: oneDNN on
-    (TF_ENABLE_ONEDNN_OPTS, or the CPU's default) and no GPU to place the
-    step on."""
-    import tensorflow as tf
-    return (compat.onednn_enabled()
-            and not tf.config.list_physical_devices("GPU"))
 
 
 def _with_captured_variables(index, graph, variable_devices=False):
