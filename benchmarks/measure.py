@@ -64,6 +64,7 @@ from benchmarks import common
 from tflms.tf import reader as tf_reader
 from tflms import LMS
 from tflms import autotune
+from tflms.tf.adapters import rewrite
 from tflms.tf.adapters import tf_function
 from tflms.tf import oracle
 from tflms import pipeline
@@ -400,7 +401,8 @@ def apply_tflms(built, params=None, budget_gib=None, settings=None):
     start = time.perf_counter()
     try:
         result = (lms.run(built.graph) if built.function is None
-                  else tf_function.rewrite_graph(lms, built.graph))
+                  else rewrite.rewrite_function_graph(built.graph,
+                                                     lms.settings))
     except autotune.AutotuneError as err:
         return {"status": "no fit", "edit_s": time.perf_counter() - start,
                 "error": str(err).split(". ")[0]}

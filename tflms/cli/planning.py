@@ -192,16 +192,17 @@ def _run(lms, loaded, graph_name):
     """``(RunResult or None, the tuner's error text or None, its floor or
     None)`` of planning and rewriting the loaded graph."""
     from tflms import autotune
-    from tflms.tf.adapters import tf_function
-    graph = loaded.graph
+    from tflms.tf.adapters import rewrite, tf_function
+    graph, settings = loaded.graph, lms.settings
     try:
         # A Keras 3 step is planned for the GPU of the settings, where
         # oneDNN's CPU passes do not run (`Target.onednn_cpu`).
-        run = (lms.run(graph, fetches=loaded.fetches)
+        run = (rewrite.rewrite_session_graph(graph, settings,
+                                             fetches=loaded.fetches)
                if loaded.traced is None
-               else tf_function.rewrite_graph(
-                   lms, graph, target=tf_function.function_target(
-                       lms.settings, here=False)))
+               else rewrite.rewrite_function_graph(
+                   graph, settings, target=tf_function.function_target(
+                       settings, here=False)))
     except autotune.AutotuneError as e:
         return None, str(e), e.floor
     if run.planned is None:
