@@ -231,8 +231,7 @@ def _measured(run, loaded, settings, lowest):
     from tflms import autotune
     from tflms import floor as floor_mod
     from tflms import pipeline
-    from tflms.tf import reader
-    from tflms.tf.adapters import tf_function
+    from tflms.tf.adapters import rewrite, tf_function
     if run is not None:
         planned = pipeline.simulate_plan(run.planned)
         budget = planned.budget_bytes
@@ -246,10 +245,12 @@ def _measured(run, loaded, settings, lowest):
     # is unchanged).
     graph = loaded.graph
     if loaded.traced is None:
-        index, target = reader.build_index(graph, loaded.fetches), None
+        index, target = rewrite.session_graph_step(graph, settings,
+                                                   loaded.fetches)
     else:
-        index = tf_function.step_of(graph)[1]
-        target = tf_function.function_target(settings, here=False)
+        index, target = rewrite.function_graph_step(
+            graph, settings, tf_function.function_target(settings,
+                                                         here=False))
     moved = None
     if settings.offload_optimizer and loaded.traced is None:
         # As LMS.run planned it (a Keras 3 step refused it already).

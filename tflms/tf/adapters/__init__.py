@@ -27,14 +27,13 @@ from tflms.tf.adapters import keras2
 from tflms.tf.adapters import keras3
 from tflms.tf.adapters import keras3_strategy
 from tflms.tf.adapters import rewrite
-from tflms.tf.adapters import session
 
 __all__ = ["GRAPH_ADAPTERS", "FIT_ADAPTERS", "graph_adapter", "fit_adapter"]
 
-GRAPH_ADAPTERS = rewrite.FUNCTION_ADAPTERS + (
-    # A graph-mode tf.Graph: run(graph), the Estimator hook, Keras 2.
-    session.SessionGraph,
-)
+# Function graphs (a step on one worker of a MultiWorkerMirroredStrategy,
+# any tf.function's graph), then graph-mode tf.Graphs (run(graph), the
+# Estimator hook, Keras 2): rewrite.py's two routes.
+GRAPH_ADAPTERS = rewrite.FUNCTION_ADAPTERS + rewrite.SESSION_ADAPTERS
 
 FIT_ADAPTERS = (
     # Keras 3 under a tf.distribute strategy.

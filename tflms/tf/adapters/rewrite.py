@@ -3,14 +3,18 @@ what was rewritten.
 
 * `rewrite_session_graph(graph, settings, log, fetches)`: a graph-mode
   `tf.Graph` (``lms.run(graph)``, the Estimator hook, Keras 2's graph,
-  `tflms plan` of a saved graph), served by `session.SessionGraph`.
+  `tflms plan` of a saved graph), served by the first of
+  `SESSION_ADAPTERS` that accepts it (`session.SessionGraph`).
 * `rewrite_function_graph(graph, settings, log, target)`: a function
   graph (``lms.function``, Keras 3's train step, `tflms plan` of a Keras 3
   model), served by the first of `FUNCTION_ADAPTERS` that accepts it.
 
 Both take what planning needs (the settings, a `Logger`, the target when
 the caller decides it) and nothing of `LMS`; they plan with Python's
-cyclic garbage collector paused (`tflms._gc`).
+cyclic garbage collector paused (`tflms._gc`). Callers that plan without
+rewriting (the capacity search, `tflms plan`'s report when nothing fits)
+read the step through the same adapters: `session_graph_step` and
+`function_graph_step` give the `(index, target)` each rewrite plans.
 
 `Rewrites` is the one owner of "already rewritten" for an `LMS` object:
 the graph it planned before gets the same answer (`earlier`), and only a
@@ -31,10 +35,16 @@ from tflms.tf.adapters import session
 from tflms.tf.adapters import tf_function
 
 __all__ = ["rewrite_session_graph", "rewrite_function_graph",
-           "FUNCTION_ADAPTERS", "Rewrites", "logger_of"]
+           "session_graph_step", "function_graph_step",
+           "SESSION_ADAPTERS", "FUNCTION_ADAPTERS", "Rewrites",
+           "logger_of"]
 
-# The function-graph adapters, asked in this order (a subclass before the
-# adapter it specialises).
+# The adapters of each route, asked in this order (a subclass before the
+# adapter it specialises); adapters.GRAPH_ADAPTERS is both.
+SESSION_ADAPTERS = (
+    # A graph-mode tf.Graph: run(graph), the Estimator hook, Keras 2.
+    session.SessionGraph,
+)
 FUNCTION_ADAPTERS = (
     # A step on one worker of a MultiWorkerMirroredStrategy.
     multi_worker_step.MultiWorkerStep,
@@ -65,8 +75,8 @@ def rewrite_session_graph(graph, settings, log=None, fetches=None,
     log = logger_of(settings) if log is None else log
     graph = session.graph_to_edit(graph)
     with _gc.paused():
-        return session.SessionGraph(graph, settings, log,
-                                    fetches).rewrite(start)
+        return _adapter(graph, SESSION_ADAPTERS)(graph, settings, log,
+                                                 fetches).rewrite(start)
 
 
 def rewrite_function_graph(graph, settings, log=None, target=None,
@@ -80,14 +90,42 @@ def rewrite_function_graph(graph, settings, log=None, target=None,
     the step runs on here."""
     start = time.perf_counter() if start is None else start
     log = logger_of(settings) if log is None else log
-    for adapter in FUNCTION_ADAPTERS:
+    with _gc.paused():
+        return _adapter(graph, FUNCTION_ADAPTERS)(
+            graph, settings, log, target=target).rewrite(start)
+
+
+def session_graph_step(graph, settings, fetches=None):
+    """``(index, target)`` of the training step of the graph-mode `graph`,
+    as `rewrite_session_graph` plans it; nothing is edited."""
+    adapter = _adapter(graph, SESSION_ADAPTERS)(
+        graph, settings, logger_of(settings), fetches)
+    found = adapter.find_step()
+    return adapter.index(found), adapter.target(found)
+
+
+def function_graph_step(graph, settings, target=None):
+    """``(index, target)`` of the training step of the function graph
+    `graph`, as `rewrite_function_graph` plans it with `target`;
+    nothing is edited."""
+    adapter = _adapter(graph, FUNCTION_ADAPTERS)(
+        graph, settings, logger_of(settings), target=target)
+    found = adapter.find_step()
+    return adapter.index(found), adapter.target(found)
+
+
+def _adapter(graph, adapters):
+    """The first of `adapters` (one route's) that accepts `graph`."""
+    for adapter in adapters:
         if adapter.accepts(graph):
-            with _gc.paused():
-                return adapter(graph, settings, log,
-                               target=target).rewrite(start)
-    raise ValueError("graph must be a tf.function's graph (a FuncGraph); "
-                     "got %r. Rewrite a graph-mode tf.Graph with "
-                     "lms.run(graph)" % (graph,))
+            return adapter
+    if adapters is FUNCTION_ADAPTERS:
+        raise ValueError("graph must be a tf.function's graph (a "
+                         "FuncGraph); got %r. Rewrite a graph-mode "
+                         "tf.Graph with lms.run(graph)" % (graph,))
+    raise ValueError("graph must be a graph-mode tf.Graph; got %r. "
+                     "Rewrite a tf.function's step with "
+                     "lms.function(step_fn)" % (graph,))
 
 
 class Rewrites:
