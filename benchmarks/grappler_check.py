@@ -32,7 +32,7 @@ def measure(app, image, repeat):
     from benchmarks import models
     from tflms import LMS
     from tflms.tf import grappler_check
-    from tflms.tf.adapters import tf_function
+    from tflms.tf.adapters import rewrite, tf_function
     built = models.build("keras3_app", app=app, image=image, batch=1,
                          classes=10)
     graph = built.graph
@@ -44,7 +44,7 @@ def measure(app, image, repeat):
     once = time.perf_counter() - start
     lms = LMS(**FIXED)
     start = time.perf_counter()
-    result = tf_function.rewrite_graph(lms, graph)
+    result = rewrite.rewrite_function_graph(graph, lms.settings)
     rewrite = time.perf_counter() - start
     reports = [grappler_check.check(before, graph, fetches, config)
                for _ in range(repeat)]

@@ -7,7 +7,7 @@ peak (TensorFlow 2.16+ with Keras 3).
 
 The step is `benchmarks.models.keras3_app` (``train_step`` traced as a
 `tf.function`, batch 1), planned as ``lms.function`` plans it
-(`tflms.function.rewrite_graph`) with auto-tuning to ``--gpu-mem`` GiB
+(`rewrite.rewrite_function_graph`) with auto-tuning to ``--gpu-mem`` GiB
 (the planning budget is `TF_LMS_SIMULATOR_MEM_RATIO` of it, 0.9 by
 default), and judged, as in the capacity benchmark (`benchmarks.capacity`),
 by the oracle's runtime peak of the rewritten graph against the whole
@@ -46,7 +46,7 @@ def main(argv=None):
     from benchmarks import measure, models
     from tflms import LMS, autotune, pipeline, steptime
     from tflms.tf import oracle
-    from tflms.tf.adapters import tf_function
+    from tflms.tf.adapters import rewrite, tf_function
     start = time.perf_counter()
     built = models.build("keras3_app", app="ResNet50", image=args.size,
                          batch=1)
@@ -58,8 +58,8 @@ def main(argv=None):
         lms.interconnect = args.interconnect
     try:
         # Planned for a GPU, where oneDNN's CPU passes merge nothing.
-        result = tf_function.rewrite_graph(
-            lms, built.graph,
+        result = rewrite.rewrite_function_graph(
+            built.graph, lms.settings,
             target=tf_function.function_target(lms.settings, here=False))
     except autotune.AutotuneError as err:
         print("%d: no plan: %s" % (args.size, err))

@@ -64,8 +64,8 @@ from benchmarks import common
 from tflms.tf import reader as tf_reader
 from tflms import LMS
 from tflms import autotune
-from tflms.tf import adapters
 from tflms.tf.adapters import graph_step
+from tflms.tf.adapters import rewrite
 from tflms.tf.adapters import tf_function
 from tflms.tf import oracle
 from tflms import pipeline
@@ -400,11 +400,14 @@ def apply_tflms(built, params=None, budget_gib=None, settings=None):
     lms.batch_size = built.batch_size
     start = time.perf_counter()
     try:
-        # Planned for a GPU whatever this machine runs (`step_target`):
-        # LMS.run's path through the graph's adapter.
-        result = adapters.graph_adapter(
-            lms, built.graph, target=step_target(built, lms.settings)
-        ).rewrite()
+        # Planned for a GPU whatever this machine runs (`step_target`).
+        target = step_target(built, lms.settings)
+        result = (rewrite.rewrite_session_graph(built.graph, lms.settings,
+                                                target=target)
+                  if built.function is None
+                  else rewrite.rewrite_function_graph(built.graph,
+                                                     lms.settings,
+                                                     target=target))
     except autotune.AutotuneError as err:
         return {"status": "no fit", "edit_s": time.perf_counter() - start,
                 "error": str(err).split(". ")[0]}

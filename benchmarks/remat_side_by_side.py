@@ -140,12 +140,12 @@ def _oracle(found, column):
     """The oracle's runtime peak of the probe `found` (for LMS, of its
     graph rewritten by the plan)."""
     from benchmarks import transformer_plans
-    from tflms.tf.adapters import tf_function
+    from tflms.tf.adapters import rewrite, tf_function
     graph = found["graph"]
     if column == "lms":
-        lms = found["lms"]
-        tf_function.rewrite_graph(lms, graph, target=(
-            tf_function.function_target(lms.settings, here=False)))
+        settings = found["lms"].settings
+        rewrite.rewrite_function_graph(graph, settings, target=(
+            tf_function.function_target(settings, here=False)))
     peak, _ = transformer_plans._oracle_peak(graph)
     return peak
 

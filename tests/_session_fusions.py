@@ -26,7 +26,7 @@ import tensorflow as tf  # noqa: E402
 
 from tflms import LMS  # noqa: E402
 from tflms.target import Target  # noqa: E402
-from tflms.tf.adapters import session  # noqa: E402
+from tflms.tf.adapters import rewrite, session  # noqa: E402
 
 from _graphs import trace_options, unexecuted_nodes  # noqa: E402
 
@@ -126,9 +126,8 @@ def main():
     # show that the model needs them.
     model = build()
     lms = LMS(**PARAMS)
-    adapter = session.SessionGraph(lms, model[0], target=Target.of(
-        lms.settings))
-    result = adapter.rewrite()
+    result = rewrite.rewrite_session_graph(
+        model[0], lms.settings, target=Target.of(lms.settings))
     without_rules = compare(base, train(model), result)
     print(json.dumps({
         "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS"),

@@ -31,7 +31,7 @@ import _keras3
 from tflms import LMS, fusions
 from tflms.tf import grappler_check
 from tflms.tf import rewriter
-from tflms.tf.adapters import tf_function
+from tflms.tf.adapters import rewrite
 
 # Swaps nearly every tensor read a level or more after it is made.
 FIXED = dict(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0)
@@ -66,7 +66,7 @@ def _check_function_step(lms):
         concrete = step.get_concrete_function(
             tf.TensorSpec([4, 16], tf.float32))
         lms.grappler_check = True
-        return tf_function.rewrite_graph(lms, concrete.graph)
+        return rewrite.rewrite_function_graph(concrete.graph, lms.settings)
 
 
 def test_function_step_optimized_the_same_with_the_rules():
@@ -333,7 +333,7 @@ def test_lms_swaps_change_the_accumulated_addns():
         graph = _wide_function_graph()
     lms = LMS(**FIXED)
     lms.grappler_check = True
-    result = tf_function.rewrite_graph(lms, graph)
+    result = rewrite.rewrite_function_graph(graph, lms.settings)
     assert result.rewritten and len(result.swapout_ops) > WIDE["layers"]
     report = result.grappler
     without, with_lms = report.accumulated

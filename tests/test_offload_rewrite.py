@@ -19,7 +19,7 @@ from tflms.devices import same_device
 from tflms.tf import compat
 from tflms.tf import grappler_check
 from tflms.tf import rewriter
-from tflms.tf.adapters import tf_function
+from tflms.tf.adapters import rewrite
 
 from _stack import needs_estimator
 from dist_jobs._common import TraceHook
@@ -339,7 +339,8 @@ def test_function_steps_refuse_offload():
                        match=r"not supported yet for a tf.function step "
                              r"\(lms.function, and Keras 3 fit, which calls "
                              r"it\).*offload_optimizer=False"):
-        tf_function.rewrite_graph(_lms(offload_optimizer=True), graph)
+        rewrite.rewrite_function_graph(
+            graph, _lms(offload_optimizer=True).settings)
 
 
 def _wide(optimizer="adam", width=512, depth=3):

@@ -49,6 +49,7 @@ from tflms import floor as floor_mod
 from tflms import pipeline
 from tflms import plots
 from tflms import steptime
+from tflms.target import Target
 
 __all__ = ["BatchRow", "Capacity", "search", "plan_row", "write_plot",
            "DEFAULT_LIMIT", "DIMENSIONS"]
@@ -514,11 +515,13 @@ def plan_row(index, roles, settings, batch, log=None, env=None,
         step.
     """
     settings = settings.replace(batch_size=batch)
+    if target is None:
+        target = Target.of(settings)
     try:
         planned = pipeline.plan(index, settings, roles=roles, log=log,
                                 env=env, target=target)
     except autotune.AutotuneError as err:
-        offload = target.offload if target is not None else None
+        offload = target.offload
         without = pipeline.simulate_without(index, roles, settings, offload)
         step = steptime.StepTimeModel(
             index, roles, batch, gpu=settings.gpu,

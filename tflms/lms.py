@@ -1,27 +1,25 @@
 """The public `LMS` object: the settings, and `run()` / `function()`,
-which hand the work to the adapter of the entry point.
+which hand the work down to the two functions below it
+(`tflms.tf.adapters.rewrite`: one rewrites a Session graph, one a function
+graph), through the object's `Rewrites` (the settings as they are now and
+the one record of what it rewrote).
 
 The same object is a `SessionRunHook` and a Keras callback, because users
 pass it as one; each of those methods is a line or two that hands the call
-to an adapter (`tflms.tf.adapters`): `begin()` rewrites the default graph
-with `run()` (the Session adapter); the Keras methods go to the fit adapter
-that accepts the model (Keras 2 in graph mode, Keras 3 on one device or
-under a strategy), which finds the step and has it rewritten.
+down: `begin()` rewrites the default graph with `run()` (the Session
+adapter); the Keras methods go to the fit adapter that accepts the model
+(Keras 2 in graph mode, Keras 3 on one device or under a strategy), which
+finds the step and has it rewritten through the same `Rewrites`.
 """
-
-import time
 
 import tensorflow as tf
 
-from tflms import _gc
 from tflms import settings as S
-from tflms._logging import Logger
 from tflms.results import EagerModeError, Outcome, RunResult
 from tflms.tf import adapters
 from tflms.tf import compat
-from tflms.tf import distributed
-from tflms.tf import keras2_session
 from tflms.tf import lms_function
+from tflms.tf.adapters import rewrite
 from tflms.tf.adapters import session
 
 __all__ = ["LMS", "RunResult", "Outcome", "EagerModeError",
@@ -136,15 +134,10 @@ class LMS(compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
             debug_level=debug_level, cpu_device=cpu_device,
             gpu_device=gpu_device, offload_optimizer=offload_optimizer)
         self._model = None
-        # The `RunResult` of the latest `run()`: the hook and the callback
-        # call run() themselves, so this is where their users find it.
-        self.last_run = None
-        # (graph, graph.version after run, RunResult) of the latest run
-        # that planned: a second call for the same graph (Keras calls
-        # set_model and then set_params) answers with the same result
-        # instead of analysing it again, unless tuning found LMS unneeded
-        # and the graph has changed since.
-        self._decided = None
+        # What this object rewrote, read with its settings as they are at
+        # each rewrite; the hook, the callback and lms.function rewrite
+        # through it.
+        self.rewrites = rewrite.Rewrites(lambda: self._settings)
         self._step_guard = None  # set by begin() (SessionRunHook)
         # The fit adapter of the model Keras gave the callback (it keeps
         # what an earlier fit of the same model planned).
@@ -167,8 +160,15 @@ class LMS(compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
         return self._settings
 
     @property
-    def _log(self):
-        return Logger(self._settings.debug, self._settings.debug_level)
+    def last_run(self):
+        """The `RunResult` of the latest rewrite (`run()`, the hook, the
+        callback or a step of `function`): the hook and the callback call
+        run() themselves, so this is where their users find it."""
+        return self.rewrites.last_run
+
+    @last_run.setter
+    def last_run(self, result):
+        self.rewrites.last_run = result
 
     # ---- the work -----------------------------------------------------
     def run(self, graph=None, keras=False, fetches=None):
@@ -209,44 +209,12 @@ class LMS(compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
           ValueError: for bad settings or fetches, or a graph that cannot
             be edited; the graph is then unchanged.
         """
-        start = time.perf_counter()
         if not isinstance(keras, bool):
             raise ValueError(
                 "keras must be True (a Keras 2 graph, as TFLMSv2's "
                 "run(keras=True)) or False; got %r. Pass the step's "
                 "fetches as fetches=..." % (keras,))
-        graph = session.graph_to_edit(graph)
-        decided = self._decided
-        decided_before = decided[2] if decided is not None else None
-        if (decided is not None and decided[0] is graph
-                and (decided[1] == graph.version or decided[2].rewritten)):
-            # This object planned this graph before: the same answer (a
-            # graph it rewrote stays rewritten when ops are added later).
-            self._log.info("LMS has already planned this graph: %s."
-                           % decided[2].outcome.value, 1)
-            result = decided[2]
-        else:
-            with _gc.paused():
-                result = adapters.graph_adapter(self, graph,
-                                                fetches).rewrite(start)
-            if result.planned is not None:
-                self._decided = (graph, graph.version, result)
-        self.last_run = result
-        if keras and result.rewritten and result is not decided_before:
-            self._log.info("run(keras=True): the graph's Keras session, if "
-                           "it has one, is renewed to see LMS's edits")
-            keras2_session.renew_keras_session(graph, self._log)
-        # Every rank of a multi-process job reaches this line whatever it
-        # decided, so a rank that decided otherwise is an error here rather
-        # than a hang at the first collective.
-        distributed.check_ranks_agree(graph, result.outcome.value,
-                                      result.rewrite)
-        return result
-
-    def _rewrite_graph(self, graph, start):
-        """Plan and rewrite a function graph `graph` (a traced step of
-        `function`) through the adapter of its entry point."""
-        return adapters.graph_adapter(self, graph).rewrite(start)
+        return self.rewrites.session_graph(graph, fetches, renew_keras=keras)
 
     def function(self, step_fn):
         """LMS for a TensorFlow 2 training step: `step_fn` (a Python
@@ -311,7 +279,7 @@ class LMS(compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
         """The fit adapter of `model`: the one this object already has when
         it serves the same model the same way (it keeps what an earlier
         fit planned), else a new one."""
-        made = adapters.fit_adapter(self, model)
+        made = adapters.fit_adapter(self.rewrites, model)
         old = self._fit
         if (old is not None and old.model is model
                 and type(old) is type(made)):

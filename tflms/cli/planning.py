@@ -192,17 +192,18 @@ def _run(lms, loaded, graph_name):
     """``(RunResult or None, the tuner's error text or None, its floor or
     None)`` of planning and rewriting the loaded graph."""
     from tflms import autotune
-    from tflms.tf.adapters import graph_step, session, tf_function
-    graph = loaded.graph
+    from tflms.tf.adapters import graph_step, rewrite
+    graph, settings = loaded.graph, lms.settings
     # Planned for the GPU of the settings, where oneDNN's CPU passes do
     # not run (`Target.onednn_cpu`), whatever this machine runs.
-    target = graph_step.step_target(lms.settings, here=False)
+    target = graph_step.step_target(settings, here=False)
     try:
-        run = (session.SessionGraph(
-                   lms, session.graph_to_edit(graph), loaded.fetches,
-                   target=target).rewrite()
+        run = (rewrite.rewrite_session_graph(graph, settings,
+                                             fetches=loaded.fetches,
+                                             target=target)
                if loaded.traced is None
-               else tf_function.rewrite_graph(lms, graph, target=target))
+               else rewrite.rewrite_function_graph(graph, settings,
+                                                   target=target))
     except autotune.AutotuneError as e:
         return None, str(e), e.floor
     if run.planned is None:
@@ -231,8 +232,7 @@ def _measured(run, loaded, settings, lowest):
     from tflms import autotune
     from tflms import floor as floor_mod
     from tflms import pipeline
-    from tflms.tf import reader
-    from tflms.tf.adapters import graph_step, tf_function
+    from tflms.tf.adapters import graph_step, rewrite
     if run is not None:
         planned = pipeline.simulate_plan(run.planned)
         budget = planned.budget_bytes
@@ -247,9 +247,10 @@ def _measured(run, loaded, settings, lowest):
     graph = loaded.graph
     target = graph_step.step_target(settings, here=False)
     if loaded.traced is None:
-        index = reader.build_index(graph, loaded.fetches)
+        index, target = rewrite.session_graph_step(graph, settings,
+                                                   loaded.fetches, target)
     else:
-        index = tf_function.step_of(graph)[1]
+        index, target = rewrite.function_graph_step(graph, settings, target)
     moved = None
     if settings.offload_optimizer and loaded.traced is None:
         # As LMS.run planned it (a Keras 3 step refused it already).

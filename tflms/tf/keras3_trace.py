@@ -10,8 +10,9 @@ step ``fit()`` runs, forward pass, loss, backward pass, optimizer update,
 batch-norm statistics and metrics, in one concrete function. Its graph
 (`FuncGraph`) is what `tflms.tf.lms_function` rewrites for ``lms.function``,
 and ``tflms plan`` plans it the same way
-(`tflms.tf.adapters.tf_function.rewrite_graph`: the function's outputs and
-control outputs are the step, the variables it captures are resident);
+(`tflms.tf.adapters.rewrite.rewrite_function_graph`: the function's
+outputs and control outputs are the step, the variables it captures are
+resident);
 ``--inference`` traces ``model(x, training=False)`` instead.
 
 Targets are given the model's output shape, and for a sparse loss (its

@@ -13,8 +13,10 @@ model, planned with an `LMS`'s settings (docs/capacity.md)::
     found.max_sequence_with_lms, found.rows
 
 Nothing is rewritten: each batch is planned (`capacity.plan_row`) as
-`LMS.run` would plan it. A Session graph is indexed once and planned at
-every batch (the simulator sizes the first unknown dimension with it); a
+`LMS.run` would plan it, on the step and target the rewrite reads
+(`rewrite.session_graph_step`, `rewrite.function_graph_step`). A Session
+graph is indexed once and planned at every batch (the simulator sizes the
+first unknown dimension with it); a
 Keras 3 model's ``train_step`` is traced once per batch
 (`keras3_trace.trace`), or, searching the sequence, once per sequence
 length with the batch fixed: axis 1 of every input the model leaves
@@ -28,10 +30,10 @@ from tflms import budget as budget_mod
 from tflms import capacity
 from tflms import offload
 from tflms.tf.adapters import graph_step
+from tflms.tf.adapters import rewrite
 from tflms.tf.adapters import tf_function
 from tflms.tf import keras3_trace
 from tflms import pipeline
-from tflms.tf import reader
 
 __all__ = ["of_graph", "of_keras3_model", "graph_plan_at",
            "keras3_plan_at", "batch_is_free", "budget_of",
@@ -68,7 +70,11 @@ def graph_plan_at(graph, settings, fetches=None, log=None, what="the graph"):
       ValueError: the graph's shapes fix the batch, or no auto-tuning.
     """
     _check(settings)
-    index = reader.build_index(graph, fetches)
+    # Planned for a GPU's budget, as every step is planned
+    # (`graph_step.step_target`): oneDNN's CPU passes do not run there.
+    index, target = rewrite.session_graph_step(
+        graph, settings, fetches,
+        target=graph_step.step_target(settings, here=False))
     if not batch_is_free(index):
         raise ValueError(
             "%s has only static shapes, so its batch cannot change; the "
@@ -82,14 +88,12 @@ def graph_plan_at(graph, settings, fetches=None, log=None, what="the graph"):
         # there).
         moved = offload.find_updates(index, settings.cpu_device)
         index = offload.planning_index(index, moved)
-    # Planned for a GPU's budget, as every step is planned
-    # (`graph_step.step_target`): oneDNN's CPU passes do not run there.
-    target = graph_step.step_target(settings, here=False)
     roles = pipeline.classify(index, settings, target)
+    target = target.replace(offload=moved)
 
     def plan_at(batch):
         return capacity.plan_row(index, roles, settings, batch, log,
-                                 target=target.replace(offload=moved))
+                                 target=target)
     return plan_at
 
 
@@ -121,8 +125,9 @@ def keras3_plan_at(loaded, settings, path="the model", log=None,
             batch, sequence = size, None
             traced = keras3_trace.trace(loaded, batch_size=batch, path=path)
         # Planned for a GPU's budget: oneDNN's CPU passes do not run there.
-        _, index = tf_function.step_of(traced.graph)
-        target = tf_function.function_target(settings, here=False)
+        index, target = rewrite.function_graph_step(
+            traced.graph, settings,
+            tf_function.function_target(settings, here=False))
         roles = pipeline.classify(index, settings, target)
         return capacity.plan_row(index, roles, settings, batch, log,
                                  sequence=sequence, target=target)

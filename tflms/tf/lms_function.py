@@ -4,11 +4,12 @@ A `tf.function` runs one concrete function per input signature, each a
 graph (`FuncGraph`) that holds the whole step: the forward pass, the
 backward pass the `GradientTape` traced into it, and the optimizer's
 updates. `function(step_fn, lms)` returns an `LMSFunction` that, at the
-first call with a new signature, traces `step_fn`, indexes the function
-graph's training step (its outputs and control outputs, i.e. the updates;
-captured variables are resident), plans it with the pipeline `LMS.run`
-uses (auto-tuning or fixed parameters), rewrites the graph with
-`rewriter.apply_plan`, and builds a new function from it
+first call with a new signature, traces `step_fn` and has the function
+graph rewritten (`tflms.tf.adapters.rewrite.rewrite_function_graph`:
+its training step, the outputs and control outputs, i.e. the updates,
+with captured variables resident, indexed and planned with the pipeline
+`LMS.run` uses, auto-tuning or fixed parameters, and the graph edited by
+`rewriter.apply_plan`), and builds a new function from it
 (`tflms.tf.function_api`, the one place that uses TensorFlow's internal
 function APIs). Later calls with that signature run the rewritten function::
 
@@ -40,6 +41,7 @@ import tensorflow as tf
 from tflms import _gc
 from tflms.errors import LMSError
 from tflms.tf import function_api
+from tflms.tf.adapters.rewrite import Rewrites
 from tflms.results import EagerModeError, Outcome
 
 __all__ = ["function", "LMSFunction", "UnsupportedFunctionError"]
@@ -101,7 +103,12 @@ def function(step_fn, lms):
         callable, or a
         `tf.function` made with ``jit_compile=True``.
     """
-    return LMSFunction(step_fn, lms)
+    rewrites = getattr(lms, "rewrites", None)
+    if not isinstance(rewrites, Rewrites):
+        raise UnsupportedFunctionError(
+            "lms must be a tflms.LMS; got %r. Use LMS(...).function("
+            "step_fn)" % (lms,))
+    return LMSFunction(step_fn, rewrites)
 
 
 def _name_of(fn):
@@ -112,18 +119,19 @@ class LMSFunction:
     """A training step whose concrete functions LMS has rewritten.
 
     Call it like the step it wraps. Each input signature is traced,
-    planned and rewritten once, at its first call; `results` maps each
-    traced concrete function's name to the `tflms.RunResult` of its
-    rewrite (the latest is also `lms.last_run`).
+    planned and rewritten once, at its first call, through `rewrites`
+    (a `tflms.tf.adapters.rewrite.Rewrites`: an LMS object's, ``lms.
+    rewrites``); `results` maps each traced concrete function's name to
+    the `tflms.RunResult` of its rewrite (the latest is also
+    `rewrites.last_run`, `lms.last_run`).
     """
 
-    def __init__(self, step_fn, lms):
-        # An LMS is recognised by what this class calls on it: tflms.lms
-        # imports this module, so it cannot import tflms.lms back.
-        if not callable(getattr(lms, "_rewrite_graph", None)):
+    def __init__(self, step_fn, rewrites):
+        if not isinstance(rewrites, Rewrites):
             raise UnsupportedFunctionError(
-                "lms must be a tflms.LMS; got %r. Use LMS(...).function("
-                "step_fn)" % (lms,))
+                "rewrites must be a tflms.tf.adapters.rewrite.Rewrites (an "
+                "LMS object's lms.rewrites); got %r. Use LMS(...).function("
+                "step_fn)" % (rewrites,))
         if not callable(step_fn):
             raise UnsupportedFunctionError(
                 "step_fn must be a training step: a Python function or a "
@@ -137,7 +145,7 @@ class LMSFunction:
         else:
             self._function = tf.function(step_fn)
             self._wrapped = True
-        self.lms = lms
+        self.rewrites = rewrites
         self.step_fn = step_fn
         # concrete function name -> (original, rewritten or original,
         # RunResult)
@@ -205,20 +213,18 @@ class LMSFunction:
             raise UnsupportedFunctionError(_JIT_MESSAGE % self._name)
         start = time.perf_counter()
         graph = concrete.graph
-        lms = self.lms
-        lms._log.info("Tracing %s: LMS rewrites its concrete function %s "
-                      "(%d operations)" % (
-                          self._name, _text(concrete.name),
-                          len(graph.get_operations())))
+        self.rewrites.log.info(
+            "Tracing %s: LMS rewrites its concrete function %s "
+            "(%d operations)" % (self._name, _text(concrete.name),
+                                 len(graph.get_operations())))
         with _gc.paused():
             # The adapter of this graph's entry point (a step on one
             # worker of a multi-worker strategy, or any function graph).
-            result = lms._rewrite_graph(graph, start)
+            result = self.rewrites.function_graph(graph, start)
             # A graph rewritten before (another LMSFunction of the same
             # tf.function) runs as rewritten too.
             rewritten = (concrete if result.outcome is Outcome.NOT_NEEDED
                          else function_api.rebuild(concrete, graph))
-        lms.last_run = result
         return concrete, rewritten, result
 
 

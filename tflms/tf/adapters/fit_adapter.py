@@ -4,8 +4,9 @@ Keras calls the callback (the `LMS` object itself): ``set_model``,
 ``set_params``, ``on_train_begin``, ``on_train_end``. `LMS` hands each
 call to the fit adapter that accepts the model (`tflms.tf.adapters`,
 ``FIT_ADAPTERS``); the adapter finds the graph or the function of the
-training step and gives it to LMS to rewrite. A method an adapter does not
-need does nothing.
+training step and has it rewritten through its `rewrite.Rewrites` (the
+settings as they are now, a logger, the one record of what was
+rewritten). A method an adapter does not need does nothing.
 """
 
 __all__ = ["FitAdapter"]
@@ -14,8 +15,8 @@ __all__ = ["FitAdapter"]
 class FitAdapter:
     """One Keras fit entry point; see the module docstring."""
 
-    def __init__(self, lms, model):
-        self.lms = lms
+    def __init__(self, rewrites, model):
+        self.rewrites = rewrites
         self.model = model
 
     @classmethod

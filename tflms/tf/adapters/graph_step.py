@@ -75,9 +75,10 @@ class GraphAdapter:
         "optimizer (lms.run(graph) or the Estimator hook), or set "
         "offload_optimizer=False")
 
-    def __init__(self, lms, graph, fetches=None, target=None):
-        self.lms = lms
+    def __init__(self, graph, settings, log, fetches=None, target=None):
         self.graph = graph
+        self.settings = settings
+        self.log = log
         self.fetches = fetches
         # The `target.Target` to plan for (each step's device and worker
         # are its own); None: `step_target`'s, decided at the first ask.
@@ -105,19 +106,17 @@ class GraphAdapter:
         `step_target`'s (decided once, for this machine), with `found`'s
         device and worker when it has them."""
         if self._target is None:
-            self._target = step_target(self.lms.settings)
+            self._target = step_target(self.settings)
         base = self._target
         return base.replace(device=found.gpu_device or base.device,
                             worker=found.worker)
 
-    def apply(self, found, index, plan, offload=None, target=None):
-        """Edit `found.graph` by `plan` (made on `index`) and `offload`
-        (a `tflms.offload.Offload` or None), with the swap ops on
-        `target`'s host (default: `self.target(found)`'s): the
-        `rewriter.RewriteResult`."""
-        target = target or self.target(found)
+    def apply(self, found, index, plan, target):
+        """Edit `found.graph` by `plan` (made on `index`) and
+        `target.offload` (a `tflms.offload.Offload` or None), with the
+        swap ops on `target`'s host: the `rewriter.RewriteResult`."""
         return rewriter.apply_plan(found.graph, index, plan,
-                                   target.swap_device, offload)
+                                   target.swap_device, target.offload)
 
     def rewrite(self, start=None):
         """Find, index, plan and rewrite the step: a `RunResult`."""
@@ -139,14 +138,13 @@ def step_target(settings, here=True):
 
 
 def plan_and_rewrite(adapter, found, start, index=None):
-    """Plan `found` with the settings of `adapter.lms` and apply the plan
-    through `adapter`: the `RunResult` (REWRITTEN, NOT_NEEDED, or
+    """Plan `found` with `adapter.settings` and apply the plan through
+    `adapter`: the `RunResult` (REWRITTEN, NOT_NEEDED, or
     ALREADY_REWRITTEN when the graph holds LMS's swap ops for these
     devices already). `index`: the step's index when the adapter built it
     already."""
-    lms = adapter.lms
-    log = lms._log
-    settings = lms.settings
+    log = adapter.log
+    settings = adapter.settings
     target = adapter.target(found)
     if found.worker is not None:
         log.info(found.worker.describe())
@@ -158,9 +156,12 @@ def plan_and_rewrite(adapter, found, start, index=None):
     log.info("Editing model for LMS")
     if index is None:
         index = adapter.index(found)
-    offload = _offload(adapter, settings, target, index)
+    # The optimizer's updates on the host are part of where the step runs:
+    # the target carries them from here on, to the plan and the rewrite.
+    target = target.replace(offload=_offload(adapter, settings, target,
+                                             index))
     try:
-        planned = _plan(index, settings, target, offload, log)
+        planned = _plan(index, settings, target, log)
     except autotune.AutotuneError as err:
         offload = _offload_when_nothing_fits(adapter, settings, target,
                                              index, err, log)
@@ -168,11 +169,13 @@ def plan_and_rewrite(adapter, found, start, index=None):
             # The plots of the search that found nothing are the caller's
             # to write (the planning core writes no file).
             raise plots.with_plots(err, settings, log) from None
+        target = target.replace(offload=offload)
         try:
-            planned = _plan(index, settings, target, offload, log)
+            planned = _plan(index, settings, target, log)
         except autotune.AutotuneError as again:
             raise plots.with_plots(again, settings, log) from None
     plots.write_planned(planned, log)
+    offload = target.offload
     offloads = offload is not None and bool(offload.updates)
     if not planned.needed and not offloads:
         return RunResult(Outcome.NOT_NEEDED, planned,
@@ -191,7 +194,7 @@ def plan_and_rewrite(adapter, found, start, index=None):
     # rewrite edits the graph in place).
     before = (grappler_check.graph_def_of(found.graph)
               if settings.grappler_check else None)
-    rewrite = adapter.apply(found, planned.index, plan, offload, target)
+    rewrite = adapter.apply(found, planned.index, plan, target)
     _log_rewrite(log, plan, rewrite)
     seconds = time.perf_counter() - start
     log.info("Editing model for LMS, took: %.1f ms" % (seconds * 1000))
@@ -203,9 +206,10 @@ def plan_and_rewrite(adapter, found, start, index=None):
                      offload=offload, grappler=grappler)
 
 
-def _plan(index, settings, target, offload, log):
-    """`pipeline.plan` of the step on `target`, with `offload`'s updates
-    on the host when it is not None."""
+def _plan(index, settings, target, log):
+    """`pipeline.plan` of the step on `target`, with `target.offload`'s
+    updates on the host when it is not None."""
+    offload = target.offload
     if offload is not None:
         log.info(offload.describe())
         link = hardware.interconnect_named(settings.interconnect)
@@ -220,7 +224,7 @@ def _plan(index, settings, target, offload, log):
     roles = pipeline.classify(index, settings, target)
     run_log.log_graph_facts(log, index, roles, settings)
     return pipeline.plan(index, settings, roles=roles, log=log,
-                         target=target.replace(offload=offload))
+                         target=target)
 
 
 def _offload(adapter, settings, target, index):

@@ -198,8 +198,8 @@ class Keras3Fit(FitAdapter):
     def accepts(cls, model):
         return compat.is_keras3_model(model) and strategy_of(model) is None
 
-    def __init__(self, lms, model):
-        super().__init__(lms, model)
+    def __init__(self, rewrites, model):
+        super().__init__(rewrites, model)
         self.changes = None  # the FitChanges of the fit under way or the last
         self._active = False
 
@@ -221,8 +221,8 @@ class Keras3Fit(FitAdapter):
         ``model.train_step``: the `FitChanges` that `end` takes.
         `previous`: the changes of an earlier fit, whose step is reused
         when it belongs to the same model."""
-        model, lms = self.model, self.lms
-        log = lms._log
+        model, rewrites = self.model, self.rewrites
+        log = rewrites.log
         current = model.train_step
         if isinstance(current, lms_function.LMSFunction):
             # A fit that ended without on_train_end (an exception) left
@@ -239,7 +239,7 @@ class Keras3Fit(FitAdapter):
             step_fn, train_function = previous.step, previous.train_function
             model.train_step = step_fn
         else:
-            step_fn = lms_function.LMSFunction(current, lms)
+            step_fn = lms_function.LMSFunction(current, rewrites)
             model.train_step = step_fn
             model.make_train_function(force=True)
             train_function = model.train_function

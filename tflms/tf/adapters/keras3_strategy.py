@@ -61,13 +61,13 @@ class Keras3StrategyFit(keras3.Keras3Fit):
           UnsupportedFunctionError: another strategy, or Keras built its
             train function in a way this module does not know.
         """
-        model, lms = self.model, self.lms
+        model, rewrites = self.model, self.rewrites
         strategy = keras3.strategy_of(model)
         name = type(strategy).__name__
         if not isinstance(strategy, _STRATEGIES):
             raise lms_function.UnsupportedFunctionError(
                 _STRATEGY_MESSAGE % name)
-        log = lms._log
+        log = rewrites.log
         own_step = model.__dict__.get("train_step")
         keras_function = keras3.keras_train_function(model)
         jit_compile = keras3.xla_off(model, log)
@@ -86,7 +86,8 @@ class Keras3StrategyFit(keras3.Keras3Fit):
                     model.jit_compile = True
                 raise lms_function.UnsupportedFunctionError(
                     _KERAS_FUNCTION_MESSAGE % (name, _keras_version()))
-            step_fn = lms_function.LMSFunction(cell.cell_contents, lms)
+            step_fn = lms_function.LMSFunction(cell.cell_contents,
+                                                 rewrites)
             cell.cell_contents = step_fn
         model.train_function = keras3.guarded(train_function, self.train_end)
         log.info("Keras 3 fit under %s (%d replicas): LMS rewrites the "

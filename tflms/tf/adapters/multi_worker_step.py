@@ -29,10 +29,10 @@ class MultiWorkerStep(FunctionStep):
         strategy = multi_worker.strategy_of(graph)
         return strategy is not None and multi_worker.is_multi_worker(strategy)
 
-    def __init__(self, lms, graph, fetches=None, target=None):
-        super().__init__(lms, graph, fetches, target)
+    def __init__(self, graph, settings, log, fetches=None, target=None):
+        super().__init__(graph, settings, log, fetches, target)
         self._strategy, self._worker = multi_worker.worker_of(
-            graph, lms.settings.cpu_device)
+            graph, settings.cpu_device)
 
     def worker(self):
         return self._worker

@@ -1,6 +1,7 @@
 """The `tf.function` entry point: `FunctionStep`, the graph adapter of a
 concrete function's `FuncGraph` (``lms.function(step)``, Keras 3's train
-step, `tflms plan` of a Keras 3 model).
+step, `tflms plan` of a Keras 3 model), reached through
+`rewrite.rewrite_function_graph`.
 
 The step is the function's outputs and control outputs (its updates);
 the variables it reads through captured handles are resident for the
@@ -21,8 +22,7 @@ from tflms.tf import reader
 from tflms.tf.adapters.graph_step import (GraphAdapter, TrainingStep,
                                           plan_and_rewrite, step_target)
 
-__all__ = ["FunctionStep", "step_fetches", "step_of", "rewrite_graph",
-           "function_target"]
+__all__ = ["FunctionStep", "step_fetches", "step_of", "function_target"]
 
 
 class FunctionStep(GraphAdapter):
@@ -80,7 +80,7 @@ class FunctionStep(GraphAdapter):
         index = _with_captured_variables(index, found.graph,
                                          variable_devices=True)
         for device in devices:
-            self.lms._log.info(
+            self.log.info(
                 "Planning the replica on %s (%d of %d devices)"
                 % (device, len(by_device) + 1, len(devices)))
             replica = dataclasses.replace(found, gpu_device=device)
@@ -92,16 +92,6 @@ class FunctionStep(GraphAdapter):
                 # rewritten.
                 index = None
         return RunResult.of_replicas(by_device, time.perf_counter() - start)
-
-
-def rewrite_graph(lms, graph, start=None, target=None):
-    """Plan and rewrite the function graph `graph` in place with the
-    settings of `lms`, as `LMSFunction` does, without building a function
-    of it (`tflms plan` on a Keras 3 model only reads the plan): the
-    `RunResult`. `target` as `FunctionStep` takes it (a plan for a GPU
-    from a machine without one: ``function_target(settings,
-    here=False)``)."""
-    return FunctionStep(lms, graph, target=target).rewrite(start)
 
 
 def function_target(settings, here=True):
