@@ -40,7 +40,11 @@ EXPECTED_TYPES = {
 # Models whose plans have a recompute read another's clone (a
 # ``('recompute', ...)`` source): the rewrite of shared clones trains the
 # same and runs them.
-SHARES_CLONES = {"cnn_branchy", "keras_resnet", "keras_resnet_64:tuned"}
+# With oneDNN on, cnn_branchy's shared clone (its pool's) is not made: LMS
+# leaves that pool's output alone on oneDNN's CPU kernels (below).
+SHARES_CLONES = {
+    "0": {"cnn_branchy", "keras_resnet", "keras_resnet_64:tuned"},
+    "1": {"keras_resnet", "keras_resnet_64:tuned"}}
 
 
 def train_in_subprocess(name, onednn):
@@ -59,9 +63,16 @@ def test_recompute_trains_bit_identically(name, onednn):
     out = train_in_subprocess(name, onednn)
     assert out["onednn"] == onednn
     assert out["recomputed"], "nothing was recomputed"
-    assert EXPECTED_TYPES[name] <= set(out["cloned_types"])
-    assert (out["shared_reads"] > 0) == (name in SHARES_CLONES), out[
-        "shared_reads"]
+    expected = set(EXPECTED_TYPES[name])
+    if onednn == "1":
+        # On oneDNN's CPU kernels a MaxPoolGrad reads its pool's workspace
+        # only while it reads the pool's own output, so LMS neither swaps
+        # nor recomputes that output there (`Target.onednn_cpu`).
+        expected.discard("MaxPool")
+        assert "MaxPool" not in out["cloned_types"]
+    assert expected <= set(out["cloned_types"])
+    assert (out["shared_reads"] > 0) == (name in SHARES_CLONES[onednn]), (
+        out["shared_reads"])
     assert out["swapouts"] > 0
     assert not out["unrun"], "ops that ran without LMS did not run with it"
     assert out["same_losses"], out["losses"]

@@ -56,7 +56,11 @@ def test_verify_passes_with_onednn_off_and_on(meta_path, onednn):
     assert proc.returncode == 0, out + proc.stderr[-3000:]
     assert "oneDNN: %s" % ("on" if onednn == "1" else "off") in out
     assert "Global step advanced: 3 without LMS, 3 with LMS" in out
-    assert "Swap ops that ran: 16 of the 16 LMS added" in out
+    # With oneDNN on, the step runs on oneDNN's CPU kernels here, so LMS
+    # leaves the pools' outputs that their gradients read on the device
+    # (`Target.onednn_cpu`): five swaps fewer.
+    swaps = {"0": 16, "1": 11}[onednn]
+    assert "Swap ops that ran: %d of the %d LMS added" % (swaps, swaps) in out
     # oneDNN's layout pass aside (kernels_differ), Grappler did the same.
     assert ("Grappler optimized the step the same with LMS's edits as "
             "without" in out)
