@@ -46,7 +46,7 @@ def main(argv=None):
     from benchmarks import measure, models
     from tflms import LMS, autotune, pipeline, steptime
     from tflms.tf import oracle
-    from tflms.tf.adapters import rewrite, tf_function
+    from tflms.tf.adapters import graph_step, rewrite
     start = time.perf_counter()
     built = models.build("keras3_app", app="ResNet50", image=args.size,
                          batch=1)
@@ -60,7 +60,7 @@ def main(argv=None):
         # Planned for a GPU, where oneDNN's CPU passes merge nothing.
         result = rewrite.rewrite_function_graph(
             built.graph, lms.settings,
-            target=tf_function.function_target(lms.settings, here=False))
+            target=graph_step.step_target(lms.settings, here=False))
     except autotune.AutotuneError as err:
         print("%d: no plan: %s" % (args.size, err))
         return 1

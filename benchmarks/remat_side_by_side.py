@@ -101,7 +101,7 @@ def probe(model, family, column, seq, args):
     from tflms import pipeline
     from tflms import steptime
     from tflms.tf import live_capacity
-    from tflms.tf.adapters import tf_function
+    from tflms.tf.adapters import graph_step, tf_function
     began = time.process_time()
     concrete = tf.function(model.train_step, jit_compile=False) \
         .get_concrete_function(models.signature(family, seq, args.batch))
@@ -113,7 +113,7 @@ def probe(model, family, column, seq, args):
     settings = lms.settings
     budget = live_capacity.budget_of(settings)
     # Planned for a GPU: oneDNN's CPU passes merge nothing there.
-    target = tf_function.function_target(settings, here=False)
+    target = graph_step.step_target(settings, here=False)
     roles = pipeline.classify(index, settings, target)
     out = {"seq": seq, "graph": concrete.graph}
     if column == "lms":
@@ -140,12 +140,12 @@ def _oracle(found, column):
     """The oracle's runtime peak of the probe `found` (for LMS, of its
     graph rewritten by the plan)."""
     from benchmarks import transformer_plans
-    from tflms.tf.adapters import rewrite, tf_function
+    from tflms.tf.adapters import graph_step, rewrite
     graph = found["graph"]
     if column == "lms":
         settings = found["lms"].settings
         rewrite.rewrite_function_graph(graph, settings, target=(
-            tf_function.function_target(settings, here=False)))
+            graph_step.step_target(settings, here=False)))
     peak, _ = transformer_plans._oracle_peak(graph)
     return peak
 

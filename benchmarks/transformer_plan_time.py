@@ -13,7 +13,7 @@ its ``model.train_step`` traced by ``tf.function`` for one batch of
 ``--batch`` sequences of each length; the step is then indexed and planned
 for ``--gpu-mem`` GiB as ``lms.function`` plans it for a GPU
 (`tf_function.step_of`, then `pipeline.plan` on
-``function_target(settings, here=False)``).
+``graph_step.step_target(settings, here=False)``).
 Each (model, length) runs in a process of its own, so no case pays for
 another's memory or imports.
 
@@ -129,7 +129,7 @@ def measure(family, seq, batch, gpu_mem, size="small"):
     from tflms import LMS
     from tflms import autotune
     from tflms import pipeline
-    from tflms.tf.adapters import tf_function
+    from tflms.tf.adapters import graph_step, tf_function
     row = {"family": family, "seq": seq}
     began = time.process_time()
     model = build(family, seq, size)
@@ -150,7 +150,7 @@ def measure(family, seq, batch, gpu_mem, size="small"):
     began = time.process_time()
     try:
         planned = pipeline.plan(
-            index, lms.settings, target=tf_function.function_target(
+            index, lms.settings, target=graph_step.step_target(
                 lms.settings, here=False))
     except autotune.AutotuneError as err:
         stages = err.stage_seconds

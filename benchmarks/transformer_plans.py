@@ -12,7 +12,7 @@ weights (`gpt2_step`: ``GPT2Backbone`` of the given size,
 cross-entropy from logits), ``model.train_step`` traced by ``tf.function``
 for one batch of ``--batch`` sequences, planned as ``lms.function`` plans
 it for a GPU (`rewrite.rewrite_function_graph` on
-``function_target(settings, here=False)``).
+``graph_step.step_target(settings, here=False)``).
 
 For each sequence length it prints the step's floor (`tflms.floor`), then
 plans twice: for ``--gpu-mem`` GiB (does the step train on that GPU?), and
@@ -87,13 +87,13 @@ def _plan(graph, gpu_mem, args):
     """``(RunResult or None, AutotuneError or None, seconds)`` of planning
     `graph` for `gpu_mem` GiB (the graph is rewritten when it fits)."""
     from tflms import autotune
-    from tflms.tf.adapters import rewrite, tf_function
+    from tflms.tf.adapters import graph_step, rewrite
     lms = _lms(gpu_mem, args.batch, args.interconnect)
     start = time.perf_counter()
     try:
         result = rewrite.rewrite_function_graph(
             graph, lms.settings,
-            target=tf_function.function_target(lms.settings, here=False))
+            target=graph_step.step_target(lms.settings, here=False))
     except autotune.AutotuneError as err:
         return None, err, time.perf_counter() - start
     return result, None, time.perf_counter() - start

@@ -24,11 +24,11 @@ def _main():
     from benchmarks.transformer_plans import gpt2_step
     from tflms import context, planner, simulator
     from tflms.settings import Settings
-    from tflms.tf.adapters import tf_function
+    from tflms.tf.adapters import graph_step, tf_function
     concrete, _ = gpt2_step(SEQ, BATCH, **SIZE)
     _, index = tf_function.step_of(concrete.graph)
     settings = Settings(batch_size=BATCH)
-    roles = context.classify(index, settings, tf_function.function_target(
+    roles = context.classify(index, settings, graph_step.step_target(
         settings, here=False))
     deferral = planner.deferral_edges(index, roles)
     model = simulator.SimulationModel(index, roles, BATCH)

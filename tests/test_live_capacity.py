@@ -247,7 +247,7 @@ import tensorflow as tf
 from tflms import autotune, pipeline
 from tflms.settings import Settings
 from tflms.tf import keras3_trace
-from tflms.tf.adapters import tf_function
+from tflms.tf.adapters import graph_step, tf_function
 
 def direct(model, batch, length, gpu_mem):
     loaded = keras3_trace.from_model(model, batch, sequence=length)
@@ -258,7 +258,7 @@ def direct(model, batch, length, gpu_mem):
                     and op.outputs[0].dtype == tf.int32)
     _, index = tf_function.step_of(traced.graph)
     settings = Settings(autotune_gpu_mem=gpu_mem, batch_size=batch)
-    target = tf_function.function_target(settings, here=False)
+    target = graph_step.step_target(settings, here=False)
     roles = pipeline.classify(index, settings, target)
     without = pipeline.simulate_without(index, roles, settings)
     try:

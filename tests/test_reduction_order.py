@@ -105,13 +105,13 @@ def _main():
     from benchmarks.transformer_plans import gpt2_step
     from tflms import context
     from tflms.settings import Settings
-    from tflms.tf.adapters import tf_function
+    from tflms.tf.adapters import graph_step, tf_function
     batch = 4
     concrete, _ = gpt2_step(128, batch, layers=2, heads=2, hidden=64,
                             intermediate=128, vocab=2000)
     _, index = tf_function.step_of(concrete.graph)
     settings = Settings(batch_size=batch)
-    roles = context.classify(index, settings, tf_function.function_target(
+    roles = context.classify(index, settings, graph_step.step_target(
         settings, here=False))
     edges = reduction_order.reduction_edges(index, roles, batch)
     before = simulator.SimulationModel(index, roles, batch).replay(None)

@@ -31,7 +31,6 @@ from tflms import capacity
 from tflms import offload
 from tflms.tf.adapters import graph_step
 from tflms.tf.adapters import rewrite
-from tflms.tf.adapters import tf_function
 from tflms.tf import keras3_trace
 from tflms import pipeline
 
@@ -127,7 +126,7 @@ def keras3_plan_at(loaded, settings, path="the model", log=None,
         # Planned for a GPU's budget: oneDNN's CPU passes do not run there.
         index, target = rewrite.function_graph_step(
             traced.graph, settings,
-            tf_function.function_target(settings, here=False))
+            graph_step.step_target(settings, here=False))
         roles = pipeline.classify(index, settings, target)
         return capacity.plan_row(index, roles, settings, batch, log,
                                  sequence=sequence, target=target)

@@ -20,9 +20,9 @@ from tflms.results import RunResult
 from tflms.tf import function_api as _tf_function
 from tflms.tf import reader
 from tflms.tf.adapters.graph_step import (GraphAdapter, TrainingStep,
-                                          plan_and_rewrite, step_target)
+                                          plan_and_rewrite)
 
-__all__ = ["FunctionStep", "step_fetches", "step_of", "function_target"]
+__all__ = ["FunctionStep", "step_fetches", "step_of"]
 
 
 class FunctionStep(GraphAdapter):
@@ -94,13 +94,6 @@ class FunctionStep(GraphAdapter):
         return RunResult.of_replicas(by_device, time.perf_counter() - start)
 
 
-def function_target(settings, here=True):
-    """The `target.Target` of a tf.function's step planned with
-    `settings`: every step's (`graph_step.step_target`), by the name its
-    callers (the command line, the benchmarks) know."""
-    return step_target(settings, here)
-
-
 def step_fetches(graph):
     """The `step.StepFetches` of the function graph `graph`: its outputs
     and control outputs."""
@@ -122,7 +115,8 @@ def step_of(graph, variable_devices=False):
     one device of several counts on it the variables it holds (each
     replica of a tf.distribute strategy has its own copies).
 
-    Planned on `function_target`'s target, as `FunctionStep` plans it."""
+    Planned on `graph_step.step_target`'s target, as `FunctionStep` plans
+    it."""
     fetches = step_fetches(graph)
     return fetches, _with_captured_variables(
         reader.build_index(graph, fetches), graph, variable_devices)
