@@ -192,7 +192,18 @@ def _assert_trained_the_same(r, exact=True):
         assert r["largest_difference"] < 1e-5
 
 
-@pytest.mark.parametrize("family", MODELS)
+# CI trains Llama and Gemma in both oneDNN modes (with it on their rotary
+# embeddings and SiLU run on oneDNN's own kernels: ROUNDING_WITH_ONEDNN),
+# GPT-2 and BERT with it off only, in the Python 3.13 pass
+# (tools/run_tests.sh): their steps hold nothing of oneDNN's that the
+# other two and GPT-2 in mixed_bfloat16 do not, and both train bit for
+# bit with it on too when run by hand.
+ONEDNN_OFF_ONLY = ("gpt2", "bert")
+
+
+@pytest.mark.parametrize("family", [
+    pytest.param(f, marks=pytest.mark.onednn_off_pass)
+    if f in ONEDNN_OFF_ONLY else f for f in MODELS])
 def test_transformers_train_the_same_with_nearly_everything_swapped(
         family, tmp_path):
     _assert_trained_the_same(

@@ -16,9 +16,11 @@
 # keras themselves), but with oneDNN off: the run on Python 3.11 has it
 # on, so Keras 3's trainings are compared in both modes, bit for bit with
 # it off. Of the Keras applications (tests/test_keras3_applications.py)
-# this pass trains those marked `onednn_off_pass` and runs the Grappler
-# causes turned back on, which need oneDNN off; the Python 3.11 pass trains
-# the others with it on. The other heavy Keras 3 tests (mixed precision,
+# and KerasHub's transformers (tests/test_keras3_transformers.py) this
+# pass trains those marked `onednn_off_pass` too, which the Python 3.11
+# pass leaves out, and it runs the Grappler causes turned back on, which
+# need oneDNN off; the applications marked `onednn_on_pass` train in the
+# Python 3.11 pass only. The other heavy Keras 3 tests (mixed precision,
 # plan and verify of Keras 3 files, capacity) run on Python 3.11 only, to
 # keep .ci/run within its time.
 # INSTALL_ONLY=1: install, then stop (tools/run_tests.sh installs both
