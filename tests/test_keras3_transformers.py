@@ -197,7 +197,8 @@ def _assert_trained_the_same(r, exact=True):
 # GPT-2 and BERT with it off only, in the Python 3.13 pass
 # (tools/run_tests.sh), to keep CI within its time: both trained bit for
 # bit with it on too in a whole run of the newest stack's pass
-# (2026-11-29), and run so by hand with TF_ENABLE_ONEDNN_OPTS=1.
+# (2026-11-29); to check them so by hand, run this file with
+# TF_ENABLE_ONEDNN_OPTS=1 and -m "".
 ONEDNN_OFF_ONLY = ("gpt2", "bert")
 
 
