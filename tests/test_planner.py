@@ -351,3 +351,50 @@ def test_requirement_masks():
     # Bits in (level, id) order: x 1, y 2, st 4.
     assert masks == {"x": 1, "y": 2, "k": 0, "a": 1, "b": 1, "c": 2,
                      "d": 3, "kk": 0, "st": 5}
+
+
+def custom_gradient_graph(handed_on_read):
+    """``tf.custom_gradient``'s IdentityN in graph mode: ``n =
+    IdentityN(m, f)`` hands on the result ``m = f * sigmoid(f)`` and the
+    input ``f``; ``g`` reads ``f`` late. With `handed_on_read`, ``neg``
+    reads ``n:1`` and feeds ``g``.
+
+    Levels: x 0, f 1, s 2, m 3, n 4, r (and neg) 5, g 6.
+    """
+    ops = [("x", "Placeholder", {"outputs": [MAT]}),
+           ("f", "Sin", {"outputs": [MAT]}),
+           ("s", "Sigmoid", {"outputs": [MAT]}),
+           ("m", "Mul", {"outputs": [MAT]}),
+           ("n", "IdentityN", {"outputs": [MAT, MAT]}),
+           ("r", "Relu", {"outputs": [MAT]}),
+           ("g", "Mul", {"outputs": [MAT]})]
+    edges = [("x", "f"), ("f", "s"), ("f", "m"), ("s", "m"), ("m", "n"),
+             ("f", "n"), ("n:0", "r"), ("r", "g"), ("f", "g")]
+    if handed_on_read:
+        ops.insert(-1, ("neg", "Neg", {"outputs": [MAT]}))
+        edges += [("n:1", "neg"), ("neg", "g")]
+    return gi.from_edges(ops, edges)
+
+
+@pytest.mark.parametrize("handed_on_read", [False, True])
+def test_an_identity_n_slot_no_op_reads_is_no_late_reader(handed_on_read):
+    # Grappler removes an IdentityN whose output 1 nothing reads, and its
+    # read of f with it: a swap-in rerouted there would never run.
+    index = custom_gradient_graph(handed_on_read)
+    roles = analysis.classify_ops(index)
+    name = index.names
+    readers = [(name[c], slot, d)
+               for p, _, c, slot, d in planner.candidate_edges(index, roles)
+               if name[p] == "f"]
+    expected = [("s", 0, 1), ("m", 0, 2), ("g", 1, 5)]
+    if handed_on_read:
+        expected.insert(2, ("n", 1, 3))
+    assert readers == expected
+    n = index.id_of["n"]
+    assert index.hands_on_unread(n, 1) is not handed_on_read
+    assert not index.hands_on_unread(n, 0)
+    # Swapping every tensor never reroutes the unread slot.
+    plan = plan_for(index, threshold=1)
+    rerouted = {(name[c], slot) for s in plan.swaps for sin in s.swap_ins
+                for c, slot in sin.consumers}
+    assert (("n", 1) in rerouted) is handed_on_read

@@ -137,6 +137,37 @@ def test_identity_and_reshape_alias_their_input():
     assert result.peak_device_bytes == 2 * MIB + 8
 
 
+@pytest.mark.parametrize("handed_on_read", [False, True])
+def test_an_identity_n_read_grappler_removes_holds_nothing(handed_on_read):
+    # tf.custom_gradient's IdentityN in graph mode hands on the function's
+    # input too, which nothing reads: Grappler removes that read before
+    # the step runs (GraphIndex.hands_on_unread), so it holds nothing. a's
+    # last real reader is b; the IdentityN n (level 5) reads it as well.
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [512, 512], name="x")
+        a = own_buffer(x, name="a")
+        b = own_buffer(a, name="b")
+        c = own_buffer(b, name="c")
+        d = own_buffer(c, name="d")
+        n = tf.raw_ops.IdentityN(input=[d, a], name="n")
+        e = own_buffer(n[0], name="e")
+        if handed_on_read:
+            own_buffer(e, n[1], name="late")
+    index = tf_reader.build_index(g)
+    assert index.hands_on_unread(op(index, "n"), 1) is not handed_on_read
+    result = simulator.SimulationModel(
+        index, analysis.classify_ops(index)).replay(None)
+    at_d = result.device_timeline[index.levels[op(index, "d")]]
+    if handed_on_read:
+        # a is held for `late`: a, c and d at d's level.
+        assert result.peak_device_bytes == at_d == 3 * MIB
+        assert "a:0" in [name for name, _ in result.live_at_peak]
+    else:
+        # a is freed after b: c and d at d's level, two buffers at most.
+        assert result.peak_device_bytes == at_d == 2 * MIB
+
+
 def test_variables_are_resident_and_reads_add_nothing():
     g = tf.Graph()
     with g.as_default():

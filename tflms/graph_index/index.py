@@ -222,6 +222,21 @@ class GraphIndex:
         """Distinct data producers and control inputs of an op."""
         return _merge_sorted(self.fanins[op_id], self.control_inputs[op_id])
 
+    def hands_on_unread(self, reader, slot):
+        """True if `reader` reads its input `slot` only to hand it on as an
+        output no op of the step reads: an ``IdentityN`` (output k is
+        input k) whose output `slot` has no reader here and which is not
+        a fetch. Grappler's model pruner and dependency optimizer remove
+        such an ``IdentityN`` (the one ``tf.custom_gradient`` builds in
+        graph mode, ``tf.nn.silu``'s: it hands on the function's inputs
+        too, read by the gradient's ``ZerosLike`` alone, outside the
+        step) and the read with it, so what fed that slot is not read
+        there at run time."""
+        return (self.types[reader] == "IdentityN"
+                and slot < len(self.consumers[reader])
+                and not self.consumers[reader][slot]
+                and reader not in self.fetches)
+
     def readers_through(self, tensor, passing, ignored=frozenset()):
         """The ops that read `tensor` (a ``(producer, output)`` pair)
         directly or through ops of the types in `passing`, which hand the

@@ -14,7 +14,10 @@ def candidate_edges(index, roles):
     """All (producer, output, consumer, slot, distance) that could be swapped.
 
     A candidate is a data edge from a source op's output of known rank >= 2
-    to a sink op at a strictly higher level. Sorted by producer, output,
+    to a sink op at a strictly higher level, but for an edge into an
+    ``IdentityN`` slot whose output nothing in the step reads
+    (`GraphIndex.hands_on_unread`): Grappler removes that read, and a
+    swap-in rerouted there would never run. Sorted by producer, output,
     consumer level, consumer id, slot, so plans built from it are
     deterministic.
     """
@@ -26,7 +29,8 @@ def candidate_edges(index, roles):
             if shape is None or len(shape) < 2 or itemsize == 0:
                 continue
             for consumer, slot in index.consumers[p][out]:
-                if consumer not in roles.sinks:
+                if (consumer not in roles.sinks
+                        or index.hands_on_unread(consumer, slot)):
                     continue
                 distance = levels[consumer] - levels[p]
                 if distance > 0:

@@ -95,6 +95,15 @@ class _BufferLayout:
         self.space = [space_of(i, index, roles) for i in range(n)]
         self.initializer_ops = initializer_only_ops(index)
         self.inactive = roles.inactive | self.initializer_ops
+        # Reads Grappler removes before the step runs
+        # (`GraphIndex.hands_on_unread`: an IdentityN's read of an input it
+        # hands on to no reader, as tf.custom_gradient's in graph mode):
+        # they hold nothing, as no swap-in serves them.
+        self.unread_handoffs = frozenset(
+            (i, slot) for i, op_type in enumerate(index.types)
+            if op_type == "IdentityN"
+            for slot in range(len(index.inputs[i]))
+            if index.hands_on_unread(i, slot))
         # Tensor ids: out_base[op] + output.
         out_base = [0] * (n + 1)
         for i in range(n):
@@ -193,8 +202,9 @@ class _BufferLayout:
         another space reads a device copy of it, made once."""
         sp_c = self.space[i]
         buf_space = self.buf_space
+        unread = self.unread_handoffs
         for slot, (p, pk) in enumerate(self.index.inputs[i]):
-            if p in self.inactive:
+            if p in self.inactive or (unread and (i, slot) in unread):
                 continue
             t = self.out_base[p] + pk
             b = self.tensor_buffer[t]
@@ -223,8 +233,9 @@ class _BufferLayout:
         self.buf_tensors[b].append(t)
         levels = self.index.levels
         entry = self.last_read[b]
-        for c, _ in self.index.consumers[op_id][output]:
-            if c in self.inactive:
+        unread = self.unread_handoffs
+        for c, slot in self.index.consumers[op_id][output]:
+            if c in self.inactive or (unread and (c, slot) in unread):
                 continue
             level = levels[c]
             if level > entry[0]:
