@@ -389,19 +389,45 @@ def _gpu_reads(nodes, times, placement, gpu_device):
     """``(reader, (tensor name, port), reader on the GPU)`` for every read
     that holds a GPU buffer: a GPU reader reads a GPU buffer (maybe a
     copy); a CPU reader (an LMS swap-out) keeps the GPU tensor it copies
-    alive. Part of `_runtime_replay` (its names)."""
+    alive. Part of `_runtime_replay` (its names).
+
+    An ``IdentityN``'s read of an input it hands on to no reader holds
+    nothing: Grappler removes that read (and the ``IdentityN``) before
+    the step runs (`GraphIndex.hands_on_unread`), though the virtual
+    scheduler, which optimizes nothing, runs it."""
+    unread = _unread_handoffs(nodes)
     for name in times:
         node = nodes.get(name)
         if node is None:
             continue
         reader_on_gpu = placement[name] == gpu_device
+        slot = -1
         for text in node.input:
             parsed = _parse_input(text)
-            if parsed is None or parsed[0] not in placement:
+            if parsed is None:
+                continue
+            slot += 1
+            if parsed[0] not in placement or (name, slot) in unread:
                 continue
             if not reader_on_gpu and placement[parsed[0]] != gpu_device:
                 continue
             yield name, parsed, reader_on_gpu
+
+
+def _unread_handoffs(nodes):
+    """``(IdentityN, input slot)`` of the graph whose output of that
+    index no node reads."""
+    read = set()
+    for node in nodes.values():
+        for text in node.input:
+            parsed = _parse_input(text)
+            if parsed is not None:
+                read.add(parsed)
+    return {(name, slot) for name, node in nodes.items()
+            if node.op == "IdentityN"
+            for slot in range(sum(1 for i in node.input
+                                  if not i.startswith("^")))
+            if (name, slot) not in read}
 
 
 def _write_in_place(step, timed):
