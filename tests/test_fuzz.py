@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 from tensorflow.core.framework import graph_pb2
 from tensorflow.core.protobuf import rewriter_config_pb2
 
+from _stack import NEW_STACK
 from tflms.tf import reader
 from tflms import LMS, Outcome
 from tflms import autotune
@@ -38,7 +39,10 @@ from tflms import simulator
 
 _v1 = tf.compat.v1
 
-CI_EXAMPLES = 200
+# The newest stack's pass draws half as many (CI's time): there it checks
+# that the newest TensorFlow runs the rewrites as 2.15 does, on fewer
+# graphs; the counts asserted below scale with the draws.
+CI_EXAMPLES = 100 if NEW_STACK else 200
 BATCH = 3
 INPUT_WIDTH = 4
 WIDTHS = (2, 3, 5)
@@ -453,9 +457,10 @@ def test_random_graphs_and_parameters():
     assert stats["examples"] >= CI_EXAMPLES, stats
     assert stats["swapped"] >= CI_EXAMPLES // 4, stats
     assert stats["swap ops"] >= CI_EXAMPLES, stats
-    assert stats["clones"] >= 10, stats  # recompute=True is drawn too
-    assert sum(v for k, v in stats.items() if k.startswith("error:")) >= 5, \
-        stats
+    # recompute=True is drawn too
+    assert stats["clones"] >= CI_EXAMPLES // 20, stats
+    assert sum(v for k, v in stats.items()
+               if k.startswith("error:")) >= CI_EXAMPLES // 40, stats
     print("fuzz outcomes:", dict(stats))
 
 
