@@ -95,8 +95,9 @@ def test_offload_takes_the_slots_off_the_oracle_gpu():
     # The simulator leaves the same bytes on the device for the whole step.
     # (Its peak is lower than the runtime replay's here: the oracle's host
     # runs one op at a time, so each gradient waits on the GPU until the
-    # host reads it, behind the other updates; the simulator frees it once
-    # its update's level has run. docs/offload.md says so.)
+    # host reads it, behind the other updates; the simulator's replay
+    # without a plan frees it once its update's level has run.
+    # docs/offload.md says so.)
     without = LMS()
     without.autotune_gpu_mem = 1
     plain = without.run(_adam_mlp()[0]).planned.without_lms

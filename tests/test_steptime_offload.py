@@ -9,6 +9,7 @@ from tflms import graph_index as gi
 from tflms import hardware
 from tflms import offload
 from tflms import planner
+from tflms import simulator
 from tflms import steptime
 from tflms.target import Target
 
@@ -170,3 +171,65 @@ def test_the_default_host_is_the_documented_measurement():
     host = hardware.HOST_UPDATE_RATE
     assert (host.bytes_per_s, host.overhead_s) == (11e9, 6.3e-6)
     assert "11.0 GB/s" in host.source and "6.3 us" in host.source
+
+
+def test_a_gradient_stays_on_the_device_until_its_copy_has_ended():
+    """The adam step with a second tail op (tail2, 2000 bytes: 3 s) after
+    tail. At 250 bytes/s g is copied out 5-9 s, after its last device
+    reader (tail, level 4, 5-7 s): tail2's level starts at 7 s, before the
+    copy ends, so the replay with the copies timed holds g through it.
+    Device bytes at tail2's level: w, lr (4 bytes), tail's output, tail2's
+    and g: 5004; with instant copies g is freed after level 4: 4004. Level
+    4 holds w, lr, g, tail's output and the new weights' landing buffer:
+    4004 both ways."""
+    index = gi.from_edges(
+        [("w", "VarHandleOp", {"outputs": [((), 0)], "device": DEVICE,
+                               "variable_bytes": 1000, "trainable": True}),
+         ("m", "VarHandleOp", {"outputs": [((), 0)], "device": DEVICE,
+                               "variable_bytes": 1000}),
+         ("v", "VarHandleOp", {"outputs": [((), 0)], "device": DEVICE,
+                               "variable_bytes": 1000}),
+         ("x", "Placeholder", {"outputs": [1000]}),
+         ("read", "ReadVariableOp", {"outputs": [1000]}),
+         ("y", "AddV2", {"outputs": [1000]}),
+         ("g", "Relu", {"outputs": [1000]}),
+         ("tail", "Relu", {"outputs": [1000]}),
+         ("tail2", "Relu", {"outputs": [2000]}),
+         ("lr", "Const", {"outputs": [4]}),
+         ("apply", "ResourceApplyAdam", {"outputs": []}),
+         ("train", "NoOp", {"outputs": []})],
+        edges=[("w", "read"), ("x", "y"), ("read", "y"), ("y", "g"),
+               ("g", "tail"), ("tail", "tail2"), ("w", "apply"),
+               ("m", "apply"), ("v", "apply")] + [("lr", "apply")] * 6
+        + [("g", "apply")],
+        control_edges=[("apply", "train"), ("tail2", "train")],
+        fetches=["train"], default_device=DEVICE)
+    found = offload.find_updates(index, HOST)
+    moved = offload.planning_index(index, found)
+    roles = analysis.classify_ops(moved, Target(host=HOST))
+    timer = steptime.StepTimeModel(
+        moved, roles, gpu=GPU, interconnect=link(250.0), kernels=EXACT,
+        offload=found, host=RATE)
+    memory = simulator.SimulationModel(
+        moved, roles, None,
+        landings=offload.write_back_buffers(found, moved))
+    plan = planner.Plan(params=planner.SwapParams(1, 1, 0, 0), swaps=(),
+                        serialization_edges=(), num_levels=moved.num_levels)
+    instant = memory.replay(plan)
+    timed, step = steptime.replay_in_time(memory, timer, plan)
+    i = moved.id_of
+    (update,) = step.host_updates
+    assert update.gradient == (i["g"], 0)
+    assert (update.gradient_out_start_s, update.gradient_out_end_s) == (5, 9)
+    tail2 = int(timed.levels[i["tail2"]])
+    assert tail2 == int(timed.levels[i["tail"]]) + 1
+    assert step.level_start_s[tail2] == 7
+    assert steptime.copy_levels(step).gradients_held_through == (
+        ((i["g"], 0), tail2),)
+    assert instant.device_timeline[tail2] == 4004
+    assert timed.device_timeline[tail2] == 5004
+    assert timed.peak_device_bytes == 5004
+    assert instant.peak_device_bytes == 4004
+    level4 = tail2 - 1
+    assert instant.device_timeline[level4] == timed.device_timeline[
+        level4] == 4004

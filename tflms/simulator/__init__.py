@@ -88,7 +88,9 @@ Memory model (what is counted, and why):
   of the variable's size before the write-back puts them in the variable:
   the model's ``landings`` (`offload.write_back_buffers`) count it on the
   device at the update's level, the level of the update and its
-  write-back in that index.
+  write-back in that index. With `CopyLevels` each gradient an update on
+  the host reads lives, as a swapped tensor, until its copy to the host
+  has finished (``gradients_held_through``).
 * **Not modelled.** Kernel scratch space (e.g. cuDNN workspaces), allocator
   fragmentation and the runtime's own reservations; callers leave headroom
   for these with a memory ratio below 1. An element-wise op whose input's

@@ -290,6 +290,18 @@ class Additions:
                 self.held.append((b, held))
 
 
+    def hold_tensors(self, held_through):
+        """Hold the buffer each ``((producer, output), level)`` of
+        `held_through` is in (once the reroutes are made) through its
+        level: the gradients whose copies to an update on the host end
+        after their last reader (`CopyLevels.gradients_held_through`)."""
+        out_base = self._buffers.out_base
+        for (p, k), level in held_through:
+            b = self._buffers.buffer_read(out_base[p] + k, self.rerouted)
+            if b != NO_BUFFER:
+                self.held.append((b, level))
+
+
 def safe_name(name):
     """`name` with the characters an op name cannot hold replaced."""
     return name.replace("/", "_").replace(":", "_")

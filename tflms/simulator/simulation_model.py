@@ -86,8 +86,10 @@ class SimulationModel:
             replay without them) to count copies that take time: each
             swapped tensor's device buffer lives until its copy to the host
             has finished, each swap-in's device copy from the start of its
-            copy. None: copies are instant (a swapped tensor is freed after
-            its swap-out's level, a copy allocated at its swap-in's level).
+            copy, each gradient an update on the host reads until its copy
+            there has finished. None: copies are instant (a swapped tensor
+            is freed after its swap-out's level, a copy allocated at its
+            swap-in's level).
 
         Returns:
           A `SimulationResult`.
@@ -100,6 +102,8 @@ class SimulationModel:
             added.add_recomputes(plan.recomputes, detail)
         control_edges = plan.control_edges if plan is not None else ()
         added.add_rerouted_reads()
+        if copy_levels is not None:
+            added.hold_tensors(copy_levels.gradients_held_through)
         levels = self._levels.replayed(added, control_edges)
         num_levels = int(levels.max()) + 1 if len(levels) else 0
         buffers = buffers_with(self._buffers, added)

@@ -26,10 +26,17 @@ class CopyLevels:
         than the swap-in's own level, as without copy times: the runtime
         allocates the copy when it issues it, so a copy queued behind
         others holds its memory while it waits).
+      gradients_held_through: ``((producer, output), level)`` per
+        gradient an update on the host reads (``offload_optimizer``): the
+        last level that starts before the gradient's copy to the host has
+        finished. Its device buffer is not freed before the end of that
+        level (nor before its readers, as without copy times: the update
+        on the host reads it). Empty without offloaded updates.
     """
 
     held_through: tuple
     allocated_from: tuple
+    gradients_held_through: tuple = ()
 
     def check_against(self, plan):
         """Raise `ValueError` unless there is one entry per swap and

@@ -40,6 +40,7 @@ class HostUpdateTiming:
 
     Attributes:
       apply: the update op's id.
+      gradient: ``(producer, output)`` of the gradient it reads.
       gradient_bytes, weight_bytes: bytes of its gradient and variable.
       host_s: its time on the host.
       weights_out_start_s, weights_out_end_s: the weights to the host
@@ -52,6 +53,7 @@ class HostUpdateTiming:
     """
 
     apply: int
+    gradient: tuple
     gradient_bytes: int
     weight_bytes: int
     host_s: float
@@ -161,6 +163,6 @@ class HostUpdates:
         for n, u in enumerate(self._updates):
             _, back_start, back_end = stream.in_times[(WRITE_BACK, n)]
             timings.append(HostUpdateTiming(
-                u.apply, self._gradient[n], self._weights[n],
+                u.apply, u.gradient, self._gradient[n], self._weights[n],
                 self._host_s[n], *self._times[n], back_start, back_end))
         return tuple(timings)

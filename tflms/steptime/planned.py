@@ -45,11 +45,13 @@ def copy_levels(step):
     level starts. So a swapped tensor is held through the last level that
     starts before its copy to the host ends (``out_done_level - 1``), and a
     swap-in's device copy is allocated from the first level that starts at
-    or after its copy starts. (A copy that starts in the middle of a level
-    is not counted in that level: the simulator's levels run their ops at
-    once, and counting the copy there would move it a level early whatever
-    the link's speed, only because of the order the step-time model gives
-    the ops of one level.)
+    or after its copy starts. With ``offload_optimizer`` each gradient an
+    update on the host reads is held, as a swapped tensor, through the last
+    level that starts before its copy to the host ends. (A copy that starts
+    in the middle of a level is not counted in that level: the simulator's
+    levels run their ops at once, and counting the copy there would move it
+    a level early whatever the link's speed, only because of the order the
+    step-time model gives the ops of one level.)
 
     Args:
       step: a `StepTime` from `StepTimeModel.predict` with a plan.
@@ -59,7 +61,10 @@ def copy_levels(step):
         held_through=tuple(t.out_done_level - 1 for t in step.swaps),
         allocated_from=tuple(
             tuple(bisect.bisect_left(starts, i.start_s) for i in t.swap_ins)
-            for t in step.swaps))
+            for t in step.swaps),
+        gradients_held_through=tuple(
+            (u.gradient, bisect.bisect_left(starts, u.gradient_out_end_s) - 1)
+            for u in step.host_updates))
 
 
 def replay_in_time(memory_model, time_model, plan, detail=True,
@@ -85,7 +90,7 @@ def replay_in_time(memory_model, time_model, plan, detail=True,
     if instant is None:
         instant = memory_model.replay(plan, detail=False)
     step = time_model.predict(plan, instant.levels, instant.num_levels)
-    if not plan.swaps:
+    if not plan.swaps and not step.host_updates:
         return (memory_model.replay(plan, detail=True) if detail
                 else instant), step
     return memory_model.replay(plan, detail=detail,
