@@ -1,8 +1,9 @@
 """Smoke tests for the scripts in examples/.
 
-Every example runs in a subprocess at a tiny size, once without and once
-with LMS. With LMS the swap parameters are fixed (no auto-tuning), so these
-tests depend only on the graph rewriter. A run passes when it exits with 0,
+Every example runs in a subprocess at a tiny size, once without LMS (on
+the first stack only) and once with LMS (with oneDNN off and on). With LMS
+the swap parameters are fixed (no auto-tuning), so these tests depend only
+on the graph rewriter. A run passes when it exits with 0,
 its last line is a ``RESULT ...`` line showing that it trained (the loss
 fell from the first step's), and, with --lms, LMS reported adding a
 non-zero number of operations (and without --lms, LMS said nothing).
@@ -94,7 +95,13 @@ def _tail(text, n=40):
     return "\n".join(text.splitlines()[-n:])
 
 
-@pytest.mark.parametrize("lms", [False, True], ids=["plain", "lms"])
+# Without --lms an example runs only its own model on the stack's Keras
+# and TensorFlow, and compares nothing: the plain runs are checked on the
+# first stack only (CI's time). The runs with --lms are `numerics`: they
+# run with oneDNN off and on (tools/run_tests.sh).
+@pytest.mark.parametrize("lms", [
+    pytest.param(False, marks=pytest.mark.one_stack, id="plain"),
+    pytest.param(True, marks=pytest.mark.numerics, id="lms")])
 @pytest.mark.parametrize("script", sorted(EXAMPLES))
 def test_example_trains(script, lms, tmp_path):
     args = EXAMPLES[script]
@@ -311,6 +318,7 @@ def test_batches_are_full_size():
 MULTIWORKER = "multiworker_lms.py"
 
 
+@pytest.mark.numerics
 def test_multiworker_example_passes(tmp_path):
     """The command examples/README.md shows: it starts its two workers,
     prints each one's losses without and with LMS and where its swap ops
@@ -366,6 +374,3 @@ def test_multiworker_verdict(second, expected):
     assert line.startswith(expected), line
     assert ok is expected.startswith("VERDICT: PASS")
 
-
-# Trains with and without LMS: run with oneDNN off and on (tools/run_tests.sh).
-pytestmark = pytest.mark.numerics
