@@ -32,7 +32,7 @@ def link(bytes_per_s):
                                  "a round test link")
 
 
-def adam_step():
+def adam_step(tail2_bytes=None):
     """x + w -> y -> g (w's gradient) -> tail; Adam's update of w (1000
     bytes, moments m and v of 1000 bytes each) reads g; the train op waits
     for the update and the tail.
@@ -40,8 +40,17 @@ def adam_step():
     Device times: y 3 s (two tensors in, one out), g and tail 2 s, the
     update 7.024 s: it reads the six 4-byte scalars and g (1024 bytes) and
     reads and writes w, m and v (6000 bytes). Levels: read 1, y 2, g 3,
-    tail and apply 4, train 5."""
+    tail and apply 4, train 5.
+
+    With `tail2_bytes`, tail2 = relu(tail) of that many bytes (level 5)
+    comes after tail, and the train op (level 6) waits for it instead."""
     handle = {"outputs": [((), 0)], "device": DEVICE}
+    last = "tail"
+    extra_ops, extra_edges = [], []
+    if tail2_bytes is not None:
+        last = "tail2"
+        extra_ops = [("tail2", "Relu", {"outputs": [tail2_bytes]})]
+        extra_edges = [("tail", "tail2")]
     return gi.from_edges(
         [("w", "VarHandleOp", dict(handle, variable_bytes=1000,
                                    trainable=True)),
@@ -51,14 +60,15 @@ def adam_step():
          ("read", "ReadVariableOp", {"outputs": [1000]}),
          ("y", "AddV2", {"outputs": [1000]}),
          ("g", "Relu", {"outputs": [1000]}),
-         ("tail", "Relu", {"outputs": [1000]}),
+         ("tail", "Relu", {"outputs": [1000]})] + extra_ops + [
          ("lr", "Const", {"outputs": [4]}),
          ("apply", "ResourceApplyAdam", {"outputs": []}),
          ("train", "NoOp", {"outputs": []})],
         edges=[("w", "read"), ("x", "y"), ("read", "y"), ("y", "g"),
                ("g", "tail"), ("w", "apply"), ("m", "apply"),
-               ("v", "apply")] + [("lr", "apply")] * 6 + [("g", "apply")],
-        control_edges=[("apply", "train"), ("tail", "train")],
+               ("v", "apply")] + [("lr", "apply")] * 6 + [("g", "apply")]
+        + extra_edges,
+        control_edges=[("apply", "train"), (last, "train")],
         fetches=["train"], default_device=DEVICE)
 
 
@@ -182,36 +192,12 @@ def test_a_gradient_stays_on_the_device_until_its_copy_has_ended():
     and g: 5004; with instant copies g is freed after level 4: 4004. Level
     4 holds w, lr, g, tail's output and the new weights' landing buffer:
     4004 both ways."""
-    index = gi.from_edges(
-        [("w", "VarHandleOp", {"outputs": [((), 0)], "device": DEVICE,
-                               "variable_bytes": 1000, "trainable": True}),
-         ("m", "VarHandleOp", {"outputs": [((), 0)], "device": DEVICE,
-                               "variable_bytes": 1000}),
-         ("v", "VarHandleOp", {"outputs": [((), 0)], "device": DEVICE,
-                               "variable_bytes": 1000}),
-         ("x", "Placeholder", {"outputs": [1000]}),
-         ("read", "ReadVariableOp", {"outputs": [1000]}),
-         ("y", "AddV2", {"outputs": [1000]}),
-         ("g", "Relu", {"outputs": [1000]}),
-         ("tail", "Relu", {"outputs": [1000]}),
-         ("tail2", "Relu", {"outputs": [2000]}),
-         ("lr", "Const", {"outputs": [4]}),
-         ("apply", "ResourceApplyAdam", {"outputs": []}),
-         ("train", "NoOp", {"outputs": []})],
-        edges=[("w", "read"), ("x", "y"), ("read", "y"), ("y", "g"),
-               ("g", "tail"), ("tail", "tail2"), ("w", "apply"),
-               ("m", "apply"), ("v", "apply")] + [("lr", "apply")] * 6
-        + [("g", "apply")],
-        control_edges=[("apply", "train"), ("tail2", "train")],
-        fetches=["train"], default_device=DEVICE)
+    index = adam_step(tail2_bytes=2000)
+    _, timer = models(index, 250.0)
+    moved = timer.index
     found = offload.find_updates(index, HOST)
-    moved = offload.planning_index(index, found)
-    roles = analysis.classify_ops(moved, Target(host=HOST))
-    timer = steptime.StepTimeModel(
-        moved, roles, gpu=GPU, interconnect=link(250.0), kernels=EXACT,
-        offload=found, host=RATE)
     memory = simulator.SimulationModel(
-        moved, roles, None,
+        moved, analysis.classify_ops(moved, Target(host=HOST)), None,
         landings=offload.write_back_buffers(found, moved))
     plan = planner.Plan(params=planner.SwapParams(1, 1, 0, 0), swaps=(),
                         serialization_edges=(), num_levels=moved.num_levels)

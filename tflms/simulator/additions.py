@@ -289,7 +289,6 @@ class Additions:
             if held is not None:
                 self.held.append((b, held))
 
-
     def hold_tensors(self, held_through):
         """Hold the buffer each ``((producer, output), level)`` of
         `held_through` is in (once the reroutes are made) through its
