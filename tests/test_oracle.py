@@ -236,6 +236,28 @@ def test_runtime_identity_n_forwards_each_port():
         "a2:0", "out:0"]
 
 
+@pytest.mark.parametrize("fetched", [False, True])
+def test_runtime_identity_n_read_of_an_unread_handoff(fetched):
+    """x -> a1 -> a2 -> a3 -> a4 (`_own`, S each); n = IdentityN(a4, a1),
+    out = _own(n:0). Nothing reads n:1, so Grappler drops n's read of a1
+    (as `tf.custom_gradient`'s IdentityN's) and a1 is released after a2:
+    the chain's 2 S. A fetched IdentityN is kept whole: then a1 is held
+    until n runs, 3 S at a3 and a4."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, SHAPE, name="x")
+        a1 = _own(x, name="a1")
+        h = a1
+        for i in range(2, 5):
+            h = _own(h, name=f"a{i}")
+        n = tf.raw_ops.IdentityN(input=[h, a1], name="n")
+        out = _own(n[0], name="out")
+    result = oracle.peak_memory(graph, [out, "n"] if fetched else out)
+    assert result.runtime_gpu_peak_bytes == (3 if fetched else 2) * S
+    if fetched:
+        assert "a1:0" in {t.name for t in result.runtime_live_at_peak}
+
+
 @pytest.mark.parametrize("neutral", ["mul_one", "add_zero"])
 def test_runtime_neutral_operand_op_forwards_its_input(neutral):
     """x -> a -> b1 -> b2 (`_own`); out = f(a) + b2 with f(a) = a * 1.0

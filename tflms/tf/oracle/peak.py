@@ -157,7 +157,7 @@ def peak_memory(graph: _GraphLike,
                                                  gpu_device, correct=True)
     runtime, runtime_live, runtime_peak_ns, timed_copies = _runtime_replay(
         step_stats, graph_def, gpu_device, _static_output_bytes(graph),
-        bytes_per_s)
+        bytes_per_s, fetch_names)
 
     scheduler_gpu = None
     if scheduler_check:

@@ -112,7 +112,7 @@ def _static_output_bytes(graph: _GraphLike) -> dict:
 
 
 def _runtime_replay(step_stats, graph_def, gpu_device, static_bytes=None,
-                    bytes_per_s=None):
+                    bytes_per_s=None, fetch_names=()):
     """Replays the step with the TensorFlow runtime's buffer rules.
 
     Same step stats, microsecond times and swapped-in-copy correction as
@@ -135,6 +135,9 @@ def _runtime_replay(step_stats, graph_def, gpu_device, static_bytes=None,
         (or a GPU copy of one) is counted at least at this size.
       bytes_per_s: the link's rate per direction, or None for copies that
         take no time.
+      fetch_names: the nodes the step fetches. Grappler keeps a fetched
+        ``IdentityN`` whole, so its reads hold their inputs even where no
+        node reads the output.
 
     Returns:
       ``(peak_bytes, live_at_peak, peak_ns, timed_copies)`` for the GPU:
@@ -142,7 +145,8 @@ def _runtime_replay(step_stats, graph_def, gpu_device, static_bytes=None,
       when the peak was reached; ``timed_copies`` a list of `TimedCopy`
       (empty without ``bytes_per_s``).
     """
-    step = _RuntimeStep(step_stats, graph_def, gpu_device, static_bytes)
+    step = _RuntimeStep(step_stats, graph_def, gpu_device, static_bytes,
+                        fetch_names)
     _write_in_place(step, timed=bytes_per_s is not None)
     live, sent_from, sent_early = _allocations(step)
     to_host_ready = _hold_for_reads(step, live)
@@ -169,10 +173,13 @@ class _RuntimeStep:
       written_into: in-place output -> the input buffer it took
         (`_write_in_place` fills it).
       host_done: host op -> when it has ended (`_host_done`'s memo).
+      fetch_names: the nodes the step fetches.
     """
 
-    def __init__(self, step_stats, graph_def, gpu_device, static_bytes):
+    def __init__(self, step_stats, graph_def, gpu_device, static_bytes,
+                 fetch_names=()):
         self.nodes = {node.name: node for node in graph_def.node}
+        self.fetch_names = frozenset(fetch_names)
         self.gpu_device = gpu_device
         placement, times, sizes = {}, {}, {}
         order = {}
@@ -260,7 +267,7 @@ class _RuntimeStep:
     def reads(self):
         """`_gpu_reads` of the step."""
         return _gpu_reads(self.nodes, self.times, self.placement,
-                          self.gpu_device)
+                          self.gpu_device, self.fetch_names)
 
 
 def _allocations(step):
@@ -385,7 +392,7 @@ def _peak(step, live, sent_early, resident):
     return peak, at_peak, peak_ns
 
 
-def _gpu_reads(nodes, times, placement, gpu_device):
+def _gpu_reads(nodes, times, placement, gpu_device, fetch_names=()):
     """``(reader, (tensor name, port), reader on the GPU)`` for every read
     that holds a GPU buffer: a GPU reader reads a GPU buffer (maybe a
     copy); a CPU reader (an LMS swap-out) keeps the GPU tensor it copies
@@ -394,8 +401,9 @@ def _gpu_reads(nodes, times, placement, gpu_device):
     An ``IdentityN``'s read of an input it hands on to no reader holds
     nothing: Grappler removes that read (and the ``IdentityN``) before
     the step runs (`GraphIndex.hands_on_unread`), though the virtual
-    scheduler, which optimizes nothing, runs it."""
-    unread = _unread_handoffs(nodes)
+    scheduler, which optimizes nothing, runs it. A fetched ``IdentityN``
+    (`fetch_names`) stays whole, every read included."""
+    unread = _unread_handoffs(nodes, fetch_names)
     for name in times:
         node = nodes.get(name)
         if node is None:
@@ -414,9 +422,10 @@ def _gpu_reads(nodes, times, placement, gpu_device):
             yield name, parsed, reader_on_gpu
 
 
-def _unread_handoffs(nodes):
+def _unread_handoffs(nodes, fetch_names=()):
     """``(IdentityN, input slot)`` of the graph whose output of that
-    index no node reads."""
+    index no node reads, fetched ``IdentityN`` ops (`fetch_names`) aside:
+    Grappler keeps a fetch node as it is."""
     read = set()
     for node in nodes.values():
         for text in node.input:
@@ -424,7 +433,7 @@ def _unread_handoffs(nodes):
             if parsed is not None:
                 read.add(parsed)
     return {(name, slot) for name, node in nodes.items()
-            if node.op == "IdentityN"
+            if node.op == "IdentityN" and name not in fetch_names
             for slot in range(sum(1 for i in node.input
                                   if not i.startswith("^")))
             if (name, slot) not in read}
