@@ -2,7 +2,7 @@
 applications' ``fit()`` steps (TensorFlow 2.16+ with Keras 3).
 
     env -u TF_USE_LEGACY_KERAS python benchmarks/grappler_check.py \
-        [ResNet50 MobileNetV2 ...] [--image 64] [--repeat 3]
+        [ResNet50 MobileNetV2 ...] [--image 64] [--repeat 3] [--repair]
 
 Each application's ``train_step`` is traced as a `tf.function`
 (`benchmarks.models.keras3_app`, batch 1: the graph, and so the check's
@@ -13,6 +13,11 @@ optimizer on the step before and after the rewrite, compared. A row per
 application: the step's ops, the swaps, the rewrite's time, one Grappler
 optimization of the step alone, the whole check (best of ``--repeat``;
 two optimizations and the comparison) and the differences it found.
+
+``--repair`` adds a row per application with ``grappler_repair`` on, on a
+step traced again: the swaps the repaired plan kept, the rewrite's time
+with the repair in it (the plan tried on a copy of the step, Grappler's
+optimizations and the rounds of dropping), and the differences left.
 """
 
 import argparse
@@ -55,6 +60,26 @@ def measure(app, image, repeat):
                 differences=len(report.differences), report=report)
 
 
+def measure_repair(app, image):
+    """The ``--repair`` row of `app`: the same step rewritten with
+    ``grappler_repair`` on."""
+    from benchmarks import models
+    from tflms import LMS
+    from tflms.tf.adapters import rewrite
+    built = models.build("keras3_app", app=app, image=image, batch=1,
+                         classes=10)
+    lms = LMS(**FIXED)
+    lms.grappler_repair = True
+    start = time.perf_counter()
+    result = rewrite.rewrite_function_graph(built.graph, lms.settings)
+    seconds = time.perf_counter() - start
+    report = result.grappler
+    return dict(app=app + " repaired", ops=len(built.graph.get_operations()),
+                swaps=len(result.swapout_ops), rewrite_s=seconds,
+                differences=(-1 if report is None
+                             else len(report.differences)), report=report)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("apps", nargs="*", default=["ResNet50"],
@@ -65,6 +90,9 @@ def main(argv=None):
                         help="checks per application; the best is shown")
     parser.add_argument("--show", type=int, default=5,
                         help="differences to print per application")
+    parser.add_argument("--repair", action="store_true",
+                        help="also rewrite each step with grappler_repair "
+                        "on and show what it kept")
     args = parser.parse_args(argv)
     common.setup_tensorflow("eager")
     print("%-14s %6s %6s %10s %11s %8s %6s" % (
@@ -77,6 +105,14 @@ def main(argv=None):
             row["optimize_s"], row["check_s"], row["differences"]))
         for line in row["report"].lines(limit=args.show)[1:]:
             print("    " + line[:160])
+        if args.repair:
+            row = measure_repair(app, args.image)
+            print("%-14s %6d %6d %10.2f %11s %8s %6d" % (
+                row["app"], row["ops"], row["swaps"], row["rewrite_s"], "-",
+                "-", row["differences"]))
+            if row["report"] is not None:
+                for line in row["report"].lines(limit=args.show)[1:]:
+                    print("    " + line[:160])
     return 0
 
 

@@ -142,6 +142,56 @@ def test_session_graph_additions_swapped_into_are_grouped_otherwise():
         graph.as_graph_def().node)
 
 
+def test_repair_drops_the_swaps_into_the_products_and_nothing_else(
+        monkeypatch):
+    """With the Pow and Square rules off, LMS swaps m into each layer's
+    cube and Grappler groups the products otherwise (the test above);
+    `grappler_repair` tries the plan on a copy, drops the swaps next to
+    the differences, and the step is then optimized as without LMS."""
+    merged = dict(fusions._MERGED_INTO)
+    for kind in ("Pow", "Square"):
+        merged.pop(kind)
+    monkeypatch.setattr(fusions, "_MERGED_INTO", merged)
+    plain = _check_function_step(LMS(**FIXED))
+    lms = LMS(**FIXED)
+    lms.grappler_repair = True
+    repaired = _check_function_step(lms)
+    assert not plain.grappler.same
+    report = repaired.grappler
+    assert report is not None and report.same, "\n".join(report.lines())
+    # Only what stood next to a difference went: other tensors are still
+    # swapped, and the swap-ins of m into the products are gone.
+    assert 0 < len(repaired.swapout_ops) < len(plain.swapout_ops)
+    named = {s for d in plain.grappler.differences for s in d.swaps}
+    assert not named & set(repaired.swapin_ops + repaired.swapout_ops)
+    # Applied to the step's own graph, the plan gives what the copy did.
+    assert set(repaired.swapout_ops) <= set(plain.swapout_ops)
+
+
+def test_repair_leaves_a_plan_grappler_keeps_as_it_is():
+    plain = _check_function_step(LMS(**FIXED))
+    lms = LMS(**FIXED)
+    lms.grappler_repair = True
+    repaired = _check_function_step(lms)
+    assert repaired.grappler.same
+    assert repaired.swapout_ops == plain.swapout_ops
+    assert repaired.swapin_ops == plain.swapin_ops
+
+
+def test_repair_of_a_session_graph_leaves_additions_grouped():
+    """A Session graph's additions LMS swaps into are grouped otherwise
+    (LMS keeps no Grappler groups there yet); repaired, they are not."""
+    graph, train = _session_step()
+    before = grappler_check.graph_def_of(graph)
+    lms = LMS(**FIXED)
+    lms.grappler_repair = True
+    result = lms.run(graph, fetches=[train])
+    assert result.rewritten
+    assert result.grappler is not None and result.grappler.same
+    # The real rewrite is what the copy was: checked on the graph itself.
+    assert grappler_check.check(before, graph, [train.name]).same
+
+
 def test_lms_names_are_told_apart():
     assert grappler_check.is_lms_name("lms/swapout_conv1_Relu_0")
     assert grappler_check.is_lms_name(

@@ -398,3 +398,32 @@ def test_an_identity_n_slot_no_op_reads_is_no_late_reader(handed_on_read):
     rerouted = {(name[c], slot) for s in plan.swaps for sin in s.swap_ins
                 for c, slot in sin.consumers}
     assert (("n", 1) in rerouted) is handed_on_read
+
+
+def test_a_plan_without_a_swap_loses_the_recomputes_that_read_it():
+    from tflms.planner import prune
+    P = planner
+    params = P.SwapParams(1, 1, 0, P.SyncMode(0))
+    swap_a = P.SwapPlan(1, 0, 8, (P.SwapInPlan(((5, 0),), (3,), False),),
+                        ())
+    swap_b = P.SwapPlan(2, 0, 8, (P.SwapInPlan(((6, 0),), (4,), False),),
+                        ())
+    # r1 reads a swap-in of a; r2 reads r1's clone; r3 reads b's.
+    r1 = P.RecomputePlan(7, 0, 8, (7,), ((("swapin", 1, 0, 0),),),
+                         ((9, 0),), 4)
+    r2 = P.RecomputePlan(8, 0, 8, (8,), ((("recompute", 7, 0, 0, 0),),),
+                         ((9, 1),), 4)
+    r3 = P.RecomputePlan(10, 0, 8, (10,), ((("swapin", 2, 0, 0),),),
+                         ((11, 0),), 4)
+    plan = P.Plan(params=params, swaps=(swap_a, swap_b),
+                  serialization_edges=((3, 4), (4, 5)), num_levels=12,
+                  deferral_edges=((6, 7),), recomputes=(r1, r2, r3))
+    left, dropped = prune.without_parts(plan, swaps={(1, 0)},
+                                        edges={(4, 5), (6, 7), (0, 1)})
+    assert left.swaps == (swap_b,) and left.recomputes == (r3,)
+    assert left.serialization_edges == ((3, 4),) and not left.deferral_edges
+    assert dropped == prune.Dropped(swaps=((1, 0),),
+                                    recomputes=((7, 0), (8, 0)),
+                                    edges=((4, 5), (6, 7)))
+    same, nothing = prune.without_parts(plan)
+    assert same == plan and not nothing

@@ -84,6 +84,8 @@ BAD_PROPERTIES = [
     ("autotune_plot", 2, r"autotune_plot must be True or False; got 2"),
     ("grappler_check", "yes",
      r"grappler_check must be True or False; got 'yes'"),
+    ("grappler_repair", "auto",
+     r"grappler_repair must be True or False; got 'auto'"),
     ("excl_output_by_scopes", "conv1",
      r"excl_output_by_scopes must be a set of strings, e.g. \{'conv1'\}; "
      r"got 'conv1'"),

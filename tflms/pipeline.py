@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Planned", "PlanningContext", "classify", "plan", "simulate_plan",
            "instant_replay", "simulate_without", "recompute_cost",
-           "step_floor"]
+           "step_floor", "with_part_of_plan"]
 
 R = TypeVar("R", bound=StageRecord)
 
@@ -268,6 +268,15 @@ def simulate_plan(planned):
                                                               detail=True),
         with_lms=(None if planned.plan is None
                   else model.replay(planned.plan, detail=True)))
+
+
+def with_part_of_plan(planned, plan):
+    """`planned` with `plan`, a part of its plan (what
+    `planner.prune.without_parts` leaves), in the plan's place, replayed
+    with copies that take no time, and no predicted step time (the tuner
+    did not choose it)."""
+    with_lms = _model_of(planned, planned.index).replay(plan, detail=True)
+    return planned.with_plan(plan, with_lms, None)
 
 
 def instant_replay(planned):

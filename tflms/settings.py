@@ -432,6 +432,18 @@ class Settings:
         "(docs/tf2.md); `tflms verify` always runs it.",
         kind=PROPERTY, flag="compare Grappler's optimization of the step "
         "with and without LMS's edits and log the differences")
+    grappler_repair: bool = _setting(
+        False, _named(V.check_bool),
+        "Before the rewrite, apply the plan to a copy of the step and "
+        "compare Grappler's optimization of it with the step's "
+        "(`grappler_check`); drop from the plan the swaps, recomputes and "
+        "control edges next to each difference and try again, up to three "
+        "rounds, so that Grappler optimizes the step as without LMS. The "
+        "log says what was dropped and the plan's peak after; the last "
+        "comparison is `lms.last_run.grappler`. Costs a Grappler "
+        "optimization of the step and one more per round (docs/tf2.md).",
+        kind=PROPERTY, flag="drop the parts of the plan that make Grappler "
+        "optimize the step otherwise than without LMS")
     autotune_plot: bool = _setting(
         False, _named(V.check_bool),
         "Write the expected-memory plots and the distance histogram into "

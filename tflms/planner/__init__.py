@@ -34,6 +34,8 @@ The package's modules, each importable on its own:
                     retrigger_swaps
     edges           deferral_edges, serialization_edges, levels_over_size,
                     requirement_masks
+    prune           without_parts, Dropped (a plan without some of its
+                    parts: ``grappler_repair``)
 
 Everything public is also a name of this package (`planner.make_plan`).
 """

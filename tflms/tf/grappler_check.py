@@ -70,8 +70,8 @@ from tflms.tf import rewriter
 from tflms.tf.oracle import functions
 
 __all__ = ["Difference", "GrapplerReport", "LMS_NAME_MARKERS",
-           "accumulated_addns", "check",
-           "config_for", "graph_def_of", "is_lms_name", "optimize"]
+           "accumulated_addns", "check", "config_for", "graph_def_of",
+           "implicated", "is_lms_name", "optimize", "optimize_original"]
 
 # Every swap op, recompute clone and offload op LMS adds has one of these
 # in its name (the rewriter's names for them).
@@ -143,6 +143,10 @@ class GrapplerReport:
         Grappler's memory optimizer turned into accumulations into a
         temporary variable in each optimized step (docs/tf2.md,
         "Grappler's memory optimizer"), sorted.
+      identity_n_kept: the step's ``IdentityN`` nodes Grappler kept with
+        LMS's edits and removed without them, sorted (compared as read
+        through, they are no `Difference`; Keras 3's ``IdentityN`` of the
+        gradients kept changes how the products after it are grouped).
     """
 
     differences: tuple
@@ -150,6 +154,7 @@ class GrapplerReport:
     nodes: tuple
     seconds: float
     accumulated: tuple = ((), ())
+    identity_n_kept: tuple = ()
 
     @property
     def same(self):
@@ -176,6 +181,11 @@ class GrapplerReport:
                        "without LMS %s, with LMS %s" % tuple(
                            ", ".join(names) or "none"
                            for names in self.accumulated))
+        if self.identity_n_kept:
+            out.append("  IdentityN kept with LMS only: %s"
+                       % ", ".join(self.identity_n_kept[:3])
+                       + (" and %d more" % (len(self.identity_n_kept) - 3)
+                          if len(self.identity_n_kept) > 3 else ""))
         if self.kernels_differ:
             out.append("  op counts (without, with): " + ", ".join(
                 "%s %d -> %d" % (k, a, b)
@@ -188,19 +198,27 @@ class GrapplerReport:
         return out
 
 
-def graph_def_of(graph):
+def graph_def_of(graph, function_inputs=None):
     """A `GraphDef` of `graph` (a `tf.Graph`, a `FuncGraph` or a
     `GraphDef`, copied) as Grappler sees it here: a function graph's
     captured variables as variable ops and its inputs with their shapes
     (`_inputs_with_shapes`), every node without a device on this
-    process's CPU."""
+    process's CPU.
+
+    `function_inputs`: whether to give the graph's input placeholders
+    their shapes as a function's; None: where `graph` is a `FuncGraph`.
+    False makes the GraphDef a copy of the step can be imported from
+    (`rewriter.apply_plan_to_copy`); True, that copy's once edited."""
     if isinstance(graph, graph_pb2.GraphDef):
         result = graph_pb2.GraphDef()
         result.CopyFrom(graph)
     else:
         result = functions.graph_def(graph)
-        if functions.is_function_graph(graph):
-            _inputs_with_shapes(result)
+    if function_inputs is None:
+        function_inputs = (not isinstance(graph, graph_pb2.GraphDef)
+                           and functions.is_function_graph(graph))
+    if function_inputs:
+        _inputs_with_shapes(result)
     for node in result.node:
         if not node.device:
             node.device = _CPU
@@ -448,7 +466,26 @@ class _Neighbours:
         return tuple(sorted(swaps)), tuple(sorted(edges))
 
 
-def check(original, rewritten, fetch_names, config=None):
+def _kept(graph_def, fetch_names):
+    """`fetch_names`, or where it is empty (the whole graph is the step)
+    every node of `graph_def` nothing reads."""
+    if fetch_names:
+        return list(fetch_names)
+    read = {ref.lstrip("^").partition(":")[0]
+            for n in graph_def.node for ref in n.input}
+    return [n.name for n in graph_def.node if n.name not in read]
+
+
+def optimize_original(original, fetch_names, config):
+    """`optimize` of the step before the rewrite, as `check` makes it:
+    what a caller checking several rewrites of one step passes to each
+    `check` as `optimized_original`, so that it is made once."""
+    before = graph_def_of(original)
+    return optimize(before, _kept(before, fetch_names), config)
+
+
+def check(original, rewritten, fetch_names, config=None,
+          optimized_original=None):
     """Grappler's optimization of the step `fetch_names` in `original`
     (before LMS's rewrite) and in `rewritten` (after it), compared.
 
@@ -461,6 +498,8 @@ def check(original, rewritten, fetch_names, config=None):
         empty: the whole graph is the step.
       config: the ``ConfigProto`` Grappler runs with; default the one the
         runtime would use for `rewritten` (`config_for`).
+      optimized_original: `optimize_original` of `original` with the same
+        fetches and config, when the caller has it; None: made here.
 
     Returns:
       A `GrapplerReport`.
@@ -469,13 +508,10 @@ def check(original, rewritten, fetch_names, config=None):
     if config is None:
         config = config_for(rewritten)
     before, after = graph_def_of(original), graph_def_of(rewritten)
-    if not fetch_names:
-        # The whole graph is the step: every node nothing reads is kept.
-        read = {ref.lstrip("^").partition(":")[0]
-                for n in before.node for ref in n.input}
-        fetch_names = [n.name for n in before.node if n.name not in read]
+    fetch_names = _kept(before, fetch_names)
     lms_names = {n.name for n in after.node if is_lms_name(n.name)}
-    optimized = (optimize(before, fetch_names, config),
+    optimized = (optimized_original if optimized_original is not None
+                 else optimize(before, fetch_names, config),
                  optimize(after, fetch_names, config))
     without = _normalized(optimized[0], set())
     with_lms = _renamed(without, _normalized(optimized[1], lms_names))
@@ -497,11 +533,90 @@ def check(original, rewritten, fetch_names, config=None):
     kernels = {k: (counts[0][k], counts[1][k])
                for k in set(counts[0]) | set(counts[1])
                if counts[0][k] != counts[1][k]}
+    kept = [{n.name for n in g.node if n.op == "IdentityN"
+             and n.name not in lms_names} for g in optimized]
     return GrapplerReport(
         differences=tuple(differences), kernels_differ=kernels,
         nodes=(len(without), len(with_lms)),
         seconds=time.perf_counter() - start,
-        accumulated=tuple(accumulated_addns(g) for g in optimized))
+        accumulated=tuple(accumulated_addns(g) for g in optimized),
+        identity_n_kept=tuple(sorted(kept[1] - kept[0])))
+
+
+def implicated(report, rewritten, index, plan):
+    """What of `plan` stands next to `report`'s differences: the parts
+    `grappler_repair` drops.
+
+    Args:
+      report: a `GrapplerReport` of `plan` applied to `rewritten`.
+      rewritten: that `tf.Graph` (its LMS ops are looked up by name).
+      index: the `GraphIndex` `plan` was made on.
+      plan: the `planner.Plan`.
+
+    Returns:
+      ``(swaps, recomputes, edges)``, sets of op ids: the tensors
+      ``(producer, output)`` whose swap-out or swap-in a difference names,
+      the tensors recomputed by a plan that cloned an op whose clone a
+      difference names, and the control edges ``(from, to)`` between the
+      step's ops a difference names. Offload's ops are not among them:
+      they are not the plan's.
+    """
+    id_of = index.id_of
+    cloned_by = {}
+    for r in plan.recomputes:
+        for op in r.ops:
+            cloned_by.setdefault(op, set()).add((r.producer, r.output))
+    swaps, recomputes, edges = set(), set(), set()
+
+    def add(lms_names):
+        for name in lms_names:
+            if _CLONE_MARKER in name:
+                op = id_of.get(_clone_original(name))
+                recomputes.update(cloned_by.get(op, ()))
+            elif rewriter.OFFLOAD_SCOPE not in name:
+                tensor = _swapped_tensor(rewritten, name, id_of)
+                if tensor is not None:
+                    swaps.add(tensor)
+
+    for d in report.differences:
+        add(d.swaps)
+        for a, b in d.edges:
+            if a in id_of and b in id_of:
+                edges.add((id_of[a], id_of[b]))
+    # An IdentityN kept for LMS's ops: those that read or feed it (a copy
+    # to or from the host crosses devices, which Grappler does not remove)
+    # and the plan's control edges on it.
+    for name in report.identity_n_kept:
+        try:
+            node = rewritten.get_operation_by_name(name)
+        except KeyError:
+            continue
+        near = [t.op for t in node.inputs] + list(node.control_inputs) + [
+            c for out in node.outputs for c in out.consumers()] + list(
+                node._control_outputs)  # a swap-in it triggers
+        add(op.name for op in near if is_lms_name(op.name))
+        mine = id_of.get(name)
+        edges.update(e for e in plan.control_edges if mine in e)
+    return swaps, recomputes, edges
+
+
+def _swapped_tensor(graph, name, id_of):
+    """``(producer id, output)`` of the tensor the swap op `name` of
+    `graph` copies (a swap-in reads its swap-out, which reads it)."""
+    try:
+        op = graph.get_operation_by_name(name)
+    except KeyError:
+        return None
+    for _ in range(8):
+        if not op.inputs:
+            return None
+        tensor = op.inputs[0]
+        op = tensor.op
+        if not is_lms_name(op.name):
+            producer = id_of.get(op.name)
+            return None if producer is None else (producer,
+                                                  tensor.value_index)
+    return None
 
 
 def accumulated_addns(graph_def):

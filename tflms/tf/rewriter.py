@@ -63,7 +63,8 @@ from tflms.tf import offload_rewrite
 from tflms.tf import reader
 
 __all__ = ["SWAP_MARKER_ATTR", "SERIALIZATION_MARKER", "OFFLOAD_SCOPE",
-           "OP_NAME_MARKERS", "RewriteResult", "apply_plan", "is_rewritten",
+           "OP_NAME_MARKERS", "RewriteResult", "apply_plan",
+           "apply_plan_to_copy", "is_rewritten",
            "swap_op_name", "swapin_op_name", "clone_op_name",
            "offload_op_name", "offloaded_variable"]
 
@@ -317,6 +318,35 @@ def apply_plan(graph, index, plan, cpu_device, offload=None):
                          rerouted_inputs=edits.rerouted,
                          recompute_ops=tuple(clones),
                          offload_ops=offloaded)
+
+
+def apply_plan_to_copy(graph_def, index, plan, cpu_device, offload=None):
+    """`apply_plan` on a new `tf.Graph` imported from `graph_def` (the
+    step's graph as `index` was built from it, every node under its own
+    name: a `grappler_check.graph_def_of` made before the rewrite), so
+    that a plan can be tried without editing the step's graph.
+
+    Returns:
+      ``(copy, RewriteResult)``: the edited copy and what was added to it.
+
+    Raises:
+      ValueError: as `apply_plan`; or if `graph_def` lacks an op of
+        `index`.
+    """
+    copy = tf.Graph()
+    with copy.as_default():
+        tf.compat.v1.import_graph_def(graph_def, name="")
+    by_name = {op.name: op for op in copy.get_operations()}
+    missing = [op.name for op in index.ops if op.name not in by_name]
+    if missing:
+        raise ValueError(
+            "the GraphDef to try the plan on lacks %d ops of the step (%s); "
+            "make it with grappler_check.graph_def_of(graph) before the "
+            "rewrite" % (len(missing), ", ".join(missing[:3])))
+    copied = dataclasses.replace(
+        index, ops=tuple(by_name[op.name] for op in index.ops),
+        graph_num_ops=len(by_name))
+    return copy, apply_plan(copy, copied, plan, cpu_device, offload)
 
 
 def _check_before_editing(graph, index, plan):
