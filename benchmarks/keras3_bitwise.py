@@ -6,7 +6,7 @@ accumulations in each run (TensorFlow 2.16+ with Keras 3, on the CPU).
     env -u TF_USE_LEGACY_KERAS TF_ENABLE_ONEDNN_OPTS=0 \\
         python benchmarks/keras3_bitwise.py Xception 224 [--ratio 0.6] \\
         [--steps 3] [--budget GIB] [--no-memory-scheduling] \\
-        [--grappler-check]
+        [--grappler-check] [--grappler-repair]
 
 The application is built with ``weights=None``, 10 classes and seed 1,
 compiled with ``SGD(0.01, momentum=0.9)`` and sparse cross-entropy, and fit
@@ -24,6 +24,10 @@ order they are ready: docs/tf2.md, "Grappler's memory optimizer").
 ``--grappler-check`` turns LMS's ``grappler_check`` setting on and lists
 the AddNs `tflms.tf.grappler_check` finds accumulated in the step with and
 without LMS, next to those the runs accumulated.
+
+``--grappler-repair`` turns LMS's ``grappler_repair`` setting on: the
+plan is tried on a copy of the step and the swaps next to what Grappler
+optimizes otherwise are dropped before the fit (docs/tf2.md).
 
 ``--no-memory-scheduling`` runs both fits with that optimizer off
 (``RewriterConfig.memory_optimization = NO_MEM_OPT`` in the eager context's
@@ -113,6 +117,9 @@ def main(argv=None):
     parser.add_argument("--grappler-check", action="store_true",
                         help="also list the AddNs tflms.tf.grappler_check "
                         "finds accumulated with and without LMS")
+    parser.add_argument("--grappler-repair", action="store_true",
+                        help="drop the swaps Grappler optimizes the step "
+                        "otherwise with (grappler_repair)")
     parser.add_argument("--no-memory-scheduling", action="store_true",
                         help="both fits with Grappler's memory optimizer "
                         "off")
@@ -155,6 +162,7 @@ def _compare(args, folder):
     lms.autotune_gpu_mem = budget
     lms.batch_size = 2
     lms.grappler_check = args.grappler_check
+    lms.grappler_repair = args.grappler_repair
     losses, weights = _fit(keras, args, lms)
     result = lms.last_run
     swap_ops = list(result.swapout_ops) + list(result.swapin_ops)
