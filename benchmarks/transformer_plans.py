@@ -4,7 +4,8 @@ with Keras 3 and KerasHub).
 
     env -u TF_USE_LEGACY_KERAS python benchmarks/transformer_plans.py \
         1024 2048 [--batch 8] [--gpu-mem 16] [--layers 12 --hidden 768 \
-        --heads 12 --intermediate 3072] [--top 12] [--no-oracle]
+        --heads 12 --intermediate 3072] [--top 12] [--refine 0] \
+        [--no-oracle]
 
 The step is KerasHub's GPT-2 built from its published config with random
 weights (`gpt2_step`: ``GPT2Backbone`` of the given size,
@@ -20,12 +21,16 @@ for the smallest budget the search can meet: a first search at the floor
 (which fails unless the floor itself is met) names its smallest plan, and a
 second one, at that plan's peak, makes it (the planning budget is
 ``TF_LMS_SIMULATOR_MEM_RATIO`` of a budget, 0.9 by default, so budgets are
-given as peak / ratio). Each plan's peak is counted by the simulator (copies
-instant) and, unless ``--no-oracle``, by the oracle's runtime replay of the
-rewritten graph. The table: sequence, floor, the smallest plan (simulator,
-oracle), its ratio to the floor, the ``--gpu-mem`` plan (or why none),
-predicted step times and planning seconds; ``--top`` lists the buffers the
-simulator holds at the smallest plan's peak.
+given as peak / ratio); the search is not monotone in the budget (a plan
+checked with its copies timed can miss a budget a smaller plan meets), so
+``--refine N`` bisects up to N budgets more between the last that found no
+plan and the first that did, and keeps the lowest plan. Each plan's peak
+is counted by the simulator (copies instant) and, unless ``--no-oracle``,
+by the oracle's runtime replay of the rewritten graph. The table:
+sequence, floor, the smallest plan (simulator, oracle), its ratio to the
+floor, the ``--gpu-mem`` plan (or why none), predicted step times and
+planning seconds; ``--top`` lists the buffers the simulator holds at the
+smallest plan's peak.
 
 Nothing runs the model (shapes are static); the oracle's replay of GPT-2
 small at sequence 2048 takes about a minute and a few GiB of host memory.
@@ -163,10 +168,14 @@ def measure_seq(seq, args):
         flush=True)
     del concrete, model, result
     # The smallest plan: a search at the floor names it, a second makes it.
-    budgets = []
+    # The search is not monotone in the budget (a plan checked with its
+    # copies timed may miss a budget a smaller one meets), so with
+    # --refine the budgets between the last that failed and the first that
+    # fitted are bisected, and the lowest plan found is the row's.
+    budgets, failed, fitted = [], None, None
     if row.get("floor"):
         budgets.append(row["floor"] / ratio / common.GIB)
-    for attempt in range(3):
+    for attempt in range(3 + args.refine):
         if not budgets:
             break
         budget = budgets.pop(0)
@@ -177,20 +186,30 @@ def measure_seq(seq, args):
             print("  %.2f GiB: no plan, smallest %s (%.1f s)" % (
                 budget, common.fmt_bytes(err.smallest_peak_bytes), secs),
                 flush=True)
-            if err.smallest_peak_bytes and attempt < 2:
+            failed = max(failed or 0.0, budget)
+            if fitted is not None:
+                budgets.extend(_between(failed, fitted))
+            elif err.smallest_peak_bytes and attempt < 2:
                 # A little above it: the search's own smallest plan.
                 budgets.append(err.smallest_peak_bytes * 1.01 / ratio
                                / common.GIB)
-            row["smallest_sim"] = err.smallest_peak_bytes
+            if "smallest_swaps" not in row:
+                row["smallest_sim"] = err.smallest_peak_bytes
             continue
+        fitted = budget if fitted is None else min(fitted, budget)
+        if args.refine and failed is not None:
+            budgets.extend(_between(failed, fitted))
         planned, sim = _sim(result)
-        row["smallest_sim"] = sim.peak_device_bytes
-        row["smallest_swaps"] = len(result.swapout_ops)
-        row["smallest_step_ms"], _ = _step_ms(planned, args)
         print("  %.2f GiB: plan %s, %d swapped, %d ordering edges "
               "(%.1f s)" % (budget, common.fmt_bytes(sim.peak_device_bytes),
                             len(result.swapout_ops),
                             len(planned.ordering_edges), secs), flush=True)
+        if ("smallest_swaps" in row
+                and sim.peak_device_bytes >= row["smallest_sim"]):
+            continue
+        row["smallest_sim"] = sim.peak_device_bytes
+        row["smallest_swaps"] = len(result.swapout_ops)
+        row["smallest_step_ms"], _ = _step_ms(planned, args)
         for name, nbytes in sorted(sim.live_at_peak, key=lambda x: -x[1])[
                 :args.top]:
             print("    simulator %10.1f MiB  %s" % (nbytes / _MIB, name))
@@ -204,11 +223,20 @@ def measure_seq(seq, args):
                 print("    oracle    %10.1f MiB  %s%s" % (
                     t.nbytes / _MIB, t.name,
                     " (copied in)" if t.transferred else ""))
-        break
+        if not budgets:
+            break
     best = row.get("smallest_oracle") or row.get("smallest_sim")
     if best and row.get("floor"):
         row["ratio"] = best / float(row["floor"])
     return row
+
+
+def _between(failed, fitted):
+    """The next budget to try (a list of one, GiB) between one that
+    `failed` and one that `fitted`, or none once they are within 2%."""
+    if fitted - failed <= 0.02 * fitted:
+        return []
+    return [(failed + fitted) / 2.0]
 
 
 def table(rows, args):
@@ -247,6 +275,9 @@ def main(argv=None):
                             % value)
     parser.add_argument("--top", type=int, default=12,
                         help="buffers live at the smallest plan's peak")
+    parser.add_argument("--refine", type=int, default=0,
+                        help="budgets bisected between the last that found "
+                        "no plan and the first that did (default 0)")
     parser.add_argument("--no-oracle", action="store_true",
                         help="plan only; skip the oracle's replay")
     args = parser.parse_args(argv)
