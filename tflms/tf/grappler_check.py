@@ -70,13 +70,15 @@ from tflms.tf import rewriter
 from tflms.tf.oracle import functions
 
 __all__ = ["Difference", "GrapplerReport", "LMS_NAME_MARKERS",
-           "accumulated_addns", "check", "config_for", "graph_def_of",
-           "implicated", "is_lms_name", "optimize", "optimize_original"]
+           "CLONE_MARKER", "accumulated_addns", "check", "clone_original",
+           "config_for", "graph_def_of", "is_lms_name", "optimize",
+           "optimize_original"]
 
 # Every swap op, recompute clone and offload op LMS adds has one of these
 # in its name (the rewriter's names for them).
 LMS_NAME_MARKERS = rewriter.OP_NAME_MARKERS
-_CLONE_MARKER = "-" + rewriter.swap_op_name("recompute", "")
+# What names a recompute clone (`rewriter.clone_op_name`).
+CLONE_MARKER = "-" + rewriter.swap_op_name("recompute", "")
 _CPU = "/job:localhost/replica:0/task:0/device:CPU:0"
 
 
@@ -281,10 +283,10 @@ def _split(ref):
     return name, int(output) if output else 0
 
 
-def _clone_original(name):
+def clone_original(name):
     """The op a recompute clone named `name` copies (its name starts with
     that op's, `tflms.tf.rewriter.clone_op_name`)."""
-    prefix = name.split(_CLONE_MARKER)[0]
+    prefix = name.split(CLONE_MARKER)[0]
     return prefix.split(">")[0]
 
 
@@ -321,8 +323,8 @@ def _normalized(graph_def, lms_names):
             node = nodes.get(name)
             if node is None:
                 break
-            if name in lms_names and _CLONE_MARKER in name:
-                name = _clone_original(name)
+            if name in lms_names and CLONE_MARKER in name:
+                name = clone_original(name)
                 break
             if name in lms_names and rewriter.offloaded_variable(name):
                 # The host copy an offloaded update runs on stands for
@@ -541,82 +543,6 @@ def check(original, rewritten, fetch_names, config=None,
         seconds=time.perf_counter() - start,
         accumulated=tuple(accumulated_addns(g) for g in optimized),
         identity_n_kept=tuple(sorted(kept[1] - kept[0])))
-
-
-def implicated(report, rewritten, index, plan):
-    """What of `plan` stands next to `report`'s differences: the parts
-    `grappler_repair` drops.
-
-    Args:
-      report: a `GrapplerReport` of `plan` applied to `rewritten`.
-      rewritten: that `tf.Graph` (its LMS ops are looked up by name).
-      index: the `GraphIndex` `plan` was made on.
-      plan: the `planner.Plan`.
-
-    Returns:
-      ``(swaps, recomputes, edges)``, sets of op ids: the tensors
-      ``(producer, output)`` whose swap-out or swap-in a difference names,
-      the tensors recomputed by a plan that cloned an op whose clone a
-      difference names, and the control edges ``(from, to)`` between the
-      step's ops a difference names. Offload's ops are not among them:
-      they are not the plan's.
-    """
-    id_of = index.id_of
-    cloned_by = {}
-    for r in plan.recomputes:
-        for op in r.ops:
-            cloned_by.setdefault(op, set()).add((r.producer, r.output))
-    swaps, recomputes, edges = set(), set(), set()
-
-    def add(lms_names):
-        for name in lms_names:
-            if _CLONE_MARKER in name:
-                op = id_of.get(_clone_original(name))
-                recomputes.update(cloned_by.get(op, ()))
-            elif rewriter.OFFLOAD_SCOPE not in name:
-                tensor = _swapped_tensor(rewritten, name, id_of)
-                if tensor is not None:
-                    swaps.add(tensor)
-
-    for d in report.differences:
-        add(d.swaps)
-        for a, b in d.edges:
-            if a in id_of and b in id_of:
-                edges.add((id_of[a], id_of[b]))
-    # An IdentityN kept for LMS's ops: those that read or feed it (a copy
-    # to or from the host crosses devices, which Grappler does not remove)
-    # and the plan's control edges on it.
-    for name in report.identity_n_kept:
-        try:
-            node = rewritten.get_operation_by_name(name)
-        except KeyError:
-            continue
-        near = [t.op for t in node.inputs] + list(node.control_inputs) + [
-            c for out in node.outputs for c in out.consumers()] + list(
-                node._control_outputs)  # a swap-in it triggers
-        add(op.name for op in near if is_lms_name(op.name))
-        mine = id_of.get(name)
-        edges.update(e for e in plan.control_edges if mine in e)
-    return swaps, recomputes, edges
-
-
-def _swapped_tensor(graph, name, id_of):
-    """``(producer id, output)`` of the tensor the swap op `name` of
-    `graph` copies (a swap-in reads its swap-out, which reads it)."""
-    try:
-        op = graph.get_operation_by_name(name)
-    except KeyError:
-        return None
-    for _ in range(8):
-        if not op.inputs:
-            return None
-        tensor = op.inputs[0]
-        op = tensor.op
-        if not is_lms_name(op.name):
-            producer = id_of.get(op.name)
-            return None if producer is None else (producer,
-                                                  tensor.value_index)
-    return None
 
 
 def accumulated_addns(graph_def):

@@ -21,7 +21,6 @@ from tflms import hardware
 from tflms import offload as offload_rules
 from tflms import pipeline
 from tflms import planner
-from tflms.planner import prune
 from tflms import plots
 from tflms import run_log
 from tflms import step as step_rules
@@ -30,7 +29,7 @@ from tflms.results import Outcome, RunResult
 from tflms.target import Target
 from tflms.tf import compat
 from tflms.tf import grappler_check
-from tflms.tf.oracle import functions
+from tflms.tf import grappler_repair
 from tflms.tf import reader
 from tflms.tf import rewriter
 
@@ -200,7 +199,7 @@ def plan_and_rewrite(adapter, found, start, index=None):
     grappler = None
     if settings.grappler_repair and plan.swaps + plan.recomputes + (
             plan.control_edges):
-        planned, plan, grappler = _repair_for_grappler(
+        planned, plan, grappler = grappler_repair.repair(
             found, planned, plan, target, before, log)
     rewrite = adapter.apply(found, planned.index, plan, target)
     _log_rewrite(log, plan, rewrite)
@@ -278,88 +277,6 @@ def _check_offload(adapter):
             "Session graphs with tf.compat.v1.train optimizers are, "
             "docs/offload.md); %s" % (adapter.describe_entry(),
                                       adapter.offload_instead))
-
-
-# Rounds of `_repair_for_grappler`: a plan without the parts next to one
-# round's differences rarely makes new ones.
-REPAIR_ROUNDS = 3
-
-
-def _repair_for_grappler(found, planned, plan, target, before, log):
-    """``grappler_repair``: `plan` tried on a copy of `found`'s step
-    (`before`, its GraphDef), compared by Grappler with the step
-    (`grappler_check.check`), and the parts next to each difference
-    dropped (`planner.prune.without_parts`), until Grappler optimizes
-    both alike or `REPAIR_ROUNDS` have run.
-
-    Returns:
-      ``(planned, plan, report)``: `planned` with the plan left (replayed
-      again when a part was dropped), that plan, and the last comparison
-      (None, with a warning, when Grappler or the copy fails: the plan
-      then stands as made).
-    """
-    started = time.perf_counter()
-    fetch_names = [op.name for op in found.fetches.ops]
-    config = grappler_check.config_for(found.graph)
-    # The copy is imported from the step as it is (a function's inputs
-    # as placeholders) and given a function's input shapes once edited,
-    # as `before` has them.
-    as_function = functions.is_function_graph(found.graph)
-    step_def = grappler_check.graph_def_of(found.graph, function_inputs=False)
-
-    def try_plan(plan):
-        copy, _ = rewriter.apply_plan_to_copy(
-            step_def, planned.index, plan, target.swap_device, target.offload)
-        return copy, grappler_check.check(
-            before, grappler_check.graph_def_of(copy, as_function),
-            fetch_names, config, optimized_original=optimized)
-
-    dropped = prune.Dropped()
-    report = None
-    try:
-        optimized = grappler_check.optimize_original(before, fetch_names,
-                                                     config)
-        for _ in range(REPAIR_ROUNDS):
-            copy, report = try_plan(plan)
-            if report.same:
-                break
-            plan, now = prune.without_parts(plan, *grappler_check.implicated(
-                report, copy, planned.index, plan))
-            if not now:
-                break  # nothing of the plan stands next to what differs
-            dropped = prune.Dropped(*(a + b for a, b in zip(dropped, now)))
-            report = None
-        if report is None:
-            # The last round dropped parts: the plan left is compared once
-            # more, so that the report is of the plan applied.
-            _, report = try_plan(plan)
-    except Exception as e:  # Grappler's errors have no common type
-        log.warning("grappler_repair: could not try the plan on a copy of "
-                    "the step (%s: %s); the plan stands as made"
-                    % (type(e).__name__, e))
-        return planned, planned.plan, None
-    seconds = time.perf_counter() - started
-    if dropped:
-        planned = pipeline.with_part_of_plan(planned, plan)
-        peak = planned.with_lms.peak_device_bytes
-        budget = planned.budget_bytes
-        log.info("grappler_repair: dropped %d swaps, %d recomputes and %d "
-                 "control edges next to what Grappler optimized otherwise "
-                 "with them; the plan's peak is now %.2f GiB (copies "
-                 "instant)" % (len(dropped.swaps), len(dropped.recomputes),
-                               len(dropped.edges), peak / _GIB))
-        if budget is not None and peak > budget:
-            log.warning("grappler_repair: the plan left needs %.2f GiB, over "
-                        "the budget of %.2f GiB: the step may not fit. Set "
-                        "grappler_repair=False for the plan as made (it "
-                        "fits, and may round differently from the step "
-                        "without LMS)" % (peak / _GIB, budget / _GIB))
-    lines = report.lines()
-    (log.info if report.same else log.warning)(
-        "grappler_repair (%.2f s): %s" % (seconds, lines[0]))
-    for line in lines[1:]:
-        log.info(line)
-    return planned, plan, report
 
 
 def _check_grappler(log, before, found):
