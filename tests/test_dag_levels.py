@@ -91,6 +91,54 @@ def test_raise_levels_equals_kahn_after_additions(seed):
     assert got == dag_levels.kahn_levels(len(new_succ), new_succ)
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_risen_levels_equal_kahn_after_additions(seed):
+    """New nodes between old ones (the only heads of new edges, as a
+    replay adds swap and clone nodes) and old nodes' edges into them:
+    Kahn's algorithm on what the new nodes reach, from the old levels,
+    gives the levels Kahn computes from scratch, whether the new nodes
+    fit between their ends' old levels or push later ops up."""
+    rng = random.Random(2000 + seed)
+    n = 60 + seed * 5
+    succ = random_dag(n, 0.05, 2000 + seed)
+    old = dag_levels.kahn_levels(n, succ)
+    new_succ = [list(s) for s in succ]
+    tails, heads = set(), []
+    for _ in range(rng.randrange(1, 8)):
+        a, b = rng.randrange(n), rng.randrange(n)
+        if old[a] < old[b]:
+            v = len(new_succ)
+            # A chain of one or two new nodes from a to b (a swap-out and
+            # its swap-in), and sometimes a second tail into the last.
+            new_succ.append([])
+            new_succ[a].append(v)
+            tails.add(a)
+            heads.append(v)
+            if rng.random() < 0.5:
+                new_succ.append([])
+                new_succ[v].append(v + 1)
+                heads.append(v + 1)
+                v += 1
+            c = rng.randrange(n)
+            if old[c] < old[b]:
+                new_succ[c].append(v)
+                tails.add(c)
+            new_succ[v].append(b)
+    got = dag_levels.risen_levels(old, new_succ, tails, heads)
+    assert got == dag_levels.kahn_levels(len(new_succ), new_succ)
+
+
+def test_risen_levels_gives_up_on_a_cycle():
+    """A new node whose edge leads back to its tail's ancestor."""
+    succ = [[1], [2], []]
+    old = dag_levels.kahn_levels(3, succ)
+    succ[2].append(3)
+    succ.append([0])  # 2 -> new 3 -> 0 closes a cycle
+    assert dag_levels.risen_levels(old, succ, {2}, [3]) is None
+    with pytest.raises(dag_levels.GraphCycleError):
+        dag_levels.kahn_levels(4, succ)
+
+
 def test_raise_levels_gives_up_on_a_cycle():
     succ = [[1], [2], []]
     old = dag_levels.kahn_levels(3, succ)

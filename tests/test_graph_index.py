@@ -2,6 +2,7 @@
 the facts `build_index` reads from TensorFlow."""
 
 import dataclasses
+import random
 
 import pytest
 import tensorflow as tf
@@ -477,6 +478,32 @@ def test_acyclic_edges_drops_each_edge_that_closes_a_cycle():
     assert gi.acyclic_edges(index, [(c, d), (c, a), (d, b), (a, d)]) == (
         (c, d), (a, d))
     assert gi.acyclic_edges(index, []) == ()
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_acyclic_edges_keeps_what_levelling_edge_by_edge_keeps(seed):
+    """On random graphs, the edges kept are those `with_planned_edges`
+    accepts one after the other (the definition), planned edges of the
+    index counted."""
+    rng = random.Random(seed)
+    n = 40
+    names = ["n%d" % i for i in range(n)]
+    order = list(range(n))
+    rng.shuffle(order)
+    edges = [(names[order[i]], names[order[j]]) for i in range(n)
+             for j in range(i + 1, n) if rng.random() < 0.06]
+    index = gi.from_edges([(m, "Relu") for m in names], edges=edges)
+    pairs = [(rng.randrange(n), rng.randrange(n)) for _ in range(12)]
+    index = gi.with_planned_edges(index, gi.acyclic_edges(index, pairs[:3]))
+    offered = [(rng.randrange(n), rng.randrange(n)) for _ in range(40)]
+    kept, ordered = [], index
+    for edge in offered:
+        try:
+            ordered = gi.with_planned_edges(ordered, (edge,))
+        except dag_levels.GraphCycleError:
+            continue
+        kept.append(edge)
+    assert gi.acyclic_edges(index, offered) == tuple(kept)
 
 
 def test_readers_through_passing_ops():

@@ -379,11 +379,11 @@ def test_swap_through_an_alias_frees_the_original():
     ("unet3d", dict(volume=8, base_filters=2, depth=2)),
 ])
 def test_incremental_levels_equal_a_fresh_sort(name, kwargs, monkeypatch):
-    """A replay derives the plan's levels from the graph's by pushing
-    increases forward (`dag_levels.raise_levels`); over many plans (thresholds,
-    lookahead, grouping, every sync mode, with and without serialization
-    edges) those equal Kahn levels computed from scratch, and the fast path
-    is taken at least once."""
+    """A replay derives the plan's levels from the graph's by levelling
+    what its new nodes reach (`dag_levels.risen_levels`); over many plans
+    (thresholds, lookahead, grouping, every sync mode, with and without
+    serialization edges) those equal Kahn levels computed from scratch,
+    and the fast path is taken at least once."""
     from zoo import models
     from tflms import dag_levels
     graph = tf.Graph()
@@ -391,17 +391,17 @@ def test_incremental_levels_equal_a_fresh_sort(name, kwargs, monkeypatch):
         model = models.BUILDERS[name](seed=1, **kwargs)
     index = tf_reader.build_index(model.graph)
     roles = analysis.classify_ops(index)
-    incremental = dag_levels.raise_levels
+    incremental = dag_levels.risen_levels
     outcomes = []
 
-    def checked(levels, succ, seeds, max_steps):
-        got = incremental(levels, succ, seeds, max_steps)
+    def checked(levels, succ, tails, heads):
+        got = incremental(levels, succ, tails, heads)
         if got is not None:
             assert got == dag_levels.kahn_levels(len(succ), succ)
         outcomes.append(got is not None)
         return got
 
-    monkeypatch.setattr(dag_levels, "raise_levels", checked)
+    monkeypatch.setattr(dag_levels, "risen_levels", checked)
     sim = simulator.SimulationModel(index, roles, batch_size=2)
     ser = planner.serialization_edges(index, roles, (slice(0, None),))[0]
     for threshold in (1, 2, 5):

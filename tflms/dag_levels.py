@@ -14,7 +14,8 @@ level) is only used in the tests as an independent cross-check.
 
 from tflms.errors import LMSError
 
-__all__ = ["GraphCycleError", "kahn_levels", "raise_levels", "group_by_level"]
+__all__ = ["GraphCycleError", "kahn_levels", "raise_levels", "risen_levels",
+           "group_by_level"]
 
 
 class GraphCycleError(LMSError, ValueError):
@@ -98,6 +99,66 @@ def raise_levels(levels, successors, seeds, max_steps):
                 steps += 1
                 if steps > max_steps:
                     return None
+    return new
+
+
+def risen_levels(levels, successors, tails, heads):
+    """Kahn levels after nodes and edges were added to a DAG, from the old
+    levels, when every new edge's head is in `heads`; or None when the
+    additions close a cycle.
+
+    Only `heads` and what they reach may rise, so Kahn's algorithm runs
+    on that region alone, each op placed once, from the old levels
+    (`raise_levels` pushes along every path instead, and an op many new
+    paths reach is raised once per path). As for `raise_levels`, removed
+    edges are not seen: the caller must know they shortened no longest
+    path.
+
+    Args:
+      levels: old levels of nodes ``0..len(levels)-1``; nodes past the end
+        (new ones) start at level 0.
+      successors: the new successor lists, indexed by node.
+      tails: the old nodes with new outgoing edges.
+      heads: the nodes new edges lead to, new nodes included.
+
+    Returns:
+      A new list of levels, or None (use `kahn_levels`, which also reports
+      the cycle).
+    """
+    new = list(levels)
+    new.extend([0] * (len(successors) - len(levels)))
+    region = set(heads)
+    stack = list(region)
+    while stack:
+        for w in successors[stack.pop()]:
+            if w not in region:
+                region.add(w)
+                stack.append(w)
+    # New edges from outside the region: their tails keep their levels.
+    for v in tails:
+        if v not in region:
+            nxt = new[v] + 1
+            for w in successors[v]:
+                if new[w] < nxt:
+                    new[w] = nxt
+    indegree = dict.fromkeys(region, 0)
+    for v in region:
+        for w in successors[v]:
+            indegree[w] += 1
+    frontier = [v for v in region if indegree[v] == 0]
+    placed = 0
+    while frontier:
+        v = frontier.pop()
+        placed += 1
+        nxt = new[v] + 1
+        for w in successors[v]:
+            if new[w] < nxt:
+                new[w] = nxt
+            indegree[w] -= 1
+            if indegree[w] == 0:
+                frontier.append(w)
+    if placed != len(region):
+        return None
     return new
 
 

@@ -51,6 +51,8 @@ class GraphLevels:
         # appends the swap nodes' levels to it instead of converting the
         # whole list again.
         self.level_array = np.asarray(levels, dtype=np.int64)
+        # (control edges, successor lists, levels): `_with_control_edges`.
+        self._edges_cache = (None, None, None)
 
     def replayed(self, added, control_edges):
         """Levels of every node of the graph rewritten with `control_edges`
@@ -67,20 +69,48 @@ class GraphLevels:
                                               dtype=np.int64)))
         return np.asarray(
             self._levels_with(added.swap_nodes, control_edges, added.node,
-                              added.shortened, added.clone_nodes,
-                              added.clone_reroutes),
+                              added.clone_nodes, added.clone_reroutes),
             dtype=np.int64)
 
-    def _levels_with(self, swap_nodes, control_edges, num_nodes, shortened,
+    def _with_control_edges(self, control_edges):
+        """``(successor lists, levels)`` of the graph with `control_edges`
+        added, made once for the edges of the plans replayed last: every
+        plan of a search shares its control edges (serialization,
+        deferral), and deferral edges alone move thousands of ops (GPT-2's
+        dropout noise), which each replay would otherwise move again.
+        The lists are shared: copy one before changing it."""
+        if not control_edges:
+            return self.succ, self.levels
+        cached_edges, succ, levels = self._edges_cache
+        if cached_edges != control_edges:
+            succ = list(self.succ)
+            changed = set()
+            for a, b in control_edges:
+                if a not in changed:
+                    succ[a] = list(succ[a])
+                    changed.add(a)
+                succ[a].append(b)
+            levels = dag_levels.kahn_levels(self.num_nodes, succ)
+            self._edges_cache = (tuple(control_edges), succ, levels)
+        return succ, levels
+
+    def _levels_with(self, swap_nodes, control_edges, num_nodes,
                      clone_nodes=(), clone_reroutes=()):
-        """Levels of the graph with the swap nodes, clone nodes (after the
-        swap nodes, ``(node, predecessors)``), the clones' rerouted readers
-        (``(producer, last clone, consumers)``) and control edges added,
-        when some original op may move: pushed forward from the graph's
-        levels, or by Kahn's algorithm when an edge was removed."""
+        """Levels of the graph with the control edges, swap nodes, clone
+        nodes (after the swap nodes, ``(node, predecessors)``) and the
+        clones' rerouted readers (``(producer, last clone, consumers)``)
+        added, when some original op may move: pushed forward from the
+        levels of the graph with the control edges, or by Kahn's
+        algorithm when an edge a clone's reroute removed may have held up
+        its reader."""
         n = self.num_ops
-        succ = list(self.succ)
+        base_succ, base_levels = self._with_control_edges(control_edges)
+        succ = list(base_succ)
         copied = set()
+        # (producer, reader) edges a clone's reroute takes away. A swap-in's
+        # reroute takes one away too, but its reader then waits for the
+        # producer through the swap-out and swap-in, longer than before.
+        removed = []
 
         def own(v):
             if v < n and v not in copied:
@@ -110,15 +140,18 @@ class GraphLevels:
             for c, _ in consumers:
                 succ[last].append(c)
                 p_succ.remove(c)
-        for a, b in control_edges:
-            own(a).append(b)
+                removed.append((p, c))
         assert len(succ) == num_nodes
         levels = None
-        if not shortened:
-            levels = dag_levels.raise_levels(
-                self.levels, succ,
-                copied | set(range(self.num_nodes, len(succ))),
-                max_steps=len(succ))
+        # A removed edge into an op from a producer one level below may
+        # have set that op's level (its clone may run earlier than the
+        # producer): only rising is followed from the levels of the graph
+        # with the control edges, so then they are made afresh. Every new
+        # edge leads to a new node (the control edges are in those levels).
+        if all(base_levels[c] - base_levels[p] >= 2 for p, c in removed):
+            levels = dag_levels.risen_levels(
+                base_levels, succ, copied,
+                range(self.num_nodes, len(succ)))
         if levels is None:
             levels = dag_levels.kahn_levels(len(succ), succ)
         return levels

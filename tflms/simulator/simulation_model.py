@@ -62,6 +62,8 @@ class SimulationModel:
         self.unknown_tensors = buffers.unknown_tensors
         self._freed_cache = (None, {})
         self._levels = GraphLevels(index, extra_edges)
+        # (plan, its levels) of the last plan replayed: see `_levels_of`.
+        self._last_levels = (None, None)
 
     # ---- queries ----------------------------------------------------------
     def tensor_size(self, op_id, output):
@@ -104,12 +106,29 @@ class SimulationModel:
         added.add_rerouted_reads()
         if copy_levels is not None:
             added.hold_tensors(copy_levels.gradients_held_through)
-        levels = self._levels.replayed(added, control_edges)
+        levels = self._levels_of(plan, added, control_edges)
         num_levels = int(levels.max()) + 1 if len(levels) else 0
         buffers = buffers_with(self._buffers, added)
         alloc, free = lifetimes(added, buffers, levels, num_levels)
         return self._result(added, buffers, levels, num_levels, alloc, free,
                             detail)
+
+    def _levels_of(self, plan, added, control_edges):
+        """The levels of every node of the graph rewritten with `plan`
+        (`added` holds what it adds). Copies move no op to another level,
+        so a plan's levels do not depend on `copy_levels`, and a timed
+        replay (`steptime.replay_in_time`) replays the plan it has just
+        replayed with instant copies: its levels, the costliest part of a
+        replay on a large graph, are those of the last replay of the same
+        plan object (kept here, so `is` never matches another plan), read
+        only so that no reader changes them for the next."""
+        last_plan, last_levels = self._last_levels
+        if plan is not None and plan is last_plan:
+            return last_levels
+        levels = self._levels.replayed(added, control_edges)
+        levels.flags.writeable = False
+        self._last_levels = (plan, levels)
+        return levels
 
     def _result(self, added, buffers, levels, num_levels, alloc, free,
                 detail):
