@@ -9,6 +9,9 @@ from benchmarks import capacity
 from benchmarks import measure
 from benchmarks import report
 
+# A benchmark script's table: the same on both stacks (conftest.py).
+pytestmark = pytest.mark.one_stack
+
 
 def test_largest_fitting_finds_the_boundary_with_few_probes():
     calls = []

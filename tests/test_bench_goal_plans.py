@@ -3,7 +3,12 @@ timed."""
 
 import json
 
+import pytest
+
 from _benchmarks import run_script
+
+# A benchmark script's table: the same on both stacks (conftest.py).
+pytestmark = pytest.mark.one_stack
 
 
 def test_goal_plans_script_measures_a_plan_instant_and_timed():

@@ -10,6 +10,9 @@ import pytest
 from _benchmarks import ROOT
 from benchmarks import gpu_measure
 
+# A benchmark script's table: the same on both stacks (conftest.py).
+pytestmark = pytest.mark.one_stack
+
 
 def test_gpu_measure_without_a_gpu_predicts_and_says_so(tmp_path):
     """Without a GPU (none visible to CUDA) the command says so, plans and

@@ -3,7 +3,12 @@ plan."""
 
 import json
 
+import pytest
+
 from _benchmarks import run_script
+
+# A benchmark script's table: the same on both stacks (conftest.py).
+pytestmark = pytest.mark.one_stack
 
 
 def test_host_budget_script_shows_which_memory_bound_the_plan():

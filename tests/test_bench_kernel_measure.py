@@ -10,6 +10,9 @@ import pytest
 from _benchmarks import ROOT
 from benchmarks import kernel_measure
 
+# A benchmark script's table: the same on both stacks (conftest.py).
+pytestmark = pytest.mark.one_stack
+
 
 def test_kernel_measure_without_a_gpu_predicts_and_says_so(tmp_path):
     """Without a GPU the kernel cases are predicted all the same: a table

@@ -9,6 +9,9 @@ from _benchmarks import run_script
 from benchmarks import measure
 from benchmarks import plan_cost
 
+# A benchmark script's table: the same on both stacks (conftest.py).
+pytestmark = pytest.mark.one_stack
+
 
 def test_plan_cost_script_sets_each_plan_against_the_step_without_lms():
     """benchmarks/plan_cost.py on a 24^3 U-Net tuned for 16 MiB over two
