@@ -233,9 +233,6 @@ def _real_peak_resnet50_v1(defer):
     return predicted, real, loss
 
 
-# The CPU allocator's peaks of a Session graph: the deferral is planned the
-# same on both stacks (test_same_plans), measured on one.
-@pytest.mark.one_stack
 def test_deferred_zeros_lower_the_real_peak(v1_control_flow):
     """The deferral edges move real memory: on this machine's CPU allocator
     the traced step peaks lower by about what the simulator predicts, and

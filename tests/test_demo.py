@@ -38,10 +38,6 @@ def demo_run(tmp_path_factory):
     return proc, cwd, seconds
 
 
-# With the suite's TF_USE_LEGACY_KERAS=1 the demo is Keras 2 on both
-# stacks: checked on 2.15; a reader of the README on the newest
-# TensorFlow runs Keras 3 (the test below).
-@pytest.mark.one_stack
 def test_demo_passes_and_shows_the_plan(demo_run):
     proc, cwd, seconds = demo_run
     out = proc.stdout
