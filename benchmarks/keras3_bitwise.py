@@ -5,6 +5,7 @@ accumulations in each run (TensorFlow 2.16+ with Keras 3, on the CPU).
 
     env -u TF_USE_LEGACY_KERAS TF_ENABLE_ONEDNN_OPTS=0 \\
         python benchmarks/keras3_bitwise.py Xception 224 [--ratio 0.6] \\
+        [--of peak|activations] \\
         [--steps 3] [--budget GIB] [--no-memory-scheduling] \\
         [--grappler-check] [--grappler-repair]
 
@@ -13,13 +14,15 @@ compiled with ``SGD(0.01, momentum=0.9)`` and sparse cross-entropy, and fit
 ``--steps`` epochs of one batch of 2 random images (``shuffle=False``, one
 inter-op thread, so the fit without LMS repeats itself exactly), once
 without LMS and once with ``LMS()`` auto-tuned to ``--ratio`` of the peak
-its simulator predicts without LMS (found by a first fit with a roomy
-budget; ``--budget`` skips it), ``lms.batch_size = 2``. The graphs
-TensorFlow ran are dumped (TF_DUMP_GRAPH_PREFIX) into a temporary folder:
-the swap ops are looked up there, and so are the AddNs Grappler's memory
-optimizer rewrote (each becomes a ``DestroyTemporaryVariable`` of a
-``TemporaryVariable`` the AddN's inputs are added to one by one, in the
-order they are ready: docs/tf2.md, "Grappler's memory optimizer").
+its simulator predicts without LMS (``--of activations``: of that peak's
+part above the variables, slots and constants that stay on the device),
+found by a first fit with a roomy budget (``--budget`` skips it);
+``lms.batch_size = 2``. The graphs TensorFlow ran are dumped
+(TF_DUMP_GRAPH_PREFIX) into a temporary folder: the swap ops are looked
+up there, and so are the AddNs Grappler's memory optimizer rewrote (each
+becomes a ``DestroyTemporaryVariable`` of a ``TemporaryVariable`` the
+AddN's inputs are added to one by one, in the order they are ready:
+docs/tf2.md, "Grappler's memory optimizer").
 
 ``--grappler-check`` turns LMS's ``grappler_check`` setting on and lists
 the AddNs `tflms.tf.grappler_check` finds accumulated in the step with and
@@ -112,6 +115,11 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--ratio", type=float, default=0.6,
                         help="budget as a share of the predicted peak")
+    parser.add_argument("--of", choices=("peak", "activations"),
+                        default="peak",
+                        help="what --ratio is a share of: the predicted "
+                        "peak (default), or its part above the resident "
+                        "variables, slots and constants")
     parser.add_argument("--budget", type=float, default=None,
                         help="autotune_gpu_mem, GiB (skips the roomy fit)")
     parser.add_argument("--grappler-check", action="store_true",
@@ -150,10 +158,19 @@ def _compare(args, folder):
         roomy.autotune_gpu_mem = 64.0
         roomy.batch_size = 2
         _fit(keras, argparse.Namespace(**dict(vars(args), steps=1)), roomy)
-        peak = roomy.last_run.planned.without_lms.peak_device_bytes
-        budget = args.ratio * peak / autotune.mem_ratio() / (1 << 30)
-        print("predicted peak without LMS %.1f MiB, budget %.3f GiB" % (
-            peak / float(1 << 20), budget))
+        without = roomy.last_run.planned.without_lms
+        peak = without.peak_device_bytes
+        # --of activations: the ratio of what a plan can move, above what
+        # stays on the device (variables, slots, constants), so that a
+        # small input whose weights are most of its peak still leaves a
+        # budget some plan meets.
+        floor = (without.resident_device_bytes if args.of == "activations"
+                 else 0)
+        target = floor + args.ratio * (peak - floor)
+        budget = target / autotune.mem_ratio() / (1 << 30)
+        print("predicted peak without LMS %.1f MiB (%.1f MiB resident), "
+              "budget %.3f GiB" % (peak / float(1 << 20),
+                                   floor / float(1 << 20), budget))
     base_dir = _dumped(folder, "without")
     base_losses, base_weights = _fit(keras, args)
     base_weights = [v.numpy() for v in base_weights]
