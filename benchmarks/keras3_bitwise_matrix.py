@@ -6,7 +6,7 @@ input and one budget, taken where CI has no time for it).
     env -u TF_USE_LEGACY_KERAS python benchmarks/keras3_bitwise_matrix.py \\
         [ResNet50V2 Xception ...] [--sizes 224 320] [--ratios 0.6 0.8] \\
         [--of peak|activations] [--onednn 0 1] [--steps 3] \\
-        [--grappler-repair] [--timeout 3600]
+        [--grappler-repair] [--no-memory-scheduling] [--timeout 3600]
 
 Each case is one run of `benchmarks/keras3_bitwise.py` in a process of its
 own: an application at an input size, ``TF_ENABLE_ONEDNN_OPTS`` set, the
@@ -22,9 +22,13 @@ every gradient and the optimizer's slots), which no plan lowers
 (ResNet50V2 at 32 and 96: the smallest plan is 95% of the peak or more).
 The table: application, size, budget ratio, oneDNN, tensors swapped, swap
 ops that ran, weights that differ, whether the losses are equal, the
-verdict (``same`` only when every swap op ran and nothing differs) and
-the seconds. A case takes 5 to 20 minutes at these sizes on two CPU
-cores.
+``AddN`` nodes Grappler's memory optimizer accumulated in each fit (above
+80% of the 256 MiB TensorFlow's CPU device declares, by its estimate; LMS's
+swaps move the estimate, and no rule of LMS's keeps it: docs/tf2.md,
+"Grappler's memory optimizer"; ``--no-memory-scheduling`` turns it off in
+both fits), the verdict (``same`` only when every swap op ran and
+nothing differs) and the seconds. A case takes 2 to 20 minutes at these
+sizes on two CPU cores.
 """
 
 import argparse
@@ -44,7 +48,8 @@ SMALLEST = {"ResNet50": 32, "InceptionV3": 75, "NASNetMobile": 32,
 
 _SUMMARY = re.compile(r"^\S+ \d+, \d+ steps[^:]*: (\d+) tensors swapped, "
                       r"(\d+) recomputes, (\d+) of (\d+) swap ops ran", re.M)
-_LOSSES = re.compile(r"^\| (without LMS|with LMS) \| ([^|]*) \|", re.M)
+_RUNS = re.compile(r"^\| (without LMS|with LMS) \| ([^|]*) \| ([^|]*) \|",
+                   re.M)
 _DIFFERENT = re.compile(r"^weights different: (\d+) of (\d+)", re.M)
 
 
@@ -58,6 +63,8 @@ def run_case(app, size, ratio, onednn, args):
                "--steps", str(args.steps)]
     if args.grappler_repair:
         command.append("--grappler-repair")
+    if args.no_memory_scheduling:
+        command.append("--no-memory-scheduling")
     row = dict(app=app, size=size, ratio=ratio, onednn=onednn)
     start = time.perf_counter()
     try:
@@ -69,8 +76,9 @@ def run_case(app, size, ratio, onednn, args):
     row["seconds"] = time.perf_counter() - start
     summary = _SUMMARY.search(proc.stdout)
     different = _DIFFERENT.search(proc.stdout)
-    losses = dict(_LOSSES.findall(proc.stdout))
-    if summary is None or different is None or len(losses) != 2:
+    runs = {run: (losses.strip(), addns.strip())
+            for run, losses, addns in _RUNS.findall(proc.stdout)}
+    if summary is None or different is None or len(runs) != 2:
         row["verdict"] = "failed (status %d): %s" % (
             proc.returncode, (proc.stderr.strip().splitlines() or [""])[-1])
         return row
@@ -78,7 +86,8 @@ def run_case(app, size, ratio, onednn, args):
     row.update(swapped=swapped, ran=ran, added=added,
                different=int(different.group(1)),
                weights=int(different.group(2)),
-               losses_equal=losses["without LMS"] == losses["with LMS"])
+               losses_equal=runs["without LMS"][0] == runs["with LMS"][0],
+               accumulated=(runs["without LMS"][1], runs["with LMS"][1]))
     row["verdict"] = ("same" if ran == added and row["different"] == 0
                       and row["losses_equal"] else "differs")
     return row
@@ -86,21 +95,23 @@ def run_case(app, size, ratio, onednn, args):
 
 def table(rows):
     lines = ["| application | size | budget ratio | oneDNN | swapped | "
-             "swap ops ran | weights different | losses equal | verdict | "
-             "s |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "swap ops ran | weights different | losses equal | AddNs "
+             "accumulated (without / with LMS) | verdict | s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "swapped" not in r:
-            lines.append("| %s | %d | %g | %s | | | | | %s | %.0f |" % (
+            lines.append("| %s | %d | %g | %s | | | | | | %s | %.0f |" % (
                 r["app"], r["size"], r["ratio"],
                 "on" if r["onednn"] else "off", r["verdict"], r["seconds"]))
             continue
         lines.append(
-            "| %s | %d | %g | %s | %d | %d of %d | %d of %d | %s | %s | "
-            "%.0f |" % (r["app"], r["size"], r["ratio"],
-                        "on" if r["onednn"] else "off", r["swapped"],
-                        r["ran"], r["added"], r["different"], r["weights"],
-                        "yes" if r["losses_equal"] else "no", r["verdict"],
-                        r["seconds"]))
+            "| %s | %d | %g | %s | %d | %d of %d | %d of %d | %s | %s / %s "
+            "| %s | %.0f |" % (
+                r["app"], r["size"], r["ratio"],
+                "on" if r["onednn"] else "off", r["swapped"], r["ran"],
+                r["added"], r["different"], r["weights"],
+                "yes" if r["losses_equal"] else "no", r["accumulated"][0],
+                r["accumulated"][1], r["verdict"], r["seconds"]))
     return "\n".join(lines)
 
 
@@ -124,6 +135,9 @@ def main(argv=None):
                         default=[0, 1])
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--grappler-repair", action="store_true")
+    parser.add_argument("--no-memory-scheduling", action="store_true",
+                        help="both fits with Grappler's memory optimizer "
+                        "off (keras3_bitwise.py --no-memory-scheduling)")
     parser.add_argument("--timeout", type=float, default=3600.0,
                         help="seconds per case")
     args = parser.parse_args(argv)
