@@ -28,12 +28,11 @@ _GIB = float(1 << 30)
 REPAIR_ROUNDS = 3
 
 
-def repair(found, planned, plan, target, before, log):
+def repair(found, planned, plan, target, log):
     """``grappler_repair``: `plan` (of `planned`, for `target`) tried on a
-    copy of `found`'s step and compared by Grappler with the step
-    (`grappler_check.check`; `before` is the step's
-    `grappler_check.graph_def_of`, made before the rewrite), and the parts
-    next to each difference dropped (`planner.prune.without_parts`), until
+    copy of `found`'s step (before the rewrite) and compared by Grappler
+    with the step (`grappler_check.check`), and the parts next to each
+    difference dropped (`planner.prune.without_parts`), until
     Grappler optimizes both alike or `REPAIR_ROUNDS` have run.
 
     Returns:
@@ -46,10 +45,11 @@ def repair(found, planned, plan, target, before, log):
     fetch_names = [op.name for op in found.fetches.ops]
     config = grappler_check.config_for(found.graph)
     # The copy is imported from the step as it is (a function's inputs
-    # as placeholders) and given a function's input shapes once edited,
-    # as `before` has them.
+    # as placeholders); the step as Grappler sees it, and each copy once
+    # edited, get a function's input shapes from that one GraphDef.
     as_function = functions.is_function_graph(found.graph)
     step_def = grappler_check.graph_def_of(found.graph, function_inputs=False)
+    before = grappler_check.graph_def_of(step_def, as_function)
 
     def try_plan(plan):
         copy, _ = rewriter.apply_plan_to_copy(

@@ -191,24 +191,26 @@ def plan_and_rewrite(adapter, found, start, index=None):
                  "host: LMS adds only the ops that put them there")
         plan = planner.Plan(params=None, swaps=(), serialization_edges=(),
                             num_levels=planned.index.num_levels)
+    # With grappler_repair, the last plan tried on a copy of the step is
+    # the plan applied, and its comparison the report.
+    grappler = None
+    if settings.grappler_repair and (
+            plan.swaps or plan.recomputes or plan.control_edges):
+        planned, plan, grappler = grappler_repair.repair(
+            found, planned, plan, target, log)
     # The step as it was, for Grappler's before-and-after comparison (the
     # rewrite edits the graph in place).
     before = (grappler_check.graph_def_of(found.graph)
-              if settings.grappler_check or settings.grappler_repair
+              if grappler is None and (settings.grappler_check
+                                       or settings.grappler_repair)
               else None)
-    grappler = None
-    if settings.grappler_repair and plan.swaps + plan.recomputes + (
-            plan.control_edges):
-        planned, plan, grappler = grappler_repair.repair(
-            found, planned, plan, target, before, log)
     rewrite = adapter.apply(found, planned.index, plan, target)
     _log_rewrite(log, plan, rewrite)
     seconds = time.perf_counter() - start
     log.info("Editing model for LMS, took: %.1f ms" % (seconds * 1000))
     if planned.needed:
         log.warning(run_log.summary_line(planned, rewrite, seconds))
-    if grappler is None and before is not None:
-        # With grappler_repair, the last plan tried is the plan applied.
+    if before is not None:
         grappler = _check_grappler(log, before, found)
     return RunResult(Outcome.REWRITTEN, planned, rewrite, seconds,
                      offload=offload, grappler=grappler)
