@@ -37,7 +37,8 @@ CORE = ("graph_index", "graph_index.index", "graph_index.build",
         "stages.contract", "stages.tuning", "stages.order.peaks",
         "stages.order.broadcast", "stages.order.updates",
         "stages.order.reductions",
-        "pipeline", "plots", "_logging", "results", "ranks")
+        "pipeline", "plots", "_logging", "results", "ranks", "offload",
+        "offload_elementwise")
 
 _BLOCKED = ("tensorflow", "keras", "tf_keras")
 

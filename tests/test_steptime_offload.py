@@ -2,6 +2,8 @@
 copies and host compute in the predicted step, worked out by hand on a
 literal step (round hardware, as in tests/test_steptime.py)."""
 
+import dataclasses
+
 import pytest
 
 from tflms import analysis
@@ -219,3 +221,97 @@ def test_a_gradient_stays_on_the_device_until_its_copy_has_ended():
     level4 = tail2 - 1
     assert instant.device_timeline[level4] == timed.device_timeline[
         level4] == 4004
+
+
+def momentum_step():
+    """x + w -> y -> g (w's gradient, a Relu: the update's walk stops
+    there); Keras 3's momentum update of w (1000 one-byte elements) by
+    element-wise ops: m_new = m * g written to the slot m, read again and
+    added to w by the device's write of w (apply), which the train op
+    waits for.
+
+    Device times: y 3 s, g 2 s, m_new 3 s (two tensors in, one out),
+    m_write 2 s (its value read, the slot written), apply 3 s (its value
+    read, w read and written); reads run no kernel. The host runs
+    m_new and m_write: 5000 bytes."""
+    handle = {"outputs": [((), 0)], "device": DEVICE}
+    return gi.from_edges(
+        [("w", "Placeholder", dict(handle, variable_bytes=1000,
+                                   trainable=True)),
+         ("m", "Placeholder", dict(handle, variable_bytes=1000)),
+         ("x", "Placeholder", {"outputs": [1000]}),
+         ("read", "ReadVariableOp", {"outputs": [1000]}),
+         ("y", "AddV2", {"outputs": [1000]}),
+         ("g", "Relu", {"outputs": [1000]}),
+         ("m_read", "ReadVariableOp", {"outputs": [1000]}),
+         ("m_new", "Mul", {"outputs": [1000]}),
+         ("m_write", "AssignVariableOp", {"outputs": []}),
+         ("m_again", "ReadVariableOp", {"outputs": [1000]}),
+         ("apply", "AssignSubVariableOp", {"outputs": []}),
+         ("train", "NoOp", {"outputs": []})],
+        edges=[("w", "read"), ("x", "y"), ("read", "y"), ("y", "g"),
+               ("m", "m_read"), ("m_read", "m_new"), ("g", "m_new"),
+               ("m", "m_write"), ("m_new", "m_write"), ("m", "m_again"),
+               ("w", "apply"), ("m_again", "apply")],
+        control_edges=[("m_read", "m_write"), ("m_write", "m_again"),
+                       ("read", "apply"), ("apply", "train")],
+        fetches=["train"], default_device=DEVICE)
+
+
+def test_an_element_wise_update_runs_its_ops_on_the_host():
+    """At 250 bytes/s: no weights go out (the update does not read w); g
+    is made at 5 s and copied out 5-9 s; the host runs m_new and m_write
+    (5000 bytes at 1000 bytes/s) 9-14 s; the new value comes back 14-18
+    s, and apply, which reads it on the device, runs 18-21 s."""
+    index = momentum_step()
+    found = offload.find_updates(index, HOST)
+    (u,) = found.updates
+    assert [index.names[o] for o in u.host_ops] == [
+        "m_read", "m_new", "m_write", "m_again"]
+    moved = offload.planning_index(index, found)
+    host = hardware.HostUpdateRate(bytes_per_s=1000.0, overhead_s=0.0,
+                                   source="a round test host")
+    model = steptime.StepTimeModel(
+        moved, analysis.classify_ops(moved, Target(host=HOST)), gpu=GPU,
+        interconnect=link(250.0), kernels=EXACT, offload=found, host=host)
+    step = model.predict()
+    (update,) = step.host_updates
+    assert (update.weights_out_start_s, update.weights_out_end_s) == (0, 0)
+    assert (update.gradient_out_start_s,
+            update.gradient_out_end_s) == (5, 9)
+    assert (update.host_start_s, update.host_end_s) == (9, 14)
+    assert (update.back_start_s, update.back_end_s) == (14, 18)
+    i = index.id_of
+    assert (step.op_start_s[i["apply"]], step.op_end_s[i["apply"]]) == (
+        18, 21)
+    assert step.with_lms_s == 21
+    assert step.compute_s == 3 + 2 + 3  # y, g and apply on the device
+    assert (step.offload_out_bytes, step.offload_in_bytes) == (1000, 1000)
+    assert step.host_update_s == 5
+    # Without LMS the update's ops run on the device: y, g, m_new,
+    # m_write and apply.
+    plain = steptime.StepTimeModel(
+        index, analysis.classify_ops(index, Target(host=HOST)), gpu=GPU,
+        interconnect=link(250.0), kernels=EXACT).predict()
+    assert step.without_lms_s == plain.without_lms_s == 3 + 2 + 3 + 2 + 3
+
+
+def test_an_element_wise_update_that_reads_the_weights_copies_them():
+    """The same update as one that reads the variable
+    (`Update.reads_weights`, as Ftrl's does): the weights go out at the
+    start, 0-4 s."""
+    index = momentum_step()
+    found = offload.find_updates(index, HOST)
+    (u,) = found.updates
+    assert not u.reads_weights
+    reads = offload.Offload(
+        found.host, (dataclasses.replace(u, reads_weights=True),),
+        found.slot_bytes, found.weight_bytes, found.gradient_bytes)
+    moved = offload.planning_index(index, reads)
+    step = steptime.StepTimeModel(
+        moved, analysis.classify_ops(moved, Target(host=HOST)), gpu=GPU,
+        interconnect=link(250.0), kernels=EXACT, offload=reads,
+        host=RATE).predict()
+    (update,) = step.host_updates
+    assert (update.weights_out_start_s, update.weights_out_end_s) == (0, 4)
+    assert step.offload_out_bytes == 2000

@@ -8,7 +8,11 @@ each trainable variable whose update is one fused kernel of
 that update and its slots moved to the host (``cpu_device``): the
 gradient goes out once it is made, the update runs where the slots live,
 on a host copy of the weights, and the new weights are written back to
-the device variable (`tflms.tf.offload_rewrite` makes the ops).
+the device variable (`tflms.tf.offload_rewrite` makes the ops). A
+variable updated by element-wise ops instead (a Keras 3 optimizer in a
+traced step: `tflms.offload_elementwise`) has its slots and those ops
+moved; the write of its new value stays on the device and reads the value
+the host computed.
 
 The host is ``cpu_device``; every other device the step computes on is
 managed, a logical ``/cpu:1`` included, so an update placed anywhere but
@@ -25,6 +29,7 @@ import dataclasses
 
 from tflms import devices
 from tflms import graph_index as gi
+from tflms import offload_elementwise
 from tflms.errors import LMSError
 
 __all__ = ["APPLY_INPUTS", "Update", "Offload", "OffloadUnsupportedError",
@@ -63,16 +68,37 @@ class Update:
     """One variable's update, to run on the host (op ids of the index).
 
     Attributes:
-      apply: the fused update op.
+      apply: the fused update op; for an element-wise update, the op that
+        writes the variable's new value (it stays on the device and reads
+        the value the host computed).
       variable: the variable's handle op (stays on the device).
       slots: the handle ops of its optimizer slots (moved to the host).
       gradient: ``(producer, output)`` of the gradient it reads.
+      host_ops: an element-wise update's ops that run on the host (the
+        slots' reads and writes, the arithmetic:
+        `offload_elementwise`); empty for a fused kernel.
+      reads_weights: whether the host needs the variable's weights: a
+        fused kernel's host copy, or an element-wise update that reads
+        the variable.
     """
 
     apply: int
     variable: int
     slots: tuple
     gradient: tuple
+    host_ops: tuple = ()
+    reads_weights: bool = True
+
+    @property
+    def fused(self):
+        """True for one fused kernel (`APPLY_INPUTS`)."""
+        return not self.host_ops
+
+    @property
+    def moved_ops(self):
+        """The ops that run on the host: the fused kernel, or the
+        element-wise update's `host_ops`."""
+        return (self.apply,) if self.fused else self.host_ops
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,13 +109,17 @@ class Offload:
       host: the device they run on (``cpu_device``).
       updates: `Update` per offloaded variable, in op id order.
       slot_bytes: bytes of their slots, now in host memory.
-      weight_bytes: bytes of their variables: the host copies the updates
-        work on, and what crosses the link each way per step besides the
-        gradients.
+      weight_bytes: bytes of their variables: the new weights each
+        update writes back to the device per step (and the host copies the
+        fused updates work on).
       gradient_bytes: bytes of the gradients copied to the host per step
         (None where a gradient's size is unknown).
-      left: names of update ops of managed variables that stay on the
-        device (a sparse or unfused update), for the log.
+      left: update ops of managed variables that stay on the device (a
+        sparse or unfused update, by name; an element-wise update LMS
+        cannot tell apart, the variable's name and why), for the log.
+      weights_out_bytes: bytes of the weights copied to the host per step:
+        those of the updates that read them (`Update.reads_weights`);
+        None (the default): `weight_bytes`, every update's.
     """
 
     host: str
@@ -98,14 +128,20 @@ class Offload:
     weight_bytes: int
     gradient_bytes: object
     left: tuple = ()
+    weights_out_bytes: object = None
+
+    def __post_init__(self):
+        if self.weights_out_bytes is None:
+            object.__setattr__(self, "weights_out_bytes", self.weight_bytes)
 
     def moved_bytes(self):
         """Bytes crossing the link per step: gradients out, weights out
-        to the host copy and back in (None if a gradient's size is
-        unknown)."""
+        (`weights_out_bytes`) and the new weights back in (None if a
+        gradient's size is unknown)."""
         if self.gradient_bytes is None:
             return None
-        return self.gradient_bytes + 2 * self.weight_bytes
+        return (self.gradient_bytes + self.weights_out_bytes
+                + self.weight_bytes)
 
     def link_seconds(self, link):
         """Seconds the offload's copies take per step at least on `link`
@@ -113,7 +149,8 @@ class Offload:
         back, the two directions at once; None if a size is unknown."""
         if self.gradient_bytes is None:
             return None
-        out = (self.gradient_bytes + self.weight_bytes) / link.d2h_bytes_per_s
+        out = ((self.gradient_bytes + self.weights_out_bytes)
+               / link.d2h_bytes_per_s)
         back = self.weight_bytes / link.h2d_bytes_per_s
         return max(out, back)
 
@@ -124,13 +161,17 @@ class Offload:
         return (
             "Optimizer offload: the updates of %d variables and their %d "
             "slots (%.1f MiB) run on %s; per step %s cross the link "
-            "(gradients out, weights out and back)%s" % (
+            "(gradients out, %s)%s" % (
                 len(self.updates), sum(len(u.slots) for u in self.updates),
                 self.slot_bytes / mib, self.host,
                 "an unknown size" if moved is None
                 else "%.1f MiB" % (moved / mib),
+                "weights out and back"
+                if self.weights_out_bytes == self.weight_bytes
+                else "%.1f MiB of weights out, new weights back"
+                % (self.weights_out_bytes / mib),
                 "" if not self.left else
-                "; %d updates stay on the device (not a fused kernel LMS "
+                "; %d updates stay on the device (not an update LMS "
                 "can move: %s)" % (len(self.left),
                                    ", ".join(self.left[:3]))))
 
@@ -146,7 +187,10 @@ def _ref_type(op_type):
 
 
 def find_updates(index, host, managed=None):
-    """The `Offload` of the step in `index`, with `host` as the host.
+    """The `Offload` of the step in `index`, with `host` as the host:
+    the fused updates of `APPLY_INPUTS`, then the element-wise updates of
+    the other trainable variables (`offload_elementwise.find_elementwise`),
+    in the order of their `Update.apply`.
 
     `managed`: ``managed(device string) -> bool``, the devices whose
     variables' updates move (`target.Target.manages`);
@@ -185,10 +229,22 @@ def find_updates(index, host, managed=None):
         updates.append(Update(apply=op, variable=handles[0],
                               slots=tuple(handles[1:]),
                               gradient=tuple(inputs[grad])))
+    # Variables a kernel updates (fused, left or sparse) are not looked at
+    # again for an element-wise update.
+    skip = set()
     for op in range(index.num_ops):
-        if (index.types[op].startswith("ResourceSparseApply")
+        op_type = index.types[op]
+        if op_type in APPLY_INPUTS or op_type.startswith(
+                "ResourceSparseApply"):
+            skip.add(index.inputs[op][0][0])
+        if (op_type.startswith("ResourceSparseApply")
                 and not _on_host(index.devices[op], host)):
             left.append(index.names[op])
+    found, unclear = offload_elementwise.find_elementwise(index, managed,
+                                                          skip)
+    updates.extend(Update(**dataclasses.asdict(f)) for f in found)
+    updates.sort(key=lambda u: u.apply)
+    left.extend(unclear)
     gradient_bytes = 0
     for u in updates:
         nbytes = gi.tensor_bytes(index, *u.gradient)
@@ -201,21 +257,28 @@ def find_updates(index, host, managed=None):
         slot_bytes=sum(index.variable_bytes[s] for u in updates
                        for s in u.slots),
         weight_bytes=sum(index.variable_bytes[u.variable] for u in updates),
-        gradient_bytes=gradient_bytes, left=tuple(left))
+        gradient_bytes=gradient_bytes, left=tuple(left),
+        weights_out_bytes=sum(index.variable_bytes[u.variable]
+                              for u in updates if u.reads_weights))
 
 
 def planning_index(index, offload):
     """`index` as the planner sees it after `offload`: the slots' handles
-    and the updates placed on the host, each update holding the bytes of
-    the host copy of its weights (`variable_bytes`), so the simulator
-    counts them in host memory and the floor leaves them out."""
+    and the updates' `Update.moved_ops` placed on the host, each fused
+    update holding the bytes of the host copy of its weights
+    (`variable_bytes`; an element-wise update has no host copy: the
+    weights it reads arrive as a tensor), so the simulator counts them in
+    host memory and the floor leaves them out. An element-wise update's
+    write of the variable stays on the device."""
     if not offload.updates:
         return index
     placed = list(index.devices)
     held = list(index.variable_bytes)
     for u in offload.updates:
-        placed[u.apply] = offload.host
-        held[u.apply] = index.variable_bytes[u.variable]
+        for op in u.moved_ops:
+            placed[op] = offload.host
+        if u.fused:
+            held[u.apply] = index.variable_bytes[u.variable]
         for s in u.slots:
             placed[s] = offload.host
     return dataclasses.replace(index, devices=tuple(placed),

@@ -7,18 +7,23 @@ step then (`tflms.tf.offload_rewrite` makes the ops):
 * copies the weights from the device to the host copy. Nothing in the
   step comes before that copy (the variable's read and the host copy's
   fill have no other input), so these copies go first on the
-  device-to-host stream, at the start of the step;
+  device-to-host stream, at the start of the step; an element-wise update
+  (`offload.Update.host_ops`, Keras 3's) copies them only when it reads
+  the variable (`Update.reads_weights`);
 * copies the gradient to the host once it is made, on the same stream
   after what is queued there (swap-outs included);
 * runs the update on the host once both have arrived, updates one after
-  another (`HostUpdates` is one host stream): the same kernel's bytes
-  touched (`OpCosts.bytes_touched`: the weights and slots read and
-  written, the gradient read) at `hardware.HOST_UPDATE_RATE`, plus its
-  overhead per update;
+  another (`HostUpdates` is one host stream): the bytes its ops touch
+  (`OpCosts.bytes_touched`: the fused kernel's weights and slots read
+  and written, the gradient read; each element-wise op's tensors and
+  slot writes) at `hardware.HOST_UPDATE_RATE`, plus its overhead per op
+  (`Update.moved_ops`: the fused kernel, or each op of an element-wise
+  update);
 * copies the new weights back on the host-to-device stream once the
   update has finished, queued with the swap-ins; the ops that waited for
   the update on the device (the train op, Adam's step counters) wait for
-  that copy.
+  that copy, and so does an element-wise update's write of the variable
+  (`Update.apply`), which reads the new value.
 
 So the copies and host updates overlap the backward phase as far as the
 gradients allow: an update waits for its own gradient only. Pure: plain
@@ -75,7 +80,8 @@ class HostUpdates:
         the host).
       updates: the `offload.Offload.updates` (op ids of `index`).
       gradient_bytes: ``(producer, output) -> bytes``.
-      host_seconds: ``apply op id -> seconds`` of the update on the host.
+      host_seconds: ``op id -> seconds`` of one of an update's
+        `moved_ops` on the host; an update's time is their sum.
       runs: per op, whether it runs in the step.
 
     Attributes:
@@ -89,16 +95,23 @@ class HostUpdates:
         self._updates = tuple(updates)
         self._gradient = [gradient_bytes(*u.gradient) for u in updates]
         self._weights = [index.variable_bytes[u.variable] for u in updates]
-        self._host_s = [host_seconds(u.apply) for u in updates]
+        self._weights_out = [w if u.reads_weights else 0
+                             for w, u in zip(self._weights, updates)]
+        self._host_s = [sum(host_seconds(op) for op in u.moved_ops)
+                        for u in updates]
         self.by_producer = {}
         self.waiting = {}
         for n, u in enumerate(self._updates):
             producer = u.gradient[0]
             if runs[producer]:
                 self.by_producer.setdefault(producer, []).append(n)
-            readers = set(index.control_outputs[u.apply])
-            for consumers in index.consumers[u.apply]:
-                readers.update(c for c, _ in consumers)
+            if u.fused:
+                readers = set(index.control_outputs[u.apply])
+                for consumers in index.consumers[u.apply]:
+                    readers.update(c for c, _ in consumers)
+            else:
+                # The device's write of the variable reads the new value.
+                readers = {u.apply}
             for op in readers:
                 self.waiting.setdefault(op, []).append((WRITE_BACK, n))
         self.free = 0.0
@@ -110,8 +123,9 @@ class HostUpdates:
 
     @property
     def out_bytes(self):
-        """Bytes to the host per step: the gradients and the weights."""
-        return sum(self._gradient) + sum(self._weights)
+        """Bytes to the host per step: the gradients and the weights the
+        updates read."""
+        return sum(self._gradient) + sum(self._weights_out)
 
     @property
     def in_bytes(self):
@@ -130,7 +144,7 @@ class HostUpdates:
         free."""
         free = 0.0
         for n in range(self.count):
-            start, free = free, free + self._weights[n] / rate
+            start, free = free, free + self._weights_out[n] / rate
             self._times[n] = [start, free]
         timed = {n for ns in self.by_producer.values() for n in ns}
         for n in range(self.count):

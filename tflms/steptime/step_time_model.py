@@ -14,6 +14,7 @@ from tflms.hardware import (DEFAULT_GPU, DEFAULT_INTERCONNECT,
                             HOST_UPDATE_RATE, interconnect_named)
 from tflms.steptime.host_updates import HostUpdates
 from tflms.steptime.op_costs import OpCosts
+from tflms.steptime.rates import NO_KERNEL_TYPES
 
 __all__ = ["StepTime", "StepTimeModel", "SwapTiming", "SwapInTiming"]
 
@@ -272,10 +273,13 @@ class StepTimeModel(OpCosts):
         if not self.updates:
             return None
         host = self.host
-        return HostUpdates(
-            self.index, self.updates, self._bytes,
-            lambda op: host.overhead_s + self.bytes_touched(op)
-            / host.bytes_per_s, self._runs)
+
+        def host_seconds(op):
+            if self.index.types[op] in NO_KERNEL_TYPES:
+                return 0.0  # a slot's read: its buffer, no kernel
+            return host.overhead_s + self.bytes_touched(op) / host.bytes_per_s
+        return HostUpdates(self.index, self.updates, self._bytes,
+                           host_seconds, self._runs)
 
     def _checked_levels(self, levels, num_levels):
         """`levels` as an int64 array (default: the index's) and
@@ -333,7 +337,8 @@ class StepTimeModel(OpCosts):
                 # Without LMS the offloaded updates run on the device.
                 seconds = list(seconds)
                 for u in self.updates:
-                    seconds[u.apply] = self.kernel_seconds(u.apply)
+                    for op in u.moved_ops:
+                        seconds[op] = self.kernel_seconds(op)
             clock = 0.0
             for i in self._order(np.asarray(self.index.levels,
                                             dtype=np.int64)):

@@ -1,0 +1,141 @@
+"""`tflms.offload.find_updates` on real Keras 3 training steps: a small
+Dense model's ``train_step`` traced (`keras3_trace`) with each common
+optimizer, its element-wise updates found (`offload_elementwise`) and
+checked against the optimizer's own variables; the simulator's replay
+with them on the host (`offload.planning_index`).
+
+Keras 3 trains in eager mode, which the test process has off: the step is
+traced and read in a subprocess (`_keras3.result_of`), which reports
+names; the checks are here.
+"""
+
+import pytest
+
+from _keras3 import needs_keras3, result_of
+
+pytestmark = needs_keras3
+
+_FIND = r"""
+import json
+
+import keras
+
+from tflms import analysis, offload, simulator
+from tflms.target import Target
+from tflms.tf import function_api, keras3_trace
+from tflms.tf.adapters import tf_function
+
+HOST = "/cpu:0"
+O = keras.optimizers
+OPTIMIZERS = {
+    "sgd": lambda: O.SGD(0.01),
+    "momentum": lambda: O.SGD(0.01, momentum=0.9),
+    "adam": lambda: O.Adam(),
+    "adamw": lambda: O.AdamW(),
+    "rmsprop": lambda: O.RMSprop(),
+    "adagrad": lambda: O.Adagrad(),
+}
+keras.utils.set_random_seed(1)
+model = keras.Sequential([
+    keras.Input((64,)), keras.layers.Dense(256, activation="relu"),
+    keras.layers.Dense(256, activation="relu"), keras.layers.Dense(8)])
+out = {}
+for name, make in OPTIMIZERS.items():
+    model.compile(optimizer=make(), loss="mse", jit_compile=False)
+    model.optimizer.build(model.trainable_variables)
+    traced = keras3_trace.trace(keras3_trace.from_model(model, 8))
+    # Indexed as the function step plans it without gpu_device: the
+    # captured handles unplaced, so managed (on this machine the
+    # variables are on the host's CPU).
+    _, index = tf_function.step_of(traced.graph)
+    # The TensorFlow variable of each captured handle, named by its Keras
+    # variable's path.
+    captured = {op: v.name.split(":")[0] for op, v in
+                function_api.captured_variables(traced.graph).items()}
+    found = offload.find_updates(index, HOST)
+    n = index.names
+    trainable = [v.path for v in model.trainable_variables]
+    expected_slots = {
+        v.path: sorted(s.path for s in model.optimizer.variables
+                       if s.name.startswith(v.path.replace("/", "_") + "_"))
+        for v in model.trainable_variables}
+    updates = []
+    for u in found.updates:
+        g, k = u.gradient
+        updates.append(dict(
+            variable=captured[n[u.variable]],
+            slots=sorted(captured[n[s]] for s in u.slots),
+            gradient=[index.types[g], n[g], k],
+            apply_type=index.types[u.apply],
+            host_types=sorted({index.types[o] for o in u.host_ops}),
+            backward=[n[o] for o in u.host_ops
+                      if n[o].startswith("gradient_tape/")],
+            reads_weights=u.reads_weights))
+    planned = offload.planning_index(index, found)
+    target = Target(host=HOST)
+    before = simulator.SimulationModel(
+        index, analysis.classify_ops(index, target), None)
+    after = simulator.SimulationModel(
+        planned, analysis.classify_ops(planned, target), None,
+        landings=offload.write_back_buffers(found, planned))
+    out[name] = dict(
+        trainable=trainable, expected_slots=expected_slots,
+        updates=updates, left=list(found.left),
+        slot_bytes=found.slot_bytes,
+        host_gain=after.resident_host_bytes - before.resident_host_bytes,
+        device_drop=before.resident_device_bytes
+        - after.resident_device_bytes,
+        peaks=[before.replay(None).peak_device_bytes,
+               after.replay(None).peak_device_bytes])
+print("RESULT " + json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def found():
+    result, _ = result_of("-c", _FIND)
+    return result
+
+
+@pytest.mark.parametrize("optimizer", ["momentum", "adam", "adamw",
+                                       "rmsprop", "adagrad"])
+def test_every_update_is_found_with_its_slots_and_gradient(found,
+                                                           optimizer):
+    step = found[optimizer]
+    assert step["left"] == []
+    assert [u["variable"] for u in step["updates"]] == step["trainable"]
+    slots_each = {"momentum": 1, "adam": 2, "adamw": 2, "rmsprop": 1,
+                  "adagrad": 1}[optimizer]
+    for k, u in enumerate(step["updates"]):
+        assert u["slots"] == step["expected_slots"][u["variable"]]
+        assert len(u["slots"]) == slots_each
+        # Keras hands every gradient on through one IdentityN, in the
+        # order of the trainable variables.
+        kind, producer, output = u["gradient"]
+        assert kind == "IdentityN" and producer.endswith("/IdentityN")
+        assert output == k
+        assert u["backward"] == []
+        assert not {"MatMul", "BiasAddGrad", "ReluGrad"} & set(
+            u["host_types"])
+        assert {"ReadVariableOp"} <= set(u["host_types"])
+        assert u["apply_type"] in ("AssignSubVariableOp",
+                                   "AssignAddVariableOp",
+                                   "AssignVariableOp")
+        # AdamW's decay reads the variable in a write of its own, which
+        # stays on the device.
+        assert not u["reads_weights"]
+
+
+def test_plain_sgd_has_no_slot_to_move(found):
+    assert found["sgd"]["updates"] == [] and found["sgd"]["left"] == []
+
+
+@pytest.mark.parametrize("optimizer", ["momentum", "adam", "adamw",
+                                       "rmsprop", "adagrad"])
+def test_the_slots_are_in_host_memory_and_the_device_peak_lower(found,
+                                                                optimizer):
+    step = found[optimizer]
+    assert step["slot_bytes"] > 0
+    assert step["host_gain"] == step["device_drop"] == step["slot_bytes"]
+    before, after = step["peaks"]
+    assert after < before
