@@ -359,3 +359,38 @@ def test_fused_and_element_wise_updates_in_one_step():
     planned = offload.planning_index(index, found)
     assert planned.variable_bytes[fused.apply] == NBYTES
     assert planned.variable_bytes[elementwise.apply] == 0
+
+
+def test_a_sparse_gradient_crosses_as_its_rows():
+    """An embedding's gradient: rows and their indices, summed into the
+    variable's shape for each use (Adam squares the rows before). The
+    sums and the square run on the host; the gradient is the rows (what
+    crosses the link), the indices stay on the device."""
+    step = Step()
+    step.add("emb", "Placeholder", _handle(trainable=True))
+    step.add("emb/read", "ReadVariableOp", _tensor(), ["emb"])
+    step.add("rows", "Reshape", _tensor((4, 32)), ["x"])
+    step.add("ids", "Reshape", _tensor((4,)), ["x"])
+    step.add("n", "Const", _tensor(()))
+    step.add("dense", "UnsortedSegmentSum", _tensor(), ["rows", "ids", "n"])
+    step.add("square", "Square", _tensor((4, 32)), ["rows"])
+    step.add("dense_sq", "UnsortedSegmentSum", _tensor(),
+             ["square", "ids", "n"])
+    m, v = step.slot("m"), step.slot("v")
+    for slot, grad in ((m, "dense"), (v, "dense_sq")):
+        step.add(slot + "_read", "ReadVariableOp", _tensor(), [slot])
+        step.add(slot + "_sub", "Sub", _tensor(), [grad, slot + "_read"])
+        step.add(slot + "_write", "AssignAddVariableOp", {},
+                 [slot, slot + "_sub"], after=[slot + "_read"])
+        step.add(slot + "_again", "ReadVariableOp", _tensor(), [slot],
+                 after=[slot + "_write"])
+    step.add("sqrt", "Sqrt", _tensor(), ["v_again"])
+    step.add("div", "RealDiv", _tensor(), ["m_again", "sqrt"])
+    step.write("emb", "div")
+    index = step.index()
+    found = offload.find_updates(index, HOST)
+    (u,) = found.updates
+    assert (index.names[u.gradient[0]], u.gradient[1]) == ("rows", 0)
+    assert {"dense", "dense_sq", "square"} <= set(_names(index, u.host_ops))
+    assert not {"ids", "n", "rows"} & set(_names(index, u.host_ops))
+    assert found.gradient_bytes == 4 * 32 * 4

@@ -9,6 +9,8 @@ traced and read in a subprocess (`_keras3.result_of`), which reports
 names; the checks are here.
 """
 
+import json
+
 import pytest
 
 from _keras3 import needs_keras3, result_of
@@ -139,3 +141,95 @@ def test_the_slots_are_in_host_memory_and_the_device_peak_lower(found,
     assert step["host_gain"] == step["device_drop"] == step["slot_bytes"]
     before, after = step["peaks"]
     assert after < before
+
+
+# A model whose Adam slots outweigh its activations, an embedding (a
+# sparse gradient) first, saved compiled to argv[1]; then, with the budget
+# exact (TF_LMS_SIMULATOR_MEM_RATIO=1), `live_capacity.keras3_plan_at` at
+# batch 8 with the slots on the device and on the host, for a budget far
+# above the step (the floors) and halfway between the two floors.
+_PLAN_AT = r"""
+import json
+import sys
+
+import keras
+
+from tflms import LMS
+from tflms.tf import keras3_trace, live_capacity
+
+keras.utils.set_random_seed(1)
+model = keras.Sequential([
+    keras.Input((16,), dtype="int32"), keras.layers.Embedding(1000, 64),
+    keras.layers.Flatten(), keras.layers.Dense(512, activation="relu"),
+    keras.layers.Dense(512, activation="relu"), keras.layers.Dense(4)])
+model.compile(optimizer="adam", loss="sparse_categorical_crossentropy",
+              jit_compile=False)
+model.save(sys.argv[1])
+
+
+def row(offload, gib):
+    lms = LMS(offload_optimizer=offload)
+    lms.autotune_gpu_mem = gib
+    plan_at = live_capacity.keras3_plan_at(
+        keras3_trace.from_model(model, 8), lms.settings)
+    r = plan_at(8)
+    return dict(floor=r.floor_bytes, fits=r.fits_with,
+                peak=r.peak_with_bytes, step_ms=r.step_with_ms)
+
+
+floors = [row(offload, 1000.0)["floor"] for offload in (False, True)]
+gib = sum(floors) / 2 / float(1 << 30)
+print("RESULT " + json.dumps(dict(
+    floors=floors, gib=gib, without=row(False, gib), offload=row(True, gib),
+    slot_bytes=sum(int(v.numpy().nbytes) for v in model.optimizer.variables
+                   if len(v.shape)))))
+"""
+
+
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory):
+    path = tmp_path_factory.mktemp("offload") / "model.keras"
+    result, _ = result_of("-c", _PLAN_AT, path,
+                          TF_LMS_SIMULATOR_MEM_RATIO="1")
+    result["path"] = str(path)
+    return result
+
+
+def test_the_capacity_search_plans_a_keras3_step_with_offload(planned):
+    """`live_capacity.keras3_plan_at` with ``offload_optimizer``: the
+    floor drops by the slots (all of them: the embedding's too) at least
+    (the update's arithmetic on the largest kernel, which sets the floor
+    without offload, leaves the device too), and halfway between the
+    floors only the plan with offload fits."""
+    without, offloaded = planned["floors"]
+    assert without - offloaded >= planned["slot_bytes"]
+    assert not planned["without"]["fits"]
+    assert planned["offload"]["fits"]
+    assert planned["offload"]["peak"] <= planned["gib"] * (1 << 30)
+    assert planned["offload"]["step_ms"] > 0
+
+
+def _plan_json(path, gib, *flags):
+    from _keras3 import python
+    out = python("-m", "tflms", "plan", path, "--batch-size", 8,
+                 "--autotune-gpu-mem", "%.12f" % gib, "--json",
+                 "--no-plots", *flags, TF_LMS_SIMULATOR_MEM_RATIO="1")
+    assert out.stdout.strip(), out.stderr[-3000:]
+    return out.returncode, json.loads(out.stdout)
+
+
+def test_tflms_plan_offloads_a_keras3_model(planned):
+    """``tflms plan --offload-optimizer`` on the saved model at the same
+    budget: the plan fits with every trainable variable's update on the
+    host, where without the flag none does."""
+    code, report = _plan_json(planned["path"], planned["gib"],
+                              "--offload-optimizer")
+    assert code == 0, report
+    assert report["fits"] and report["error"] is None
+    moved = report["offload"]
+    assert len(moved["variables"]) == 7  # the embedding, 3 kernels, 3 biases
+    assert moved["slot_bytes"] == planned["slot_bytes"]
+    assert moved["left"] == []
+    assert report["floor"]["floor_bytes"] == planned["floors"][1]
+    code, report = _plan_json(planned["path"], planned["gib"])
+    assert not report["fits"]

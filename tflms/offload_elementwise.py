@@ -31,11 +31,19 @@ walking back from that write through
   the variable's write, or after it: Lion writes its moment last), and
   the values it writes are walked back in the same way.
 
+* a densification of a sparse gradient (`DENSIFY_TYPES`: an embedding's
+  gradient, rows and their indices, summed into a dense tensor for each
+  use Keras makes of it, ``Square`` of the rows for Adam's second moment
+  included): the walk goes on behind it through the rows' element-wise
+  ops, and the rows are the gradient (what crosses the link), the indices
+  staying on the device.
+
 Tensors of another size (the learning rate, the iteration's bias
 corrections: scalars every update shares) stay on the device and are
 read from there; reads of the variable itself stay too (the update then
 needs the weights on the host: ``reads_weights``). The *gradient* is the
-one tensor of the variable's size that the region reads from outside it.
+one tensor of the variable's size (or a sparse gradient's rows) that the
+region reads from outside it.
 
 A variable written twice (AdamW's weight decay, which reads the variable
 and not the gradient, before the Adam update) keeps the write the walk
@@ -56,7 +64,8 @@ import dataclasses
 
 from tflms.graph_index import FUNCTION_CALL_TYPES
 
-__all__ = ["WRITE_TYPES", "UPDATE_ARITHMETIC_TYPES", "HOLDER_TYPES",
+__all__ = ["WRITE_TYPES", "UPDATE_ARITHMETIC_TYPES", "DENSIFY_TYPES",
+           "HOLDER_TYPES",
            "Found", "find_elementwise"]
 
 # Writes of a resource variable's whole value (input 0 the handle, input
@@ -74,6 +83,9 @@ UPDATE_ARITHMETIC_TYPES = frozenset({
     "LessEqual", "Equal", "NotEqual", "LogicalAnd", "LogicalOr",
     "LogicalNot", "ZerosLike", "OnesLike", "MulNoNan",
 })
+# Ops that make a dense gradient of a sparse one's rows (input 0) and
+# indices: Keras' arithmetic on an embedding's gradient densifies it.
+DENSIFY_TYPES = frozenset({"UnsortedSegmentSum"})
 # Ops that hold a resource variable: a Session graph's VarHandleOp, or a
 # tf.function's placeholder of a captured handle (given the variable's
 # bytes by the function step's index).
@@ -127,13 +139,28 @@ def _slot_read(index, op, var):
     return None
 
 
+def _densifies(index, op, count):
+    """The data input's element count when `op` makes a tensor of `count`
+    elements out of a sparse gradient's rows (an ``UnsortedSegmentSum``,
+    as TensorFlow turns an embedding's gradient into a dense one for
+    Keras' arithmetic) no larger than it; else None."""
+    if index.types[op] not in DENSIFY_TYPES:
+        return None
+    rows = _elements(index, *index.inputs[op][0])
+    if rows is None or rows > count:
+        return None
+    return rows
+
+
 def _walk(index, var, write, count):
     """The `_Walk` back from `write` (of `var`, `count` elements)."""
     found = _Walk(region=set(), candidates=set(), slots=set())
-    stack = [index.inputs[write][1]]
+    # (tensor, the element count the walk goes through there: the
+    # variable's, or a sparse gradient's rows' behind a densification)
+    stack = [(index.inputs[write][1], count)]
     seen = set()
     while stack:
-        tensor = stack.pop()
+        tensor, count = stack.pop()
         if tensor in seen:
             continue
         seen.add(tensor)
@@ -141,6 +168,13 @@ def _walk(index, var, write, count):
         if _elements(index, op, output) != count:
             continue  # a shared scalar: read from the device
         kind = index.types[op]
+        rows = _densifies(index, op, count)
+        if rows is not None:
+            # The rows cross the link, not the dense tensor; their
+            # indices (and the dense shape) stay on the device.
+            found.region.add(op)
+            stack.append((index.inputs[op][0], rows))
+            continue
         if kind == "ReadVariableOp":
             if index.inputs[op][0][0] == var:
                 found.reads_weights = True
@@ -158,13 +192,13 @@ def _walk(index, var, write, count):
                 for c, slot in index.consumers[handle][0]:
                     if slot == 0 and index.types[c] in WRITE_TYPES:
                         found.region.add(c)
-                        stack.append(index.inputs[c][1])
+                        stack.append((index.inputs[c][1], count))
             continue
         if kind in UPDATE_ARITHMETIC_TYPES and all(
                 (n := _elements(index, p, k)) is not None and n <= count
                 for p, k in index.inputs[op]):
             found.region.add(op)
-            stack.extend(index.inputs[op])
+            stack.extend((t, count) for t in index.inputs[op])
             continue
         found.candidates.add(tensor)
     return found

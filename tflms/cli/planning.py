@@ -198,12 +198,14 @@ def _run(lms, loaded, graph_name):
     # not run (`Target.onednn_cpu`), whatever this machine runs.
     target = graph_step.step_target(settings, here=False)
     try:
-        run = (rewrite.rewrite_session_graph(graph, settings,
-                                             fetches=loaded.fetches,
-                                             target=target)
-               if loaded.traced is None
-               else rewrite.rewrite_function_graph(graph, settings,
-                                                   target=target))
+        if loaded.traced is None:
+            run = rewrite.rewrite_session_graph(
+                graph, settings, fetches=loaded.fetches, target=target)
+        elif settings.offload_optimizer:
+            run = _planned_offloaded(graph, settings, target)
+        else:
+            run = rewrite.rewrite_function_graph(graph, settings,
+                                                 target=target)
     except autotune.AutotuneError as e:
         return None, str(e), e.floor
     if run.planned is None:
@@ -212,6 +214,44 @@ def _run(lms, loaded, graph_name):
             "it); plan the model as it was before LMS, or save it without "
             "the LMS callback or hook" % (graph_name,))
     return run, None, None
+
+
+@dataclasses.dataclass(frozen=True)
+class _PlannedOnly:
+    """A Keras 3 step planned with its optimizer's updates on the host and
+    not rewritten: what `plan_graph` reads of a `RunResult`."""
+
+    planned: object
+    offload: object
+    rewrite = None
+    swapout_ops = ()
+    swapin_ops = ()
+
+    @property
+    def plan(self):
+        return self.planned.plan if self.planned.needed else None
+
+
+def _planned_offloaded(graph, settings, target):
+    """The `_PlannedOnly` of the Keras 3 step `graph` with its element-wise
+    updates on the host (`offload.find_updates`): planned as `LMS.run`
+    plans a step with ``offload_optimizer``, on the index with them there
+    (`offload.planning_index`); the traced step's slots are on the device,
+    the plan's on the host, where offload puts them. Nothing is rewritten
+    (the rewrite of a tf.function step's updates is not part of this
+    report)."""
+    from tflms import offload, pipeline
+    from tflms.tf.adapters import rewrite
+    index, target = rewrite.function_graph_step(graph, settings, target)
+    moved = offload.find_updates(index, settings.cpu_device, target.manages)
+    log = rewrite.logger_of(settings)
+    log.info(moved.describe())
+    target = target.replace(offload=moved)
+    index = offload.planning_index(index, moved)
+    planned = pipeline.plan(index, settings,
+                            roles=pipeline.classify(index, settings, target),
+                            log=log, target=target)
+    return _PlannedOnly(planned, moved)
 
 
 @dataclasses.dataclass
@@ -252,10 +292,13 @@ def _measured(run, loaded, settings, lowest):
     else:
         index, target = rewrite.function_graph_step(graph, settings, target)
     moved = None
-    if settings.offload_optimizer and loaded.traced is None:
-        # As LMS.run planned it (a Keras 3 step refused it already).
+    if settings.offload_optimizer:
+        # As LMS.run (a Session graph) or _planned_offloaded (a Keras 3
+        # step) planned it.
         from tflms import offload
-        moved = offload.find_updates(index, settings.cpu_device)
+        moved = offload.find_updates(
+            index, settings.cpu_device,
+            None if loaded.traced is None else target.manages)
         index = offload.planning_index(index, moved)
     roles = pipeline.classify(index, settings, target)
     without = pipeline.simulate_without(index, roles, settings, moved)

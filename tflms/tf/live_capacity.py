@@ -101,18 +101,16 @@ def keras3_plan_at(loaded, settings, path="the model", log=None,
     """``plan_at(size) -> capacity.BatchRow`` for a Keras 3 model loaded
     by `keras3_trace.load_model` (or `keras3_trace.from_model`): its
     ``train_step`` traced once per batch; with ``dimension="sequence"``,
-    once per sequence length at the batch `loaded` was made for.
+    once per sequence length at the batch `loaded` was made for. With
+    ``offload_optimizer`` ('auto' too, as for a graph), each step is
+    planned with its optimizer's element-wise updates and slots on the
+    host (`offload.planning_index`).
 
     Raises:
       ValueError: no auto-tuning; no input with a sequence axis
         (`keras3_trace.Keras3PlanError`).
     """
     _check(settings)
-    if settings.offload_optimizer is True:
-        raise offload.OffloadUnsupportedError(
-            "offload_optimizer=True is not supported yet for a Keras 3 "
-            "model (only Session graphs with tf.compat.v1.train optimizers "
-            "are, docs/offload.md); leave --offload-optimizer out for it")
     if dimension == "sequence":
         keras3_trace.sequence_inputs(loaded, path)
 
@@ -127,6 +125,14 @@ def keras3_plan_at(loaded, settings, path="the model", log=None,
         index, target = rewrite.function_graph_step(
             traced.graph, settings,
             graph_step.step_target(settings, here=False))
+        if settings.offload_optimizer:
+            # The optimizer's element-wise updates and slots on the host
+            # (`offload.find_updates`), where offload puts them; the
+            # traced step has them on the device.
+            moved = offload.find_updates(index, settings.cpu_device,
+                                         target.manages)
+            index = offload.planning_index(index, moved)
+            target = target.replace(offload=moved)
         roles = pipeline.classify(index, settings, target)
         return capacity.plan_row(index, roles, settings, batch, log,
                                  sequence=sequence, target=target)
