@@ -212,6 +212,8 @@ def table(row):
             _ms(w["step_ms"]), _ms(o["step_ms"])),
         "| of which the updates on the host (ms) | - | %s |"
         % _ms(o.get("host_update_ms")),
+        "| the step without LMS, were it to fit (ms) | %s | |"
+        % _ms(o.get("without_ms")),
     ]
     return "\n".join(lines)
 

@@ -230,6 +230,8 @@ def test_tflms_plan_offloads_a_keras3_model(planned):
     assert len(moved["variables"]) == 7  # the embedding, 3 kernels, 3 biases
     assert moved["slot_bytes"] == planned["slot_bytes"]
     assert moved["left"] == []
+    assert any("the step was planned, not rewritten" in note
+               for note in report["notes"])
     assert report["floor"]["floor_bytes"] == planned["floors"][1]
     code, report = _plan_json(planned["path"], planned["gib"])
     assert not report["fits"]

@@ -139,7 +139,8 @@ def plan_graph(loaded, args, graph_name, progress=_silent):
                                       else None)
     return PlanReport(
         graph=graph_name, kind=loaded.kind, training=settings.is_training,
-        notes=list(loaded.notes),
+        notes=list(loaded.notes) + (
+            [_PlannedOnly.NOTE] if isinstance(run, _PlannedOnly) else []),
         num_ops=m.index.num_ops, num_edges=m.index.num_edges,
         num_levels=run.planned.original_num_levels if run else
         m.index.num_levels,
@@ -220,6 +221,10 @@ def _run(lms, loaded, graph_name):
 class _PlannedOnly:
     """A Keras 3 step planned with its optimizer's updates on the host and
     not rewritten: what `plan_graph` reads of a `RunResult`."""
+
+    NOTE = ("planned with the optimizer's element-wise updates and slots "
+            "on the host (--offload-optimizer); the step was planned, not "
+            "rewritten")
 
     planned: object
     offload: object
