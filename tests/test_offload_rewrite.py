@@ -150,6 +150,62 @@ def test_offloaded_training_is_bit_identical(optimizer):
     assert set(result.rewrite.offload_ops) <= set(ran)
 
 
+class _ElementwiseMomentum:
+    """Momentum written out in ops, as code without a fused kernel does:
+    ``m = 0.9 * m + g; w -= 0.05 * m`` per variable, the velocity a
+    resource variable of no collection the Saver misses (trainable=False,
+    made beside the variable)."""
+
+    def minimize(self, loss, global_step=None):
+        variables = tf.compat.v1.trainable_variables()
+        grads = tf.gradients(loss, variables)
+        updates = []
+        for v, g in zip(variables, grads):
+            m = tf.compat.v1.get_variable(
+                v.op.name + "/velocity", v.shape, trainable=False,
+                initializer=tf.compat.v1.zeros_initializer())
+            write_m = m.assign(m.read_value() * 0.9 + g)
+            with tf.control_dependencies([write_m]):
+                updates.append(v.assign_sub(m.read_value() * 0.05))
+        with tf.control_dependencies(updates):
+            return global_step.assign_add(1)
+
+
+def test_session_graph_elementwise_updates_move_bit_for_bit():
+    # No fused kernel: the element-wise update found on the Session graph
+    # (tflms.offload_elementwise), its velocity's handle placed on the
+    # host with its reads and writes, the arithmetic there too.
+    OPTIMIZERS["elementwise"] = _ElementwiseMomentum
+    try:
+        base = _train(*_mlp("elementwise"))
+        graph, loss, train = _mlp("elementwise")
+        # No optimizer LMS recognises: the step is named.
+        result = _lms(offload_optimizer=True).run(graph,
+                                                  fetches=[loss, train])
+        off = _train(graph, loss, train)
+    finally:
+        del OPTIMIZERS["elementwise"]
+    assert result.outcome is Outcome.REWRITTEN
+    found = result.offload
+    assert len(found.updates) == 4 and not found.left
+    assert all(u.host_ops for u in found.updates)
+    _assert_same(base, off)
+    ops = result.planned.index.ops
+    ran = _ran_on(off[2])
+    for u in found.updates:
+        for s in u.slots:
+            assert same_device(ops[s].device, HOST)
+        # Every host op that ran (Grappler removes the identities) ran on
+        # the host, the velocity's write among them.
+        names = [ops[op].name for op in u.host_ops]
+        assert all(ran[n].endswith("CPU:0") for n in names if n in ran)
+        assert any(ops[op].type == "AssignVariableOp"
+                   and ran[ops[op].name].endswith("CPU:0")
+                   for op in u.host_ops)
+        # The variable and its write stay on the device.
+        assert ran[ops[u.apply].name].endswith("CPU:1")
+
+
 def _estimator_model_fn(features, labels, mode):
     """A 2-layer MLP on ``/cpu:1`` trained with Adam (the Estimator makes
     the global step and the session)."""
@@ -321,10 +377,10 @@ def test_reference_variables_are_refused_before_any_edit():
     assert len(graph.get_operations()) == count
 
 
-def test_function_steps_refuse_offload():
-    # lms.function and Keras 3 fit plan a tf.function's graph through
-    # FunctionStep: offload is not carried out there yet, so it raises
-    # rather than being ignored.
+def test_function_steps_leave_fused_updates_on_the_device():
+    # A tf.compat.v1.train optimizer inside a tf.function updates through
+    # a fused kernel on captured handles: LMS cannot give it a host copy
+    # there, so it stays on the device, named, and the rest is planned.
     variable = tf.Variable(tf.ones([4, 4]))
     optimizer = tf.compat.v1.train.AdamOptimizer(0.1)
 
@@ -335,12 +391,13 @@ def test_function_steps_refuse_offload():
             return tf.identity(loss)
 
     graph = tf.function(step).get_concrete_function().graph
-    with pytest.raises(offload.OffloadUnsupportedError,
-                       match=r"not supported yet for a tf.function step "
-                             r"\(lms.function, and Keras 3 fit, which calls "
-                             r"it\).*offload_optimizer=False"):
-        rewrite.rewrite_function_graph(
-            graph, _lms(offload_optimizer=True).settings)
+    result = rewrite.rewrite_function_graph(
+        graph, _lms(offload_optimizer=True).settings)
+    assert result.offload.updates == ()
+    (left,) = result.offload.left
+    assert "ResourceApplyAdam" in left
+    assert not any(op.device for op in graph.get_operations()
+                   if op.type == "ResourceApplyAdam")
 
 
 def _wide(optimizer="adam", width=512, depth=3):

@@ -140,8 +140,8 @@ def test_fusion_partners_pair_filter_gradients_with_bias_gradients():
             if index.types[a] == "BiasAddGrad":
                 # Siblings: the same gradient, read through tf.gradients'
                 # tuple identities by the filter gradient.
-                grad = fusions._through_identities(index, *index.inputs[a][0])
-                assert fusions._through_identities(
+                grad = fusions.through_identities(index, *index.inputs[a][0])
+                assert fusions.through_identities(
                     index, *index.inputs[b][2]) == grad
 
 

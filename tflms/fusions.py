@@ -15,6 +15,7 @@ from typing import NamedTuple
 from tflms import graph_index as gi
 
 __all__ = ["GrapplerGroups", "fusion_partners", "grappler_groups",
+           "through_identities",
            "swishes", "pools_with_workspace", "folded_transposes"]
 
 
@@ -29,7 +30,7 @@ class GrapplerGroups(NamedTuple):
     direct_readers: frozenset
 
 
-def _through_identities(index, producer, output):
+def through_identities(index, producer, output):
     """The tensor ``(producer, output)`` stands for once Grappler has
     removed the identities in front of it (and the arithmetic that changes
     nothing, `GraphIndex.forwards_input`)."""
@@ -86,16 +87,16 @@ def fusion_partners(index):
     types = index.types
     for op, t in enumerate(types):
         if t == "BiasAddGrad" and index.inputs[op]:
-            grad = _through_identities(index, *index.inputs[op][0])
+            grad = through_identities(index, *index.inputs[op][0])
             for c in _readers_of(index, grad):
                 if types[c] == "Conv2DBackpropFilter":
                     pair(op, c)
         elif t in ("BiasAdd", "BiasAddV1") and index.inputs[op]:
-            p, _ = _through_identities(index, *index.inputs[op][0])
+            p, _ = through_identities(index, *index.inputs[op][0])
             if types[p] == "Conv2D":
                 pair(p, op)
         elif t == "Conv2D" and index.inputs[op]:
-            p, _ = _through_identities(index, *index.inputs[op][0])
+            p, _ = through_identities(index, *index.inputs[op][0])
             if types[p] in ("Pad", "MirrorPad"):
                 pair(p, op)
     return {k: frozenset(v) for k, v in partners.items()}
@@ -241,7 +242,7 @@ def pools_with_workspace(index):
     types = index.types
     for op, t in enumerate(types):
         if t == "MaxPoolGrad" and len(index.inputs[op]) > 1:
-            pool, _ = _through_identities(index, *index.inputs[op][1])
+            pool, _ = through_identities(index, *index.inputs[op][1])
             if types[pool] == "MaxPool":
                 yield pool
 
@@ -258,8 +259,8 @@ def swishes(index):
         readers = _readers_of(index, (op, 0))
         if len(readers) != 1 or types[readers[0]] != "Mul":
             continue
-        x = _through_identities(index, *index.inputs[op][0])
-        operands = [_through_identities(index, *tensor)
+        x = through_identities(index, *index.inputs[op][0])
+        operands = [through_identities(index, *tensor)
                     for tensor in index.inputs[readers[0]]]
         if x in operands:
             yield op, readers[0]

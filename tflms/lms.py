@@ -216,13 +216,15 @@ class LMS(compat.CallbackBase, tf.compat.v1.train.SessionRunHook):
                 "fetches as fetches=..." % (keras,))
         return self.rewrites.session_graph(graph, fetches, renew_keras=keras)
 
-    def function(self, step_fn):
+    def function(self, step_fn, optimizer=None):
         """LMS for a TensorFlow 2 training step: `step_fn` (a Python
         function or a `tf.function`) traced per input signature, each
         concrete function's graph rewritten like `run()` rewrites a
         graph. Returns a callable used like `step_fn`; see
-        `tflms.tf.lms_function.function` and docs/tf2.md."""
-        return lms_function.function(step_fn, lms=self)
+        `tflms.tf.lms_function.function` and docs/tf2.md. `optimizer`:
+        the step's Keras 3 optimizer, with ``offload_optimizer``
+        (docs/offload.md)."""
+        return lms_function.function(step_fn, lms=self, optimizer=optimizer)
 
     # ---- SessionRunHook (tflms.tf.adapters.session) -------------------
     def begin(self):

@@ -52,7 +52,10 @@ on the device and is named, with the reason, in the `Offload`'s ``left``:
 a slot another update or op reads or writes, no gradient or two, two
 writes from tensors of the variable's size, a value of the region read
 outside it, an update inside a function call (a ``LossScaleOptimizer``'s
-cond). An update without slots (SGD without momentum) has nothing to
+cond), an op of the device that Grappler merges into one of the update's
+(a batch norm's gradient ``Mul(AddN, Rsqrt)`` and the update's
+``Mul(gradient, lr)``: Grappler reorders such a chain only on one device,
+so apart they would round differently). An update without slots (SGD without momentum) has nothing to
 move and is left out silently.
 
 Each walk is bounded by its update's ops: finding every update is linear
@@ -62,6 +65,7 @@ Pure: no TensorFlow.
 
 import dataclasses
 
+from tflms import fusions
 from tflms.graph_index import FUNCTION_CALL_TYPES
 
 __all__ = ["WRITE_TYPES", "UPDATE_ARITHMETIC_TYPES", "DENSIFY_TYPES",
@@ -230,7 +234,27 @@ def _outside(index, walk, write, var):
     return None
 
 
-def _update_of(index, var, managed):
+def _merged_across(index, walk, inner):
+    """Why the update cannot leave the device because Grappler merges an
+    op the update reads into one of the update's (a gradient's last
+    product ``Mul(AddN, Rsqrt)`` and the update's ``Mul(gradient, lr)``,
+    which its arithmetic optimizer reorders as one chain), or None.
+    Grappler groups ops on one device only: moved apart they would round
+    differently from the step without LMS (`fusions.grappler_groups`)."""
+    names = index.names
+    for op in sorted(walk.region):
+        for producer, output in index.inputs[op]:
+            if producer in walk.region:
+                continue
+            merged, _ = fusions.through_identities(index, producer, output)
+            if merged in inner:
+                return ("Grappler merges %s into the update's %s, and it "
+                        "would round differently with the two on other "
+                        "devices" % (names[merged], names[op]))
+    return None
+
+
+def _update_of(index, var, managed, inner=frozenset()):
     """``(Found or None, reason or None)`` for the trainable `var`."""
     names = index.names
     users = index.consumers[var][0] if index.consumers[var] else ()
@@ -264,7 +288,8 @@ def _update_of(index, var, managed):
         return None, None  # no optimizer state: nothing to move
     if not managed(index.devices[write]):
         return None, None
-    trouble = _outside(index, walk, write, var)
+    trouble = (_outside(index, walk, write, var)
+               or _merged_across(index, walk, inner))
     if trouble is not None:
         return None, "%s: %s" % (names[write], trouble)
     if not walk.candidates:
@@ -289,11 +314,12 @@ def find_elementwise(index, managed, skip=frozenset()):
     fused kernel), not looked at."""
     names = index.names
     found, left = [], []
+    inner = fusions.grappler_groups(index).inner
     for var in range(index.num_ops):
         if (not index.trainable_bytes[var] or not _is_handle(index, var)
                 or var in skip or not managed(index.devices[var])):
             continue
-        update, reason = _update_of(index, var, managed)
+        update, reason = _update_of(index, var, managed, inner)
         if reason is not None:
             left.append("%s: %s" % (names[var], reason))
         elif update is not None:

@@ -10,8 +10,8 @@
 # (tools/install_test_deps.sh VENV tf), then runs the tests of TensorFlow 2
 # code and Keras 3 on it: `lms.function` steps, Keras 3 `fit` with the
 # callback (on one device and under MirroredStrategy; KerasHub's
-# transformers, whose exact comparisons and cause tests need oneDNN off),
-# the swap check, the pure core and the imports. As tools/ci_tf_latest.sh, with
+# transformers, whose exact comparisons and cause tests need oneDNN off;
+# offload_optimizer's Keras 3 trainings), the swap check, the pure core and the imports. As tools/ci_tf_latest.sh, with
 # TF_USE_LEGACY_KERAS=1 (tf.keras is Keras 2; the Keras 3 tests import
 # keras themselves), but with oneDNN off: the run on Python 3.11 has it
 # on, so Keras 3's trainings are compared in both modes, bit for bit with
@@ -57,5 +57,5 @@ TF_ENABLE_ONEDNN_OPTS=0 TF_USE_LEGACY_KERAS=1 "$VENV/bin/python" -m pytest \
     tests/test_keras3_fit.py tests/test_keras3_transformers.py \
     tests/test_keras3_distributed.py tests/test_swaps_ran.py \
     tests/test_pure_core.py tests/test_imports.py \
-    tests/test_keras3_applications.py \
+    tests/test_keras3_applications.py tests/test_offload_keras3_training.py \
     -k "not mobilenetv2" -m "not onednn_on_pass" "$@"

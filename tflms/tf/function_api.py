@@ -20,6 +20,9 @@ version):
   ``concrete_function.ConcreteFunction(atomic_fn)`` wraps it; the flat
   signature (``_arg_keywords``, ``_num_positional_args``) is copied from the
   original, as ``tracing_compilation`` sets it on the functions it traces.
+* `retraced`: a new `tf.function` of the same Python function and
+  options (``Function._clone``), whose traces start afresh: after LMS
+  moved an optimizer's slots, the next trace captures the moved ones.
 * `call`: a concrete function called with the arguments of the
   `tf.function` it was traced from (NumPy arrays, Python values, default
   values), as ``Function._call`` and ``tracing_compilation.call_function``
@@ -47,7 +50,8 @@ from tensorflow.python.eager.polymorphic_function import function_type_utils
 from tflms.tf import compat
 
 __all__ = ["is_jit_compiled", "in_xla_context", "fetch_ops",
-           "captured_variables", "rebuild", "call", "partition_graphs_made",
+           "captured_variables", "retraced", "rebuild", "call",
+           "partition_graphs_made",
            "XLA_COMPILE_ATTR"]
 
 TF_VERSION = compat.TF_VERSION
@@ -109,6 +113,12 @@ def captured_variables(graph):
         if v is not None:
             found[internal.op.name] = v
     return found
+
+
+def retraced(function):
+    """A `tf.function` like `function` (same Python function, signature
+    and options) with no trace yet."""
+    return function._clone(None)
 
 
 def rebuild(concrete, graph):

@@ -41,6 +41,8 @@ import tensorflow as tf
 from tflms import _gc
 from tflms.errors import LMSError
 from tflms.tf import function_api
+from tflms.tf import host_slots
+from tflms.tf import offload_rewrite
 from tflms.tf.adapters.rewrite import Rewrites
 from tflms.results import EagerModeError, Outcome
 
@@ -85,7 +87,7 @@ _TRACE_MESSAGE = (
     "(docs/tf2.md) and pass it again.")
 
 
-def function(step_fn, lms):
+def function(step_fn, lms, optimizer=None):
     """Large Model Support for a TensorFlow 2 training step.
 
     Args:
@@ -94,6 +96,10 @@ def function(step_fn, lms):
       lms: the `tflms.LMS` whose settings plan the step (``LMS()``
         auto-tunes, which needs `batch_size` only when the step's batch
         dimension is unknown). ``LMS(...).function(step_fn)`` calls this.
+      optimizer: the Keras 3 optimizer whose updates the step makes, for
+        ``offload_optimizer``: LMS moves its slots to the host before the
+        step is traced for good (`tflms.tf.host_slots`). Not needed
+        otherwise.
 
     Returns:
       An `LMSFunction`, called with the arguments `step_fn` takes.
@@ -108,7 +114,7 @@ def function(step_fn, lms):
         raise UnsupportedFunctionError(
             "lms must be a tflms.LMS; got %r. Use LMS(...).function("
             "step_fn)" % (lms,))
-    return LMSFunction(step_fn, rewrites)
+    return LMSFunction(step_fn, rewrites, optimizer)
 
 
 def _name_of(fn):
@@ -124,9 +130,13 @@ class LMSFunction:
     rewrites``); `results` maps each traced concrete function's name to
     the `tflms.RunResult` of its rewrite (the latest is also
     `rewrites.last_run`, `lms.last_run`).
+
+    With ``offload_optimizer``, a step whose Keras 3 optimizer slots live
+    on the device has them moved to the host (`optimizer`'s, through
+    `tflms.tf.host_slots`) and is traced again before it is planned.
     """
 
-    def __init__(self, step_fn, rewrites):
+    def __init__(self, step_fn, rewrites, optimizer=None):
         if not isinstance(rewrites, Rewrites):
             raise UnsupportedFunctionError(
                 "rewrites must be a tflms.tf.adapters.rewrite.Rewrites (an "
@@ -147,6 +157,7 @@ class LMSFunction:
             self._wrapped = True
         self.rewrites = rewrites
         self.step_fn = step_fn
+        self.optimizer = optimizer
         # concrete function name -> (original, rewritten or original,
         # RunResult)
         self._cache = {}
@@ -194,19 +205,44 @@ class LMSFunction:
             # replica and is planned instead.
             raise UnsupportedFunctionError(_STRATEGY_MESSAGE % (
                 self._name, type(tf.distribute.get_strategy()).__name__))
+        concrete = self._trace(args, kwargs)
+        name = _text(concrete.name)
+        entry = self._cache.get(name)
+        if entry is None or entry[0] is not concrete:
+            try:
+                entry = self._rewrite(concrete)
+            except offload_rewrite.SlotsOnDeviceError as e:
+                concrete = self._with_slots_on_host(e, args, kwargs)
+                name = _text(concrete.name)
+                entry = self._rewrite(concrete)
+            self._cache[name] = entry
+        return entry
+
+    def _trace(self, args, kwargs):
         try:
-            concrete = self._function.get_concrete_function(*args, **kwargs)
+            return self._function.get_concrete_function(*args, **kwargs)
         except Exception as e:
             if not self._wrapped:
                 raise
             raise EagerModeError(_TRACE_MESSAGE % (
                 self._name, type(e).__name__, e)) from e
-        name = _text(concrete.name)
-        entry = self._cache.get(name)
-        if entry is None or entry[0] is not concrete:
-            entry = self._rewrite(concrete)
-            self._cache[name] = entry
-        return entry
+
+    def _with_slots_on_host(self, error, args, kwargs):
+        """The step traced again once the slots `error` names are on the
+        host (the optimizer's variables given new host variables)."""
+        if self.optimizer is None:
+            raise error
+        keras_variables = host_slots.keras_variables_of(self.optimizer,
+                                                        error.variables)
+        host = self.rewrites.settings.cpu_device
+        moved = host_slots.move_to_host(keras_variables, host)
+        self.rewrites.log.info(
+            "offload_optimizer: %d slots of %s moved to %s (their values "
+            "kept); tracing %s again so that it updates them there"
+            % (len(moved), type(self.optimizer).__name__, host, self._name))
+        self._function = function_api.retraced(self._function)
+        self._cache.clear()
+        return self._trace(args, kwargs)
 
     def _rewrite(self, concrete):
         if function_api.is_jit_compiled(concrete=concrete):

@@ -32,6 +32,17 @@ that takes a resource handle with the handle's variable. So, per update:
   (``.../gradient``), the swap-out of the gradient, made as soon as the
   gradient is.
 
+A Keras 3 optimizer updates element-wise (reads of its slots, products,
+``AssignAddVariableOp``s, one write of the variable: an `Update` with
+``host_ops``), in a `tf.function` step whose slots are captured handles.
+Those slots must already live on the host (`tflms.tf.host_slots` moves
+them and the step is traced again; `check_slots_on_host` says which do
+not; a Session graph's slots are placed there as for a fused kernel):
+the update's ops are placed on the host, and the variable's write
+stays on the device, reading the new value (or the step to subtract)
+from the host. TensorFlow copies the gradient out and the value back
+where an edge crosses the devices; no op is added.
+
 The ops added carry the rewriter's markers (``_tflms``, and
 ``_grappler_do_not_remove``), so a second run finds the graph rewritten.
 """
@@ -40,9 +51,59 @@ import bisect
 
 import tensorflow as tf
 
+from tflms import devices
 from tflms import offload as offload_rules
+from tflms.tf import function_api
 
-__all__ = ["check_offload", "apply_offload"]
+__all__ = ["SlotsOnDeviceError", "check_slots_on_host", "check_offload",
+           "apply_offload"]
+
+
+class SlotsOnDeviceError(offload_rules.OffloadUnsupportedError):
+    """Slots of element-wise updates that live on the device: the step
+    must be traced again once they are on the host.
+
+    Attributes:
+      placeholders: names of the slots' captured handles in the step.
+      variables: their `tf.Variable`s.
+    """
+
+    def __init__(self, message, placeholders, variables):
+        super().__init__(message)
+        self.placeholders = tuple(placeholders)
+        self.variables = tuple(variables)
+
+
+def _elementwise(u):
+    return bool(getattr(u, "host_ops", ()))
+
+
+def check_slots_on_host(graph, index, offload):
+    """Raise `SlotsOnDeviceError` if a slot of an element-wise update of
+    `offload` is a variable captured by the function graph `graph` that
+    does not live on the host (nothing is edited)."""
+    captured = function_api.captured_variables(graph)
+    names, variables = [], []
+    for u in offload.updates:
+        if not _elementwise(u):
+            continue
+        for s in u.slots:
+            name = index.names[s]
+            v = captured.get(name)
+            if v is not None and not devices.same_device(v.device,
+                                                         offload.host):
+                names.append(name)
+                variables.append(v)
+    if names:
+        raise SlotsOnDeviceError(
+            "offload_optimizer=True: %d optimizer slots of the step live on "
+            "%s, not on the host %s (e.g. %s); a Keras 3 optimizer's slots "
+            "must be moved before the step is traced. Keras 3 fit does it "
+            "for you; with lms.function pass the optimizer "
+            "(lms.function(step, optimizer=optimizer)), or set "
+            "offload_optimizer=False"
+            % (len(names), variables[0].device, offload.host,
+               variables[0].name), names, variables)
 
 
 def check_offload(graph, index, offload):
@@ -51,6 +112,12 @@ def check_offload(graph, index, offload):
     ops = index.ops
     for u in offload.updates:
         apply_op = ops[u.apply]
+        if _elementwise(u):
+            if apply_op.inputs[0].op is not ops[u.variable]:
+                raise ValueError(
+                    "%s does not write the variable %s any more; index the "
+                    "graph again" % (apply_op.name, ops[u.variable].name))
+            continue
         if apply_op.inputs[0].op is not ops[u.variable]:
             raise ValueError(
                 "input 0 of %s is not the variable %s any more; index the "
@@ -99,6 +166,31 @@ def _place_on(op, device):
         op._clear_attr("_class")
 
 
+def _identity_source(tensor):
+    """The tensor an identity without control inputs hands on as
+    `tensor` (through a chain of them), or `tensor` itself."""
+    while (tensor.op.type in ("Identity", "IdentityN")
+           and not tensor.op.control_inputs):
+        tensor = tensor.op.inputs[tensor.value_index]
+    return tensor
+
+
+def _read_past_identities(op, moved):
+    """Have the host op `op` read past the identities in front of its
+    inputs from the device. Grappler removes an identity (Keras 3's
+    optimizer passes every gradient through one ``IdentityN``) only where
+    its readers are on its device: kept, it would hide the gradients'
+    last products from the arithmetic optimizer, which merges them with
+    the update's products without LMS. Grappler would have read past it
+    too."""
+    for k, tensor in enumerate(op.inputs):
+        if tensor.op in moved:
+            continue
+        source = _identity_source(tensor)
+        if source is not tensor:
+            op._update_input(k, source)
+
+
 def apply_offload(graph, index, offload, new_ops_context, edits, op_name):
     """Move `offload`'s updates and slots to its host (module docstring).
 
@@ -127,6 +219,21 @@ def apply_offload(graph, index, offload, new_ops_context, edits, op_name):
     by_name = _ByName(graph)
     added = []
     for u in offload.updates:
+        if _elementwise(u):
+            # The slots are on the host already (`check_slots_on_host`):
+            # their reads and writes are placed with them by TensorFlow,
+            # the arithmetic here; the variable's write stays.
+            moved = {ops[op] for op in u.host_ops}
+            for s in u.slots:
+                if ops[s].type == "VarHandleOp":
+                    # A Session graph's slot: placed on the host here (a
+                    # function's slots are captured, moved before).
+                    moved.update(_slot_ops(by_name, ops[s]))
+            for op in moved:
+                _place_on(op, host)
+            for op in moved:
+                _read_past_identities(op, moved)
+            continue
         apply_op, variable = ops[u.apply], ops[u.variable]
         for s in u.slots:
             for op in _slot_ops(by_name, ops[s]):

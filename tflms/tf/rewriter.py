@@ -309,9 +309,15 @@ def apply_plan(graph, index, plan, cpu_device, offload=None):
             lambda device: _outside_user_context(graph, device), edits,
             offload_op_name))
     control_edges = edits.apply_controls()
-    if plan.control_edges and not (swapouts or clones or offloaded):
+    # Element-wise updates moved to the host add no op (only devices
+    # change), nor do control edges alone.
+    moved = [u for u in (() if offload is None else offload.updates)
+             if getattr(u, "host_ops", ())]
+    if (plan.control_edges or moved) and not (swapouts or clones
+                                              or offloaded):
         # Nothing else would tell a second run that this graph is done.
-        _new_marker(graph, ops[plan.control_edges[0][0]].device)
+        _new_marker(graph, ops[plan.control_edges[0][0]].device
+                    if plan.control_edges else ops[moved[0].apply].device)
     return RewriteResult(swapout_ops=tuple(swapouts),
                          swapin_ops=tuple(swapins),
                          control_edges=control_edges,

@@ -112,6 +112,12 @@ class GraphAdapter:
         return base.replace(device=found.gpu_device or base.device,
                             worker=found.worker)
 
+    def check_offload_ready(self, index, offload):
+        """Raise before planning if `offload` (found on `index`) cannot
+        be applied to this step as it is (`offload_rewrite`'s
+        `SlotsOnDeviceError` for a function step whose slots must move
+        first); by default every update can."""
+
     def apply(self, found, index, plan, target):
         """Edit `found.graph` by `plan` (made on `index`) and
         `target.offload` (a `tflms.offload.Offload` or None), with the
@@ -243,8 +249,10 @@ def _offload(adapter, settings, target, index):
     if settings.offload_optimizer is not True:
         return None
     _check_offload(adapter)
-    return offload_rules.find_updates(index, target.swap_device,
-                                      target.manages)
+    offload = offload_rules.find_updates(index, target.swap_device,
+                                         target.manages)
+    adapter.check_offload_ready(index, offload)
+    return offload
 
 
 def _offload_when_nothing_fits(adapter, settings, target, index, err, log):
@@ -265,6 +273,7 @@ def _offload_when_nothing_fits(adapter, settings, target, index, err, log):
         return None
     if not offload.updates:
         return None
+    adapter.check_offload_ready(index, offload)
     log.info("offload_optimizer='auto': no plan fits with the optimizer's "
              "slots on the device (%s); planning again with them on the "
              "host" % str(err).split("\n")[0])

@@ -239,7 +239,10 @@ class Keras3Fit(FitAdapter):
             step_fn, train_function = previous.step, previous.train_function
             model.train_step = step_fn
         else:
-            step_fn = lms_function.LMSFunction(current, rewrites)
+            # The optimizer: with offload_optimizer, its slots move to
+            # the host before the step is traced for good.
+            step_fn = lms_function.LMSFunction(
+                current, rewrites, getattr(model, "optimizer", None))
             model.train_step = step_fn
             model.make_train_function(force=True)
             train_function = model.train_function

@@ -22,6 +22,13 @@ class MultiWorkerStep(FunctionStep):
     strategy (see the module docstring); `target` as `FunctionStep` takes
     it, planned with this worker's devices."""
 
+    # Each worker's slots are the strategy's variables: not moved yet.
+    offload_supported = False
+    offload_instead = (
+        "keep the step's optimizer state on the device "
+        "(offload_optimizer=False): a multi-worker strategy's step cannot "
+        "offload it yet")
+
     @classmethod
     def accepts(cls, graph):
         if not FunctionStep.accepts(graph):

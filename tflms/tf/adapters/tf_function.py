@@ -18,6 +18,7 @@ from tflms import analysis
 from tflms import step as step_rules
 from tflms.results import RunResult
 from tflms.tf import function_api as _tf_function
+from tflms.tf import offload_rewrite
 from tflms.tf import reader
 from tflms.tf.adapters.graph_step import (GraphAdapter, TrainingStep,
                                           plan_and_rewrite)
@@ -32,10 +33,16 @@ class FunctionStep(GraphAdapter):
     each step's own); None: the one the step runs on here
     (`graph_step.step_target`, as every graph's)."""
 
+    # A Keras 3 optimizer's element-wise updates move once its slots are
+    # on the host (`check_offload_ready`; `lms_function` moves them).
+    offload_supported = True
     offload_instead = (
-        "for now, keep the step's optimizer state on the device "
-        "(offload_optimizer=False), or build the step as a Session graph "
-        "with a tf.compat.v1.train optimizer and use lms.run(graph)")
+        "keep the step's optimizer state on the device "
+        "(offload_optimizer=False): a step planned one device at a time "
+        "(a tf.distribute strategy's replicas) cannot offload it yet")
+
+    def check_offload_ready(self, index, offload):
+        offload_rewrite.check_slots_on_host(self.graph, index, offload)
 
     def describe_entry(self):
         return ("a tf.function step (lms.function, and Keras 3 fit, "
@@ -74,6 +81,7 @@ class FunctionStep(GraphAdapter):
     def _rewrite_per_device(self, found, devices, index, start):
         """Each replica's device planned for its own budget, as an LMS with
         ``gpu_device`` set to that device would plan it."""
+        self.offload_supported = False  # each replica's slots: not yet
         by_device = []
         # The index as found, with each captured variable on its replica's
         # device: nothing else differs, so it is not built again.
