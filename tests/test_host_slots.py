@@ -10,8 +10,6 @@ import json
 import os
 import sys
 
-import pytest
-
 from _keras3 import needs_keras3, result_of
 
 _HERE = os.path.abspath(__file__)

@@ -14,10 +14,11 @@ variables afterwards, and where the update ops ran (the partition graphs
 TensorFlow made, `tflms.tf.function_api.partition_graphs_made`).
 
 Exact in both oneDNN modes (CI: the newest stack's pass with it on, the
-Python 3.13 pass with it off). The model holds a convolution with batch norm (whose moving statistics
-are written in the step too, and are not slots), dense layers and their
-biases; 2 epochs of 2 batches. LMS also swaps nearly every activation
-(``swapout_threshold=1``), so swaps and the offload are in one plan.
+Python 3.13 pass with it off). The model holds a convolution with batch
+norm (whose moving statistics are written in the step too, and are not
+slots), dense layers and their biases; 2 epochs of 2 batches. LMS also
+swaps nearly every activation (``swapout_threshold=1``), so swaps and the
+offload are in one plan.
 """
 
 import json

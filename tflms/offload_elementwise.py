@@ -55,8 +55,8 @@ outside it, an update inside a function call (a ``LossScaleOptimizer``'s
 cond), an op of the device that Grappler merges into one of the update's
 (a batch norm's gradient ``Mul(AddN, Rsqrt)`` and the update's
 ``Mul(gradient, lr)``: Grappler reorders such a chain only on one device,
-so apart they would round differently). An update without slots (SGD without momentum) has nothing to
-move and is left out silently.
+so apart they would round differently). An update without slots (SGD
+without momentum) has nothing to move and is left out silently.
 
 Each walk is bounded by its update's ops: finding every update is linear
 in the size of the updates, plus one pass over the ops for the handles.
