@@ -1,6 +1,7 @@
 """Keras 3 applications trained with and without LMS, bit for bit, over
 the whole grid of tests/test_keras3_applications.py: each application at
-its smallest input and at one twice as wide, with fixed parameters that
+its smallest input and at a second (twice as wide but InceptionV3's:
+the test's SECOND_SIZES), with fixed parameters that
 swap nearly every activation and with an auto-tuned budget between the
 smallest plan and the peak, in both oneDNN modes. CI trains the part of
 it that fits in its time (the test file's SUITE); this runs the rest by
@@ -8,7 +9,7 @@ hand (issue 48, item 3).
 
     env -u TF_USE_LEGACY_KERAS python benchmarks/keras3_applications_grid.py \\
         [APP ...] [--sizes smallest second] [--budgets fixed auto] \\
-        [--onednn 0 1] [--timeout 1800]
+        [--onednn 0 1] [--no-memory-scheduling] [--timeout 1800]
 
 Each case runs the test file as a script in a process of its own, as the
 test does (``python tests/test_keras3_applications.py APP DUMP_DIR --size
@@ -18,8 +19,11 @@ the row lists the ``AddN`` nodes Grappler's memory optimizer accumulated
 in each (docs/tf2.md, "Grappler's memory optimizer": where they differ,
 the fits add in other orders for that reason alone). A row's verdict is
 ``same`` when the test's checks (`problems`) find nothing, else what they
-found. A case takes half a minute to 5 minutes on two CPU cores; the
-whole grid (8 applications, 2 sizes, 2 budgets, 2 modes) about 2 hours.
+found. ``--no-memory-scheduling`` runs both fits with the memory
+optimizer off (`keras3_bitwise.no_memory_scheduling`), to see whether a
+difference is its alone. A case takes half a minute to 5 minutes on two
+CPU cores; the whole grid (8 applications, 2 sizes, 2 budgets, 2 modes)
+about 2 hours.
 Returns 1 if any case does not train the same.
 """
 
@@ -47,8 +51,9 @@ def _test_module():
     return module
 
 
-def run_case(test, case, onednn, timeout):
-    """One case's RESULT (a dict with ``onednn`` and ``verdict`` added)."""
+def run_case(test, case, onednn, args):
+    """One case's RESULT (a dict with ``onednn`` and ``verdict`` added),
+    with `args`' timeout and memory optimizer."""
     app, size, budget = case
     folder = tempfile.mkdtemp(prefix="keras3_grid_")
     dump, without = (os.path.join(folder, d) for d in ("with", "without"))
@@ -61,14 +66,16 @@ def run_case(test, case, onednn, timeout):
     env.pop("KERAS_BACKEND", None)
     row = dict(app=app, size=size, budget=budget, onednn=onednn)
     start = time.perf_counter()
+    command = [sys.executable, _TEST, app, dump, "--size", str(size),
+               "--budget", budget, "--dump-without", without]
+    if args.no_memory_scheduling:
+        command.append("--no-memory-scheduling")
     try:
-        proc = subprocess.run(
-            [sys.executable, _TEST, app, dump, "--size", str(size),
-             "--budget", budget, "--dump-without", without],
-            env=env, capture_output=True, text=True, timeout=timeout,
-            check=False, cwd=_ROOT)
+        proc = subprocess.run(command, env=env, capture_output=True,
+                              text=True, timeout=args.timeout, check=False,
+                              cwd=_ROOT)
     except subprocess.TimeoutExpired:
-        row.update(verdict="timed out", wall=timeout)
+        row.update(verdict="timed out", wall=args.timeout)
         return row
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -129,6 +136,9 @@ def main(argv=None):
                         choices=test.BUDGETS)
     parser.add_argument("--onednn", type=int, nargs="+", choices=(0, 1),
                         default=[0, 1])
+    parser.add_argument("--no-memory-scheduling", action="store_true",
+                        help="both fits with Grappler's memory optimizer "
+                        "off")
     parser.add_argument("--timeout", type=float, default=1800.0,
                         help="seconds per case")
     args = parser.parse_args(argv)
@@ -143,11 +153,13 @@ def main(argv=None):
             for budget in args.budgets:
                 for onednn in args.onednn:
                     case = (app, sizes[which][app], budget)
-                    row = run_case(test, case, onednn, args.timeout)
+                    row = run_case(test, case, onednn, args)
                     print("%s %d %s oneDNN %d: %s (%.0f s)" % (
                         app, case[1], budget, onednn, row["verdict"],
                         row["wall"]), flush=True)
                     rows.append(row)
+    if args.no_memory_scheduling:
+        print("Grappler's memory optimizer off in both fits of each case")
     print(table(rows))
     return 0 if all(r["verdict"] == "same" for r in rows) else 1
 
