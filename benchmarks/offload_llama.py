@@ -4,7 +4,7 @@ the step planned with the optimizer's slots on the device and on the host
 
     env -u TF_USE_LEGACY_KERAS TF_ENABLE_ONEDNN_OPTS=0 \
         python benchmarks/offload_llama.py [--config 0.25b|1b|tiny] \
-        [--gpu-mem GIB]
+        [--gpu-mem GIB] [--oracle]
 
 The model (`CONFIGS`) is built from a config, compiled with AdamW and
 sparse cross-entropy from logits, and its ``model.train_step`` traced by
@@ -23,6 +23,19 @@ attention, vocabulary 32000; batch 1, sequence 1024, 3 GiB); ``1b`` is
 Llama-3.2-1B's architecture (batch 1, sequence 2048, 16 GiB), which
 needs about 20 GB of host memory to build; ``tiny`` (2 layers 64 wide) is
 for the tests, planned by default halfway between its two floors.
+
+With ``--oracle`` the step is also rewritten for real and measured by
+the oracle's runtime replay (`tflms.tf.oracle`), each variable on its own
+device: the machine's CPU is split into two logical CPUs, the model built
+on ``/cpu:1`` (the device LMS manages, the oracle's GPU) and
+``LMS(cpu_device="/cpu:0")`` is the host, as in
+tests/test_offload_keras3_training.py. ``lms.function(model.train_step,
+optimizer=...)`` rewrites the step as ``fit`` would (with offload the
+slots move to ``/cpu:0`` and the step is traced again), and the oracle
+replays the rewritten graph with the weights on its GPU and the slots and
+host ops on its CPU (`oracle.place_on_gpu`'s ``host``). Without offload,
+where no plan fits the budget, the step is planned again at the budget
+the smallest plan the tuner found needs, and that plan is measured.
 
 Prints a markdown table, and with ``--json`` the numbers.
 """
@@ -45,6 +58,11 @@ CONFIGS = {
     "tiny": dict(vocab=1000, layers=2, hidden=64, heads=4, kv_heads=2,
                  intermediate=128, tie=False, seq=32, batch=1, gpu_mem=None),
 }
+
+
+# With --oracle: the host, and the logical CPU that stands for the GPU.
+HOST = "/cpu:0"
+DEVICE = "/cpu:1"
 
 
 def build(config, seed=0):
@@ -143,11 +161,18 @@ def plan(index, settings):
     return col
 
 
-def measure(name, gpu_mem=None):
-    """The two columns of `name`'s config (a dict)."""
+def measure(name, gpu_mem=None, with_oracle=False):
+    """The two columns of `name`'s config (a dict); with `with_oracle`
+    also ``row["oracle"]`` (`oracle_columns`: the step rewritten, built
+    on `DEVICE`, which `split_cpu` must have made)."""
     from tflms import budget
     config = CONFIGS[name]
-    model = build(config)
+    if with_oracle:
+        import tensorflow as tf
+        with tf.device(DEVICE):
+            model = build(config)
+    else:
+        model = build(config)
     index, params = trace(model, config["seq"], config["batch"])
     gpu_mem = gpu_mem or config["gpu_mem"]
     if gpu_mem is None:
@@ -161,6 +186,11 @@ def measure(name, gpu_mem=None):
            "gpu_mem": gpu_mem}
     for key, off in (("without", False), ("with", True)):
         row[key] = plan(index, settings_for(gpu_mem, config["batch"], off))
+    if with_oracle:
+        from benchmarks import offload_llama_oracle
+        del index
+        row["oracle"] = offload_llama_oracle.oracle_columns(
+            model, config, gpu_mem)
     return row
 
 
@@ -224,13 +254,22 @@ def main(argv=None):
                         default="0.25b")
     parser.add_argument("--gpu-mem", type=float, default=None,
                         help="GPU memory, GiB (default: the config's)")
+    parser.add_argument("--oracle", action="store_true",
+                        help="also rewrite the step and measure it with "
+                        "the oracle's replay (module docstring)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     common.setup_tensorflow("eager")
-    row = measure(args.config, args.gpu_mem)
+    if args.oracle:
+        from benchmarks import offload_llama_oracle
+        offload_llama_oracle.split_cpu()
+    row = measure(args.config, args.gpu_mem, with_oracle=args.oracle)
     if args.json:
         print(json.dumps(row))
     print(table(row))
+    if args.oracle:
+        print()
+        print(offload_llama_oracle.table(row))
     return 0
 
 

@@ -47,3 +47,55 @@ def test_a_tiny_llama_fits_only_with_offload():
     assert offloaded["peak"] <= offloaded["budget"]
     assert offloaded["host"] >= offloaded["slots"]
     assert "| fits the budget | no plan fits | yes |" in out.stdout
+
+
+def test_the_oracle_table_shows_both_columns():
+    from benchmarks import offload_llama_oracle as oracle_bench
+    measured = dict(planned_gpu_mem=4.0, simulator=3 << 30,
+                    oracle=int(3.5 * (1 << 30)), oracle_variables=2 << 30,
+                    oracle_variable_count=300, host_variables=0,
+                    host_variable_count=0)
+    offloaded = dict(measured, fits=True, planned_gpu_mem=3.0,
+                     oracle=int(2.5 * (1 << 30)),
+                     oracle_variables=1 << 29, oracle_variable_count=153,
+                     host_variables=1 << 30, host_variable_count=294)
+    without = dict(fits=False, smallest=int(3.25 * (1 << 30)),
+                   tried=[4.0], smallest_plan=measured)
+    lines = oracle_bench.table(dict(
+        config="0.25b", batch=1, seq=1024, gpu_mem=3.0,
+        oracle={"without": without, "with": offloaded})).splitlines()
+    assert lines[0].startswith("| Llama 0.25b, batch 1, sequence 1024, "
+                               "rewritten (lms.function), 3.00 GiB GPU |")
+    assert "| plan at the budget | no plan fits (smallest 3.25 GiB) | " \
+        "fits |" in lines
+    assert "| plan measured: planned for | 4.00 GiB | 3.00 GiB |" in lines
+    assert "| oracle's device peak (runtime replay) | 3.50 GiB | " \
+        "2.50 GiB |" in lines
+    assert "| variables on the oracle's host | 0 | 1.00 GiB (294) |" \
+        in lines
+    assert "| oracle's peak within the 3.00 GiB GPU | no | yes |" in lines
+
+
+@needs_keras_hub
+def test_the_oracle_measures_the_tiny_llama_rewritten():
+    """``--oracle`` on the tiny config: the step rewritten by
+    lms.function on a CPU split in two, the oracle's replay with the
+    weights on its GPU and every slot on its host; without offload no
+    plan fits the budget, and the plan at the budget the smallest needs
+    is over it in the oracle's replay too."""
+    out = python("benchmarks/offload_llama.py", "--config", "tiny",
+                 "--oracle", "--json", timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    row = json.loads(out.stdout.splitlines()[0])
+    without, offloaded = row["oracle"]["without"], row["oracle"]["with"]
+    gpu = row["gpu_mem"] * (1 << 30)
+    assert offloaded["fits"] and offloaded["updates"] == 21
+    assert offloaded["host_variables"] == row["with"]["slots"]
+    assert offloaded["oracle_variables"] - row["with"]["weights"] < 64
+    assert offloaded["oracle"] <= gpu
+    assert not without["fits"] and without["smallest"] > gpu
+    smallest = without["smallest_plan"]
+    assert smallest["host_variables"] == 0
+    assert smallest["oracle_variables"] == offloaded["oracle_variables"] + \
+        offloaded["host_variables"]
+    assert smallest["oracle"] > gpu

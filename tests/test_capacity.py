@@ -365,3 +365,8 @@ def test_a_batch_search_keeps_its_json_keys():
     with pytest.raises(AttributeError, match="over the batch, not the "
                        "sequence"):
         _ = found.max_sequence_with_lms
+    # A search with offload_optimizer carries the one without it, whose
+    # JSON keys are the same.
+    both = dataclasses.replace(found, without_offload=found).as_dict()
+    assert set(both) == set(out) | {"without_offload"}
+    assert both["without_offload"] == out

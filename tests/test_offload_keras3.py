@@ -242,3 +242,38 @@ def test_tflms_plan_offloads_a_keras3_model(planned):
     assert report["floor"]["floor_bytes"] == planned["floors"][1]
     code, report = _plan_json(planned["path"], planned["gib"])
     assert not report["fits"]
+
+
+def test_tflms_capacity_reports_the_batch_with_offload_beside_without(
+        planned, tmp_path):
+    """``tflms capacity --offload-optimizer`` searches twice, with the
+    optimizer's state on the device and on the host, and reports both
+    largest batches with their predicted steps (issue 49, item 4): at the
+    budget halfway between the floors at batch 8, batch 8 has a plan with
+    the state on the host only."""
+    from _keras3 import python
+    path = tmp_path / "capacity.json"
+    out = python("-m", "tflms", "capacity", planned["path"],
+                 "--offload-optimizer", "--autotune-gpu-mem",
+                 "%.12f" % planned["gib"], "--start-batch", 8,
+                 "--max-batch", 64, "--json", path,
+                 TF_LMS_SIMULATOR_MEM_RATIO="1")
+    assert out.returncode == 0, out.stderr[-3000:]
+    found = json.loads(path.read_text())
+    on_device = found["without_offload"]
+    assert "without_offload" not in on_device
+    assert on_device["max_batch_with_lms"] is None
+    best = found["max_batch_with_lms"]
+    assert best is not None and best >= 8
+    row = {r["batch"]: r for r in found["rows"]}[best]
+    assert row["step_with_ms"] > 0
+    lines = out.stdout.splitlines()
+    assert any(line.startswith(
+        "The optimizer's state on the device and on the host "
+        "(--offload-optimizer; with it on the device: %d batches searched "
+        "in " % len(on_device["rows"])) for line in lines)
+    assert "  Largest batch with LMS, state on the device:    none (not " \
+        "even batch 8)" in lines
+    assert any(line.startswith(
+        "  Largest batch with LMS, state on the host:      %d, predicted "
+        "step %.1f ms" % (best, row["step_with_ms"])) for line in lines)

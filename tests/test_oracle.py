@@ -562,3 +562,72 @@ def test_graph_def_with_a_dangling_colocation_is_measured():
             graph_def.node.add().CopyFrom(node)
     result = oracle.peak_memory(graph_def, "y")
     assert result.runtime_gpu_peak_bytes == 2 * S
+
+
+def _function_with_host_slot():
+    """A tf.function step (built in graph mode) capturing a weight ``w``
+    made on ``/cpu:1`` (the device LMS manages) and a slot ``m`` made on
+    the host ``/cpu:0``, each of S bytes, traced with no device scope (as
+    Keras traces its step: the captured handles unplaced); then the slot's
+    reads and writes placed on the host, as ``offload_optimizer``'s
+    rewrite places them: ``(function graph, fetch names)``."""
+    graph = tf.Graph()
+    with graph.as_default():
+        with tf.device("/cpu:1"):
+            w = tf.Variable(tf.ones(SHAPE), name="w")
+        with tf.device("/cpu:0"):
+            m = tf.Variable(tf.zeros(SHAPE), name="m")
+
+        @tf.function
+        def step(x):
+            grad = _own(x * w.read_value(), name="grad")
+            with tf.name_scope("slot_write"):
+                m.assign_add(grad * 0.1)
+            with tf.name_scope("slot_read"):
+                new = m.read_value() * 0.01
+            w.assign_sub(new)
+            return tf.reduce_sum(grad)
+
+        concrete = step.get_concrete_function(
+            tf.TensorSpec(SHAPE, tf.float32))
+    func_graph = concrete.graph
+    for op in func_graph.get_operations():
+        if (op.name.startswith(("slot_write", "slot_read"))
+                and op.type != "Placeholder"):
+            op._set_device("/cpu:0")
+    fetches = [t.op.name for t in func_graph.outputs]
+    fetches += [op.name for op in func_graph.control_outputs]
+    return func_graph, fetches
+
+
+def test_place_on_gpu_with_a_host_puts_each_variable_on_its_device():
+    """With ``host``, LMS's rule: the ops and the captured variables on
+    the host stay on the CPU, everything else (a logical ``/cpu:1``
+    included) goes to the GPU; the runtime replay counts the weight on
+    the GPU and the slot on the host. Without it, as before: the captured
+    handles unplaced, so both variables on the GPU."""
+    func_graph, fetches = _function_with_host_slot()
+    handles = {v.name.split(":")[0]: name for name, v in
+               oracle.functions.function_api.captured_variables(
+                   func_graph).items()}
+    placed = {n.name: n for n in
+              oracle.place_on_gpu(func_graph, host="/cpu:0").node}
+    assert placed[handles["w"]].op == "VarHandleOp"
+    assert placed[handles["w"]].device == "/device:GPU:0"
+    assert placed[handles["m"]].device == "/cpu:0"
+    assert placed["grad"].device == "/device:GPU:0"
+    assert placed["slot_write/AssignAddVariableOp"].device == "/cpu:0"
+
+    def resident(result):
+        return {t.name: t.nbytes for t in result.runtime_live_at_peak
+                if t.variable}
+
+    hosted = oracle.peak_memory(func_graph, fetches, host="/cpu:0")
+    assert resident(hosted) == {handles["w"]: S}
+    everywhere = oracle.peak_memory(func_graph, fetches)
+    assert resident(everywhere) == {handles["w"]: S, handles["m"]: S}
+    assert everywhere.runtime_gpu_peak_bytes - \
+        hosted.runtime_gpu_peak_bytes >= S
+    # The function graph itself is untouched.
+    assert all(op.type != "VarHandleOp"
+               for op in func_graph.get_operations())

@@ -192,6 +192,11 @@ class Capacity:
         a search over the batch).
       limit_reason: why `limit` is where it is when the model sets it (a
         position embedding's length), else None (the caller's limit).
+      without_offload: for a search with ``offload_optimizer``, the same
+        search with the optimizer's state on the device (a `Capacity`,
+        set by the caller: ``tflms capacity --offload-optimizer``), so
+        that both answers and their predicted steps are reported; else
+        None.
     """
 
     budget_bytes: int
@@ -208,6 +213,7 @@ class Capacity:
     dimension: str = "batch"
     batch_size: Optional[int] = None
     limit_reason: Optional[str] = None
+    without_offload: Optional["Capacity"] = None
 
     def _named(self, dimension, which):
         if self.dimension != dimension:
@@ -247,12 +253,18 @@ class Capacity:
         ``..._with_lms``, ``..._within_overhead``, ``next_*``,
         ``budget_bytes``, ``max_overhead_pct``, ``limit``, ``seconds``,
         ``rows``; a search over the sequence adds ``dimension``,
-        ``batch_size`` and ``limit_reason``."""
+        ``batch_size`` and ``limit_reason``; a search with
+        ``offload_optimizer`` ``without_offload``, the same keys of the
+        search without it."""
         out = {}
         for f in dataclasses.fields(self):
             name = f.name
             if name == "rows" or (self.dimension == "batch" and name in (
                     "dimension", "batch_size", "limit_reason")):
+                continue
+            if name == "without_offload":
+                if self.without_offload is not None:
+                    out[name] = self.without_offload.as_dict()
                 continue
             if name.startswith("largest_"):
                 name = "max_%s_%s" % (self.dimension,

@@ -4,9 +4,12 @@ and within an overhead (`tflms.capacity.search`), for every format
 file and, with --oracle, the oracle's peaks at the two largest batches
 (`tflms plan --oracle` at each). With --dimension sequence, the longest
 sequence of a Keras 3 model at the batch --batch-size fixes, in the same
-words for the sequence."""
+words for the sequence. With --offload-optimizer the search runs twice,
+with the optimizer's state on the device and on the host, and both
+answers are reported with their predicted steps."""
 
 import argparse
+import dataclasses
 import json
 import os
 
@@ -19,15 +22,31 @@ from tflms.cli.rendering import gib
 
 def find(args, progress):
     """The `capacity.Capacity` of ``args.graph`` with the command line's
-    settings.
+    settings; with ``offload_optimizer``, its ``without_offload`` the
+    same search with the optimizer's state on the device (searched
+    first, without the oracle).
 
     Raises:
       PlanError, ValueError: a graph that cannot be searched.
     """
+    settings = setting_flags.from_arguments(args, is_training=True)
+    if not settings.offload_optimizer:
+        return _find(args, settings, progress)
+    progress("searching with the optimizer's state on the device ...")
+    on_device = _find(args, settings.replace(offload_optimizer=False),
+                      progress, oracle=False)
+    progress("searching with the optimizer's state on the host "
+             "(--offload-optimizer) ...")
+    found = _find(args, settings, progress)
+    return dataclasses.replace(found, without_offload=on_device)
+
+
+def _find(args, settings, progress, oracle=True):
+    """`find`'s search with `settings`; the oracle's peaks too when
+    `oracle` and --oracle."""
     from tflms import capacity
     from tflms.tf import keras3_trace
     from tflms.tf import live_capacity
-    settings = setting_flags.from_arguments(args, is_training=True)
     if args.dimension == "sequence":
         return _find_sequence(args, settings, progress)
     if is_keras3_plan(args.graph, args):
@@ -48,7 +67,7 @@ def find(args, progress):
     found = capacity.search(plan_at, live_capacity.budget_of(settings),
                             args.max_overhead, args.start_batch,
                             args.max_batch, progress)
-    if args.oracle:
+    if args.oracle and oracle:
         _with_oracle(found, args, progress)
     return found
 
@@ -170,8 +189,12 @@ def render(found, args):
     def with_lms(row):
         if row.floor_bytes > found.budget_bytes:
             return "its floor, %s, is over the budget" % gib(row.floor_bytes)
+        if row.smallest_peak_bytes is None:
+            # The search found plans, but none once its copies were timed
+            # (the row's error says so): there is no smallest to name.
+            return "no plan"
         return "no plan; the smallest needs %s" % gib(
-            row.smallest_peak_bytes or 0)
+            row.smallest_peak_bytes)
 
     def overhead(row):
         if not row.fits_with:
@@ -212,6 +235,8 @@ def render(found, args):
             % (words["answer"], found.max_overhead_pct),
             found.largest_within_overhead, found.next_within_overhead,
             overhead))
+    if found.without_offload is not None:
+        lines += [""] + _offload_lines(found, words)
     oracle_rows = [r for r in found.rows if r.oracle]
     if oracle_rows:
         lines.append("")
@@ -233,6 +258,38 @@ def render(found, args):
                                                 words["many"],
                                                 found.seconds))
     return lines
+
+
+def _offload_lines(found, words):
+    """The answers with the optimizer's state on the device (the search
+    ``found.without_offload``) beside those with it on the host
+    (``found``, --offload-optimizer), each with its predicted step."""
+    rates = words["rate_attr"]
+
+    def answer(search, largest, with_lms):
+        size = getattr(search, largest)
+        if size is None:
+            return "none (not even %s %d)" % (words["first"],
+                                             search.size_of(search.rows[0]))
+        row = search.row(size)
+        step = row.step_with_ms if with_lms else row.step_without_ms
+        rate = getattr(row, rates + ("_with" if with_lms else "_without"))
+        return "%d, predicted step %s ms, %s %s" % (
+            size, _ms(step), _rate(rate), words["rates"])
+
+    device, host = found.without_offload, found
+    label = words["answer"]
+    return [
+        "The optimizer's state on the device and on the host "
+        "(--offload-optimizer; with it on the device: %d %s searched in "
+        "%.1f s):" % (len(device.rows), words["many"], device.seconds),
+        "  %s without LMS, state on the device: %s" % (
+            label, answer(device, "largest_without_lms", False)),
+        "  %s with LMS, state on the device:    %s" % (
+            label, answer(device, "largest_with_lms", True)),
+        "  %s with LMS, state on the host:      %s" % (
+            label, answer(host, "largest_with_lms", True)),
+    ]
 
 
 def write_outputs(found, args):

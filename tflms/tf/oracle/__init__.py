@@ -193,6 +193,17 @@ Things the virtual cluster does that a reader should know:
   Grappler meta optimizer (``ItemConfig.apply_optimizations`` is false and
   no pruning is done), so the measured graph is the graph given.
 
+Placement. By default every op pinned to a CPU is on the oracle's CPU and
+everything else on its GPU, and a `tf.function`'s captured variables
+(unplaced in its graph) are on the GPU. ``peak_memory(..., host=...)``
+(`place_on_gpu`'s ``host``, LMS's ``cpu_device``) applies LMS's own rule
+instead: the ops on that one device are the host's, every other device
+(a logical ``/cpu:1`` standing for the GPU included) is the GPU, and each
+captured variable is placed on its own device first. So a Keras 3 step
+rewritten with ``offload_optimizer`` on a machine split into logical
+CPUs is measured with its weights on the GPU and its slots in host
+memory (``benchmarks/offload_llama.py --oracle``).
+
 Placeholders must have fully defined shapes; tensors of unknown size count
 as zero bytes.
 """

@@ -75,7 +75,8 @@ def peak_memory(graph: _GraphLike,
                 cluster: Optional[VirtualCluster] = None,
                 scheduler_check: bool = False,
                 interconnect=None,
-                gpu=None) -> OracleResult:
+                gpu=None,
+                host: Optional[str] = None) -> OracleResult:
     """Measures the GPU and host memory peaks of one step of ``graph``.
 
     Args:
@@ -103,6 +104,10 @@ def peak_memory(graph: _GraphLike,
         `tflms.hardware.GPUS`; None for `tflms.hardware.DEFAULT_GPU`, the
         V100. Its memory is not the capacity: that is
         ``gpu_memory_bytes``.
+      host: with ``place``, `place_on_gpu`'s ``host``: the one device
+        (LMS's ``cpu_device``) that is the host, every other device the
+        GPU, and a function graph's variables each on its own device;
+        None: every CPU is the host.
 
     Returns:
       An `OracleResult`.
@@ -121,7 +126,8 @@ def peak_memory(graph: _GraphLike,
             "gpu=%r and gpu_props for %r"
             % (getattr(gpu, "name", gpu), gpu_props.model))
     link_name, bytes_per_s = _link(interconnect)
-    graph_def = place_on_gpu(graph) if place else _as_graph_def(graph)
+    graph_def = (place_on_gpu(graph, host=host) if place
+                 else _as_graph_def(graph))
     fetch_names = _fetch_names(fetches)
     meta = _metagraph(graph_def, fetch_names)
     if gpu_props is None:

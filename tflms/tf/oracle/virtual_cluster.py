@@ -10,7 +10,7 @@ from tensorflow.core.framework import graph_pb2
 from tensorflow.core.protobuf import device_properties_pb2
 from tensorflow.python.grappler import cluster as gcluster
 
-from tflms import hardware
+from tflms import devices, hardware
 from tflms.tf.oracle import functions
 
 GPU_DEVICE = "/job:localhost/replica:0/task:0/device:GPU:0"
@@ -146,10 +146,11 @@ def _is_cpu_device(device: str) -> bool:
     return (spec.device_type or "").upper() == "CPU"
 
 
-def _as_graph_def(graph: _GraphLike) -> graph_pb2.GraphDef:
+def _as_graph_def(graph: _GraphLike,
+                  variable_devices: bool = False) -> graph_pb2.GraphDef:
     if isinstance(graph, tf.Graph):
         # A tf.function's graph with its captured variables made variables.
-        return functions.graph_def(graph)
+        return functions.graph_def(graph, variable_devices)
     if isinstance(graph, graph_pb2.GraphDef):
         copy = graph_pb2.GraphDef()
         copy.CopyFrom(graph)
@@ -158,7 +159,8 @@ def _as_graph_def(graph: _GraphLike) -> graph_pb2.GraphDef:
 
 
 def place_on_gpu(graph: _GraphLike, gpu: str = "/device:GPU:0",
-                 cpu: str = "/cpu:0") -> graph_pb2.GraphDef:
+                 cpu: str = "/cpu:0",
+                 host: Optional[str] = None) -> graph_pb2.GraphDef:
     """Returns a copy of ``graph`` with every non-CPU op placed on the GPU.
 
     Ops pinned to a CPU (for example LMS swap ops on ``/cpu:0``) are kept on
@@ -166,17 +168,28 @@ def place_on_gpu(graph: _GraphLike, gpu: str = "/device:GPU:0",
     not, gets ``gpu``. The virtual cluster would put unplaced ops on the GPU
     anyway, but explicit devices make the measured placement unambiguous.
 
+    With ``host`` (LMS's ``cpu_device``), the rule is LMS's own
+    (`tflms.target.Target.manages`): the ops on ``host`` go to ``cpu`` and
+    every other op to ``gpu``, a logical ``/cpu:1`` that stands for the GPU
+    included; and the variables a function graph captures are placed on
+    their own devices first (`functions.graph_def`), so that a Keras 3
+    optimizer's slots moved to ``host`` are measured in host memory and
+    the weights on the GPU.
+
     Args:
       graph: a ``tf.Graph`` or ``GraphDef``; it is not modified.
       gpu: device string for compute ops.
       cpu: device string for CPU-pinned ops.
+      host: the one device that is the host, or None for every CPU.
 
     Returns:
       A new ``GraphDef``.
     """
-    graph_def = _as_graph_def(graph)
+    graph_def = _as_graph_def(graph, variable_devices=host is not None)
     for node in graph_def.node:
-        node.device = cpu if _is_cpu_device(node.device) else gpu
+        on_host = (_is_cpu_device(node.device) if host is None
+                   else devices.same_device(node.device, host))
+        node.device = cpu if on_host else gpu
     return graph_def
 
 
