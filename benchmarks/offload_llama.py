@@ -60,9 +60,8 @@ CONFIGS = {
 }
 
 
-# With --oracle: the host, and the logical CPU that stands for the GPU.
-HOST = "/cpu:0"
-DEVICE = "/cpu:1"
+# With --oracle: the logical CPU that stands for the GPU.
+from benchmarks.offload_llama_oracle import DEVICE  # noqa: E402
 
 
 def build(config, seed=0):

@@ -23,7 +23,10 @@ timed), and that plan is measured.
 import math
 
 from benchmarks import common
-from benchmarks.offload_llama import HOST
+
+# The host, and the logical CPU that stands for the GPU.
+HOST = "/cpu:0"
+DEVICE = "/cpu:1"
 
 __all__ = ["split_cpu", "oracle_columns", "table"]
 

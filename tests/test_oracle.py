@@ -622,7 +622,7 @@ def test_place_on_gpu_with_a_host_puts_each_variable_on_its_device():
         return {t.name: t.nbytes for t in result.runtime_live_at_peak
                 if t.variable}
 
-    hosted = oracle.peak_memory(func_graph, fetches, host="/cpu:0")
+    hosted = oracle.peak_memory(func_graph, fetches, place="/cpu:0")
     assert resident(hosted) == {handles["w"]: S}
     everywhere = oracle.peak_memory(func_graph, fetches)
     assert resident(everywhere) == {handles["w"]: S, handles["m"]: S}

@@ -195,7 +195,7 @@ Things the virtual cluster does that a reader should know:
 
 Placement. By default every op pinned to a CPU is on the oracle's CPU and
 everything else on its GPU, and a `tf.function`'s captured variables
-(unplaced in its graph) are on the GPU. ``peak_memory(..., host=...)``
+(unplaced in its graph) are on the GPU. ``peak_memory(..., place=HOST)``
 (`place_on_gpu`'s ``host``, LMS's ``cpu_device``) applies LMS's own rule
 instead: the ops on that one device are the host's, every other device
 (a logical ``/cpu:1`` standing for the GPU included) is the GPU, and each

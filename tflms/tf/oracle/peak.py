@@ -71,12 +71,11 @@ def peak_memory(graph: _GraphLike,
                 fetches: Union[str, tf.Tensor, tf.Operation, Iterable],
                 gpu_memory_bytes: Optional[int] = None,
                 *,
-                place: bool = True,
+                place: Union[bool, str] = True,
                 cluster: Optional[VirtualCluster] = None,
                 scheduler_check: bool = False,
                 interconnect=None,
-                gpu=None,
-                host: Optional[str] = None) -> OracleResult:
+                gpu=None) -> OracleResult:
     """Measures the GPU and host memory peaks of one step of ``graph``.
 
     Args:
@@ -86,8 +85,9 @@ def peak_memory(graph: _GraphLike,
       gpu_memory_bytes: capacity to judge the result against (see
         ``OracleResult.fits``). Measurement itself always uses an unlimited
         simulated device so that it never aborts.
-      place: if True, apply `place_on_gpu` first; if False, use the graph's
-        devices as they are (unplaced ops still land on the GPU).
+      place: True: apply `place_on_gpu` first; a device string: that,
+        with the device as its ``host`` (LMS's ``cpu_device``); False:
+        the graph's devices as they are (unplaced ops on the GPU).
       cluster: the `VirtualCluster` (device properties and names);
         default ``VirtualCluster()``: the GPU ``gpu`` names and
         `cpu_properties`.
@@ -104,10 +104,6 @@ def peak_memory(graph: _GraphLike,
         `tflms.hardware.GPUS`; None for `tflms.hardware.DEFAULT_GPU`, the
         V100. Its memory is not the capacity: that is
         ``gpu_memory_bytes``.
-      host: with ``place``, `place_on_gpu`'s ``host``: the one device
-        (LMS's ``cpu_device``) that is the host, every other device the
-        GPU, and a function graph's variables each on its own device;
-        None: every CPU is the host.
 
     Returns:
       An `OracleResult`.
@@ -126,6 +122,7 @@ def peak_memory(graph: _GraphLike,
             "gpu=%r and gpu_props for %r"
             % (getattr(gpu, "name", gpu), gpu_props.model))
     link_name, bytes_per_s = _link(interconnect)
+    host = place if isinstance(place, str) else None
     graph_def = (place_on_gpu(graph, host=host) if place
                  else _as_graph_def(graph))
     fetch_names = _fetch_names(fetches)
