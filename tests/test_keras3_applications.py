@@ -50,8 +50,12 @@ AddNs in both fits: above 80% of the device's memory by its own estimate
 (205 MiB of the 256 MiB TensorFlow's CPU device declares), it turns the
 AddNs live at its estimated peak into accumulations, and LMS's swaps move
 that peak (docs/tf2.md, "Grappler's memory optimizer"). Larger inputs or
-tighter budgets can differ for that reason alone;
-benchmarks/keras3_bitwise.py compares them with it off.
+tighter budgets can differ for that reason alone: InceptionV3 at 150
+(AddN_20 accumulated without LMS, none with it; every weight differs, in
+both modes and both budgets, and none with the memory optimizer off),
+hence its second size of 112, where no fit accumulates any.
+benchmarks/keras3_applications_grid.py lists the AddNs each fit of a case
+accumulated, and its --no-memory-scheduling runs both with it off.
 
 Keras 3 trains in eager mode and this test process has eager execution
 off (conftest.py): each case runs this file as a script in a
