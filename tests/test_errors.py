@@ -31,6 +31,7 @@ BASES = {
     "tflms.tf.distributed.RankMismatchError": RuntimeError,
     "tflms.tf.keras3_trace.Keras3PlanError": ValueError,
     "tflms.tf.lms_function.UnsupportedFunctionError": ValueError,
+    "tflms.tf.offload_rewrite.SlotsOnDeviceError": ValueError,
     "tflms.tf.verify.VerifyError": ValueError,
 }
 
