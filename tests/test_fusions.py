@@ -206,24 +206,25 @@ def transpose_graph(shape_w, shape_t):
                ("w_t", "other")])
 
 
-def test_a_transpose_folded_into_its_products_is_read_directly():
+def test_a_transpose_folded_into_its_products_is_never_swapped():
     """Grappler folds a transpose of the last two dimensions into each
     MatMul that reads it (transpose_b, another order of summing): in a
-    tf.function's step such products read no swap-in, so the gradient
-    reads the transpose as the model wrote it (with LMS, Grappler left
-    GPT-2's transposed tied embedding unfolded before). A Relu of the
-    transpose still may read a swap-in."""
+    tf.function's step the transpose is never swapped, so the products
+    read it as the model wrote it (with LMS, Grappler left GPT-2's
+    transposed tied embedding unfolded before). The fold looks at each
+    operand alone: the products may read a swap-in of their other
+    operand (the attention's keys and queries in its gradient)."""
     index = transpose_graph((16, 8), (8, 16))
     pairs = {(index.names[t], index.names[p])
              for t, p in fusions.folded_transposes(index)}
     assert pairs == {("w_t", "logits"), ("w_t", "grad")}
-    direct = fusions.grappler_groups(index).direct_readers
-    assert names_of(index, direct) == {"logits", "grad"}
+    groups = fusions.grappler_groups(index)
+    assert names_of(index, groups.inner) == {"w_t"}
+    assert not groups.direct_readers
     roles = analysis.classify_ops(index, GROUPS)
-    assert not names_of(index, roles.sinks) & {"logits", "grad"}
-    assert "other" in names_of(index, roles.sinks)
-    assert {"grad", "other"} <= names_of(
-        index, analysis.classify_ops(index).sinks)
+    assert "w_t" not in names_of(index, roles.sources)
+    assert {"logits", "grad", "other"} <= names_of(index, roles.sinks)
+    assert "w_t" in names_of(index, analysis.classify_ops(index).sources)
 
 
 def test_a_transpose_of_other_dimensions_is_not_folded():
@@ -232,7 +233,7 @@ def test_a_transpose_of_other_dimensions_is_not_folded():
     transpose: the products reading it may read swap-ins."""
     index = transpose_graph((2, 16, 8), (16, 2, 8))
     assert not list(fusions.folded_transposes(index))
-    assert not fusions.grappler_groups(index).direct_readers
+    assert "w_t" not in names_of(index, fusions.grappler_groups(index).inner)
 
 
 def test_a_power_joins_the_products_that_read_it():
@@ -249,3 +250,81 @@ def test_a_power_joins_the_products_that_read_it():
     inner, members, _ = fusions.grappler_groups(index)
     assert {"pow", "square"} <= names_of(index, inner)
     assert {"pow", "scaled", "square", "grad"} <= names_of(index, members)
+
+
+def gelu_power_graph():
+    """GELU's ``c * x ** 3`` and its gradient's ``g * 3 * x ** (3 - 1)``,
+    the gradient's power read late."""
+    return gi.from_edges(
+        [("x", "Placeholder", {"outputs": [((4, 8), 4)]}),
+         ("three", "Const", {"outputs": [((), 4)]}),
+         ("pow", "Pow", {"outputs": [((4, 8), 4)]}),
+         ("c", "Const", {"outputs": [((), 4)]}),
+         ("scaled", "Mul", {"outputs": [((4, 8), 4)]}),
+         ("one", "Const", {"outputs": [((), 4)]}),
+         ("sub", "Sub", {"outputs": [((), 4)]}),
+         ("pow_grad", "Pow", {"outputs": [((4, 8), 4)]}),
+         ("late", "Relu", {"outputs": [((4, 8), 4)]}),
+         ("later", "Relu", {"outputs": [((4, 8), 4)]}),
+         ("grad", "Mul", {"outputs": [((4, 8), 4)]})],
+        edges=[("x", "pow"), ("three", "pow"), ("c", "scaled"),
+               ("pow", "scaled"), ("three", "sub"), ("one", "sub"),
+               ("x", "pow_grad"), ("sub", "pow_grad"),
+               ("scaled", "late"), ("late", "later"),
+               ("later", "grad"), ("pow_grad", "grad")])
+
+
+def test_the_gradient_power_of_a_power_may_be_swapped():
+    """The gradient of ``x ** 3`` reads ``x ** 2``: Grappler makes one
+    Square of ``x`` for both powers and shares it, so the Square already
+    has two readers and joins no chain; a swap-out is a third reader.
+    The gradient's power is swapped like any tensor (GELU's, held from
+    the forward pass to the backward one); the forward power stays
+    merged, and both stay members (no control edge on them)."""
+    index = gelu_power_graph()
+    assert names_of(index, fusions.power_gradients(index)) == {"pow_grad"}
+    inner, members, _ = fusions.grappler_groups(index)
+    assert "pow" in names_of(index, inner)
+    assert "pow_grad" not in names_of(index, inner)
+    assert {"pow", "pow_grad", "grad"} <= names_of(index, members)
+    roles = analysis.classify_ops(index, GROUPS)
+    assert "pow_grad" in names_of(index, roles.sources)
+    assert "pow" not in names_of(index, roles.sources)
+
+
+def test_a_power_of_another_tensor_is_no_gradient_power():
+    """``pow(y, 3 - 1)`` of another tensor than the power of 3 reads:
+    no shared Square, the power stays merged."""
+    index = gi.from_edges(
+        [("x", "Placeholder"), ("y", "Placeholder"), ("three", "Const"),
+         ("pow", "Pow"), ("one", "Const"), ("sub", "Sub"),
+         ("pow_grad", "Pow"), ("grad", "Mul")],
+        edges=[("x", "pow"), ("three", "pow"), ("three", "sub"),
+               ("one", "sub"), ("y", "pow_grad"), ("sub", "pow_grad"),
+               ("pow_grad", "grad"), ("pow", "grad")])
+    assert not list(fusions.power_gradients(index))
+    assert "pow_grad" in names_of(index, fusions.grappler_groups(index).inner)
+
+
+def test_a_broadcast_gradient_is_neither_trigger_nor_waiter():
+    """``Reshape(Sum(g, BroadcastGradientArgs(...)), Shape(x))``, the
+    gradient of a broadcasting op: where nothing was broadcast Grappler
+    removes the Sum and the Reshape, in a pass a control edge on them
+    delays, and the sum of gradients they feed then adds its terms in
+    another order. In a tf.function's step they get no control edge."""
+    index = gi.from_edges(
+        [("x", "Placeholder"), ("g", "Relu"), ("sx", "Shape"),
+         ("sg", "Shape"), ("bga", "BroadcastGradientArgs"),
+         ("sum", "Sum"), ("reshape", "Reshape"), ("other", "Relu"),
+         ("total", "AddN")],
+        edges=[("x", "g"), ("x", "sx"), ("g", "sg"), ("sx", "bga"),
+               ("sg", "bga"), ("g", "sum"), ("bga", "sum"),
+               ("sum", "reshape"), ("sx", "reshape"), ("g", "other"),
+               ("reshape", "total"), ("other", "total")])
+    assert names_of(index, fusions.broadcast_gradients(index)) == {
+        "sum", "reshape"}
+    roles = analysis.classify_ops(index, GROUPS)
+    assert not names_of(index, roles.triggers | roles.waiters) & {
+        "sum", "reshape"}
+    plain = analysis.classify_ops(index)
+    assert {"sum", "reshape"} <= names_of(index, plain.triggers)

@@ -255,8 +255,8 @@ def test_the_command_line_imports_are_plain_imports():
 # only registers the device lister (tests/test_budget.py).
 # The planning stages' modules (`tflms.stages.STAGES`); what they share
 # (records, contract, timed, tuning) is not a stage.
-STAGE_MODULES = ("serialize", "defer", "swaps", "order", "fewer_waits",
-                 "recompute", "prefetch", "host")
+STAGE_MODULES = ("serialize", "reduce_first", "defer", "swaps", "order",
+                 "fewer_waits", "recompute", "prefetch", "host")
 
 
 def stage_of(module):

@@ -54,7 +54,10 @@ def test_gpt2_dropout_noise_is_made_just_before_its_layer():
     # in the levels right after it is made, and stays.
     layers = sorted(n for n in r["noise"] if "transformer_layer" in n)
     assert len(layers) == 6, (r["noise"], log[-3000:])
-    assert r["deferred"] == layers
+    assert [n for n in r["deferred"] if n in r["noise"]] == layers
+    # Beside them, the accuracy's mask of the logits (an op on inputs held
+    # anyway) waits for the rest of its NaN check.
+    assert [n for n in r["deferred"] if n not in r["noise"]] == ["Equal"]
     # The layers' noise no longer beside each other at the step's start:
     # the most aggressive plan's peak is lower. (By how much depends on
     # where the rest of the step puts that peak: by more than one layer's

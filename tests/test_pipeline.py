@@ -330,8 +330,8 @@ def test_plan_records_the_cpu_seconds_of_each_stage():
     planned = pipeline.plan(index, Settings(**FIXED))
     spent = time.process_time() - began
     names = [name for name, _ in planned.stage_seconds]
-    assert names == ["context", "serialize", "defer", "swaps", "order",
-                     "fewer_waits", "recompute",
+    assert names == ["context", "serialize", "reduce_first", "defer",
+                     "swaps", "order", "fewer_waits", "recompute",
                      "fewer_waits.after_recompute", "prefetch", "host"]
     assert names[1:] == [s.name for s in stages.STAGES]
     seconds = [s for _, s in planned.stage_seconds]

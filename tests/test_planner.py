@@ -315,6 +315,78 @@ def test_deferred_ops_are_not_swapped():
     assert deferred.control_edges == deferral
 
 
+def held_inputs_graph():
+    """Keras 3's NaN check over the logits: ``eq = Equal(x, c)`` is made
+    at once, but its reader ``both`` waits for a chain of three ops, and
+    ``x`` is read again after ``both`` (by ``select``)."""
+    ops = [("x", "Placeholder", {"outputs": [MAT]}),
+           ("c", "Const", {"outputs": [((), 4)]}),
+           ("eq", "Equal", {"outputs": [((4, 8), 1)]}),
+           ("a", "Sin", {"outputs": [MAT]}),
+           ("b", "Sin", {"outputs": [MAT]}),
+           ("less", "Less", {"outputs": [((4, 8), 1)]}),
+           ("both", "LogicalAnd", {"outputs": [((4, 8), 1)]}),
+           ("select", "SelectV2", {"outputs": [MAT]})]
+    edges = [("x", "eq"), ("c", "eq"), ("x", "a"), ("a", "b"),
+             ("b", "less"), ("c", "less"), ("eq", "both"),
+             ("less", "both"), ("both", "select"), ("x", "select"),
+             ("b", "select")]
+    return gi.from_edges(ops, edges)
+
+
+def test_an_op_whose_inputs_are_held_waits_until_just_before_its_reader():
+    """``eq`` reads a constant and ``x``, which ``select`` reads after
+    ``both``: made just before ``both`` (after ``less``, the reader's
+    latest other input) it holds nothing longer, and its mask is not
+    beside ``a`` and ``b``."""
+    index = held_inputs_graph()
+    roles = analysis.classify_ops(index)
+    assert index.levels[index.id_of["eq"]] == 1
+    assert index.levels[index.id_of["both"]] == 4
+    edges = planner.deferral_edges(index, roles)
+    assert [(index.names[a], index.names[b]) for a, b in edges] == [
+        ("less", "eq")]
+
+
+def test_an_op_whose_input_is_freed_by_it_is_not_delayed():
+    """Without the late reader of ``x``, making ``eq`` later would hold
+    ``x`` longer: no edge."""
+    index = held_inputs_graph()
+    ops = [(n, t, {"outputs": [(s, i)]}) for n, t, s, i in zip(
+        index.names, index.types,
+        [o[0] for o in index.output_shapes],
+        [o[0] for o in index.output_itemsizes])]
+    edges = [("x", "eq"), ("c", "eq"), ("x", "a"), ("a", "b"),
+             ("b", "less"), ("c", "less"), ("eq", "both"),
+             ("less", "both"), ("both", "select"), ("b", "select")]
+    index = gi.from_edges(ops, edges)
+    assert planner.deferral_edges(index, analysis.classify_ops(index)) == ()
+
+
+def test_a_tensor_held_by_a_view_is_not_swapped_for_readers_before_it():
+    """``x`` is read by ``early``, by ``mid`` and, through the view
+    ``flat`` (a Reshape, its buffer), by ``late``: its buffer stays on the
+    device until ``late``, so a swap-in for ``mid`` would be a second
+    copy beside it. ``flat`` itself is still a candidate."""
+    ops = [("x", "Sin", {"outputs": [MAT]}),
+           ("early", "Sin", {"outputs": [MAT]}),
+           ("flat", "Reshape", {"outputs": [MAT]}),
+           ("s1", "Sin", {"outputs": [MAT]}),
+           ("s2", "Sin", {"outputs": [MAT]}),
+           ("mid", "Mul", {"outputs": [MAT]}),
+           ("s3", "Sin", {"outputs": [MAT]}),
+           ("late", "Mul", {"outputs": [MAT]})]
+    edges = [("x", "early"), ("x", "flat"), ("early", "s1"), ("s1", "s2"),
+             ("s2", "mid"), ("x", "mid"), ("mid", "s3"), ("s3", "late"),
+             ("flat", "late")]
+    index = gi.from_edges(ops, edges)
+    roles = analysis.classify_ops(index)
+    candidates = {(index.names[p], index.names[c])
+                  for p, _, c, _, _ in planner.candidate_edges(index, roles)}
+    assert ("x", "mid") not in candidates
+    assert ("flat", "late") in candidates
+
+
 def serialization_graph():
     """Level 0: x, y (placeholders), k (const). Level 1: a = sin(x),
     b = cos(x), c = sin(y), d = x + y, kk = relu(k) (needs no input),

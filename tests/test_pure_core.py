@@ -36,7 +36,7 @@ CORE = ("graph_index", "graph_index.index", "graph_index.build",
         "stages.prefetch", "stages.timed", "stages.host", "stages.records",
         "stages.contract", "stages.tuning", "stages.order.peaks",
         "stages.order.broadcast", "stages.order.updates",
-        "stages.order.reductions",
+        "planner.reductions", "stages.reduce_first",
         "pipeline", "plots", "_logging", "results", "ranks", "offload",
         "offload_elementwise")
 

@@ -4,6 +4,7 @@ shaped as Keras 3's accuracy on a language model's logits beside the
 loss, and KerasHub's GPT-2 itself (a small config, traced in a
 subprocess)."""
 
+import dataclasses
 import os
 
 import pytest
@@ -11,8 +12,11 @@ import pytest
 import _keras3
 from tflms import analysis
 from tflms import graph_index as gi
-from tflms.stages.order import reductions as reduction_order
+from tflms.planner import reductions as reduction_order
+from tflms import pipeline
 from tflms import simulator
+from tflms.settings import Settings
+from tflms.stages import records
 
 BIG = 8 << 20      # the logits and the loss's gradient
 MASK = BIG // 4    # a bool of the logits' shape
@@ -75,6 +79,30 @@ def test_the_edge_lowers_the_peak():
     # (the Bitcast is a view of the logits).
     assert before.peak_device_bytes >= 3 * BIG + MASK
     assert after.peak_device_bytes < before.peak_device_bytes - BIG // 2
+
+
+def test_every_plan_carries_the_edge_where_it_lowers_the_peak():
+    """The reduce_first stage puts the edges into the planning index of
+    every plan (not only when nothing fits, as the order stage does),
+    where the lower of two peaks (the step without swaps, the most
+    aggressive plan) does not rise: here the step without swaps holds
+    the logits and the loss's gradient, not the chain's temporaries
+    beside them."""
+    index, roles = _metric_beside_loss()
+    settings = Settings(swapout_threshold=1, swapin_ahead=1,
+                        swapin_groupby=0)
+    planned = pipeline.plan(index, settings)
+    reduced = planned.record(records.Reduced)
+    assert _names(index, reduced.edges) == [("argmax", "loss")]
+    assert set(reduced.edges) <= set(planned.index.planned_edges)
+    assert set(reduced.edges) <= set(planned.plan.serialization_edges)
+    before = simulator.SimulationModel(index, roles).replay(None)
+    after = simulator.SimulationModel(planned.index, roles).replay(None)
+    assert after.peak_device_bytes < before.peak_device_bytes
+    # Not with order_peaks off (the order stage's switch).
+    off = pipeline.plan(index, dataclasses.replace(settings,
+                                                   order_peaks=False))
+    assert not off.record(records.Reduced).edges
 
 
 def test_a_chain_that_stays_large_is_not_ordered():

@@ -425,6 +425,9 @@ def classify_ops(index, target=None, is_training=True, filters=None):
         sinks -= groups.direct_readers
         triggers -= groups.members
         waiters -= groups.members
+        removed = frozenset(fusions.broadcast_gradients(index))
+        triggers -= removed
+        waiters -= removed
 
     if filters.get("incl_sources"):
         sources &= filters["incl_sources"]

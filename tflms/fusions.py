@@ -16,7 +16,8 @@ from tflms import graph_index as gi
 
 __all__ = ["GrapplerGroups", "fusion_partners", "grappler_groups",
            "through_identities",
-           "swishes", "pools_with_workspace", "folded_transposes"]
+           "swishes", "pools_with_workspace", "folded_transposes",
+           "power_gradients", "broadcast_gradients"]
 
 
 class GrapplerGroups(NamedTuple):
@@ -113,7 +114,7 @@ _MERGED_INTO = {
     "Mul": ("Mul",),
     # ConvertPow makes x * x (Square) and x * x * x of Pow(x, 2 or 3),
     # which then join the Mul chains MinimizeBroadcasts reorders (GELU's
-    # 0.044715 * x ** 3 and its gradient's x ** 2).
+    # 0.044715 * x ** 3; its gradient's x ** 2 is `power_gradients`').
     "Pow": ("Mul",),
     "Square": ("Mul",),
     **{t: ("BiasAdd",) for t in ("Conv2D", "Conv3D", "DepthwiseConv2dNative",
@@ -151,9 +152,12 @@ def grappler_groups(index, onednn_cpu=False):
     dimensions into the ``MatMul`` or ``BatchMatMul`` that reads it (one
     product with ``transpose_b``, a kernel that may sum in another order):
     only where
-    the product reads the ``Transpose`` itself, so such products read no
-    swap-in (`folded_transposes`: GPT-2's logits against its tied token
-    embedding).
+    the product reads the ``Transpose`` itself, so the transpose is never
+    swapped (`folded_transposes`: GPT-2's logits against its tied token
+    embedding, the attention's gradient products against the scores'
+    gradient). The fold looks at each operand alone, so the product's
+    other operand may be a swap-in (the attention's queries and keys,
+    read again by the gradient's products).
 
     On oneDNN's CPU kernels (`onednn_cpu`: `target.Target.onednn_cpu`)
     two more: the remapper makes one ``_MklSwish`` of ``x * sigmoid(x)``
@@ -165,23 +169,25 @@ def grappler_groups(index, onednn_cpu=False):
     Returns:
       a `GrapplerGroups`: `inner` the ops merged into their reader (their
       output is not swapped), `members` those and their readers (never
-      triggers or waiters), `direct_readers` the ops that read no swap-in
-      (a swish's Mul must read the Sigmoid's own input, a product the
-      transpose it folds).
+      triggers or waiters; a folded transpose is inner, its product
+      not), `direct_readers` the ops that read no swap-in (a swish's Mul
+      must read the Sigmoid's own input).
     """
     types = index.types
     inner, members, direct_readers = set(), set(), set()
+    shared = frozenset(power_gradients(index))
     for op, t in enumerate(types):
         into = _MERGED_INTO.get(t)
         if into is None or not index.consumers[op]:
             continue
         readers = _readers_of(index, (op, 0))
         if len(readers) == 1 and types[readers[0]] in into:
-            inner.add(op)
             members.update((op, readers[0]))
+            if op not in shared:
+                inner.add(op)
     members.update(op for op, t in enumerate(types)
                    if t == "IdentityN" and len(index.inputs[op]) > 1)
-    direct_readers.update(product for _, product in folded_transposes(index))
+    inner.update(transpose for transpose, _ in folded_transposes(index))
     if onednn_cpu:
         for sigmoid, mul in swishes(index):
             inner.add(sigmoid)
@@ -278,3 +284,57 @@ def _readers_of(index, tensor):
     those that read its shape only)."""
     return index.readers_through(tensor, _GRAPPLER_PASSING,
                                  ignored=_SHAPE_READERS)
+
+
+def power_gradients(index):
+    """Gradient powers ``pow(x, y - 1)`` of a power ``pow(x, y)`` of the
+    same tensor (TensorFlow's gradient of ``Pow``): `grappler_groups`
+    keeps them members but not inner, so their output may be swapped.
+
+    GELU's ``x ** 3`` and its gradient's ``x ** 2``: ConvertPow makes a
+    Square of ``x`` for both and the deduplication shares it, so it has
+    two readers already and joins no chain; a swap-out is one more reader
+    (GPT-2's and Gemma's gradients train bit for bit with it swapped),
+    and the gradient's power is no longer held from the forward pass to
+    the backward one (96 MiB per layer of GPT-2 small at sequence 1024,
+    batch 8). Reading ``x`` from a swap-in instead (a recompute) would
+    split the shared Square, and Gemma's products round differently.
+    The exponent's value is not in the index: a power of 4 would have a
+    gradient ``x ** 3``, which on oneDNN-less CPUs Grappler makes a
+    product joining a chain (on a GPU it stays a Pow)."""
+    types = index.types
+    for op, t in enumerate(types):
+        if t != "Pow" or len(index.inputs[op]) < 2:
+            continue
+        x, (sub, _) = index.inputs[op][0], index.inputs[op][1]
+        if types[sub] != "Sub" or not index.inputs[sub]:
+            continue
+        y = index.inputs[sub][0]
+        for c, slot in index.consumers[x[0]][x[1]]:
+            if (c != op and slot == 0 and types[c] == "Pow"
+                    and len(index.inputs[c]) > 1
+                    and index.inputs[c][1] == y):
+                yield op
+                break
+
+
+def broadcast_gradients(index):
+    """The ``Sum`` and ``Reshape`` that reduce a gradient to the shape of
+    an operand of a broadcasting binary op, ``Reshape(Sum(g,
+    BroadcastGradientArgs(...)), Shape(x))`` (TensorFlow's gradient of
+    ``Add``, ``Mul``...). Where nothing was broadcast, Grappler's
+    constant folding and arithmetic optimizer remove both, in a pass that
+    a control edge on them delays: the sum of gradients they feed is then
+    sorted (canonicalized) by its inputs' names before they go rather than
+    after, and adds its terms in another order (Gemma's GELU gradient
+    rounded differently)."""
+    types = index.types
+    for op, t in enumerate(types):
+        if t != "Reshape" or not index.inputs[op]:
+            continue
+        total, _ = index.inputs[op][0]
+        if (types[total] == "Sum" and len(index.inputs[total]) > 1
+                and types[index.inputs[total][1][0]]
+                == "BroadcastGradientArgs"):
+            yield total
+            yield op

@@ -1,9 +1,10 @@
-"""Control edges a plan adds between existing ops: deferral of fills made
-long before use, and serialization of the chosen levels."""
+"""Control edges a plan adds between existing ops: deferral of fills,
+noise and ops on held inputs made long before use, and serialization of
+the chosen levels."""
 
 from tflms import analysis
 from tflms import graph_index as gi
-from tflms.planner.triggers import find_trigger
+from tflms.planner.triggers import find_trigger, may_trigger
 
 
 # Ops that make a tensor from a shape and a scalar alone. The gradient of a
@@ -37,7 +38,10 @@ def deferral_edges(index, roles, extra_edges=()):
     """Control edges ``(trigger, op)`` that delay `DEFERRABLE_TYPES` ops
     until shortly before their first reader, and `DEFERRABLE_NOISE_TYPES`
     ops, with the ops of their chain that need nothing made after them,
-    until shortly before the chain's first other reader (`_noise_deferral`).
+    until shortly before the chain's first other reader (`_noise_deferral`),
+    and any other op whose inputs are constants or are read again at or
+    after its first reader, until just after that reader's latest other
+    input (`_held_inputs_deferral`: its inputs are held then anyway).
 
     An op qualifies when it is an active device op outside loops whose
     output has rank >= 2 and whose earliest successor (data, control, or
@@ -69,7 +73,12 @@ def deferral_edges(index, roles, extra_edges=()):
             if edge is not None:
                 edges.append(edge)
             continue
-        if t not in DEFERRABLE_TYPES or not roles.orderable(index, op):
+        if t not in DEFERRABLE_TYPES:
+            edge = _held_inputs_deferral(index, roles, op, extra)
+            if edge is not None:
+                edges.append(edge)
+            continue
+        if not roles.orderable(index, op):
             continue
         shape = index.output_shapes[op][0] if index.output_shapes[op] else None
         if shape is None or len(shape) < 2:
@@ -130,6 +139,53 @@ def _noise_deferral(index, roles, op, extra):
     if trigger is None or trigger in chain:
         return None
     return (trigger, op)
+
+
+def _held_inputs_deferral(index, roles, op, extra):
+    """``(trigger, op)`` that delays `op` until just before its first
+    reader, or None: where every tensor it reads is a constant or is read
+    again at or after that reader (so it is held there anyway), making
+    `op` later holds nothing longer and frees its output in between
+    (Keras 3's accuracy compares the logits with a constant into a mask
+    that waits for the rest of the NaN check)."""
+    if not _deferrable(index, roles, op) or \
+            index.types[op] in gi.BUFFER_FORWARDING_TYPES or \
+            index.forwards_input[op] is not None:
+        return None
+    shape = index.output_shapes[op][0] if index.output_shapes[op] else None
+    if shape is None or len(shape) < 2:
+        return None
+    levels = index.levels
+    successors = list(index.successors(op)) + extra.get(op, [])
+    if not successors:
+        return None
+    first = min(successors, key=lambda c: (levels[c], c))
+    if levels[first] - levels[op] < 3:
+        return None
+    held = False
+    for p, k in index.inputs[op]:
+        if index.types[p] in _CONSTANT_TYPES:
+            continue
+        if not any(c != op and levels[c] >= levels[first]
+                   for c, _ in index.consumers[p][k]):
+            return None
+        held = True
+    if not held:
+        return None
+    # Right after the reader's latest other input (its levels are below
+    # the reader's, so it is no descendant of `op`): the inputs made just
+    # before it are then gone (the NaN check's BitwiseAnd, once its Less
+    # is made).
+    inputs = [p for p in index.predecessors(first)
+              if p != op and levels[p] > levels[op]
+              and may_trigger(index, roles, p, first)]
+    if not inputs:
+        return None
+    return (max(inputs, key=lambda p: (levels[p], p)), op)
+
+
+# Producers of tensors that stay on the device for the whole step.
+_CONSTANT_TYPES = frozenset({"Const", "HostConst"})
 
 
 def levels_over_size(index, roles, gib, batch_size=None):

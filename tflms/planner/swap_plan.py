@@ -28,15 +28,45 @@ def candidate_edges(index, roles):
                 zip(index.output_shapes[p], index.output_itemsizes[p])):
             if shape is None or len(shape) < 2 or itemsize == 0:
                 continue
+            held = _held_by_views(index, p, out)
             for consumer, slot in index.consumers[p][out]:
                 if (consumer not in roles.sinks
-                        or index.hands_on_unread(consumer, slot)):
+                        or index.hands_on_unread(consumer, slot)
+                        or levels[consumer] <= held):
                     continue
                 distance = levels[consumer] - levels[p]
                 if distance > 0:
                     edges.append((p, out, consumer, slot, distance))
     edges.sort(key=lambda e: (e[0], e[1], levels[e[2]], e[2], e[3]))
     return edges
+
+
+# Views of their input's buffer (a reshape of the logits): while one is
+# read, the buffer it views stays on the device.
+_VIEWS = gi.BUFFER_FORWARDING_TYPES - {"IdentityN"}
+
+
+def _held_by_views(index, p, out):
+    """The last level at which a view of tensor ``(p, out)`` (a reader
+    that hands on its buffer, `_VIEWS`, and views of views) is read: the
+    buffer stays on the device until then whatever the plan swaps, so a
+    swap-in for a reader at or before it would only add a copy beside it
+    (-1 without views). Keras 3's accuracy reads GPT-2's logits beside a
+    reshape of them that the loss reads later."""
+    levels = index.levels
+    held = -1
+    stack = [c for c, _ in index.consumers[p][out]
+             if index.types[c] in _VIEWS]
+    seen = set(stack)
+    while stack:
+        view = stack.pop()
+        for c, _ in index.consumers[view][0] if index.consumers[view] \
+                else ():
+            held = max(held, levels[c])
+            if index.types[c] in _VIEWS and c not in seen:
+                seen.add(c)
+                stack.append(c)
+    return held
 
 
 def wait_for_ordering(plan, ordering_edges):

@@ -14,8 +14,8 @@ What a stage decided is the plan (`Planned.plan`, put in place with
 `Planned.with_plan` once the tuner made one) and, when it has more to say,
 its own record: a frozen dataclass subclassing `records.StageRecord`,
 defined in `records` and added with `Planned.with_record`
-(`Serialized`, `Deferred`, `Tuned`, `Ordered`, `Unwaited`, `Prefetched`,
-`HostBound`). Readers
+(`Serialized`, `Reduced`, `Deferred`, `Tuned`, `Ordered`, `Unwaited`,
+`Prefetched`, `HostBound`). Readers
 ask ``planned.record(ThatType)``. A record that names swaps says what
 still holds when a later stage replaces the plan (`StageRecord.for_plan`);
 `Planned` itself gets no new field. Inputs every stage shares (settings,
@@ -23,6 +23,10 @@ roles, budgets, hardware) belong in the context, not in a record.
 
     serialize    control edges chaining the chosen levels, in the planning
                  index
+    reduce_first control edges running the chains that reduce a large
+                 tensor (a metric of the logits) before its other reader
+                 makes a large output, in the planning index, where they
+                 raise no peak
     defer        control edges delaying fills made long before use
     swaps        the swap plan: auto-tuned (`autotune.tune`) or made from
                  the fixed parameters (`planner.make_plan`)
@@ -55,11 +59,12 @@ from tflms.stages import host
 from tflms.stages import order
 from tflms.stages import prefetch
 from tflms.stages import recompute
+from tflms.stages import reduce_first
 from tflms.stages import serialize
 from tflms.stages import swaps
 from tflms.stages.contract import Stage, check_order
 from tflms.stages.records import (Deferred, HostBound, Ordered, Prefetched,
-                                  Serialized, Tuned, Unwaited)
+                                  Reduced, Serialized, Tuned, Unwaited)
 
 __all__ = ["STAGES"]
 
@@ -72,6 +77,8 @@ _SEARCH = _REPLANS | {"without_lms", "failure", Tuned}
 STAGES = (
     Stage("serialize", serialize.stage, reads=frozenset({"index"}),
           writes=frozenset({"index", Serialized})),
+    Stage("reduce_first", reduce_first.stage, reads=frozenset({"index"}),
+          writes=frozenset({"index", Reduced})),
     Stage("defer", defer.stage, reads=frozenset({"index"}),
           writes=frozenset({Deferred})),
     Stage("swaps", swaps.stage, reads=frozenset({"index", Deferred}),

@@ -1,5 +1,6 @@
-"""Deferral: fills and counter-based random noise made long before their
-first reader wait until just before it.
+"""Deferral: fills, counter-based random noise and ops whose inputs are
+held anyway, made long before their first reader, wait until just before
+it.
 
 A tensor filled with a constant at the start of the step (the gradient
 zeros of the branch a v1 ``cond`` does not take, for instance) holds device
@@ -24,12 +25,13 @@ def stage(context, planned):
     deferral = planner.deferral_edges(planned.index, context.roles)
     if deferral:
         context.log.info(
-            "Delaying %d tensor fills and random-noise ops (%.2f GiB), such "
-            "as the gradient zeros of the untaken branch of v1 conds or "
-            "Keras 3's dropout noise, until just before their first "
-            "reader" % (len(deferral), sum(
-                gi.tensor_bytes(planned.index, op, 0, context.batch_size)
-                or 0 for _, op in deferral) / _GIB), 1)
+            "Delaying %d tensor fills, random-noise ops and ops on held "
+            "inputs (%.2f GiB), such as the gradient zeros of the untaken "
+            "branch of v1 conds, Keras 3's dropout noise or its accuracy's "
+            "mask of the logits, until just before their first reader" % (
+                len(deferral), sum(
+                    gi.tensor_bytes(planned.index, op, 0, context.batch_size)
+                    or 0 for _, op in deferral) / _GIB), 1)
     if not deferral:
         return planned
     return planned.with_record(Deferred(tuple(deferral)))

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Optional, Tuple
 if TYPE_CHECKING:
     from tflms.autotune import TuneOutcome
 
-__all__ = ["StageRecord", "Serialized", "Deferred", "Tuned", "Ordered",
-           "Unwaited", "Prefetched", "HostBound"]
+__all__ = ["StageRecord", "Serialized", "Reduced", "Deferred", "Tuned",
+           "Ordered", "Unwaited", "Prefetched", "HostBound"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +42,15 @@ class Serialized(StageRecord):
     sorted; their edges are the planning index's `planned_edges`."""
 
     levels: Tuple[int, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Reduced(StageRecord):
+    """The control edges that run side chains reducing a large tensor
+    before its other large reader (`planner.reductions`), in every
+    plan; they are among the planning index's `planned_edges`."""
+
+    edges: Tuple[Tuple[int, int], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

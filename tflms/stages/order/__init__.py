@@ -34,7 +34,7 @@ from tflms.stages import timed
 from tflms.stages import tuning
 from tflms.stages.order import broadcast
 from tflms.stages.order import peaks
-from tflms.stages.order import reductions
+from tflms.planner import reductions
 from tflms.stages.order import updates
 from tflms.stages.records import Ordered
 
