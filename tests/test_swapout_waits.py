@@ -33,15 +33,16 @@ def _replay(planned, plan):
 
 
 def test_unet_352_waits_only_for_its_largest_copy(monkeypatch):
-    # The 3D U-Net at 352^3 in 16 GiB (14.4 GiB planned): the search needs
-    # `sync_mode` 1. Of its 14 swap-outs only pool2's copy (21 MB) must
+    # The 3D U-Net at 352^3 in 16 GiB, 14.24 GiB planned (at 14.4 GiB the
+    # deferral of ops on held inputs lets `sync_mode` 0 fit): the search
+    # needs `sync_mode` 1. Of its 14 swap-outs only pool2's copy (21 MB) must
     # hold its reader (down3_a's convolution) back: copies to the host run
     # in order, so waiting for it also waits for the 6.8 GiB of earlier
     # copies (down0 to down2), whose tensors are held until then. Waiting
     # for the other 13 only cost time. (With element-wise ops written in
     # place the 5.2 GiB concat0 is no longer swapped.)
     from benchmarks import models as bench_models
-    monkeypatch.setenv(autotune.MEM_RATIO_ENV, "0.9")
+    monkeypatch.setenv(autotune.MEM_RATIO_ENV, "0.89")
     built = bench_models.build("unet3d", volume=352, base_filters=16,
                                depth=4, batch=1)
     index = tf_reader.build_index(built.graph)
@@ -69,14 +70,12 @@ def test_unet_352_waits_only_for_its_largest_copy(monkeypatch):
     assert timed.fits(by_time.budget_bytes)
     assert timed.peak_device_bytes == by_time.with_lms.peak_device_bytes
     assert step.with_lms_s == by_time.step_time.with_lms_s
-    # 1444.8 ms with the tuner's swap-in triggers; the prefetch stage
-    # starts down0_b's swap-in earlier.
-    assert round(step.with_lms_s * 1e3, 1) == 1435.8
-    prefetched = by_time.record(records.Prefetched).swap_ins
-    assert [by_time.index.names[k[0]] for k in prefetched] == [
-        "unet3d/down0_b/Relu"]
+    # The budget leaves the prefetch stage no room to start a swap-in
+    # earlier (tests/test_prefetch.py covers it).
+    assert round(step.with_lms_s * 1e3, 1) == 1453.1
+    assert by_time.record(records.Prefetched).swap_ins == ()
     _, every_wait = _replay(by_bytes, by_bytes.plan)
-    assert round(every_wait.with_lms_s * 1e3, 1) == 1658.5
+    assert round(every_wait.with_lms_s * 1e3, 1) == 1666.1
     # The one wait kept is needed: without it the step would not fit.
     unwaited = dataclasses.replace(plan, swaps=tuple(
         dataclasses.replace(s, waiters=()) for s in plan.swaps))
