@@ -252,11 +252,14 @@ def test_a_power_joins_the_products_that_read_it():
     assert {"pow", "scaled", "square", "grad"} <= names_of(index, members)
 
 
-def gelu_power_graph():
+def gelu_power_graph(half=True):
     """GELU's ``c * x ** 3`` and its gradient's ``g * 3 * x ** (3 - 1)``,
-    the gradient's power read late."""
+    the gradient's power read late; with `half`, ``x`` is read by a
+    product of its own too (GELU's ``0.5 * x``)."""
+    halves = [("half", "Mul", {"outputs": [((4, 8), 4)]})] if half else []
     return gi.from_edges(
         [("x", "Placeholder", {"outputs": [((4, 8), 4)]}),
+         *halves,
          ("three", "Const", {"outputs": [((), 4)]}),
          ("pow", "Pow", {"outputs": [((4, 8), 4)]}),
          ("c", "Const", {"outputs": [((), 4)]}),
@@ -271,7 +274,8 @@ def gelu_power_graph():
                ("pow", "scaled"), ("three", "sub"), ("one", "sub"),
                ("x", "pow_grad"), ("sub", "pow_grad"),
                ("scaled", "late"), ("late", "later"),
-               ("later", "grad"), ("pow_grad", "grad")])
+               ("later", "grad"), ("pow_grad", "grad")]
+        + ([("x", "half"), ("c", "half")] if half else []))
 
 
 def test_the_gradient_power_of_a_power_may_be_swapped():
@@ -292,16 +296,30 @@ def test_the_gradient_power_of_a_power_may_be_swapped():
     assert "pow" not in names_of(index, roles.sources)
 
 
+def test_the_gradient_power_of_a_cube_alone_stays_merged():
+    """``tanh(x + c * x ** 3)``: ``x`` is read by no product of its own,
+    and Grappler orders the cube's product otherwise once the shared
+    Square has one more reader (tests/test_grappler_check.py), so the
+    gradient's power is merged like any power."""
+    index = gelu_power_graph(half=False)
+    assert not list(fusions.power_gradients(index))
+    inner = names_of(index, fusions.grappler_groups(index).inner)
+    assert {"pow", "pow_grad"} <= inner
+
+
 def test_a_power_of_another_tensor_is_no_gradient_power():
     """``pow(y, 3 - 1)`` of another tensor than the power of 3 reads:
-    no shared Square, the power stays merged."""
+    no shared Square, the power stays merged (both bases read by
+    products of their own)."""
     index = gi.from_edges(
         [("x", "Placeholder"), ("y", "Placeholder"), ("three", "Const"),
          ("pow", "Pow"), ("one", "Const"), ("sub", "Sub"),
-         ("pow_grad", "Pow"), ("grad", "Mul")],
+         ("pow_grad", "Pow"), ("grad", "Mul"), ("hx", "Mul"),
+         ("hy", "Mul")],
         edges=[("x", "pow"), ("three", "pow"), ("three", "sub"),
                ("one", "sub"), ("y", "pow_grad"), ("sub", "pow_grad"),
-               ("pow_grad", "grad"), ("pow", "grad")])
+               ("pow_grad", "grad"), ("pow", "grad"), ("x", "hx"),
+               ("one", "hx"), ("y", "hy"), ("one", "hy")])
     assert not list(fusions.power_gradients(index))
     assert "pow_grad" in names_of(index, fusions.grappler_groups(index).inner)
 

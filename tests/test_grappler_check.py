@@ -52,17 +52,33 @@ def _cube_step(variables):
     return step
 
 
-def _check_function_step(lms):
+def _gelu_step(variables):
+    """GELU's tanh approximation per layer, as `tf.nn.gelu` writes it."""
+    def step(x):
+        with tf.GradientTape() as tape:
+            h = x
+            for w in variables:
+                h = tf.nn.gelu(tf.matmul(h, w), approximate=True)
+            loss = tf.reduce_sum(h * h)
+        grads = tape.gradient(loss, variables)
+        for w, g in zip(variables, grads):
+            w.assign_sub(0.01 * g)
+        return loss
+    return step
+
+
+def _check_function_step(lms, make_step=_cube_step):
     """The `RunResult` of `lms` rewriting the concrete function of the cube
-    step, traced in a graph of its own (this process runs with eager
-    execution off: the check needs the traced step, not a call)."""
+    step (or `make_step`'s), traced in a graph of its own (this process
+    runs with eager execution off: the check needs the traced step, not a
+    call)."""
     with tf.Graph().as_default():
         tf.compat.v1.set_random_seed(0)
         variables = [tf.compat.v1.get_variable(
             "w%d" % i, [16, 16], use_resource=True,
             initializer=tf.compat.v1.initializers.random_normal(0, .3))
             for i in range(4)]
-        step = tf.function(_cube_step(variables))
+        step = tf.function(make_step(variables))
         concrete = step.get_concrete_function(
             tf.TensorSpec([4, 16], tf.float32))
         lms.grappler_check = True
@@ -76,6 +92,32 @@ def test_function_step_optimized_the_same_with_the_rules():
     assert report is not None and report.seconds > 0
     assert report.same, "\n".join(report.lines())
     assert report.nodes[0] == report.nodes[1] > 20
+
+
+def test_gelu_gradient_power_swapped_and_optimized_the_same():
+    """GELU's ``x ** 2`` of the gradient (`fusions.power_gradients`: ``x``
+    is read by ``0.5 * x`` too) is swapped, and Grappler optimizes the
+    step as without LMS."""
+    result = _check_function_step(LMS(**FIXED), _gelu_step)
+    powers = [op for op in result.swapout_ops if "Pow" in op]
+    assert len(powers) == 4
+    assert result.grappler.same, "\n".join(result.grappler.lines())
+
+
+def test_the_cube_gradient_power_swapped_changes_the_products(monkeypatch):
+    """The cube step's ``tanh(m + 0.05 * m ** 3)`` reads ``m`` in no
+    product of its own: with the gradient's power swapped anyway, Grappler
+    orders ``0.05 * m * m ** 2`` otherwise (TensorFlow 2.15 and 2.21,
+    oneDNN on or off), which is why `fusions.power_gradients` leaves it."""
+    monkeypatch.setattr(fusions, "_read_by_a_product", lambda *a: True)
+    result = _check_function_step(LMS(**FIXED))
+    assert any("Pow" in op for op in result.swapout_ops)
+    report = result.grappler
+    assert not report.same
+    assert {d.node for d in report.differences} == {
+        "Pow", "mul", "Pow_3", "mul_3"}
+    assert all(any("swapout_gradient_tape_Pow" in s for s in d.swaps)
+               for d in report.differences)
 
 
 def test_function_step_with_the_pow_rule_off_names_the_products(

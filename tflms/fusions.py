@@ -299,15 +299,23 @@ def power_gradients(index):
     the backward one (96 MiB per layer of GPT-2 small at sequence 1024,
     batch 8). Reading ``x`` from a swap-in instead (a recompute) would
     split the shared Square, and Gemma's products round differently.
-    The exponent's value is not in the index: a power of 4 would have a
-    gradient ``x ** 3``, which on oneDNN-less CPUs Grappler makes a
-    product joining a chain (on a GPU it stays a Pow)."""
+
+    Only where ``x`` is also read by a product of its own (GELU's ``0.5 *
+    x``, `_read_by_a_product`): where it is not (``tanh(x + c * x ** 3)``,
+    or the same under a ReLU or a scale), TensorFlow 2.15's and 2.21's
+    Grappler, with oneDNN on or off, order the cube's product ``c * x *
+    x ** 2`` otherwise once the Square has a third reader, and the numbers
+    change (`tests/test_grappler_check.py` shows both). The exponent's
+    value is not in the index: a power of 4 would have a gradient ``x **
+    3``, which on oneDNN-less CPUs Grappler makes a product joining a
+    chain (on a GPU it stays a Pow)."""
     types = index.types
     for op, t in enumerate(types):
         if t != "Pow" or len(index.inputs[op]) < 2:
             continue
         x, (sub, _) = index.inputs[op][0], index.inputs[op][1]
-        if types[sub] != "Sub" or not index.inputs[sub]:
+        if types[sub] != "Sub" or not index.inputs[sub] or \
+                not _read_by_a_product(index, x):
             continue
         y = index.inputs[sub][0]
         for c, slot in index.consumers[x[0]][x[1]]:
@@ -316,6 +324,14 @@ def power_gradients(index):
                     and index.inputs[c][1] == y):
                 yield op
                 break
+
+
+def _read_by_a_product(index, tensor):
+    """True if a ``Mul`` reads `tensor` itself (GELU's ``0.5 * x``): a
+    condition found by trying the variants `power_gradients` names, not
+    one read in Grappler's source."""
+    return any(index.types[c] == "Mul"
+               for c, _ in index.consumers[tensor[0]][tensor[1]])
 
 
 def broadcast_gradients(index):
