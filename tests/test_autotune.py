@@ -300,7 +300,8 @@ def test_nothing_fits_says_when_swapping_cannot_lower_the_peak():
 
 def far_reader_graph():
     """f (1 MiB) is read by g far away and by h, which LMS must not reroute
-    (excluded sink), at the same far level: swapping f only adds a copy."""
+    (excluded sink), at the same far level: swapping f only adds a copy
+    (g, a matrix product, never writes its output into it)."""
     g = tf.Graph()
     with g.as_default():
         x = tf.compat.v1.placeholder(tf.float32, [512, 512], name="x")
@@ -308,7 +309,7 @@ def far_reader_graph():
         h = f
         for i in range(6):
             h = tf.math.sin(h, name="c%d" % i)
-        tf.math.multiply(h, f, name="g")
+        tf.linalg.matmul(h, f, name="g")
         tf.math.add(h, f, name="h")
     index = tf_reader.build_index(g)
     roles = analysis.classify_ops(

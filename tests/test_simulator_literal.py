@@ -266,3 +266,84 @@ def test_copy_levels_must_match_the_plan():
         simulator.SimulationModel(index, roles).replay(
             plan, copy_levels=simulator.CopyLevels(
                 held_through=(4, 4), allocated_from=((5,), (5,))))
+
+
+
+def softmax_gradient_graph(product="Mul", square=False):
+    """A softmax's gradient far from the softmax: y = Softmax(x) at level
+    1, a chain c1..c4 of matrix products to g (level 5), then
+    ``m = g * y``, ``s = Sum(m)``, ``d = g - s``, ``out = d * y`` and
+    ``end = out @ w``; every tensor U bytes but s (40). With `product` a
+    MatMul, ``m`` is a kernel that never writes into an input; with
+    `square`, ``m = y * y``."""
+    shape = {"outputs": [((10, 25), 4)]}
+    ops = [("x", "Placeholder", shape), ("y", "Softmax", shape)]
+    edges = [("x", "y")]
+    last = "y"
+    for i in range(1, 5):
+        ops.append(("c%d" % i, "MatMul", shape))
+        edges.append((last, "c%d" % i))
+        last = "c%d" % i
+    ops += [("g", "MatMul", shape), ("m", product, shape),
+            ("s", "Sum", {"outputs": [((10, 1), 4)]}), ("d", "Sub", shape),
+            ("out", "Mul", shape), ("end", "MatMul", shape)]
+    edges += [(last, "g"), ("y" if square else "g", "m"), ("y", "m"),
+              ("m", "s"), ("g", "d"), ("s", "d"), ("d", "out"),
+              ("y", "out"), ("out", "end")]
+    if square:
+        edges.append(("g", "end"))
+    return gi.from_edges(ops, edges)
+
+
+def _swap(index, tensor, groups):
+    """A `SwapPlan` of `tensor` (a name), each group of its late readers
+    (``(name, slot)`` pairs) a swap-in triggered by the op named beside
+    it."""
+    ids = index.id_of
+    return planner.SwapPlan(
+        producer=ids[tensor], output=0, nbytes=U, waiters=(),
+        swap_ins=tuple(planner.SwapInPlan(
+            tuple((ids[c], slot) for c, slot in readers), (ids[trigger],),
+            False) for readers, trigger in groups))
+
+
+def _plan(index, *swaps):
+    return planner.Plan(params=planner.SwapParams(1, 1, 0, 0), swaps=swaps,
+                        serialization_edges=(), num_levels=index.num_levels)
+
+
+def test_an_output_is_written_into_the_copy_its_op_alone_reads():
+    """Levels: x 0, y 1, c1..c4 2-5, g 6, m 7, s 8, d 9, out 10, end 11.
+    One swap-in of y for m and out (after g): g, the copy, m and s live
+    at s's level, 3 U and s. Two swap-ins, the first for m alone (after
+    g), the second for out (after s): m is written into its copy (the
+    runtime's kernel takes a buffer only its launch holds), and the second
+    copy comes back once m is gone: 2 U and s, the step's floor."""
+    index = softmax_gradient_graph()
+    model = model_of(index)
+    shared = model.replay(_plan(index, _swap(
+        index, "y", [((("m", 1), ("out", 1)), "g")])))
+    assert shared.peak_device_bytes == 3 * U + 40
+    assert shared.peak_op == "s"
+    split = model.replay(_plan(index, _swap(
+        index, "y", [((("m", 1),), "g"), ((("out", 1),), "s")])))
+    assert split.peak_device_bytes == 2 * U + 40
+    assert sorted(name for name, _ in split.live_at_peak) == [
+        "g:0", "lms/swapin_y_0 (device copy)", "s:0"]
+    assert split.swapin_bytes == 2 * U
+
+
+@pytest.mark.parametrize("case", ["matmul", "two_slots", "earlier_slot"])
+def test_an_output_is_not_written_into_a_copy_it_cannot_take(case):
+    """No kernel writes into the copy: a matrix product; a product that
+    reads the copy through both slots (``y * y``); a product whose earlier
+    candidate input (slot 0, g) is a swap-in too, which the kernel tries
+    first. Each keeps a buffer of its own beside the copy."""
+    index = softmax_gradient_graph("MatMul" if case == "matmul" else "Mul",
+                                   square=case == "two_slots")
+    first = (("m", 0), ("m", 1)) if case == "two_slots" else (("m", 1),)
+    swaps = [_swap(index, "y", [(first, "g"), ((("out", 1),), "s")])]
+    if case == "earlier_slot":
+        swaps.append(_swap(index, "g", [((("m", 0),), "g")]))
+    result = model_of(index).replay(_plan(index, *swaps))
+    assert result.peak_device_bytes >= 3 * U

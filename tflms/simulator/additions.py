@@ -4,6 +4,8 @@ clones, their buffers and reads, and the inputs they reroute.
 
 import collections
 
+import numpy as np
+
 from tflms.inplace import inplace_candidates
 from tflms.simulator.buffers import (DEVICE, HOST, NO_BUFFER, alias_slot,
                                      tensor_name)
@@ -39,6 +41,9 @@ class Additions:
         # (tensor id, node, held-through level or None): added reads of the
         # graph's tensors, made when every reroute is known.
         self._tensor_reads = []
+        # A graph op's own output buffer -> the swap-in's device copy it is
+        # written into (`_written_into_copy`): the copy holds the output.
+        self.written_into = {}
 
     def new_node(self):
         self.node += 1
@@ -123,10 +128,61 @@ class Additions:
                     self.names.append("lms/swapin_%s (device copy)" % tname)
                 for c, slot in sin.consumers:
                     self.reroute(c, slot, copy_buf, p, si_level)
+                if len(sin.consumers) == 1:
+                    own = self._written_into_copy(p, swap.output,
+                                                  *sin.consumers[0])
+                    if own is not None:
+                        self.written_into[own] = copy_buf
             for w in swap.waiters:
                 if base_levels[w] <= so_level:
                     self.moved = True
             self.swap_nodes.append((p, so, swap.waiters, ins))
+
+    def _written_into_copy(self, p, output, consumer, slot):
+        """The buffer of `consumer`'s output 0 when the runtime writes it
+        into the device copy of a swap-in that `consumer` alone reads,
+        through input `slot`, or None (`tflms.inplace`): a device op whose
+        kernel may take that slot's buffer, and whose output, in the graph
+        without a plan, has a buffer of its own of the copy's size and
+        element size. The copy then has one reference, the kernel's, as
+        the swap-in's only reader is done with it: a softmax gradient's
+        ``g * y`` written into its own swap-in of ``y`` while a second
+        swap-in brings ``y`` back for ``(g - sum) * y``. Where an earlier
+        candidate input is rerouted too, or the graph gives the output no
+        buffer of its own, nothing is assumed."""
+        buffers = self._buffers
+        index = buffers.index
+        if buffers.space[consumer] != DEVICE or \
+                consumer in buffers.inactive:
+            return None
+        candidates = inplace_candidates(index.types[consumer],
+                                        len(index.inputs[consumer]))
+        if not candidates or slot not in candidates:
+            return None
+        for earlier in candidates[:candidates.index(slot)]:
+            if (consumer, earlier) in self.rerouted:
+                return None
+        out_base, tensor_bytes = buffers.out_base, buffers.tensor_bytes
+        if not index.output_shapes[consumer] or \
+                index.output_itemsizes[consumer][0] != \
+                index.output_itemsizes[p][output]:
+            return None
+        t = out_base[consumer]
+        own = buffers.tensor_buffer[t]
+        if (own == NO_BUFFER or own in self.written_into
+                or int(buffers.buf_alloc[own]) != consumer
+                or buffers.buf_space[own] != DEVICE
+                or tensor_bytes[t] != tensor_bytes[out_base[p] + output]):
+            return None
+        return own
+
+    def buffer_targets(self, num_buffers):
+        """Each buffer's id, but for an output written into a swap-in's
+        copy (`written_into`), the copy's: an int64 array to map reads."""
+        targets = np.arange(num_buffers, dtype=np.int64)
+        for own, copy in self.written_into.items():
+            targets[own] = copy
+        return targets
 
     def add_recomputes(self, recomputes, detail):
         """One node per clone, after the swap nodes. A clone runs one level

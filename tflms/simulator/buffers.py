@@ -334,6 +334,7 @@ class GraphBuffers:
         self.num_ops = index.num_ops
         layout = _BufferLayout(index, roles, batch_size, landings)
         self.space = layout.space
+        self.inactive = layout.inactive
         self.initializer_ops = layout.initializer_ops
         self.out_base = layout.out_base
         self.tensor_bytes = layout.tensor_bytes

@@ -151,7 +151,7 @@ class SimulationModel:
         if detail and num_levels:
             all_names = self.buf_name + added.names
             at = np.nonzero(device & (alloc <= peak_level)
-                            & (free >= peak_level))[0]
+                            & (free >= peak_level) & (buf_bytes > 0))[0]
             rows = sorted(((all_names[j], int(buf_bytes[j])) for j in at),
                           key=lambda r: (-r[1], r[0]))
             if self.resident_device_bytes:

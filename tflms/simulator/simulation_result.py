@@ -119,6 +119,12 @@ def buffers_with(graph, added):
             [use_buf, np.asarray(added.use_buf, dtype=np.int64)])
         use_node = np.concatenate(
             [use_node, np.asarray(added.use_node, dtype=np.int64)])
+    if added.written_into:
+        # An output written into a swap-in's copy: its reads keep the copy,
+        # and its own buffer is never allocated.
+        use_buf = added.buffer_targets(len(buf_bytes))[use_buf]
+        buf_bytes = buf_bytes.copy()
+        buf_bytes[np.fromiter(added.written_into, dtype=np.int64)] = 0
     return buf_bytes, buf_space, buf_alloc, use_buf, use_node
 
 
@@ -132,6 +138,8 @@ def lifetimes(added, buffers, levels, num_levels):
     np.maximum.at(free, use_buf, levels[use_node])
     if added.held:
         bufs, until = np.asarray(added.held, dtype=np.int64).T
+        if added.written_into:
+            bufs = added.buffer_targets(len(alloc))[bufs]
         np.maximum.at(free, bufs, np.minimum(until, num_levels - 1))
     if added.allocated:
         bufs, since = np.asarray(added.allocated, dtype=np.int64).T
