@@ -19,7 +19,9 @@ What is counted, per op:
   write its output into an input's buffer (`tflms.inplace`: an input of
   the output's size and element size, read through one slot) is given the
   benefit of the doubt: its output counts as that input's buffer whatever
-  the levels, because control edges a plan adds may let it do so;
+  the levels, because a plan may let it do so (control edges, or a
+  swap-in of the input that it alone reads, which the simulator lets it
+  write over: a softmax gradient's ``g * y``);
 * nothing for kernel scratch space (cuDNN workspaces), which the
   simulator does not model either.
 

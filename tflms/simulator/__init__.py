@@ -56,7 +56,13 @@ Memory model (what is counted, and why):
   chain carries reads to a swap-in's copy as an alias's does). A read a
   plan adds later of a tensor so written over (a recompute's input) gets
   a buffer of its own from the writer's level on, as the runtime, seeing
-  the extra reference, would not write into it.
+  the extra reference, would not write into it. A plan can also make an
+  op the only reader of a buffer: a swap-in's device copy read by one op
+  alone, through one slot its kernel may take (no earlier candidate slot
+  rerouted), is written over by that op's output when the graph gives the
+  output a buffer of its own of the same size (`Additions.written_into`:
+  a softmax gradient's ``g * y`` in its own copy of ``y``, while a second
+  swap-in brings ``y`` back for ``(g - sum) * y``).
 * **Resident memory.** Variables (``variable_bytes``: weights and optimizer
   slots, which are variables too) and ``Const`` outputs are allocated for
   the whole step on the space of their op.

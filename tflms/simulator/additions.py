@@ -4,8 +4,6 @@ clones, their buffers and reads, and the inputs they reroute.
 
 import collections
 
-import numpy as np
-
 from tflms.inplace import inplace_candidates
 from tflms.simulator.buffers import (DEVICE, HOST, NO_BUFFER, alias_slot,
                                      tensor_name)
@@ -42,7 +40,7 @@ class Additions:
         # graph's tensors, made when every reroute is known.
         self._tensor_reads = []
         # A graph op's own output buffer -> the swap-in's device copy it is
-        # written into (`_written_into_copy`): the copy holds the output.
+        # written into (`written_into_copy`): the copy holds the output.
         self.written_into = {}
 
     def new_node(self):
@@ -129,60 +127,15 @@ class Additions:
                 for c, slot in sin.consumers:
                     self.reroute(c, slot, copy_buf, p, si_level)
                 if len(sin.consumers) == 1:
-                    own = self._written_into_copy(p, swap.output,
-                                                  *sin.consumers[0])
-                    if own is not None:
+                    own = written_into_copy(self._buffers, self.rerouted,
+                                            p, swap.output,
+                                            *sin.consumers[0])
+                    if own is not None and own not in self.written_into:
                         self.written_into[own] = copy_buf
             for w in swap.waiters:
                 if base_levels[w] <= so_level:
                     self.moved = True
             self.swap_nodes.append((p, so, swap.waiters, ins))
-
-    def _written_into_copy(self, p, output, consumer, slot):
-        """The buffer of `consumer`'s output 0 when the runtime writes it
-        into the device copy of a swap-in that `consumer` alone reads,
-        through input `slot`, or None (`tflms.inplace`): a device op whose
-        kernel may take that slot's buffer, and whose output, in the graph
-        without a plan, has a buffer of its own of the copy's size and
-        element size. The copy then has one reference, the kernel's, as
-        the swap-in's only reader is done with it: a softmax gradient's
-        ``g * y`` written into its own swap-in of ``y`` while a second
-        swap-in brings ``y`` back for ``(g - sum) * y``. Where an earlier
-        candidate input is rerouted too, or the graph gives the output no
-        buffer of its own, nothing is assumed."""
-        buffers = self._buffers
-        index = buffers.index
-        if buffers.space[consumer] != DEVICE or \
-                consumer in buffers.inactive:
-            return None
-        candidates = inplace_candidates(index.types[consumer],
-                                        len(index.inputs[consumer]))
-        if not candidates or slot not in candidates:
-            return None
-        for earlier in candidates[:candidates.index(slot)]:
-            if (consumer, earlier) in self.rerouted:
-                return None
-        out_base, tensor_bytes = buffers.out_base, buffers.tensor_bytes
-        if not index.output_shapes[consumer] or \
-                index.output_itemsizes[consumer][0] != \
-                index.output_itemsizes[p][output]:
-            return None
-        t = out_base[consumer]
-        own = buffers.tensor_buffer[t]
-        if (own == NO_BUFFER or own in self.written_into
-                or int(buffers.buf_alloc[own]) != consumer
-                or buffers.buf_space[own] != DEVICE
-                or tensor_bytes[t] != tensor_bytes[out_base[p] + output]):
-            return None
-        return own
-
-    def buffer_targets(self, num_buffers):
-        """Each buffer's id, but for an output written into a swap-in's
-        copy (`written_into`), the copy's: an int64 array to map reads."""
-        targets = np.arange(num_buffers, dtype=np.int64)
-        for own, copy in self.written_into.items():
-            targets[own] = copy
-        return targets
 
     def add_recomputes(self, recomputes, detail):
         """One node per clone, after the swap nodes. A clone runs one level
@@ -355,6 +308,42 @@ class Additions:
             b = self._buffers.buffer_read(out_base[p] + k, self.rerouted)
             if b != NO_BUFFER:
                 self.held.append((b, level))
+
+
+def written_into_copy(buffers, rerouted, p, output, consumer, slot):
+    """The buffer of `consumer`'s output 0 when the runtime writes it into
+    the device copy of a swap-in of tensor ``(p, output)`` that `consumer`
+    alone reads, through input `slot`, or None (`tflms.inplace`): a device
+    op whose kernel may take that slot's buffer, and whose output, in the
+    graph without a plan (`buffers`, a `GraphBuffers`), has a buffer of
+    its own of the copy's size and element size. The copy then has one
+    reference, the kernel's: a softmax gradient's ``g * y`` written into
+    its own swap-in of ``y`` while a second swap-in brings ``y`` back for
+    ``(g - sum) * y``. Where an earlier candidate input is rerouted too
+    (`rerouted`: ``(consumer, slot)`` pairs), the kernel would try it
+    first, and nothing is assumed."""
+    index = buffers.index
+    if buffers.space[consumer] != DEVICE or consumer in buffers.inactive:
+        return None
+    candidates = inplace_candidates(index.types[consumer],
+                                    len(index.inputs[consumer]))
+    if slot not in candidates:
+        return None
+    if any((consumer, earlier) in rerouted
+           for earlier in candidates[:candidates.index(slot)]):
+        return None
+    if not index.output_shapes[consumer] or \
+            index.output_itemsizes[consumer][0] != \
+            index.output_itemsizes[p][output]:
+        return None
+    out_base, tensor_bytes = buffers.out_base, buffers.tensor_bytes
+    t = out_base[consumer]
+    own = buffers.tensor_buffer[t]
+    if (own == NO_BUFFER or int(buffers.buf_alloc[own]) != consumer
+            or buffers.buf_space[own] != DEVICE
+            or tensor_bytes[t] != tensor_bytes[out_base[p] + output]):
+        return None
+    return own
 
 
 def safe_name(name):

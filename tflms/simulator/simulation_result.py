@@ -122,10 +122,19 @@ def buffers_with(graph, added):
     if added.written_into:
         # An output written into a swap-in's copy: its reads keep the copy,
         # and its own buffer is never allocated.
-        use_buf = added.buffer_targets(len(buf_bytes))[use_buf]
+        use_buf = buffer_targets(added.written_into, len(buf_bytes))[use_buf]
         buf_bytes = buf_bytes.copy()
         buf_bytes[np.fromiter(added.written_into, dtype=np.int64)] = 0
     return buf_bytes, buf_space, buf_alloc, use_buf, use_node
+
+
+def buffer_targets(written_into, num_buffers):
+    """Each buffer's id, but for an output written into a swap-in's copy
+    (`Additions.written_into`), the copy's: an int64 array to map reads."""
+    targets = np.arange(num_buffers, dtype=np.int64)
+    for own, copy in written_into.items():
+        targets[own] = copy
+    return targets
 
 
 def lifetimes(added, buffers, levels, num_levels):
@@ -139,7 +148,7 @@ def lifetimes(added, buffers, levels, num_levels):
     if added.held:
         bufs, until = np.asarray(added.held, dtype=np.int64).T
         if added.written_into:
-            bufs = added.buffer_targets(len(alloc))[bufs]
+            bufs = buffer_targets(added.written_into, len(alloc))[bufs]
         np.maximum.at(free, bufs, np.minimum(until, num_levels - 1))
     if added.allocated:
         bufs, since = np.asarray(added.allocated, dtype=np.int64).T
