@@ -12,11 +12,11 @@ sparse cross-entropy from logits, and its ``model.train_step`` traced by
 plans it (`tf_function.step_of`) and planned twice for ``--gpu-mem`` GiB
 (times TF_LMS_SIMULATOR_MEM_RATIO, as every budget) on
 ``graph_step.step_target(settings, here=False)``: as it is, and with its
-element-wise updates and slots on the host (`offload.find_updates`,
-`offload.planning_index`), as ``tflms plan --offload-optimizer`` plans a
-Keras 3 model. Nothing is rewritten: the numbers are the simulator's and
-the step-time model's (the default GPU and link), with the host budget of
-a server (`common.SERVER_HOST_MEM_GIB`).
+element-wise updates and slots on the host (`offload.planning_step`), as
+``tflms plan --offload-optimizer`` plans a Keras 3 model. Nothing is
+rewritten: the numbers are the simulator's and the step-time model's (the
+default GPU and link), with the host budget of a server
+(`common.SERVER_HOST_MEM_GIB`).
 
 ``0.25b`` is issue 49's smaller pair (16 layers 1024 wide, grouped-query
 attention, vocabulary 32000; batch 1, sequence 1024, 3 GiB); ``1b`` is
@@ -124,10 +124,8 @@ def plan(index, settings):
     target = graph_step.step_target(settings, here=False)
     moved = None
     if settings.offload_optimizer:
-        moved = offload.find_updates(index, settings.cpu_device,
-                                     target.manages)
-        index = offload.planning_index(index, moved)
-        target = target.replace(offload=moved)
+        index, target, moved = offload.planning_step(
+            index, target, settings.cpu_device, target.manages)
     roles = pipeline.classify(index, settings, target)
     lowest = floor_mod.floor_of(index, roles, settings.batch_size)
     col = {"floor": lowest.floor_bytes, "resident": lowest.resident_bytes,
@@ -200,10 +198,8 @@ def plan_floor(index, settings):
     from tflms.tf.adapters import graph_step
     target = graph_step.step_target(settings, here=False)
     if settings.offload_optimizer:
-        moved = offload.find_updates(index, settings.cpu_device,
-                                     target.manages)
-        index = offload.planning_index(index, moved)
-        target = target.replace(offload=moved)
+        index, target, _ = offload.planning_step(
+            index, target, settings.cpu_device, target.manages)
     roles = pipeline.classify(index, settings, target)
     return floor_mod.floor_of(index, roles, settings.batch_size).floor_bytes
 

@@ -160,3 +160,25 @@ def test_the_new_weights_land_in_a_device_buffer_at_the_updates_level():
         target=Target(host=HOST, offload=found))
     assert context.model(planned).replay().device_timeline.tolist() == \
         landed.device_timeline.tolist()
+
+
+@pytest.mark.parametrize("device", [DEVICE, "/device:GPU:1"])
+def test_the_planning_step_is_the_manual_sequence(device):
+    """`planning_step` is `find_updates`, `planning_index` and the target
+    with its ``offload``, `managed` passed on: the GPU:1 target manages
+    none of the step's ops, so nothing moves."""
+    index = _adam_step()
+    target = Target(device=device, host=HOST, grappler_groups=True)
+    planned, placed, found = offload.planning_step(index, target, HOST,
+                                                   target.manages)
+    manual = offload.find_updates(index, HOST, target.manages)
+    assert found == manual
+    assert placed == target.replace(offload=manual)
+    assert placed.grappler_groups and placed.device == device
+    expected = offload.planning_index(index, manual)
+    assert (planned.devices, planned.variable_bytes) == (
+        expected.devices, expected.variable_bytes)
+    moved = {index.names[i] for i in range(index.num_ops)
+             if planned.devices[i] == HOST}
+    assert moved == ({"m", "v", "apply"} if device == DEVICE else set())
+    assert (planned is index) == (device != DEVICE)

@@ -22,7 +22,9 @@ on the host is offloaded.
 gives the index the planner plans on: the slots and updates placed on the
 host, each update holding the host copy of its weights. The simulator then
 counts the slots and copies in host memory and the floor without them,
-with no code of its own for offloading. Pure: no TensorFlow.
+with no code of its own for offloading. `planning_step` does both and
+sets the target's ``offload``, as every caller plans the step. Pure: no
+TensorFlow.
 """
 
 import dataclasses
@@ -33,7 +35,8 @@ from tflms import offload_elementwise
 from tflms.errors import LMSError
 
 __all__ = ["APPLY_INPUTS", "Update", "Offload", "OffloadUnsupportedError",
-           "find_updates", "planning_index", "write_back_buffers"]
+           "find_updates", "planning_index", "planning_step",
+           "write_back_buffers"]
 
 # Fused update kernels: op type -> (input slots of the optimizer's slots,
 # input slot of the gradient), in the order of their op definitions (input
@@ -283,6 +286,21 @@ def planning_index(index, offload):
             placed[s] = offload.host
     return dataclasses.replace(index, devices=tuple(placed),
                                variable_bytes=tuple(held))
+
+
+def planning_step(index, target, host, managed=None):
+    """The step in `index` as the planner sees it with its updates on
+    `host`: ``(planning index, target, offload)``, where `offload` is the
+    `Offload` `find_updates` finds (`host` and `managed` as there), the
+    planning index is `planning_index`'s with it, and `target` (a
+    `target.Target`) has it as its ``offload``.
+
+    Raises:
+      OffloadUnsupportedError: as `find_updates`.
+    """
+    found = find_updates(index, host, managed)
+    return (planning_index(index, found), target.replace(offload=found),
+            found)
 
 
 def write_back_buffers(offload, index):

@@ -248,11 +248,10 @@ def _planned_offloaded(graph, settings, target):
     from tflms import offload, pipeline
     from tflms.tf.adapters import rewrite
     index, target = rewrite.function_graph_step(graph, settings, target)
-    moved = offload.find_updates(index, settings.cpu_device, target.manages)
+    index, target, moved = offload.planning_step(
+        index, target, settings.cpu_device, target.manages)
     log = rewrite.logger_of(settings)
     log.info(moved.describe())
-    target = target.replace(offload=moved)
-    index = offload.planning_index(index, moved)
     planned = pipeline.plan(index, settings,
                             roles=pipeline.classify(index, settings, target),
                             log=log, target=target)
@@ -301,10 +300,9 @@ def _measured(run, loaded, settings, lowest):
         # As LMS.run (a Session graph) or _planned_offloaded (a Keras 3
         # step) planned it.
         from tflms import offload
-        moved = offload.find_updates(
-            index, settings.cpu_device,
+        index, target, moved = offload.planning_step(
+            index, target, settings.cpu_device,
             None if loaded.traced is None else target.manages)
-        index = offload.planning_index(index, moved)
     roles = pipeline.classify(index, settings, target)
     without = pipeline.simulate_without(index, roles, settings, moved)
     if lowest is None:

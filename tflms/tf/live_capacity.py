@@ -80,15 +80,13 @@ def graph_plan_at(graph, settings, fetches=None, log=None, what="the graph"):
             "capacity search needs inputs with an unknown batch dimension "
             "(tf.compat.v1.placeholder(tf.float32, [None, ...]), a Keras "
             "model's Input)" % what)
-    moved = None
     if settings.offload_optimizer:
         # Planned as LMS.run plans it: the slots and updates on the host
         # ('auto' too: the largest batch with it is the largest with them
         # there).
-        moved = offload.find_updates(index, settings.cpu_device)
-        index = offload.planning_index(index, moved)
+        index, target, _ = offload.planning_step(index, target,
+                                                 settings.cpu_device)
     roles = pipeline.classify(index, settings, target)
-    target = target.replace(offload=moved)
 
     def plan_at(batch):
         return capacity.plan_row(index, roles, settings, batch, log,
@@ -129,10 +127,8 @@ def keras3_plan_at(loaded, settings, path="the model", log=None,
             # The optimizer's element-wise updates and slots on the host
             # (`offload.find_updates`), where offload puts them; the
             # traced step has them on the device.
-            moved = offload.find_updates(index, settings.cpu_device,
-                                         target.manages)
-            index = offload.planning_index(index, moved)
-            target = target.replace(offload=moved)
+            index, target, _ = offload.planning_step(
+                index, target, settings.cpu_device, target.manages)
         roles = pipeline.classify(index, settings, target)
         return capacity.plan_row(index, roles, settings, batch, log,
                                  sequence=sequence, target=target)

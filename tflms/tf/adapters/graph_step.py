@@ -165,20 +165,19 @@ def plan_and_rewrite(adapter, found, start, index=None):
         index = adapter.index(found)
     # The optimizer's updates on the host are part of where the step runs:
     # the target carries them from here on, to the plan and the rewrite.
-    target = target.replace(offload=_offload(adapter, settings, target,
-                                             index))
+    planning, target = _offload(adapter, settings, target, index)
     try:
-        planned = _plan(index, settings, target, log)
+        planned = _plan(planning, settings, target, log)
     except autotune.AutotuneError as err:
-        offload = _offload_when_nothing_fits(adapter, settings, target,
-                                             index, err, log)
-        if offload is None:
+        step = _offload_when_nothing_fits(adapter, settings, target,
+                                          index, err, log)
+        if step is None:
             # The plots of the search that found nothing are the caller's
             # to write (the planning core writes no file).
             raise plots.with_plots(err, settings, log) from None
-        target = target.replace(offload=offload)
+        planning, target = step
         try:
-            planned = _plan(index, settings, target, log)
+            planned = _plan(planning, settings, target, log)
         except autotune.AutotuneError as again:
             raise plots.with_plots(again, settings, log) from None
     plots.write_planned(planned, log)
@@ -223,8 +222,9 @@ def plan_and_rewrite(adapter, found, start, index=None):
 
 
 def _plan(index, settings, target, log):
-    """`pipeline.plan` of the step on `target`, with `target.offload`'s
-    updates on the host when it is not None."""
+    """`pipeline.plan` of the step on `target`; when `target.offload` is
+    not None, `index` is the planning index with its updates on the host
+    (`offload.planning_step`)."""
     offload = target.offload
     if offload is not None:
         log.info(offload.describe())
@@ -235,7 +235,6 @@ def _plan(index, settings, target, log):
                      "on %s (the predicted step times count them, and the "
                      "updates' time on the host)"
                      % (seconds * 1000, link.label))
-        index = offload_rules.planning_index(index, offload)
     run_log.log_step(log, index)
     roles = pipeline.classify(index, settings, target)
     run_log.log_graph_facts(log, index, roles, settings)
@@ -244,21 +243,23 @@ def _plan(index, settings, target, log):
 
 
 def _offload(adapter, settings, target, index):
-    """The `offload.Offload` of the step when ``offload_optimizer`` is
-    True, else None."""
+    """``(index to plan, target)`` of the step: `offload.planning_step`'s
+    when ``offload_optimizer`` is True, else `index` and `target` with no
+    offload."""
     if settings.offload_optimizer is not True:
-        return None
+        return index, target.replace(offload=None)
     _check_offload(adapter)
-    offload = offload_rules.find_updates(index, target.swap_device,
-                                         target.manages)
+    planning, target, offload = offload_rules.planning_step(
+        index, target, target.swap_device, target.manages)
     adapter.check_offload_ready(index, offload)
-    return offload
+    return planning, target
 
 
 def _offload_when_nothing_fits(adapter, settings, target, index, err, log):
-    """With ``offload_optimizer='auto'``, the `offload.Offload` to plan
-    again with when no plan fits the device (`err`), if it moves any
-    slot; else None."""
+    """With ``offload_optimizer='auto'``, ``(index to plan, target)`` to
+    plan again with when no plan fits the device (`err`)
+    (`offload.planning_step`), if its offload moves any update; else
+    None."""
     if settings.offload_optimizer != "auto":
         return None
     if not adapter.offload_supported:
@@ -266,8 +267,8 @@ def _offload_when_nothing_fits(adapter, settings, target, index, err, log):
                  "offload the optimizer yet" % adapter.describe_entry())
         return None
     try:
-        offload = offload_rules.find_updates(
-            index, target.swap_device, target.manages)
+        planning, target, offload = offload_rules.planning_step(
+            index, target, target.swap_device, target.manages)
     except offload_rules.OffloadUnsupportedError as e:
         log.info("offload_optimizer='auto': no plan fits, and %s" % e)
         return None
@@ -277,7 +278,7 @@ def _offload_when_nothing_fits(adapter, settings, target, index, err, log):
     log.info("offload_optimizer='auto': no plan fits with the optimizer's "
              "slots on the device (%s); planning again with them on the "
              "host" % str(err).split("\n")[0])
-    return offload
+    return planning, target
 
 
 def _check_offload(adapter):
