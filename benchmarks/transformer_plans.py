@@ -44,37 +44,21 @@ import time
 sys.path[:0] = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
 
 from benchmarks import common  # noqa: E402
+from benchmarks import keras_hub_models  # noqa: E402
 
 _MIB = float(1 << 20)
 # GPT-2 small (the published config).
 GPT2_SMALL = dict(layers=12, heads=12, hidden=768, intermediate=3072)
-VOCAB = 50257
+VOCAB = keras_hub_models.FAMILIES["gpt2"]["vocab"]
 
 
 def gpt2_step(seq, batch=8, layers=12, heads=12, hidden=768,
               intermediate=3072, vocab=VOCAB, seed=0):
     """``(concrete function, model)`` of KerasHub GPT-2's ``train_step``
     traced for `batch` sequences of `seq` tokens (eager mode, Keras 3)."""
-    import keras
-    import keras_hub
-    import tensorflow as tf
-    keras.utils.set_random_seed(seed)
-    backbone = keras_hub.models.GPT2Backbone(
-        vocabulary_size=vocab, num_layers=layers, num_heads=heads,
-        hidden_dim=hidden, intermediate_dim=intermediate, dropout=0.1,
-        max_sequence_length=seq)
-    model = keras_hub.models.GPT2CausalLM(backbone, preprocessor=None)
-    model.compile(optimizer=keras.optimizers.AdamW(1e-4),
-                  loss=keras.losses.SparseCategoricalCrossentropy(
-                      from_logits=True),
-                  jit_compile=False)
-    model.optimizer.build(model.trainable_variables)
-    step = tf.function(model.train_step, jit_compile=False)
-    concrete = step.get_concrete_function((
-        {"token_ids": tf.TensorSpec([batch, seq], tf.int32),
-         "padding_mask": tf.TensorSpec([batch, seq], tf.int32)},
-        tf.TensorSpec([batch, seq], tf.int32)))
-    return concrete, model
+    return keras_hub_models.step("gpt2", seq, batch, keras_hub_models
+                                 .config_of("gpt2", layers, heads, hidden,
+                                            intermediate, vocab), seed)
 
 
 def _lms(gpu_mem, batch, interconnect):
