@@ -6,17 +6,17 @@ the step planned with the optimizer's slots on the device and on the host
         python benchmarks/offload_llama.py [--config 0.25b|1b|tiny] \
         [--gpu-mem GIB] [--oracle]
 
-The model (`CONFIGS`) is built from a config, compiled with AdamW and
-sparse cross-entropy from logits, and its ``model.train_step`` traced by
-``tf.function`` for one batch; the step is indexed as ``lms.function``
-plans it (`tf_function.step_of`) and planned twice for ``--gpu-mem`` GiB
-(times TF_LMS_SIMULATOR_MEM_RATIO, as every budget) on
-``graph_step.step_target(settings, here=False)``: as it is, and with its
-element-wise updates and slots on the host (`offload.planning_step`), as
-``tflms plan --offload-optimizer`` plans a Keras 3 model. Nothing is
-rewritten: the numbers are the simulator's and the step-time model's (the
-default GPU and link), with the host budget of a server
-(`common.SERVER_HOST_MEM_GIB`).
+The model (`CONFIGS`) is built from a config (`keras_hub_models`), compiled
+with AdamW and sparse cross-entropy from logits, and its
+``model.train_step`` traced by ``tf.function`` for one batch; the step is
+indexed as ``lms.function`` plans it (`tf_function.step_of`) and planned
+twice for ``--gpu-mem`` GiB (times TF_LMS_SIMULATOR_MEM_RATIO, as every
+budget) on ``graph_step.step_target(settings, here=False)``: as it is, and
+with its element-wise updates and slots on the host
+(`offload.planning_step`), as ``tflms plan --offload-optimizer`` plans a
+Keras 3 model. Nothing is rewritten: the numbers are the simulator's and
+the step-time model's (the default GPU and link), with the host budget of
+a server (`common.SERVER_HOST_MEM_GIB`).
 
 ``0.25b`` is issue 49's smaller pair (16 layers 1024 wide, grouped-query
 attention, vocabulary 32000; batch 1, sequence 1024, 3 GiB); ``1b`` is
@@ -48,6 +48,7 @@ import sys
 sys.path[:0] = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
 
 from benchmarks import common  # noqa: E402
+from benchmarks import keras_hub_models  # noqa: E402
 
 CONFIGS = {
     "0.25b": dict(vocab=32000, layers=16, hidden=1024, heads=16, kv_heads=4,
@@ -66,34 +67,17 @@ from benchmarks.offload_llama_oracle import DEVICE  # noqa: E402
 
 def build(config, seed=0):
     """The compiled `keras_hub.models.LlamaCausalLM` of `config` (a dict of
-    `CONFIGS`), its optimizer's slots built."""
-    import keras
-    import keras_hub
-    keras.utils.set_random_seed(seed)
-    backbone = keras_hub.models.LlamaBackbone(
-        vocabulary_size=config["vocab"], num_layers=config["layers"],
-        num_query_heads=config["heads"],
-        num_key_value_heads=config["kv_heads"],
-        hidden_dim=config["hidden"], intermediate_dim=config["intermediate"],
-        tie_word_embeddings=config["tie"], dropout=0.0)
-    model = keras_hub.models.LlamaCausalLM(backbone, preprocessor=None)
-    model.compile(optimizer=keras.optimizers.AdamW(1e-4),
-                  loss=keras.losses.SparseCategoricalCrossentropy(
-                      from_logits=True),
-                  jit_compile=False)
-    model.optimizer.build(model.trainable_variables)
-    return model
+    `CONFIGS`), its optimizer's slots built (`keras_hub_models.build`,
+    without dropout)."""
+    return keras_hub_models.build("llama", config["seq"],
+                                  dict(config, dropout=0.0), seed)
 
 
 def trace(model, seq, batch):
     """The `GraphIndex` of `model`'s training step on one batch, as
     ``lms.function`` plans it, and its trainable parameters."""
-    import tensorflow as tf
     from tflms.tf.adapters import tf_function
-    tokens = tf.TensorSpec([batch, seq], tf.int32)
-    x = {"token_ids": tokens, "padding_mask": tokens}
-    concrete = tf.function(model.train_step, jit_compile=False) \
-        .get_concrete_function((x, tokens))
+    concrete = keras_hub_models.trace(model, "llama", seq, batch)
     _, index = tf_function.step_of(concrete.graph)
     params = sum(_elements(v.shape) for v in model.trainable_variables)
     return index, params

@@ -8,12 +8,12 @@ and KerasHub).
         [--batch 8] [--gpu-mem 16] [--size small|tiny]
 
 Each model is built from a config with random weights (no downloads;
-`FAMILIES`), compiled with AdamW and sparse cross-entropy from logits, and
-its ``model.train_step`` traced by ``tf.function`` for one batch of
-``--batch`` sequences of each length; the step is then indexed and planned
-for ``--gpu-mem`` GiB as ``lms.function`` plans it for a GPU
-(`tf_function.step_of`, then `pipeline.plan` on
-``graph_step.step_target(settings, here=False)``).
+`keras_hub_models`, its `FAMILIES`), compiled with AdamW and sparse
+cross-entropy from logits, and its ``model.train_step`` traced by
+``tf.function`` for one batch of ``--batch`` sequences of each length; the
+step is then indexed and planned for ``--gpu-mem`` GiB as
+``lms.function`` plans it for a GPU (`tf_function.step_of`, then
+`pipeline.plan` on ``graph_step.step_target(settings, here=False)``).
 Each (model, length) runs in a process of its own, so no case pays for
 another's memory or imports.
 
@@ -41,91 +41,29 @@ import time
 sys.path[:0] = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
 
 from benchmarks import common  # noqa: E402
+from benchmarks import keras_hub_models  # noqa: E402
 
 GOAL_CPU_S = 30.0  # issue 47: tracing and planning, any model, up to 4096
 
-# Depth and width of GPT-2 small (12 layers, 768 wide) for every family,
-# with each family's own vocabulary and attention layout: Llama's
-# grouped-query attention (4 key-value heads for 12 query heads) and
-# SwiGLU, Gemma's single key-value head and 256k vocabulary, BERT base's
-# masked LM. `max_sequence_length` (GPT-2, BERT) is the traced length.
-FAMILIES = {
-    "gpt2": dict(vocab=50257, intermediate=3072),
-    "llama": dict(vocab=32000, intermediate=2048, kv_heads=4),
-    "gemma": dict(vocab=256000, intermediate=6144, kv_heads=1),
-    "bert": dict(vocab=30522, intermediate=3072),
-}
-SIZES = {
-    "small": dict(layers=12, heads=12, hidden=768),
-    "tiny": dict(layers=2, heads=2, hidden=64),
-}
-_TINY_VOCAB = 1000
-MASKED = 20  # BERT's masked positions per sequence (mask_positions)
+# The families and sizes, and the one builder (`keras_hub_models`).
+FAMILIES = keras_hub_models.FAMILIES
+SIZES = keras_hub_models.SIZES
+signature = keras_hub_models.signature
 
 
 def build(family, seq, size="small", seed=0):
     """The compiled KerasHub model of `family` at `size`, built for
-    sequences of `seq` tokens, with the input signature of its step:
-    ``(model, (x_spec, y_spec) as the batch's structure of shapes)``."""
-    import keras
-    import keras_hub
-    keras.utils.set_random_seed(seed)
-    models = keras_hub.models
-    shape = SIZES[size]
-    fam = FAMILIES[family]
-    vocab = fam["vocab"] if size == "small" else _TINY_VOCAB
-    intermediate = fam["intermediate"] * shape["hidden"] // 768
-    common_args = dict(vocabulary_size=vocab, num_layers=shape["layers"],
-                       hidden_dim=shape["hidden"],
-                       intermediate_dim=intermediate, dropout=0.1)
-    heads = shape["heads"]
-    if family == "gpt2":
-        model = models.GPT2CausalLM(models.GPT2Backbone(
-            num_heads=heads, max_sequence_length=seq, **common_args),
-            preprocessor=None)
-    elif family == "llama":
-        model = models.LlamaCausalLM(models.LlamaBackbone(
-            num_query_heads=heads,
-            num_key_value_heads=min(fam["kv_heads"], heads),
-            **common_args), preprocessor=None)
-    elif family == "gemma":
-        model = models.GemmaCausalLM(models.GemmaBackbone(
-            num_query_heads=heads, num_key_value_heads=fam["kv_heads"],
-            head_dim=shape["hidden"] // heads, **common_args),
-            preprocessor=None)
-    elif family == "bert":
-        model = models.BertMaskedLM(models.BertBackbone(
-            num_heads=heads, max_sequence_length=seq, **common_args),
-            preprocessor=None)
-    else:
-        raise ValueError("family must be one of %s; got %r"
-                         % (", ".join(FAMILIES), family))
-    model.compile(optimizer=keras.optimizers.AdamW(1e-4),
-                  loss=keras.losses.SparseCategoricalCrossentropy(
-                      from_logits=True),
-                  jit_compile=False)
-    model.optimizer.build(model.trainable_variables)
-    return model
-
-
-def signature(family, seq, batch):
-    """The ``(x, y)`` `tf.TensorSpec` structure of one batch."""
-    import tensorflow as tf
-    tokens = tf.TensorSpec([batch, seq], tf.int32)
-    x = {"token_ids": tokens,
-         "padding_mask": tf.TensorSpec([batch, seq], tf.int32)}
-    if family == "bert":
-        x["segment_ids"] = tokens
-        x["mask_positions"] = tf.TensorSpec([batch, MASKED], tf.int32)
-        return x, tf.TensorSpec([batch, MASKED], tf.int32)
-    return x, tokens
+    sequences of `seq` tokens (`keras_hub_models.build` of
+    `keras_hub_models.sized`)."""
+    return keras_hub_models.build(family, seq,
+                                  keras_hub_models.sized(family, size), seed)
 
 
 def measure(family, seq, batch, gpu_mem, size="small"):
     """One row (a dict): the CPU seconds of tracing, indexing and
     planning `family`'s step at `seq`, and what planning said."""
     import keras_hub  # noqa: F401 (imported before the clocks start)
-    import tensorflow as tf
+    import tensorflow  # noqa: F401 (imported before the clocks start)
     from tflms import LMS
     from tflms import autotune
     from tflms import pipeline
@@ -135,8 +73,7 @@ def measure(family, seq, batch, gpu_mem, size="small"):
     model = build(family, seq, size)
     row["build_s"] = time.process_time() - began
     began = time.process_time()
-    concrete = tf.function(model.train_step, jit_compile=False) \
-        .get_concrete_function(signature(family, seq, batch))
+    concrete = keras_hub_models.trace(model, family, seq, batch)
     row["trace_s"] = time.process_time() - began
     row["ops"] = len(concrete.graph.get_operations())
     lms = LMS()

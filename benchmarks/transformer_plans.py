@@ -1,18 +1,21 @@
-"""GPT-2's ``fit`` step against its floor: how close the smallest plan
-comes to the device memory no plan goes below (issue 47; TensorFlow 2.16+
-with Keras 3 and KerasHub).
+"""A KerasHub transformer's ``fit`` step against its floor: how close the
+smallest plan comes to the device memory no plan goes below (issue 47;
+TensorFlow 2.16+ with Keras 3 and KerasHub).
 
     env -u TF_USE_LEGACY_KERAS python benchmarks/transformer_plans.py \
-        1024 2048 [--batch 8] [--gpu-mem 16] [--layers 12 --hidden 768 \
-        --heads 12 --intermediate 3072] [--top 12] [--refine 0] \
-        [--no-oracle]
+        1024 2048 [--family gpt2|llama|gemma|bert] [--batch 8] \
+        [--gpu-mem 16] [--layers 12 --hidden 768 --heads 12 \
+        --intermediate N] [--top 12] [--refine 0] [--no-oracle]
 
-The step is KerasHub's GPT-2 built from its published config with random
-weights (`gpt2_step`: ``GPT2Backbone`` of the given size,
-``GPT2CausalLM(backbone, preprocessor=None)``, AdamW, sparse
-cross-entropy from logits), ``model.train_step`` traced by ``tf.function``
-for one batch of ``--batch`` sequences, planned as ``lms.function`` plans
-it for a GPU (`rewrite.rewrite_function_graph` on
+The step is ``--family``'s KerasHub model (GPT-2 by default) built from a
+config with random weights by `keras_hub_models` (GPT-2 small's published
+config: ``GPT2Backbone`` of the given size, ``GPT2CausalLM(backbone,
+preprocessor=None)``; Llama, Gemma and BERT's masked LM at the same depth
+and width, each with its own vocabulary, intermediate width and key-value
+heads: `keras_hub_models.FAMILIES`), AdamW, sparse cross-entropy from
+logits, ``model.train_step`` traced by ``tf.function`` for one batch of
+``--batch`` sequences, planned as ``lms.function`` plans it for a GPU
+(`rewrite.rewrite_function_graph` on
 ``graph_step.step_target(settings, here=False)``).
 
 For each sequence length it prints the step's floor (`tflms.floor`), then
@@ -44,37 +47,32 @@ import time
 sys.path[:0] = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
 
 from benchmarks import common  # noqa: E402
+from benchmarks import keras_hub_models  # noqa: E402
 
 _MIB = float(1 << 20)
-# GPT-2 small (the published config).
+# GPT-2 small (the published config); the other families at its depth and
+# width, each with its own vocabulary and intermediate width unless given
+# (`keras_hub_models.FAMILIES`).
 GPT2_SMALL = dict(layers=12, heads=12, hidden=768, intermediate=3072)
-VOCAB = 50257
+VOCAB = keras_hub_models.FAMILIES["gpt2"]["vocab"]
 
 
 def gpt2_step(seq, batch=8, layers=12, heads=12, hidden=768,
               intermediate=3072, vocab=VOCAB, seed=0):
     """``(concrete function, model)`` of KerasHub GPT-2's ``train_step``
     traced for `batch` sequences of `seq` tokens (eager mode, Keras 3)."""
-    import keras
-    import keras_hub
-    import tensorflow as tf
-    keras.utils.set_random_seed(seed)
-    backbone = keras_hub.models.GPT2Backbone(
-        vocabulary_size=vocab, num_layers=layers, num_heads=heads,
-        hidden_dim=hidden, intermediate_dim=intermediate, dropout=0.1,
-        max_sequence_length=seq)
-    model = keras_hub.models.GPT2CausalLM(backbone, preprocessor=None)
-    model.compile(optimizer=keras.optimizers.AdamW(1e-4),
-                  loss=keras.losses.SparseCategoricalCrossentropy(
-                      from_logits=True),
-                  jit_compile=False)
-    model.optimizer.build(model.trainable_variables)
-    step = tf.function(model.train_step, jit_compile=False)
-    concrete = step.get_concrete_function((
-        {"token_ids": tf.TensorSpec([batch, seq], tf.int32),
-         "padding_mask": tf.TensorSpec([batch, seq], tf.int32)},
-        tf.TensorSpec([batch, seq], tf.int32)))
-    return concrete, model
+    return keras_hub_models.step("gpt2", seq, batch, keras_hub_models
+                                 .config_of("gpt2", layers, heads, hidden,
+                                            intermediate, vocab), seed)
+
+
+def family_step(seq, args):
+    """``(concrete function, model)`` of ``--family``'s ``train_step`` at
+    the size `args` give, traced for ``--batch`` sequences of `seq`."""
+    config = keras_hub_models.config_of(
+        args.family, args.layers, args.heads, args.hidden,
+        args.intermediate)
+    return keras_hub_models.step(args.family, seq, args.batch, config)
 
 
 def _lms(gpu_mem, batch, interconnect):
@@ -140,10 +138,8 @@ def measure_seq(seq, args):
     from tflms import pipeline
     ratio = float(os.environ.get("TF_LMS_SIMULATOR_MEM_RATIO", "0.9"))
     row = {"seq": seq}
-    size = dict(layers=args.layers, heads=args.heads, hidden=args.hidden,
-                intermediate=args.intermediate)
     # The --gpu-mem plan.
-    concrete, model = gpt2_step(seq, args.batch, **size)
+    concrete, model = family_step(seq, args)
     result, err, secs = _plan(concrete.graph, args.gpu_mem, args)
     row["plan_s"] = secs
     row["ops"] = len(concrete.graph.get_operations())
@@ -179,7 +175,7 @@ def measure_seq(seq, args):
         if not budgets:
             break
         budget = budgets.pop(0)
-        concrete, model = gpt2_step(seq, args.batch, **size)
+        concrete, model = family_step(seq, args)
         result, err, secs = _plan(concrete.graph, budget, args)
         row["smallest_plan_s"] = row.get("smallest_plan_s", 0.0) + secs
         if err is not None:
@@ -269,10 +265,18 @@ def main(argv=None):
                         help="GPU memory, GiB (autotune_gpu_mem)")
     parser.add_argument("--interconnect", default=None,
                         help="LMS interconnect (default: LMS's, PCIe 4.0)")
-    for name, value in GPT2_SMALL.items():
-        parser.add_argument("--" + name, type=int, default=value,
-                            help="GPT-2 size (default: GPT-2 small's %d)"
-                            % value)
+    parser.add_argument("--family", choices=sorted(
+        keras_hub_models.FAMILIES), default="gpt2",
+        help="the KerasHub model (default gpt2)")
+    for name in ("layers", "heads", "hidden"):
+        parser.add_argument("--" + name, type=int, default=GPT2_SMALL[name],
+                            help="model size (default: GPT-2 small's %d)"
+                            % GPT2_SMALL[name])
+    parser.add_argument(
+        "--intermediate", type=int, default=None,
+        help="intermediate width (default: the family's at GPT-2 small's "
+        "width: %s)" % ", ".join("%s %d" % (f, c["intermediate"]) for f, c
+                                 in keras_hub_models.FAMILIES.items()))
     parser.add_argument("--top", type=int, default=12,
                         help="buffers live at the smallest plan's peak")
     parser.add_argument("--refine", type=int, default=0,
