@@ -37,34 +37,27 @@ from tflms.tf.adapters import rewrite
 FIXED = dict(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0)
 
 
-def _cube_step(variables):
-    def step(x):
-        with tf.GradientTape() as tape:
-            h = x
-            for w in variables:
-                m = tf.matmul(h, w)
-                h = tf.tanh(m + 0.05 * tf.pow(m, 3))
-            loss = tf.reduce_sum(h * h)
-        grads = tape.gradient(loss, variables)
-        for w, g in zip(variables, grads):
-            w.assign_sub(0.01 * g)
-        return loss
-    return step
+def _layered_step(activation):
+    """A step of layers ``activation(h @ w)`` trained by SGD, made for its
+    variables."""
+    def make(variables):
+        def step(x):
+            with tf.GradientTape() as tape:
+                h = x
+                for w in variables:
+                    h = activation(tf.matmul(h, w))
+                loss = tf.reduce_sum(h * h)
+            grads = tape.gradient(loss, variables)
+            for w, g in zip(variables, grads):
+                w.assign_sub(0.01 * g)
+            return loss
+        return step
+    return make
 
 
-def _gelu_step(variables):
-    """GELU's tanh approximation per layer, as `tf.nn.gelu` writes it."""
-    def step(x):
-        with tf.GradientTape() as tape:
-            h = x
-            for w in variables:
-                h = tf.nn.gelu(tf.matmul(h, w), approximate=True)
-            loss = tf.reduce_sum(h * h)
-        grads = tape.gradient(loss, variables)
-        for w, g in zip(variables, grads):
-            w.assign_sub(0.01 * g)
-        return loss
-    return step
+_cube_step = _layered_step(lambda m: tf.tanh(m + 0.05 * tf.pow(m, 3)))
+# GELU's tanh approximation per layer, as `tf.nn.gelu` writes it.
+_gelu_step = _layered_step(lambda m: tf.nn.gelu(m, approximate=True))
 
 
 def _check_function_step(lms, make_step=_cube_step):
