@@ -271,21 +271,9 @@ WIDE = dict(rows=8192, width=128, layers=16)
 SCALED = dict(size=4 * 1024 * 1024, layers=8)
 
 
-def _wide_step(variables):
-    """Per layer ``tanh(m) + sin(m) + 0.5 * cos(m)`` of ``m = h @ w``: the
-    arithmetic optimizer makes each sum one ``AddN`` of three."""
-    def step(x):
-        with tf.GradientTape() as tape:
-            h = x
-            for w in variables:
-                m = tf.matmul(h, w)
-                h = tf.tanh(m) + tf.sin(m) + tf.cos(m) * 0.5
-            loss = tf.reduce_sum(h * h)
-        grads = tape.gradient(loss, variables)
-        for w, g in zip(variables, grads):
-            w.assign_sub(0.01 * g)
-        return loss
-    return step
+# Per layer ``tanh(m) + sin(m) + 0.5 * cos(m)`` of ``m = h @ w``: the
+# arithmetic optimizer makes each sum one ``AddN`` of three.
+_wide_step = _layered_step(lambda m: tf.tanh(m) + tf.sin(m) + tf.cos(m) * 0.5)
 
 
 def _scaled_step(scales):
