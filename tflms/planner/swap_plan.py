@@ -54,19 +54,12 @@ def _held_by_views(index, p, out):
     (-1 without views). Keras 3's accuracy reads GPT-2's logits beside a
     reshape of them that the loss reads later."""
     levels = index.levels
-    held = -1
-    stack = [c for c, _ in index.consumers[p][out]
+    views = [c for c, _ in index.consumers[p][out]
              if index.types[c] in _VIEWS]
-    seen = set(stack)
-    while stack:
-        view = stack.pop()
-        for c, _ in index.consumers[view][0] if index.consumers[view] \
-                else ():
-            held = max(held, levels[c])
-            if index.types[c] in _VIEWS and c not in seen:
-                seen.add(c)
-                stack.append(c)
-    return held
+    # A view of a view is read no later than its own readers.
+    return max((levels[c] for view in views
+                for c in index.readers_through((view, 0), _VIEWS)),
+               default=-1)
 
 
 def wait_for_ordering(plan, ordering_edges):
