@@ -47,20 +47,40 @@ def pytest_configure(config):
         "test_same_plans pins on both stacks, a benchmark's tables); "
         "tools/run_tests.sh runs it on TensorFlow 2.15 only")
     config.addinivalue_line(
-        "markers", "onednn_off_pass: a Keras 3 numerics case CI runs in "
-        "its pass with oneDNN off (Python 3.13), not with it on")
+        "markers", "both_stacks: not a numerics test, but what it checks "
+        "is decided by TensorFlow's own code, which differs between the "
+        "stacks (how graphs are built, what Grappler merges, what the "
+        "runtime allocates, the Keras 2 each carries); tools/run_tests.sh "
+        "runs it on both, the other tests on the newest only")
     config.addinivalue_line(
-        "markers", "onednn_on_pass: a Keras 3 numerics case CI runs in "
-        "the newest stack's pass with oneDNN on, not with it off")
+        "markers", "onednn_off_pass: a Keras 3 numerics case CI runs in "
+        "its pass with oneDNN off (Python 3.13), not with it on; the "
+        "other Keras 3 cases run with it on only")
 
 
-# tools/run_tests.sh runs every `numerics` test with oneDNN on once: on the
-# newest TensorFlow where it runs there, else on 2.15. The newest stack's
-# pass writes the ids of the numerics tests it skipped to the file named by
-# TFLMS_WRITE_SKIPPED_NUMERICS; the 2.15 pass with oneDNN on then runs only
+# tools/run_tests.sh runs the newest stack's pass before the 2.15 pass
+# with oneDNN on. The newest stack's pass writes the ids of the tests it
+# skipped (what exists on 2.15 only: tf.estimator, Horovod) to the file
+# named by TFLMS_WRITE_SKIPPED; the 2.15 pass with oneDNN on then runs only
 # the tests listed in the file named by TFLMS_ONLY_TESTS.
-_SKIPPED_NUMERICS = os.environ.get("TFLMS_WRITE_SKIPPED_NUMERICS")
+_SKIPPED = os.environ.get("TFLMS_WRITE_SKIPPED")
 _ONLY_TESTS = os.environ.get("TFLMS_ONLY_TESTS")
+
+
+def _writes_skipped(config):
+    # xdist's workers report to the controller, which writes: one writer.
+    return bool(_SKIPPED) and not hasattr(config, "workerinput")
+
+
+def pytest_sessionstart(session):
+    # The file exists once the pass has started, even if it skips nothing:
+    # tools/run_tests.sh tells a pass that skipped nothing from one that
+    # never ran.
+    global _SKIPPED
+    if not _writes_skipped(session.config):
+        _SKIPPED = None
+    else:
+        open(_SKIPPED, "a", encoding="utf-8").close()
 
 
 def pytest_collection_modifyitems(config, items):
@@ -84,9 +104,8 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_runtest_logreport(report):
     # xdist calls this hook in the controller for every worker's report.
-    if (_SKIPPED_NUMERICS and report.skipped
-            and "numerics" in report.keywords):
-        with open(_SKIPPED_NUMERICS, "a", encoding="utf-8") as f:
+    if _SKIPPED and report.skipped:
+        with open(_SKIPPED, "a", encoding="utf-8") as f:
             f.write(report.nodeid + "\n")
 
 

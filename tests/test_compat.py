@@ -17,6 +17,10 @@ import tensorflow as tf
 from tflms.tf import compat
 
 
+# What TensorFlow itself decides: run on both stacks (tools/run_tests.sh).
+pytestmark = pytest.mark.both_stacks
+
+
 @pytest.mark.parametrize("text, version", [
     ("2.15.1", (2, 15, 1)), ("2.21.0-rc1", (2, 21, 0)),
     ("2.16.0rc0", (2, 16, 0)), ("2.17", (2, 17, 0)),

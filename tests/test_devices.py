@@ -9,6 +9,10 @@ import tensorflow as tf
 from tflms import devices
 
 
+# What TensorFlow itself decides: run on both stacks (tools/run_tests.sh).
+pytestmark = pytest.mark.both_stacks
+
+
 @pytest.mark.parametrize("device", [
     "/cpu:0", "/GPU:1", "/gpu", "CPU:0", "/tpu:0", "/device:XPU:0",
     "/job:worker/replica:0/task:1/device:CPU:0", "/job:localhost",

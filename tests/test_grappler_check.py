@@ -37,6 +37,10 @@ from tflms.tf.adapters import rewrite
 FIXED = dict(swapout_threshold=1, swapin_ahead=1, swapin_groupby=0)
 
 
+# What TensorFlow itself decides: run on both stacks (tools/run_tests.sh).
+pytestmark = pytest.mark.both_stacks
+
+
 def _layered_step(activation):
     """A step of layers ``activation(h @ w)`` trained by SGD, made for its
     variables."""

@@ -22,6 +22,10 @@ ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))), PACKAGE)
 
 
+# What each stack imports: run on both (tools/run_tests.sh).
+pytestmark = pytest.mark.both_stacks
+
+
 def _modules():
     """tflms' modules by their names below the package: ``"dag_levels"``, a
     subpackage by its own name (``"planner"``, its ``__init__``) and its

@@ -15,6 +15,10 @@ from tflms.tf.keras2_session import renew_keras_session
 from tflms._logging import Logger
 
 
+# What TensorFlow itself decides: run on both stacks (tools/run_tests.sh).
+pytestmark = pytest.mark.both_stacks
+
+
 def _model_in(graph):
     keras = compat.keras2()
     with graph.as_default():

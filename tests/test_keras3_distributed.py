@@ -77,7 +77,10 @@ def _assert_every_replica_swapped_on_its_host(record, towers):
     assert {executed[n] for n in names} == {HOST}
 
 
+# With oneDNN off (exact) in the Python 3.13 pass of tools/run_tests.sh
+# only; the other two train with it on (to rounding) in the newest stack's.
 @pytest.mark.numerics
+@pytest.mark.onednn_off_pass
 def test_fit_under_mirrored_strategy_plans_each_replica(tmp_path):
     """Fixed parameters and auto-tuning to 0.6 of a replica's
     activations: every replica's step planned for its own device (the

@@ -30,6 +30,10 @@ SHAPE = [1024, 1024]
 S = 4 * 1024 * 1024  # one float32 tensor of SHAPE
 
 
+# What TensorFlow itself decides: run on both stacks (tools/run_tests.sh).
+pytestmark = pytest.mark.both_stacks
+
+
 def _own(h, name=None):
     """An op whose output is a buffer of its own: a matrix product (of `h`
     with itself), which no kernel writes into an input's buffer

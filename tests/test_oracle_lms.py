@@ -15,6 +15,10 @@ from tflms.tf import oracle
 from zoo import models
 
 
+# What TensorFlow itself decides: run on both stacks (tools/run_tests.sh).
+pytestmark = pytest.mark.both_stacks
+
+
 def _deep_cnn():
     graph = tf.Graph()
     with graph.as_default(), tf.device("/device:GPU:0"):

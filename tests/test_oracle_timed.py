@@ -24,6 +24,10 @@ from zoo import models
 from test_oracle import S, _swap_graph
 
 
+# What TensorFlow itself decides: run on both stacks (tools/run_tests.sh).
+pytestmark = pytest.mark.both_stacks
+
+
 def _swap_chain():
     """x -> a1 -> a2 -> a3 -> tile (4 S) -> b (4 S) -> c; out = c + a1,
     with a1 swapped out to the CPU after a1 and back in after a2.

@@ -79,6 +79,10 @@ CASES = [
 ]
 
 
+# How each stack builds the graphs planned: run on both (tools/run_tests.sh).
+pytestmark = pytest.mark.both_stacks
+
+
 def _budget_gib(index, roles, batch, share):
     """Resident bytes plus `share` of the activations, as a GiB setting
     (`autotune_gpu_mem` before the 0.9 memory ratio)."""

@@ -45,6 +45,10 @@ A100_BEFORE = dict(V100_BEFORE, model="NVIDIA A100-SXM4-40GB",
                    memory_size=40 << 30, bandwidth=1555 * 1000 * 1000)
 
 
+# What TensorFlow itself decides: run on both stacks (tools/run_tests.sh).
+pytestmark = pytest.mark.both_stacks
+
+
 def _fields(props):
     # The fields set to anything but their default (proto3 lists no others),
     # so a field a later TensorFlow adds to the proto changes nothing here.

@@ -7,22 +7,15 @@
 #
 # Creates VENV with python3.13 (from PATH, else pyenv's 3.13) if it does
 # not exist, installs tflms with the `tf` and `test` extras
-# (tools/install_test_deps.sh VENV tf), then runs the tests of TensorFlow 2
-# code and Keras 3 on it: `lms.function` steps, Keras 3 `fit` with the
-# callback (on one device and under MirroredStrategy; KerasHub's
-# transformers, whose exact comparisons and cause tests need oneDNN off;
-# offload_optimizer's Keras 3 trainings), the swap check, the pure core and the imports. As tools/ci_tf_latest.sh, with
-# TF_USE_LEGACY_KERAS=1 (tf.keras is Keras 2; the Keras 3 tests import
-# keras themselves), but with oneDNN off: the run on Python 3.11 has it
-# on, so Keras 3's trainings are compared in both modes, bit for bit with
-# it off. Of the Keras applications (tests/test_keras3_applications.py)
-# and KerasHub's transformers (tests/test_keras3_transformers.py) this
-# pass trains those marked `onednn_off_pass` too, which the Python 3.11
-# pass leaves out, and it runs the Grappler causes turned back on, which
-# need oneDNN off; the applications marked `onednn_on_pass` train in the
-# Python 3.11 pass only. The other heavy Keras 3 tests (mixed precision,
-# plan and verify of Keras 3 files, capacity) run on Python 3.11 only, to
-# keep .ci/run within its time.
+# (tools/install_test_deps.sh VENV tf), then runs, with oneDNN off: the
+# imports, the pure core and the swap check (tflms on Python 3.13), and
+# the Keras 3 numerics cases marked `onednn_off_pass` (Keras 3 `fit` with
+# the callback, KerasHub's transformers and the Grappler causes that need
+# oneDNN off, MirroredStrategy, offload_optimizer's trainings, a part of
+# the Keras applications). Each Keras 3 case trains in one oneDNN mode in
+# CI: the Python 3.11 pass of the newest stack trains the others with it
+# on. As tools/ci_tf_latest.sh, with TF_USE_LEGACY_KERAS=1 (tf.keras is
+# Keras 2; the Keras 3 tests import keras themselves).
 # INSTALL_ONLY=1: install, then stop (tools/run_tests.sh installs both
 # newest-TensorFlow venvs this way while the first pass runs).
 set -euo pipefail
@@ -52,10 +45,13 @@ fi
 bash tools/install_test_deps.sh "$VENV" tf
 if [ "${INSTALL_ONLY:-0}" = 1 ]; then exit 0; fi
 "$VENV/bin/python" -c 'import sys, tensorflow as tf, keras; print("Python", sys.version.split()[0], "TensorFlow", tf.__version__, "Keras", keras.__version__)'
+status=0
 TF_ENABLE_ONEDNN_OPTS=0 TF_USE_LEGACY_KERAS=1 "$VENV/bin/python" -m pytest \
-    tests/test_lms_function.py tests/test_function_api.py \
+    tests/test_imports.py tests/test_pure_core.py tests/test_swaps_ran.py \
+    "$@" || status=1
+TF_ENABLE_ONEDNN_OPTS=0 TF_USE_LEGACY_KERAS=1 "$VENV/bin/python" -m pytest \
     tests/test_keras3_fit.py tests/test_keras3_transformers.py \
-    tests/test_keras3_distributed.py tests/test_swaps_ran.py \
-    tests/test_pure_core.py tests/test_imports.py \
-    tests/test_keras3_applications.py tests/test_offload_keras3_training.py \
-    -k "not mobilenetv2" -m "not onednn_on_pass" "$@"
+    tests/test_keras3_distributed.py tests/test_keras3_applications.py \
+    tests/test_offload_keras3_training.py \
+    -m onednn_off_pass "$@" || status=1
+exit $status
