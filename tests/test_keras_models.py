@@ -10,6 +10,10 @@ from tflms.tf import compat
 from tflms.tf import keras_models
 
 
+# The Keras 2 each stack carries: run on both (tools/run_tests.sh).
+pytestmark = pytest.mark.both_stacks
+
+
 def test_saved_keras_version_of_a_keras_archive(tmp_path):
     path = tmp_path / "model.keras"
     with zipfile.ZipFile(path, "w") as archive:
