@@ -89,6 +89,6 @@ else
     status=1
     TF_ENABLE_ONEDNN_OPTS=1 "$PY" -m pytest -m "not one_stack" "$@" || status=1
 fi
-echo "== Python 3.13, newest TensorFlow, oneDNN off: Keras 3 fit tests"
+echo "== Python 3.13, newest TensorFlow, oneDNN off: imports, pure core, swap check, Keras 3 cases marked onednn_off_pass"
 bash tools/ci_py313.sh .venv-py313 "$@" || status=1
 exit $status
