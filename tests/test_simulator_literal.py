@@ -333,6 +333,28 @@ def test_an_output_is_written_into_the_copy_its_op_alone_reads():
     assert split.swapin_bytes == 2 * U
 
 
+def test_a_held_output_holds_the_copy_it_was_written_into():
+    """The two swap-ins of the test above, with ``m`` held through level
+    10 as a gradient an update on the host reads (`CopyLevels.
+    gradients_held_through`, its copy to the host still running): m lives
+    in y's first copy, so that copy stays through level 10, beside the
+    second copy, d and s: 3 U and s there. Were the hold put on m's own
+    buffer, which is never allocated, it would change nothing (2 U and s,
+    as without the hold)."""
+    index = softmax_gradient_graph()
+    model = model_of(index)
+    plan = _plan(index, _swap(
+        index, "y", [((("m", 1),), "g"), ((("out", 1),), "s")]))
+    assert model.replay(plan).device_timeline[10] == 2 * U + 40
+    held = model.replay(plan, copy_levels=simulator.CopyLevels(
+        held_through=(0,), allocated_from=((99, 99),),
+        gradients_held_through=(((index.id_of["m"], 0), 10),)))
+    assert held.device_timeline.tolist() == [
+        U, U] + [2 * U] * 7 + [2 * U + 40, 3 * U + 40, 2 * U, 2 * U]
+    assert [name for name, _ in held.live_at_peak].count(
+        "lms/swapin_y_0 (device copy)") == 2
+
+
 @pytest.mark.parametrize("case", ["matmul", "two_slots", "earlier_slot"])
 def test_an_output_is_not_written_into_a_copy_it_cannot_take(case):
     """No kernel writes into the copy: a matrix product; a product that

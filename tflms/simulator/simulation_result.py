@@ -148,7 +148,11 @@ def lifetimes(added, buffers, levels, num_levels):
     if added.held:
         bufs, until = np.asarray(added.held, dtype=np.int64).T
         if added.written_into:
-            bufs = buffer_targets(added.written_into, len(alloc))[bufs]
+            # The few held buffers looked up one by one, not a map of every
+            # buffer built again (`buffers_with` built one for the reads).
+            into = added.written_into
+            bufs = np.fromiter((into.get(b, b) for b in bufs.tolist()),
+                               dtype=np.int64, count=len(bufs))
         np.maximum.at(free, bufs, np.minimum(until, num_levels - 1))
     if added.allocated:
         bufs, since = np.asarray(added.allocated, dtype=np.int64).T
